@@ -1,0 +1,67 @@
+// Package model defines what a worker trains: a set of named dense variables
+// and a function from their current values to the gradients of a batch. The
+// trainer (package trainer) pulls the values from the parameter servers, calls
+// the model, and pushes the gradients back; the model itself knows nothing of
+// the network.
+//
+// A Model is used by one goroutine at a time.
+package model
+
+// Variable describes one dense variable: its name (unique in the model) and
+// its shape, row-major. Its size is the product of the shape.
+type Variable struct {
+	Name  string
+	Shape []int
+}
+
+// Size is the number of float32 elements of v.
+func (v Variable) Size() int {
+	n := 1
+	for _, d := range v.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Params maps a variable name to its flat, row-major values.
+type Params map[string][]float32
+
+// NewParams allocates zeroed values for vars.
+func NewParams(vars []Variable) Params {
+	p := make(Params, len(vars))
+	for _, v := range vars {
+		p[v.Name] = make([]float32, v.Size())
+	}
+	return p
+}
+
+// Model is the worker-side half of a training job.
+type Model interface {
+	// Variables lists the dense variables, in a fixed order.
+	Variables() []Variable
+	// Init returns the initial values of every variable. Only the chief
+	// calls it; the same seed gives the same values.
+	Init(seed int64) Params
+	// ComputeGradients reads the worker's next batch, computes the loss at
+	// params and writes the gradient of every variable into grads (which
+	// has the same shapes and may hold old values: overwrite them).
+	ComputeGradients(params, grads Params) (loss float64, err error)
+	// Progress is the line logged every --steps_to_validate local steps,
+	// e.g. "step: 100, weight: 1.98, bias: 9.7, loss: 0.11". localStep counts
+	// this worker's own steps, globalStep the cluster's applied updates.
+	Progress(localStep, globalStep int64, params Params, loss float64) string
+	// Evaluate computes the final metrics at params (the chief calls it
+	// once at the end); they go into the log and the result file.
+	Evaluate(params Params) (map[string]float64, error)
+}
+
+// Config is what every model constructor receives.
+type Config struct {
+	Worker      int    // this worker's index
+	NumWorkers  int    // number of workers
+	Seed        int64  // base seed; each worker derives its own
+	BatchSize   int    // examples per batch
+	HiddenUnits int    // hidden layer width (MLP)
+	DataDir     string // where dataset files live
+	Dataset     string // dataset name when a model serves several (mnist, fashion-mnist)
+}
