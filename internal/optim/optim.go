@@ -1,16 +1,9 @@
-// Package optim holds the update rules the parameter servers apply: SGD,
-// Momentum, Adagrad, Adam and FTRL-Proximal, each a pure function over float32
-// slices. A rule keeps no state of its own: the caller owns the state slices
-// (one per StateSlots) and passes them in, so the same rule serves a dense
-// variable (one long slice) and a sparse table (one short slice per row, the
-// state held in flat arrays).
-//
-// Rules are safe for concurrent use on disjoint slices; nothing here locks.
 package optim
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -39,9 +32,9 @@ type Config struct {
 	// Momentum: momentum coefficient (0.9) and Nesterov.
 	Momentum float64 `json:"momentum,omitempty"`
 	Nesterov bool    `json:"nesterov,omitempty"`
-	// Adagrad: initial accumulator value (0.1).
+	// Adagrad and FTRL: initial accumulator value (0.1).
 	InitialAccumulator float64 `json:"initial_accumulator,omitempty"`
-	// Adam: beta1 (0.9), beta2 (0.999), epsilon (1e-8; Adagrad uses 1e-7 as TF does).
+	// Adam: beta1 (0.9), beta2 (0.999), epsilon (1e-8; Adagrad: 0, as TF1).
 	Beta1   float64 `json:"beta1,omitempty"`
 	Beta2   float64 `json:"beta2,omitempty"`
 	Epsilon float64 `json:"epsilon,omitempty"`
@@ -54,7 +47,32 @@ type Config struct {
 // ErrUnknown is returned by New for a name that names no rule.
 var ErrUnknown = errors.New("optim: unknown optimizer")
 
-var constructors = map[string]func(Config) (Rule, error){}
+// ErrInvalidConfig is returned, wrapped in a *ConfigError, by New for a
+// hyper-parameter out of range.
+var ErrInvalidConfig = errors.New("optim: invalid hyper-parameter")
+
+// ConfigError says which hyper-parameter New rejected and why.
+type ConfigError struct {
+	Rule  string  // the rule's name, as in Config.Name
+	Field string  // the field's JSON name, "learning_rate", "beta1", ...
+	Value float64 // what came
+	Want  string  // what was expected, "> 0 and finite", ...
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("optim: %s: %s = %v, want %s", e.Rule, e.Field, e.Value, e.Want)
+}
+
+// Unwrap lets errors.Is(err, ErrInvalidConfig) hold.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+var constructors = map[string]func(Config) (Rule, error){
+	"sgd":      newSGD,
+	"momentum": newMomentum,
+	"adagrad":  newAdagrad,
+	"adam":     newAdam,
+	"ftrl":     newFTRL,
+}
 
 // Names lists the known rule names, sorted.
 func Names() []string {
@@ -66,12 +84,58 @@ func Names() []string {
 	return names
 }
 
-// New returns the rule that cfg names, with defaults filled in for zero
-// hyper-parameters. A negative or non-finite hyper-parameter is an error.
+// New returns the rule that cfg names (case-insensitive), with defaults
+// filled in for zero hyper-parameters. LearningRate has no default: it must
+// be positive and finite. Every other hyper-parameter, whether or not the
+// rule uses it, must be finite and not negative, and Beta1 and Beta2 must be
+// below 1; anything else is a *ConfigError wrapping ErrInvalidConfig.
 func New(cfg Config) (Rule, error) {
-	c, ok := constructors[strings.ToLower(cfg.Name)]
+	name := strings.ToLower(cfg.Name)
+	c, ok := constructors[name]
 	if !ok {
 		return nil, fmt.Errorf("%w %q (want one of %s)", ErrUnknown, cfg.Name, strings.Join(Names(), ", "))
 	}
+	if err := validate(name, cfg); err != nil {
+		return nil, err
+	}
 	return c(cfg)
+}
+
+// validate checks every hyper-parameter in cfg against its range.
+func validate(rule string, cfg Config) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	if !(cfg.LearningRate > 0) || !finite(cfg.LearningRate) {
+		return &ConfigError{Rule: rule, Field: "learning_rate", Value: cfg.LearningRate, Want: "> 0 and finite"}
+	}
+	for _, f := range []struct {
+		name  string
+		v     float64
+		below float64 // exclusive upper bound; +Inf for none
+	}{
+		{"momentum", cfg.Momentum, math.Inf(1)},
+		{"initial_accumulator", cfg.InitialAccumulator, math.Inf(1)},
+		{"beta1", cfg.Beta1, 1},
+		{"beta2", cfg.Beta2, 1},
+		{"epsilon", cfg.Epsilon, math.Inf(1)},
+		{"ftrl_beta", cfg.FTRLBeta, math.Inf(1)},
+		{"l1", cfg.L1, math.Inf(1)},
+		{"l2", cfg.L2, math.Inf(1)},
+	} {
+		if !(f.v >= 0) || !finite(f.v) || f.v >= f.below {
+			want := ">= 0 and finite"
+			if !math.IsInf(f.below, 1) {
+				want = fmt.Sprintf(">= 0 and < %v", f.below)
+			}
+			return &ConfigError{Rule: rule, Field: f.name, Value: f.v, Want: want}
+		}
+	}
+	return nil
+}
+
+// orDefault returns v, or def where v is zero (Config's "use the default").
+func orDefault(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
 }

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/paramserv/paramserv/internal/local"
+)
+
+// Local is `paramserv local`: a whole cluster on this machine, as separate
+// processes, with the training flags passed on to every task.
+func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("paramserv local", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	numPS := fs.Int("ps", 1, "number of ps processes")
+	numWorkers := fs.Int("workers", 2, "number of worker processes")
+	f := defineTrainFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
+
+Starts a whole cluster on this machine: --ps ps processes and --workers
+worker processes of this binary, on free loopback ports, and waits for them.
+Every training flag is passed on to each task (--result_file to the chief
+only); the cluster flags are chosen here. Each output line is prefixed with
+its process ([ps0], [worker1]). Exits 0 only if every process does; on a
+failure or Ctrl-C it stops them all and says which failed and why.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "paramserv local: unexpected argument %q (flags are written --name=value)\n", fs.Arg(0))
+		return 2
+	}
+	if *numPS < 1 || *numWorkers < 1 {
+		fmt.Fprintf(stderr, "paramserv local: need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d\n", *numPS, *numWorkers)
+		return 2
+	}
+	var pass, chief []string
+	var clusterFlag string
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "ps", "workers":
+		case "ps_hosts", "worker_hosts", "job_name", "task_index":
+			clusterFlag = fl.Name
+		case "result_file":
+			chief = append(chief, "--result_file="+fl.Value.String())
+		default:
+			pass = append(pass, "--"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	if clusterFlag != "" {
+		fmt.Fprintf(stderr, "paramserv local: --%s is chosen by paramserv local itself; use --ps and --workers\n", clusterFlag)
+		return 2
+	}
+	// Check the training flags here, once, rather than in every child.
+	logf := newLogger(stderr)
+	probe := *f
+	probe.cluster = func() clusterFlagsT { return localProbeCluster(*numPS, *numWorkers) }
+	if _, err := probe.config("", func(string, ...any) {}); err != nil {
+		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)
+		return 1
+	}
+	err = local.Run(ctx, local.Config{
+		NumPS: *numPS, NumWorkers: *numWorkers,
+		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief,
+		Out: stdout, Logf: logf,
+	})
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	logf("all %d processes exited 0", *numPS+*numWorkers)
+	return 0
+}

@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+const usage = `paramserv: a parameter server for distributed machine-learning training.
+
+Usage: paramserv <command> [flags]
+
+Commands:
+  train   run one task (a ps or a worker) of a training job
+  local   run a whole cluster on this machine as separate processes
+
+Run 'paramserv <command> --help' for a command's flags.
+`
+
+// Main runs the paramserv command line and returns its exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "train":
+		return Train(ctx, args[1:], stderr)
+	case "local":
+		return Local(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

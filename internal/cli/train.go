@@ -1,0 +1,232 @@
+// Package cli turns command lines into configurations and runs them: the
+// subcommands of the paramserv binary. Each subcommand returns an exit
+// status: 0 for success, 1 for a failure while running, 2 for input the
+// user must fix (a malformed flag, TF_CONFIG, a port in use).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/trainer"
+)
+
+// trainFlags holds the flags of `paramserv train` (and `paramserv local`,
+// which passes them on to every task).
+type trainFlags struct {
+	fs      *flag.FlagSet
+	cluster func() cluster.Flags
+
+	model, dataDir, dataset                  string
+	trainSteps, stepsToValidate, maxStale    int64
+	batchSize, hiddenUnits, replicas         int
+	seed                                     int64
+	optimizer                                string
+	lr, momentum, beta1, beta2, eps, initAcc float64
+	ftrlBeta, l1, l2                         float64
+	nesterov, sync, psWaitForever            bool
+	startupTimeout                           time.Duration
+	splitBytes                               int
+	resultFile                               string
+	ignored                                  map[string]*string
+}
+
+// ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
+// here; they are accepted with a warning so the examples' command lines run
+// unchanged.
+var ignoredTFFlags = []string{"num_gpus", "download_only", "existing_servers", "use_fp16", "log_device_placement"}
+
+func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
+	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
+	f.cluster = cluster.BindFlags(fs)
+	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
+	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
+	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
+	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
+	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps (default: the model's)")
+	fs.IntVar(&f.batchSize, "batch_size", 100, "examples per batch on each worker")
+	fs.IntVar(&f.hiddenUnits, "hidden_units", 100, "hidden layer width (mnist)")
+	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")
+	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps: "+strings.Join(optim.Names(), ", ")+" (default: the model's, linreg sgd)")
+	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate (default: the model's, linreg 0.01); FTRL's alpha")
+	fs.Float64Var(&f.momentum, "momentum", 0, "momentum coefficient (momentum; default 0.9)")
+	fs.BoolVar(&f.nesterov, "use_nesterov", false, "Nesterov momentum (momentum)")
+	fs.Float64Var(&f.beta1, "beta1", 0, "Adam beta1 (default 0.9)")
+	fs.Float64Var(&f.beta2, "beta2", 0, "Adam beta2 (default 0.999)")
+	fs.Float64Var(&f.eps, "epsilon", 0, "Adam epsilon (default 1e-8)")
+	fs.Float64Var(&f.initAcc, "initial_accumulator_value", 0, "Adagrad and FTRL initial accumulator (default 0.1)")
+	fs.Float64Var(&f.ftrlBeta, "ftrl_beta", 0, "FTRL beta (default 1)")
+	fs.Float64Var(&f.l1, "l1", 0, "FTRL L1 regularisation strength")
+	fs.Float64Var(&f.l2, "l2", 0, "FTRL L2 regularisation strength")
+	fs.BoolVar(&f.sync, "sync_replicas", false, "synchronous training: average replicas_to_aggregate gradients per step, drop stale ones")
+	fs.IntVar(&f.replicas, "replicas_to_aggregate", 0, "gradients averaged per synchronous step (default: the number of workers; fewer makes the rest backups)")
+	fs.Int64Var(&f.maxStale, "max_staleness", 0, "asynchronous training: drop gradients computed more than this many steps ago (0: no bound)")
+	fs.DurationVar(&f.startupTimeout, "startup_timeout", 5*time.Minute, "give up if the ps (or the chief's initialisation) are not there after this long")
+	fs.IntVar(&f.splitBytes, "split_bytes", 0, "split dense variables larger than this many bytes across all ps (default 4 MiB)")
+	fs.StringVar(&f.resultFile, "result_file", "", "the chief writes a JSON summary of the run here")
+	fs.BoolVar(&f.psWaitForever, "ps_wait_forever", false, "keep the ps running after every worker has finished (TensorFlow's behaviour)")
+	for _, name := range ignoredTFFlags {
+		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
+	}
+	return f
+}
+
+// set reports whether the flag was given on the command line.
+func (f *trainFlags) set(name string) bool {
+	found := false
+	f.fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found
+}
+
+// config builds the trainer configuration; errors are the user's to fix.
+func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer.Config, error) {
+	cl, err := cluster.Resolve(f.cluster(), tfConfig)
+	if err != nil {
+		return trainer.Config{}, err
+	}
+	for _, w := range cl.Warnings {
+		logf("warning: %s", w)
+	}
+	for _, name := range ignoredTFFlags {
+		if f.set(name) {
+			logf("warning: --%s has no effect in paramserv (accepted for TensorFlow compatibility)", name)
+		}
+	}
+	info, ok := trainer.Models[f.model]
+	if !ok {
+		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(trainer.ModelNames(), ", "))
+	}
+	cfg := trainer.Config{
+		Cluster: cl,
+		Model:   f.model,
+		Optimizer: optim.Config{
+			Name: f.optimizer, LearningRate: f.lr, Momentum: f.momentum, Nesterov: f.nesterov,
+			InitialAccumulator: f.initAcc, Beta1: f.beta1, Beta2: f.beta2, Epsilon: f.eps,
+			FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2,
+		},
+		Sync:                f.sync,
+		ReplicasToAggregate: f.replicas,
+		MaxStaleness:        f.maxStale,
+		TrainSteps:          f.trainSteps,
+		StepsToValidate:     f.stepsToValidate,
+		StartupTimeout:      f.startupTimeout,
+		SplitBytes:          f.splitBytes,
+		ResultFile:          f.resultFile,
+		PSWaitForever:       f.psWaitForever,
+		Logf:                logf,
+	}
+	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
+	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
+	if cfg.Optimizer.Name == "" {
+		cfg.Optimizer.Name = info.Optimizer
+	}
+	if cfg.Optimizer.LearningRate == 0 {
+		cfg.Optimizer.LearningRate = info.LearningRate
+	}
+	if cfg.TrainSteps == 0 {
+		cfg.TrainSteps = info.TrainSteps
+	}
+	if cfg.StepsToValidate == 0 {
+		cfg.StepsToValidate = info.StepsToValidate
+	}
+	switch {
+	case f.batchSize <= 0:
+		return cfg, fmt.Errorf("--batch_size must be positive, got %d", f.batchSize)
+	case cfg.TrainSteps < 0:
+		return cfg, fmt.Errorf("--train_steps must be positive, got %d", cfg.TrainSteps)
+	case f.replicas < 0 || f.replicas > len(cl.Spec.Workers):
+		return cfg, fmt.Errorf("--replicas_to_aggregate must be between 1 and the number of workers (%d), got %d", len(cl.Spec.Workers), f.replicas)
+	case f.maxStale < 0:
+		return cfg, fmt.Errorf("--max_staleness must be >= 0, got %d", f.maxStale)
+	case f.maxStale > 0 && f.sync:
+		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
+	}
+	if _, err := optim.New(cfg.Optimizer); err != nil {
+		return cfg, fmt.Errorf("--optimizer: %w", err)
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer) func(string, ...any) {
+	l := log.New(w, "", log.LstdFlags|log.Lmicroseconds)
+	return func(format string, args ...any) { l.Printf(format, args...) }
+}
+
+// Train is `paramserv train`: run one task.
+func Train(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("paramserv train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f := defineTrainFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: paramserv train [flags]
+
+Runs one task of a training job: a ps or a worker. The cluster comes from
+--ps_hosts, --worker_hosts, --job_name and --task_index, or from the
+TF_CONFIG environment variable; an explicit flag wins over TF_CONFIG, field
+by field. Worker 0 is the chief.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "paramserv train: unexpected argument %q (flags are written --name=value)\n", fs.Arg(0))
+		return 2
+	}
+	logf := newLogger(stderr)
+	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
+	}
+	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+	if cfg.Cluster.Task.Job == cluster.JobPS {
+		err = trainer.RunPS(ctx, cfg)
+	} else {
+		err = trainer.RunWorker(ctx, cfg)
+	}
+	var ce *trainer.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
+	case err != nil:
+		logf("failed: %v", err)
+		return 1
+	}
+	return 0
+}
+
+type clusterFlagsT = cluster.Flags
+
+// localProbeCluster is a stand-in cluster for validating the training flags
+// of `paramserv local` before any process starts.
+func localProbeCluster(numPS, numWorkers int) cluster.Flags {
+	f := cluster.Flags{JobName: "worker", JobNameSet: true, TaskIndexSet: true, PSHostsSet: true, WorkerHostsSet: true}
+	port := 1
+	for i := 0; i < numPS; i++ {
+		f.PSHosts += fmt.Sprintf(",127.0.0.1:%d", port)
+		port++
+	}
+	for i := 0; i < numWorkers; i++ {
+		f.WorkerHosts += fmt.Sprintf(",127.0.0.1:%d", port)
+		port++
+	}
+	f.PSHosts, f.WorkerHosts = f.PSHosts[1:], f.WorkerHosts[1:]
+	return f
+}

@@ -1,0 +1,217 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// Call is a Pull, Push or PushPull in flight. Done is closed when it has
+// landed; then Err, Step and Dropped are set and may be read.
+type Call struct {
+	Done <-chan struct{}
+	// Err is nil on success; otherwise it names each ps that failed.
+	Err error
+	// Step is the global step the ps reported: after a pull, the step of
+	// the values read; after a push, the step after it.
+	Step int64
+	// Dropped reports that a push was not applied (stale or duplicate) on
+	// at least one ps.
+	Dropped bool
+
+	done chan struct{}
+}
+
+func newCall() *Call {
+	d := make(chan struct{})
+	return &Call{Done: d, done: d}
+}
+
+// Wait blocks until the call has landed and returns its error.
+func (c *Call) Wait() error {
+	<-c.Done
+	return c.Err
+}
+
+// Pull reads every variable into params once the global step reaches
+// minStep (0: at once), and returns the step of the values read.
+func (c *Client) Pull(ctx context.Context, minStep int64, params model.Params) (int64, error) {
+	call := c.PullAsync(ctx, minStep, params)
+	err := call.Wait()
+	return call.Step, err
+}
+
+// Push sends grads computed at global step step. It reports the global step
+// after the push and whether it was dropped as stale.
+func (c *Client) Push(ctx context.Context, step int64, grads model.Params) (newStep int64, dropped bool, err error) {
+	call := c.PushAsync(ctx, step, grads)
+	err = call.Wait()
+	return call.Step, call.Dropped, err
+}
+
+// PushPull pushes grads computed at step, then reads every variable into
+// params once the global step reaches minStep, in one round trip per ps.
+func (c *Client) PushPull(ctx context.Context, step int64, grads model.Params, minStep int64, params model.Params) (newStep int64, dropped bool, err error) {
+	call := c.PushPullAsync(ctx, step, grads, minStep, params)
+	err = call.Wait()
+	return call.Step, call.Dropped, err
+}
+
+// PullAsync is Pull without waiting.
+func (c *Client) PullAsync(ctx context.Context, minStep int64, params model.Params) *Call {
+	if err := c.checkParams(params); err != nil {
+		return failed(err)
+	}
+	call := newCall()
+	go func() {
+		steps := make([]int64, len(c.ps))
+		call.Err = c.each(func(i int) error {
+			resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: minStep})
+			if err != nil {
+				return err
+			}
+			steps[i] = resp.GlobalStep
+			return c.store(resp.Vars, params)
+		})
+		if call.Err == nil {
+			call.Step, call.Err = c.reconcile(ctx, steps, params)
+		}
+		close(call.done)
+	}()
+	return call
+}
+
+// PushAsync is Push without waiting.
+func (c *Client) PushAsync(ctx context.Context, step int64, grads model.Params) *Call {
+	if err := c.checkParams(grads); err != nil {
+		return failed(err)
+	}
+	call := newCall()
+	go func() {
+		steps := make([]int64, len(c.ps))
+		dropped := make([]bool, len(c.ps))
+		call.Err = c.each(func(i int) error {
+			resp, err := c.ps[i].Push(ctx, c.pushRequest(i, step, grads))
+			if err != nil {
+				return err
+			}
+			steps[i], dropped[i] = resp.GlobalStep, resp.Dropped
+			return nil
+		})
+		call.Step = steps[0]
+		for _, d := range dropped {
+			call.Dropped = call.Dropped || d
+		}
+		close(call.done)
+	}()
+	return call
+}
+
+// PushPullAsync is PushPull without waiting.
+func (c *Client) PushPullAsync(ctx context.Context, step int64, grads model.Params, minStep int64, params model.Params) *Call {
+	if err := c.checkParams(grads); err != nil {
+		return failed(err)
+	}
+	if err := c.checkParams(params); err != nil {
+		return failed(err)
+	}
+	call := newCall()
+	go func() {
+		steps := make([]int64, len(c.ps))
+		dropped := make([]bool, len(c.ps))
+		call.Err = c.each(func(i int) error {
+			resp, err := c.ps[i].PushPull(ctx, &pb.PushPullRequest{
+				Push: c.pushRequest(i, step, grads),
+				Pull: &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: minStep},
+			})
+			if err != nil {
+				return err
+			}
+			steps[i] = resp.GlobalStep
+			dropped[i] = resp.Push.GetDropped()
+			return c.store(resp.Vars, params)
+		})
+		for _, d := range dropped {
+			call.Dropped = call.Dropped || d
+		}
+		if call.Err == nil {
+			call.Step, call.Err = c.reconcile(ctx, steps, params)
+		}
+		close(call.done)
+	}()
+	return call
+}
+
+func failed(err error) *Call {
+	call := newCall()
+	call.Err = err
+	close(call.done)
+	return call
+}
+
+// checkParams verifies that p holds every variable at its size.
+func (c *Client) checkParams(p model.Params) error {
+	for _, v := range c.plan.Vars {
+		if got := len(p[v.Name]); got != v.Size() {
+			return fmt.Errorf("client: %q has %d elements, want %d (shape %v)", v.Name, got, v.Size(), v.Shape)
+		}
+	}
+	return nil
+}
+
+// pushRequest builds ps i's share of a push. The gradient bytes are views
+// of grads: the caller must not change grads until the call has landed.
+func (c *Client) pushRequest(i int, step int64, grads model.Params) *pb.PushRequest {
+	req := &pb.PushRequest{Worker: int32(c.opts.Worker), Step: step, Grads: make([]*pb.DenseTensor, 0, len(c.byPS[i]))}
+	for _, p := range c.byPS[i] {
+		g := grads[c.varOf[p.Name]][p.Offset : p.Offset+p.Len]
+		req.Grads = append(req.Grads, &pb.DenseTensor{Name: p.Name, Data: wire.Float32Bytes(g)})
+	}
+	return req
+}
+
+// store copies pulled parts into their places in params.
+func (c *Client) store(vars []*pb.DenseTensor, params model.Params) error {
+	for _, t := range vars {
+		name, ok := c.varOf[t.Name]
+		if !ok {
+			return fmt.Errorf("ps sent unknown variable %q", t.Name)
+		}
+		p := c.part[t.Name]
+		if len(t.Data) != 4*p.Len {
+			return fmt.Errorf("ps sent %d bytes for %q, want %d", len(t.Data), t.Name, 4*p.Len)
+		}
+		wire.DecodeFloat32s(params[name][p.Offset:p.Offset+p.Len], t.Data)
+	}
+	return nil
+}
+
+// reconcile makes a synchronous pull consistent: if the ps answered at
+// different steps (one completed a step the others were about to), it pulls
+// again from those behind, at the step of the one ahead. In asynchronous
+// mode the shards' steps drift by design and ps 0's step is the global one.
+func (c *Client) reconcile(ctx context.Context, steps []int64, params model.Params) (int64, error) {
+	maxStep := steps[0]
+	for _, s := range steps {
+		maxStep = max(maxStep, s)
+	}
+	if !c.isSync() {
+		return steps[0], nil
+	}
+	for i, s := range steps {
+		if s == maxStep {
+			continue
+		}
+		resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: maxStep})
+		if err != nil {
+			return 0, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+		}
+		if err := c.store(resp.Vars, params); err != nil {
+			return 0, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+		}
+	}
+	return maxStep, nil
+}

@@ -1,0 +1,283 @@
+// Package client is what a worker calls to reach the parameter servers:
+// Pull, Push and PushPull, each blocking, and PullAsync, PushAsync and
+// PushPullAsync, which return a *Call whose Done channel closes when the
+// call has landed, so a worker can overlap computation and communication.
+// A call that touches several ps contacts them in parallel.
+//
+// Variables are placed on the ps tasks by package placement; the client
+// splits a variable's values into its parts on the way out and joins them
+// on the way back, so callers see whole variables (model.Params).
+//
+// A Client is safe for concurrent use, but two calls in flight must not
+// share a Params map: a pull writes into it, and a push reads it while the
+// call is being sent.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/placement"
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// Options configures a Client.
+type Options struct {
+	Worker int // this worker's index; 0 is the chief
+	// SplitBytes is the size above which a variable is split across all ps
+	// (placement.DefaultSplitBytes if 0). Every worker must use the same.
+	SplitBytes int
+	// Logf receives log lines (what the client waits for); nil discards.
+	Logf func(format string, args ...any)
+	// WaitLogEvery is how often a wait logs what it waits for (5s if 0).
+	WaitLogEvery time.Duration
+}
+
+// Client talks to every ps of a cluster.
+type Client struct {
+	opts  Options
+	addrs []string
+	conns []*grpc.ClientConn
+	ps    []pb.ParamServerClient
+	plan  placement.Plan
+	varOf map[string]string         // variable name by part (shard-local) name
+	part  map[string]placement.Part // part by part name
+	byPS  [][]placement.Part
+
+	mu   sync.Mutex // guards sync
+	sync bool       // the cluster trains synchronously (learned from Init or Status)
+}
+
+// New prepares a client for the ps at addrs and the model's variables. It
+// does not connect yet: connections are made on first use and retried.
+func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	if opts.WaitLogEvery <= 0 {
+		opts.WaitLogEvery = 5 * time.Second
+	}
+	plan, err := placement.Place(len(addrs), vars, opts.SplitBytes)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{opts: opts, addrs: addrs, plan: plan, varOf: make(map[string]string), part: make(map[string]placement.Part), byPS: make([][]placement.Part, len(addrs))}
+	for ps := range addrs {
+		c.byPS[ps] = plan.OnPS(ps)
+	}
+	for _, v := range plan.Vars {
+		for _, p := range v.Parts {
+			c.varOf[p.Name] = v.Name
+			c.part[p.Name] = p
+		}
+	}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
+			grpc.WithInitialWindowSize(64<<20),
+			grpc.WithInitialConnWindowSize(64<<20),
+			grpc.WithReadBufferSize(256<<10),
+			grpc.WithWriteBufferSize(256<<10),
+		)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: ps address %q: %w", addr, err)
+		}
+		c.conns = append(c.conns, conn)
+		c.ps = append(c.ps, pb.NewParamServerClient(conn))
+	}
+	return c, nil
+}
+
+// Close closes the connections.
+func (c *Client) Close() error {
+	var errs []error
+	for _, conn := range c.conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Plan is the placement of the variables on the ps tasks.
+func (c *Client) Plan() placement.Plan { return c.plan }
+
+// NumPS is the number of ps tasks.
+func (c *Client) NumPS() int { return len(c.ps) }
+
+// Conn returns the connection to ps i, for callers that speak further
+// services over it.
+func (c *Client) Conn(i int) *grpc.ClientConn { return c.conns[i] }
+
+func (c *Client) isSync() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sync
+}
+
+// WaitReady blocks until every ps answers, and, with needInit, until every
+// ps has been initialised by the chief. Every WaitLogEvery it logs what it
+// still waits for ("waiting for ps 1 at 127.0.0.1:2225: connection
+// refused"). It gives up when ctx ends, naming what never came.
+func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResponse, error) {
+	statuses := make([]*pb.StatusResponse, len(c.ps))
+	lastLog := time.Now()
+	for {
+		var waiting []string
+		for i, ps := range c.ps {
+			if statuses[i] != nil && (!needInit || statuses[i].Initialized) {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := ps.Status(cctx, &pb.StatusRequest{})
+			cancel()
+			switch {
+			case err != nil:
+				waiting = append(waiting, fmt.Sprintf("ps %d at %s (%s)", i, c.addrs[i], shortErr(err)))
+			case needInit && !st.Initialized:
+				statuses[i] = st
+				waiting = append(waiting, fmt.Sprintf("the chief to initialise ps %d at %s", i, c.addrs[i]))
+			default:
+				statuses[i] = st
+			}
+		}
+		if len(waiting) == 0 {
+			if needInit {
+				c.mu.Lock()
+				c.sync = statuses[0].Mode == "sync"
+				c.mu.Unlock()
+			}
+			return statuses, nil
+		}
+		if time.Since(lastLog) >= c.opts.WaitLogEvery {
+			c.opts.Logf("waiting for %s", joinWaits(waiting))
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gave up waiting for %s: %w", joinWaits(waiting), context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func joinWaits(w []string) string {
+	s := w[0]
+	for _, x := range w[1:] {
+		s += "; " + x
+	}
+	return s
+}
+
+// InitOptions are the chief's choices for the whole cluster.
+type InitOptions struct {
+	Optimizer           optim.Config
+	Sync                bool
+	ReplicasToAggregate int
+	NumWorkers          int
+	GlobalStep          int64
+	MaxStaleness        int64
+}
+
+// Init sends every ps its part of the initial values and the training mode.
+// It returns the global step (the ps's own if they were already
+// initialised, as after a chief restart).
+func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (int64, error) {
+	for _, v := range c.plan.Vars {
+		if got := len(values[v.Name]); got != v.Size() {
+			return 0, fmt.Errorf("client: initial value of %q has %d elements, want %d", v.Name, got, v.Size())
+		}
+	}
+	steps := make([]int64, len(c.ps))
+	err := c.each(func(i int) error {
+		req := &pb.InitRequest{
+			Worker: int32(c.opts.Worker),
+			Optimizer: &pb.OptimizerConfig{
+				Name: o.Optimizer.Name, LearningRate: o.Optimizer.LearningRate, Momentum: o.Optimizer.Momentum,
+				Nesterov: o.Optimizer.Nesterov, InitialAccumulator: o.Optimizer.InitialAccumulator,
+				Beta1: o.Optimizer.Beta1, Beta2: o.Optimizer.Beta2, Epsilon: o.Optimizer.Epsilon,
+				FtrlBeta: o.Optimizer.FTRLBeta, L1: o.Optimizer.L1, L2: o.Optimizer.L2,
+			},
+			Sync:                o.Sync,
+			ReplicasToAggregate: int32(o.ReplicasToAggregate),
+			NumWorkers:          int32(o.NumWorkers),
+			GlobalStep:          o.GlobalStep,
+			MaxStaleness:        o.MaxStaleness,
+		}
+		for _, p := range c.byPS[i] {
+			shape := make([]int64, len(p.Shape))
+			for j, d := range p.Shape {
+				shape[j] = int64(d)
+			}
+			full := values[c.varOf[p.Name]]
+			req.Vars = append(req.Vars, &pb.VarSpec{Name: p.Name, Shape: shape, Init: wire.Float32Bytes(full[p.Offset : p.Offset+p.Len])})
+		}
+		resp, err := c.ps[i].Init(ctx, req)
+		if err != nil {
+			return err
+		}
+		steps[i] = resp.GlobalStep
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	c.sync = o.Sync
+	c.mu.Unlock()
+	return steps[0], nil
+}
+
+// each runs f for every ps in parallel and joins the errors, each naming
+// its ps.
+func (c *Client) each(f func(ps int) error) error {
+	errs := make([]error, len(c.ps))
+	var wg sync.WaitGroup
+	for i := range c.ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(i); err != nil {
+				errs[i] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Status asks every ps for its state.
+func (c *Client) Status(ctx context.Context) ([]*pb.StatusResponse, error) {
+	out := make([]*pb.StatusResponse, len(c.ps))
+	err := c.each(func(i int) error {
+		st, err := c.ps[i].Status(ctx, &pb.StatusRequest{})
+		out[i] = st
+		return err
+	})
+	return out, err
+}
+
+// Done tells every ps that this worker has finished.
+func (c *Client) Done(ctx context.Context) error {
+	return c.each(func(i int) error {
+		_, err := c.ps[i].Done(ctx, &pb.DoneRequest{Worker: int32(c.opts.Worker)})
+		return err
+	})
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if len(s) > 160 {
+		s = s[:160] + "..."
+	}
+	return s
+}

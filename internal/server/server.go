@@ -1,0 +1,410 @@
+// Package server is the parameter-server process: a gRPC service that holds
+// one shard of the variables with their optimizer state, and applies pushed
+// gradients as the consistency tracker decides.
+//
+// Concurrency: every RPC runs on its own gRPC goroutine. One mutex, mu,
+// guards the shard's whole state (variables, tracker, counters), so a push
+// is applied atomically with respect to pulls and other pushes. A pull that
+// must wait for a step (synchronous mode) waits outside the lock on a
+// channel that is closed whenever the step advances.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// Config configures one ps task.
+type Config struct {
+	Task       int // this ps's index
+	NumWorkers int // workers in the cluster; the ps exits once all are done
+	// WaitForever keeps the ps serving after every worker has finished
+	// (TensorFlow's old behaviour).
+	WaitForever bool
+	// Logf receives the log lines; nil discards them.
+	Logf func(format string, args ...any)
+	// WaitLogEvery is how often a waiting pull logs what it waits for
+	// (default 5s).
+	WaitLogEvery time.Duration
+}
+
+// Server implements pb.ParamServerServer. Create it with New.
+type Server struct {
+	pb.UnimplementedParamServerServer
+	cfg Config
+
+	mu          sync.Mutex // guards every field below
+	initialized bool
+	layout      []*pb.VarSpec // as given to Init, for checking a repeated Init
+	vars        map[string]*denseVar
+	rule        optim.Rule
+	tracker     *consistency.Tracker
+	stepCh      chan struct{} // closed and replaced each time the step advances
+	rejected    int64         // pushes refused as malformed
+	done        map[int32]bool
+	allDone     chan struct{} // closed once every worker has called Done
+	closed      bool          // allDone is closed
+}
+
+type denseVar struct {
+	name    string
+	shape   []int64
+	value   []float32
+	state   [][]float32
+	accum   []float32 // sync: sum of the current step's gradients
+	updates int64     // updates applied, for Adam's bias correction
+}
+
+// New returns an uninitialised server; the chief's Init gives it variables.
+func New(cfg Config) *Server {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.WaitLogEvery <= 0 {
+		cfg.WaitLogEvery = 5 * time.Second
+	}
+	return &Server{
+		cfg:     cfg,
+		vars:    make(map[string]*denseVar),
+		stepCh:  make(chan struct{}),
+		done:    make(map[int32]bool),
+		allDone: make(chan struct{}),
+	}
+}
+
+// AllDone is closed once every worker has reported Done. The caller stops
+// the gRPC server then (unless Config.WaitForever).
+func (s *Server) AllDone() <-chan struct{} { return s.allDone }
+
+// Init creates the shard's variables and sets the mode. A repeated Init with
+// the same layout (a restarted chief) changes nothing and reports the step.
+func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.initialized {
+		if err := sameLayout(s.layout, req.Vars); err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "ps %d is already initialised with a different layout: %v", s.cfg.Task, err)
+		}
+		return &pb.InitResponse{AlreadyInitialized: true, GlobalStep: s.tracker.Step()}, nil
+	}
+	if int(req.NumWorkers) != s.cfg.NumWorkers {
+		return nil, status.Errorf(codes.InvalidArgument, "chief says %d workers, ps %d was started with %d in --worker_hosts", req.NumWorkers, s.cfg.Task, s.cfg.NumWorkers)
+	}
+	rule, err := optim.New(optimConfig(req.Optimizer))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	tracker, err := consistency.New(consistency.Config{
+		Sync:                req.Sync,
+		ReplicasToAggregate: int(req.ReplicasToAggregate),
+		NumWorkers:          int(req.NumWorkers),
+		MaxStaleness:        req.MaxStaleness,
+	}, req.GlobalStep)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	vars := make(map[string]*denseVar, len(req.Vars))
+	for _, spec := range req.Vars {
+		n := int64(1)
+		for _, d := range spec.Shape {
+			if d <= 0 {
+				return nil, status.Errorf(codes.InvalidArgument, "variable %q: shape %v has a dimension <= 0", spec.Name, spec.Shape)
+			}
+			n *= d
+		}
+		if _, dup := vars[spec.Name]; dup {
+			return nil, status.Errorf(codes.InvalidArgument, "variable %q given twice", spec.Name)
+		}
+		if int64(len(spec.Init)) != 4*n {
+			return nil, status.Errorf(codes.InvalidArgument, "variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, len(spec.Init))
+		}
+		v := &denseVar{name: spec.Name, shape: spec.Shape, value: make([]float32, n)}
+		wire.DecodeFloat32s(v.value, spec.Init)
+		v.state = make([][]float32, rule.StateSlots())
+		for i := range v.state {
+			v.state[i] = make([]float32, n)
+		}
+		rule.InitState(v.state)
+		if req.Sync {
+			v.accum = make([]float32, n)
+		}
+		vars[spec.Name] = v
+	}
+	s.vars, s.rule, s.tracker = vars, rule, tracker
+	s.layout = req.Vars
+	for _, v := range s.layout {
+		v.Init = nil // keep the layout, not the initial values
+	}
+	s.initialized = true
+	mode := "async"
+	if req.Sync {
+		mode = fmt.Sprintf("sync, %d of %d workers per step", req.ReplicasToAggregate, req.NumWorkers)
+	}
+	s.cfg.Logf("initialised by worker %d: %d variables, optimizer %s, %s, global step %d", req.Worker, len(vars), rule.Name(), mode, req.GlobalStep)
+	s.advanced()
+	return &pb.InitResponse{GlobalStep: tracker.Step()}, nil
+}
+
+func sameLayout(have, want []*pb.VarSpec) error {
+	if len(have) != len(want) {
+		return fmt.Errorf("have %d variables, asked for %d", len(have), len(want))
+	}
+	for i := range have {
+		if have[i].Name != want[i].Name || !slices.Equal(have[i].Shape, want[i].Shape) {
+			return fmt.Errorf("variable %d is %s%v here, asked for %s%v", i, have[i].Name, have[i].Shape, want[i].Name, want[i].Shape)
+		}
+	}
+	return nil
+}
+
+func optimConfig(c *pb.OptimizerConfig) optim.Config {
+	if c == nil {
+		return optim.Config{}
+	}
+	return optim.Config{
+		Name: c.Name, LearningRate: c.LearningRate, Momentum: c.Momentum, Nesterov: c.Nesterov,
+		InitialAccumulator: c.InitialAccumulator, Beta1: c.Beta1, Beta2: c.Beta2, Epsilon: c.Epsilon,
+		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2,
+	}
+}
+
+// advanced wakes every pull waiting for the step. Call with mu held.
+func (s *Server) advanced() {
+	close(s.stepCh)
+	s.stepCh = make(chan struct{})
+}
+
+var errNotInitialized = errors.New("not initialised yet: waiting for the chief (worker 0) to call Init")
+
+// Push applies or accumulates gradients.
+func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.push(req)
+}
+
+// push does the work of Push with mu held.
+func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
+	if !s.initialized {
+		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized)
+	}
+	grads, err := s.checkPush(req)
+	if err != nil {
+		s.rejected++
+		s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", req.Worker, req.Step, err, s.rejected)
+		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+	}
+	verdict, err := s.tracker.Push(int(req.Worker), req.Step)
+	if err != nil {
+		s.rejected++
+		s.cfg.Logf("rejected push from worker %d: %v (rejected pushes so far: %d)", req.Worker, err, s.rejected)
+		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+	}
+	switch verdict {
+	case consistency.Apply:
+		for i, g := range req.Grads {
+			v := s.vars[g.Name]
+			v.updates++
+			s.rule.Update(v.value, grads[i], v.state, v.updates)
+		}
+		s.advanced()
+	case consistency.Accumulate, consistency.Complete:
+		for i, g := range req.Grads {
+			acc := s.vars[g.Name].accum
+			for j, x := range grads[i] {
+				acc[j] += x
+			}
+		}
+		if verdict == consistency.Complete {
+			scale := 1 / float32(s.tracker.Config().ReplicasToAggregate)
+			for _, v := range s.vars {
+				for j := range v.accum {
+					v.accum[j] *= scale
+				}
+				v.updates++
+				s.rule.Update(v.value, v.accum, v.state, v.updates)
+				clear(v.accum)
+			}
+			s.advanced()
+		}
+	default: // dropped
+		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String()}, nil
+	}
+	return &pb.PushResponse{GlobalStep: s.tracker.Step()}, nil
+}
+
+// checkPush validates every gradient of req before any is used, so a bad
+// push changes nothing. It returns the gradients as float32 slices.
+func (s *Server) checkPush(req *pb.PushRequest) ([][]float32, error) {
+	grads := make([][]float32, len(req.Grads))
+	seen := make(map[string]bool, len(req.Grads))
+	for i, g := range req.Grads {
+		v, ok := s.vars[g.Name]
+		if !ok {
+			return nil, fmt.Errorf("unknown variable %q (this ps holds %d variables)", g.Name, len(s.vars))
+		}
+		if seen[g.Name] {
+			return nil, fmt.Errorf("variable %q pushed twice in one request", g.Name)
+		}
+		seen[g.Name] = true
+		if len(g.Data) != 4*len(v.value) {
+			return nil, fmt.Errorf("variable %q: gradient has %d bytes, want %d (%d float32 of shape %v)", g.Name, len(g.Data), 4*len(v.value), len(v.value), v.shape)
+		}
+		f, err := wire.Float32s(g.Data)
+		if err != nil {
+			return nil, fmt.Errorf("variable %q: %w", g.Name, err)
+		}
+		for j, x := range f {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("variable %q: gradient element %d is %v", g.Name, j, x)
+			}
+		}
+		grads[i] = f
+	}
+	if s.tracker.Config().Sync && len(req.Grads) != 0 && len(req.Grads) != len(s.vars) {
+		return nil, fmt.Errorf("a synchronous push must carry all %d variables of this ps, got %d", len(s.vars), len(req.Grads))
+	}
+	return grads, nil
+}
+
+// Pull returns values once the shard's step reaches min_step.
+func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pull(ctx, req)
+}
+
+// pull waits (releasing mu) until the step reaches req.MinStep, then reads.
+// Call with mu held; it returns with mu held.
+func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	if !s.initialized {
+		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized)
+	}
+	if err := s.waitStep(ctx, req.Worker, req.MinStep); err != nil {
+		return nil, err
+	}
+	resp := &pb.PullResponse{GlobalStep: s.tracker.Step()}
+	add := func(v *denseVar) {
+		// Copy: the value changes after mu is released, before gRPC marshals.
+		data := make([]byte, 4*len(v.value))
+		copy(data, wire.Float32Bytes(v.value))
+		resp.Vars = append(resp.Vars, &pb.DenseTensor{Name: v.name, Data: data})
+	}
+	switch {
+	case len(req.Names) > 0:
+		for _, name := range req.Names {
+			v, ok := s.vars[name]
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "ps %d: unknown variable %q", s.cfg.Task, name)
+			}
+			add(v)
+		}
+	case !req.NoDense:
+		for _, spec := range s.layout {
+			add(s.vars[spec.Name])
+		}
+	}
+	return resp, nil
+}
+
+// waitStep blocks until the step reaches min, logging every WaitLogEvery
+// what it waits for. Call with mu held; mu is released while waiting.
+func (s *Server) waitStep(ctx context.Context, worker int32, min int64) error {
+	start := time.Now()
+	var tick *time.Ticker
+	for !s.tracker.Ready(min) {
+		if tick == nil {
+			tick = time.NewTicker(s.cfg.WaitLogEvery)
+			defer tick.Stop()
+		}
+		ch := s.stepCh
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+		case <-tick.C:
+			s.mu.Lock()
+			have, want, missing := s.tracker.Waiting()
+			s.cfg.Logf("worker %d has waited %s for step %d: shard at step %d with %d of %d gradients (no gradient yet from workers %v)",
+				worker, time.Since(start).Round(time.Second), min, s.tracker.Step(), have, want, missing)
+		case <-ctx.Done():
+			s.mu.Lock()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return nil
+}
+
+// PushPull pushes, then pulls, in one round trip.
+func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
+	if req.Push == nil || req.Pull == nil {
+		return nil, status.Error(codes.InvalidArgument, "PushPull needs both push and pull")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pr, err := s.push(req.Push)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.pull(ctx, req.Pull)
+	if err != nil {
+		return nil, err
+	}
+	resp.Push = pr
+	return resp, nil
+}
+
+// Status reports the shard's state.
+func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &pb.StatusResponse{
+		Task:           int32(s.cfg.Task),
+		Initialized:    s.initialized,
+		RejectedPushes: s.rejected,
+		WorkersDone:    int32(len(s.done)),
+		NumWorkers:     int32(s.cfg.NumWorkers),
+	}
+	if s.initialized {
+		st := s.tracker.Stats()
+		resp.GlobalStep = s.tracker.Step()
+		resp.StaleDropped = st.StaleDropped + st.DuplicateDrops
+		resp.AppliedPushes = st.Applied
+		resp.Mode = "async"
+		if s.tracker.Config().Sync {
+			resp.Mode = "sync"
+		}
+	}
+	return resp, nil
+}
+
+// Done records that a worker has finished.
+func (s *Server) Done(_ context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Worker < 0 || int(req.Worker) >= s.cfg.NumWorkers {
+		return nil, status.Errorf(codes.InvalidArgument, "worker %d out of range 0..%d", req.Worker, s.cfg.NumWorkers-1)
+	}
+	if !s.done[req.Worker] {
+		s.done[req.Worker] = true
+		s.cfg.Logf("worker %d finished (%d of %d done)", req.Worker, len(s.done), s.cfg.NumWorkers)
+	}
+	if len(s.done) == s.cfg.NumWorkers && !s.closed {
+		s.closed = true
+		close(s.allDone)
+	}
+	return &pb.DoneResponse{}, nil
+}
