@@ -1,0 +1,197 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+func f32(vals ...float32) []byte { return wire.Float32Bytes(vals) }
+
+func newServer(t *testing.T, sync bool, replicas, workers int) *Server {
+	t.Helper()
+	s := New(Config{Task: 0, NumWorkers: workers})
+	_, err := s.Init(context.Background(), &pb.InitRequest{
+		Vars: []*pb.VarSpec{
+			{Name: "w", Shape: []int64{2}, Init: f32(1, 2)},
+			{Name: "b", Shape: []int64{1}, Init: f32(0.5)},
+		},
+		Optimizer:           &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5},
+		Sync:                sync,
+		ReplicasToAggregate: int32(replicas),
+		NumWorkers:          int32(workers),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pull(t *testing.T, s *Server, minStep int64) (map[string][]float32, int64) {
+	t.Helper()
+	resp, err := s.Pull(context.Background(), &pb.PullRequest{MinStep: minStep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float32{}
+	for _, v := range resp.Vars {
+		f, _ := wire.Float32s(v.Data)
+		out[v.Name] = f
+	}
+	return out, resp.GlobalStep
+}
+
+func push(s *Server, worker int32, step int64, w0, w1, b float32) (*pb.PushResponse, error) {
+	return s.Push(context.Background(), &pb.PushRequest{Worker: worker, Step: step, Grads: []*pb.DenseTensor{
+		{Name: "w", Data: f32(w0, w1)}, {Name: "b", Data: f32(b)},
+	}})
+}
+
+func TestAsyncAppliesEachPush(t *testing.T) {
+	s := newServer(t, false, 0, 2)
+	if _, err := push(s, 0, 0, 1, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := push(s, 1, 0, 2, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	vals, step := pull(t, s, 0)
+	// w = [1,2] - 0.5*[1,1] - 0.5*[2,0] = [-0.5, 1.5]; b = 0.5 - 0.5 + 0.5 = 0.5
+	if step != 2 || vals["w"][0] != -0.5 || vals["w"][1] != 1.5 || vals["b"][0] != 0.5 {
+		t.Fatalf("step %d, values %v", step, vals)
+	}
+}
+
+func TestSyncAveragesAndDropsStale(t *testing.T) {
+	s := newServer(t, true, 2, 3)
+	if r, err := push(s, 0, 0, 1, 1, 1); err != nil || r.Dropped || r.GlobalStep != 0 {
+		t.Fatalf("first push: %v %v", r, err)
+	}
+	if r, err := push(s, 2, 0, 3, -1, 1); err != nil || r.Dropped || r.GlobalStep != 1 {
+		t.Fatalf("second push: %v %v", r, err)
+	}
+	// The slowest worker's gradient for step 0 is stale now.
+	r, err := push(s, 1, 0, 100, 100, 100)
+	if err != nil || !r.Dropped || r.DropReason != "drop-stale" {
+		t.Fatalf("late push: %v %v", r, err)
+	}
+	vals, step := pull(t, s, 1)
+	// average grad w = [2, 0], b = 1: w = [1,2] - 0.5*[2,0] = [0, 2]; b = 0.5 - 0.5 = 0
+	if step != 1 || vals["w"][0] != 0 || vals["w"][1] != 2 || vals["b"][0] != 0 {
+		t.Fatalf("step %d, values %v", step, vals)
+	}
+	st, _ := s.Status(context.Background(), &pb.StatusRequest{})
+	if st.StaleDropped != 1 || st.AppliedPushes != 2 || st.Mode != "sync" {
+		t.Fatalf("status %v", st)
+	}
+}
+
+func TestPullWaitsForStep(t *testing.T) {
+	s := newServer(t, true, 2, 2)
+	got := make(chan int64)
+	go func() {
+		_, step := pull(t, s, 1)
+		got <- step
+	}()
+	if _, err := push(s, 0, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case step := <-got:
+		t.Fatalf("pull for step 1 answered at step %d with one of two gradients", step)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if _, err := push(s, 1, 0, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if step := <-got; step != 1 {
+		t.Fatalf("pull answered at step %d", step)
+	}
+	// A cancelled wait returns the context's error, not a hang.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Pull(ctx, &pb.PullRequest{MinStep: 5}); status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled pull: %v", err)
+	}
+}
+
+func TestBadPushRejectedAndNothingChanges(t *testing.T) {
+	s := newServer(t, false, 0, 2)
+	nan := float32(0)
+	nan = nan / nan
+	for _, tc := range []struct {
+		req  *pb.PushRequest
+		want string
+	}{
+		{&pb.PushRequest{Grads: []*pb.DenseTensor{{Name: "nope", Data: f32(1)}}}, `unknown variable "nope"`},
+		{&pb.PushRequest{Grads: []*pb.DenseTensor{{Name: "w", Data: f32(1, 2, 3)}}}, `variable "w": gradient has 12 bytes, want 8`},
+		{&pb.PushRequest{Grads: []*pb.DenseTensor{{Name: "w", Data: f32(1, 1)}, {Name: "b", Data: f32(nan)}}}, `variable "b": gradient element 0 is NaN`},
+		{&pb.PushRequest{Worker: 7}, "worker 7 out of range"},
+	} {
+		_, err := s.Push(context.Background(), tc.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("push %v: got %v, want InvalidArgument mentioning %q", tc.req, err, tc.want)
+		}
+	}
+	vals, step := pull(t, s, 0)
+	if step != 0 || vals["w"][0] != 1 || vals["w"][1] != 2 || vals["b"][0] != 0.5 {
+		t.Fatalf("a rejected push changed the shard: step %d values %v", step, vals)
+	}
+	st, _ := s.Status(context.Background(), &pb.StatusRequest{})
+	if st.RejectedPushes != 4 {
+		t.Fatalf("rejected pushes = %d, want 4", st.RejectedPushes)
+	}
+	// The ps carries on.
+	if _, err := push(s, 0, 0, 1, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInitTwice(t *testing.T) {
+	s := newServer(t, false, 0, 2)
+	resp, err := s.Init(context.Background(), &pb.InitRequest{
+		Vars:      []*pb.VarSpec{{Name: "w", Shape: []int64{2}}, {Name: "b", Shape: []int64{1}}},
+		Optimizer: &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5}, NumWorkers: 2,
+	})
+	if err != nil || !resp.AlreadyInitialized {
+		t.Fatalf("same layout again: %v %v", resp, err)
+	}
+	_, err = s.Init(context.Background(), &pb.InitRequest{
+		Vars: []*pb.VarSpec{{Name: "w", Shape: []int64{3}}}, NumWorkers: 2,
+	})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("different layout: %v", err)
+	}
+}
+
+func TestNotInitialised(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	if _, err := s.Pull(context.Background(), &pb.PullRequest{}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("pull before init: %v", err)
+	}
+	if _, err := s.Push(context.Background(), &pb.PushRequest{}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("push before init: %v", err)
+	}
+}
+
+func TestDoneClosesAllDone(t *testing.T) {
+	s := newServer(t, false, 0, 2)
+	for _, w := range []int32{1, 1, 0} {
+		select {
+		case <-s.AllDone():
+			t.Fatalf("AllDone closed before worker %d", w)
+		default:
+		}
+		if _, err := s.Done(context.Background(), &pb.DoneRequest{Worker: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-s.AllDone()
+}
