@@ -1,0 +1,434 @@
+package main
+
+// Integration tests: the real binary, as separate OS processes, on loopback
+// sockets.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "paramserv-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "paramserv")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building paramserv:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a started paramserv process whose output is collected.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+func start(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	pipe, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		r := bufio.NewReader(pipe)
+		for {
+			line, err := r.ReadString('\n')
+			p.mu.Lock()
+			p.out.WriteString(line)
+			p.mu.Unlock()
+			if err != nil {
+				break
+			}
+		}
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", p.name, p.output())
+		}
+	})
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// wait waits for the process to exit (at most limit, a guard against a hang
+// rather than a performance assertion) and returns its exit code.
+func (p *proc) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		t.Fatalf("%s still running after %s", p.name, limit)
+	}
+	if p.err == nil {
+		return 0
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	t.Fatalf("%s: %v", p.name, p.err)
+	return -1
+}
+
+// waitFor waits until the process's output contains s.
+func (p *proc) waitFor(t *testing.T, s string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !strings.Contains(p.output(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never printed %q", p.name, s)
+		}
+		select {
+		case <-p.done:
+			if !strings.Contains(p.output(), s) {
+				t.Fatalf("%s exited without printing %q", p.name, s)
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+type result struct {
+	Model          string  `json:"model"`
+	Mode           string  `json:"mode"`
+	GlobalStep     int64   `json:"global_step"`
+	StaleDropped   int64   `json:"stale_dropped"`
+	RejectedPushes int64   `json:"rejected_pushes"`
+	Weight         float64 `json:"weight"`
+	Bias           float64 `json:"bias"`
+	Loss           float64 `json:"loss"`
+	ElapsedS       float64 `json:"elapsed_s"`
+}
+
+func readResult(t *testing.T, path string) result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("result file: %v", err)
+	}
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("result file %s: %v", b, err)
+	}
+	return r
+}
+
+func checkLinreg(t *testing.T, r result) {
+	t.Helper()
+	if math.Abs(r.Weight-2) > 0.05 || math.Abs(r.Bias-10) > 0.1 {
+		t.Errorf("weight %.4f bias %.4f, want 2±0.05 and 10±0.1", r.Weight, r.Bias)
+	}
+}
+
+func TestLocalAsyncLinreg(t *testing.T) {
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=linreg", "--train_steps=3000", "--result_file="+res)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	r := readResult(t, res)
+	checkLinreg(t, r)
+	if r.Mode != "async" || r.GlobalStep < 3000 || r.Model != "linreg" {
+		t.Errorf("result %+v", r)
+	}
+	out := p.output()
+	for _, want := range []string{"[ps0] ", "[ps1] ", "[worker0] ", "[worker1] ", "step: 100, weight: ", "all 4 processes exited 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+func TestLocalSyncLinreg(t *testing.T) {
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=linreg", "--train_steps=3000", "--sync_replicas", "--result_file="+res)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	r := readResult(t, res)
+	checkLinreg(t, r)
+	// With every worker needed for every step, no gradient can be stale and
+	// the step stops exactly at the goal.
+	if r.Mode != "sync" || r.GlobalStep != 3000 || r.StaleDropped != 0 {
+		t.Errorf("result %+v, want sync, global step 3000, 0 stale", r)
+	}
+}
+
+// freeHosts returns n free loopback host:port addresses.
+func freeHosts(t *testing.T, n int) []string {
+	t.Helper()
+	ports, err := local.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make([]string, n)
+	for i, p := range ports {
+		hosts[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return hosts
+}
+
+func TestTFConfigClusterByHand(t *testing.T) {
+	hosts := freeHosts(t, 4)
+	ps, workers := hosts[:2], hosts[2:]
+	res := filepath.Join(t.TempDir(), "result.json")
+	tfConfig := func(job string, i int) []string {
+		c, _ := json.Marshal(map[string]any{
+			"cluster": map[string]any{"ps": ps, "worker": workers},
+			"task":    map[string]any{"type": job, "index": i},
+		})
+		return []string{"TF_CONFIG=" + string(c)}
+	}
+	var procs []*proc
+	for i := range ps {
+		procs = append(procs, start(t, fmt.Sprintf("ps%d", i), tfConfig("ps", i), "train"))
+	}
+	for i := range workers {
+		args := []string{"train", "--model=linreg", "--train_steps=2000"}
+		if i == 0 {
+			args = append(args, "--result_file="+res)
+		}
+		procs = append(procs, start(t, fmt.Sprintf("worker%d", i), tfConfig("worker", i), args...))
+	}
+	for _, p := range procs {
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	checkLinreg(t, readResult(t, res))
+}
+
+func clusterArgs(ps, workers []string, job string, i int) []string {
+	return []string{"train", "--ps_hosts=" + strings.Join(ps, ","), "--worker_hosts=" + strings.Join(workers, ","),
+		"--job_name=" + job, fmt.Sprintf("--task_index=%d", i), "--wait_log_every=200ms"}
+}
+
+func TestWorkersStartedBeforePS(t *testing.T) {
+	hosts := freeHosts(t, 3)
+	ps, workers := hosts[:1], hosts[1:]
+	res := filepath.Join(t.TempDir(), "result.json")
+	w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), "--train_steps=1000", "--result_file="+res)...)
+	w1 := start(t, "worker1", nil, append(clusterArgs(ps, workers, "worker", 1), "--train_steps=1000")...)
+	w0.waitFor(t, "waiting for ps 0 at "+ps[0], 30*time.Second)
+	w1.waitFor(t, "waiting for ps 0 at "+ps[0], 30*time.Second)
+	p0 := start(t, "ps0", nil, clusterArgs(ps, workers, "ps", 0)...)
+	for _, p := range []*proc{w0, w1, p0} {
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	if r := readResult(t, res); r.GlobalStep < 1000 {
+		t.Fatalf("global step %d", r.GlobalStep)
+	}
+}
+
+func TestStartupTimeout(t *testing.T) {
+	hosts := freeHosts(t, 2)
+	w := start(t, "worker0", nil, append(clusterArgs(hosts[:1], hosts[1:], "worker", 0), "--startup_timeout=1s")...)
+	if code := w.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if out := w.output(); !strings.Contains(out, "gave up waiting for ps 0 at "+hosts[0]) || !strings.Contains(out, "--startup_timeout=1s passed") {
+		t.Fatalf("output does not say what it waited for:\n%s", out)
+	}
+}
+
+// A malformed push from a misbehaving client is refused with an error that
+// names the variable; training carries on and the count is reported.
+func TestBadPushRejectedWhileTrainingGoesOn(t *testing.T) {
+	hosts := freeHosts(t, 3)
+	ps, workers := hosts[:1], hosts[1:]
+	res := filepath.Join(t.TempDir(), "result.json")
+	p0 := start(t, "ps0", nil, clusterArgs(ps, workers, "ps", 0)...)
+	// Synchronous, and worker 1 not started yet: the chief initialises and
+	// then waits at step 0, so the bad pushes land mid-job, deterministically.
+	w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), "--sync_replicas", "--train_steps=500", "--result_file="+res)...)
+	w0.waitFor(t, "chief initialised", 30*time.Second)
+
+	conn, err := grpc.NewClient(ps[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewParamServerClient(conn)
+	nan := float32(math.NaN())
+	for _, tc := range []struct {
+		grads []*pb.DenseTensor
+		want  string
+	}{
+		{[]*pb.DenseTensor{{Name: "nope", Data: wire.Float32Bytes([]float32{1})}}, `unknown variable "nope"`},
+		{[]*pb.DenseTensor{{Name: "weight", Data: wire.Float32Bytes([]float32{1, 2})}, {Name: "bias", Data: wire.Float32Bytes([]float32{1})}}, `variable "weight": gradient has 8 bytes, want 4`},
+		{[]*pb.DenseTensor{{Name: "weight", Data: wire.Float32Bytes([]float32{nan})}, {Name: "bias", Data: wire.Float32Bytes([]float32{1})}}, `variable "weight": gradient element 0 is NaN`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.Push(ctx, &pb.PushRequest{Worker: 1, Step: 0, Grads: tc.grads})
+		cancel()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want InvalidArgument naming %q", err, tc.want)
+		}
+	}
+	w1 := start(t, "worker1", nil, append(clusterArgs(ps, workers, "worker", 1), "--sync_replicas", "--train_steps=500")...)
+	for _, p := range []*proc{w0, w1, p0} {
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	r := readResult(t, res)
+	if r.RejectedPushes != 3 || r.GlobalStep != 500 {
+		t.Errorf("result %+v, want 3 rejected pushes and global step 500", r)
+	}
+	if !strings.Contains(p0.output(), "rejected pushes so far: 3") {
+		t.Errorf("ps log does not count the rejected pushes")
+	}
+}
+
+func TestBadInputExitsTwo(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"malformed host list", nil, []string{"train", "--ps_hosts=localhost", "--worker_hosts=127.0.0.1:1", "--job_name=ps"}, `entry 1 "localhost" is not host:port`},
+		{"index out of range", nil, []string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=3"}, "task index 3 out of range"},
+		{"unknown job", nil, []string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=boss"}, `"boss" is not a job`},
+		{"invalid TF_CONFIG", []string{`TF_CONFIG={"cluster": {"ps": ["a:1"]`}, []string{"train"}, "TF_CONFIG"},
+		{"port in use", nil, []string{"train", "--ps_hosts=" + busy.Addr().String(), "--worker_hosts=127.0.0.1:2", "--job_name=ps"}, "cannot listen on " + busy.Addr().String()},
+		{"unknown optimizer", nil, []string{"local", "--optimizer=adamw"}, `unknown optimizer "adamw"`},
+		{"unknown model", nil, []string{"local", "--model=gpt"}, `unknown model "gpt"`},
+		{"unknown flag", nil, []string{"train", "--nope=1"}, "flag provided but not defined: -nope"},
+		{"unknown command", nil, []string{"serve"}, `unknown command "serve"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := start(t, tc.name, tc.env, tc.args...)
+			if code := p.wait(t, 30*time.Second); code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, p.output())
+			}
+			if out := p.output(); !strings.Contains(out, tc.want) {
+				t.Fatalf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// Ctrl-C stops every process of a local cluster, and a local cluster killed
+// outright leaves no child behind either.
+func TestLocalStopsEveryChild(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--train_steps=1000000000", "--steps_to_validate=1000")
+			p.waitFor(t, "step: ", time.Minute)
+			children := childrenOf(p.cmd.Process.Pid)
+			if len(children) != 3 {
+				t.Fatalf("local has children %v, want 3", children)
+			}
+			p.cmd.Process.Signal(sig)
+			code := p.wait(t, time.Minute)
+			if sig == syscall.SIGINT && (code != 1 || !strings.Contains(p.output(), "interrupted")) {
+				t.Fatalf("after SIGINT: exit %d, output:\n%s", code, p.output())
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, pid := range children {
+				for alive(pid) {
+					if time.Now().After(deadline) {
+						t.Fatalf("child %d outlived paramserv local", pid)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+// childrenOf lists the pids whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	var kids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var child int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &child); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+		var state string
+		var ppid int
+		if _, err := fmt.Sscanf(rest, "%s %d", &state, &ppid); err == nil && ppid == pid {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
+	return !strings.HasPrefix(rest, "Z")
+}
+
