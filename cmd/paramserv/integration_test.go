@@ -431,4 +431,3 @@ func alive(pid int) bool {
 	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
 	return !strings.HasPrefix(rest, "Z")
 }
-
