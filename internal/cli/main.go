@@ -13,6 +13,8 @@ Usage: paramserv <command> [flags]
 Commands:
   train   run one task (a ps or a worker) of a training job
   local   run a whole cluster on this machine as separate processes
+  bench   measure push, pull and pushpull against local ps, and verify them
+  data    fetch public data sets (mnist, fashion-mnist) with checksums
 
 Run 'paramserv <command> --help' for a command's flags.
 `
@@ -28,6 +30,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Train(ctx, args[1:], stderr)
 	case "local":
 		return Local(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return Bench(ctx, args[1:], stdout, stderr)
+	case "data":
+		return Data(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

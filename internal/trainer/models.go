@@ -7,6 +7,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/models/linreg"
+	"github.com/paramserv/paramserv/internal/models/mlp"
 )
 
 // ModelInfo describes a model the trainer knows, with the defaults the
@@ -24,6 +25,11 @@ var Models = map[string]ModelInfo{
 	"linreg": {
 		New:       func(c model.Config) (model.Model, error) { return linreg.New(c) },
 		Optimizer: "sgd", LearningRate: 0.01, TrainSteps: 3000, StepsToValidate: 100,
+	},
+	// The TensorFlow distributed MNIST example: 784-100-10 MLP, Adam at 0.01.
+	"mnist": {
+		New:       func(c model.Config) (model.Model, error) { return mlp.New(c) },
+		Optimizer: "adam", LearningRate: 0.01, TrainSteps: 10000, StepsToValidate: 200,
 	},
 }
 

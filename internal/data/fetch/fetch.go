@@ -1,0 +1,338 @@
+// Package fetch downloads the public datasets the examples train on (MNIST
+// and Fashion-MNIST) and checks them against their published SHA-256 sums.
+//
+// Fetch(ctx, "mnist", dir, nil) leaves the four files of MNIST in
+// dir/mnist/, the layout of the shared data directory, which a model's
+// --data_dir may name directly. Each file is written to a temporary file in
+// the same folder, checked, and only then renamed into place, so a reader
+// never sees a partial or corrupt file. Files already present and valid are
+// not downloaded again. Mirrors are tried in order for each file.
+//
+// Without a network, Fetch fails with ErrOffline and a message saying how to
+// use a local copy instead.
+//
+// A Fetcher holds no mutable state: one may serve concurrent Fetch calls, as
+// long as they write to different folders.
+package fetch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Errors, matched with errors.Is.
+var (
+	ErrUnknownDataset = errors.New("fetch: unknown dataset")
+	ErrChecksum       = errors.New("fetch: checksum mismatch")
+	ErrOffline        = errors.New("fetch: no mirror reachable")
+	ErrStalled        = errors.New("fetch: download stalled")
+)
+
+// File is one file of a dataset as published.
+type File struct {
+	Name   string
+	Size   int64
+	SHA256 string // hex
+}
+
+type dataset struct {
+	mirrors []string
+	files   []File
+}
+
+// The sums are those of the canonical files (see the shared data README).
+var datasets = map[string]dataset{
+	"mnist": {
+		mirrors: []string{
+			"https://storage.googleapis.com/cvdf-datasets/mnist/",
+			"https://ossci-datasets.s3.amazonaws.com/mnist/",
+		},
+		files: []File{
+			{"train-images-idx3-ubyte.gz", 9912422, "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"},
+			{"train-labels-idx1-ubyte.gz", 28881, "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"},
+			{"t10k-images-idx3-ubyte.gz", 1648877, "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"},
+			{"t10k-labels-idx1-ubyte.gz", 4542, "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"},
+		},
+	},
+	"fashion-mnist": {
+		mirrors: []string{
+			"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+		},
+		files: []File{
+			{"train-images-idx3-ubyte.gz", 26421880, "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84"},
+			{"train-labels-idx1-ubyte.gz", 29515, "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"},
+			{"t10k-images-idx3-ubyte.gz", 4422102, "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"},
+			{"t10k-labels-idx1-ubyte.gz", 5148, "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"},
+		},
+	},
+}
+
+// Datasets lists the names Fetch knows, sorted.
+func Datasets() []string {
+	names := make([]string, 0, len(datasets))
+	for n := range datasets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func lookup(name string) (dataset, error) {
+	ds, ok := datasets[name]
+	if !ok {
+		return dataset{}, fmt.Errorf("%w %q: want one of %s", ErrUnknownDataset, name, strings.Join(Datasets(), ", "))
+	}
+	return ds, nil
+}
+
+// Files lists the files of dataset with their sizes and sums.
+func Files(name string) ([]File, error) {
+	ds, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(ds.files), nil
+}
+
+// Mirrors lists the default mirrors of dataset, in the order they are tried.
+func Mirrors(name string) ([]string, error) {
+	ds, err := lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(ds.mirrors), nil
+}
+
+// DefaultDir is where datasets go when no folder is named: $PARAMSERV_DATA
+// if set, else paramserv/data in the user's cache folder.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("PARAMSERV_DATA"); d != "" {
+		return d, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("fetch: no data folder: PARAMSERV_DATA is unset and %w", err)
+	}
+	return filepath.Join(cache, "paramserv", "data"), nil
+}
+
+// Fetch downloads dataset into dir/<dataset>/ with a default Fetcher.
+// mirrors, if not empty, replaces the dataset's default mirrors (base URLs
+// to which the file names are appended).
+func Fetch(ctx context.Context, dataset, dir string, mirrors []string) error {
+	return (&Fetcher{}).Fetch(ctx, dataset, dir, mirrors)
+}
+
+// Fetcher downloads datasets. The zero value is ready to use.
+type Fetcher struct {
+	// Client makes the requests; nil means a client with dial, TLS and
+	// response-header timeouts (but no overall one: the files are large).
+	Client *http.Client
+	// StallTimeout aborts a download that receives nothing for this long;
+	// zero means one minute.
+	StallTimeout time.Duration
+	// Logf, if set, is told of each file checked, skipped or downloaded.
+	Logf func(format string, args ...any)
+}
+
+var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+	TLSHandshakeTimeout:   30 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+}}
+
+func (f *Fetcher) logf(format string, args ...any) {
+	if f.Logf != nil {
+		f.Logf(format, args...)
+	}
+}
+
+// Fetch downloads the files of dataset that dir/<dataset>/ lacks or holds
+// damaged, creating the folder if needed. See the package documentation.
+func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []string) error {
+	ds, err := lookup(dataset)
+	if err != nil {
+		return err
+	}
+	if len(mirrors) == 0 {
+		mirrors = ds.mirrors
+	}
+	dst := filepath.Join(dir, dataset)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	for _, file := range ds.files {
+		path := filepath.Join(dst, file.Name)
+		if got, n, err := sumFile(path); err == nil && got == file.SHA256 {
+			f.logf("fetch: %s: present, checksum valid", path)
+			continue
+		} else if err == nil {
+			f.logf("fetch: %s: present but damaged (%d bytes, sha256 %s, want %s); downloading again", path, n, got, file.SHA256)
+		}
+		if err := f.fetchFile(ctx, file, path, mirrors); err != nil {
+			if errors.Is(err, ErrOffline) {
+				return fmt.Errorf("%w\nTo train without a network, copy the files of %s (%s) from a machine that has one, into a folder, and point --data_dir at that folder (or at its parent, holding %s/). They can be had from %s",
+					err, dataset, fileNames(ds.files), dataset, strings.Join(ds.mirrors, " or "))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func fileNames(files []File) string {
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// fetchFile tries each mirror in turn until one yields a valid copy.
+func (f *Fetcher) fetchFile(ctx context.Context, file File, path string, mirrors []string) error {
+	var errs []error
+	offline := true
+	for _, m := range mirrors {
+		url := strings.TrimSuffix(m, "/") + "/" + file.Name
+		f.logf("fetch: downloading %s (%d bytes) from %s", file.Name, file.Size, url)
+		err := f.download(ctx, file, path, url)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch: %s: %w", path, context.Cause(ctx))
+		}
+		offline = offline && isDialError(err)
+		errs = append(errs, err)
+	}
+	err := errors.Join(errs...)
+	if offline {
+		return fmt.Errorf("%w for %s (offline?): %w", ErrOffline, file.Name, err)
+	}
+	return fmt.Errorf("fetch: %s: no mirror gave a valid copy: %w", path, err)
+}
+
+// isDialError tells whether err means the host could not be reached at all.
+func isDialError(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
+}
+
+// download fetches url into a temporary file beside path, checks its size
+// and sum, and renames it to path. The temporary file never outlives it.
+func (f *Fetcher) download(ctx context.Context, file File, path, url string) (err error) {
+	stall := f.StallTimeout
+	if stall <= 0 {
+		stall = time.Minute
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchdog := time.AfterFunc(stall, func() {
+		cancel(fmt.Errorf("%w: nothing received from %s for %v", ErrStalled, url, stall))
+	})
+	defer watchdog.Stop()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	client := f.Client
+	if client == nil {
+		client = defaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return stalled(ctx, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+file.Name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	body := &progressReader{r: io.LimitReader(resp.Body, file.Size+1), watchdog: watchdog, stall: stall}
+	n, err := io.Copy(io.MultiWriter(tmp, h), body)
+	if err != nil {
+		return fmt.Errorf("GET %s: after %d of %d bytes: %w", url, n, file.Size, stalled(ctx, err))
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != file.Size || got != file.SHA256 {
+		size := fmt.Sprintf("%d bytes", n)
+		if n > file.Size {
+			size = fmt.Sprintf("more than %d bytes", file.Size)
+		}
+		return fmt.Errorf("%w: %s from %s: want sha256 %s (%d bytes), got %s (%s); download discarded",
+			ErrChecksum, file.Name, url, file.SHA256, file.Size, got, size)
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	f.logf("fetch: %s: saved, checksum valid", path)
+	return nil
+}
+
+// stalled replaces err by the watchdog's verdict when it fired.
+func stalled(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrStalled) {
+		return cause
+	}
+	return err
+}
+
+// progressReader pushes the stall watchdog back on every byte received.
+type progressReader struct {
+	r        io.Reader
+	watchdog *time.Timer
+	stall    time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.watchdog.Reset(p.stall)
+	}
+	return n, err
+}
+
+// sumFile returns the hex SHA-256 and size of the file at path.
+func sumFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
