@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/testutil"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -430,4 +431,62 @@ func alive(pid int) bool {
 	}
 	rest := string(b[bytes.LastIndexByte(b, ')')+2:])
 	return !strings.HasPrefix(rest, "Z")
+}
+
+// Sparse logistic regression on a9a over 2 ps and 2 workers, FTRL: the
+// target of a plain well-tuned logistic regression.
+func TestSparseLRA9A(t *testing.T) {
+	data := testutil.DataDir(t, "a9a/a9a")
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--optimizer=ftrl",
+		"--train_data=a9a", "--test_data=a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data, "--result_file="+res)
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		TestAccuracy float64 `json:"test_accuracy"`
+		TestAUC      float64 `json:"test_auc"`
+		TestLogLoss  float64 `json:"test_log_loss"`
+		Tables       []struct {
+			PS   int   `json:"ps"`
+			Rows int64 `json:"rows"`
+		} `json:"tables"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.TestAccuracy < 0.845 || r.TestAUC < 0.90 {
+		t.Errorf("test accuracy %.4f AUC %.4f, want >= 0.845 and >= 0.90", r.TestAccuracy, r.TestAUC)
+	}
+	// a9a uses 123 feature ids (the test set 122 of them): all trained
+	// rows exist, spread over both shards.
+	if len(r.Tables) != 2 || r.Tables[0].Rows+r.Tables[1].Rows != 123 || r.Tables[0].Rows == 0 || r.Tables[1].Rows == 0 {
+		t.Errorf("table shards %+v, want 123 rows over 2 ps", r.Tables)
+	}
+}
+
+// A malformed data line is an error naming the file and line; with
+// --skip_bad_lines it is skipped and training goes on.
+func TestSparseLRBadDataLine(t *testing.T) {
+	dir := t.TempDir()
+	train := filepath.Join(dir, "train.svm")
+	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n+1 1:1 3:oops\n-1 2:1 4:1\n"), 0o644)
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2")
+	if code := p.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if out := p.output(); !strings.Contains(out, "train.svm:3") || !strings.Contains(out, `"3:oops"`) || !strings.Contains(out, "worker0 failed") {
+		t.Fatalf("output does not name the file, line and token, or the failed worker:\n%s", out)
+	}
+	p = start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2", "--skip_bad_lines")
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("with --skip_bad_lines: exit %d", code)
+	}
+	if out := p.output(); !strings.Contains(out, "skipped 1 malformed lines of 4") {
+		t.Fatalf("skipped line not counted:\n%s", out)
+	}
 }

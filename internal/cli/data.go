@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/data/fetch"
+	"github.com/paramserv/paramserv/internal/data/synth"
 )
 
 // Data is `paramserv data`: fetch public data sets (and, later, generate
@@ -21,6 +22,15 @@ func Data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "fetch":
 		return dataFetch(ctx, args[1:], stdout, stderr)
+	case "synth-ctr":
+		if err := synth.Command(ctx, args[1:], stdout); err != nil {
+			fmt.Fprintf(stderr, "paramserv data synth-ctr: %v\n", err)
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, dataUsage)
 		return 0
@@ -33,6 +43,7 @@ var dataUsage = `Usage: paramserv data <command>
 
 Commands:
   fetch mnist|fashion-mnist [--dir DIR]   download from the public mirrors and verify SHA-256 checksums
+  synth-ctr --rows=N --fields=F --out=DIR  write a reproducible CTR-like data set with a planted model
 `
 
 func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,10 @@ type trainFlags struct {
 	startupTimeout, waitLogEvery             time.Duration
 	splitBytes                               int
 	resultFile                               string
+	trainData, testData, inputFormat, fields string
+	numFeatures                              uint64
+	skipBad                                  bool
+	minCount, evictAfter                     int64
 	ignored                                  map[string]*string
 }
 
@@ -74,6 +79,14 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.DurationVar(&f.waitLogEvery, "wait_log_every", 5*time.Second, "how often a task that waits (for a peer, the chief, a synchronous step) logs what it waits for")
 	fs.IntVar(&f.splitBytes, "split_bytes", 0, "split dense variables larger than this many bytes across all ps (default 4 MiB)")
 	fs.StringVar(&f.resultFile, "result_file", "", "the chief writes a JSON summary of the run here")
+	fs.StringVar(&f.trainData, "train_data", "", "sparse_lr: training files or directories, comma-separated (looked for under --data_dir too)")
+	fs.StringVar(&f.testData, "test_data", "", "sparse_lr: test files for the final log loss, accuracy and AUC")
+	fs.StringVar(&f.inputFormat, "input_format", "libsvm", "sparse_lr: libsvm (label idx:val ...) or criteo (label, integer fields, categorical fields, tab-separated)")
+	fs.Uint64Var(&f.numFeatures, "num_features", 0, "sparse_lr, libsvm: feature indices must be at most this (0: no bound)")
+	fs.StringVar(&f.fields, "fields", "", "sparse_lr, criteo: INT,CAT, the numbers of integer and categorical fields (default 13,26)")
+	fs.BoolVar(&f.skipBad, "skip_bad_lines", false, "sparse_lr: skip and count malformed data lines instead of failing")
+	fs.Int64Var(&f.minCount, "min_count", 0, "sparse tables: a key gets a row only after it has been seen this many times (0: at once)")
+	fs.Int64Var(&f.evictAfter, "evict_after_steps", 0, "sparse tables: drop rows not touched for this many global steps (0: never)")
 	fs.BoolVar(&f.psWaitForever, "ps_wait_forever", false, "keep the ps running after every worker has finished (TensorFlow's behaviour)")
 	for _, name := range ignoredTFFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
@@ -128,6 +141,24 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	}
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
+	cfg.Data.TrainData, cfg.Data.TestData, cfg.Data.InputFormat = f.trainData, f.testData, f.inputFormat
+	cfg.Data.NumFeatures, cfg.Data.SkipBadLines = f.numFeatures, f.skipBad
+	cfg.Data.MinCount, cfg.Data.EvictAfterSteps = f.minCount, f.evictAfter
+	if f.fields != "" {
+		a, b, ok := strings.Cut(f.fields, ",")
+		ni, err1 := strconv.Atoi(strings.TrimSpace(a))
+		nc, err2 := strconv.Atoi(strings.TrimSpace(b))
+		if !ok || err1 != nil || err2 != nil || ni < 0 || nc < 0 || ni+nc == 0 {
+			return cfg, fmt.Errorf("--fields=%q: want INT,CAT, the numbers of integer and categorical fields, e.g. 13,26", f.fields)
+		}
+		cfg.Data.IntFields, cfg.Data.CatFields = ni, nc
+	}
+	if f.inputFormat != "libsvm" && f.inputFormat != "criteo" {
+		return cfg, fmt.Errorf("--input_format=%q: want libsvm or criteo", f.inputFormat)
+	}
+	if f.minCount < 0 || f.evictAfter < 0 {
+		return cfg, fmt.Errorf("--min_count and --evict_after_steps must be >= 0, got %d and %d", f.minCount, f.evictAfter)
+	}
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
 	}

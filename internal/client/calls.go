@@ -62,60 +62,69 @@ func (c *Client) PushPull(ctx context.Context, step int64, grads model.Params, m
 
 // PullAsync is Pull without waiting.
 func (c *Client) PullAsync(ctx context.Context, minStep int64, params model.Params) *Call {
-	if err := c.checkParams(params); err != nil {
-		return failed(err)
-	}
-	call := newCall()
-	go func() {
-		steps := make([]int64, len(c.ps))
-		call.Err = c.each(func(i int) error {
-			resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: minStep})
-			if err != nil {
-				return err
-			}
-			steps[i] = resp.GlobalStep
-			return c.store(resp.Vars, params)
-		})
-		if call.Err == nil {
-			call.Step, call.Err = c.reconcile(ctx, steps, params)
-		}
-		close(call.done)
-	}()
-	return call
+	return c.DoAsync(ctx, &Request{Pull: true, MinStep: minStep, Params: params})
 }
 
 // PushAsync is Push without waiting.
 func (c *Client) PushAsync(ctx context.Context, step int64, grads model.Params) *Call {
-	if err := c.checkParams(grads); err != nil {
-		return failed(err)
-	}
-	call := newCall()
-	go func() {
-		steps := make([]int64, len(c.ps))
-		dropped := make([]bool, len(c.ps))
-		call.Err = c.each(func(i int) error {
-			resp, err := c.ps[i].Push(ctx, c.pushRequest(i, step, grads))
-			if err != nil {
-				return err
-			}
-			steps[i], dropped[i] = resp.GlobalStep, resp.Dropped
-			return nil
-		})
-		call.Step = steps[0]
-		for _, d := range dropped {
-			call.Dropped = call.Dropped || d
-		}
-		close(call.done)
-	}()
-	return call
+	return c.DoAsync(ctx, &Request{Push: true, Step: step, Grads: grads})
 }
 
 // PushPullAsync is PushPull without waiting.
 func (c *Client) PushPullAsync(ctx context.Context, step int64, grads model.Params, minStep int64, params model.Params) *Call {
-	if err := c.checkParams(grads); err != nil {
+	return c.DoAsync(ctx, &Request{Push: true, Step: step, Grads: grads, Pull: true, MinStep: minStep, Params: params})
+}
+
+// Rows are rows of a sparse table: Values holds len(Keys)*dim floats, row
+// i for Keys[i]. Keys must be distinct. In a push Values are gradients; in a
+// pull they receive the rows.
+type Rows struct {
+	Table  string
+	Keys   []uint64
+	Values []float32
+}
+
+// Request is one round trip to every ps: a push, a pull, or both (the push
+// is applied first). Dense variables take part when Grads (push) or Params
+// (pull) is non-nil; sparse rows when listed.
+type Request struct {
+	Push        bool
+	Step        int64        // the global step the gradients were computed at
+	Grads       model.Params // dense gradients, or nil
+	SparseGrads []Rows
+
+	Pull         bool
+	MinStep      int64        // answer once the global step reaches this
+	Params       model.Params // receives dense values, or nil
+	SparseParams []Rows       // receive sparse rows
+}
+
+// Do sends req and waits for it.
+func (c *Client) Do(ctx context.Context, req *Request) *Call {
+	call := c.DoAsync(ctx, req)
+	<-call.Done
+	return call
+}
+
+// DoAsync sends req without waiting. The slices of req must not change
+// until the call has landed.
+func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
+	if req.Grads != nil {
+		if err := c.checkParams(req.Grads); err != nil {
+			return failed(err)
+		}
+	}
+	if req.Params != nil {
+		if err := c.checkParams(req.Params); err != nil {
+			return failed(err)
+		}
+	}
+	pushRows, _, err := c.splitRows(req.SparseGrads, true)
+	if err != nil {
 		return failed(err)
 	}
-	if err := c.checkParams(params); err != nil {
+	pullRows, scatter, err := c.splitRows(req.SparseParams, false)
+	if err != nil {
 		return failed(err)
 	}
 	call := newCall()
@@ -123,22 +132,55 @@ func (c *Client) PushPullAsync(ctx context.Context, step int64, grads model.Para
 		steps := make([]int64, len(c.ps))
 		dropped := make([]bool, len(c.ps))
 		call.Err = c.each(func(i int) error {
-			resp, err := c.ps[i].PushPull(ctx, &pb.PushPullRequest{
-				Push: c.pushRequest(i, step, grads),
-				Pull: &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: minStep},
-			})
-			if err != nil {
-				return err
+			var push *pb.PushRequest
+			var pull *pb.PullRequest
+			if req.Push {
+				push = &pb.PushRequest{Worker: int32(c.opts.Worker), Step: req.Step, Sparse: pushRows[i]}
+				if req.Grads != nil {
+					push.Grads = c.denseTensors(i, req.Grads)
+				}
+			}
+			if req.Pull {
+				pull = &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: req.MinStep, NoDense: req.Params == nil, Sparse: pullRows[i]}
+			}
+			var resp *pb.PullResponse
+			switch {
+			case push != nil && pull != nil:
+				r, err := c.ps[i].PushPull(ctx, &pb.PushPullRequest{Push: push, Pull: pull})
+				if err != nil {
+					return err
+				}
+				resp, dropped[i] = r, r.Push.GetDropped()
+			case push != nil:
+				r, err := c.ps[i].Push(ctx, push)
+				if err != nil {
+					return err
+				}
+				steps[i], dropped[i] = r.GlobalStep, r.Dropped
+				return nil
+			case pull != nil:
+				r, err := c.ps[i].Pull(ctx, pull)
+				if err != nil {
+					return err
+				}
+				resp = r
+			default:
+				return nil
 			}
 			steps[i] = resp.GlobalStep
-			dropped[i] = resp.Push.GetDropped()
-			return c.store(resp.Vars, params)
+			if req.Params != nil {
+				if err := c.store(resp.Vars, req.Params); err != nil {
+					return err
+				}
+			}
+			return scatter(i, resp.Sparse)
 		})
 		for _, d := range dropped {
 			call.Dropped = call.Dropped || d
 		}
-		if call.Err == nil {
-			call.Step, call.Err = c.reconcile(ctx, steps, params)
+		call.Step = steps[0]
+		if call.Err == nil && req.Pull {
+			call.Step, call.Err = c.reconcile(ctx, steps, req.MinStep, req.Params, pullRows, scatter)
 		}
 		close(call.done)
 	}()
@@ -162,15 +204,15 @@ func (c *Client) checkParams(p model.Params) error {
 	return nil
 }
 
-// pushRequest builds ps i's share of a push. The gradient bytes are views
+// denseTensors builds ps i's share of dense gradients. The bytes are views
 // of grads: the caller must not change grads until the call has landed.
-func (c *Client) pushRequest(i int, step int64, grads model.Params) *pb.PushRequest {
-	req := &pb.PushRequest{Worker: int32(c.opts.Worker), Step: step, Grads: make([]*pb.DenseTensor, 0, len(c.byPS[i]))}
+func (c *Client) denseTensors(i int, grads model.Params) []*pb.DenseTensor {
+	out := make([]*pb.DenseTensor, 0, len(c.byPS[i]))
 	for _, p := range c.byPS[i] {
 		g := grads[c.varOf[p.Name]][p.Offset : p.Offset+p.Len]
-		req.Grads = append(req.Grads, &pb.DenseTensor{Name: p.Name, Data: wire.Float32Bytes(g)})
+		out = append(out, &pb.DenseTensor{Name: p.Name, Data: wire.Float32Bytes(g)})
 	}
-	return req
+	return out
 }
 
 // store copies pulled parts into their places in params.
@@ -193,7 +235,7 @@ func (c *Client) store(vars []*pb.DenseTensor, params model.Params) error {
 // different steps (one completed a step the others were about to), it pulls
 // again from those behind, at the step of the one ahead. In asynchronous
 // mode the shards' steps drift by design and ps 0's step is the global one.
-func (c *Client) reconcile(ctx context.Context, steps []int64, params model.Params) (int64, error) {
+func (c *Client) reconcile(ctx context.Context, steps []int64, minStep int64, params model.Params, rows [][]*pb.SparseRows, scatter func(int, []*pb.SparseRows) error) (int64, error) {
 	maxStep := steps[0]
 	for _, s := range steps {
 		maxStep = max(maxStep, s)
@@ -205,11 +247,14 @@ func (c *Client) reconcile(ctx context.Context, steps []int64, params model.Para
 		if s == maxStep {
 			continue
 		}
-		resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: maxStep})
-		if err != nil {
-			return 0, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+		resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: maxStep, NoDense: params == nil, Sparse: rows[i]})
+		if err == nil && params != nil {
+			err = c.store(resp.Vars, params)
 		}
-		if err := c.store(resp.Vars, params); err != nil {
+		if err == nil {
+			err = scatter(i, resp.Sparse)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
 		}
 	}

@@ -33,6 +33,8 @@ import (
 // Options configures a Client.
 type Options struct {
 	Worker int // this worker's index; 0 is the chief
+	// Tables are the sparse tables the worker uses.
+	Tables []model.Table
 	// SplitBytes is the size above which a variable is split across all ps
 	// (placement.DefaultSplitBytes if 0). Every worker must use the same.
 	SplitBytes int
@@ -52,6 +54,8 @@ type Client struct {
 	varOf map[string]string         // variable name by part (shard-local) name
 	part  map[string]placement.Part // part by part name
 	byPS  [][]placement.Part
+	// tableDim is the row width of each sparse table.
+	tableDim map[string]int
 
 	mu   sync.Mutex // guards sync
 	sync bool       // the cluster trains synchronously (learned from Init or Status)
@@ -73,6 +77,13 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 	c := &Client{opts: opts, addrs: addrs, plan: plan, varOf: make(map[string]string), part: make(map[string]placement.Part), byPS: make([][]placement.Part, len(addrs))}
 	for ps := range addrs {
 		c.byPS[ps] = plan.OnPS(ps)
+	}
+	c.tableDim = make(map[string]int, len(opts.Tables))
+	for _, t := range opts.Tables {
+		if _, dup := c.tableDim[t.Name]; dup || t.Name == "" || t.Dim < 1 {
+			return nil, fmt.Errorf("client: table %q (dim %d) is unnamed, listed twice, or has dim < 1", t.Name, t.Dim)
+		}
+		c.tableDim[t.Name] = t.Dim
 	}
 	for _, v := range plan.Vars {
 		for _, p := range v.Parts {
@@ -212,6 +223,12 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 			NumWorkers:          int32(o.NumWorkers),
 			GlobalStep:          o.GlobalStep,
 			MaxStaleness:        o.MaxStaleness,
+		}
+		for _, t := range c.opts.Tables {
+			req.Tables = append(req.Tables, &pb.TableSpec{
+				Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev, Seed: t.Seed,
+				MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps,
+			})
 		}
 		for _, p := range c.byPS[i] {
 			shape := make([]int64, len(p.Shape))

@@ -64,4 +64,55 @@ type Config struct {
 	HiddenUnits int    // hidden layer width (MLP)
 	DataDir     string // where dataset files live
 	Dataset     string // dataset name when a model serves several (mnist, fashion-mnist)
+
+	// Sparse models.
+	TrainData, TestData string // comma-separated files or directories
+	InputFormat         string // "libsvm" or "criteo"
+	NumFeatures         uint64 // libsvm: keys must be below this (0: no bound)
+	IntFields           int    // criteo: integer fields (with CatFields both 0: 13 and 26)
+	CatFields           int    // criteo: categorical fields
+	SkipBadLines        bool   // skip and count malformed lines instead of failing
+	MinCount            int64  // sparse tables: admission threshold
+	EvictAfterSteps     int64  // sparse tables: eviction of idle rows
+	// Logf receives the model's own log lines (data loaded, skipped lines); nil discards.
+	Logf func(format string, args ...any)
+}
+
+// Table describes a sparse table: rows of Dim float32 keyed by uint64 ids,
+// created on first touch and sharded across the ps by a hash of the key.
+type Table struct {
+	Name string
+	Dim  int
+	// Init is "zeros" (the default) or "normal" (truncated normal of
+	// InitStddev, a pure function of Seed and the key).
+	Init       string
+	InitStddev float64
+	Seed       uint64
+	// MinCount admits a key only once it has been seen this many times
+	// (0 or 1: at once); EvictAfterSteps drops rows not touched for that many
+	// global steps (0: never).
+	MinCount        int64
+	EvictAfterSteps int64
+}
+
+// SparseModel is a Model whose batches also read and update rows of sparse
+// tables. The trainer pulls the rows of the keys a batch touches along with
+// the dense variables, and pushes their gradients back.
+type SparseModel interface {
+	Model
+	// Tables lists the sparse tables, in a fixed order.
+	Tables() []Table
+	// NextBatch reads the next batch and returns, for each table (in the
+	// order of Tables), the distinct keys it touches. The slices stay valid
+	// until the call after next, so the trainer can push one batch's
+	// gradients while it pulls the next batch's rows.
+	NextBatch() ([][]uint64, error)
+	// SparseGradients computes the loss of the batch NextBatch last returned,
+	// at the dense params and the rows of its keys (rows[t] holds
+	// len(keys[t])*Dim values), and writes the dense gradients into grads
+	// and the row gradients into rowGrads (shaped like rows).
+	SparseGradients(params, grads Params, rows, rowGrads [][]float32) (loss float64, err error)
+	// EvaluateSparse computes the final metrics; lookup reads rows of table
+	// t (index into Tables) for keys into out.
+	EvaluateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
 }

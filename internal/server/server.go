@@ -30,6 +30,7 @@ import (
 // Config configures one ps task.
 type Config struct {
 	Task       int // this ps's index
+	NumPS      int // ps tasks in the cluster (sparse keys are placed by it); 1 if 0
 	NumWorkers int // workers in the cluster; the ps exits once all are done
 	// WaitForever keeps the ps serving after every worker has finished
 	// (TensorFlow's old behaviour).
@@ -49,7 +50,9 @@ type Server struct {
 	mu          sync.Mutex // guards every field below
 	initialized bool
 	layout      []*pb.VarSpec // as given to Init, for checking a repeated Init
+	tableLayout []*pb.TableSpec
 	vars        map[string]*denseVar
+	tables      map[string]*sparseTable
 	rule        optim.Rule
 	tracker     *consistency.Tracker
 	stepCh      chan struct{} // closed and replaced each time the step advances
@@ -76,9 +79,13 @@ func New(cfg Config) *Server {
 	if cfg.WaitLogEvery <= 0 {
 		cfg.WaitLogEvery = 5 * time.Second
 	}
+	if cfg.NumPS <= 0 {
+		cfg.NumPS = 1
+	}
 	return &Server{
 		cfg:     cfg,
 		vars:    make(map[string]*denseVar),
+		tables:  make(map[string]*sparseTable),
 		stepCh:  make(chan struct{}),
 		done:    make(map[int32]bool),
 		allDone: make(chan struct{}),
@@ -95,7 +102,11 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.initialized {
-		if err := sameLayout(s.layout, req.Vars); err != nil {
+		err := sameLayout(s.layout, req.Vars)
+		if err == nil {
+			err = sameTables(s.tableLayout, req.Tables)
+		}
+		if err != nil {
 			return nil, status.Errorf(codes.FailedPrecondition, "ps %d is already initialised with a different layout: %v", s.cfg.Task, err)
 		}
 		return &pb.InitResponse{AlreadyInitialized: true, GlobalStep: s.tracker.Step()}, nil
@@ -143,8 +154,13 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 		}
 		vars[spec.Name] = v
 	}
-	s.vars, s.rule, s.tracker = vars, rule, tracker
+	tables, err := newTables(req, rule)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s.vars, s.tables, s.rule, s.tracker = vars, tables, rule, tracker
 	s.layout = req.Vars
+	s.tableLayout = req.Tables
 	for _, v := range s.layout {
 		v.Init = nil // keep the layout, not the initial values
 	}
@@ -153,7 +169,7 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	if req.Sync {
 		mode = fmt.Sprintf("sync, %d of %d workers per step", req.ReplicasToAggregate, req.NumWorkers)
 	}
-	s.cfg.Logf("initialised by worker %d: %d variables, optimizer %s, %s, global step %d", req.Worker, len(vars), rule.Name(), mode, req.GlobalStep)
+	s.cfg.Logf("initialised by worker %d: %d variables, %d sparse tables, optimizer %s, %s, global step %d", req.Worker, len(vars), len(tables), rule.Name(), mode, req.GlobalStep)
 	s.advanced()
 	return &pb.InitResponse{GlobalStep: tracker.Step()}, nil
 }
@@ -165,6 +181,18 @@ func sameLayout(have, want []*pb.VarSpec) error {
 	for i := range have {
 		if have[i].Name != want[i].Name || !slices.Equal(have[i].Shape, want[i].Shape) {
 			return fmt.Errorf("variable %d is %s%v here, asked for %s%v", i, have[i].Name, have[i].Shape, want[i].Name, want[i].Shape)
+		}
+	}
+	return nil
+}
+
+func sameTables(have, want []*pb.TableSpec) error {
+	if len(have) != len(want) {
+		return fmt.Errorf("have %d sparse tables, asked for %d", len(have), len(want))
+	}
+	for i := range have {
+		if have[i].Name != want[i].Name || have[i].Dim != want[i].Dim {
+			return fmt.Errorf("table %d is %s (dim %d) here, asked for %s (dim %d)", i, have[i].Name, have[i].Dim, want[i].Name, want[i].Dim)
 		}
 	}
 	return nil
@@ -202,6 +230,10 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized)
 	}
 	grads, err := s.checkPush(req)
+	var sparse []sparseGrad
+	if err == nil {
+		sparse, err = s.checkSparsePush(req)
+	}
 	if err != nil {
 		s.rejected++
 		s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", req.Worker, req.Step, err, s.rejected)
@@ -220,6 +252,10 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 			v.updates++
 			s.rule.Update(v.value, grads[i], v.state, v.updates)
 		}
+		for _, g := range sparse {
+			g.table.push(g.keys, g.values, s.tracker.Step())
+		}
+		s.maybeEvict()
 		s.advanced()
 	case consistency.Accumulate, consistency.Complete:
 		for i, g := range req.Grads {
@@ -227,6 +263,9 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 			for j, x := range grads[i] {
 				acc[j] += x
 			}
+		}
+		for _, g := range sparse {
+			g.table.accumulate(g.keys, g.values)
 		}
 		if verdict == consistency.Complete {
 			scale := 1 / float32(s.tracker.Config().ReplicasToAggregate)
@@ -238,6 +277,10 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 				s.rule.Update(v.value, v.accum, v.state, v.updates)
 				clear(v.accum)
 			}
+			for _, t := range s.tables {
+				t.applyAccumulated(scale, s.tracker.Step())
+			}
+			s.maybeEvict()
 			s.advanced()
 		}
 	default: // dropped
@@ -317,6 +360,13 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 			add(s.vars[spec.Name])
 		}
 	}
+	for _, r := range req.Sparse {
+		rows, err := s.pullSparse(r)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "ps %d: %v", s.cfg.Task, err)
+		}
+		resp.Sparse = append(resp.Sparse, rows)
+	}
 	return resp, nil
 }
 
@@ -386,6 +436,9 @@ func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse,
 		resp.Mode = "async"
 		if s.tracker.Config().Sync {
 			resp.Mode = "sync"
+		}
+		for _, spec := range s.tableLayout {
+			resp.Tables = append(resp.Tables, s.tables[spec.Name].status())
 		}
 	}
 	return resp, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/models/linreg"
 	"github.com/paramserv/paramserv/internal/models/mlp"
+	"github.com/paramserv/paramserv/internal/models/sparselr"
 )
 
 // ModelInfo describes a model the trainer knows, with the defaults the
@@ -30,6 +31,11 @@ var Models = map[string]ModelInfo{
 	"mnist": {
 		New:       func(c model.Config) (model.Model, error) { return mlp.New(c) },
 		Optimizer: "adam", LearningRate: 0.01, TrainSteps: 10000, StepsToValidate: 200,
+	},
+	// Sparse logistic regression over hash-keyed feature ids, FTRL-Proximal.
+	"sparse_lr": {
+		New:       func(c model.Config) (model.Model, error) { return sparselr.New(c) },
+		Optimizer: "ftrl", LearningRate: 0.2, TrainSteps: 3000, StepsToValidate: 500,
 	},
 }
 

@@ -75,6 +75,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	s := server.New(server.Config{
 		Task:         cfg.Cluster.Task.Index,
+		NumPS:        len(cfg.Cluster.Spec.PS),
 		NumWorkers:   len(cfg.Cluster.Spec.Workers),
 		WaitForever:  cfg.PSWaitForever,
 		Logf:         cfg.Logf,
@@ -113,6 +114,20 @@ type Result struct {
 	ValCrossEntropy     *float64           `json:"val_cross_entropy,omitempty"`
 	ValAccuracy         *float64           `json:"val_accuracy,omitempty"`
 	TestAccuracy        *float64           `json:"test_accuracy,omitempty"`
+	TestLogLoss         *float64           `json:"test_log_loss,omitempty"`
+	TestAUC             *float64           `json:"test_auc,omitempty"`
+	Tables              []TableShard       `json:"tables,omitempty"`
+}
+
+// TableShard is one sparse table's state on one ps at the end.
+type TableShard struct {
+	PS                  int    `json:"ps"`
+	Name                string `json:"name"`
+	Rows                int64  `json:"rows"`
+	Bytes               int64  `json:"bytes"`
+	Admitted            int64  `json:"admitted"`
+	Evicted             int64  `json:"evicted"`
+	RejectedByAdmission int64  `json:"rejected_by_admission"`
 }
 
 // RunWorker trains until the global step reaches cfg.TrainSteps.
@@ -123,6 +138,9 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	numWorkers := len(cfg.Cluster.Spec.Workers)
 	data := cfg.Data
 	data.Worker, data.NumWorkers = worker, numWorkers
+	if data.Logf == nil {
+		data.Logf = cfg.Logf
+	}
 	m, err := NewModel(cfg.Model, data)
 	if err != nil {
 		return &ConfigError{Err: err}
@@ -130,8 +148,13 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
 		return &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
 	}
+	sm, isSparse := m.(model.SparseModel)
+	var tables []model.Table
+	if isSparse {
+		tables = sm.Tables()
+	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
-		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery,
+		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
 	})
 	if err != nil {
 		return err
@@ -160,41 +183,17 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	}
 
 	params := model.NewParams(m.Variables())
-	grads := model.NewParams(m.Variables())
-	step, err := c.Pull(ctx, 0, params)
-	if err != nil {
-		return fmt.Errorf("worker %d: first pull: %w", worker, err)
-	}
 	trainStart := time.Now()
-	var local, dropped int64
-	var loss float64
-	var computeT, commT time.Duration
-	for step < cfg.TrainSteps {
-		t0 := time.Now()
-		loss, err = m.ComputeGradients(params, grads)
-		if err != nil {
-			return fmt.Errorf("worker %d: step %d: %w", worker, step, err)
-		}
-		t1 := time.Now()
-		computeT += t1.Sub(t0)
-		var minStep int64
-		if cfg.Sync {
-			minStep = step + 1
-		}
-		call := c.PushPullAsync(ctx, step, grads, minStep, params)
-		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
-			return fmt.Errorf("worker %d: step %d: %w", worker, step, err)
-		}
-		commT += time.Since(t1)
-		local++
-		if call.Dropped {
-			dropped++
-		}
-		step = call.Step
-		if local%cfg.StepsToValidate == 0 {
-			cfg.Logf("%s", m.Progress(local, step, params, loss))
-		}
+	var st loopStats
+	if isSparse {
+		st, err = sparseLoop(ctx, cfg, c, sm, params)
+	} else {
+		st, err = denseLoop(ctx, cfg, c, m, params)
 	}
+	if err != nil {
+		return fmt.Errorf("worker %d: %w", worker, err)
+	}
+	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
 	elapsed := time.Since(trainStart)
 	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", worker, step, local, dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
@@ -217,6 +216,124 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// loopStats is what a training loop reports.
+type loopStats struct {
+	step, local, dropped int64
+	loss                 float64
+	compute, comm        time.Duration
+}
+
+// denseLoop trains a dense model: compute gradients, PushPull, repeat.
+func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params) (loopStats, error) {
+	var st loopStats
+	grads := model.NewParams(m.Variables())
+	step, err := c.Pull(ctx, 0, params)
+	if err != nil {
+		return st, fmt.Errorf("first pull: %w", err)
+	}
+	for step < cfg.TrainSteps {
+		t0 := time.Now()
+		st.loss, err = m.ComputeGradients(params, grads)
+		if err != nil {
+			return st, fmt.Errorf("step %d: %w", step, err)
+		}
+		t1 := time.Now()
+		st.compute += t1.Sub(t0)
+		var minStep int64
+		if cfg.Sync {
+			minStep = step + 1
+		}
+		call := c.PushPullAsync(ctx, step, grads, minStep, params)
+		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
+			return st, fmt.Errorf("step %d: %w", step, err)
+		}
+		st.comm += time.Since(t1)
+		st.local++
+		if call.Dropped {
+			st.dropped++
+		}
+		step = call.Step
+		if st.local%cfg.StepsToValidate == 0 {
+			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
+		}
+	}
+	st.step = step
+	return st, nil
+}
+
+// sparseLoop trains a sparse model. Each round trip pushes the gradients of
+// one batch (dense and rows) and pulls the dense values and the rows of the
+// next batch's keys.
+func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.SparseModel, params model.Params) (loopStats, error) {
+	var st loopStats
+	tables := m.Tables()
+	grads := model.NewParams(m.Variables())
+	keys, err := m.NextBatch()
+	if err != nil {
+		return st, err
+	}
+	rowsFor := func(keys [][]uint64) []client.Rows {
+		r := make([]client.Rows, len(tables))
+		for t, tb := range tables {
+			r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: make([]float32, len(keys[t])*tb.Dim)}
+		}
+		return r
+	}
+	cur := rowsFor(keys)
+	call := c.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
+	if call.Err != nil {
+		return st, fmt.Errorf("first pull: %w", call.Err)
+	}
+	step := call.Step
+	rows := make([][]float32, len(tables))
+	rowGrads := make([][]float32, len(tables))
+	for step < cfg.TrainSteps {
+		t0 := time.Now()
+		for t := range tables {
+			rows[t] = cur[t].Values
+			rowGrads[t] = make([]float32, len(cur[t].Values))
+		}
+		st.loss, err = m.SparseGradients(params, grads, rows, rowGrads)
+		if err != nil {
+			return st, fmt.Errorf("step %d: %w", step, err)
+		}
+		pushed := make([]client.Rows, len(tables))
+		for t, tb := range tables {
+			pushed[t] = client.Rows{Table: tb.Name, Keys: cur[t].Keys, Values: rowGrads[t]}
+		}
+		next, err := m.NextBatch()
+		if err != nil {
+			return st, fmt.Errorf("step %d: next batch: %w", step, err)
+		}
+		nextRows := rowsFor(next)
+		t1 := time.Now()
+		st.compute += t1.Sub(t0)
+		var minStep int64
+		if cfg.Sync {
+			minStep = step + 1
+		}
+		call := c.DoAsync(ctx, &client.Request{
+			Push: true, Step: step, Grads: grads, SparseGrads: pushed,
+			Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
+		})
+		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
+			return st, fmt.Errorf("step %d: %w", step, err)
+		}
+		st.comm += time.Since(t1)
+		st.local++
+		if call.Dropped {
+			st.dropped++
+		}
+		step = call.Step
+		cur = nextRows
+		if st.local%cfg.StepsToValidate == 0 {
+			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
+		}
+	}
+	st.step = step
+	return st, nil
+}
+
 // finish is the chief's end: evaluate, log, write the result file.
 func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params, r Result) error {
 	step, err := c.Pull(ctx, 0, params)
@@ -227,15 +344,30 @@ func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, pa
 	if err != nil {
 		return fmt.Errorf("chief: final status: %w", err)
 	}
-	metrics, err := m.Evaluate(params)
+	var metrics map[string]float64
+	if sm, ok := m.(model.SparseModel); ok {
+		tables := sm.Tables()
+		metrics, err = sm.EvaluateSparse(params, func(t int, keys []uint64, out []float32) error {
+			_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)
+			return err
+		})
+	} else {
+		metrics, err = m.Evaluate(params)
+	}
 	if err != nil {
 		return fmt.Errorf("chief: evaluation: %w", err)
 	}
 	r.GlobalStep = step
 	r.Mode = statuses[0].Mode
 	r.StaleDropped = statuses[0].StaleDropped
-	for _, st := range statuses {
+	for i, st := range statuses {
 		r.RejectedPushes += st.RejectedPushes
+		for _, t := range st.Tables {
+			r.Tables = append(r.Tables, TableShard{PS: i, Name: t.Name, Rows: t.Rows, Bytes: t.Bytes,
+				Admitted: t.Admitted, Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission})
+			cfg.Logf("table %s on ps %d: %d rows, %.1f MiB, %d admitted, %d evicted, %d touches refused by admission",
+				t.Name, i, t.Rows, float64(t.Bytes)/(1<<20), t.Admitted, t.Evicted, t.RejectedByAdmission)
+		}
 	}
 	if r.Mode == "sync" {
 		r.ReplicasToAggregate = cfg.ReplicasToAggregate
@@ -250,6 +382,7 @@ func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, pa
 	}
 	r.Weight, r.Bias = pick("weight"), pick("bias")
 	r.ValCrossEntropy, r.ValAccuracy, r.TestAccuracy = pick("val_cross_entropy"), pick("val_accuracy"), pick("test_accuracy")
+	r.TestLogLoss, r.TestAUC = pick("test_log_loss"), pick("test_auc")
 	if r.ValCrossEntropy != nil {
 		r.Loss = *r.ValCrossEntropy
 		cfg.Logf("After %d training step(s), validation cross entropy = %g", step, *r.ValCrossEntropy)

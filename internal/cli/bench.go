@@ -1,0 +1,224 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/paramserv/paramserv/internal/bench"
+)
+
+// benchHiddenFlags are for profiling and for the baseline child process,
+// not for users; the usage text leaves them out.
+var benchHiddenFlags = map[string]bool{"cpuprofile": true, "baseline_server": true}
+
+// Bench is `paramserv bench`: measure push, pull and pushpull against ps
+// processes on loopback, next to a plain TCP baseline, and verify that every
+// update was applied.
+func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("paramserv bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	numPS := fs.Int("ps", 1, "number of ps processes")
+	numWorkers := fs.Int("workers", 1, "number of workers: this process is worker 0, the others are goroutines in it with their own clients")
+	denseBytes := fs.String("dense_bytes", "1M,16M,64M", "sizes of the dense case's variable, in bytes; K, M, G are binary (1M = 1048576)")
+	sparseKeys := fs.String("sparse_keys", "100k,1M", "keys per sparse operation; k and M are decimal (100k = 100000, 1M = 1000000)")
+	dims := fs.String("dim", "1,8", "row widths of the sparse case's table")
+	cases := fs.String("cases", "tiny,dense,sparse", "cases to run: tiny, dense, sparse")
+	ops := fs.String("op", "push,pull,pushpull", "operations to measure: push, pull, pushpull")
+	reps := fs.Int("reps", 0, "timed repetitions of each operation (default: tiny 500; dense over 16M and sparse over 100k keys 10; otherwise 20)")
+	warmup := fs.Int("warmup", -1, "untimed repetitions before the timed ones (default: tiny 50; large cases 2; otherwise 3)")
+	asJSON := fs.Bool("json", false, "write one JSON object per case and operation instead of the table")
+	memOps := fs.Int("mem_ops", 0, "if > 0, also run this many pushpulls of --mem_bytes dense and --mem_keys x --mem_dim sparse, and report the ps's RSS growth and this process's heap growth")
+	memBytes := fs.String("mem_bytes", "64K", "dense size of the memory case")
+	memKeys := fs.String("mem_keys", "1k", "sparse keys of the memory case")
+	memDim := fs.Int("mem_dim", 8, "row width of the memory case's table")
+	splitBytes := fs.Int("split_bytes", 0, "split dense variables larger than this across all ps (default: 1 with --ps > 1, so the dense variable is always split)")
+	baseline := fs.Bool("baseline", true, "measure the plain TCP baseline (a child process) next to every operation")
+	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
+	verbose := fs.Bool("verbose", false, "show the ps processes' output")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile here")
+	baselineServer := fs.Bool("baseline_server", false, "serve the TCP baseline until stdin ends (the baseline child process)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: paramserv bench [flags]
+
+Measures push, pull and pushpull of a tiny, a dense and a sparse case
+against --ps ps processes of this binary on loopback (fresh ones for each
+case; this process is worker 0), next to a plain TCP socket pair in a child
+process moving the same bytes. Gradients are all 1 with sgd at learning rate
+1, so after each case every value must be exactly minus the pushes sent; a
+case that is not exits 1. Reports median, p90, min and max ms of worker 0,
+GB/s (payload bytes / median; push N, pull N, pushpull 2N for N dense bytes;
+GB = 1e9 bytes), keys/s, and the ratio to the baseline's median.
+
+Flags:
+`)
+		fs.VisitAll(func(f *flag.Flag) {
+			if benchHiddenFlags[f.Name] {
+				return
+			}
+			fmt.Fprintf(stderr, "  --%s (default %q)\n    \t%s\n", f.Name, f.DefValue, f.Usage)
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *baselineServer {
+		if err := bench.RunBaselineServer(os.Stdin, stdout); err != nil {
+			fmt.Fprintf(stderr, "paramserv bench --baseline_server: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	bad := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "paramserv bench: "+format+"\n", args...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q (flags are written --name=value)", fs.Arg(0))
+	}
+	if *numPS < 1 || *numWorkers < 1 {
+		return bad("need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d", *numPS, *numWorkers)
+	}
+	if *reps < 0 || *warmup < -1 || *memOps < 0 || *memDim < 1 || *splitBytes < 0 {
+		return bad("--reps, --warmup, --mem_ops and --split_bytes must be >= 0 and --mem_dim >= 1")
+	}
+	kinds, err := pickList(*cases, "--cases", bench.Tiny, bench.Dense, bench.Sparse)
+	if err != nil {
+		return bad("%v", err)
+	}
+	opList, err := pickList(*ops, "--op", bench.Ops...)
+	if err != nil {
+		return bad("%v", err)
+	}
+	sizes, err := bench.ParseList(*denseBytes, bench.ParseBytes)
+	if err != nil {
+		return bad("--dense_bytes: %v", err)
+	}
+	keys, err := bench.ParseList(*sparseKeys, bench.ParseKeys)
+	if err != nil {
+		return bad("--sparse_keys: %v", err)
+	}
+	dimList, err := bench.ParseList(*dims, bench.ParseDim)
+	if err != nil {
+		return bad("--dim: %v", err)
+	}
+	mb, err := bench.ParseBytes(*memBytes)
+	if err != nil {
+		return bad("--mem_bytes: %v", err)
+	}
+	mk, err := bench.ParseKeys(*memKeys)
+	if err != nil {
+		return bad("--mem_keys: %v", err)
+	}
+	var list []bench.Case
+	for _, k := range kinds {
+		switch k {
+		case bench.Tiny:
+			list = append(list, bench.Case{Kind: bench.Tiny, Bytes: 4})
+		case bench.Dense:
+			for _, n := range sizes {
+				list = append(list, bench.Case{Kind: bench.Dense, Bytes: n})
+			}
+		case bench.Sparse:
+			for _, n := range keys {
+				for _, d := range dimList {
+					list = append(list, bench.Case{Kind: bench.Sparse, Keys: n, Dim: d})
+				}
+			}
+		}
+	}
+	for i := range list {
+		w, r := bench.DefaultReps(list[i])
+		if *reps > 0 {
+			r = *reps
+		}
+		if *warmup >= 0 {
+			w = *warmup
+		}
+		list[i].Warmup, list[i].Reps = w, r
+	}
+
+	logf := newLogger(stderr)
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv bench: cannot find this binary to start the ps: %v\n", err)
+		return 1
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return bad("--cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return bad("--cpuprofile: %v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	var psLog io.Writer
+	if *verbose {
+		psLog = stderr
+	}
+	cfg := bench.Config{
+		SessionConfig: bench.SessionConfig{
+			NumPS: *numPS, NumWorkers: *numWorkers, SplitBytes: *splitBytes,
+			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf,
+		},
+		Cases: list, Ops: opList,
+		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),
+	}
+	if *baseline {
+		bp, err := bench.StartBaselineProcess(ctx, exe, "bench", "--baseline_server")
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer bp.Close()
+		cfg.BaselineAddr = bp.Addr
+		logf("baseline server (child process) at %s", bp.Addr)
+	}
+	if *asJSON {
+		cfg.Emit = func(r bench.Result) { _ = bench.WriteJSON(stdout, r) }
+	}
+	results, err := bench.Run(ctx, cfg)
+	if !*asJSON {
+		_ = bench.WriteTable(stdout, results)
+	}
+	if err != nil {
+		logf("failed: %v", err)
+		return 1
+	}
+	return 0
+}
+
+// pickList parses a comma-separated list of names, each one of allowed.
+func pickList[T ~string](s, flagName string, allowed ...T) ([]T, error) {
+	var out []T
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		found := false
+		for _, a := range allowed {
+			if string(a) == item {
+				out, found = append(out, a), true
+			}
+		}
+		if !found {
+			names := make([]string, len(allowed))
+			for i, a := range allowed {
+				names[i] = string(a)
+			}
+			return nil, fmt.Errorf("%s: unknown %q (want a comma-separated list of %s)", flagName, item, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}

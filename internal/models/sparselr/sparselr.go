@@ -1,0 +1,317 @@
+// Package sparselr is large-scale sparse logistic regression: one weight
+// per feature id, held in a sparse table sharded across the ps, plus a dense
+// bias. Each worker reads its own part of the training files (LIBSVM or
+// Criteo-style TSV); a batch pulls only the rows of the keys it touches.
+package sparselr
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/paramserv/paramserv/internal/data/criteo"
+	"github.com/paramserv/paramserv/internal/data/libsvm"
+	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/metrics"
+	"github.com/paramserv/paramserv/internal/model"
+)
+
+// Table is the name of the weight table; Bias the dense bias.
+const (
+	Table = "weights"
+	Bias  = "bias"
+)
+
+// Model implements model.SparseModel.
+type Model struct {
+	cfg   model.Config
+	train *sparse.Dataset
+	test  *sparse.Dataset // loaded by Evaluate, on the chief
+	rng   *rand.Rand
+	order []int
+	next  int
+
+	// The current batch, and the one before it (its keys stay valid for the
+	// trainer's push while the next batch's rows are pulled).
+	cur, prev batch
+	pos       map[uint64]int32 // key -> index in cur.keys, reused
+}
+
+type batch struct {
+	examples []int
+	keys     []uint64
+	slots    []int32 // for each nonzero of each example, in order, its key's index in keys
+}
+
+// New loads this worker's part of the training data.
+func New(cfg model.Config) (*Model, error) {
+	if cfg.TrainData == "" {
+		return nil, errors.New("sparse_lr: --train_data is required (LIBSVM or Criteo TSV files, comma-separated, or a directory)")
+	}
+	if cfg.BatchSize <= 0 {
+		return nil, fmt.Errorf("sparse_lr: batch size must be positive, got %d", cfg.BatchSize)
+	}
+	if cfg.NumWorkers <= 0 {
+		cfg.NumWorkers = 1
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	paths, err := resolve(cfg.TrainData, cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("sparse_lr: --train_data: %w", err)
+	}
+	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
+	// With at least as many files as workers, each worker takes whole files;
+	// otherwise every worker takes every NumWorkers-th line of all files.
+	part := sparse.Partition{Worker: cfg.Worker, NumWorkers: cfg.NumWorkers}
+	if len(paths) >= cfg.NumWorkers && cfg.NumWorkers > 1 {
+		var mine []string
+		for i, p := range paths {
+			if i%cfg.NumWorkers == cfg.Worker {
+				mine = append(mine, p)
+			}
+		}
+		paths, part = mine, sparse.Partition{}
+	}
+	ds, st, err := read(cfg, paths, part)
+	if err != nil {
+		return nil, fmt.Errorf("sparse_lr: %w", err)
+	}
+	if ds.Len() == 0 {
+		return nil, fmt.Errorf("sparse_lr: worker %d got no training examples from %s", cfg.Worker, strings.Join(paths, ", "))
+	}
+	if st.Skipped > 0 {
+		cfg.Logf("sparse_lr: skipped %d malformed lines of %d", st.Skipped, st.Lines)
+	}
+	cfg.Logf("sparse_lr: worker %d has %d training examples (%d nonzeros) from %d file(s)", cfg.Worker, ds.Len(), ds.NNZ(), len(paths))
+	m.train = ds
+	m.order = make([]int, ds.Len())
+	for i := range m.order {
+		m.order[i] = i
+	}
+	m.next = len(m.order) // shuffle on the first batch
+	return m, nil
+}
+
+// resolve turns a comma-separated list of files or directories into files.
+// A name that does not exist is also looked for under dataDir, and under
+// dataDir/<stem> ("a9a.t" in dataDir/a9a/).
+func resolve(list, dataDir string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		cands := []string{name}
+		if dataDir != "" && !filepath.IsAbs(name) {
+			stem, _, _ := strings.Cut(filepath.Base(name), ".")
+			cands = append(cands, filepath.Join(dataDir, name), filepath.Join(dataDir, stem, name))
+		}
+		found := ""
+		for _, c := range cands {
+			if _, err := os.Stat(c); err == nil {
+				found = c
+				break
+			}
+		}
+		if found == "" {
+			return nil, fmt.Errorf("%q not found (looked at %s)", name, strings.Join(cands, ", "))
+		}
+		fi, _ := os.Stat(found)
+		if !fi.IsDir() {
+			out = append(out, found)
+			continue
+		}
+		entries, err := os.ReadDir(found)
+		if err != nil {
+			return nil, err
+		}
+		var files []string
+		for _, e := range entries {
+			n := e.Name()
+			if e.IsDir() || strings.HasPrefix(n, ".") || strings.HasSuffix(n, ".json") || n == "test.tsv" {
+				continue
+			}
+			files = append(files, filepath.Join(found, n))
+		}
+		sort.Strings(files)
+		if len(files) == 0 {
+			return nil, fmt.Errorf("directory %s holds no data files", found)
+		}
+		out = append(out, files...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no files given")
+	}
+	return out, nil
+}
+
+func read(cfg model.Config, paths []string, part sparse.Partition) (*sparse.Dataset, sparse.Stats, error) {
+	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
+	switch cfg.InputFormat {
+	case "", "libsvm":
+		return libsvm.ReadFiles(paths, libsvm.Options{NumFeatures: cfg.NumFeatures, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part})
+	case "criteo":
+		return criteo.ReadFiles(paths, criteo.Options{IntFields: cfg.IntFields, CatFields: cfg.CatFields, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part})
+	}
+	return nil, sparse.Stats{}, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
+}
+
+// Variables: the dense bias.
+func (m *Model) Variables() []model.Variable {
+	return []model.Variable{{Name: Bias, Shape: []int{1}}}
+}
+
+// Tables: one weight per feature id.
+func (m *Model) Tables() []model.Table {
+	return []model.Table{{Name: Table, Dim: 1, MinCount: m.cfg.MinCount, EvictAfterSteps: m.cfg.EvictAfterSteps}}
+}
+
+// Init starts the bias at zero (the weights start at zero on the ps).
+func (m *Model) Init(int64) model.Params { return model.NewParams(m.Variables()) }
+
+// ComputeGradients is not used: the trainer drives sparse models through
+// NextBatch and SparseGradients.
+func (m *Model) ComputeGradients(model.Params, model.Params) (float64, error) {
+	return 0, errors.New("sparse_lr: a sparse model is trained through SparseGradients")
+}
+
+// NextBatch draws the next batch (shuffled order, a new shuffle each epoch)
+// and returns its distinct keys.
+func (m *Model) NextBatch() ([][]uint64, error) {
+	m.prev, m.cur = m.cur, m.prev
+	b := &m.cur
+	b.examples, b.keys, b.slots = b.examples[:0], b.keys[:0], b.slots[:0]
+	clear(m.pos)
+	for range m.cfg.BatchSize {
+		if m.next == len(m.order) {
+			m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
+			m.next = 0
+		}
+		i := m.order[m.next]
+		m.next++
+		b.examples = append(b.examples, i)
+		for _, k := range m.train.At(i).Keys {
+			p, ok := m.pos[k]
+			if !ok {
+				p = int32(len(b.keys))
+				m.pos[k] = p
+				b.keys = append(b.keys, k)
+			}
+			b.slots = append(b.slots, p)
+		}
+	}
+	return [][]uint64{b.keys}, nil
+}
+
+// SparseGradients: mean log loss of the batch and its gradient,
+// d/dw_k = mean over examples of (p - y)·x_k, d/db = mean(p - y).
+func (m *Model) SparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	b := &m.cur
+	w, gw := rows[0], rowGrads[0]
+	clear(gw)
+	bias := float64(params[Bias][0])
+	var loss, gb float64
+	n := float64(len(b.examples))
+	s := 0
+	for _, i := range b.examples {
+		ex := m.train.At(i)
+		z := bias
+		for j := range ex.Keys {
+			z += float64(w[b.slots[s+j]]) * float64(ex.Vals[j])
+		}
+		p := sigmoid(z)
+		loss += metrics.PointLogLoss(ex.Label, p)
+		d := (p - float64(ex.Label)) / n
+		gb += d
+		for j := range ex.Keys {
+			gw[b.slots[s+j]] += float32(d * float64(ex.Vals[j]))
+		}
+		s += len(ex.Keys)
+	}
+	grads[Bias][0] = float32(gb)
+	return loss / n, nil
+}
+
+func sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// Progress logs the batch loss.
+func (m *Model) Progress(local, global int64, params model.Params, loss float64) string {
+	return fmt.Sprintf("Worker %d: step %d (global step: %d), batch log loss %.4f, bias %.4f", m.cfg.Worker, local, global, loss, params[Bias][0])
+}
+
+// Evaluate is not used for sparse models (see EvaluateSparse).
+func (m *Model) Evaluate(model.Params) (map[string]float64, error) {
+	return nil, errors.New("sparse_lr: evaluated through EvaluateSparse")
+}
+
+// EvaluateSparse scores the test data (--test_data) with the trained
+// weights: log loss, accuracy and AUC. Without test data it scores this
+// worker's training part.
+func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
+	ds := m.train
+	what := "train"
+	if m.cfg.TestData != "" {
+		if m.test == nil {
+			paths, err := resolve(m.cfg.TestData, m.cfg.DataDir)
+			if err != nil {
+				return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
+			}
+			test, _, err := read(m.cfg, paths, sparse.Partition{})
+			if err != nil {
+				return nil, fmt.Errorf("sparse_lr: %w", err)
+			}
+			m.test = test
+		}
+		ds, what = m.test, "test"
+	}
+	// The distinct keys of the data, pulled in chunks.
+	pos := make(map[uint64]int32)
+	var keys []uint64
+	for _, k := range ds.Keys {
+		if _, ok := pos[k]; !ok {
+			pos[k] = int32(len(keys))
+			keys = append(keys, k)
+		}
+	}
+	w := make([]float32, len(keys))
+	const chunk = 1 << 18
+	for lo := 0; lo < len(keys); lo += chunk {
+		hi := min(lo+chunk, len(keys))
+		if err := lookup(0, keys[lo:hi], w[lo:hi]); err != nil {
+			return nil, err
+		}
+	}
+	labels := make([]float32, ds.Len())
+	probs := make([]float64, ds.Len())
+	bias := float64(params[Bias][0])
+	for i := range ds.Len() {
+		ex := ds.At(i)
+		z := bias
+		for j, k := range ex.Keys {
+			z += float64(w[pos[k]]) * float64(ex.Vals[j])
+		}
+		labels[i], probs[i] = ex.Label, sigmoid(z)
+	}
+	return map[string]float64{
+		what + "_log_loss": metrics.LogLoss(labels, probs),
+		what + "_accuracy": metrics.Accuracy(labels, probs),
+		what + "_auc":      metrics.AUC(labels, probs),
+		"loss":             metrics.LogLoss(labels, probs),
+		what + "_examples": float64(ds.Len()),
+		"distinct_keys":    float64(len(keys)),
+	}, nil
+}

@@ -1,0 +1,191 @@
+package sparse
+
+import (
+	"cmp"
+	"fmt"
+	"iter"
+	"math"
+	"slices"
+)
+
+// Row is one row as All yields it. Value and State alias the table's
+// storage, and the State slice itself is reused from row to row: copy what
+// you keep, and do not change the table while iterating.
+type Row struct {
+	Key       uint64
+	Value     []float32   // Dim values
+	State     [][]float32 // Rule.StateSlots() slices of Dim values
+	Updates   uint32      // updates applied to the row; 0 when the table keeps no count
+	LastTouch int64       // global step of the last touch; 0 when eviction is off
+}
+
+// All yields every row in ascending key order. Sorting takes 16 bytes per
+// row of scratch memory for the duration of the iteration.
+func (t *Table) All() iter.Seq[Row] {
+	return func(yield func(Row) bool) {
+		type kr struct {
+			key uint64
+			row int
+		}
+		order := make([]kr, 0, t.live)
+		t.forLive(func(r int, p *page, o int) { order = append(order, kr{p.keys[o], r}) })
+		slices.SortFunc(order, func(a, b kr) int { return cmp.Compare(a.key, b.key) })
+		d := t.dim
+		views := make([][]float32, t.slots)
+		for _, e := range order {
+			p := &t.pages[e.row>>t.pageShift]
+			o := e.row & t.pageMask
+			row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+			for s := range views {
+				views[s] = row[(s+1)*d : (s+2)*d : (s+2)*d]
+			}
+			r := Row{Key: e.key, Value: row[:d:d], State: views}
+			if p.count != nil {
+				r.Updates = p.count[o]
+			}
+			if p.touch != nil {
+				r.LastTouch = t.base + int64(p.touch[o])
+			}
+			if !yield(r) {
+				return
+			}
+		}
+	}
+}
+
+// Snapshot is a copy of a table's rows for a checkpoint, in ascending key
+// order. Row i's value is Values[i*Dim:(i+1)*Dim], and likewise in each
+// State slot.
+type Snapshot struct {
+	Dim       int
+	Keys      []uint64    // strictly ascending
+	Values    []float32   // len(Keys)*Dim
+	State     [][]float32 // Rule.StateSlots() slices, each len(Keys)*Dim
+	Updates   []uint32    // per-row update counts; nil if the table keeps none
+	LastTouch []int64     // per-row last-touched step; nil if eviction is off
+}
+
+// Export copies every row, with its optimizer state, into a Snapshot.
+// Admission counts are not exported.
+func (t *Table) Export() Snapshot {
+	n, d := t.live, t.dim
+	s := Snapshot{
+		Dim:    d,
+		Keys:   make([]uint64, 0, n),
+		Values: make([]float32, 0, n*d),
+		State:  make([][]float32, t.slots),
+	}
+	for i := range s.State {
+		s.State[i] = make([]float32, 0, n*d)
+	}
+	if t.keepCount {
+		s.Updates = make([]uint32, 0, n)
+	}
+	if t.keepTouch {
+		s.LastTouch = make([]int64, 0, n)
+	}
+	for r := range t.All() {
+		s.Keys = append(s.Keys, r.Key)
+		s.Values = append(s.Values, r.Value...)
+		for i, st := range r.State {
+			s.State[i] = append(s.State[i], st...)
+		}
+		if s.Updates != nil {
+			s.Updates = append(s.Updates, r.Updates)
+		}
+		if s.LastTouch != nil {
+			s.LastTouch = append(s.LastTouch, r.LastTouch)
+		}
+	}
+	return s
+}
+
+// Import stores the rows of s, replacing rows the table already has for the
+// same keys and bypassing admission. Restoring a checkpoint is Import into
+// a new table; moving keys between shards is Import of several snapshots,
+// each filtered to the shard's keys. s must match the table's Dim and
+// state slots and have strictly ascending keys. A nil Updates sets the
+// counts of imported rows to 0 (a rule that reads step restarts at 1); a
+// nil LastTouch stamps them with the latest step seen; into a table that
+// already has rows, a LastTouch older than the oldest step the table can
+// still represent (see Evict) is recorded as that step. Import checks
+// everything, including room under MaxRows, before it changes anything.
+func (t *Table) Import(s Snapshot) error {
+	n, d := len(s.Keys), t.dim
+	switch {
+	case s.Dim != d:
+		return fmt.Errorf("%w: Dim %d, table has Dim %d", ErrSnapshot, s.Dim, d)
+	case len(s.Values) != n*d:
+		return fmt.Errorf("%w: %d keys need %d values, got %d", ErrSnapshot, n, n*d, len(s.Values))
+	case len(s.State) != t.slots:
+		return fmt.Errorf("%w: %d state slots, rule %q has %d", ErrSnapshot, len(s.State), t.rule.Name(), t.slots)
+	case s.Updates != nil && len(s.Updates) != n:
+		return fmt.Errorf("%w: %d keys but %d update counts", ErrSnapshot, n, len(s.Updates))
+	case s.LastTouch != nil && len(s.LastTouch) != n:
+		return fmt.Errorf("%w: %d keys but %d last-touched steps", ErrSnapshot, n, len(s.LastTouch))
+	}
+	for i, st := range s.State {
+		if len(st) != n*d {
+			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
+		}
+	}
+	fresh := 0
+	for i, k := range s.Keys {
+		if i > 0 && k <= s.Keys[i-1] {
+			return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, k, s.Keys[i-1])
+		}
+		if r, _ := t.find(k, hashKey(k)); r < 0 {
+			fresh++
+		}
+	}
+	if fresh > t.maxRows-t.live {
+		return fmt.Errorf("%w: importing %d new rows into %d would pass MaxRows %d", ErrFull, fresh, t.live, t.maxRows)
+	}
+	if s.LastTouch != nil {
+		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+		for _, st := range s.LastTouch {
+			lo, hi = min(lo, st), max(hi, st)
+		}
+		if n > 0 {
+			if t.live == 0 {
+				t.base = lo
+			}
+			t.clock = max(t.clock, hi)
+		}
+	} else if t.live == 0 {
+		t.base = t.clock
+	}
+	if t.live+fresh > t.maxLive {
+		t.grow(t.live + fresh)
+	}
+	for i, k := range s.Keys {
+		h := hashKey(k)
+		r, pos := t.find(k, h)
+		if r < 0 {
+			r = t.allocRow(k)
+			t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
+			t.stats.Imported++
+		}
+		p := &t.pages[r>>t.pageShift]
+		o := r & t.pageMask
+		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+		copy(row[:d], s.Values[i*d:(i+1)*d])
+		for j, st := range s.State {
+			copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+		}
+		if p.count != nil {
+			p.count[o] = 0
+			if s.Updates != nil {
+				p.count[o] = s.Updates[i]
+			}
+		}
+		if p.touch != nil {
+			step := t.clock
+			if s.LastTouch != nil {
+				step = s.LastTouch[i]
+			}
+			p.touch[o] = t.rel(step)
+		}
+	}
+	return nil
+}
