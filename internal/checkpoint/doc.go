@@ -1,0 +1,84 @@
+// Package checkpoint writes and reads the parameter servers' checkpoints:
+// one safetensors file per server ("shard") and a JSON manifest that ties
+// them together. It does its I/O through vfs.FS, so its crash safety is
+// tested against vfs.Mem's simulated crashes and injected disk errors.
+//
+// # Layout
+//
+//	<dir>/ckpt-<step>/shard-<k>-of-<n>.safetensors   one per parameter server
+//	<dir>/ckpt-<step>/manifest.json                  written last, by the chief
+//
+// step is the checkpoint's global step in decimal, without padding; the
+// readers order checkpoints by its numeric value. A checkpoint exists only
+// once its manifest does: a directory without one is an interrupted (or
+// running) save, which readers skip and Prune eventually deletes. Files
+// being written carry a ".tmp" suffix until they are renamed into place.
+//
+// # Shard files
+//
+// A shard is a standard safetensors file, readable by any safetensors
+// reader (safetensors.numpy.load_file, safe_open, ...):
+//
+//	8 bytes        N, the header length, little-endian uint64
+//	N bytes        JSON header, padded with spaces to a multiple of 8:
+//	               {"__metadata__":{"k":"v",...},
+//	                "<name>":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},...}
+//	the rest       the tensors' data, little-endian, packed without gaps;
+//	               data_offsets are relative to the start of this section
+//
+// The dtypes used are F32, I64 and U64. The writer lays tensors out as the
+// reference implementation does, widest dtype first and then by name, so
+// every tensor is aligned to its element size and a shard's bytes depend
+// only on its content. The metadata holds the caller's Shard.Meta and four
+// reserved keys, "paramserv.format_version", "paramserv.step" (the shard's
+// cut step), "paramserv.shard" (k) and "paramserv.num_shards" (n), so that a
+// file describes itself.
+//
+// Tensor names follow conventions that the manifest's VariableInfo and
+// TableInfo rely on: a dense variable "w" is the tensor "w" with its
+// optimizer state as "w/<slot>" ("w/adam_m"); a sparse table "emb" is
+// "emb/keys" (U64 [n]), "emb/values" (F32 [n, dim]) and per-row state
+// "emb/<slot>" (F32 [n, dim], or I64 [n] for counters like "emb/updates").
+//
+// # Manifest
+//
+// manifest.json (see Manifest) records the format version, the global
+// step, the time, the consistency mode, the cluster shape, the optimizer's
+// name and hyper-parameters, and for each shard its file name, size,
+// SHA-256, cut step (in async mode the servers may cut at different steps)
+// and tensor list; and where each variable and table lives.
+//
+// # Writing
+//
+// Each parameter server calls WriteShard for its own shard; the chief
+// gathers their ShardInfos and calls WriteManifest. Every file is written
+// the same way, as in hashicorp/raft's file snapshot store: to a temporary
+// name, fsync, close, rename to the final name, fsync the directory. So
+// after a crash at any point the directory holds either the previous state
+// or a checkpoint with every byte durable, never a manifest that points at
+// missing or partial data. Call Prune after a successful save to keep the
+// newest few.
+//
+// # Reading
+//
+// Latest finds the newest checkpoint that is intact: manifest parses and
+// is consistent, every shard file has its recorded size and checksum and a
+// valid header that agrees with the manifest. It reports each newer
+// checkpoint it skipped with the reason ("ckpt-500 damaged:
+// shard-1-of-2.safetensors: checksum mismatch: ..."), so a restart can log
+// why it fell back. ReadShard then reads one shard, verifying the checksum
+// again as it goes; Shard.Lookup and friends fetch tensors by name.
+// Readers never panic on bad input and never return data that failed a
+// check: headers are bounded (MaxHeaderSize, and never more than the file
+// holds) and fuzzed (FuzzReadHeader).
+//
+// List and Inspect produce the reports of `paramserv ckpt ls` and
+// `paramserv ckpt inspect`.
+//
+// # Concurrency
+//
+// The package holds no state. WriteShard calls for different shards of a
+// checkpoint may run concurrently; WriteManifest must follow all of them.
+// Readers and Prune may run while a newer checkpoint is being written: they
+// ignore it until its manifest exists, and Prune does not delete it.
+package checkpoint

@@ -1,0 +1,329 @@
+package checkpoint
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+// FormatVersion is the checkpoint format this package writes and the newest
+// it reads.
+const FormatVersion = 1
+
+// MaxManifestSize bounds the manifest a reader accepts.
+const MaxManifestSize = 64 << 20
+
+// Manifest describes one complete checkpoint. It is written last, by the
+// chief, once every shard is on disk; a checkpoint exists only once its
+// manifest does.
+type Manifest struct {
+	// FormatVersion of the checkpoint; WriteManifest fills in a zero.
+	FormatVersion int `json:"format_version"`
+	// Step is the checkpoint's global step, and names its directory.
+	Step int64 `json:"step"`
+	// Time the checkpoint was taken, as the caller's clock said.
+	Time time.Time `json:"time"`
+	// Mode is the consistency mode training ran in: "sync", "async", ...
+	Mode string `json:"mode"`
+	// NumPS and NumWorkers are the shape of the cluster that wrote it
+	// (NumPS is normally len(Shards); it is not checked).
+	NumPS      int `json:"num_ps"`
+	NumWorkers int `json:"num_workers"`
+	// Optimizer names the update rule and its hyper-parameters, as JSON
+	// (an optim.Config, say).
+	Optimizer json.RawMessage `json:"optimizer,omitempty"`
+	// Shards lists the shard files, Shards[k] being shard k.
+	Shards []ShardInfo `json:"shards"`
+	// Variables and Tables say where each dense variable and sparse
+	// table lives.
+	Variables []VariableInfo `json:"variables,omitempty"`
+	Tables    []TableInfo    `json:"tables,omitempty"`
+	// Meta is free-form.
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// ShardInfo describes one shard file, as WriteShard returns it.
+type ShardInfo struct {
+	// Index is k in shard-<k>-of-<n>.
+	Index int `json:"index"`
+	// File is the file's name inside the checkpoint directory.
+	File string `json:"file"`
+	// Size in bytes and SHA-256 (lower-case hex) of the whole file.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Step is the step the shard's state reflects (Shard.Step).
+	Step int64 `json:"step"`
+	// Tensors lists the file's tensors in file order.
+	Tensors []TensorInfo `json:"tensors"`
+}
+
+// VariableInfo places a dense variable. Its values are the tensor named
+// Name, and each slot the tensor SlotName(Name, slot), in the shards its
+// parts name.
+type VariableInfo struct {
+	Name  string  `json:"name"`
+	Shape []int64 `json:"shape"`
+	// Slots names the optimizer state tensors ("adam_m", "adam_v").
+	Slots []string `json:"slots,omitempty"`
+	// Parts says which shards hold the variable: one part without Rows
+	// for a variable placed whole on one server, or several with Rows
+	// for one split along its first dimension.
+	Parts []Part `json:"parts"`
+}
+
+// Part is the piece of a variable one shard holds.
+type Part struct {
+	Shard int `json:"shard"`
+	// Rows is the [begin, end) range of the variable's first dimension
+	// this part holds; nil for the whole variable.
+	Rows []int64 `json:"rows,omitempty"`
+}
+
+// TableInfo places a sparse table. Each shard in Shards holds the rows
+// whose keys hash to it, as the tensors KeysName(Name) (U64 [n]),
+// ValuesName(Name) (F32 [n, Dim]) and SlotName(Name, slot) ([n, ...]) for
+// each slot.
+type TableInfo struct {
+	Name string `json:"name"`
+	Dim  int64  `json:"dim"`
+	// Slots names the per-row state tensors besides keys and values:
+	// optimizer state ("adagrad") and per-row counters ("updates").
+	Slots  []string `json:"slots,omitempty"`
+	Shards []int    `json:"shards"`
+}
+
+// Rows is the total number of rows of table name across the shards, from
+// the shapes recorded in the manifest.
+func (m Manifest) Rows(table string) int64 {
+	var n int64
+	for _, s := range m.Shards {
+		for _, t := range s.Tensors {
+			if t.Name == KeysName(table) && len(t.Shape) == 1 {
+				n += t.Shape[0]
+			}
+		}
+	}
+	return n
+}
+
+// Validate checks that the manifest is self-consistent: shard k is named
+// shard-k-of-n with a plausible size and checksum, and every variable and
+// table is found, with the right shapes, in the shards it names. Errors
+// wrap ErrInvalid.
+func (m Manifest) Validate() error {
+	if err := m.validate(); err != nil {
+		return fmt.Errorf("checkpoint: invalid manifest: %w", err)
+	}
+	return nil
+}
+
+// validate is Validate, returning a bare reason.
+func (m Manifest) validate() error {
+	bad := func(format string, args ...any) error {
+		return errorf(ErrInvalid, format, args...)
+	}
+	if m.Step < 0 {
+		return bad("step %d is negative", m.Step)
+	}
+	if len(m.Shards) == 0 {
+		return bad("no shards")
+	}
+	if len(m.Optimizer) > 0 && !json.Valid(m.Optimizer) {
+		return bad("optimizer is not valid JSON")
+	}
+	n := len(m.Shards)
+	tensors := make([]map[string]TensorInfo, n)
+	for k, s := range m.Shards {
+		switch {
+		case s.Index != k:
+			return bad("shards[%d] has index %d", k, s.Index)
+		case s.File != ShardFileName(k, n):
+			return bad("shards[%d] is file %q, want %q", k, s.File, ShardFileName(k, n))
+		case s.Size < 8:
+			return bad("%s: size %d is too small", s.File, s.Size)
+		case s.Step < 0:
+			return bad("%s: step %d is negative", s.File, s.Step)
+		}
+		if b, err := hex.DecodeString(s.SHA256); err != nil || len(b) != 32 || hex.EncodeToString(b) != s.SHA256 {
+			return bad("%s: sha256 %q is not 64 lower-case hex digits", s.File, s.SHA256)
+		}
+		tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
+		for _, t := range s.Tensors {
+			tensors[k][t.Name] = t
+		}
+	}
+	find := func(what string, shard int, name string) (TensorInfo, error) {
+		if shard < 0 || shard >= n {
+			return TensorInfo{}, bad("%s: shard %d out of range [0,%d)", what, shard, n)
+		}
+		t, ok := tensors[shard][name]
+		if !ok {
+			return TensorInfo{}, bad("%s: %s has no tensor %q", what, m.Shards[shard].File, name)
+		}
+		return t, nil
+	}
+	seen := map[string]bool{}
+	for _, v := range m.Variables {
+		what := fmt.Sprintf("variable %q", v.Name)
+		if v.Name == "" || seen[v.Name] {
+			return bad("%s: empty or repeated name", what)
+		}
+		seen[v.Name] = true
+		if len(v.Parts) == 0 {
+			return bad("%s: no parts", what)
+		}
+		split := len(v.Parts) > 1 || v.Parts[0].Rows != nil
+		var next int64 // the first row not yet covered by a part
+		for i, p := range v.Parts {
+			want := v.Shape
+			if split {
+				if len(p.Rows) != 2 || len(v.Shape) == 0 || p.Rows[0] != next || p.Rows[1] < p.Rows[0] {
+					return bad("%s: part %d rows %v do not continue from row %d", what, i, p.Rows, next)
+				}
+				next = p.Rows[1]
+				want = append([]int64{p.Rows[1] - p.Rows[0]}, v.Shape[1:]...)
+			}
+			for _, name := range append([]string{v.Name}, slotNames(v.Name, v.Slots)...) {
+				t, err := find(what, p.Shard, name)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(t.Shape, want) {
+					return bad("%s: %s tensor %q has shape %v, want %v", what, m.Shards[p.Shard].File, name, t.Shape, want)
+				}
+			}
+		}
+		if split && next != v.Shape[0] {
+			return bad("%s: parts cover rows [0,%d) of %d", what, next, v.Shape[0])
+		}
+	}
+	for _, tb := range m.Tables {
+		what := fmt.Sprintf("table %q", tb.Name)
+		if tb.Name == "" || seen[tb.Name] {
+			return bad("%s: empty or repeated name", what)
+		}
+		seen[tb.Name] = true
+		if tb.Dim < 1 {
+			return bad("%s: dim %d", what, tb.Dim)
+		}
+		for _, k := range tb.Shards {
+			keys, err := find(what, k, KeysName(tb.Name))
+			if err != nil {
+				return err
+			}
+			if keys.DType != U64 || len(keys.Shape) != 1 {
+				return bad("%s: %s keys are %s %v, want U64 [n]", what, m.Shards[k].File, keys.DType, keys.Shape)
+			}
+			rows := keys.Shape[0]
+			vals, err := find(what, k, ValuesName(tb.Name))
+			if err != nil {
+				return err
+			}
+			if vals.DType != F32 || !slices.Equal(vals.Shape, []int64{rows, tb.Dim}) {
+				return bad("%s: %s values are %s %v, want F32 [%d %d]", what, m.Shards[k].File, vals.DType, vals.Shape, rows, tb.Dim)
+			}
+			for _, name := range slotNames(tb.Name, tb.Slots) {
+				t, err := find(what, k, name)
+				if err != nil {
+					return err
+				}
+				if len(t.Shape) == 0 || t.Shape[0] != rows {
+					return bad("%s: %s tensor %q has shape %v, want %d rows", what, m.Shards[k].File, name, t.Shape, rows)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func slotNames(base string, slots []string) []string {
+	out := make([]string, len(slots))
+	for i, s := range slots {
+		out[i] = SlotName(base, s)
+	}
+	return out
+}
+
+// WriteManifest completes the checkpoint at m.Step under dir by writing
+// dir/ckpt-<step>/manifest.json, atomically (temporary file, fsync, rename,
+// fsync of the directory). The chief calls it after every WriteShard of the
+// checkpoint has returned, with their ShardInfos in m.Shards. It validates
+// m, checks that each shard file is on disk with the recorded size (it does
+// not re-read them), and refuses (ErrExists) to replace a manifest.
+//
+// When it returns nil the checkpoint is durable. When it returns an error
+// the checkpoint may still have become visible (the rename happened but the
+// directory fsync failed); it is complete and correct if so.
+func WriteManifest(fsys vfs.FS, dir string, m Manifest) error {
+	if m.FormatVersion == 0 {
+		m.FormatVersion = FormatVersion
+	}
+	if m.FormatVersion != FormatVersion {
+		return fmt.Errorf("%w: format version %d (this writer writes %d)", ErrInvalid, m.FormatVersion, FormatVersion)
+	}
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	cdir := filepath.Join(dir, CheckpointName(m.Step))
+	if err := refuseComplete(fsys, cdir); err != nil {
+		return err
+	}
+	for _, s := range m.Shards {
+		fi, err := fsys.Stat(filepath.Join(cdir, s.File))
+		if err != nil {
+			return fmt.Errorf("checkpoint: write manifest: %w", err)
+		}
+		if fi.Size() != s.Size {
+			return fmt.Errorf("checkpoint: write manifest: %w", errorf(ErrSize, "%s is %d bytes on disk, its ShardInfo says %d", s.File, fi.Size(), s.Size))
+		}
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint: write manifest: %w", err)
+	}
+	b = append(b, '\n')
+	return writeAtomic(fsys, cdir, ManifestName, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+// readManifest reads and checks dir/ckpt-<step>/manifest.json. Errors are
+// reasons.
+func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
+	path := filepath.Join(cdir, ManifestName)
+	f, err := fsys.Open(path)
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("%s: %w", ManifestName, err)
+	}
+	if len(b) > MaxManifestSize {
+		return Manifest{}, errorf(ErrFormat, "%s: larger than %d bytes", ManifestName, MaxManifestSize)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, errorf(ErrFormat, "%s: %w", ManifestName, err)
+	}
+	switch {
+	case m.FormatVersion == 0:
+		return Manifest{}, errorf(ErrFormat, "%s: no format_version", ManifestName)
+	case m.FormatVersion > FormatVersion:
+		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, FormatVersion)
+	case m.Step != step:
+		return Manifest{}, errorf(ErrMismatch, "%s: step %d in the directory for step %d", ManifestName, m.Step, step)
+	}
+	if err := m.validate(); err != nil {
+		return Manifest{}, errorf(ErrFormat, "%s: %w", ManifestName, err)
+	}
+	return m, nil
+}

@@ -1,0 +1,392 @@
+package checkpoint
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+// Shard is what one parameter server saves: its part of the model as a flat
+// list of tensors, with the names following the conventions below, and
+// free-form string metadata.
+//
+// Naming conventions (see VariableInfo and TableInfo):
+//
+//	dense variable             "<var>"               its values, any shape
+//	optimizer state of it      "<var>/<slot>"        same shape, e.g. "hid_w/adam_m"
+//	sparse table keys          "<table>/keys"        U64 [n]
+//	sparse table values        "<table>/values"      F32 [n, dim]
+//	per-row state              "<table>/<slot>"      [n, dim] F32 (e.g. "emb/adagrad")
+//	                                                 or [n] I64 (e.g. "emb/updates")
+//
+// A Shard is plain data; nothing in it is shared or locked.
+type Shard struct {
+	// Step is the training step the shard's state reflects: its cut. In
+	// sync mode every shard has the checkpoint's step; in async mode the
+	// shards may cut at different steps.
+	Step int64
+	// Tensors in any order; the file holds them in file order (widest
+	// dtype first, then by name) and ReadShard returns them so.
+	Tensors []Tensor
+	// Meta is saved in the file's __metadata__. Keys beginning with
+	// "paramserv." are reserved.
+	Meta map[string]string
+}
+
+// Reserved __metadata__ keys, written by WriteShard and checked by
+// ReadShard, so a shard file describes itself to any safetensors reader.
+const (
+	metaPrefix    = "paramserv."
+	metaVersion   = metaPrefix + "format_version"
+	metaStep      = metaPrefix + "step"
+	metaShard     = metaPrefix + "shard"
+	metaNumShards = metaPrefix + "num_shards"
+)
+
+// Lookup returns the tensor called name, or an error wrapping ErrNoTensor.
+// It scans the list; for many lookups build a map with ByName.
+func (s Shard) Lookup(name string) (Tensor, error) {
+	for _, t := range s.Tensors {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return Tensor{}, fmt.Errorf("%w: %q", ErrNoTensor, name)
+}
+
+// ByName indexes the tensors by name.
+func (s Shard) ByName() map[string]Tensor {
+	m := make(map[string]Tensor, len(s.Tensors))
+	for _, t := range s.Tensors {
+		m[t.Name] = t
+	}
+	return m
+}
+
+// Float32s returns the elements of the F32 tensor called name.
+func (s Shard) Float32s(name string) ([]float32, error) {
+	t, err := s.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Float32s()
+}
+
+// Int64s returns the elements of the I64 tensor called name.
+func (s Shard) Int64s(name string) ([]int64, error) {
+	t, err := s.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Int64s()
+}
+
+// Uint64s returns the elements of the U64 tensor called name.
+func (s Shard) Uint64s(name string) ([]uint64, error) {
+	t, err := s.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Uint64s()
+}
+
+// SlotName is the tensor name of a variable's or table's state slot:
+// SlotName("hid_w", "adam_m") is "hid_w/adam_m".
+func SlotName(base, slot string) string { return base + "/" + slot }
+
+// KeysName is the tensor name of a sparse table's keys.
+func KeysName(table string) string { return SlotName(table, "keys") }
+
+// ValuesName is the tensor name of a sparse table's values.
+func ValuesName(table string) string { return SlotName(table, "values") }
+
+// CheckpointName is the directory name of the checkpoint at step:
+// "ckpt-<step>".
+func CheckpointName(step int64) string { return "ckpt-" + strconv.FormatInt(step, 10) }
+
+// ShardFileName is the file name of shard k of n: "shard-<k>-of-<n>.safetensors".
+func ShardFileName(k, n int) string {
+	return fmt.Sprintf("shard-%d-of-%d.safetensors", k, n)
+}
+
+// ManifestName is the manifest's file name inside a checkpoint directory.
+const ManifestName = "manifest.json"
+
+// tmpSuffix marks a file being written; it is renamed away when complete.
+const tmpSuffix = ".tmp"
+
+// parseCheckpointName returns the step of a "ckpt-<step>" name.
+func parseCheckpointName(name string) (int64, bool) {
+	s, ok := strings.CutPrefix(name, "ckpt-")
+	if !ok {
+		return 0, false
+	}
+	step, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || step < 0 || CheckpointName(step) != name {
+		return 0, false
+	}
+	return step, true
+}
+
+// WriteShard saves shard k of n of the checkpoint at step under dir, as
+// dir/ckpt-<step>/shard-<k>-of-<n>.safetensors, and returns the ShardInfo
+// the chief puts in the manifest.
+//
+// The file is written to a temporary name, fsynced, closed, renamed into
+// place, and the directory fsynced, so the file appears whole or not at
+// all; directories it creates are fsynced into their parents. Each
+// parameter server calls WriteShard for its own k, concurrently with the
+// others. It refuses (ErrExists) to write into a checkpoint whose manifest
+// exists. On error no file is left under the final name by this call
+// (though one from an earlier call may remain).
+func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardInfo, error) {
+	switch {
+	case step < 0:
+		return ShardInfo{}, fmt.Errorf("%w: step %d is negative", ErrInvalid, step)
+	case n < 1 || k < 0 || k >= n:
+		return ShardInfo{}, fmt.Errorf("%w: shard %d of %d", ErrInvalid, k, n)
+	case s.Step < 0:
+		return ShardInfo{}, fmt.Errorf("%w: shard step %d is negative", ErrInvalid, s.Step)
+	}
+	if err := checkTensors(s.Tensors); err != nil {
+		return ShardInfo{}, err
+	}
+	meta := make(map[string]string, len(s.Meta)+4)
+	for key, v := range s.Meta {
+		if strings.HasPrefix(key, metaPrefix) {
+			return ShardInfo{}, fmt.Errorf("%w: metadata key %q: the prefix %q is reserved", ErrInvalid, key, metaPrefix)
+		}
+		meta[key] = v
+	}
+	meta[metaVersion] = strconv.Itoa(FormatVersion)
+	meta[metaStep] = strconv.FormatInt(s.Step, 10)
+	meta[metaShard] = strconv.Itoa(k)
+	meta[metaNumShards] = strconv.Itoa(n)
+
+	cdir := filepath.Join(dir, CheckpointName(step))
+	if err := mkdirAllDurable(fsys, cdir); err != nil {
+		return ShardInfo{}, fmt.Errorf("checkpoint: write shard %d of %d: %w", k, n, err)
+	}
+	if err := refuseComplete(fsys, cdir); err != nil {
+		return ShardInfo{}, err
+	}
+	name := ShardFileName(k, n)
+	h := sha256.New()
+	var size int64
+	err := writeAtomic(fsys, cdir, name, func(w io.Writer) error {
+		var err error
+		size, err = EncodeSafetensors(io.MultiWriter(w, h), s.Tensors, meta)
+		return err
+	})
+	if err != nil {
+		return ShardInfo{}, err
+	}
+	info := ShardInfo{
+		Index:   k,
+		File:    name,
+		Size:    size,
+		SHA256:  hex.EncodeToString(h.Sum(nil)),
+		Step:    s.Step,
+		Tensors: make([]TensorInfo, len(s.Tensors)),
+	}
+	for i, t := range fileOrder(s.Tensors) {
+		info.Tensors[i] = t.Info()
+	}
+	return info, nil
+}
+
+// refuseComplete returns ErrExists if the checkpoint directory has a
+// manifest.
+func refuseComplete(fsys vfs.FS, cdir string) error {
+	if _, err := fsys.Stat(filepath.Join(cdir, ManifestName)); err == nil {
+		return fmt.Errorf("%w: %s has a manifest", ErrExists, cdir)
+	}
+	return nil
+}
+
+// writeAtomic writes dir/name through a temporary file: create name.tmp,
+// write, fsync, close, rename to name, fsync dir. On failure it removes the
+// temporary file (best effort).
+func writeAtomic(fsys vfs.FS, dir, name string, write func(io.Writer) error) (err error) {
+	final := filepath.Join(dir, name)
+	tmp := final + tmpSuffix
+	f, err := fsys.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("checkpoint: write %s: %w", final, err)
+	}
+	closed := false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			fsys.Remove(tmp)
+			err = fmt.Errorf("checkpoint: write %s: %w", final, err)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	closed = true
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fsys.Rename(tmp, final); err != nil {
+		return err
+	}
+	return fsys.SyncDir(dir)
+}
+
+// mkdirAllDurable creates dir and its missing parents, and fsyncs the
+// parent of each directory it created so the new entries survive a crash.
+func mkdirAllDurable(fsys vfs.FS, dir string) error {
+	var created []string // deepest first
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadShard reads shard k of the checkpoint m describes, from
+// dir/ckpt-<m.Step>. It checks the file's size and SHA-256 against the
+// manifest and its tensors and self-description against the ShardInfo, and
+// returns an error, never partial data, if any differ. Meta holds the
+// file's metadata less the reserved keys.
+func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
+	if k < 0 || k >= len(m.Shards) {
+		return Shard{}, fmt.Errorf("%w: shard %d of a %d-shard checkpoint", ErrInvalid, k, len(m.Shards))
+	}
+	if err := m.Validate(); err != nil {
+		return Shard{}, err
+	}
+	cdir := filepath.Join(dir, CheckpointName(m.Step))
+	s, err := readShard(fsys, cdir, m, k, true)
+	if err != nil {
+		return Shard{}, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
+	}
+	return s, nil
+}
+
+// readShard reads (withData) or only verifies shard k. Errors are reasons
+// that start with the shard's file name.
+func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shard, error) {
+	si := m.Shards[k]
+	path := filepath.Join(cdir, si.File)
+	fail := func(err error) (Shard, error) { return Shard{}, fmt.Errorf("%s: %w", si.File, err) }
+	fi, err := fsys.Stat(path)
+	if err != nil {
+		return Shard{}, fileError(si.File, err)
+	}
+	if fi.Size() != si.Size {
+		what := "truncated"
+		if fi.Size() > si.Size {
+			what = "too long"
+		}
+		return fail(errorf(ErrSize, "%s: %d bytes on disk, manifest says %d", what, fi.Size(), si.Size))
+	}
+	f, err := fsys.Open(path)
+	if err != nil {
+		return Shard{}, fileError(si.File, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	r := io.TeeReader(bufio.NewReaderSize(f, 1<<20), h)
+	var hdr Header
+	var tensors []Tensor
+	if withData {
+		hdr, tensors, err = DecodeSafetensors(r, si.Size)
+	} else {
+		hdr, err = ReadHeader(r, si.Size)
+	}
+	// Hash to the end whatever the parse said: a checksum mismatch is the
+	// better explanation of a bad header.
+	if _, cerr := io.Copy(io.Discard, r); cerr != nil {
+		return fail(cerr)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
+		return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	s, err := checkAgainstManifest(hdr, tensors, m, k)
+	if err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+func abbrev(sum string) string {
+	if len(sum) > 12 {
+		return sum[:12]
+	}
+	return sum
+}
+
+// checkAgainstManifest compares a shard's header with its ShardInfo and
+// builds the Shard.
+func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shard, error) {
+	si := m.Shards[k]
+	want := map[string]string{
+		metaVersion:   strconv.Itoa(m.FormatVersion),
+		metaStep:      strconv.FormatInt(si.Step, 10),
+		metaShard:     strconv.Itoa(k),
+		metaNumShards: strconv.Itoa(len(m.Shards)),
+	}
+	for key, v := range want {
+		if got, ok := hdr.Meta[key]; !ok || got != v {
+			return Shard{}, errorf(ErrMismatch, "metadata %s is %q, manifest implies %q", key, got, v)
+		}
+	}
+	if len(hdr.Tensors) != len(si.Tensors) {
+		return Shard{}, errorf(ErrMismatch, "file has %d tensors, manifest lists %d", len(hdr.Tensors), len(si.Tensors))
+	}
+	for i, e := range hdr.Tensors {
+		w := si.Tensors[i]
+		if e.Name != w.Name || e.DType != w.DType || !slices.Equal(e.Shape, w.Shape) {
+			return Shard{}, errorf(ErrMismatch, "tensor %d is %q %s %v in the file, %q %s %v in the manifest", i, e.Name, e.DType, e.Shape, w.Name, w.DType, w.Shape)
+		}
+	}
+	s := Shard{Step: si.Step, Tensors: tensors}
+	for key, v := range hdr.Meta {
+		if !strings.HasPrefix(key, metaPrefix) {
+			if s.Meta == nil {
+				s.Meta = map[string]string{}
+			}
+			s.Meta[key] = v
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,58 @@
+// Package vfs is the small filesystem interface the checkpoint code writes
+// through, with two implementations: OS, the real disk, and Mem, an
+// in-memory fake that can inject errors (a full disk on the Nth write, a
+// failed fsync) and simulate a crash that loses everything not yet made
+// durable. Tests of crash safety run against Mem; the same code runs against
+// OS in production.
+//
+// The interface follows the shape of pebble's vfs.FS, cut down to what an
+// atomic "write temp, fsync, rename, fsync directory" sequence needs.
+//
+// Durability contract (what Mem simulates and what callers must assume of a
+// real disk): a file's contents are durable once File.Sync has returned; a
+// directory entry (a created, renamed or removed name) is durable once
+// SyncDir of the directory holding it has returned. Anything else may be lost
+// in a crash.
+package vfs
+
+import (
+	"io"
+	"io/fs"
+	"os"
+)
+
+// File is an open file. A File is used by one goroutine at a time.
+type File interface {
+	io.Reader
+	io.Writer
+	io.Closer
+	// Sync makes the file's contents durable (fsync).
+	Sync() error
+}
+
+// FS is a filesystem. Implementations are safe for concurrent use.
+//
+// Names are slash- or OS-separated paths as accepted by package filepath.
+// Errors are *fs.PathError or *os.LinkError values wrapping the cause, so
+// errors.Is(err, fs.ErrNotExist) and errors.Is(err, syscall.ENOSPC) work.
+type FS interface {
+	// Create creates or truncates the named file and opens it for reading
+	// and writing. The parent directory must exist.
+	Create(name string) (File, error)
+	// Open opens the named file for reading.
+	Open(name string) (File, error)
+	// Rename atomically replaces newname with oldname. The new name is
+	// durable only after SyncDir of its directory.
+	Rename(oldname, newname string) error
+	// Remove removes a file or an empty directory.
+	Remove(name string) error
+	// MkdirAll creates a directory and any missing parents.
+	MkdirAll(dir string, perm os.FileMode) error
+	// ReadDir lists a directory, sorted by name.
+	ReadDir(dir string) ([]fs.DirEntry, error)
+	// Stat describes the named file or directory.
+	Stat(name string) (fs.FileInfo, error)
+	// SyncDir makes the directory's entries durable (fsync of the
+	// directory): files created, renamed into or removed from it.
+	SyncDir(dir string) error
+}
