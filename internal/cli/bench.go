@@ -28,7 +28,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	denseBytes := fs.String("dense_bytes", "1M,16M,64M", "sizes of the dense case's variable, in bytes; K, M, G are binary (1M = 1048576)")
 	sparseKeys := fs.String("sparse_keys", "100k,1M", "keys per sparse operation; k and M are decimal (100k = 100000, 1M = 1000000)")
 	dims := fs.String("dim", "1,8", "row widths of the sparse case's table")
-	cases := fs.String("cases", "tiny,dense,sparse", "cases to run: tiny, dense, sparse")
+	cases := fs.String("cases", "tiny,dense,sparse", "cases to run: tiny, dense, sparse (may be empty with --mem_ops)")
 	ops := fs.String("op", "push,pull,pushpull", "operations to measure: push, pull, pushpull")
 	reps := fs.Int("reps", 0, "timed repetitions of each operation (default: tiny 500; dense over 16M and sparse over 100k keys 10; otherwise 20)")
 	warmup := fs.Int("warmup", -1, "untimed repetitions before the timed ones (default: tiny 50; large cases 2; otherwise 3)")
@@ -70,8 +70,9 @@ Flags:
 		}
 		return 2
 	}
+	var err error
 	if *baselineServer {
-		if err := bench.RunBaselineServer(os.Stdin, stdout); err != nil {
+		if err = bench.RunBaselineServer(os.Stdin, stdout); err != nil {
 			fmt.Fprintf(stderr, "paramserv bench --baseline_server: %v\n", err)
 			return 1
 		}
@@ -90,9 +91,12 @@ Flags:
 	if *reps < 0 || *warmup < -1 || *memOps < 0 || *memDim < 1 || *splitBytes < 0 {
 		return bad("--reps, --warmup, --mem_ops and --split_bytes must be >= 0 and --mem_dim >= 1")
 	}
-	kinds, err := pickList(*cases, "--cases", bench.Tiny, bench.Dense, bench.Sparse)
-	if err != nil {
-		return bad("%v", err)
+	var kinds []bench.Kind
+	if strings.TrimSpace(*cases) != "" || *memOps == 0 {
+		kinds, err = pickList(*cases, "--cases", bench.Tiny, bench.Dense, bench.Sparse)
+		if err != nil {
+			return bad("%v", err)
+		}
 	}
 	opList, err := pickList(*ops, "--op", bench.Ops...)
 	if err != nil {
