@@ -1,0 +1,140 @@
+package trainer
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/data/mnist"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/models/mlp"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/testutil"
+)
+
+// BenchmarkMNIST measures the PS overhead on the MNIST MLP (batch 100,
+// hidden 100, Adam): examples per second per worker and the split of a step
+// into compute, push and pull, for the same model trained in one process
+// with no ps at all, and through a ps on loopback with 1 and 2 workers.
+// Everything runs in this process, so the workers and the ps share the
+// machine's cores as a local cluster would.
+//
+//	go test -run ^$ -bench MNIST -benchtime 500x ./internal/trainer/
+func BenchmarkMNIST(b *testing.B) {
+	dir := testutil.DataDir(b, "mnist")
+	data, err := mnist.Load(dir + "/mnist")
+	if err != nil {
+		b.Fatal(err)
+	}
+	adam := optim.Config{Name: "adam", LearningRate: 0.01}
+	newModel := func(b *testing.B, worker, workers int) *mlp.Model {
+		m, err := mlp.NewWithData(model.Config{Worker: worker, NumWorkers: workers, Seed: 1, BatchSize: 100, HiddenUnits: 100}, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
+
+	b.Run("single-process", func(b *testing.B) {
+		m := newModel(b, 0, 1)
+		rule, _ := optim.New(adam)
+		p, g := m.Init(1), model.NewParams(m.Variables())
+		state := map[string][][]float32{}
+		for _, v := range m.Variables() {
+			state[v.Name] = [][]float32{make([]float32, v.Size()), make([]float32, v.Size())}
+		}
+		var compute, apply time.Duration
+		b.ResetTimer()
+		for i := range b.N {
+			t0 := time.Now()
+			if _, err := m.ComputeGradients(p, g); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			for _, v := range m.Variables() {
+				rule.Update(p[v.Name], g[v.Name], state[v.Name], int64(i+1))
+			}
+			compute += t1.Sub(t0)
+			apply += time.Since(t1)
+		}
+		b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "examples/s/worker")
+		b.ReportMetric(ms(compute, b.N), "compute-ms/step")
+		b.ReportMetric(ms(apply, b.N), "apply-ms/step")
+	})
+
+	for _, workers := range []int{1, 2} {
+		b.Run(map[int]string{1: "ps-1worker", 2: "ps-2workers"}[workers], func(b *testing.B) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go server.ServeListener(ctx, lis, server.New(server.Config{NumWorkers: workers}))
+			addrs := []string{lis.Addr().String()}
+			models := make([]*mlp.Model, workers)
+			clients := make([]*client.Client, workers)
+			for w := range workers {
+				models[w] = newModel(b, w, workers)
+				clients[w], err = client.New(addrs, models[w].Variables(), client.Options{Worker: w})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer clients[w].Close()
+			}
+			if _, err := clients[0].WaitReady(ctx, false); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := clients[0].Init(ctx, models[0].Init(1), client.InitOptions{Optimizer: adam, NumWorkers: workers}); err != nil {
+				b.Fatal(err)
+			}
+			var compute, push, pull time.Duration
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, m := clients[w], models[w]
+					p, g := model.NewParams(m.Variables()), model.NewParams(m.Variables())
+					var tc, tpush, tpull time.Duration
+					for range b.N {
+						t0 := time.Now()
+						step, err := c.Pull(ctx, 0, p)
+						t1 := time.Now()
+						if err == nil {
+							_, err = m.ComputeGradients(p, g)
+						}
+						t2 := time.Now()
+						if err == nil {
+							_, _, err = c.Push(ctx, step, g)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						tpull += t1.Sub(t0)
+						tc += t2.Sub(t1)
+						tpush += time.Since(t2)
+					}
+					mu.Lock()
+					compute, push, pull = compute+tc, push+tpush, pull+tpull
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			n := b.N * workers
+			b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "examples/s/worker")
+			b.ReportMetric(ms(compute, n), "compute-ms/step")
+			b.ReportMetric(ms(push, n), "push-ms/step")
+			b.ReportMetric(ms(pull, n), "pull-ms/step")
+		})
+	}
+}
+
+func ms(d time.Duration, n int) float64 { return d.Seconds() * 1000 / float64(n) }
