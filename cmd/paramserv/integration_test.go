@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,10 +188,15 @@ func TestLocalAsyncLinreg(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 	out := p.output()
-	for _, want := range []string{"[ps0] ", "[ps1] ", "[worker0] ", "[worker1] ", "step: 100, weight: ", "all 4 processes exited 0"} {
+	for _, want := range []string{"[ps0] ", "[ps1] ", "[worker0] ", "[worker1] ", "all 4 processes exited 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+	// The TensorFlow example's progress line (global step: async workers
+	// interleave, so any step).
+	if !regexp.MustCompile(`step: \d+, weight: \d+\.\d+, bias: \d+\.\d+, loss: \d+\.\d+`).MatchString(out) {
+		t.Errorf("output lacks the progress line step: N, weight: W, bias: B, loss: L")
 	}
 }
 
@@ -556,4 +563,135 @@ func TestMNISTFull(t *testing.T) {
 	if r.TestAccuracy < 0.85 {
 		t.Errorf("fashion-mnist: test accuracy %.4f, want >= 0.85", r.TestAccuracy)
 	}
+}
+
+// findChild returns the pid of local's child running job/index.
+func findChild(t *testing.T, localPid int, job string, index int) int {
+	t.Helper()
+	for _, pid := range childrenOf(localPid) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if slices.Contains(args, "--job_name="+job) && slices.Contains(args, fmt.Sprintf("--task_index=%d", index)) {
+			return pid
+		}
+	}
+	t.Fatalf("no %s %d among the children of %d", job, index, localPid)
+	return 0
+}
+
+// waitCount waits until s appears n times in the output.
+func (p *proc) waitCount(t *testing.T, s string, n int, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for strings.Count(p.output(), s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s printed %q %d times, want %d", p.name, s, strings.Count(p.output(), s), n)
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before printing %q %d times", p.name, s, n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Fault tests: kill -9 a ps, a worker or the chief in the middle of a job
+// run by paramserv local (which restarts it). The job finishes with the
+// accuracy it would have had, the log says what was lost, and no process is
+// left behind.
+func TestKillAndRecover(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("fault tests take a while; run without -short (CI runs them)")
+	}
+	for _, tc := range []struct {
+		name  string
+		job   string
+		index int
+		sync  bool
+		want  string // a log line that shows the recovery
+	}{
+		{"ps-async", "ps", 1, false, "steps lost"},
+		{"ps-sync", "ps", 0, true, "steps lost"},
+		{"worker-async", "worker", 1, false, "worker1 exited unexpectedly"},
+		{"worker-sync", "worker", 1, true, "worker1 exited unexpectedly"},
+		{"chief-async", "worker", 0, false, "training goes on from global step"},
+		{"chief-sync", "worker", 0, true, "training goes on from global step"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			res := filepath.Join(dir, "result.json")
+			args := []string{"local", "--ps=2", "--workers=2", "--model=linreg", "--train_steps=12000", "--steps_to_validate=1000",
+				"--checkpoint_dir=" + filepath.Join(dir, "ckpt"), "--save_steps=500", "--sync_timeout=1m", "--result_file=" + res}
+			if tc.sync {
+				args = append(args, "--sync_replicas")
+			}
+			p := start(t, "local", nil, args...)
+			p.waitCount(t, "saved checkpoint of step", 3, time.Minute)
+			victim := findChild(t, p.cmd.Process.Pid, tc.job, tc.index)
+			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			children := childrenOf(p.cmd.Process.Pid)
+			if code := p.wait(t, 3*time.Minute); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			out := p.output()
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q", tc.want)
+			}
+			r := readResult(t, res)
+			checkLinreg(t, r)
+			if r.GlobalStep < 12000 {
+				t.Errorf("global step %d, want >= 12000", r.GlobalStep)
+			}
+			for _, pid := range append(children, victim) {
+				if alive(pid) {
+					t.Errorf("process %d outlived the job", pid)
+				}
+			}
+		})
+	}
+}
+
+// A damaged newest checkpoint: ckpt ls reports it, and a cluster started on
+// the directory restores the one before it, saying so.
+func TestDamagedCheckpoint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=1", "--train_steps=1000", "--checkpoint_dir="+dir, "--save_steps=400")
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	shard := filepath.Join(dir, "ckpt-1000", "shard-1-of-2.safetensors")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ls := start(t, "ckpt ls", nil, "ckpt", "ls", dir)
+	if code := ls.wait(t, time.Minute); code != 0 {
+		t.Fatalf("ckpt ls exit %d", code)
+	}
+	if out := ls.output(); !strings.Contains(out, "ckpt-1000") || !strings.Contains(out, "damaged") || !strings.Contains(out, "checksum") || !strings.Contains(out, "ckpt-800") {
+		t.Fatalf("ckpt ls does not report the damage:\n%s", out)
+	}
+	inspect := start(t, "ckpt inspect", nil, "ckpt", "inspect", dir)
+	if code := inspect.wait(t, time.Minute); code != 0 || !strings.Contains(inspect.output(), "weight") {
+		t.Fatalf("ckpt inspect exit %d:\n%s", code, inspect.output())
+	}
+	res := filepath.Join(t.TempDir(), "r.json")
+	p = start(t, "local", nil, "local", "--ps=2", "--workers=1", "--train_steps=1500", "--checkpoint_dir="+dir, "--save_steps=400", "--result_file="+res)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := p.output()
+	if !strings.Contains(out, "ckpt-1000 damaged") || !strings.Contains(out, "restored checkpoint of step 800") {
+		t.Fatalf("the restart does not say it skipped the damaged checkpoint:\n%s", out)
+	}
+	checkLinreg(t, readResult(t, res))
 }

@@ -18,6 +18,9 @@ func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	numPS := fs.Int("ps", 1, "number of ps processes")
 	numWorkers := fs.Int("workers", 2, "number of worker processes")
+	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
+	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
+	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times")
 	f := defineTrainFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
@@ -51,7 +54,7 @@ Flags:
 	var clusterFlag string
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
-		case "ps", "workers":
+		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
 		case "ps_hosts", "worker_hosts", "job_name", "task_index":
 			clusterFlag = fl.Name
 		case "result_file":
@@ -81,6 +84,7 @@ Flags:
 		NumPS: *numPS, NumWorkers: *numWorkers,
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief,
 		Out: stdout, Logf: logf,
+		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 	})
 	if err != nil {
 		logf("%v", err)

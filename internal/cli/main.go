@@ -15,6 +15,7 @@ Commands:
   local   run a whole cluster on this machine as separate processes
   bench   measure push, pull and pushpull against local ps, and verify them
   data    fetch public data sets (mnist, fashion-mnist) with checksums
+  ckpt    list and inspect checkpoints
 
 Run 'paramserv <command> --help' for a command's flags.
 `
@@ -34,6 +35,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Bench(ctx, args[1:], stdout, stderr)
 	case "data":
 		return Data(ctx, args[1:], stdout, stderr)
+	case "ckpt":
+		return Ckpt(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

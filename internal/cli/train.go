@@ -42,6 +42,10 @@ type trainFlags struct {
 	numFeatures                              uint64
 	skipBad                                  bool
 	minCount, evictAfter                     int64
+	checkpointDir, syncOnTimeout             string
+	saveSteps                                int64
+	saveEvery, recoveryTimeout, syncTimeout   time.Duration
+	keep                                     int
 	ignored                                  map[string]*string
 }
 
@@ -87,6 +91,14 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.BoolVar(&f.skipBad, "skip_bad_lines", false, "sparse_lr: skip and count malformed data lines instead of failing")
 	fs.Int64Var(&f.minCount, "min_count", 0, "sparse tables: a key gets a row only after it has been seen this many times (0: at once)")
 	fs.Int64Var(&f.evictAfter, "evict_after_steps", 0, "sparse tables: drop rows not touched for this many global steps (0: never)")
+	fs.StringVar(&f.checkpointDir, "checkpoint_dir", "", "directory of checkpoints, shared by the chief and every ps: the chief saves there, a ps restores the latest valid one at start")
+	fs.Int64Var(&f.saveSteps, "save_steps", 0, "the chief saves a checkpoint every this many global steps (0: by time only)")
+	f.saveEvery = 10 * time.Minute
+	fs.Var(secondsValue{&f.saveEvery}, "save_model_secs", "the chief saves a checkpoint this often, in seconds (600) or as a duration (10m); 0: by steps only")
+	fs.IntVar(&f.keep, "keep_checkpoints", 5, "how many complete checkpoints to keep")
+	fs.DurationVar(&f.recoveryTimeout, "recovery_timeout", 5*time.Minute, "how long a worker waits for a failed ps to come back before it gives up")
+	fs.DurationVar(&f.syncTimeout, "sync_timeout", 10*time.Minute, "synchronous training: how long a step waits for missing gradients (0: forever)")
+	fs.StringVar(&f.syncOnTimeout, "sync_on_timeout", "fail", "synchronous training, when --sync_timeout passes: fail (name the missing workers and stop) or proceed (complete the step with the gradients that came)")
 	fs.BoolVar(&f.psWaitForever, "ps_wait_forever", false, "keep the ps running after every worker has finished (TensorFlow's behaviour)")
 	for _, name := range ignoredTFFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
@@ -155,6 +167,18 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	}
 	if f.inputFormat != "libsvm" && f.inputFormat != "criteo" {
 		return cfg, fmt.Errorf("--input_format=%q: want libsvm or criteo", f.inputFormat)
+	}
+	cfg.CheckpointDir, cfg.SaveSteps, cfg.SaveEvery, cfg.KeepCheckpoints = f.checkpointDir, f.saveSteps, f.saveEvery, f.keep
+	cfg.RecoveryTimeout, cfg.SyncTimeout = f.recoveryTimeout, f.syncTimeout
+	switch f.syncOnTimeout {
+	case "fail":
+	case "proceed":
+		cfg.SyncProceed = true
+	default:
+		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
+	}
+	if f.saveSteps < 0 || f.saveEvery < 0 || f.keep < 1 || f.syncTimeout < 0 || f.recoveryTimeout <= 0 {
+		return cfg, fmt.Errorf("--save_steps, --save_model_secs and --sync_timeout must be >= 0, --keep_checkpoints >= 1 and --recovery_timeout > 0")
 	}
 	if f.minCount < 0 || f.evictAfter < 0 {
 		return cfg, fmt.Errorf("--min_count and --evict_after_steps must be >= 0, got %d and %d", f.minCount, f.evictAfter)
@@ -262,4 +286,28 @@ func localProbeCluster(numPS, numWorkers int) cluster.Flags {
 	}
 	f.PSHosts, f.WorkerHosts = f.PSHosts[1:], f.WorkerHosts[1:]
 	return f
+}
+
+// secondsValue is a duration flag that also takes a plain number of
+// seconds, as TensorFlow's --save_model_secs=60 does.
+type secondsValue struct{ d *time.Duration }
+
+func (s secondsValue) String() string {
+	if s.d == nil {
+		return ""
+	}
+	return s.d.String()
+}
+
+func (s secondsValue) Set(v string) error {
+	if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 {
+		*s.d = time.Duration(n * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want seconds (60) or a duration (1m30s), got %q", v)
+	}
+	*s.d = d
+	return nil
 }

@@ -151,19 +151,25 @@ func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
 					return err
 				}
 				resp, dropped[i] = r, r.Push.GetDropped()
+				if err := c.checkIncarnation(i, r.Incarnation); err != nil {
+					return err
+				}
 			case push != nil:
 				r, err := c.ps[i].Push(ctx, push)
 				if err != nil {
 					return err
 				}
 				steps[i], dropped[i] = r.GlobalStep, r.Dropped
-				return nil
+				return c.checkIncarnation(i, r.Incarnation)
 			case pull != nil:
 				r, err := c.ps[i].Pull(ctx, pull)
 				if err != nil {
 					return err
 				}
 				resp = r
+				if err := c.checkIncarnation(i, r.Incarnation); err != nil {
+					return err
+				}
 			default:
 				return nil
 			}

@@ -57,8 +57,9 @@ type Client struct {
 	// tableDim is the row width of each sparse table.
 	tableDim map[string]int
 
-	mu   sync.Mutex // guards sync
-	sync bool       // the cluster trains synchronously (learned from Init or Status)
+	mu           sync.Mutex // guards sync and incarnations
+	sync         bool       // the cluster trains synchronously (learned from Init or Status)
+	incarnations []uint64   // per ps, the incarnation last seen (0: none yet)
 }
 
 // New prepares a client for the ps at addrs and the model's variables. It
@@ -74,7 +75,7 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{opts: opts, addrs: addrs, plan: plan, varOf: make(map[string]string), part: make(map[string]placement.Part), byPS: make([][]placement.Part, len(addrs))}
+	c := &Client{opts: opts, addrs: addrs, plan: plan, incarnations: make([]uint64, len(addrs)), varOf: make(map[string]string), part: make(map[string]placement.Part), byPS: make([][]placement.Part, len(addrs))}
 	for ps := range addrs {
 		c.byPS[ps] = plan.OnPS(ps)
 	}
@@ -162,6 +163,7 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 			}
 		}
 		if len(waiting) == 0 {
+			c.Remember(statuses)
 			if needInit {
 				c.mu.Lock()
 				c.sync = statuses[0].Mode == "sync"
@@ -197,7 +199,22 @@ type InitOptions struct {
 	NumWorkers          int
 	GlobalStep          int64
 	MaxStaleness        int64
+	// SyncTimeout bounds how long a synchronous step waits for missing
+	// gradients (0: forever); then it completes with those that came when
+	// SyncProceed, else the job fails naming the missing workers.
+	SyncTimeout time.Duration
+	SyncProceed bool
 }
+
+// IsSync reports whether the cluster trains synchronously, as the ps said
+// (after WaitReady with needInit, or Init).
+func (c *Client) IsSync() bool { return c.isSync() }
+
+// Tables returns the sparse tables the client was made with.
+func (c *Client) Tables() []model.Table { return c.opts.Tables }
+
+// Addr returns the address of ps i.
+func (c *Client) Addr(i int) string { return c.addrs[i] }
 
 // Init sends every ps its part of the initial values and the training mode.
 // It returns the global step (the ps's own if they were already
@@ -223,6 +240,9 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 			NumWorkers:          int32(o.NumWorkers),
 			GlobalStep:          o.GlobalStep,
 			MaxStaleness:        o.MaxStaleness,
+			SyncTimeoutMs:       o.SyncTimeout.Milliseconds(),
+			SyncProceed:         o.SyncProceed,
+			SplitBytes:          int64(c.opts.SplitBytes),
 		}
 		for _, t := range c.opts.Tables {
 			req.Tables = append(req.Tables, &pb.TableSpec{
@@ -251,6 +271,12 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 	c.mu.Lock()
 	c.sync = o.Sync
 	c.mu.Unlock()
+	if st, err := c.Status(ctx); err == nil {
+		c.Remember(st)
+		c.mu.Lock()
+		c.sync = st[0].Mode == "sync"
+		c.mu.Unlock()
+	}
 	return steps[0], nil
 }
 

@@ -181,3 +181,18 @@ func (t *Tracker) SetStep(step int64) {
 	clear(t.contributed)
 	t.count = 0
 }
+
+// ForceComplete completes the current synchronous step with the gradients
+// that have arrived (a step timeout with "proceed"), moves to the next step
+// and returns how many there were (the caller averages over them). It
+// returns 0 and changes nothing when none has arrived or in async mode.
+func (t *Tracker) ForceComplete() int {
+	if !t.cfg.Sync || t.count == 0 {
+		return 0
+	}
+	n := t.count
+	clear(t.contributed)
+	t.count = 0
+	t.step++
+	return n
+}

@@ -39,13 +39,22 @@ type Config struct {
 	// PSExitTimeout is how long the ps may take to exit once every worker
 	// has (30s if 0).
 	PSExitTimeout time.Duration
+	// RestartPS restarts a ps that exits unexpectedly while workers run;
+	// RestartWorkers restarts a worker killed by a signal (a worker that
+	// exits with an error is not restarted: the error would come again).
+	// Each process is restarted at most MaxRestarts times (3 if 0).
+	RestartPS, RestartWorkers bool
+	MaxRestarts               int
 }
 
 type child struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited and its output is drained
-	err  error         // the exit error, set before done closes
+	name     string
+	job      string
+	args     []string
+	restarts int
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited and its output is drained
+	err      error         // the exit error, set before done closes
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1. They are held
@@ -99,53 +108,58 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var outMu sync.Mutex
 	var children []*child
-	start := func(job string, index int) error {
-		args := []string{cfg.Subcommand, "--job_name=" + job, fmt.Sprintf("--task_index=%d", index),
-			"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}
-		args = append(args, cfg.Args...)
-		if job == "worker" && index == 0 {
-			args = append(args, cfg.ChiefArgs...)
-		}
-		c := &child{name: fmt.Sprintf("%s%d", job, index), done: make(chan struct{})}
-		c.cmd = exec.Command(cfg.Exe, args...)
-		c.cmd.Env = withoutTFConfig(os.Environ())
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		out, err := c.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		c.cmd.Stderr = c.cmd.Stdout // one stream, so lines keep their order
-		if err := c.cmd.Start(); err != nil {
-			return fmt.Errorf("local: starting %s: %w", c.name, err)
-		}
-		children = append(children, c)
-		go func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			prefix := "[" + c.name + "] "
-			for sc.Scan() {
-				outMu.Lock()
-				fmt.Fprintf(cfg.Out, "%s%s\n", prefix, sc.Bytes())
-				outMu.Unlock()
+	for _, role := range []struct {
+		job string
+		n   int
+	}{{"ps", cfg.NumPS}, {"worker", cfg.NumWorkers}} {
+		for i := range role.n {
+			args := []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
+				"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}
+			args = append(args, cfg.Args...)
+			if role.job == "worker" && i == 0 {
+				args = append(args, cfg.ChiefArgs...)
 			}
-			c.err = c.cmd.Wait()
-			close(c.done)
-		}()
-		return nil
-	}
-	for i := 0; i < cfg.NumPS; i++ {
-		if err := start("ps", i); err != nil {
-			stopAll(children, cfg.Grace)
-			return err
+			c := &child{name: fmt.Sprintf("%s%d", role.job, i), job: role.job, args: args}
+			if err := c.start(cfg, &outMu); err != nil {
+				stopAll(children, cfg.Grace)
+				return err
+			}
+			children = append(children, c)
 		}
 	}
-	for i := 0; i < cfg.NumWorkers; i++ {
-		if err := start("worker", i); err != nil {
-			stopAll(children, cfg.Grace)
-			return err
-		}
+	return supervise(ctx, cfg, children, &outMu)
+}
+
+// start starts (or restarts) the child's process and a goroutine that
+// copies its output, prefixed, and records its exit.
+func (c *child) start(cfg Config, outMu *sync.Mutex) error {
+	c.done = make(chan struct{})
+	c.err = nil
+	c.cmd = exec.Command(cfg.Exe, c.args...)
+	c.cmd.Env = withoutTFConfig(os.Environ())
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return err
 	}
-	return supervise(ctx, cfg, children)
+	c.cmd.Stderr = c.cmd.Stdout // one stream, so lines keep their order
+	if err := c.cmd.Start(); err != nil {
+		return fmt.Errorf("local: starting %s: %w", c.name, err)
+	}
+	done := c.done
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		prefix := "[" + c.name + "] "
+		for sc.Scan() {
+			outMu.Lock()
+			fmt.Fprintf(cfg.Out, "%s%s\n", prefix, sc.Bytes())
+			outMu.Unlock()
+		}
+		c.err = c.cmd.Wait()
+		close(done)
+	}()
+	return nil
 }
 
 // withoutTFConfig drops TF_CONFIG from env: the children get their roles
@@ -160,26 +174,44 @@ func withoutTFConfig(env []string) []string {
 	return out
 }
 
-// supervise waits for the children: success when all exit 0; otherwise it
-// stops the rest and reports.
-func supervise(ctx context.Context, cfg Config, children []*child) error {
+// supervise waits for the children: success when all exit 0; a crashed
+// process is restarted where the config allows; otherwise it stops the rest
+// and reports.
+func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.Mutex) error {
+	if cfg.MaxRestarts <= 0 {
+		cfg.MaxRestarts = 3
+	}
 	exited := make(chan *child, len(children))
+	watch := func(c *child) {
+		done := c.done
+		go func() { <-done; exited <- c }()
+	}
 	for _, c := range children {
-		go func() { <-c.done; exited <- c }()
+		watch(c)
 	}
 	workersLeft := cfg.NumWorkers
 	var psDeadline <-chan time.Time
 	for remaining := len(children); remaining > 0; {
 		select {
 		case c := <-exited:
-			remaining--
 			if c.err != nil {
-				cfg.Logf("%s failed: %v; stopping the other processes", c.name, describe(c.err))
+				if restartable(cfg, c, workersLeft) {
+					c.restarts++
+					cfg.Logf("%s exited unexpectedly (%s); restarting it (restart %d of %d)", c.name, describe(c.err), c.restarts, cfg.MaxRestarts)
+					if err := c.start(cfg, outMu); err == nil {
+						watch(c)
+						continue
+					} else {
+						cfg.Logf("%v", err)
+					}
+				}
+				cfg.Logf("%s failed: %s; stopping the other processes", c.name, describe(c.err))
 				stopAll(children, cfg.Grace)
-				return fmt.Errorf("local: %s failed: %v", c.name, describe(c.err))
+				return fmt.Errorf("local: %s failed: %s", c.name, describe(c.err))
 			}
+			remaining--
 			cfg.Logf("%s exited 0", c.name)
-			if strings.HasPrefix(c.name, "worker") {
+			if c.job == "worker" {
 				workersLeft--
 				if workersLeft == 0 {
 					psDeadline = time.After(cfg.PSExitTimeout)
@@ -203,6 +235,31 @@ func supervise(ctx context.Context, cfg Config, children []*child) error {
 		}
 	}
 	return nil
+}
+
+// restartable says whether a failed child should be restarted: a ps that
+// died while workers still run (not one that rejected its configuration,
+// exit status 2), or a worker killed by a signal; each at most MaxRestarts
+// times.
+func restartable(cfg Config, c *child, workersLeft int) bool {
+	if c.restarts >= cfg.MaxRestarts || workersLeft == 0 {
+		return false
+	}
+	var ee *exec.ExitError
+	if !errors.As(c.err, &ee) {
+		return false
+	}
+	signaled := false
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+		signaled = ws.Signaled()
+	}
+	switch c.job {
+	case "ps":
+		return cfg.RestartPS && (signaled || ee.ExitCode() != 2)
+	case "worker":
+		return cfg.RestartWorkers && signaled
+	}
+	return false
 }
 
 func describe(err error) string {

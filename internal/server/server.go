@@ -20,9 +20,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -40,6 +42,11 @@ type Config struct {
 	// WaitLogEvery is how often a waiting pull logs what it waits for
 	// (default 5s).
 	WaitLogEvery time.Duration
+	// CheckpointDir, if set, is where checkpoints live: at start the ps
+	// restores its shard of the latest valid one.
+	CheckpointDir string
+	// FS is the filesystem for checkpoints (vfs.OS if nil).
+	FS vfs.FS
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -60,6 +67,15 @@ type Server struct {
 	done        map[int32]bool
 	allDone     chan struct{} // closed once every worker has called Done
 	closed      bool          // allDone is closed
+
+	initReq      *pb.InitRequest // the mode and layout (no values), for checkpoints
+	incarnation  uint64          // new at start and at each restore; sent in every answer
+	restoredStep int64           // the checkpoint step this incarnation restored, or -1
+	epoch        int64           // counts restores: a pull waiting across one is aborted
+	syncTimeout  time.Duration   // sync: how long a step waits for missing gradients
+	syncProceed  bool            // sync: after the timeout complete with what came, else fail
+	pendingSince time.Time       // sync: when the current step got its first gradient
+	syncFailed   error           // sync: set once a step timed out with --sync_on_timeout=fail
 }
 
 type denseVar struct {
@@ -82,13 +98,18 @@ func New(cfg Config) *Server {
 	if cfg.NumPS <= 0 {
 		cfg.NumPS = 1
 	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.OS
+	}
 	return &Server{
-		cfg:     cfg,
-		vars:    make(map[string]*denseVar),
-		tables:  make(map[string]*sparseTable),
-		stepCh:  make(chan struct{}),
-		done:    make(map[int32]bool),
-		allDone: make(chan struct{}),
+		incarnation:  newIncarnation(),
+		restoredStep: -1,
+		cfg:          cfg,
+		vars:         make(map[string]*denseVar),
+		tables:       make(map[string]*sparseTable),
+		stepCh:       make(chan struct{}),
+		done:         make(map[int32]bool),
+		allDone:      make(chan struct{}),
 	}
 }
 
@@ -114,9 +135,38 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	if int(req.NumWorkers) != s.cfg.NumWorkers {
 		return nil, status.Errorf(codes.InvalidArgument, "chief says %d workers, ps %d was started with %d in --worker_hosts", req.NumWorkers, s.cfg.Task, s.cfg.NumWorkers)
 	}
-	rule, err := optim.New(optimConfig(req.Optimizer))
+	st, err := build(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s.install(st, req)
+	s.cfg.Logf("initialised by worker %d: %s", req.Worker, st.describe())
+	return &pb.InitResponse{GlobalStep: st.tracker.Step()}, nil
+}
+
+// shardState is everything Init (or a restore) gives a shard.
+type shardState struct {
+	vars    map[string]*denseVar
+	tables  map[string]*sparseTable
+	rule    optim.Rule
+	tracker *consistency.Tracker
+	sync    bool
+	r, n    int32
+}
+
+func (st *shardState) describe() string {
+	mode := "async"
+	if st.sync {
+		mode = fmt.Sprintf("sync, %d of %d workers per step", st.r, st.n)
+	}
+	return fmt.Sprintf("%d variables, %d sparse tables, optimizer %s, %s, global step %d", len(st.vars), len(st.tables), st.rule.Name(), mode, st.tracker.Step())
+}
+
+// build makes a shard's state from an Init request, checking everything.
+func build(req *pb.InitRequest) (*shardState, error) {
+	rule, err := optim.New(optimConfig(req.Optimizer))
+	if err != nil {
+		return nil, err
 	}
 	tracker, err := consistency.New(consistency.Config{
 		Sync:                req.Sync,
@@ -125,22 +175,22 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 		MaxStaleness:        req.MaxStaleness,
 	}, req.GlobalStep)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	vars := make(map[string]*denseVar, len(req.Vars))
 	for _, spec := range req.Vars {
 		n := int64(1)
 		for _, d := range spec.Shape {
 			if d <= 0 {
-				return nil, status.Errorf(codes.InvalidArgument, "variable %q: shape %v has a dimension <= 0", spec.Name, spec.Shape)
+				return nil, fmt.Errorf("variable %q: shape %v has a dimension <= 0", spec.Name, spec.Shape)
 			}
 			n *= d
 		}
 		if _, dup := vars[spec.Name]; dup {
-			return nil, status.Errorf(codes.InvalidArgument, "variable %q given twice", spec.Name)
+			return nil, fmt.Errorf("variable %q given twice", spec.Name)
 		}
 		if int64(len(spec.Init)) != 4*n {
-			return nil, status.Errorf(codes.InvalidArgument, "variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, len(spec.Init))
+			return nil, fmt.Errorf("variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, len(spec.Init))
 		}
 		v := &denseVar{name: spec.Name, shape: spec.Shape, value: make([]float32, n)}
 		wire.DecodeFloat32s(v.value, spec.Init)
@@ -156,22 +206,27 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	}
 	tables, err := newTables(req, rule)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
-	s.vars, s.tables, s.rule, s.tracker = vars, tables, rule, tracker
-	s.layout = req.Vars
+	return &shardState{vars: vars, tables: tables, rule: rule, tracker: tracker, sync: req.Sync, r: req.ReplicasToAggregate, n: req.NumWorkers}, nil
+}
+
+// install makes st the shard's state. Call with mu held.
+func (s *Server) install(st *shardState, req *pb.InitRequest) {
+	s.vars, s.tables, s.rule, s.tracker = st.vars, st.tables, st.rule, st.tracker
+	layout := proto.Clone(req).(*pb.InitRequest)
+	for _, v := range layout.Vars {
+		v.Init = nil // keep the layout, not the values
+	}
+	s.initReq = layout
+	s.layout = layout.Vars
 	s.tableLayout = req.Tables
-	for _, v := range s.layout {
-		v.Init = nil // keep the layout, not the initial values
-	}
+	s.syncTimeout = time.Duration(req.SyncTimeoutMs) * time.Millisecond
+	s.syncProceed = req.SyncProceed
+	s.pendingSince = time.Time{}
+	s.syncFailed = nil
 	s.initialized = true
-	mode := "async"
-	if req.Sync {
-		mode = fmt.Sprintf("sync, %d of %d workers per step", req.ReplicasToAggregate, req.NumWorkers)
-	}
-	s.cfg.Logf("initialised by worker %d: %d variables, %d sparse tables, optimizer %s, %s, global step %d", req.Worker, len(vars), len(tables), rule.Name(), mode, req.GlobalStep)
 	s.advanced()
-	return &pb.InitResponse{GlobalStep: tracker.Step()}, nil
 }
 
 func sameLayout(have, want []*pb.VarSpec) error {
@@ -239,6 +294,14 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", req.Worker, req.Step, err, s.rejected)
 		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
 	}
+	if s.syncFailed != nil {
+		return nil, status.Error(codes.DeadlineExceeded, s.syncFailed.Error())
+	}
+	if s.tracker.Config().Sync && req.Step > s.tracker.Step() && req.Worker >= 0 && int(req.Worker) < s.cfg.NumWorkers {
+		// Not malformed: the shard was rolled back to a checkpoint, or
+		// another shard ran ahead; the worker re-pulls and goes on.
+		return nil, status.Errorf(codes.FailedPrecondition, "ps %d is at step %d, the push is for step %d: pull again", s.cfg.Task, s.tracker.Step(), req.Step)
+	}
 	verdict, err := s.tracker.Push(int(req.Worker), req.Step)
 	if err != nil {
 		s.rejected++
@@ -258,6 +321,9 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		s.maybeEvict()
 		s.advanced()
 	case consistency.Accumulate, consistency.Complete:
+		if s.pendingSince.IsZero() {
+			s.pendingSince = time.Now()
+		}
 		for i, g := range req.Grads {
 			acc := s.vars[g.Name].accum
 			for j, x := range grads[i] {
@@ -268,25 +334,32 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 			g.table.accumulate(g.keys, g.values)
 		}
 		if verdict == consistency.Complete {
-			scale := 1 / float32(s.tracker.Config().ReplicasToAggregate)
-			for _, v := range s.vars {
-				for j := range v.accum {
-					v.accum[j] *= scale
-				}
-				v.updates++
-				s.rule.Update(v.value, v.accum, v.state, v.updates)
-				clear(v.accum)
-			}
-			for _, t := range s.tables {
-				t.applyAccumulated(scale, s.tracker.Step())
-			}
-			s.maybeEvict()
-			s.advanced()
+			s.applyStep(s.tracker.Config().ReplicasToAggregate)
 		}
 	default: // dropped
-		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String()}, nil
+		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String(), Incarnation: s.incarnation}, nil
 	}
-	return &pb.PushResponse{GlobalStep: s.tracker.Step()}, nil
+	return &pb.PushResponse{GlobalStep: s.tracker.Step(), Incarnation: s.incarnation}, nil
+}
+
+// applyStep applies the average of a completed synchronous step's sum of
+// count gradients. Call with mu held, after the tracker advanced.
+func (s *Server) applyStep(count int) {
+	scale := 1 / float32(count)
+	for _, v := range s.vars {
+		for j := range v.accum {
+			v.accum[j] *= scale
+		}
+		v.updates++
+		s.rule.Update(v.value, v.accum, v.state, v.updates)
+		clear(v.accum)
+	}
+	for _, t := range s.tables {
+		t.applyAccumulated(scale, s.tracker.Step())
+	}
+	s.pendingSince = time.Time{}
+	s.maybeEvict()
+	s.advanced()
 }
 
 // checkPush validates every gradient of req before any is used, so a bad
@@ -339,7 +412,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 	if err := s.waitStep(ctx, req.Worker, req.MinStep); err != nil {
 		return nil, err
 	}
-	resp := &pb.PullResponse{GlobalStep: s.tracker.Step()}
+	resp := &pb.PullResponse{GlobalStep: s.tracker.Step(), Incarnation: s.incarnation}
 	add := func(v *denseVar) {
 		// Copy: the value changes after mu is released, before gRPC marshals.
 		data := make([]byte, 4*len(v.value))
@@ -371,13 +444,26 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 }
 
 // waitStep blocks until the step reaches min, logging every WaitLogEvery
-// what it waits for. Call with mu held; mu is released while waiting.
+// what it waits for. In synchronous mode it also enforces the step timeout:
+// a step that has waited syncTimeout for missing gradients completes with
+// those that came (syncProceed) or fails the job, naming the missing
+// workers. A restore while waiting aborts the wait. Call with mu held; mu is
+// released while waiting.
 func (s *Server) waitStep(ctx context.Context, worker int32, min int64) error {
 	start := time.Now()
+	epoch := s.epoch
+	lastLog := start
 	var tick *time.Ticker
 	for !s.tracker.Ready(min) {
+		if s.syncFailed != nil {
+			return status.Error(codes.DeadlineExceeded, s.syncFailed.Error())
+		}
 		if tick == nil {
-			tick = time.NewTicker(s.cfg.WaitLogEvery)
+			every := s.cfg.WaitLogEvery
+			if s.syncTimeout > 0 {
+				every = max(min64dur(every, s.syncTimeout/4), 10*time.Millisecond)
+			}
+			tick = time.NewTicker(every)
 			defer tick.Stop()
 		}
 		ch := s.stepCh
@@ -387,15 +473,48 @@ func (s *Server) waitStep(ctx context.Context, worker int32, min int64) error {
 			s.mu.Lock()
 		case <-tick.C:
 			s.mu.Lock()
-			have, want, missing := s.tracker.Waiting()
-			s.cfg.Logf("worker %d has waited %s for step %d: shard at step %d with %d of %d gradients (no gradient yet from workers %v)",
-				worker, time.Since(start).Round(time.Second), min, s.tracker.Step(), have, want, missing)
+			s.checkSyncTimeout()
+			if time.Since(lastLog) >= s.cfg.WaitLogEvery {
+				lastLog = time.Now()
+				have, want, missing := s.tracker.Waiting()
+				s.cfg.Logf("worker %d has waited %s for step %d: shard at step %d with %d of %d gradients (no gradient yet from workers %v)",
+					worker, time.Since(start).Round(time.Second), min, s.tracker.Step(), have, want, missing)
+			}
 		case <-ctx.Done():
 			s.mu.Lock()
 			return status.FromContextError(ctx.Err()).Err()
 		}
+		if s.epoch != epoch {
+			return status.Errorf(codes.Aborted, "ps %d was restored to step %d while this pull waited for step %d: pull again", s.cfg.Task, s.tracker.Step(), min)
+		}
 	}
 	return nil
+}
+
+func min64dur(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// checkSyncTimeout enforces --sync_timeout on the current step. Call with
+// mu held.
+func (s *Server) checkSyncTimeout() {
+	if s.syncTimeout <= 0 || s.pendingSince.IsZero() || s.syncFailed != nil || time.Since(s.pendingSince) < s.syncTimeout {
+		return
+	}
+	step := s.tracker.Step()
+	have, want, missing := s.tracker.Waiting()
+	if s.syncProceed {
+		n := s.tracker.ForceComplete()
+		s.cfg.Logf("step %d: --sync_timeout=%s passed with %d of %d gradients (none from workers %v); completing the step with those (--sync_on_timeout=proceed)", step, s.syncTimeout, have, want, missing)
+		s.applyStep(n)
+		return
+	}
+	s.syncFailed = fmt.Errorf("step %d: no gradient from workers %v within --sync_timeout=%s (%d of %d arrived); failing the job (--sync_on_timeout=fail; use proceed, backup workers, or restart the missing worker)", step, missing, s.syncTimeout, have, want)
+	s.cfg.Logf("%v", s.syncFailed)
+	s.advanced() // wake every waiting pull so it fails too
 }
 
 // PushPull pushes, then pulls, in one round trip.
@@ -422,6 +541,8 @@ func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	resp := &pb.StatusResponse{
+		Incarnation:    s.incarnation,
+		RestoredStep:   s.restoredStep,
 		Task:           int32(s.cfg.Task),
 		Initialized:    s.initialized,
 		RejectedPushes: s.rejected,

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
@@ -39,6 +40,20 @@ type Config struct {
 	SplitBytes      int
 	ResultFile      string
 	PSWaitForever   bool
+
+	// Checkpoints: the chief saves every SaveSteps global steps and/or every
+	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
+	// restores the latest valid one at start.
+	CheckpointDir   string
+	SaveSteps       int64
+	SaveEvery        time.Duration
+	KeepCheckpoints int
+	// RecoveryTimeout bounds how long a worker waits for the ps to come back
+	// after a failure.
+	RecoveryTimeout time.Duration
+	// SyncTimeout and SyncProceed: see client.InitOptions.
+	SyncTimeout time.Duration
+	SyncProceed bool
 
 	// Logf receives every log line; nil discards them.
 	Logf func(format string, args ...any)
@@ -68,19 +83,29 @@ func (c *Config) defaults() {
 	if c.ReplicasToAggregate <= 0 {
 		c.ReplicasToAggregate = len(c.Cluster.Spec.Workers)
 	}
+	if c.RecoveryTimeout <= 0 {
+		c.RecoveryTimeout = 5 * time.Minute
+	}
+	if c.KeepCheckpoints <= 0 {
+		c.KeepCheckpoints = checkpoint.DefaultKeep
+	}
 }
 
 // RunPS serves one ps until every worker is done or ctx ends.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	s := server.New(server.Config{
-		Task:         cfg.Cluster.Task.Index,
-		NumPS:        len(cfg.Cluster.Spec.PS),
-		NumWorkers:   len(cfg.Cluster.Spec.Workers),
-		WaitForever:  cfg.PSWaitForever,
-		Logf:         cfg.Logf,
-		WaitLogEvery: cfg.WaitLogEvery,
+		Task:          cfg.Cluster.Task.Index,
+		NumPS:         len(cfg.Cluster.Spec.PS),
+		NumWorkers:    len(cfg.Cluster.Spec.Workers),
+		WaitForever:   cfg.PSWaitForever,
+		Logf:          cfg.Logf,
+		WaitLogEvery:  cfg.WaitLogEvery,
+		CheckpointDir: cfg.CheckpointDir,
 	})
+	if _, err := s.RestoreLatest(); err != nil {
+		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
+	}
 	err := server.Serve(ctx, cfg.Cluster.Addr(), s)
 	var le *server.ListenError
 	if errors.As(err, &le) {
@@ -163,17 +188,9 @@ func RunWorker(ctx context.Context, cfg Config) error {
 
 	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
 		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
+	var sv *saver
 	if cfg.Cluster.IsChief() {
-		if _, err = c.WaitReady(wctx, false); err == nil {
-			var step int64
-			step, err = c.Init(wctx, m.Init(cfg.Data.Seed), client.InitOptions{
-				Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
-				NumWorkers: numWorkers, MaxStaleness: cfg.MaxStaleness,
-			})
-			if err == nil {
-				cfg.Logf("chief initialised %d variables on %d ps at global step %d", len(m.Variables()), c.NumPS(), step)
-			}
-		}
+		sv, err = chiefStart(wctx, cfg, c, m)
 	} else {
 		_, err = c.WaitReady(wctx, true)
 	}
@@ -181,19 +198,43 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("worker %d: start-up: %w", worker, err)
 	}
+	if c.IsSync() != cfg.Sync {
+		// A restored checkpoint keeps its mode: the cluster's wins.
+		cfg.Logf("worker %d: warning: the ps train %s (restored from a checkpoint), --sync_replicas says %s; going on %s",
+			worker, modeName(c.IsSync()), modeName(cfg.Sync), modeName(c.IsSync()))
+		cfg.Sync = c.IsSync()
+		if sv != nil {
+			sv.cfg.Sync = cfg.Sync
+		}
+	}
 
 	params := model.NewParams(m.Variables())
 	trainStart := time.Now()
 	var st loopStats
-	if isSparse {
-		st, err = sparseLoop(ctx, cfg, c, sm, params)
-	} else {
-		st, err = denseLoop(ctx, cfg, c, m, params)
-	}
-	if err != nil {
-		return fmt.Errorf("worker %d: %w", worker, err)
+	for {
+		// A loop starts with a pull, so after a recovery it goes on from
+		// whatever step the cluster is at.
+		if isSparse {
+			err = sparseLoop(ctx, cfg, c, sm, params, sv, &st)
+		} else {
+			err = denseLoop(ctx, cfg, c, m, params, sv, &st)
+		}
+		if err == nil {
+			break
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return fmt.Errorf("worker %d: %w", worker, err)
+		}
+		if err := recoverCluster(ctx, cfg, c, st.step, err); err != nil {
+			return err
+		}
 	}
 	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
+	if sv != nil && cfg.CheckpointDir != "" && sv.lastStep != step {
+		if err := sv.save(ctx, step); err != nil {
+			return fmt.Errorf("chief: final checkpoint: %w", err)
+		}
+	}
 	elapsed := time.Since(trainStart)
 	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", worker, step, local, dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
@@ -216,6 +257,13 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+func modeName(sync bool) string {
+	if sync {
+		return "synchronously"
+	}
+	return "asynchronously"
+}
+
 // loopStats is what a training loop reports.
 type loopStats struct {
 	step, local, dropped int64
@@ -224,18 +272,18 @@ type loopStats struct {
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
-func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params) (loopStats, error) {
-	var st loopStats
+func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params, sv *saver, st *loopStats) error {
 	grads := model.NewParams(m.Variables())
 	step, err := c.Pull(ctx, 0, params)
 	if err != nil {
-		return st, fmt.Errorf("first pull: %w", err)
+		return fmt.Errorf("pull: %w", err)
 	}
+	st.step = step
 	for step < cfg.TrainSteps {
 		t0 := time.Now()
 		st.loss, err = m.ComputeGradients(params, grads)
 		if err != nil {
-			return st, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		t1 := time.Now()
 		st.compute += t1.Sub(t0)
@@ -245,7 +293,7 @@ func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model,
 		}
 		call := c.PushPullAsync(ctx, step, grads, minStep, params)
 		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
-			return st, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		st.comm += time.Since(t1)
 		st.local++
@@ -253,24 +301,26 @@ func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model,
 			st.dropped++
 		}
 		step = call.Step
+		st.step = step
 		if st.local%cfg.StepsToValidate == 0 {
 			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
 		}
+		if err := sv.maybe(ctx, step); err != nil {
+			return err
+		}
 	}
-	st.step = step
-	return st, nil
+	return nil
 }
 
 // sparseLoop trains a sparse model. Each round trip pushes the gradients of
 // one batch (dense and rows) and pulls the dense values and the rows of the
 // next batch's keys.
-func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.SparseModel, params model.Params) (loopStats, error) {
-	var st loopStats
+func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.SparseModel, params model.Params, sv *saver, st *loopStats) error {
 	tables := m.Tables()
 	grads := model.NewParams(m.Variables())
 	keys, err := m.NextBatch()
 	if err != nil {
-		return st, err
+		return err
 	}
 	rowsFor := func(keys [][]uint64) []client.Rows {
 		r := make([]client.Rows, len(tables))
@@ -282,9 +332,10 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 	cur := rowsFor(keys)
 	call := c.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
 	if call.Err != nil {
-		return st, fmt.Errorf("first pull: %w", call.Err)
+		return fmt.Errorf("pull: %w", call.Err)
 	}
 	step := call.Step
+	st.step = step
 	rows := make([][]float32, len(tables))
 	rowGrads := make([][]float32, len(tables))
 	for step < cfg.TrainSteps {
@@ -295,7 +346,7 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 		}
 		st.loss, err = m.SparseGradients(params, grads, rows, rowGrads)
 		if err != nil {
-			return st, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		pushed := make([]client.Rows, len(tables))
 		for t, tb := range tables {
@@ -303,7 +354,7 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 		}
 		next, err := m.NextBatch()
 		if err != nil {
-			return st, fmt.Errorf("step %d: next batch: %w", step, err)
+			return fmt.Errorf("step %d: next batch: %w", step, err)
 		}
 		nextRows := rowsFor(next)
 		t1 := time.Now()
@@ -317,7 +368,7 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 			Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
 		})
 		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
-			return st, fmt.Errorf("step %d: %w", step, err)
+			return fmt.Errorf("step %d: %w", step, err)
 		}
 		st.comm += time.Since(t1)
 		st.local++
@@ -325,13 +376,60 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 			st.dropped++
 		}
 		step = call.Step
+		st.step = step
 		cur = nextRows
 		if st.local%cfg.StepsToValidate == 0 {
 			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
 		}
+		if err := sv.maybe(ctx, step); err != nil {
+			return err
+		}
 	}
-	st.step = step
-	return st, nil
+	return nil
+}
+
+// chiefStart brings the cluster up: wait for every ps, initialise them (a
+// no-op for ps already initialised, as after a chief restart or a restore),
+// make their states consistent, and save the first checkpoint of a fresh
+// run so that a ps failure always has one to restore.
+func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model) (*saver, error) {
+	if _, err := c.WaitReady(ctx, false); err != nil {
+		return nil, err
+	}
+	step, err := c.Init(ctx, m.Init(cfg.Data.Seed), client.InitOptions{
+		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
+		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
+		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
+	})
+	if err != nil {
+		return nil, err
+	}
+	statuses, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fresh := true
+	for _, st := range statuses {
+		fresh = fresh && st.RestoredStep < 0
+	}
+	if err := consistent(ctx, cfg, c, statuses, step); err != nil {
+		return nil, err
+	}
+	switch {
+	case fresh && step == 0:
+		cfg.Logf("chief initialised %d variables on %d ps at global step %d", len(m.Variables()), c.NumPS(), step)
+	case fresh:
+		cfg.Logf("chief: the ps were already initialised; training goes on from global step %d", step)
+	default:
+		cfg.Logf("chief: the ps restored a checkpoint; training goes on from global step %d", step)
+	}
+	sv := newSaver(cfg, c, step)
+	if cfg.CheckpointDir != "" && fresh && step == 0 {
+		if err := sv.save(ctx, step); err != nil {
+			return nil, fmt.Errorf("first checkpoint: %w", err)
+		}
+	}
+	return sv, nil
 }
 
 // finish is the chief's end: evaluate, log, write the result file.

@@ -318,7 +318,10 @@ type InitRequest struct {
 	ReplicasToAggregate int32                  `protobuf:"varint,6,opt,name=replicas_to_aggregate,json=replicasToAggregate,proto3" json:"replicas_to_aggregate,omitempty"`
 	NumWorkers          int32                  `protobuf:"varint,7,opt,name=num_workers,json=numWorkers,proto3" json:"num_workers,omitempty"`
 	GlobalStep          int64                  `protobuf:"varint,8,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
-	MaxStaleness        int64                  `protobuf:"varint,9,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"` // async only: drop pushes older than this many steps; 0 = no bound
+	MaxStaleness        int64                  `protobuf:"varint,9,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`       // async only: drop pushes older than this many steps; 0 = no bound
+	SyncTimeoutMs       int64                  `protobuf:"varint,10,opt,name=sync_timeout_ms,json=syncTimeoutMs,proto3" json:"sync_timeout_ms,omitempty"` // sync: how long a step waits for missing gradients; 0 = forever
+	SyncProceed         bool                   `protobuf:"varint,11,opt,name=sync_proceed,json=syncProceed,proto3" json:"sync_proceed,omitempty"`         // sync: after the timeout, complete with the gradients that came (else fail)
+	SplitBytes          int64                  `protobuf:"varint,12,opt,name=split_bytes,json=splitBytes,proto3" json:"split_bytes,omitempty"`            // the placement threshold the workers use (recorded in checkpoints)
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -412,6 +415,27 @@ func (x *InitRequest) GetGlobalStep() int64 {
 func (x *InitRequest) GetMaxStaleness() int64 {
 	if x != nil {
 		return x.MaxStaleness
+	}
+	return 0
+}
+
+func (x *InitRequest) GetSyncTimeoutMs() int64 {
+	if x != nil {
+		return x.SyncTimeoutMs
+	}
+	return 0
+}
+
+func (x *InitRequest) GetSyncProceed() bool {
+	if x != nil {
+		return x.SyncProceed
+	}
+	return false
+}
+
+func (x *InitRequest) GetSplitBytes() int64 {
+	if x != nil {
+		return x.SplitBytes
 	}
 	return 0
 }
@@ -651,7 +675,8 @@ func (x *PushRequest) GetSparse() []*SparseRows {
 type PushResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GlobalStep    int64                  `protobuf:"varint,1,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
-	Dropped       bool                   `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"` // stale or duplicate: not applied
+	Incarnation   uint64                 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // changes when the ps restarts or restores
+	Dropped       bool                   `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`         // stale or duplicate: not applied
 	DropReason    string                 `protobuf:"bytes,3,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -690,6 +715,13 @@ func (*PushResponse) Descriptor() ([]byte, []int) {
 func (x *PushResponse) GetGlobalStep() int64 {
 	if x != nil {
 		return x.GlobalStep
+	}
+	return 0
+}
+
+func (x *PushResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -787,6 +819,7 @@ func (x *PullRequest) GetNoDense() bool {
 type PullResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GlobalStep    int64                  `protobuf:"varint,1,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // changes when the ps restarts or restores
 	Vars          []*DenseTensor         `protobuf:"bytes,2,rep,name=vars,proto3" json:"vars,omitempty"`
 	Sparse        []*SparseRows          `protobuf:"bytes,3,rep,name=sparse,proto3" json:"sparse,omitempty"`
 	Push          *PushResponse          `protobuf:"bytes,4,opt,name=push,proto3" json:"push,omitempty"` // set by PushPull
@@ -827,6 +860,13 @@ func (*PullResponse) Descriptor() ([]byte, []int) {
 func (x *PullResponse) GetGlobalStep() int64 {
 	if x != nil {
 		return x.GlobalStep
+	}
+	return 0
+}
+
+func (x *PullResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
 	}
 	return 0
 }
@@ -1036,6 +1076,8 @@ type StatusResponse struct {
 	Mode           string                 `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
 	Tables         []*TableStatus         `protobuf:"bytes,9,rep,name=tables,proto3" json:"tables,omitempty"`
 	AppliedPushes  int64                  `protobuf:"varint,10,opt,name=applied_pushes,json=appliedPushes,proto3" json:"applied_pushes,omitempty"`
+	Incarnation    uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                       // a random id, new at each start and each restore
+	RestoredStep   int64                  `protobuf:"varint,12,opt,name=restored_step,json=restoredStep,proto3" json:"restored_step,omitempty"` // the checkpoint step this incarnation restored, or -1
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1140,6 +1182,20 @@ func (x *StatusResponse) GetAppliedPushes() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRestoredStep() int64 {
+	if x != nil {
+		return x.RestoredStep
+	}
+	return 0
+}
+
 type DoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -1220,6 +1276,222 @@ func (*DoneResponse) Descriptor() ([]byte, []int) {
 	return file_paramserv_proto_rawDescGZIP(), []int{16}
 }
 
+type CheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the checkpoint's step (its directory is ckpt-<step>)
+	NumShards     int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_paramserv_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CheckpointRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *CheckpointRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointRequest) GetNumShards() int32 {
+	if x != nil {
+		return x.NumShards
+	}
+	return 0
+}
+
+type CheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ShardInfo     []byte                 `protobuf:"bytes,1,opt,name=shard_info,json=shardInfo,proto3" json:"shard_info,omitempty"` // checkpoint.ShardInfo as JSON
+	CutStep       int64                  `protobuf:"varint,2,opt,name=cut_step,json=cutStep,proto3" json:"cut_step,omitempty"`      // the step at which this shard was cut
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointResponse) Reset() {
+	*x = CheckpointResponse{}
+	mi := &file_paramserv_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointResponse) ProtoMessage() {}
+
+func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CheckpointResponse) GetShardInfo() []byte {
+	if x != nil {
+		return x.ShardInfo
+	}
+	return nil
+}
+
+func (x *CheckpointResponse) GetCutStep() int64 {
+	if x != nil {
+		return x.CutStep
+	}
+	return 0
+}
+
+type RestoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the checkpoint to restore
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_paramserv_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RestoreRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+type RestoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GlobalStep    int64                  `protobuf:"varint,1,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreResponse) Reset() {
+	*x = RestoreResponse{}
+	mi := &file_paramserv_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreResponse) ProtoMessage() {}
+
+func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
+func (*RestoreResponse) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RestoreResponse) GetGlobalStep() int64 {
+	if x != nil {
+		return x.GlobalStep
+	}
+	return 0
+}
+
+func (x *RestoreResponse) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 var File_paramserv_proto protoreflect.FileDescriptor
 
 const file_paramserv_proto_rawDesc = "" +
@@ -1250,7 +1522,7 @@ const file_paramserv_proto_rawDesc = "" +
 	"initStddev\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1b\n" +
 	"\tmin_count\x18\x06 \x01(\x03R\bminCount\x12*\n" +
-	"\x11evict_after_steps\x18\a \x01(\x03R\x0fevictAfterSteps\"\xed\x02\n" +
+	"\x11evict_after_steps\x18\a \x01(\x03R\x0fevictAfterSteps\"\xd9\x03\n" +
 	"\vInitRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12)\n" +
 	"\x04vars\x18\x02 \x03(\v2\x15.paramserv.v1.VarSpecR\x04vars\x12/\n" +
@@ -1262,7 +1534,12 @@ const file_paramserv_proto_rawDesc = "" +
 	"numWorkers\x12\x1f\n" +
 	"\vglobal_step\x18\b \x01(\x03R\n" +
 	"globalStep\x12#\n" +
-	"\rmax_staleness\x18\t \x01(\x03R\fmaxStaleness\"`\n" +
+	"\rmax_staleness\x18\t \x01(\x03R\fmaxStaleness\x12&\n" +
+	"\x0fsync_timeout_ms\x18\n" +
+	" \x01(\x03R\rsyncTimeoutMs\x12!\n" +
+	"\fsync_proceed\x18\v \x01(\bR\vsyncProceed\x12\x1f\n" +
+	"\vsplit_bytes\x18\f \x01(\x03R\n" +
+	"splitBytes\"`\n" +
 	"\fInitResponse\x12/\n" +
 	"\x13already_initialized\x18\x01 \x01(\bR\x12alreadyInitialized\x12\x1f\n" +
 	"\vglobal_step\x18\x02 \x01(\x03R\n" +
@@ -1279,10 +1556,11 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12/\n" +
 	"\x05grads\x18\x03 \x03(\v2\x19.paramserv.v1.DenseTensorR\x05grads\x120\n" +
-	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\"j\n" +
+	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\"\x8c\x01\n" +
 	"\fPushResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
-	"globalStep\x12\x18\n" +
+	"globalStep\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\x12\x18\n" +
 	"\adropped\x18\x02 \x01(\bR\adropped\x12\x1f\n" +
 	"\vdrop_reason\x18\x03 \x01(\tR\n" +
 	"dropReason\"\xa3\x01\n" +
@@ -1291,10 +1569,11 @@ const file_paramserv_proto_rawDesc = "" +
 	"\bmin_step\x18\x02 \x01(\x03R\aminStep\x12\x14\n" +
 	"\x05names\x18\x03 \x03(\tR\x05names\x120\n" +
 	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\x12\x19\n" +
-	"\bno_dense\x18\x05 \x01(\bR\anoDense\"\xc0\x01\n" +
+	"\bno_dense\x18\x05 \x01(\bR\anoDense\"\xe2\x01\n" +
 	"\fPullResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
-	"globalStep\x12-\n" +
+	"globalStep\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12-\n" +
 	"\x04vars\x18\x02 \x03(\v2\x19.paramserv.v1.DenseTensorR\x04vars\x120\n" +
 	"\x06sparse\x18\x03 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\x12.\n" +
 	"\x04push\x18\x04 \x01(\v2\x1a.paramserv.v1.PushResponseR\x04push\"o\n" +
@@ -1308,7 +1587,7 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x03R\badmitted\x12\x18\n" +
 	"\aevicted\x18\x05 \x01(\x03R\aevicted\x122\n" +
-	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xe7\x02\n" +
+	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xae\x03\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x05R\x04task\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x1f\n" +
@@ -1322,17 +1601,38 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x04mode\x18\b \x01(\tR\x04mode\x121\n" +
 	"\x06tables\x18\t \x03(\v2\x19.paramserv.v1.TableStatusR\x06tables\x12%\n" +
 	"\x0eapplied_pushes\x18\n" +
-	" \x01(\x03R\rappliedPushes\"%\n" +
+	" \x01(\x03R\rappliedPushes\x12 \n" +
+	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12#\n" +
+	"\rrestored_step\x18\f \x01(\x03R\frestoredStep\"%\n" +
 	"\vDoneRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\"\x0e\n" +
-	"\fDoneResponse2\x95\x03\n" +
+	"\fDoneResponse\"X\n" +
+	"\x11CheckpointRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x1d\n" +
+	"\n" +
+	"num_shards\x18\x03 \x01(\x05R\tnumShards\"N\n" +
+	"\x12CheckpointResponse\x12\x1d\n" +
+	"\n" +
+	"shard_info\x18\x01 \x01(\fR\tshardInfo\x12\x19\n" +
+	"\bcut_step\x18\x02 \x01(\x03R\acutStep\"6\n" +
+	"\x0eRestoreRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\"T\n" +
+	"\x0fRestoreResponse\x12\x1f\n" +
+	"\vglobal_step\x18\x01 \x01(\x03R\n" +
+	"globalStep\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation2\xae\x04\n" +
 	"\vParamServer\x12=\n" +
 	"\x04Init\x12\x19.paramserv.v1.InitRequest\x1a\x1a.paramserv.v1.InitResponse\x12=\n" +
 	"\x04Push\x12\x19.paramserv.v1.PushRequest\x1a\x1a.paramserv.v1.PushResponse\x12=\n" +
 	"\x04Pull\x12\x19.paramserv.v1.PullRequest\x1a\x1a.paramserv.v1.PullResponse\x12E\n" +
 	"\bPushPull\x12\x1d.paramserv.v1.PushPullRequest\x1a\x1a.paramserv.v1.PullResponse\x12C\n" +
 	"\x06Status\x12\x1b.paramserv.v1.StatusRequest\x1a\x1c.paramserv.v1.StatusResponse\x12=\n" +
-	"\x04Done\x12\x19.paramserv.v1.DoneRequest\x1a\x1a.paramserv.v1.DoneResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
+	"\x04Done\x12\x19.paramserv.v1.DoneRequest\x1a\x1a.paramserv.v1.DoneResponse\x12O\n" +
+	"\n" +
+	"Checkpoint\x12\x1f.paramserv.v1.CheckpointRequest\x1a .paramserv.v1.CheckpointResponse\x12F\n" +
+	"\aRestore\x12\x1c.paramserv.v1.RestoreRequest\x1a\x1d.paramserv.v1.RestoreResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
 
 var (
 	file_paramserv_proto_rawDescOnce sync.Once
@@ -1346,25 +1646,29 @@ func file_paramserv_proto_rawDescGZIP() []byte {
 	return file_paramserv_proto_rawDescData
 }
 
-var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_paramserv_proto_goTypes = []any{
-	(*OptimizerConfig)(nil), // 0: paramserv.v1.OptimizerConfig
-	(*VarSpec)(nil),         // 1: paramserv.v1.VarSpec
-	(*TableSpec)(nil),       // 2: paramserv.v1.TableSpec
-	(*InitRequest)(nil),     // 3: paramserv.v1.InitRequest
-	(*InitResponse)(nil),    // 4: paramserv.v1.InitResponse
-	(*DenseTensor)(nil),     // 5: paramserv.v1.DenseTensor
-	(*SparseRows)(nil),      // 6: paramserv.v1.SparseRows
-	(*PushRequest)(nil),     // 7: paramserv.v1.PushRequest
-	(*PushResponse)(nil),    // 8: paramserv.v1.PushResponse
-	(*PullRequest)(nil),     // 9: paramserv.v1.PullRequest
-	(*PullResponse)(nil),    // 10: paramserv.v1.PullResponse
-	(*PushPullRequest)(nil), // 11: paramserv.v1.PushPullRequest
-	(*StatusRequest)(nil),   // 12: paramserv.v1.StatusRequest
-	(*TableStatus)(nil),     // 13: paramserv.v1.TableStatus
-	(*StatusResponse)(nil),  // 14: paramserv.v1.StatusResponse
-	(*DoneRequest)(nil),     // 15: paramserv.v1.DoneRequest
-	(*DoneResponse)(nil),    // 16: paramserv.v1.DoneResponse
+	(*OptimizerConfig)(nil),    // 0: paramserv.v1.OptimizerConfig
+	(*VarSpec)(nil),            // 1: paramserv.v1.VarSpec
+	(*TableSpec)(nil),          // 2: paramserv.v1.TableSpec
+	(*InitRequest)(nil),        // 3: paramserv.v1.InitRequest
+	(*InitResponse)(nil),       // 4: paramserv.v1.InitResponse
+	(*DenseTensor)(nil),        // 5: paramserv.v1.DenseTensor
+	(*SparseRows)(nil),         // 6: paramserv.v1.SparseRows
+	(*PushRequest)(nil),        // 7: paramserv.v1.PushRequest
+	(*PushResponse)(nil),       // 8: paramserv.v1.PushResponse
+	(*PullRequest)(nil),        // 9: paramserv.v1.PullRequest
+	(*PullResponse)(nil),       // 10: paramserv.v1.PullResponse
+	(*PushPullRequest)(nil),    // 11: paramserv.v1.PushPullRequest
+	(*StatusRequest)(nil),      // 12: paramserv.v1.StatusRequest
+	(*TableStatus)(nil),        // 13: paramserv.v1.TableStatus
+	(*StatusResponse)(nil),     // 14: paramserv.v1.StatusResponse
+	(*DoneRequest)(nil),        // 15: paramserv.v1.DoneRequest
+	(*DoneResponse)(nil),       // 16: paramserv.v1.DoneResponse
+	(*CheckpointRequest)(nil),  // 17: paramserv.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 18: paramserv.v1.CheckpointResponse
+	(*RestoreRequest)(nil),     // 19: paramserv.v1.RestoreRequest
+	(*RestoreResponse)(nil),    // 20: paramserv.v1.RestoreResponse
 }
 var file_paramserv_proto_depIdxs = []int32{
 	1,  // 0: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
@@ -1385,14 +1689,18 @@ var file_paramserv_proto_depIdxs = []int32{
 	11, // 15: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
 	12, // 16: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
 	15, // 17: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
-	4,  // 18: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	8,  // 19: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	10, // 20: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	10, // 21: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	14, // 22: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	16, // 23: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
+	17, // 18: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
+	19, // 19: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
+	4,  // 20: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	8,  // 21: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	10, // 22: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	10, // 23: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	14, // 24: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	16, // 25: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	18, // 26: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	20, // 27: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1409,7 +1717,7 @@ func file_paramserv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paramserv_proto_rawDesc), len(file_paramserv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

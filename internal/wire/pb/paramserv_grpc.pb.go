@@ -28,12 +28,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ParamServer_Init_FullMethodName     = "/paramserv.v1.ParamServer/Init"
-	ParamServer_Push_FullMethodName     = "/paramserv.v1.ParamServer/Push"
-	ParamServer_Pull_FullMethodName     = "/paramserv.v1.ParamServer/Pull"
-	ParamServer_PushPull_FullMethodName = "/paramserv.v1.ParamServer/PushPull"
-	ParamServer_Status_FullMethodName   = "/paramserv.v1.ParamServer/Status"
-	ParamServer_Done_FullMethodName     = "/paramserv.v1.ParamServer/Done"
+	ParamServer_Init_FullMethodName       = "/paramserv.v1.ParamServer/Init"
+	ParamServer_Push_FullMethodName       = "/paramserv.v1.ParamServer/Push"
+	ParamServer_Pull_FullMethodName       = "/paramserv.v1.ParamServer/Pull"
+	ParamServer_PushPull_FullMethodName   = "/paramserv.v1.ParamServer/PushPull"
+	ParamServer_Status_FullMethodName     = "/paramserv.v1.ParamServer/Status"
+	ParamServer_Done_FullMethodName       = "/paramserv.v1.ParamServer/Done"
+	ParamServer_Checkpoint_FullMethodName = "/paramserv.v1.ParamServer/Checkpoint"
+	ParamServer_Restore_FullMethodName    = "/paramserv.v1.ParamServer/Restore"
 )
 
 // ParamServerClient is the client API for ParamServer service.
@@ -56,6 +58,12 @@ type ParamServerClient interface {
 	// Done tells the ps that a worker has finished; once every worker has,
 	// the ps exits.
 	Done(ctx context.Context, in *DoneRequest, opts ...grpc.CallOption) (*DoneResponse, error)
+	// Checkpoint writes this shard's state into a checkpoint directory (the
+	// chief then writes the manifest).
+	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
+	// Restore replaces this shard's state with a checkpoint's (the chief rolls
+	// the cluster back after a ps restarted from it).
+	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
 }
 
 type paramServerClient struct {
@@ -126,6 +134,26 @@ func (c *paramServerClient) Done(ctx context.Context, in *DoneRequest, opts ...g
 	return out, nil
 }
 
+func (c *paramServerClient) Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckpointResponse)
+	err := c.cc.Invoke(ctx, ParamServer_Checkpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *paramServerClient) Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreResponse)
+	err := c.cc.Invoke(ctx, ParamServer_Restore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParamServerServer is the server API for ParamServer service.
 // All implementations must embed UnimplementedParamServerServer
 // for forward compatibility.
@@ -146,6 +174,12 @@ type ParamServerServer interface {
 	// Done tells the ps that a worker has finished; once every worker has,
 	// the ps exits.
 	Done(context.Context, *DoneRequest) (*DoneResponse, error)
+	// Checkpoint writes this shard's state into a checkpoint directory (the
+	// chief then writes the manifest).
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
+	// Restore replaces this shard's state with a checkpoint's (the chief rolls
+	// the cluster back after a ps restarted from it).
+	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
 	mustEmbedUnimplementedParamServerServer()
 }
 
@@ -173,6 +207,12 @@ func (UnimplementedParamServerServer) Status(context.Context, *StatusRequest) (*
 }
 func (UnimplementedParamServerServer) Done(context.Context, *DoneRequest) (*DoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Done not implemented")
+}
+func (UnimplementedParamServerServer) Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Checkpoint not implemented")
+}
+func (UnimplementedParamServerServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
 }
 func (UnimplementedParamServerServer) mustEmbedUnimplementedParamServerServer() {}
 func (UnimplementedParamServerServer) testEmbeddedByValue()                     {}
@@ -303,6 +343,42 @@ func _ParamServer_Done_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParamServer_Checkpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParamServerServer).Checkpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParamServer_Checkpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParamServerServer).Checkpoint(ctx, req.(*CheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ParamServer_Restore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParamServerServer).Restore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParamServer_Restore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParamServerServer).Restore(ctx, req.(*RestoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParamServer_ServiceDesc is the grpc.ServiceDesc for ParamServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -333,6 +409,14 @@ var ParamServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Done",
 			Handler:    _ParamServer_Done_Handler,
+		},
+		{
+			MethodName: "Checkpoint",
+			Handler:    _ParamServer_Checkpoint_Handler,
+		},
+		{
+			MethodName: "Restore",
+			Handler:    _ParamServer_Restore_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+var ckptUsage = `Usage: paramserv ckpt <command> DIR
+
+Commands:
+  ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged)
+  inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N)
+`
+
+// Ckpt is `paramserv ckpt`: look into a checkpoint directory.
+func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, ckptUsage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("paramserv ckpt "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	step := fs.Int64("step", checkpoint.LatestStep, "inspect: the checkpoint's step (default: the latest valid one)")
+	var dir string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		dir, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if dir == "" && fs.NArg() > 0 {
+		dir = fs.Arg(0)
+	}
+	if dir == "" {
+		fmt.Fprint(stderr, ckptUsage)
+		return 2
+	}
+	switch cmd {
+	case "ls":
+		l, err := checkpoint.List(vfs.OS, dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "paramserv ckpt ls: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, l.String())
+	case "inspect":
+		in, err := checkpoint.Inspect(vfs.OS, dir, *step)
+		if err != nil {
+			fmt.Fprintf(stderr, "paramserv ckpt inspect: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, in.String())
+	default:
+		fmt.Fprintf(stderr, "paramserv ckpt: unknown command %q\n\n%s", cmd, ckptUsage)
+		return 2
+	}
+	return 0
+}
