@@ -135,7 +135,7 @@ const tailLines = 20
 func (pc *procCluster) start(exe string, args []string, name string, logTo io.Writer) error {
 	c := &psChild{name: name, done: make(chan struct{})}
 	c.cmd = exec.Command(exe, args...)
-	c.cmd.Env = withoutTFConfig(os.Environ())
+	c.cmd.Env = local.ChildEnv()
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -174,17 +174,6 @@ func (pc *procCluster) start(exe string, args []string, name string, logTo io.Wr
 	return nil
 }
 
-// withoutTFConfig drops TF_CONFIG: the children get their roles from flags.
-func withoutTFConfig(env []string) []string {
-	out := env[:0:0]
-	for _, e := range env {
-		if !strings.HasPrefix(e, "TF_CONFIG=") {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func (pc *procCluster) Addrs() []string       { return pc.addrs }
 func (pc *procCluster) Dead() <-chan struct{} { return pc.dead }
 
@@ -218,7 +207,7 @@ func (pc *procCluster) Close(wait bool) error {
 		select {
 		case <-c.done:
 			if wait && c.err != nil {
-				errs = append(errs, c.failure(describeExit(c.err)))
+				errs = append(errs, c.failure(local.DescribeExit(c.err)))
 			}
 			continue
 		default:
@@ -257,25 +246,11 @@ func (pc *procCluster) exitReport() error {
 	for _, c := range pc.children {
 		select {
 		case <-c.done:
-			errs = append(errs, c.failure("exited early: "+describeExit(c.err)))
+			errs = append(errs, c.failure("exited early: "+local.DescribeExit(c.err)))
 		case <-time.After(time.Second):
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func describeExit(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by signal " + ws.Signal().String()
-		}
-		return fmt.Sprintf("exit status %d", ee.ExitCode())
-	}
-	if err == nil {
-		return "exit status 0"
-	}
-	return err.Error()
 }
 
 // InProcessStarter starts each ps inside this process, on a loopback

@@ -136,7 +136,7 @@ func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 	c.done = make(chan struct{})
 	c.err = nil
 	c.cmd = exec.Command(cfg.Exe, c.args...)
-	c.cmd.Env = withoutTFConfig(os.Environ())
+	c.cmd.Env = ChildEnv()
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -162,8 +162,11 @@ func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 	return nil
 }
 
-// withoutTFConfig drops TF_CONFIG from env: the children get their roles
-// from flags, and a TF_CONFIG meant for something else must not mix in.
+// ChildEnv is the environment for a child task: this process's, without
+// TF_CONFIG, since children get their roles from flags and a TF_CONFIG meant
+// for something else must not mix in.
+func ChildEnv() []string { return withoutTFConfig(os.Environ()) }
+
 func withoutTFConfig(env []string) []string {
 	out := env[:0:0]
 	for _, e := range env {
@@ -197,7 +200,7 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 			if c.err != nil {
 				if restartable(cfg, c, workersLeft) {
 					c.restarts++
-					cfg.Logf("%s exited unexpectedly (%s); restarting it (restart %d of %d)", c.name, describe(c.err), c.restarts, cfg.MaxRestarts)
+					cfg.Logf("%s exited unexpectedly (%s); restarting it (restart %d of %d)", c.name, DescribeExit(c.err), c.restarts, cfg.MaxRestarts)
 					if err := c.start(cfg, outMu); err == nil {
 						watch(c)
 						continue
@@ -205,9 +208,9 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 						cfg.Logf("%v", err)
 					}
 				}
-				cfg.Logf("%s failed: %s; stopping the other processes", c.name, describe(c.err))
+				cfg.Logf("%s failed: %s; stopping the other processes", c.name, DescribeExit(c.err))
 				stopAll(children, cfg.Grace)
-				return fmt.Errorf("local: %s failed: %s", c.name, describe(c.err))
+				return fmt.Errorf("local: %s failed: %s", c.name, DescribeExit(c.err))
 			}
 			remaining--
 			cfg.Logf("%s exited 0", c.name)
@@ -262,7 +265,12 @@ func restartable(cfg Config, c *child, workersLeft int) bool {
 	return false
 }
 
-func describe(err error) string {
+// DescribeExit says how a child process ended: "exit status 1", "killed
+// by signal killed".
+func DescribeExit(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
