@@ -44,7 +44,7 @@ type trainFlags struct {
 	minCount, evictAfter                     int64
 	checkpointDir, syncOnTimeout             string
 	saveSteps                                int64
-	saveEvery, recoveryTimeout, syncTimeout   time.Duration
+	saveEvery, recoveryTimeout, syncTimeout  time.Duration
 	keep                                     int
 	ignored                                  map[string]*string
 }

@@ -46,7 +46,7 @@ type Config struct {
 	// restores the latest valid one at start.
 	CheckpointDir   string
 	SaveSteps       int64
-	SaveEvery        time.Duration
+	SaveEvery       time.Duration
 	KeepCheckpoints int
 	// RecoveryTimeout bounds how long a worker waits for the ps to come back
 	// after a failure.
