@@ -211,8 +211,11 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 	return [][]uint64{b.keys}, nil
 }
 
-// SparseGradients: mean log loss of the batch and its gradient,
-// d/dw_k = mean over examples of (p - y)·x_k, d/db = mean(p - y).
+// SparseGradients: the batch's mean log loss, and the gradient of its
+// summed log loss, d/dw_k = Σ (p - y)·x_k, d/db = Σ (p - y). The sum, not
+// the mean: FTRL-Proximal's per-coordinate rates are defined on per-example
+// gradients, and averaging over a batch would shrink the gradient of a rare
+// key (seen once in the batch) by the batch size, below FTRL's beta term.
 func (m *Model) SparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
 	b := &m.cur
 	w, gw := rows[0], rowGrads[0]
@@ -229,7 +232,7 @@ func (m *Model) SparseGradients(params, grads model.Params, rows, rowGrads [][]f
 		}
 		p := sigmoid(z)
 		loss += metrics.PointLogLoss(ex.Label, p)
-		d := (p - float64(ex.Label)) / n
+		d := p - float64(ex.Label)
 		gb += d
 		for j := range ex.Keys {
 			gw[b.slots[s+j]] += float32(d * float64(ex.Vals[j]))
