@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -235,32 +234,56 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		sparse, err = s.checkSparsePush(req)
 	}
 	if err != nil {
-		s.rejected++
-		s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", req.Worker, req.Step, err, s.rejected)
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+		return nil, s.rejectPush(req.Worker, req.Step, err)
 	}
-	verdict, err := s.tracker.Push(int(req.Worker), req.Step)
+	verdict, err := s.applyPush(req.Worker, req.Step, grads, sparse)
+	if err != nil {
+		return nil, err
+	}
+	if verdict.Dropped() {
+		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String()}, nil
+	}
+	return &pb.PushResponse{GlobalStep: s.tracker.Step()}, nil
+}
+
+// rejectPush counts and logs a malformed push. Call with mu held.
+func (s *Server) rejectPush(worker int32, step int64, err error) error {
+	s.rejected++
+	s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", worker, step, err, s.rejected)
+	return status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+}
+
+// denseGrad is a checked gradient of one variable.
+type denseGrad struct {
+	v *denseVar
+	g []float32
+}
+
+// applyPush asks the tracker about a checked push and applies, accumulates
+// or drops it. Every path (gRPC, data path) goes through it. Call with mu
+// held.
+func (s *Server) applyPush(worker int32, step int64, grads []denseGrad, sparse []sparseGrad) (consistency.Verdict, error) {
+	verdict, err := s.tracker.Push(int(worker), step)
 	if err != nil {
 		s.rejected++
-		s.cfg.Logf("rejected push from worker %d: %v (rejected pushes so far: %d)", req.Worker, err, s.rejected)
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+		s.cfg.Logf("rejected push from worker %d: %v (rejected pushes so far: %d)", worker, err, s.rejected)
+		return 0, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
 	}
 	switch verdict {
 	case consistency.Apply:
-		for i, g := range req.Grads {
-			v := s.vars[g.Name]
-			v.updates++
-			s.rule.Update(v.value, grads[i], v.state, v.updates)
+		for _, g := range grads {
+			g.v.updates++
+			s.update(g.v.value, g.g, g.v.state, g.v.updates)
 		}
 		for _, g := range sparse {
-			g.table.push(g.keys, g.values, s.tracker.Step())
+			g.push(s.tracker.Step())
 		}
 		s.maybeEvict()
 		s.advanced()
 	case consistency.Accumulate, consistency.Complete:
-		for i, g := range req.Grads {
-			acc := s.vars[g.Name].accum
-			for j, x := range grads[i] {
+		for _, g := range grads {
+			acc := g.v.accum
+			for j, x := range g.g {
 				acc[j] += x
 			}
 		}
@@ -274,7 +297,7 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 					v.accum[j] *= scale
 				}
 				v.updates++
-				s.rule.Update(v.value, v.accum, v.state, v.updates)
+				s.update(v.value, v.accum, v.state, v.updates)
 				clear(v.accum)
 			}
 			for _, t := range s.tables {
@@ -283,16 +306,14 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 			s.maybeEvict()
 			s.advanced()
 		}
-	default: // dropped
-		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String()}, nil
 	}
-	return &pb.PushResponse{GlobalStep: s.tracker.Step()}, nil
+	return verdict, nil
 }
 
 // checkPush validates every gradient of req before any is used, so a bad
 // push changes nothing. It returns the gradients as float32 slices.
-func (s *Server) checkPush(req *pb.PushRequest) ([][]float32, error) {
-	grads := make([][]float32, len(req.Grads))
+func (s *Server) checkPush(req *pb.PushRequest) ([]denseGrad, error) {
+	grads := make([]denseGrad, len(req.Grads))
 	seen := make(map[string]bool, len(req.Grads))
 	for i, g := range req.Grads {
 		v, ok := s.vars[g.Name]
@@ -310,12 +331,10 @@ func (s *Server) checkPush(req *pb.PushRequest) ([][]float32, error) {
 		if err != nil {
 			return nil, fmt.Errorf("variable %q: %w", g.Name, err)
 		}
-		for j, x := range f {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("variable %q: gradient element %d is %v", g.Name, j, x)
-			}
+		if j := wire.FirstNonFinite(f); j >= 0 {
+			return nil, fmt.Errorf("variable %q: gradient element %d is %v", g.Name, j, f[j])
 		}
-		grads[i] = f
+		grads[i] = denseGrad{v: v, g: f}
 	}
 	if s.tracker.Config().Sync && len(req.Grads) != 0 && len(req.Grads) != len(s.vars) {
 		return nil, fmt.Errorf("a synchronous push must carry all %d variables of this ps, got %d", len(s.vars), len(req.Grads))

@@ -1,0 +1,28 @@
+package server
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// update applies one dense gradient with the rule, spread over the cores
+// for a large variable (optim.ApplyParallel: bit for bit one Update). A
+// worker waiting for its reply leaves them idle meanwhile.
+func (s *Server) update(param, grad []float32, state [][]float32, step int64) {
+	optim.ApplyParallel(s.rule, param, grad, state, step, runtime.GOMAXPROCS(0))
+}
+
+// push applies an asynchronous step's gradient to the table's rows, through
+// the remembered rows of its key set where it has one.
+func (g sparseGrad) push(step int64) {
+	if g.set == nil {
+		g.table.push(g.keys, g.values, step)
+		return
+	}
+	// The push was checked; the table can only refuse a malformed one.
+	if err := g.table.t.PushSet(g.set, g.values, step); err != nil {
+		panic(fmt.Sprintf("server: checked push refused by table %q: %v", g.table.name, err))
+	}
+}
