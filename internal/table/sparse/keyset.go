@@ -175,16 +175,18 @@ func (t *Table) updateRow(r int, g []float32, touch uint32) {
 	}
 }
 
-// batchRows is how many rows pushBatched updates with one Update call.
+// batchRows is how many values pushBatched updates with one Update call.
 const batchRows = 1024
 
-// pushBatched updates distinct rows by gathering batchRows of them (value
-// and state) into contiguous scratch, running the rule once over the batch,
-// and scattering the results back, stamping each row's last touch with
-// touch. The rules are per coordinate and, with no update count kept, every
-// row is updated with step 1, so the result is bit for bit that of one
-// Update per row. With missing, rows of -1 are skipped and their gradients
-// left out of the batch.
+// pushBatched updates distinct rows by gathering up to batchRows values
+// (each row's value and state) into contiguous scratch, running the rule
+// once over the batch, and scattering the results back, stamping each
+// row's last touch with touch. The rules are per coordinate and, with no
+// update count kept, every row is updated with step 1, so the result is bit
+// for bit that of one Update per row. Rows of -1 are skipped, their
+// gradients left out of the batch. A batch whose rows are consecutive in
+// one page (keys first seen together got consecutive rows) is updated in
+// place when the rule keeps no state.
 func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch uint32) {
 	d, slots, stride := t.dim, t.slots, t.stride
 	per := max(1, batchRows/d) // rows per batch
@@ -196,13 +198,26 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 	state := t.scratch[2*per*d:]
 	for lo := 0; lo < len(rows); lo += per {
 		hi := min(lo+per, len(rows))
+		if p, o, ok := t.run(rows[lo:hi]); ok {
+			if slots == 0 {
+				t.rule.Update(p.data[o*d:(o+hi-lo)*d], grads[lo*d:hi*d], nil, 1)
+				if p.touch != nil {
+					setAll(p.touch[o:o+hi-lo], touch)
+				}
+				continue
+			}
+		}
 		n := 0 // rows gathered
+		cur, data := -1, []float32(nil)
 		for i := lo; i < hi; i++ {
 			r := int(rows[i])
 			if r < 0 {
 				continue
 			}
-			row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
+			if pi := r >> t.pageShift; pi != cur {
+				cur, data = pi, t.pages[pi].data
+			}
+			row := data[(r&t.pageMask)*stride:][:stride:stride]
 			if d == 1 {
 				val[n] = row[0]
 				for s := range slots {
@@ -230,13 +245,16 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 			t.views[s] = state[s*per*d : (s*per+n)*d]
 		}
 		t.rule.Update(val[:n*d], g, t.views, 1)
-		n = 0
+		n, cur = 0, -1
+		var p *page
 		for i := lo; i < hi; i++ {
 			r := int(rows[i])
 			if r < 0 {
 				continue
 			}
-			p := &t.pages[r>>t.pageShift]
+			if pi := r >> t.pageShift; pi != cur {
+				cur, p = pi, &t.pages[pi]
+			}
 			o := r & t.pageMask
 			row := p.data[o*stride:][:stride:stride]
 			if d == 1 {
@@ -258,6 +276,32 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 	}
 }
 
+// run reports whether rows are consecutive row ids in one page, and where
+// they start.
+func (t *Table) run(rows []int32) (p *page, o int, ok bool) {
+	if len(rows) == 0 || rows[0] < 0 {
+		return nil, 0, false
+	}
+	r0 := int(rows[0])
+	o = r0 & t.pageMask
+	p = &t.pages[r0>>t.pageShift]
+	if o+len(rows) > len(p.keys) {
+		return nil, 0, false
+	}
+	for i, r := range rows {
+		if int(r) != r0+i {
+			return nil, 0, false
+		}
+	}
+	return p, o, true
+}
+
+func setAll[T any](s []T, v T) {
+	for i := range s {
+		s[i] = v
+	}
+}
+
 // PullSet is Pull(ks.Keys(), out).
 func (t *Table) PullSet(ks *KeySet, out []float32) error {
 	d := t.dim
@@ -267,26 +311,52 @@ func (t *Table) PullSet(ks *KeySet, out []float32) error {
 	ks.setRows(t)
 	t.resolve(ks, true)
 	stride := t.stride
+	if stride == d {
+		// Values only: copy runs of consecutive rows at once.
+		for lo := 0; lo < len(ks.rows); lo += batchRows {
+			hi := min(lo+batchRows, len(ks.rows))
+			if p, o, ok := t.run(ks.rows[lo:hi]); ok {
+				copy(out[lo*d:hi*d], p.data[o*d:(o+hi-lo)*d])
+				continue
+			}
+			t.pullRows(ks, lo, hi, out)
+		}
+		return nil
+	}
+	t.pullRows(ks, 0, len(ks.rows), out)
+	return nil
+}
+
+// pullRows copies the rows of keys lo..hi of ks (or their initial values)
+// into out.
+func (t *Table) pullRows(ks *KeySet, lo, hi int, out []float32) {
+	d, stride := t.dim, t.stride
+	cur, data := -1, []float32(nil)
 	if d == 1 {
-		for i, r := range ks.rows {
+		for i := lo; i < hi; i++ {
+			r := int(ks.rows[i])
 			if r < 0 {
 				t.init.Init(ks.keys[i], out[i:i+1:i+1])
 				continue
 			}
-			p := &t.pages[int(r)>>t.pageShift]
-			out[i] = p.data[(int(r)&t.pageMask)*stride]
+			if pi := r >> t.pageShift; pi != cur {
+				cur, data = pi, t.pages[pi].data
+			}
+			out[i] = data[(r&t.pageMask)*stride]
 		}
-		return nil
+		return
 	}
-	for i, r := range ks.rows {
+	for i := lo; i < hi; i++ {
+		r := int(ks.rows[i])
 		dst := out[i*d : (i+1)*d : (i+1)*d]
 		if r < 0 {
 			t.init.Init(ks.keys[i], dst)
 			continue
 		}
-		p := &t.pages[int(r)>>t.pageShift]
-		o := (int(r) & t.pageMask) * stride
-		copy(dst, p.data[o:o+d])
+		if pi := r >> t.pageShift; pi != cur {
+			cur, data = pi, t.pages[pi].data
+		}
+		o := (r & t.pageMask) * stride
+		copy(dst, data[o:o+d])
 	}
-	return nil
 }

@@ -36,9 +36,13 @@ func TestKeySetsAgainstReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				ref := newRef(cfg)
+				// Rows in pool order first, so that runs of the pool are runs
+				// of rows (while no eviction has freed and reused them).
+				grads := make([]float32, len(pool)*cfg.Dim)
+				tb = runOp(t, tb, ref, op{kind: 'p', keys: pool, grads: grads})
 				// The key sets: distinct keys of several sizes (one larger
-				// than a batch), and two with a key repeated.
-				var sets []*KeySet
+				// than a batch), two with a key repeated, and runs of rows.
+				sets := []*KeySet{NewKeySet(pool[10:50]), NewKeySet(pool)}
 				for i, size := range []int{0, 1, 7, 40, 150, 9, 12} {
 					perm := rng.Perm(len(pool))[:size]
 					keys := make([]uint64, size)
@@ -136,45 +140,67 @@ func TestKeySetShapeErrors(t *testing.T) {
 }
 
 // BenchmarkPushSet pushes the same 100k keys of a 1M-row table again and
-// again (their rows remembered), to compare with BenchmarkPush.
+// again (their rows remembered), to compare with BenchmarkPush: random keys
+// of the table, and the first keys it was filled with (rows in order, as
+// keys first seen together get them).
 func BenchmarkPushSet(b *testing.B) {
-	for _, rule := range []string{"sgd", "ftrl"} {
+	for _, order := range []string{"random", "inorder"} {
+		for _, rule := range []string{"sgd", "ftrl"} {
+			for _, dim := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/%s/dim=%d", order, rule, dim), func(b *testing.B) {
+					benchPushSet(b, order == "inorder", rule, dim)
+				})
+			}
+		}
+	}
+}
+
+func benchPushSet(b *testing.B, inOrder bool, rule string, dim int) {
+	tb, _ := New(Config{Dim: dim, Rule: mustRule(b, rule), EvictAfterSteps: 1000})
+	keys := fill(b, tb, benchRows)
+	ks := NewKeySet(keys[:benchBatch])
+	if !inOrder {
+		ks = NewKeySet(batches(keys, benchBatch, 1)[0])
+	}
+	grads := make([]float32, benchBatch*dim)
+	for i := range grads {
+		grads[i] = float32(i%7) * 0.01
+	}
+	i := 0
+	for b.Loop() {
+		if err := tb.PushSet(ks, grads, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportKeys(b, i)
+}
+
+// BenchmarkPullSet is BenchmarkPull with the rows remembered.
+func BenchmarkPullSet(b *testing.B) {
+	for _, order := range []string{"random", "inorder"} {
 		for _, dim := range []int{1, 8} {
-			b.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(b *testing.B) {
-				tb, _ := New(Config{Dim: dim, Rule: mustRule(b, rule), EvictAfterSteps: 1000})
-				ks := NewKeySet(batches(fill(b, tb, benchRows), benchBatch, 1)[0])
-				grads := make([]float32, benchBatch*dim)
-				for i := range grads {
-					grads[i] = float32(i%7) * 0.01
-				}
-				i := 0
-				for b.Loop() {
-					if err := tb.PushSet(ks, grads, int64(i)); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-				reportKeys(b, i)
+			b.Run(fmt.Sprintf("%s/dim=%d", order, dim), func(b *testing.B) {
+				benchPullSet(b, order == "inorder", dim)
 			})
 		}
 	}
 }
 
-// BenchmarkPullSet is BenchmarkPull with the rows remembered.
-func BenchmarkPullSet(b *testing.B) {
-	for _, dim := range []int{1, 8} {
-		b.Run(fmt.Sprintf("dim=%d", dim), func(b *testing.B) {
-			tb, _ := New(Config{Dim: dim, Rule: mustRule(b, "ftrl")})
-			ks := NewKeySet(batches(fill(b, tb, benchRows), benchBatch, 1)[0])
-			out := make([]float32, benchBatch*dim)
-			i := 0
-			for b.Loop() {
-				if err := tb.PullSet(ks, out); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			reportKeys(b, i)
-		})
+func benchPullSet(b *testing.B, inOrder bool, dim int) {
+	tb, _ := New(Config{Dim: dim, Rule: mustRule(b, "ftrl")})
+	keys := fill(b, tb, benchRows)
+	ks := NewKeySet(keys[:benchBatch])
+	if !inOrder {
+		ks = NewKeySet(batches(keys, benchBatch, 1)[0])
 	}
+	out := make([]float32, benchBatch*dim)
+	i := 0
+	for b.Loop() {
+		if err := tb.PullSet(ks, out); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportKeys(b, i)
 }
