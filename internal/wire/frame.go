@@ -353,24 +353,35 @@ func (r *BodyReader) Bytes(buf []byte, n int, what string) ([]byte, error) {
 // bytes actually received: buffers grow by at most this much per read.
 const readChunk = 16 << 20
 
-// Floats appends n little-endian float32 values to buf, reading them
-// straight into buf's memory.
-func (r *BodyReader) Floats(buf []float32, n int64, what string) ([]float32, error) {
+// checkChunk is how many values FloatsChecked reads before it checks
+// them: few enough that they are still in the core's cache.
+const checkChunk = 64 << 10
+
+// FloatsChecked is Floats that also finds the first NaN or ±Inf among the
+// values read, checking each chunk right after it arrives; bad is its index
+// among the n values, or -1.
+func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []float32, bad int, err error) {
 	if err := r.take(4*n, what); err != nil {
-		return buf, err
+		return buf, -1, err
 	}
-	for n > 0 {
-		k := int(min(n, readChunk/4))
+	bad = -1
+	for done := int64(0); done < n; {
+		k := int(min(n-done, checkChunk))
 		buf = slices.Grow(buf, k)
 		dst := buf[len(buf) : len(buf)+k]
 		if _, err := io.ReadFull(r.R, rawBytes32(dst)); err != nil {
-			return buf, noEOF(err)
+			return buf, -1, noEOF(err)
 		}
 		fromLE32(dst)
+		if bad < 0 {
+			if j := FirstNonFinite(dst); j >= 0 {
+				bad = int(done) + j
+			}
+		}
 		buf = buf[:len(buf)+k]
-		n -= int64(k)
+		done += int64(k)
 	}
-	return buf, nil
+	return buf, bad, nil
 }
 
 // FloatsInto reads len(dst) little-endian float32 values into dst.
@@ -461,6 +472,9 @@ func fromLE64(k []uint64) {
 type DenseSection struct {
 	Name []byte
 	Data []float32
+	// Bad is, in a request, the index of the first NaN or ±Inf in Data, or
+	// -1.
+	Bad int
 }
 
 // SparseSection is one table's part of a request. Layout: u16 name
@@ -474,6 +488,7 @@ type SparseSection struct {
 	NumKeys int
 	Keys    []uint64  // KeysInline: the keys
 	Values  []float32 // push: the gradients
+	Bad     int       // push: the index of the first NaN or ±Inf in Values, or -1
 }
 
 // Request is a request as the ps reads it (ReadRequest). Its slices are
@@ -497,6 +512,7 @@ type sectionOffs struct {
 	name, nameEnd   int
 	keys, keysEnd   int
 	floats, floatsE int
+	bad             int
 }
 
 // Floats returns the request's float memory, for reuse by the reply after
@@ -530,7 +546,7 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 	r.ReqHeader = h
 	r.names, r.floats, r.keys, r.offs = r.names[:0], r.floats[:0], r.keys[:0], r.offs[:0]
 	body := BodyReader{R: br, Left: h.Body}
-	for i := range h.Dense {
+	for range h.Dense {
 		o := sectionOffs{name: len(r.names)}
 		if r.names, err = body.Name(r.names, "dense section"); err != nil {
 			return err
@@ -540,7 +556,7 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 		if err != nil {
 			return err
 		}
-		if r.floats, err = body.Floats(r.floats, n, fmt.Sprintf("dense section %d", i)); err != nil {
+		if r.floats, o.bad, err = body.FloatsChecked(r.floats, n, "dense section"); err != nil {
 			return err
 		}
 		o.floatsE = len(r.floats)
@@ -590,13 +606,13 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 			return frameErr("sparse section %d: unknown key mode %d", i, mode)
 		}
 		o.keysEnd = max(o.keysEnd, o.keys)
-		o.floats, o.floatsE = len(r.floats), len(r.floats)
+		o.floats, o.floatsE, o.bad = len(r.floats), len(r.floats), -1
 		if push {
 			n, err := body.Uint32("value count")
 			if err != nil {
 				return err
 			}
-			if r.floats, err = body.Floats(r.floats, n, "values"); err != nil {
+			if r.floats, o.bad, err = body.FloatsChecked(r.floats, n, "values"); err != nil {
 				return err
 			}
 			o.floatsE = len(r.floats)
@@ -616,7 +632,7 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 	r.Dense = r.Dense[:0]
 	for i := range h.Dense {
 		o := r.offs[i]
-		r.Dense = append(r.Dense, DenseSection{Name: r.names[o.name:o.nameEnd], Data: r.floats[o.floats:o.floatsE]})
+		r.Dense = append(r.Dense, DenseSection{Name: r.names[o.name:o.nameEnd], Data: r.floats[o.floats:o.floatsE], Bad: o.bad})
 	}
 	r.SparsePush, r.SparsePull = r.SparsePush[:h.SparsePush], r.SparsePull[:h.SparsePull]
 	for i := range h.SparsePush + h.SparsePull {
@@ -630,6 +646,7 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 		sec.Table = r.names[o.name:o.nameEnd]
 		sec.Keys = r.keys[o.keys:o.keysEnd]
 		sec.Values = r.floats[o.floats:o.floatsE]
+		sec.Bad = o.bad
 	}
 	return nil
 }
