@@ -7,11 +7,15 @@ import (
 	"github.com/paramserv/paramserv/internal/optim"
 )
 
-// update applies one dense gradient with the rule, spread over the cores
-// for a large variable (optim.ApplyParallel: bit for bit one Update). A
-// worker waiting for its reply leaves them idle meanwhile.
-func (s *Server) update(param, grad []float32, state [][]float32, step int64) {
-	optim.ApplyParallel(s.rule, param, grad, state, step, runtime.GOMAXPROCS(0))
+// update applies one dense gradient to v with the rule, spread over the
+// cores for a large variable (optim.ApplyParallel: bit for bit one Update;
+// a worker waiting for its reply leaves them idle meanwhile). If replies in
+// flight still read v's values, it updates a copy (writable). Call with mu
+// held.
+func (s *Server) update(v *denseVar, grad []float32) {
+	v.updates++
+	v.writable()
+	optim.ApplyParallel(s.rule, v.value, grad, v.state, v.updates, runtime.GOMAXPROCS(0))
 }
 
 // push applies an asynchronous step's gradient to the table's rows, through

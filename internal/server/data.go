@@ -37,13 +37,14 @@ type dataConn struct {
 	used  uint32 // slots the current request has named so far
 
 	// Per-request scratch, reused.
-	badDense  []int // first non-finite element of each dense section, or -1
-	badSparse []int
-	dense     []denseGrad
-	sparse    []sparseGrad
-	pushSets  []located
-	pullSets  []located
-	seen      map[*denseVar]bool
+	dense    []denseGrad
+	sparse   []sparseGrad
+	pushSets []located
+	pullSets []located
+	seen     map[*denseVar]bool
+	leases   []lease // variables the reply being written reads
+	pipe     *pipe   // the reply being written by a pipeline, or nil
+	state    [][]float32
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -94,10 +95,32 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 			return
 		}
 		bufs := s.handleData(ctx, dc)
-		if _, err := bufs.WriteTo(conn); err != nil {
+		if dc.pipe != nil {
+			// Being written by the pipeline (pipeline.go).
+			err = <-dc.pipe.done
+			dc.pipe = nil
+		} else {
+			_, err = bufs.WriteTo(conn)
+		}
+		s.releaseLeases(dc)
+		if err != nil {
 			return
 		}
 	}
+}
+
+// releaseLeases gives back the variables the last reply was written from.
+func (s *Server) releaseLeases(dc *dataConn) {
+	if len(dc.leases) == 0 {
+		return
+	}
+	s.mu.Lock()
+	for _, l := range dc.leases {
+		l.release()
+	}
+	s.mu.Unlock()
+	clear(dc.leases)
+	dc.leases = dc.leases[:0]
 }
 
 // errorReply is an error frame carrying err's status code and message.
@@ -113,16 +136,6 @@ func (dc *dataConn) errorReply(err error) net.Buffers {
 // reply buffer, all under mu; the caller writes the reply after.
 func (s *Server) handleData(ctx context.Context, dc *dataConn) net.Buffers {
 	r := &dc.req
-	// Finiteness needs no lock: check it first, report it in order later.
-	dc.badDense = dc.badDense[:0]
-	for _, d := range r.Dense {
-		dc.badDense = append(dc.badDense, wire.FirstNonFinite(d.Data))
-	}
-	dc.badSparse = dc.badSparse[:0]
-	for _, sp := range r.SparsePush {
-		dc.badSparse = append(dc.badSparse, wire.FirstNonFinite(sp.Values))
-	}
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.initialized {
@@ -139,11 +152,19 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) net.Buffers {
 		if err := s.checkDataPush(dc); err != nil {
 			return dc.errorReply(s.rejectPush(r.Worker, r.Step, err))
 		}
-		verdict, err := s.applyPush(r.Worker, r.Step, dc.dense, dc.sparse)
-		if err != nil {
-			return dc.errorReply(err)
+		if s.pipelinable(dc) {
+			var reply net.Buffers
+			var done bool
+			if reply, dropped, done = s.pushPipelined(dc); done {
+				return reply
+			}
+		} else {
+			verdict, err := s.applyPush(r.Worker, r.Step, dc.dense, dc.sparse)
+			if err != nil {
+				return dc.errorReply(err)
+			}
+			dropped = verdict.Dropped()
 		}
-		dropped = verdict.Dropped()
 	}
 	if !r.Op.Pull() {
 		dc.reply.Reset(wire.RepHeaderLen)
@@ -258,7 +279,7 @@ func (s *Server) checkDataPush(dc *dataConn) error {
 	r := &dc.req
 	dc.dense, dc.sparse = dc.dense[:0], dc.sparse[:0]
 	clear(dc.seen)
-	for i, d := range r.Dense {
+	for _, d := range r.Dense {
 		v, ok := s.vars[string(d.Name)]
 		if !ok {
 			return fmt.Errorf("unknown variable %q (this ps holds %d variables)", d.Name, len(s.vars))
@@ -270,7 +291,7 @@ func (s *Server) checkDataPush(dc *dataConn) error {
 		if len(d.Data) != len(v.value) {
 			return fmt.Errorf("variable %q: gradient has %d bytes, want %d (%d float32 of shape %v)", d.Name, 4*len(d.Data), 4*len(v.value), len(v.value), v.shape)
 		}
-		if j := dc.badDense[i]; j >= 0 {
+		if j := d.Bad; j >= 0 {
 			return fmt.Errorf("variable %q: gradient element %d is %v", d.Name, j, d.Data[j])
 		}
 		dc.dense = append(dc.dense, denseGrad{v: v, g: d.Data})
@@ -293,7 +314,7 @@ func (s *Server) checkDataPush(dc *dataConn) error {
 		if len(sec.Values) != dim*len(keys) {
 			return fmt.Errorf("table %q: %d keys of dim %d need %d bytes of gradients, got %d", sec.Table, len(keys), dim, 4*dim*len(keys), 4*len(sec.Values))
 		}
-		if j := dc.badSparse[i]; j >= 0 {
+		if j := sec.Bad; j >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", sec.Table, keys[j/dim], j%dim, sec.Values[j])
 		}
 		dc.sparse = append(dc.sparse, sparseGrad{table: t, keys: keys, values: sec.Values, set: l.set})
@@ -301,18 +322,13 @@ func (s *Server) checkDataPush(dc *dataConn) error {
 	return nil
 }
 
-// dataPull reads the values the request asks for into the reply buffer
-// (reusing the request's, whose gradients are applied by now) and returns
-// the reply. Call with mu held, once the step is reached.
+// dataPull answers the pull half of a request: dense values lent, rows
+// copied into the request's float buffer (its gradients are applied by
+// now). Call with mu held, once the step is reached.
 func (s *Server) dataPull(dc *dataConn, dropped bool) (net.Buffers, error) {
 	r := &dc.req
-	// Check the tables and size the reply before copying anything.
+	// Check the tables and size the rows before copying anything.
 	n := 0
-	if r.PullDense {
-		for _, spec := range s.layout {
-			n += len(s.vars[spec.Name].value)
-		}
-	}
 	for i := range r.SparsePull {
 		sec := &r.SparsePull[i]
 		t, ok := s.tables[string(sec.Table)]
@@ -324,19 +340,19 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) (net.Buffers, error) {
 		}
 		n += dc.pullSets[i].set.Len() * t.t.Dim()
 	}
-	if 4*int64(n) > wire.MaxBody-int64(len(s.layout)+1)*(wire.MaxName+8) {
-		return nil, fmt.Errorf("the pull asks for %d values, more than a reply can carry", n)
+	if 4*int64(n) > wire.MaxBody {
+		return nil, fmt.Errorf("the pull asks for %d values of rows, more than a reply can carry", n)
 	}
 	buf := r.Floats(n)
 	dc.reply.Reset(wire.RepHeaderLen)
 	off := 0
 	if r.PullDense {
+		// Written straight from the variables, which stay lent until the
+		// reply is out (lease.go).
 		for _, spec := range s.layout {
-			v := s.vars[spec.Name]
-			dst := buf[off : off+len(v.value)]
-			copy(dst, v.value)
-			dc.reply.Dense(v.name, dst)
-			off += len(v.value)
+			l := s.vars[spec.Name].lend()
+			dc.leases = append(dc.leases, l)
+			dc.reply.Dense(l.v.name, l.buf)
 		}
 	}
 	for i := range r.SparsePull {

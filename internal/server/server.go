@@ -64,10 +64,11 @@ type Server struct {
 type denseVar struct {
 	name    string
 	shape   []int64
-	value   []float32
+	value   []float32 // lent to replies in flight: see lend (lease.go) before writing it
 	state   [][]float32
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction
+	lent    lentBufs
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -272,8 +273,7 @@ func (s *Server) applyPush(worker int32, step int64, grads []denseGrad, sparse [
 	switch verdict {
 	case consistency.Apply:
 		for _, g := range grads {
-			g.v.updates++
-			s.update(g.v.value, g.g, g.v.state, g.v.updates)
+			s.update(g.v, g.g)
 		}
 		for _, g := range sparse {
 			g.push(s.tracker.Step())
@@ -296,8 +296,7 @@ func (s *Server) applyPush(worker int32, step int64, grads []denseGrad, sparse [
 				for j := range v.accum {
 					v.accum[j] *= scale
 				}
-				v.updates++
-				s.update(v.value, v.accum, v.state, v.updates)
+				s.update(v, v.accum)
 				clear(v.accum)
 			}
 			for _, t := range s.tables {
