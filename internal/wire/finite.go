@@ -18,8 +18,10 @@ const (
 	expSign2  = 0x8000000080000000
 )
 
-// AllFinite reports whether no element of f is NaN or ±Inf. It reads about
-// 20 GB/s on one core (math.IsNaN and math.IsInf per element: 4).
+// AllFinite reports whether no element of f is NaN or ±Inf. With AVX2 it
+// compares eight exponents per instruction (finite_amd64.s); the portable
+// loop reads about 20 GB/s on one core (math.IsNaN and math.IsInf per
+// element: 4).
 func AllFinite(f []float32) bool {
 	if len(f) == 0 {
 		return true
@@ -30,6 +32,13 @@ func AllFinite(f []float32) bool {
 				return false
 			}
 		}
+		return true
+	}
+	bad, done := finiteKernel(f)
+	if bad {
+		return false
+	}
+	if f = f[done:]; len(f) == 0 {
 		return true
 	}
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
