@@ -73,10 +73,10 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	if _, err := io.ReadFull(dc.br, pre[4:]); err != nil {
 		return
 	}
-	version, _ := wire.CheckPreface(pre[:])
+	version, err := wire.CheckPreface(pre[:])
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
-	if version != wire.DataVersion {
+	if err != nil || version != wire.DataVersion {
 		h.Status = wire.HelloBadVersion
 	}
 	h.Put(hello[:])

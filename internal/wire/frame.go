@@ -23,8 +23,11 @@ const (
 	DataMagic = "PSDP"
 	// DataVersion is the version of the frames below.
 	DataVersion = 1
-	// PrefaceLen is the client preface: magic, u16 version, u16 zero.
-	PrefaceLen = 8
+	// PrefaceLen is the client preface: magic, u16 version, then zeros. It
+	// is as long as HTTP/2's, so that a ps that only speaks gRPC reads all
+	// of it, sees a bad preface and closes the connection at once (the
+	// client then uses gRPC) instead of waiting for more bytes.
+	PrefaceLen = 24
 	// HelloLen is the server's answer to the preface: magic, u16 version,
 	// u16 status (HelloOK or HelloBadVersion), u32 cache slots, u32 most
 	// keys per slot.
@@ -119,6 +122,11 @@ func Preface() []byte {
 func CheckPreface(b []byte) (version int, err error) {
 	if len(b) != PrefaceLen || string(b[:4]) != DataMagic {
 		return 0, frameErr("preface %q does not start with %q", b, DataMagic)
+	}
+	for _, x := range b[6:] {
+		if x != 0 {
+			return 0, frameErr("preface %q: reserved bytes are not zero", b)
+		}
 	}
 	return int(binary.LittleEndian.Uint16(b[4:])), nil
 }
@@ -350,8 +358,10 @@ func (r *BodyReader) Bytes(buf []byte, n int, what string) ([]byte, error) {
 }
 
 // readChunk bounds how much a frame makes its reader allocate ahead of the
-// bytes actually received: buffers grow by at most this much per read.
-const readChunk = 16 << 20
+// bytes actually received: keys are read this many bytes at a time, values
+// checkChunk at a time, and buffers at most double as they grow, so a frame
+// that claims a gigabyte and sends a kilobyte costs about a megabyte.
+const readChunk = 1 << 20
 
 // checkChunk is how many values FloatsChecked reads before it checks
 // them: few enough that they are still in the core's cache.
@@ -500,6 +510,7 @@ type Request struct {
 	SparsePush []SparseSection
 	SparsePull []SparseSection
 
+	hdr    [ReqHeaderLen]byte
 	names  []byte
 	floats []float32
 	keys   []uint64
@@ -529,19 +540,12 @@ func (r *Request) Floats(n int) []float32 {
 // the connection ended cleanly between frames, a *FrameError if the frame
 // is malformed (the connection cannot go on), or the I/O error.
 func (r *Request) ReadRequest(br *bufio.Reader) error {
-	hb, err := br.Peek(ReqHeaderLen)
-	if err != nil {
-		if errors.Is(err, io.EOF) && len(hb) == 0 {
-			return io.EOF
-		}
-		return noEOF(err)
+	if _, err := io.ReadFull(br, r.hdr[:]); err != nil {
+		return err // io.EOF only if the connection ended between frames
 	}
-	h, err := ParseReqHeader(hb)
+	h, err := ParseReqHeader(r.hdr[:])
 	if err != nil {
 		return err
-	}
-	if _, err := br.Discard(ReqHeaderLen); err != nil {
-		return noEOF(err)
 	}
 	r.ReqHeader = h
 	r.names, r.floats, r.keys, r.offs = r.names[:0], r.floats[:0], r.keys[:0], r.offs[:0]
