@@ -487,7 +487,7 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			f.SparsePull(r.Table, mode, arg, len(keys), keys)
 		}
 	}
-	bufs := f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
+	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
 
 	if err := d.setDeadline(ctx); err != nil {
 		return 0, false, err
@@ -500,7 +500,7 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			}
 		}()
 	}
-	if _, err := bufs.WriteTo(d.nc); err != nil {
+	if _, err := f.WriteTo(d.nc); err != nil {
 		return 0, false, err
 	}
 	if _, err := io.ReadFull(d.br, d.hdr[:]); err != nil {

@@ -43,7 +43,8 @@ type dataConn struct {
 	pullSets []located
 	seen     map[*denseVar]bool
 	leases   []lease // variables the reply being written reads
-	pipe     *pipe   // the reply being written by a pipeline, or nil
+	pipe     *pipe   // writer of pipelined replies, once needed
+	piped    bool    // the reply is being written by pipe
 	state    [][]float32
 }
 
@@ -68,6 +69,11 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 		_ = tc.SetNoDelay(true)
 	}
 	dc := &dataConn{conn: conn, br: bufio.NewReaderSize(conn, dataBufSize), seen: make(map[*denseVar]bool)}
+	defer func() {
+		if dc.pipe != nil {
+			dc.pipe.stop()
+		}
+	}()
 	var pre [wire.PrefaceLen]byte
 	copy(pre[:], wire.DataMagic)
 	if _, err := io.ReadFull(dc.br, pre[4:]); err != nil {
@@ -89,18 +95,18 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 			var fe *wire.FrameError
 			if errors.As(err, &fe) {
 				s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
-				bufs := dc.errorReply(status.Error(codes.InvalidArgument, fe.Error()))
-				_, _ = bufs.WriteTo(conn)
+				dc.errorReply(status.Error(codes.InvalidArgument, fe.Error()))
+				_, _ = dc.reply.WriteTo(conn)
 			}
 			return
 		}
-		bufs := s.handleData(ctx, dc)
-		if dc.pipe != nil {
+		s.handleData(ctx, dc)
+		if dc.piped {
 			// Being written by the pipeline (pipeline.go).
 			err = <-dc.pipe.done
-			dc.pipe = nil
+			dc.piped = false
 		} else {
-			_, err = bufs.WriteTo(conn)
+			_, err = dc.reply.WriteTo(conn)
 		}
 		s.releaseLeases(dc)
 		if err != nil {
@@ -123,61 +129,65 @@ func (s *Server) releaseLeases(dc *dataConn) {
 	dc.leases = dc.leases[:0]
 }
 
-// errorReply is an error frame carrying err's status code and message.
-func (dc *dataConn) errorReply(err error) net.Buffers {
+// errorReply makes the reply an error frame carrying err's status code
+// and message.
+func (dc *dataConn) errorReply(err error) {
 	st := status.Convert(err)
 	dc.reply.Reset(wire.RepHeaderLen)
 	dc.reply.ErrorBody(uint32(st.Code()), st.Message())
-	return dc.reply.Reply(wire.RepHeader{Err: true})
+	dc.reply.Reply(wire.RepHeader{Err: true})
 }
 
 // handleData answers one request: checks, applies the push through
-// applyPush, waits for the pull's step and copies the values into the
-// reply buffer, all under mu; the caller writes the reply after.
-func (s *Server) handleData(ctx context.Context, dc *dataConn) net.Buffers {
+// applyPush, waits for the pull's step and makes the reply (dc.reply, or a
+// pipelined one, dc.piped), all under mu; the caller writes the reply after.
+func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.initialized {
-		return dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized))
+		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized))
+		return
 	}
 	// Find every key set before anything is applied, so that a request
 	// naming a key set this connection does not hold changes nothing and
 	// can be sent again with its keys.
 	if err := dc.locate(); err != nil {
-		return dc.errorReply(status.Errorf(codes.Aborted, "ps %d: %v", s.cfg.Task, err))
+		dc.errorReply(status.Errorf(codes.Aborted, "ps %d: %v", s.cfg.Task, err))
+		return
 	}
 	dropped := false
 	if r.Op.Push() {
 		if err := s.checkDataPush(dc); err != nil {
-			return dc.errorReply(s.rejectPush(r.Worker, r.Step, err))
+			dc.errorReply(s.rejectPush(r.Worker, r.Step, err))
+			return
 		}
 		if s.pipelinable(dc) {
-			var reply net.Buffers
 			var done bool
-			if reply, dropped, done = s.pushPipelined(dc); done {
-				return reply
+			if dropped, done = s.pushPipelined(dc); done {
+				return
 			}
 		} else {
 			verdict, err := s.applyPush(r.Worker, r.Step, dc.dense, dc.sparse)
 			if err != nil {
-				return dc.errorReply(err)
+				dc.errorReply(err)
+				return
 			}
 			dropped = verdict.Dropped()
 		}
 	}
 	if !r.Op.Pull() {
 		dc.reply.Reset(wire.RepHeaderLen)
-		return dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step()})
+		dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step()})
+		return
 	}
 	if err := s.waitStep(ctx, r.Worker, r.MinStep); err != nil {
-		return dc.errorReply(err)
+		dc.errorReply(err)
+		return
 	}
-	bufs, err := s.dataPull(dc, dropped)
-	if err != nil {
-		return dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: %v", s.cfg.Task, err))
+	if err := s.dataPull(dc, dropped); err != nil {
+		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: %v", s.cfg.Task, err))
 	}
-	return bufs
 }
 
 // located is a sparse section's key set, and the slot that keeps it (nil
@@ -325,7 +335,7 @@ func (s *Server) checkDataPush(dc *dataConn) error {
 // dataPull answers the pull half of a request: dense values lent, rows
 // copied into the request's float buffer (its gradients are applied by
 // now). Call with mu held, once the step is reached.
-func (s *Server) dataPull(dc *dataConn, dropped bool) (net.Buffers, error) {
+func (s *Server) dataPull(dc *dataConn, dropped bool) error {
 	r := &dc.req
 	// Check the tables and size the rows before copying anything.
 	n := 0
@@ -333,15 +343,15 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) (net.Buffers, error) {
 		sec := &r.SparsePull[i]
 		t, ok := s.tables[string(sec.Table)]
 		if !ok {
-			return nil, fmt.Errorf("unknown table %q (this ps holds %d tables)", sec.Table, len(s.tables))
+			return fmt.Errorf("unknown table %q (this ps holds %d tables)", sec.Table, len(s.tables))
 		}
 		if err := s.checkOwned(sec.Table, dc.pullSets[i]); err != nil {
-			return nil, err
+			return err
 		}
 		n += dc.pullSets[i].set.Len() * t.t.Dim()
 	}
 	if 4*int64(n) > wire.MaxBody {
-		return nil, fmt.Errorf("the pull asks for %d values of rows, more than a reply can carry", n)
+		return fmt.Errorf("the pull asks for %d values of rows, more than a reply can carry", n)
 	}
 	buf := r.Floats(n)
 	dc.reply.Reset(wire.RepHeaderLen)
@@ -361,10 +371,11 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) (net.Buffers, error) {
 		set := dc.pullSets[i].set
 		dst := buf[off : off+set.Len()*t.t.Dim()]
 		if err := t.t.PullSet(set, dst); err != nil {
-			return nil, fmt.Errorf("table %q: %w", sec.Table, err)
+			return fmt.Errorf("table %q: %w", sec.Table, err)
 		}
 		dc.reply.SparseValues(dst)
 		off += len(dst)
 	}
-	return dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step()}), nil
+	dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step()})
+	return nil
 }

@@ -19,32 +19,52 @@ import (
 // the waiting pulls), followed under the same lock by the dense updates of
 // an Apply verdict: the same result, since nothing else can run in between.
 
-// pipeMin is the fewest gradient values for which a push is pipelined, and
-// pipeChunk the values updated and written at a time.
+// pipeMin is the fewest gradient values for which a push is pipelined,
+// pipeChunk the values updated and written at a time, and pipeMaxVars the
+// most variables a pipelined push may carry (so that one request never has
+// more segments than the pipe holds).
 const (
-	pipeMin   = 256 << 10
-	pipeChunk = 256 << 10
+	pipeMin     = 256 << 10
+	pipeChunk   = 256 << 10
+	pipeMaxVars = 64
+	pipeSegs    = 2*pipeMaxVars + wire.MaxBody/4/pipeChunk + 8
 )
 
-// pipe is a reply being written by its own goroutine, segment by segment.
+// pipe is a connection's reply writer for pipelined pushes: a goroutine,
+// started with the connection's first pipelined push and ended with the
+// connection, that writes each segment sent on segs; a nil segment ends a
+// reply, and the writer then sends the reply's write error (or nil) on
+// done.
 type pipe struct {
-	segs chan []byte
-	done chan error
+	segs   chan []byte
+	done   chan error
+	exited chan struct{}
 }
 
-// startPipe starts writing to conn whatever is sent on the pipe's segs.
-func startPipe(conn net.Conn, n int) *pipe {
-	p := &pipe{segs: make(chan []byte, n), done: make(chan error, 1)}
+// startPipe starts the writer of conn's pipelined replies.
+func startPipe(conn net.Conn) *pipe {
+	p := &pipe{segs: make(chan []byte, pipeSegs), done: make(chan error, 1), exited: make(chan struct{})}
 	go func() {
+		defer close(p.exited)
 		var err error
 		for seg := range p.segs {
-			if err == nil {
+			switch {
+			case seg == nil:
+				p.done <- err
+				err = nil
+			case err == nil:
 				_, err = conn.Write(seg)
 			}
 		}
-		p.done <- err
 	}()
 	return p
+}
+
+// stop ends the writer once it has written what it was sent (the
+// connection is closed or about to be, so that is quick) and waits for it.
+func (p *pipe) stop() {
+	close(p.segs)
+	<-p.exited
 }
 
 // pipelinable reports whether a checked push qualifies: asynchronous,
@@ -53,7 +73,7 @@ func startPipe(conn net.Conn, n int) *pipe {
 // Call with mu held.
 func (s *Server) pipelinable(dc *dataConn) bool {
 	r := &dc.req
-	if s.tracker.Config().Sync || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dc.dense) == 0 {
+	if s.tracker.Config().Sync || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dc.dense) == 0 || len(dc.dense) > pipeMaxVars {
 		return false
 	}
 	n := 0
@@ -78,18 +98,20 @@ func (s *Server) pipelinable(dc *dataConn) bool {
 }
 
 // pushPipelined applies a pipelinable push and starts writing its reply
-// (done, with dc.pipe set: the caller waits for it after releasing mu, and
-// then releases dc's leases), or returns the error reply to write (done).
+// (done, with dc.piped set: the caller waits for dc.pipe.done after
+// releasing mu, and then releases dc's leases), or makes an error reply
+// (done).
 // A dropped push is not done: its pull, if any, goes the usual way. Call
 // with mu held.
-func (s *Server) pushPipelined(dc *dataConn) (reply net.Buffers, dropped, done bool) {
+func (s *Server) pushPipelined(dc *dataConn) (dropped, done bool) {
 	r := &dc.req
 	verdict, err := s.applyPush(r.Worker, r.Step, nil, nil)
 	if err != nil {
-		return dc.errorReply(err), false, true
+		dc.errorReply(err)
+		return false, true
 	}
 	if verdict != consistency.Apply {
-		return nil, true, false
+		return true, false
 	}
 	step := s.tracker.Step()
 	dc.reply.Reset(wire.RepHeaderLen)
@@ -108,12 +130,11 @@ func (s *Server) pushPipelined(dc *dataConn) (reply net.Buffers, dropped, done b
 		}
 	}
 	bufs := dc.reply.Reply(wire.RepHeader{Step: step})
-	segs := len(bufs)
-	for _, g := range dc.dense {
-		segs += len(g.g)/pipeChunk + 1
+	if dc.pipe == nil {
+		dc.pipe = startPipe(dc.conn)
 	}
-	p := startPipe(dc.conn, segs)
-	dc.pipe = p
+	p := dc.pipe
+	dc.piped = true
 	if !r.Op.Pull() {
 		p.segs <- bufs[0] // the acknowledgement, before the update
 	}
@@ -141,6 +162,6 @@ func (s *Server) pushPipelined(dc *dataConn) (reply net.Buffers, dropped, done b
 		}
 	}
 	clear(dc.state)
-	close(p.segs)
-	return nil, false, true
+	p.segs <- nil
+	return false, true
 }

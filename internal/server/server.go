@@ -54,7 +54,8 @@ type Server struct {
 	tables      map[string]*sparseTable
 	rule        optim.Rule
 	tracker     *consistency.Tracker
-	stepCh      chan struct{} // closed and replaced each time the step advances
+	stepCh      chan struct{} // closed and replaced each time the step advances, if waited on
+	stepWaited  bool          // a pull waits on stepCh
 	rejected    int64         // pushes refused as malformed
 	done        map[int32]bool
 	allDone     chan struct{} // closed once every worker has called Done
@@ -211,8 +212,11 @@ func optimConfig(c *pb.OptimizerConfig) optim.Config {
 
 // advanced wakes every pull waiting for the step. Call with mu held.
 func (s *Server) advanced() {
-	close(s.stepCh)
-	s.stepCh = make(chan struct{})
+	if s.stepWaited {
+		close(s.stepCh)
+		s.stepCh = make(chan struct{})
+		s.stepWaited = false
+	}
 }
 
 var errNotInitialized = errors.New("not initialised yet: waiting for the chief (worker 0) to call Init")
@@ -399,6 +403,7 @@ func (s *Server) waitStep(ctx context.Context, worker int32, min int64) error {
 			defer tick.Stop()
 		}
 		ch := s.stepCh
+		s.stepWaited = true
 		s.mu.Unlock()
 		select {
 		case <-ch:

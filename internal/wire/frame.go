@@ -335,16 +335,16 @@ func (r *BodyReader) Uint32(what string) (int64, error) {
 }
 
 // Name reads a u16 length and that many bytes (1..MaxName), appended to
-// buf.
+// buf; what names the thing named, for errors.
 func (r *BodyReader) Name(buf []byte, what string) ([]byte, error) {
-	n, err := r.Uint16(what + " name length")
+	n, err := r.Uint16(what)
 	if err != nil {
 		return buf, err
 	}
 	if n < 1 || n > MaxName {
 		return buf, frameErr("%s name of %d bytes (want 1 to %d)", what, n, MaxName)
 	}
-	return r.Bytes(buf, n, what+" name")
+	return r.Bytes(buf, n, what)
 }
 
 // Bytes appends n bytes to buf.
@@ -511,6 +511,7 @@ type Request struct {
 	SparsePull []SparseSection
 
 	hdr    [ReqHeaderLen]byte
+	body   BodyReader
 	names  []byte
 	floats []float32
 	keys   []uint64
@@ -549,7 +550,8 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 	}
 	r.ReqHeader = h
 	r.names, r.floats, r.keys, r.offs = r.names[:0], r.floats[:0], r.keys[:0], r.offs[:0]
-	body := BodyReader{R: br, Left: h.Body}
+	r.body = BodyReader{R: br, Left: h.Body}
+	body := &r.body
 	for range h.Dense {
 		o := sectionOffs{name: len(r.names)}
 		if r.names, err = body.Name(r.names, "dense section"); err != nil {
@@ -663,12 +665,13 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 type Frame struct {
 	meta []byte
 	segs []segment
-	bufs net.Buffers
-	hdr  int   // header bytes at the start of meta
-	pay  int64 // payload bytes
-	nd   int   // dense sections
-	nsp  int   // sparse push sections (replies: sparse sections)
-	nsl  int   // sparse pull sections
+	bufs net.Buffers // what WriteTo writes (and consumes)
+	arr  net.Buffers // bufs' memory
+	hdr  int         // header bytes at the start of meta
+	pay  int64       // payload bytes
+	nd   int         // dense sections
+	nsp  int         // sparse push sections (replies: sparse sections)
+	nsl  int         // sparse pull sections
 }
 
 // segment is either meta[off:end] or payload.
@@ -785,19 +788,26 @@ func (f *Frame) Reply(h RepHeader) net.Buffers {
 	return f.buffers()
 }
 
+// WriteTo writes the frame finished by Request or Reply to w, with one
+// writev where w is a TCP connection. The frame is spent afterwards.
+func (f *Frame) WriteTo(w io.Writer) (int64, error) { return f.bufs.WriteTo(w) }
+
 // BodyLen is the body length of the frame so far.
 func (f *Frame) BodyLen() int64 { return int64(len(f.meta)-f.hdr) + f.pay }
 
 func (f *Frame) buffers() net.Buffers {
 	f.flushMeta()
-	f.bufs = f.bufs[:0]
+	// WriteTo consumes f.bufs down to an empty slice at the end of its
+	// array: rebuild from the array kept in arr.
+	f.arr = f.arr[:0]
 	for _, s := range f.segs {
 		if s.payload != nil {
-			f.bufs = append(f.bufs, s.payload)
+			f.arr = append(f.arr, s.payload)
 		} else {
-			f.bufs = append(f.bufs, f.meta[s.off:s.end])
+			f.arr = append(f.arr, f.meta[s.off:s.end])
 		}
 	}
+	f.bufs = f.arr
 	return f.bufs
 }
 
