@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,8 @@ type dataPath struct {
 // connPool holds the idle data connections to one ps.
 type connPool struct {
 	addr string
-	mu   sync.Mutex // guards idle and closed
+	dial func(ctx context.Context, addr string) (net.Conn, error) // tests: nil dials TCP
+	mu   sync.Mutex                                               // guards idle and closed
 	idle []*dataConn
 	shut bool
 }
@@ -107,7 +109,7 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 		return d, nil
 	}
 	p.mu.Unlock()
-	return dial(ctx, p.addr)
+	return dial(ctx, p.addr, p.dial)
 }
 
 // put gives back a connection that is ready for the next request.
@@ -121,9 +123,12 @@ func (p *connPool) put(d *dataConn) {
 	p.idle = append(p.idle, d)
 }
 
-func dial(ctx context.Context, addr string) (*dataConn, error) {
-	var dl net.Dialer
-	nc, err := dl.DialContext(ctx, "tcp", addr)
+func dial(ctx context.Context, addr string, with func(context.Context, string) (net.Conn, error)) (*dataConn, error) {
+	if with == nil {
+		var dl net.Dialer
+		with = func(ctx context.Context, addr string) (net.Conn, error) { return dl.DialContext(ctx, "tcp", addr) }
+	}
+	nc, err := with(ctx, addr)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -363,6 +368,14 @@ func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, p
 		}
 		d.nc.Close()
 		cs.conns[i] = nil
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The connection's deadlines come from ctx: it is done, or
+			// about to be (its timer may not have fired yet).
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
 		var fe *wire.FrameError
 		switch {
 		case ctx.Err() != nil:
