@@ -364,12 +364,15 @@ func (r *BodyReader) Bytes(buf []byte, n int, what string) ([]byte, error) {
 const readChunk = 1 << 20
 
 // checkChunk is how many values FloatsChecked reads before it checks
-// them: few enough that they are still in the core's cache.
+// them: few enough that they are still in the core's cache. (Reading
+// whatever the socket has, megabytes at a time, makes fewer system calls
+// but checks values already out of cache, and measured slower.)
 const checkChunk = 64 << 10
 
-// FloatsChecked is Floats that also finds the first NaN or ±Inf among the
-// values read, checking each chunk right after it arrives; bad is its index
-// among the n values, or -1.
+// FloatsChecked appends n little-endian float32 values to buf, reading
+// them straight into buf's memory, and finds the first NaN or ±Inf among
+// them, checking each chunk right after it arrives; bad is its index among
+// the n values, or -1.
 func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []float32, bad int, err error) {
 	if err := r.take(4*n, what); err != nil {
 		return buf, -1, err

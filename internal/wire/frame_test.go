@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // encode writes a frame's buffers out as one byte slice.
@@ -211,7 +212,7 @@ func TestRequestMemoryFollowsBytes(t *testing.T) {
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("got %v, want io.ErrUnexpectedEOF", err)
 	}
-	if c := cap(r.floats); c > 2*checkChunk {
+	if c := cap(r.floats); c > 2*readChunk/4 {
 		t.Fatalf("allocated %d floats for a frame that sent 100", c)
 	}
 }
@@ -257,4 +258,39 @@ func FuzzReadRequest(f *testing.F) {
 			t.Fatalf("accepted a frame that encodes back differently:\n  in %x\n out %x", b[:n], got)
 		}
 	})
+}
+
+// Values arriving in pieces of any size, split inside values, are read and
+// checked exactly, and buffers grow while they arrive.
+func TestFloatsCheckedInPieces(t *testing.T) {
+	vals := make([]float32, 3000)
+	for i := range vals {
+		vals[i] = float32(i) * 0.5
+	}
+	for _, badAt := range []int{-1, 0, 1, 999, 2999} {
+		v := slices.Clone(vals)
+		if badAt >= 0 {
+			v[badAt] = float32(math.Inf(1))
+			if badAt+7 < len(v) {
+				v[badAt+7] = float32(math.NaN()) // a later one does not count
+			}
+		}
+		raw := Float32Bytes(v)
+		for name, rd := range map[string]io.Reader{
+			"one byte": iotest.OneByteReader(bytes.NewReader(raw)),
+			"halves":   iotest.HalfReader(bytes.NewReader(raw)),
+			"whole":    bytes.NewReader(raw),
+		} {
+			br := bufio.NewReaderSize(rd, 16)
+			body := BodyReader{R: br, Left: int64(len(raw))}
+			got, bad, err := body.FloatsChecked([]float32{42}, int64(len(v)), "values")
+			if err != nil || bad != badAt || got[0] != 42 || !bitsEqualF(got[1:], v) {
+				t.Fatalf("%s, bad at %d: bad %d, err %v, equal %v", name, badAt, bad, err, bitsEqualF(got[1:], v))
+			}
+		}
+	}
+}
+
+func bitsEqualF(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
