@@ -55,10 +55,25 @@ func BenchmarkTCPBaseline(b *testing.B) {
 	}
 }
 
-func benchCase(b *testing.B, c Case) {
+// BenchmarkTransport compares the data path with gRPC for the tiny case
+// and a 16 MiB variable.
+func BenchmarkTransport(b *testing.B) {
+	for _, grpcOnly := range []bool{false, true} {
+		name := "data"
+		if grpcOnly {
+			name = "grpc"
+		}
+		b.Run(name+"/tiny", func(b *testing.B) { benchCaseWith(b, Case{Kind: Tiny}, grpcOnly) })
+		b.Run(name+"/16MiB", func(b *testing.B) { benchCaseWith(b, Case{Kind: Dense, Bytes: 16 << 20}, grpcOnly) })
+	}
+}
+
+func benchCase(b *testing.B, c Case) { benchCaseWith(b, c, false) }
+
+func benchCaseWith(b *testing.B, c Case, grpcOnly bool) {
 	ctx := context.Background()
 	addr := startBaseline(b)
-	s, err := Open(ctx, SessionConfig{NumPS: 1, NumWorkers: 1, Start: InProcessStarter(), Seed: 1}, c)
+	s, err := Open(ctx, SessionConfig{NumPS: 1, NumWorkers: 1, Start: InProcessStarter(), Seed: 1, GRPCOnly: grpcOnly}, c)
 	if err != nil {
 		b.Fatal(err)
 	}

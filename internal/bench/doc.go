@@ -14,6 +14,9 @@
 // workers 1..W-1 as goroutines, each with its own client, all doing the same
 // operations at the same time.
 //
+// The workers' clients use the data path (docs/WIRE.md), or gRPC only with
+// SessionConfig.GRPCOnly (`paramserv bench --grpc_only`), to compare.
+//
 // Cases:
 //
 //   - tiny: one dense variable of one float32; measures per-call overhead.

@@ -155,7 +155,10 @@ type SessionConfig struct {
 	Start      StartFunc
 	// Seed chooses the sparse keys.
 	Seed uint64
-	Logf func(format string, args ...any)
+	// GRPCOnly sends pushes and pulls by gRPC instead of the data path
+	// (client.Options.GRPCOnly), to compare the two.
+	GRPCOnly bool
+	Logf     func(format string, args ...any)
 }
 
 // startupTimeout bounds the wait for the ps to answer and be initialised.
@@ -203,7 +206,7 @@ func Open(ctx context.Context, cfg SessionConfig, c Case) (s *Session, err error
 		fmt.Errorf("bench: the ps at %v were not ready within %s", cl.Addrs(), startupTimeout))
 	defer cancel()
 	for i := range cfg.NumWorkers {
-		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf})
+		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly})
 		if err != nil {
 			return nil, err
 		}

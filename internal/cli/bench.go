@@ -40,6 +40,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	splitBytes := fs.Int("split_bytes", 0, "split dense variables larger than this across all ps (default: 1 with --ps > 1, so the dense variable is always split)")
 	baseline := fs.Bool("baseline", true, "measure the plain TCP baseline (a child process) next to every operation")
 	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
+	grpcOnly := fs.Bool("grpc_only", false, "send pushes and pulls by gRPC instead of the data path, to compare the two")
 	verbose := fs.Bool("verbose", false, "show the ps processes' output")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile here")
 	baselineServer := fs.Bool("baseline_server", false, "serve the TCP baseline until stdin ends (the baseline child process)")
@@ -176,7 +177,7 @@ Flags:
 	cfg := bench.Config{
 		SessionConfig: bench.SessionConfig{
 			NumPS: *numPS, NumWorkers: *numWorkers, SplitBytes: *splitBytes,
-			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf,
+			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf, GRPCOnly: *grpcOnly,
 		},
 		Cases: list, Ops: opList,
 		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),

@@ -101,6 +101,9 @@ type Request struct {
 
 // Do sends req and waits for it.
 func (c *Client) Do(ctx context.Context, req *Request) *Call {
+	if call := c.dataDo(ctx, req, true); call != nil {
+		return call
+	}
 	call := c.DoAsync(ctx, req)
 	<-call.Done
 	return call
@@ -109,6 +112,9 @@ func (c *Client) Do(ctx context.Context, req *Request) *Call {
 // DoAsync sends req without waiting. The slices of req must not change
 // until the call has landed.
 func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
+	if call := c.dataDo(ctx, req, false); call != nil {
+		return call
+	}
 	if req.Grads != nil {
 		if err := c.checkParams(req.Grads); err != nil {
 			return failed(err)

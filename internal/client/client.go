@@ -42,6 +42,10 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// WaitLogEvery is how often a wait logs what it waits for (5s if 0).
 	WaitLogEvery time.Duration
+	// GRPCOnly sends pushes and pulls by gRPC instead of the data path
+	// (docs/WIRE.md), as the client does by itself when a ps does not
+	// speak it.
+	GRPCOnly bool
 }
 
 // Client talks to every ps of a cluster.
@@ -60,6 +64,8 @@ type Client struct {
 	mu           sync.Mutex // guards sync and incarnations
 	sync         bool       // the cluster trains synchronously (learned from Init or Status)
 	incarnations []uint64   // per ps, the incarnation last seen (0: none yet)
+
+	dp *dataPath // pushes and pulls on the data path; nil with GRPCOnly
 }
 
 // New prepares a client for the ps at addrs and the model's variables. It
@@ -108,12 +114,18 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 		c.conns = append(c.conns, conn)
 		c.ps = append(c.ps, pb.NewParamServerClient(conn))
 	}
+	if !opts.GRPCOnly {
+		c.dp = newDataPath(c)
+	}
 	return c, nil
 }
 
 // Close closes the connections.
 func (c *Client) Close() error {
 	var errs []error
+	if c.dp != nil {
+		c.dp.close()
+	}
 	for _, conn := range c.conns {
 		errs = append(errs, conn.Close())
 	}

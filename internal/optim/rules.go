@@ -50,8 +50,8 @@ func (r *sgd) Update(param, grad []float32, state [][]float32, _ int64) {
 	checkLens("sgd", 0, param, grad, state)
 	g := grad[:len(param)]
 	lr := r.lr
-	for i, p := range param {
-		param[i] = float32(float64(p) - lr*float64(g[i]))
+	for i := sgdKernel(param, g, lr); i < len(param); i++ {
+		param[i] = float32(float64(param[i]) - lr*float64(g[i]))
 	}
 }
 

@@ -52,8 +52,13 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
 	g := grpc.NewServer(GRPCOptions()...)
 	pb.RegisterParamServerServer(g, s)
+	// One port for both: data-path connections are served by s, every
+	// other one by gRPC (mux.go).
+	m := newMux(lis, s)
+	go m.run()
+	defer m.close()
 	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
+	go func() { errc <- g.Serve(m.grpcListener()) }()
 	s.cfg.Logf("serving on %s", lis.Addr())
 	allDone := s.AllDone()
 	if s.cfg.WaitForever {

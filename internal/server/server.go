@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -62,7 +61,8 @@ type Server struct {
 	tables      map[string]*sparseTable
 	rule        optim.Rule
 	tracker     *consistency.Tracker
-	stepCh      chan struct{} // closed and replaced each time the step advances
+	stepCh      chan struct{} // closed and replaced each time the step advances, if waited on
+	stepWaited  bool          // a pull waits on stepCh
 	rejected    int64         // pushes refused as malformed
 	done        map[int32]bool
 	allDone     chan struct{} // closed once every worker has called Done
@@ -81,10 +81,11 @@ type Server struct {
 type denseVar struct {
 	name    string
 	shape   []int64
-	value   []float32
+	value   []float32 // lent to replies in flight: see lend (lease.go) before writing it
 	state   [][]float32
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction
+	lent    lentBufs
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -266,8 +267,11 @@ func optimConfig(c *pb.OptimizerConfig) optim.Config {
 
 // advanced wakes every pull waiting for the step. Call with mu held.
 func (s *Server) advanced() {
-	close(s.stepCh)
-	s.stepCh = make(chan struct{})
+	if s.stepWaited {
+		close(s.stepCh)
+		s.stepCh = make(chan struct{})
+		s.stepWaited = false
+	}
 }
 
 var errNotInitialized = errors.New("not initialised yet: waiting for the chief (worker 0) to call Init")
@@ -290,33 +294,64 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		sparse, err = s.checkSparsePush(req)
 	}
 	if err != nil {
-		s.rejected++
-		s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", req.Worker, req.Step, err, s.rejected)
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+		return nil, s.rejectPush(req.Worker, req.Step, err)
 	}
 	if s.syncFailed != nil {
 		return nil, status.Error(codes.DeadlineExceeded, s.syncFailed.Error())
 	}
-	if s.tracker.Config().Sync && req.Step > s.tracker.Step() && req.Worker >= 0 && int(req.Worker) < s.cfg.NumWorkers {
-		// Not malformed: the shard was rolled back to a checkpoint, or
-		// another shard ran ahead; the worker re-pulls and goes on.
-		return nil, status.Errorf(codes.FailedPrecondition, "ps %d is at step %d, the push is for step %d: pull again", s.cfg.Task, s.tracker.Step(), req.Step)
+	if err := s.futureStep(req.Worker, req.Step); err != nil {
+		return nil, err
 	}
-	verdict, err := s.tracker.Push(int(req.Worker), req.Step)
+	verdict, err := s.applyPush(req.Worker, req.Step, grads, sparse)
+	if err != nil {
+		return nil, err
+	}
+	if verdict.Dropped() {
+		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String(), Incarnation: s.incarnation}, nil
+	}
+	return &pb.PushResponse{GlobalStep: s.tracker.Step(), Incarnation: s.incarnation}, nil
+}
+
+// futureStep refuses, as recoverable, a synchronous push for a step the
+// shard has not reached: it was rolled back to a checkpoint, or another
+// shard ran ahead; the worker pulls again and goes on. Call with mu held.
+func (s *Server) futureStep(worker int32, step int64) error {
+	if s.tracker.Config().Sync && step > s.tracker.Step() && worker >= 0 && int(worker) < s.cfg.NumWorkers {
+		return status.Errorf(codes.FailedPrecondition, "ps %d is at step %d, the push is for step %d: pull again", s.cfg.Task, s.tracker.Step(), step)
+	}
+	return nil
+}
+
+// rejectPush counts and logs a malformed push. Call with mu held.
+func (s *Server) rejectPush(worker int32, step int64, err error) error {
+	s.rejected++
+	s.cfg.Logf("rejected push from worker %d at step %d: %v (rejected pushes so far: %d)", worker, step, err, s.rejected)
+	return status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+}
+
+// denseGrad is a checked gradient of one variable.
+type denseGrad struct {
+	v *denseVar
+	g []float32
+}
+
+// applyPush asks the tracker about a checked push and applies, accumulates
+// or drops it. Every path (gRPC, data path) goes through it. Call with mu
+// held.
+func (s *Server) applyPush(worker int32, step int64, grads []denseGrad, sparse []sparseGrad) (consistency.Verdict, error) {
+	verdict, err := s.tracker.Push(int(worker), step)
 	if err != nil {
 		s.rejected++
-		s.cfg.Logf("rejected push from worker %d: %v (rejected pushes so far: %d)", req.Worker, err, s.rejected)
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
+		s.cfg.Logf("rejected push from worker %d: %v (rejected pushes so far: %d)", worker, err, s.rejected)
+		return 0, status.Errorf(codes.InvalidArgument, "ps %d rejected the push: %v", s.cfg.Task, err)
 	}
 	switch verdict {
 	case consistency.Apply:
-		for i, g := range req.Grads {
-			v := s.vars[g.Name]
-			v.updates++
-			s.rule.Update(v.value, grads[i], v.state, v.updates)
+		for _, g := range grads {
+			s.update(g.v, g.g)
 		}
 		for _, g := range sparse {
-			g.table.push(g.keys, g.values, s.tracker.Step())
+			g.push(s.tracker.Step())
 		}
 		s.maybeEvict()
 		s.advanced()
@@ -324,9 +359,9 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		if s.pendingSince.IsZero() {
 			s.pendingSince = time.Now()
 		}
-		for i, g := range req.Grads {
-			acc := s.vars[g.Name].accum
-			for j, x := range grads[i] {
+		for _, g := range grads {
+			acc := g.v.accum
+			for j, x := range g.g {
 				acc[j] += x
 			}
 		}
@@ -336,10 +371,8 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 		if verdict == consistency.Complete {
 			s.applyStep(s.tracker.Config().ReplicasToAggregate)
 		}
-	default: // dropped
-		return &pb.PushResponse{GlobalStep: s.tracker.Step(), Dropped: true, DropReason: verdict.String(), Incarnation: s.incarnation}, nil
 	}
-	return &pb.PushResponse{GlobalStep: s.tracker.Step(), Incarnation: s.incarnation}, nil
+	return verdict, nil
 }
 
 // applyStep applies the average of a completed synchronous step's sum of
@@ -350,8 +383,7 @@ func (s *Server) applyStep(count int) {
 		for j := range v.accum {
 			v.accum[j] *= scale
 		}
-		v.updates++
-		s.rule.Update(v.value, v.accum, v.state, v.updates)
+		s.update(v, v.accum)
 		clear(v.accum)
 	}
 	for _, t := range s.tables {
@@ -364,8 +396,8 @@ func (s *Server) applyStep(count int) {
 
 // checkPush validates every gradient of req before any is used, so a bad
 // push changes nothing. It returns the gradients as float32 slices.
-func (s *Server) checkPush(req *pb.PushRequest) ([][]float32, error) {
-	grads := make([][]float32, len(req.Grads))
+func (s *Server) checkPush(req *pb.PushRequest) ([]denseGrad, error) {
+	grads := make([]denseGrad, len(req.Grads))
 	seen := make(map[string]bool, len(req.Grads))
 	for i, g := range req.Grads {
 		v, ok := s.vars[g.Name]
@@ -383,12 +415,10 @@ func (s *Server) checkPush(req *pb.PushRequest) ([][]float32, error) {
 		if err != nil {
 			return nil, fmt.Errorf("variable %q: %w", g.Name, err)
 		}
-		for j, x := range f {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("variable %q: gradient element %d is %v", g.Name, j, x)
-			}
+		if j := wire.FirstNonFinite(f); j >= 0 {
+			return nil, fmt.Errorf("variable %q: gradient element %d is %v", g.Name, j, f[j])
 		}
-		grads[i] = f
+		grads[i] = denseGrad{v: v, g: f}
 	}
 	if s.tracker.Config().Sync && len(req.Grads) != 0 && len(req.Grads) != len(s.vars) {
 		return nil, fmt.Errorf("a synchronous push must carry all %d variables of this ps, got %d", len(s.vars), len(req.Grads))
@@ -467,6 +497,7 @@ func (s *Server) waitStep(ctx context.Context, worker int32, min int64) error {
 			defer tick.Stop()
 		}
 		ch := s.stepCh
+		s.stepWaited = true
 		s.mu.Unlock()
 		select {
 		case <-ch:

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/placement"
@@ -25,11 +24,13 @@ type sparseTable struct {
 	acc     []float32
 }
 
-// sparseGrad is a checked sparse push for one table.
+// sparseGrad is a checked sparse push for one table. On the data path set
+// holds keys with their remembered rows (see keyCache).
 type sparseGrad struct {
 	table  *sparseTable
 	keys   []uint64
 	values []float32
+	set    *sparse.KeySet
 }
 
 func newTables(req *pb.InitRequest, rule optim.Rule) (map[string]*sparseTable, error) {
@@ -77,10 +78,8 @@ func (s *Server) checkSparsePush(req *pb.PushRequest) ([]sparseGrad, error) {
 		if err != nil {
 			return nil, fmt.Errorf("table %q: %w", r.Table, err)
 		}
-		for j, x := range vals {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("table %q: gradient of key %d element %d is %v", r.Table, keys[j/dim], j%dim, x)
-			}
+		if j := wire.FirstNonFinite(vals); j >= 0 {
+			return nil, fmt.Errorf("table %q: gradient of key %d element %d is %v", r.Table, keys[j/dim], j%dim, vals[j])
 		}
 		out = append(out, sparseGrad{table: t, keys: keys, values: vals})
 	}

@@ -176,6 +176,13 @@ type Table struct {
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
+
+	// Key sets (keyset.go): gen counts the times rows were freed, so a
+	// KeySet's remembered row ids are valid while it is unchanged; mark and
+	// scratch are reused by PushSet.
+	gen     uint64
+	mark    []uint64
+	scratch []float32
 }
 
 // New returns an empty table for cfg.
@@ -264,7 +271,7 @@ func (t *Table) Stats() Stats {
 // pages, bitmap and sketch, plus its fixed headers.
 func (t *Table) MemoryBytes() int64 {
 	const hdr = int64(unsafe.Sizeof([]byte(nil)))
-	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + hdr*int64(cap(t.views))
+	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 4*int64(cap(t.scratch))
 	n += int64(cap(t.pages)) * int64(unsafe.Sizeof(page{}))
 	for i := range t.pages {
 		p := &t.pages[i]
@@ -490,6 +497,7 @@ func (t *Table) freeRow(r int) {
 	p.keys[o] = uint64(t.freeHead + 1)
 	t.freeHead = r
 	t.live--
+	t.gen++
 }
 
 // ensurePage makes row r (== highWater-1) addressable: it allocates the
