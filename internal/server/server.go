@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -172,6 +173,10 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	}
 	s.cfg.Logf("initialised by worker %d: %d variables, %d sparse tables, optimizer %s, %s, global step %d", req.Worker, len(vars), len(tables), rule.Name(), mode, req.GlobalStep)
 	s.advanced()
+	// The request's initial values (as large as the model, and copied by
+	// gRPC and protobuf on the way in) are garbage now: give their memory
+	// back rather than leave it in the ps's resident set.
+	debug.FreeOSMemory()
 	return &pb.InitResponse{GlobalStep: tracker.Step()}, nil
 }
 
