@@ -484,3 +484,64 @@ func TestCancelWhileWaiting(t *testing.T) {
 		t.Fatalf("next pull: %v", err)
 	}
 }
+
+// gateConn holds a request's writes to one ps until the request to the
+// other ps is being written too: if the client sent to the ps one after
+// the other, the first write would wait for ever (here: fail after a
+// while).
+type gateConn struct {
+	net.Conn
+	gate *gate
+}
+
+type gate struct {
+	once    sync.Once
+	arrived chan struct{} // closed by the second conn to write
+	mu      sync.Mutex
+	n       int
+}
+
+func (c *gateConn) Write(p []byte) (int, error) {
+	g := c.gate
+	if len(p) > 1<<20 { // the gradient, not the preface
+		g.mu.Lock()
+		g.n++
+		if g.n == 2 {
+			g.once.Do(func() { close(g.arrived) })
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.arrived:
+		case <-time.After(20 * time.Second):
+			return 0, fmt.Errorf("the other ps's share was not being sent at the same time")
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// A dense push to two ps sends both shards at the same time.
+func TestPushSendsShardsInParallel(t *testing.T) {
+	cl := startCluster(t, 2, 1)
+	vars := []model.Variable{{Name: "w", Shape: []int{2, 1 << 20}}} // 4 MiB a shard
+	c, err := New(cl.addrs, vars, Options{SplitBytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{arrived: make(chan struct{})}
+	for i, p := range c.dp.ps {
+		ml := cl.lis[i]
+		p.dial = func(ctx context.Context, _ string) (net.Conn, error) {
+			nc, err := ml.dial(ctx)
+			return &gateConn{Conn: nc, gate: g}, err
+		}
+	}
+	grads := model.NewParams(vars)
+	if _, _, err := c.Push(ctx, 0, grads); err != nil {
+		t.Fatal(err)
+	}
+}

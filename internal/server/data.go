@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -189,9 +191,15 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 		dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step(), Incarnation: s.incarnation})
 		return
 	}
-	if err := s.waitStep(ctx, r.Worker, r.MinStep); err != nil {
-		dc.errorReply(err)
-		return
+	if !s.tracker.Ready(r.MinStep) {
+		// As with gRPC, a worker that goes away stops the wait.
+		wctx, stop := dc.watchClose(ctx)
+		err := s.waitStep(wctx, r.Worker, r.MinStep)
+		stop()
+		if err != nil {
+			dc.errorReply(err)
+			return
+		}
 	}
 	if err := s.dataPull(dc, dropped); err != nil {
 		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: %v", s.cfg.Task, err))
@@ -267,6 +275,27 @@ func (dc *dataConn) locateOne(sec *wire.SparseSection, scratch int) (located, er
 	set := dc.tmp[scratch]
 	set.Reset(sec.Keys)
 	return located{set: set}, nil
+}
+
+// watchClose returns a context that ends with ctx or when the worker
+// closes the connection, for a pull that waits for its step; stop ends the
+// watch. The worker sends nothing while it waits for its reply, so the
+// watch peeks (consumes nothing) and is interrupted with a read deadline.
+func (dc *dataConn) watchClose(ctx context.Context) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := dc.br.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			cancel(fmt.Errorf("worker's connection: %w", err))
+		}
+	}()
+	return wctx, func() {
+		_ = dc.conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = dc.conn.SetReadDeadline(time.Time{})
+		cancel(nil)
+	}
 }
 
 // errCacheMiss marks a request naming a key set the connection does not

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -364,5 +365,44 @@ func TestDataPathSyncWait(t *testing.T) {
 	r := w1.do(wire.ReqHeader{Op: wire.OpPushPull, PullDense: true, Worker: 1, Step: 0, MinStep: 1}, push)
 	if r.Err || !r.Dropped || r.Step != 1 {
 		t.Fatalf("stale push: %+v", r)
+	}
+}
+
+// A worker that goes away while its pull waits for a step ends the wait,
+// as a cancelled gRPC call does.
+func TestDataPathWaitEndsWhenWorkerLeaves(t *testing.T) {
+	var mu sync.Mutex
+	waits := 0
+	s := New(Config{NumWorkers: 2, WaitLogEvery: 5 * time.Millisecond, Logf: func(f string, _ ...any) {
+		if strings.Contains(f, "has waited") {
+			mu.Lock()
+			waits++
+			mu.Unlock()
+		}
+	}})
+	addr := serveTCP(t, s)
+	initDense(t, s, true, 2)
+	rc := dialRaw(t, addr)
+	rc.f.Reset(wire.ReqHeaderLen)
+	rc.send(rc.f.Request(wire.ReqHeader{Op: wire.OpPull, PullDense: true, MinStep: 5}))
+	count := func() int { mu.Lock(); defer mu.Unlock(); return waits }
+	for count() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	rc.c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before := count()
+		time.Sleep(50 * time.Millisecond)
+		if count() == before {
+			break // no longer waiting
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pull still waits after its worker closed the connection")
+		}
+	}
+	// The ps serves on.
+	if r := dialRaw(t, addr).do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil); r.Err {
+		t.Fatal(r.msg)
 	}
 }
