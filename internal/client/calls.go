@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -192,7 +193,7 @@ func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
 		}
 		call.Step = steps[0]
 		if call.Err == nil && req.Pull {
-			call.Step, call.Err = c.reconcile(ctx, steps, req.MinStep, req.Params, pullRows, scatter)
+			call.Step = c.stepOf(steps)
 		}
 		close(call.done)
 	}()
@@ -243,32 +244,17 @@ func (c *Client) store(vars []*pb.DenseTensor, params model.Params) error {
 	return nil
 }
 
-// reconcile makes a synchronous pull consistent: if the ps answered at
-// different steps (one completed a step the others were about to), it pulls
-// again from those behind, at the step of the one ahead. In asynchronous
-// mode the shards' steps drift by design and ps 0's step is the global one.
-func (c *Client) reconcile(ctx context.Context, steps []int64, minStep int64, params model.Params, rows [][]*pb.SparseRows, scatter func(int, []*pb.SparseRows) error) (int64, error) {
-	maxStep := steps[0]
-	for _, s := range steps {
-		maxStep = max(maxStep, s)
-	}
+// stepOf is the global step of a pull's answers: ps 0's in asynchronous
+// mode (the shards' steps drift by design); in synchronous mode the lowest
+// step any ps answered. When the ps disagree (one completed a step the
+// others have not, as after a worker died between pushing to one ps and
+// the next), the worker's next gradient is tagged with the lowest step: the
+// ps behind count it toward the step they wait for, the ps ahead drop it as
+// stale. Waiting instead for the ps behind to catch up would wait forever
+// when this worker's own gradient is the one they miss.
+func (c *Client) stepOf(steps []int64) int64 {
 	if !c.isSync() {
-		return steps[0], nil
+		return steps[0]
 	}
-	for i, s := range steps {
-		if s == maxStep {
-			continue
-		}
-		resp, err := c.ps[i].Pull(ctx, &pb.PullRequest{Worker: int32(c.opts.Worker), MinStep: maxStep, NoDense: params == nil, Sparse: rows[i]})
-		if err == nil && params != nil {
-			err = c.store(resp.Vars, params)
-		}
-		if err == nil {
-			err = scatter(i, resp.Sparse)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
-		}
-	}
-	return maxStep, nil
+	return slices.Min(steps)
 }

@@ -28,7 +28,7 @@ import (
 // rows. Key sets seen before are named by a cache slot instead of being
 // sent again (keyCache). The semantics are those of the gRPC path: the
 // same checks on the ps, the same steps, drops and errors (as gRPC
-// status errors with the same codes), the same reconcile in sync mode.
+// status errors with the same codes), the same step (stepOf) in sync mode.
 
 // dataPath is the client's side of the data path.
 //
@@ -308,7 +308,7 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 	}
 	call.Step = cs.steps[0]
 	if call.Err == nil && req.Pull {
-		call.Step, call.Err = dp.reconcile(ctx, cs)
+		call.Step = dp.c.stepOf(cs.steps)
 	}
 	for i, d := range cs.conns {
 		if d != nil {
@@ -316,27 +316,6 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 		}
 	}
 	return true
-}
-
-// reconcile is Client.reconcile on the data path: in sync mode, ps that
-// answered at an older step than another are pulled again at that step.
-func (dp *dataPath) reconcile(ctx context.Context, cs *callState) (int64, error) {
-	maxStep := cs.steps[0]
-	for _, s := range cs.steps {
-		maxStep = max(maxStep, s)
-	}
-	if !dp.c.isSync() {
-		return cs.steps[0], nil
-	}
-	for i, s := range cs.steps {
-		if s == maxStep {
-			continue
-		}
-		if _, _, err := dp.roundTrip(ctx, cs, i, false, true, maxStep); err != nil {
-			return 0, fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, err)
-		}
-	}
-	return maxStep, nil
 }
 
 // roundTrip sends ps i its part of the call and reads the answer into the

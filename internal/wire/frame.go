@@ -265,10 +265,10 @@ func (h RepHeader) Put(b []byte) {
 func ParseRepHeader(b []byte) (RepHeader, error) {
 	b = b[:RepHeaderLen]
 	h := RepHeader{
-		Err:     b[0] == 1,
-		Dropped: b[1]&flagDropped != 0,
-		Dense:   int(binary.LittleEndian.Uint16(b[2:])),
-		Sparse:  int(binary.LittleEndian.Uint16(b[4:])),
+		Err:         b[0] == 1,
+		Dropped:     b[1]&flagDropped != 0,
+		Dense:       int(binary.LittleEndian.Uint16(b[2:])),
+		Sparse:      int(binary.LittleEndian.Uint16(b[4:])),
 		Step:        int64(binary.LittleEndian.Uint64(b[8:])),
 		Incarnation: binary.LittleEndian.Uint64(b[24:]),
 	}
