@@ -47,7 +47,7 @@ type dataPath struct {
 type connPool struct {
 	addr string
 	dial func(ctx context.Context, addr string) (net.Conn, error) // tests: nil dials TCP
-	mu   sync.Mutex                                               // guards idle and closed
+	mu   sync.Mutex                                               // guards idle and shut
 	idle []*dataConn
 	shut bool
 }
@@ -56,7 +56,8 @@ type connPool struct {
 // worker has in flight at once, ordinarily one or two.
 const maxIdle = 4
 
-// dataConn is one connection to a ps and the memory it reuses.
+// dataConn is one connection to a ps and the memory it reuses. Only the
+// call holding it (taken from its pool) touches it.
 type dataConn struct {
 	nc       net.Conn
 	br       *bufio.Reader
@@ -239,8 +240,9 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 	for i, p := range dp.ps {
 		d, err := p.get(ctx)
 		if errors.Is(err, errNoDataPath) {
-			dp.off.Store(true)
-			dp.c.opts.Logf("ps %d at %s: %v; using gRPC for pushes and pulls", i, p.addr, err)
+			if dp.off.CompareAndSwap(false, true) {
+				dp.c.opts.Logf("ps %d at %s: %v; using gRPC for pushes and pulls", i, p.addr, err)
+			}
 			for _, d := range cs.conns {
 				if d != nil {
 					d.nc.Close()

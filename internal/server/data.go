@@ -21,10 +21,14 @@ import (
 // The data path (docs/WIRE.md): a worker's push, pull and push+pull as
 // binary frames on a connection of its own, read straight into buffers that
 // the connection keeps, checked and applied through the same applyPush and
-// waitStep as the gRPC calls, and answered with one writev from a reply
-// buffer filled under the lock.
+// waitStep as the gRPC calls, and answered with one writev: dense values
+// from the variables' own buffers, lent to the reply until it is written
+// (lease.go), rows from the request's buffer, filled under the lock.
 
-// dataConn is one data connection's state. Only its goroutine touches it.
+// dataConn is one data connection's state. Its goroutine owns it; two
+// helpers touch parts of it while that goroutine waits for them: the
+// pipe's writer reads the reply frame (pipeline.go), and a pull's wait for
+// its step peeks at br (watchClose).
 type dataConn struct {
 	conn  net.Conn
 	br    *bufio.Reader
