@@ -559,7 +559,9 @@ func TestMNISTFull(t *testing.T) {
 			t.Errorf("mnist %s: test accuracy %.4f, want >= 0.975", mode, r.TestAccuracy)
 		}
 	}
-	r := runMNIST(t, "fashion-mnist")
+	// Fashion-MNIST at the same rate: 87.7% async, 88.5% sync here (at the
+	// example's 0.01, async runs scatter from 81.6% to 86%).
+	r := runMNIST(t, "fashion-mnist", "--learning_rate=0.001")
 	if r.TestAccuracy < 0.85 {
 		t.Errorf("fashion-mnist: test accuracy %.4f, want >= 0.85", r.TestAccuracy)
 	}
