@@ -2,7 +2,6 @@ package criteo
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -146,27 +145,9 @@ func newParser(opts *Options) (*Reader, error) {
 // last. The Example and its slices are reused by the next call. After a
 // *sparse.ParseError the Reader may go on with the following line.
 func (r *Reader) Next() (*sparse.Example, error) {
-	for {
-		line, num, err := r.lr.Next()
-		if err == nil {
-			if err = r.parse(line, &r.ex); err == nil {
-				r.stats.Examples++
-				return &r.ex, nil
-			}
-		}
-		var pe *sparse.ParseError
-		if !errors.As(err, &pe) {
-			return nil, err // io.EOF or a read error
-		}
-		pe.File, pe.Line = r.lr.Name(), num
-		if !r.opts.SkipBadLines {
-			return nil, pe
-		}
-		r.stats.Skipped++
-		if r.opts.OnSkip != nil {
-			r.opts.OnSkip(pe)
-		}
-	}
+	return sparse.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparse.Example) (bool, error) {
+		return true, r.parse(line, ex)
+	}, r.opts.SkipBadLines, r.opts.OnSkip)
 }
 
 // Stats reports the lines scanned, examples returned and lines skipped.

@@ -64,32 +64,9 @@ func newReader(r io.Reader, name string, opts Options, firstIndex int64) (*Reade
 // last. The Example and its slices are reused by the next call. After a
 // *sparse.ParseError the Reader may go on with the following line.
 func (r *Reader) Next() (*sparse.Example, error) {
-	for {
-		line, num, err := r.lr.Next()
-		if err == nil {
-			var ok bool
-			ok, err = parseLine(line, &r.ex, &r.opts)
-			if err == nil {
-				if !ok {
-					continue // blank or comment
-				}
-				r.stats.Examples++
-				return &r.ex, nil
-			}
-		}
-		var pe *sparse.ParseError
-		if !errors.As(err, &pe) {
-			return nil, err // io.EOF or a read error
-		}
-		pe.File, pe.Line = r.lr.Name(), num
-		if !r.opts.SkipBadLines {
-			return nil, pe
-		}
-		r.stats.Skipped++
-		if r.opts.OnSkip != nil {
-			r.opts.OnSkip(pe)
-		}
-	}
+	return sparse.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparse.Example) (bool, error) {
+		return parseLine(line, ex, &r.opts)
+	}, r.opts.SkipBadLines, r.opts.OnSkip)
 }
 
 // Stats reports the lines scanned, examples returned and lines skipped.

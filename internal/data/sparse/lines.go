@@ -124,3 +124,37 @@ func (lr *LineReader) discardRest() error {
 		}
 	}
 }
+
+// NextExample is the loop every line reader runs: read this worker's next
+// line from lr, parse it into ex (parse reports false for a line that holds
+// no example, such as a comment), and count it in stats. A malformed line's
+// *ParseError gets the file and line number; with skipBad it is skipped and
+// counted (and given to onSkip, if set) and the loop goes on. It returns
+// io.EOF after the last line.
+func NextExample(lr *LineReader, ex *Example, stats *Stats, parse func([]byte, *Example) (bool, error), skipBad bool, onSkip func(*ParseError)) (*Example, error) {
+	for {
+		line, num, err := lr.Next()
+		if err == nil {
+			var ok bool
+			if ok, err = parse(line, ex); err == nil {
+				if !ok {
+					continue
+				}
+				stats.Examples++
+				return ex, nil
+			}
+		}
+		var pe *ParseError
+		if !errors.As(err, &pe) {
+			return nil, err // io.EOF or a read error
+		}
+		pe.File, pe.Line = lr.Name(), num
+		if !skipBad {
+			return nil, pe
+		}
+		stats.Skipped++
+		if onSkip != nil {
+			onSkip(pe)
+		}
+	}
+}
