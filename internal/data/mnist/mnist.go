@@ -154,9 +154,9 @@ func Dir(root, dataset string) (string, error) {
 			return dir, nil
 		}
 	}
-	return "", fmt.Errorf("%w: no %s in %s or %s; point --data_dir at a folder holding %s, %s, %s and %s (or at its parent, holding %s/), or download them with the fetch package",
+	return "", fmt.Errorf("%w: no %s in %s or %s; point --data_dir at a folder holding %s, %s, %s and %s (or at its parent, holding %s/), or download them with: paramserv data fetch %s --dir %s",
 		ErrNotFound, TrainImagesFile, candidates[0], candidates[1],
-		TrainImagesFile, TrainLabelsFile, TestImagesFile, TestLabelsFile, dataset)
+		TrainImagesFile, TrainLabelsFile, TestImagesFile, TestLabelsFile, dataset, dataset, root)
 }
 
 // Batches draws batches from a Set, TensorFlow's DataSet.next_batch way: it
