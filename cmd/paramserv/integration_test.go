@@ -625,7 +625,7 @@ func TestKillAndRecover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			res := filepath.Join(dir, "result.json")
-			args := []string{"local", "--ps=2", "--workers=2", "--model=linreg", "--train_steps=12000", "--steps_to_validate=1000",
+			args := []string{"local", "--ps=2", "--workers=2", "--model=linreg", "--train_steps=20000", "--steps_to_validate=1000",
 				"--checkpoint_dir=" + filepath.Join(dir, "ckpt"), "--save_steps=500", "--sync_timeout=1m", "--result_file=" + res}
 			if tc.sync {
 				args = append(args, "--sync_replicas")
@@ -646,8 +646,8 @@ func TestKillAndRecover(t *testing.T) {
 			}
 			r := readResult(t, res)
 			checkLinreg(t, r)
-			if r.GlobalStep < 12000 {
-				t.Errorf("global step %d, want >= 12000", r.GlobalStep)
+			if r.GlobalStep < 20000 {
+				t.Errorf("global step %d, want >= 20000", r.GlobalStep)
 			}
 			for _, pid := range append(children, victim) {
 				if alive(pid) {
