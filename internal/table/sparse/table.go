@@ -334,25 +334,7 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 			t.stats.RejectedPushes++
 			continue
 		}
-		p := &t.pages[r>>t.pageShift]
-		o := r & t.pageMask
-		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
-		for s := range t.views {
-			t.views[s] = row[(s+1)*d : (s+2)*d : (s+2)*d]
-		}
-		n := int64(1)
-		if p.count != nil {
-			c := p.count[o]
-			if c < math.MaxUint32 {
-				c++
-				p.count[o] = c
-			}
-			n = int64(c)
-		}
-		t.rule.Update(row[:d:d], grads[i*d:(i+1)*d:(i+1)*d], t.views, n)
-		if p.touch != nil {
-			p.touch[o] = t.rel(t.clock)
-		}
+		t.updateRow(r, grads[i*d:(i+1)*d:(i+1)*d], t.rel(t.clock))
 	}
 	return nil
 }
