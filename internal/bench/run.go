@@ -172,10 +172,15 @@ func runCase(ctx context.Context, cfg Config, c Case) ([]Result, error) {
 }
 
 // measure runs op on every worker: the warm-up, a barrier, the timed
-// repetitions, a barrier; then the baseline of the same shape.
+// repetitions, a barrier; then the baseline of the same shape. With one
+// worker the baseline's round trips are interleaved with the operations
+// instead (measureInterleaved).
 func measure(ctx context.Context, cfg Config, s *Session, op Op) (Result, error) {
 	c := s.Case
 	single := s.NumWorkers == 1 && op != Push
+	if s.NumWorkers == 1 && cfg.BaselineAddr != "" && c.Kind != Mem {
+		return measureInterleaved(ctx, cfg, s, op)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	phase := func(name string) (context.Context, context.CancelFunc) {
@@ -245,17 +250,91 @@ func measure(ctx context.Context, cfg Config, s *Session, op Op) (Result, error)
 			end = e
 		}
 	}
-	request, reply, payload := c.Shape(op)
+	r := newResult(s, op, ds, end.Sub(t0))
+	r.MemReport = mr
+	if cfg.BaselineAddr != "" {
+		request, reply, _ := c.Shape(op)
+		bctx, bcancel := phase("baseline")
+		bds, err := MeasureBaseline(bctx, cfg.BaselineAddr, request, reply, c.Warmup, c.Reps)
+		bcancel()
+		if err != nil {
+			return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
+		}
+		r.setBaseline(bds)
+	}
+	return r, nil
+}
+
+// measureInterleaved measures op of the only worker and the baseline
+// round trip of the same shape in turns, one of each per repetition (the
+// baseline first in every other one), so that both see the same moments of
+// a shared, noisy machine and their ratio does not depend on which ran in
+// a quiet spell.
+func measureInterleaved(ctx context.Context, cfg Config, s *Session, op Op) (Result, error) {
+	c := s.Case
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.PhaseTimeout,
+		fmt.Errorf("bench: %s %s: the operations and baseline round trips did not finish within %s", c, op, cfg.PhaseTimeout))
+	defer cancel()
+	request, reply, _ := c.Shape(op)
+	b, err := DialBaseline(ctx, cfg.BaselineAddr, request, reply)
+	if err != nil {
+		return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
+	}
+	defer b.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = b.conn.SetDeadline(dl)
+	}
+	check := op != Push
+	ds := make([]time.Duration, 0, c.Reps)
+	bds := make([]time.Duration, 0, c.Reps)
+	var busy time.Duration // the operations' own time, for the aggregate rates
+	for i := range c.Warmup + c.Reps {
+		timed := i >= c.Warmup
+		for turn := range 2 {
+			if (turn == 0) == (i%2 == 0) {
+				t0 := time.Now()
+				if err := s.Do(ctx, 0, op); err != nil {
+					return Result{}, err
+				}
+				if d := time.Since(t0); timed {
+					ds = append(ds, d)
+					busy += d
+				}
+				if check {
+					if err := s.CheckLast(); err != nil {
+						return Result{}, err
+					}
+				}
+				continue
+			}
+			t0 := time.Now()
+			if err := b.RoundTrip(); err != nil {
+				return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
+			}
+			if d := time.Since(t0); timed {
+				bds = append(bds, d)
+			}
+		}
+	}
+	r := newResult(s, op, ds, busy)
+	r.setBaseline(bds)
+	return r, nil
+}
+
+// newResult summarises worker 0's timed repetitions ds of op; wall is the
+// time in which all workers did theirs.
+func newResult(s *Session, op Op, ds []time.Duration, wall time.Duration) Result {
+	c := s.Case
+	_, _, payload := c.Shape(op)
 	sum := Summarize(ds)
 	r := Result{
 		Case: string(c.Kind), Op: string(op), Bytes: c.Bytes, Keys: c.Keys, Dim: c.Dim, PayloadBytes: payload, Parts: s.Parts,
 		Warmup: c.Warmup, Reps: c.Reps,
 		MedianMS: ms(sum.Median), P90MS: ms(sum.P90), MinMS: ms(sum.Min), MaxMS: ms(sum.Max),
 		GBPerS:     perSecond(float64(payload), sum.Median) / 1e9,
-		AggGBPerS:  perSecond(float64(payload)*float64(c.Reps*s.NumWorkers), end.Sub(t0)) / 1e9,
-		AggOpsPerS: perSecond(float64(c.Reps*s.NumWorkers), end.Sub(t0)),
+		AggGBPerS:  perSecond(float64(payload)*float64(c.Reps*s.NumWorkers), wall) / 1e9,
+		AggOpsPerS: perSecond(float64(c.Reps*s.NumWorkers), wall),
 		PS:         len(s.cl.Addrs()), Workers: s.NumWorkers,
-		MemReport: mr,
 	}
 	switch c.Kind {
 	case Tiny:
@@ -266,20 +345,16 @@ func measure(ctx context.Context, cfg Config, s *Session, op Op) (Result, error)
 	if c.hasSparse() {
 		r.KeysPerS = perSecond(float64(c.Keys), sum.Median)
 	}
-	if cfg.BaselineAddr != "" {
-		bctx, bcancel := phase("baseline")
-		bds, err := MeasureBaseline(bctx, cfg.BaselineAddr, request, reply, c.Warmup, c.Reps)
-		bcancel()
-		if err != nil {
-			return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
-		}
-		b := Summarize(bds)
-		r.BaselineMedianMS, r.BaselineP90MS = ms(b.Median), ms(b.P90)
-		if b.Median > 0 {
-			r.RatioToBaseline = float64(sum.Median) / float64(b.Median)
-		}
+	return r
+}
+
+// setBaseline records the baseline's round trips bds and the ratio.
+func (r *Result) setBaseline(bds []time.Duration) {
+	b := Summarize(bds)
+	r.BaselineMedianMS, r.BaselineP90MS = ms(b.Median), ms(b.P90)
+	if b.Median > 0 {
+		r.RatioToBaseline = r.MedianMS / ms(b.Median)
 	}
-	return r, nil
 }
 
 // repeat runs n operations of worker i, appending each duration to ds when

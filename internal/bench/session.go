@@ -61,15 +61,11 @@ func (c Case) String() string {
 }
 
 // DefaultReps are the repetitions of a case when none are given: tiny
-// 50 warm-up and 500 timed (a call is well under a millisecond); large
-// cases, a dense variable over 16 MiB or more than 100k sparse keys, 2 and
-// 10; every other case 3 and 20.
+// 50 warm-up and 500 timed (a call is well under a millisecond); every
+// other case 3 and 20.
 func DefaultReps(c Case) (warmup, reps int) {
-	switch {
-	case c.Kind == Tiny:
+	if c.Kind == Tiny {
 		return 50, 500
-	case c.Kind == Dense && c.Bytes > 16<<20, c.Kind == Sparse && c.Keys > 100_000:
-		return 2, 10
 	}
 	return 3, 20
 }

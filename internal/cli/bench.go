@@ -30,7 +30,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dims := fs.String("dim", "1,8", "row widths of the sparse case's table")
 	cases := fs.String("cases", "tiny,dense,sparse", "cases to run: tiny, dense, sparse (may be empty with --mem_ops)")
 	ops := fs.String("op", "push,pull,pushpull", "operations to measure: push, pull, pushpull")
-	reps := fs.Int("reps", 0, "timed repetitions of each operation (default: tiny 500; dense over 16M and sparse over 100k keys 10; otherwise 20)")
+	reps := fs.Int("reps", 0, "timed repetitions of each operation (default: tiny 500, otherwise 20)")
 	warmup := fs.Int("warmup", -1, "untimed repetitions before the timed ones (default: tiny 50; large cases 2; otherwise 3)")
 	asJSON := fs.Bool("json", false, "write one JSON object per case and operation instead of the table")
 	memOps := fs.Int("mem_ops", 0, "if > 0, also run this many pushpulls of --mem_bytes dense and --mem_keys x --mem_dim sparse, and report the ps's RSS growth and this process's heap growth")
