@@ -52,7 +52,6 @@ type dataConn struct {
 	pipe     *pipe   // writer of pipelined replies, once needed
 	piped    bool    // the reply is being written by pipe
 	state    [][]float32
-	fuse     fuser // the push being applied as it arrives (fuse.go)
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -76,8 +75,6 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 		_ = tc.SetNoDelay(true)
 	}
 	dc := &dataConn{conn: conn, br: bufio.NewReaderSize(conn, dataBufSize), seen: make(map[*denseVar]bool)}
-	dc.fuse.s = s
-	dc.req.Stream = &dc.fuse
 	defer func() {
 		if dc.pipe != nil {
 			dc.pipe.stop()
@@ -101,9 +98,6 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	for {
 		err := dc.req.ReadRequest(dc.br)
 		if err != nil {
-			s.mu.Lock()
-			dc.fuse.release()
-			s.mu.Unlock()
 			var fe *wire.FrameError
 			if errors.As(err, &fe) {
 				s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
@@ -157,7 +151,6 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer dc.fuse.release()
 	if !s.initialized {
 		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized))
 		return
@@ -183,13 +176,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 			dc.errorReply(err)
 			return
 		}
-		if dc.fuse.ready(s, dc) {
-			var err error
-			if dropped, err = s.pushFused(dc); err != nil {
-				dc.errorReply(err)
-				return
-			}
-		} else if s.pipelinable(dc) {
+		if s.pipelinable(dc) {
 			var done bool
 			if dropped, done = s.pushPipelined(dc); done {
 				return

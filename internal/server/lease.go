@@ -82,19 +82,3 @@ func (v *denseVar) writable() {
 func sameBuf(a, b []float32) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
-
-// install makes nb, a buffer of v's size that nothing else holds, v's
-// value, in place of updating v.value: the old buffer goes to the replies
-// still reading it, as writable's copy does, or straight to spare.
-func (v *denseVar) install(nb []float32) {
-	lb := &v.lent
-	if lb.cur == 0 {
-		if lb.spare == nil {
-			lb.spare = v.value
-		}
-		v.value = nb
-		return
-	}
-	lb.old = append(lb.old, oldBuf{buf: v.value, readers: lb.cur})
-	v.value, lb.cur = nb, 0
-}

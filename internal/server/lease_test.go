@@ -157,7 +157,7 @@ func TestRepliesNeverReadBuffersBeingUpdated(t *testing.T) {
 }
 
 // The data path allocates nothing per request once its buffers have
-// grown: dense and sparse pushes and pulls, pipelined, fused or neither.
+// grown: dense and sparse pushes and pulls, pipelined or not.
 func TestDataPathSteadyStateAllocatesNothing(t *testing.T) {
 	s := New(Config{NumWorkers: 1})
 	l := servePipe(t, s)
@@ -213,8 +213,6 @@ func TestDataPathSteadyStateAllocatesNothing(t *testing.T) {
 		{"dense push+pull", func() { f.Dense("small", small); f.Dense("big", bigGrad) }, wire.ReqHeader{Op: wire.OpPushPull, PullDense: true}},
 		{"dense push", func() { f.Dense("small", small); f.Dense("big", bigGrad) }, wire.ReqHeader{Op: wire.OpPush}},
 		{"dense pull", func() {}, wire.ReqHeader{Op: wire.OpPull, PullDense: true}},
-		{"fused push+pull", func() { f.Dense("big", bigGrad) }, wire.ReqHeader{Op: wire.OpPushPull}},
-		{"fused push", func() { f.Dense("big", bigGrad) }, wire.ReqHeader{Op: wire.OpPush}},
 		{"sparse push+pull", func() {
 			f.SparsePush("emb", wire.KeysCached, 0, len(keys), nil, rows)
 			f.SparsePull("emb", wire.KeysAsPush, 0, len(keys), nil)

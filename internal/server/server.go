@@ -65,7 +65,6 @@ type Server struct {
 	stepCh      chan struct{} // closed and replaced each time the step advances, if waited on
 	stepWaited  bool          // a pull waits on stepCh
 	rejected    int64         // pushes refused as malformed
-	fused       int64         // data-path pushes applied as they arrived (fuse.go)
 	done        map[int32]bool
 	allDone     chan struct{} // closed once every worker has called Done
 	closed      bool          // allDone is closed
@@ -88,9 +87,6 @@ type denseVar struct {
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction
 	lent    lentBufs
-
-	fusing   bool // a data connection is applying a push as it arrives (fuse.go)
-	fuseSkip int  // pushes not to fuse, after one that overlapped another
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.

@@ -378,12 +378,6 @@ const checkChunk = 64 << 10
 // them, checking each chunk right after it arrives; bad is its index among
 // the n values, or -1.
 func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []float32, bad int, err error) {
-	return r.floatsChecked(buf, n, what, nil, 0)
-}
-
-// floatsChecked is FloatsChecked that also gives each chunk to stream
-// (as dense section sec) while no NaN or ±Inf has been found.
-func (r *BodyReader) floatsChecked(buf []float32, n int64, what string, stream DenseStream, sec int) (out []float32, bad int, err error) {
 	if err := r.take(4*n, what); err != nil {
 		return buf, -1, err
 	}
@@ -399,8 +393,6 @@ func (r *BodyReader) floatsChecked(buf []float32, n int64, what string, stream D
 		if bad < 0 {
 			if j := FirstNonFinite(dst); j >= 0 {
 				bad = int(done) + j
-			} else if stream != nil {
-				stream.DenseChunk(sec, done, dst)
 			}
 		}
 		buf = buf[:len(buf)+k]
@@ -516,20 +508,6 @@ type SparseSection struct {
 	Bad     int       // push: the index of the first NaN or ±Inf in Values, or -1
 }
 
-// A DenseStream sees a push's dense gradients while ReadRequest reads
-// them, a chunk at a time right after the chunk is read and checked, so
-// that the ps can use them while they are still in the core's cache
-// (server/fuse.go). Its methods run on the reading goroutine.
-type DenseStream interface {
-	// DenseSection is called before the values of dense section i (named
-	// name, valid only during the call; n values) are read.
-	DenseSection(h *ReqHeader, i int, name []byte, n int64)
-	// DenseChunk is called with each chunk of section i's values, the
-	// first at index off, as long as none of the section's values so far
-	// is NaN or ±Inf. vals is valid only during the call.
-	DenseChunk(i int, off int64, vals []float32)
-}
-
 // Request is a request as the ps reads it (ReadRequest). Its slices are
 // views of memory that the next ReadRequest reuses; the reply may reuse
 // Floats once the request is done with.
@@ -538,9 +516,6 @@ type Request struct {
 	Dense      []DenseSection
 	SparsePush []SparseSection
 	SparsePull []SparseSection
-
-	// Stream, if set, is shown the dense sections as they are read.
-	Stream DenseStream
 
 	hdr    [ReqHeaderLen]byte
 	body   BodyReader
@@ -594,10 +569,7 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 		if err != nil {
 			return err
 		}
-		if r.Stream != nil {
-			r.Stream.DenseSection(&r.ReqHeader, len(r.offs), r.names[o.name:o.nameEnd], n)
-		}
-		if r.floats, o.bad, err = body.floatsChecked(r.floats, n, "dense section", r.Stream, len(r.offs)); err != nil {
+		if r.floats, o.bad, err = body.FloatsChecked(r.floats, n, "dense section"); err != nil {
 			return err
 		}
 		o.floatsE = len(r.floats)
