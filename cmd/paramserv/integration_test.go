@@ -697,3 +697,40 @@ func TestDamagedCheckpoint(t *testing.T) {
 	}
 	checkLinreg(t, readResult(t, res))
 }
+
+// `paramserv bench` end to end: ps and baseline server as processes of
+// their own, every case verified, the JSON fields the issue lists, and
+// the CPU comparison, which needs both as processes.
+func TestBenchProcesses(t *testing.T) {
+	p := start(t, "bench", nil, "bench", "--json", "--cases=tiny,dense,sparse", "--dense_bytes=256K",
+		"--sparse_keys=1k", "--dim=2", "--reps=5", "--op=push,pushpull")
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("bench exited %d", code)
+	}
+	var lines int
+	for _, line := range strings.Split(p.output(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		lines++
+		var r struct {
+			Case        string  `json:"case"`
+			Op          string  `json:"op"`
+			Verified    bool    `json:"verified"`
+			Median      float64 `json:"median_ms"`
+			Ratio       float64 `json:"ratio_to_baseline"`
+			PSCPU       float64 `json:"ps_cpu_ms_per_op"`
+			BaselineCPU float64 `json:"baseline_cpu_ms_per_op"`
+			CPURatio    float64 `json:"cpu_ratio_to_baseline"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if !r.Verified || r.Median <= 0 || r.Ratio <= 0 || r.PSCPU <= 0 || r.BaselineCPU <= 0 || r.CPURatio <= 0 {
+			t.Errorf("%s %s: %s", r.Case, r.Op, line)
+		}
+	}
+	if lines != 6 {
+		t.Errorf("%d JSON lines, want 3 cases x 2 operations:\n%s", lines, p.output())
+	}
+}

@@ -186,6 +186,9 @@ func StartBaselineProcess(ctx context.Context, exe string, args ...string) (*Bas
 	return p, nil
 }
 
+// PID is the baseline server's process id.
+func (p *BaselineProcess) PID() int { return p.cmd.Process.Pid }
+
 // Close stops the baseline server: it exits when its standard input ends.
 func (p *BaselineProcess) Close() error {
 	p.in.Close()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -358,5 +359,51 @@ func TestPSGoneIsAnError(t *testing.T) {
 	}
 	for _, w := range s.workers {
 		w.c.Close()
+	}
+}
+
+// ReadProcCPU counts the CPU this process spends.
+func TestReadProcCPU(t *testing.T) {
+	before, err := ReadProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 1.0
+	for i := range 20_000_000 {
+		x += float64(i&7) * 1e-9
+	}
+	after, err := ReadProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before <= 0 || after <= before {
+		t.Errorf("CPU %v then %v after a busy loop (x %v); want it to grow", before, after, x)
+	}
+	if _, err := ReadProcCPU(-1); err == nil {
+		t.Error("ReadProcCPU(-1) succeeded")
+	}
+}
+
+// With one worker the baseline's round trips are interleaved with the
+// operations; every case is still verified and gets its baseline. In one
+// process there is no CPU comparison.
+func TestRunInterleaved(t *testing.T) {
+	addr := startBaseline(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	results, err := Run(ctx, Config{
+		SessionConfig: SessionConfig{NumPS: 1, NumWorkers: 1, Start: InProcessStarter(), Seed: 1},
+		Cases:         []Case{{Kind: Dense, Bytes: 64 << 10, Warmup: 1, Reps: 4}, {Kind: Sparse, Keys: 100, Dim: 2, Warmup: 1, Reps: 4}},
+		Ops:           Ops,
+		BaselineAddr:  addr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		// 1+4 pushes each by push and by pushpull.
+		if !r.Verified || r.Pushes != 10 || r.Reps != 4 || r.BaselineMedianMS <= 0 || r.RatioToBaseline <= 0 || r.CPURatioToBaseline != 0 {
+			t.Errorf("%+v", r)
+		}
 	}
 }

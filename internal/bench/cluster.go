@@ -29,6 +29,9 @@ type Cluster interface {
 	// Mem reports the memory of ps i; ok is false where it cannot be
 	// measured (a ps inside this process).
 	Mem(i int) (m ProcMem, ok bool)
+	// CPU reports the CPU time ps i has used so far; ok is false where it
+	// cannot be measured (a ps inside this process).
+	CPU(i int) (d time.Duration, ok bool)
 	// Close ends the ps. With wait (every worker has called Done) it
 	// gives them a few seconds to exit by themselves and reports those
 	// that did not or that failed; otherwise it stops them at once.
@@ -185,6 +188,40 @@ func (pc *procCluster) Mem(i int) (ProcMem, bool) {
 // PID is the process id of ps i.
 func (pc *procCluster) PID(i int) int { return pc.children[i].cmd.Process.Pid }
 
+func (pc *procCluster) CPU(i int) (time.Duration, bool) {
+	d, err := ReadProcCPU(pc.PID(i))
+	return d, err == nil
+}
+
+// ReadProcCPU returns the CPU time process pid's threads have used, user
+// and system, from each thread's /proc/<pid>/task/<tid>/schedstat (in
+// nanoseconds, unlike /proc/<pid>/stat's 10 ms ticks). Threads that have
+// exited are not counted; a Go process keeps its threads.
+func ReadProcCPU(pid int) (time.Duration, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 3 {
+			return 0, fmt.Errorf("bench: %s/%s/schedstat: want 3 fields, got %q", dir, t.Name(), b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: %s/%s/schedstat: %w", dir, t.Name(), err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
 func (pc *procCluster) Close(wait bool) error {
 	select {
 	case <-pc.closing:
@@ -305,10 +342,11 @@ type inProcCluster struct {
 	err       error
 }
 
-func (ic *inProcCluster) Addrs() []string         { return ic.addrs }
-func (ic *inProcCluster) Dead() <-chan struct{}   { return ic.dead }
-func (ic *inProcCluster) Mem(int) (ProcMem, bool) { return ProcMem{}, false }
-func (ic *inProcCluster) exitReport() error       { ic.mu.Lock(); defer ic.mu.Unlock(); return ic.err }
+func (ic *inProcCluster) Addrs() []string               { return ic.addrs }
+func (ic *inProcCluster) Dead() <-chan struct{}         { return ic.dead }
+func (ic *inProcCluster) Mem(int) (ProcMem, bool)       { return ProcMem{}, false }
+func (ic *inProcCluster) CPU(int) (time.Duration, bool) { return 0, false }
+func (ic *inProcCluster) exitReport() error             { ic.mu.Lock(); defer ic.mu.Unlock(); return ic.err }
 func (ic *inProcCluster) Close(wait bool) error {
 	ic.closeOnce.Do(func() { close(ic.closing) })
 	done := make(chan struct{})

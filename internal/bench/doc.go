@@ -50,12 +50,24 @@
 // payload bytes in the same directions with the same repetitions: the
 // client writes the request bytes, the server reads them all and answers
 // with the reply bytes (a push's reply is a one-byte acknowledgement, a
-// pull's request one byte). ratio_to_baseline is the operation's median
-// over the baseline's median: how many times slower than the bare socket.
-// `paramserv bench` runs the baseline server in a child process of its own
-// (`paramserv bench --baseline_server`), as the ps are; the Go benchmarks
-// run it on a goroutine, as they do the ps. The client side uses one
-// connection, reusable buffers, io.ReadFull and Go's default TCP_NODELAY.
+// pull's request one byte) from a buffer it has written (never-written
+// memory reads as the kernel's zero page, always in cache).
+// ratio_to_baseline is the operation's median over the baseline's median:
+// how many times slower than the bare socket. With one worker the two are
+// measured in turns, one operation and one baseline round trip per
+// repetition (the baseline first in every other one), so that both see the
+// same moments of a noisy machine; with several workers the baseline runs
+// after the operations. `paramserv bench` runs the baseline server in a
+// child process of its own (`paramserv bench --baseline_server`), as the ps
+// are; the Go benchmarks run it on a goroutine, as they do the ps. The
+// client side uses one connection, reusable buffers, io.ReadFull and Go's
+// default TCP_NODELAY.
+//
+// When the ps and the baseline server are processes of their own and there
+// is one worker, the CPU time each spent per timed repetition (summed over
+// its threads' /proc schedstat) is reported too, and cpu_ratio_to_baseline,
+// their ratio: on a machine shared with other work, CPU time moves much
+// less than wall time, and on 2 cores it is what a ps costs the worker.
 //
 // # Verification
 //

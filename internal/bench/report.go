@@ -25,13 +25,13 @@ func WriteTable(w io.Writer, results []Result) error {
 		return nil
 	}
 	first := results[0]
-	fmt.Fprintf(w, "ps=%d workers=%d; times of worker 0; GB/s = payload bytes / median (GB = 1e9 B); ratio = median / TCP baseline median\n", first.PS, first.Workers)
+	fmt.Fprintf(w, "ps=%d workers=%d; times of worker 0; GB/s = payload bytes / median (GB = 1e9 B); ratio = median / TCP baseline median; cpu ratio = ps CPU / baseline server CPU per op\n", first.PS, first.Workers)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := []string{"case", "op", "size", "payload", "median ms", "p90 ms", "min ms", "max ms", "GB/s", "keys/s"}
 	if first.Workers > 1 {
 		header = append(header, "agg GB/s", "agg ops/s")
 	}
-	header = append(header, "baseline ms", "ratio", "ps RSS MiB", "verified", "")
+	header = append(header, "baseline ms", "ratio", "cpu ratio", "ps RSS MiB", "verified", "")
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	var mems []Result
 	for _, r := range results {
@@ -43,7 +43,11 @@ func WriteTable(w io.Writer, results []Result) error {
 		if first.Workers > 1 {
 			cells = append(cells, f3(r.AggGBPerS), fmt.Sprintf("%.0f", r.AggOpsPerS))
 		}
-		cells = append(cells, f3(r.BaselineMedianMS), fmt.Sprintf("%.1fx", r.RatioToBaseline), fmt.Sprintf("%.0f", r.PSRSSMB), fmt.Sprint(r.Verified), "")
+		cpu := "-"
+		if r.CPURatioToBaseline > 0 {
+			cpu = fmt.Sprintf("%.2fx", r.CPURatioToBaseline)
+		}
+		cells = append(cells, f3(r.BaselineMedianMS), fmt.Sprintf("%.2fx", r.RatioToBaseline), cpu, fmt.Sprintf("%.0f", r.PSRSSMB), fmt.Sprint(r.Verified), "")
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	if err := tw.Flush(); err != nil {

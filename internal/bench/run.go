@@ -16,8 +16,10 @@ type Config struct {
 	Cases []Case
 	Ops   []Op
 	// BaselineAddr is a baseline server (ServeBaseline); "" skips the
-	// baseline.
+	// baseline. BaselinePID is its process, if it has one of its own (0
+	// otherwise), for the CPU comparison.
 	BaselineAddr string
+	BaselinePID  int
 	// MemOps > 0 adds the memory case: that many timed pushpulls (and a
 	// tenth as many warm-up ones) of a dense variable of MemBytes and
 	// MemKeys keys of a table of width MemDim.
@@ -55,6 +57,14 @@ type Result struct {
 	BaselineMedianMS float64 `json:"baseline_median_ms"`
 	BaselineP90MS    float64 `json:"baseline_p90_ms"`
 	RatioToBaseline  float64 `json:"ratio_to_baseline"`
+
+	// CPU time per operation of the ps (all of them) and of the baseline
+	// server, and their ratio: less moved by a noisy machine than times
+	// are. Only with one worker, the ps and the baseline server in
+	// processes of their own.
+	PSCPUMSPerOp       float64 `json:"ps_cpu_ms_per_op,omitempty"`
+	BaselineCPUMSPerOp float64 `json:"baseline_cpu_ms_per_op,omitempty"`
+	CPURatioToBaseline float64 `json:"cpu_ratio_to_baseline,omitempty"`
 
 	Verified bool   `json:"verified"`
 	Pushes   int64  `json:"pushes"` // pushes sent in the case, all operations and workers
@@ -288,8 +298,12 @@ func measureInterleaved(ctx context.Context, cfg Config, s *Session, op Op) (Res
 	ds := make([]time.Duration, 0, c.Reps)
 	bds := make([]time.Duration, 0, c.Reps)
 	var busy time.Duration // the operations' own time, for the aggregate rates
+	var cpu0 cpuPoint
 	for i := range c.Warmup + c.Reps {
 		timed := i >= c.Warmup
+		if i == c.Warmup {
+			cpu0 = readCPU(s, cfg.BaselinePID)
+		}
 		for turn := range 2 {
 			if (turn == 0) == (i%2 == 0) {
 				t0 := time.Now()
@@ -316,9 +330,43 @@ func measureInterleaved(ctx context.Context, cfg Config, s *Session, op Op) (Res
 			}
 		}
 	}
+	cpu1 := readCPU(s, cfg.BaselinePID)
 	r := newResult(s, op, ds, busy)
 	r.setBaseline(bds)
+	if cpu0.ok && cpu1.ok && c.Reps > 0 {
+		r.PSCPUMSPerOp = ms(cpu1.ps-cpu0.ps) / float64(c.Reps)
+		r.BaselineCPUMSPerOp = ms(cpu1.baseline-cpu0.baseline) / float64(c.Reps)
+		if r.BaselineCPUMSPerOp > 0 {
+			r.CPURatioToBaseline = r.PSCPUMSPerOp / r.BaselineCPUMSPerOp
+		}
+	}
 	return r, nil
+}
+
+// cpuPoint is the CPU time used so far by every ps and by the baseline
+// server; ok is false where one cannot be measured.
+type cpuPoint struct {
+	ps, baseline time.Duration
+	ok           bool
+}
+
+func readCPU(s *Session, baselinePID int) cpuPoint {
+	if baselinePID == 0 {
+		return cpuPoint{}
+	}
+	b, err := ReadProcCPU(baselinePID)
+	if err != nil {
+		return cpuPoint{}
+	}
+	p := cpuPoint{baseline: b, ok: true}
+	for i := range s.cl.Addrs() {
+		d, ok := s.cl.CPU(i)
+		if !ok {
+			return cpuPoint{}
+		}
+		p.ps += d
+	}
+	return p
 }
 
 // newResult summarises worker 0's timed repetitions ds of op; wall is the

@@ -189,7 +189,7 @@ Flags:
 			return 1
 		}
 		defer bp.Close()
-		cfg.BaselineAddr = bp.Addr
+		cfg.BaselineAddr, cfg.BaselinePID = bp.Addr, bp.PID()
 		logf("baseline server (child process) at %s", bp.Addr)
 	}
 	if *asJSON {
