@@ -9,6 +9,7 @@ package placement
 import (
 	"fmt"
 
+	"github.com/paramserv/paramserv/internal/mix"
 	"github.com/paramserv/paramserv/internal/model"
 )
 
@@ -112,7 +113,7 @@ func (p Plan) OnPS(ps int) []Part {
 // so that sequential ids spread evenly and growing the number of ps moves
 // only 1/numPS of the keys.
 func KeyShard(k uint64, numPS int) int {
-	k = mix64(k)
+	k = mix.SplitMix64(k)
 	var b, j int64 = -1, 0
 	for j < int64(numPS) {
 		b = j
@@ -120,14 +121,4 @@ func KeyShard(k uint64, numPS int) int {
 		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64((k>>33)+1)))
 	}
 	return int(b)
-}
-
-// mix64 is the finaliser of SplitMix64.
-func mix64(z uint64) uint64 {
-	z ^= z >> 30
-	z *= 0xbf58476d1ce4e5b9
-	z ^= z >> 27
-	z *= 0x94d049bb133111eb
-	z ^= z >> 31
-	return z
 }

@@ -278,7 +278,10 @@ func hashInt(h uint64, v int64) uint64 {
 	return fmix64(h)
 }
 
-// fmix64 is the MurmurHash3 64-bit finaliser, a bijection.
+// fmix64 is MurmurHash3's 64-bit finaliser with another odd second
+// multiplier than the published one (…fe1a85ec53): still a bijection, but
+// not mix.Murmur3, and kept as it is because the keys of every Criteo
+// model depend on it.
 func fmix64(h uint64) uint64 {
 	h ^= h >> 33
 	h *= 0xff51afd7ed558ccd

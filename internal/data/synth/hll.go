@@ -3,6 +3,8 @@ package synth
 import (
 	"math"
 	"math/bits"
+
+	"github.com/paramserv/paramserv/internal/mix"
 )
 
 // hllP is the HyperLogLog precision: 2^hllP one-byte registers, a relative
@@ -15,7 +17,7 @@ type hll struct {
 }
 
 func (h *hll) add(key uint64) {
-	x := mix64(key) // keys from CatKey are already mixed; this makes hll safe for any keys
+	x := mix.SplitMix64(key) // keys from CatKey are already mixed; this makes hll safe for any keys
 	i := x >> (64 - hllP)
 	rho := uint8(bits.LeadingZeros64(x<<hllP|1<<(hllP-1))) + 1
 	if rho > h.reg[i] {

@@ -1,29 +1,24 @@
 package synth
 
-import "math"
+import (
+	"math"
 
-// mix64 is the splitmix64 output function, a bijection of uint64 with good
-// avalanche.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+	"github.com/paramserv/paramserv/internal/mix"
+)
 
 const golden = 0x9e3779b97f4a7c15
 
-// stream is a splitmix64 random stream: fully specified, so the data
-// depend on nothing outside this package.
+// stream is a splitmix64 random stream: fully specified here and in
+// internal/mix, so the data depend on no library's version.
 type stream struct{ s uint64 }
 
-func newStream(seed, id uint64) stream { return stream{s: mix64(seed) ^ mix64(id+golden)} }
+func newStream(seed, id uint64) stream {
+	return stream{s: mix.SplitMix64(seed) ^ mix.SplitMix64(id+golden)}
+}
 
 func (r *stream) next() uint64 {
 	r.s += golden
-	return mix64(r.s)
+	return mix.SplitMix64(r.s)
 }
 
 // float returns a uniform float64 in [0, 1).
@@ -33,7 +28,7 @@ func (r *stream) float() float64 { return float64(r.next()>>11) * 0x1p-53 }
 // uniforms derived from it).
 func gaussian(h uint64) float64 {
 	u1 := float64(h>>11+1) * 0x1p-53 // (0, 1]
-	u2 := float64(mix64(h+golden)>>11) * 0x1p-53
+	u2 := float64(mix.SplitMix64(h+golden)>>11) * 0x1p-53
 	return math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 }
 

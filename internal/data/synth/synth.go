@@ -18,6 +18,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/data/criteo"
 	"github.com/paramserv/paramserv/internal/metrics"
+	"github.com/paramserv/paramserv/internal/mix"
 )
 
 // Config describes a data set to generate. Start from DefaultConfig.
@@ -147,7 +148,7 @@ type Planted struct {
 // Weight is the planted weight of key: Sigma times a standard normal drawn
 // from a hash of (key, Seed).
 func (p Planted) Weight(key uint64) float64 {
-	return p.Sigma * gaussian(mix64(key^mix64(p.Seed^0x5eed)))
+	return p.Sigma * gaussian(mix.SplitMix64(key^mix.SplitMix64(p.Seed^0x5eed)))
 }
 
 // Prob is the true click probability of an example with these keys (all
@@ -202,7 +203,7 @@ func newGenerator(cfg Config) *generator {
 			t := float64(f) / float64(cfg.Fields-1)
 			v = math.Round(math.Exp(math.Log(8) + t*(math.Log(maxVocab)-math.Log(8))))
 		}
-		fd := field{index: f, vocab: uint64(v), zipf: newZipf(uint64(v), cfg.ZipfS), perm: mix64(cfg.Seed ^ mix64(uint64(f)+1))}
+		fd := field{index: f, vocab: uint64(v), zipf: newZipf(uint64(v), cfg.ZipfS), perm: mix.SplitMix64(cfg.Seed ^ mix.SplitMix64(uint64(f)+1))}
 		fd.head = make([]cached, min(fd.vocab, headRanks))
 		for r := range fd.head {
 			fd.head[r] = g.value(&fd, uint64(r))

@@ -2,6 +2,8 @@ package sparse
 
 import (
 	"math/bits"
+
+	"github.com/paramserv/paramserv/internal/mix"
 )
 
 // The index is open addressing with linear probing over buckets of
@@ -20,7 +22,7 @@ const (
 
 const indexSeed = 0x243f6a8885a308d3
 
-func hashKey(key uint64) uint64 { return mix64(key ^ indexSeed) }
+func hashKey(key uint64) uint64 { return mix.Murmur3(key ^ indexSeed) }
 
 func trailingZeros(x uint64) int { return bits.TrailingZeros64(x) }
 

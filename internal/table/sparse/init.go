@@ -3,6 +3,8 @@ package sparse
 import (
 	"fmt"
 	"math"
+
+	"github.com/paramserv/paramserv/internal/mix"
 )
 
 // Initializer gives a new row its first value.
@@ -44,14 +46,14 @@ func (r RandomNormal) Validate() error {
 
 // Init fills row with the normal draws of (r.Seed, key).
 func (r RandomNormal) Init(key uint64, row []float32) {
-	base := mix64(mix64(key^0x6a09e667f3bcc909) ^ r.Seed)
+	base := mix.Murmur3(mix.Murmur3(key^0x6a09e667f3bcc909) ^ r.Seed)
 	ctr := uint64(0)
 	for i := range row {
 		var z float64
 		for {
 			// Box-Muller from two 53-bit uniforms; u1 in (0, 1].
-			u1 := 1 - unit(mix64(base+ctr*0x9e3779b97f4a7c15))
-			u2 := unit(mix64(base + (ctr+1)*0x9e3779b97f4a7c15))
+			u1 := 1 - unit(mix.Murmur3(base+ctr*0x9e3779b97f4a7c15))
+			u2 := unit(mix.Murmur3(base + (ctr+1)*0x9e3779b97f4a7c15))
 			ctr += 2
 			z = math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
 			if !r.Truncated || math.Abs(z) <= 2 {
@@ -79,10 +81,10 @@ func (r RandomUniform) Validate() error {
 
 // Init fills row with the uniform draws of (r.Seed, key).
 func (r RandomUniform) Init(key uint64, row []float32) {
-	base := mix64(mix64(key^0xbb67ae8584caa73b) ^ r.Seed)
+	base := mix.Murmur3(mix.Murmur3(key^0xbb67ae8584caa73b) ^ r.Seed)
 	span := float64(r.Max) - float64(r.Min)
 	for i := range row {
-		u := unit(mix64(base + uint64(i)*0x9e3779b97f4a7c15))
+		u := unit(mix.Murmur3(base + uint64(i)*0x9e3779b97f4a7c15))
 		row[i] = float32(float64(r.Min) + span*u)
 		if row[i] >= r.Max && r.Max > r.Min { // rounding to float32 can reach Max
 			row[i] = math.Nextafter32(r.Max, r.Min)
@@ -94,17 +96,6 @@ func (r RandomUniform) Init(key uint64, row []float32) {
 func unit(x uint64) float64 { return float64(x>>11) * (1.0 / (1 << 53)) }
 
 func finite32(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
-
-// mix64 is the MurmurHash3 64-bit finalizer: a bijection on uint64 whose
-// every output bit depends on every input bit.
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
 
 // validator is implemented by initializers whose fields can be wrong.
 type validator interface{ Validate() error }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/mix"
 	"github.com/paramserv/paramserv/internal/optim"
 )
 
@@ -19,7 +20,7 @@ func fill(tb testing.TB, t *Table, n int) []uint64 {
 		m := min(batch, n-i)
 		start := len(keys)
 		for j := range m {
-			keys = append(keys, mix64(uint64(i+j)^0xabcdef))
+			keys = append(keys, mix.Murmur3(uint64(i+j)^0xabcdef))
 		}
 		if err := t.Pull(keys[start:], buf[:m*t.Dim()]); err != nil {
 			tb.Fatal(err)
@@ -220,7 +221,7 @@ func TestMemoryBoundAllSizes(t *testing.T) {
 	keys := make([]uint64, 1000)
 	for n := lo; n < hi; n += 1000 {
 		for j := range keys {
-			keys[j] = mix64(uint64(n+j) ^ 0xabcdef)
+			keys[j] = mix.Murmur3(uint64(n+j) ^ 0xabcdef)
 		}
 		if err := tb.Pull(keys, buf); err != nil {
 			t.Fatal(err)

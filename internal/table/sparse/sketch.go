@@ -1,6 +1,10 @@
 package sparse
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/paramserv/paramserv/internal/mix"
+)
 
 // sketch is a count-min sketch of sketchRows rows of one-byte saturating
 // counters, updated conservatively: a sighting raises only the counters
@@ -23,8 +27,8 @@ func newSketch(width int) *sketch {
 // cellsOf returns the positions of key's counters, one per row, by double
 // hashing of one 64-bit hash.
 func (s *sketch) cellsOf(key uint64) [sketchRows]uint64 {
-	h := mix64(key ^ sketchSeed)
-	h1, h2 := h, mix64(h)|1
+	h := mix.Murmur3(key ^ sketchSeed)
+	h1, h2 := h, mix.Murmur3(h)|1
 	var c [sketchRows]uint64
 	for i := range c {
 		hi, _ := bits.Mul64(h1+uint64(i)*h2, s.width)

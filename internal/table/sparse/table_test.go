@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/mix"
 	"github.com/paramserv/paramserv/internal/optim"
 )
 
@@ -215,7 +216,7 @@ func TestGrowth(t *testing.T) {
 	}
 	keys := make([]uint64, n)
 	for i := range keys {
-		keys[i] = mix64(uint64(i)) // spread over the whole key space
+		keys[i] = mix.Murmur3(uint64(i)) // spread over the whole key space
 	}
 	out := make([]float32, 2*1000)
 	want := make([]float32, 2)
