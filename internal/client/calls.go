@@ -102,10 +102,13 @@ type Request struct {
 
 // Do sends req and waits for it.
 func (c *Client) Do(ctx context.Context, req *Request) *Call {
+	if err := c.checkDense(req); err != nil {
+		return failed(err)
+	}
 	if call := c.dataDo(ctx, req, true); call != nil {
 		return call
 	}
-	call := c.DoAsync(ctx, req)
+	call := c.grpcDo(ctx, req)
 	<-call.Done
 	return call
 }
@@ -113,19 +116,31 @@ func (c *Client) Do(ctx context.Context, req *Request) *Call {
 // DoAsync sends req without waiting. The slices of req must not change
 // until the call has landed.
 func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
+	if err := c.checkDense(req); err != nil {
+		return failed(err)
+	}
 	if call := c.dataDo(ctx, req, false); call != nil {
 		return call
 	}
+	return c.grpcDo(ctx, req)
+}
+
+// checkDense checks req's dense gradients and destinations, if any.
+func (c *Client) checkDense(req *Request) error {
 	if req.Grads != nil {
 		if err := c.checkParams(req.Grads); err != nil {
-			return failed(err)
+			return err
 		}
 	}
 	if req.Params != nil {
-		if err := c.checkParams(req.Params); err != nil {
-			return failed(err)
-		}
+		return c.checkParams(req.Params)
 	}
+	return nil
+}
+
+// grpcDo sends req, whose dense parts are checked, by gRPC, without
+// waiting.
+func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 	pushRows, _, err := c.splitRows(req.SparseGrads, true)
 	if err != nil {
 		return failed(err)

@@ -162,23 +162,13 @@ func dial(ctx context.Context, addr string, with func(context.Context, string) (
 	return d, nil
 }
 
-// dataDo runs req on the data path and returns its call, or nil if the
-// data path is off (the caller uses gRPC). With wait it runs on the calling
+// dataDo runs req, whose dense parts are checked, on the data path and
+// returns its call, or nil if the data path is off (the caller uses gRPC). With wait it runs on the calling
 // goroutine and returns once the call has landed.
 func (c *Client) dataDo(ctx context.Context, req *Request, wait bool) *Call {
 	dp := c.dp
 	if dp == nil || dp.off.Load() {
 		return nil
-	}
-	if req.Grads != nil {
-		if err := c.checkParams(req.Grads); err != nil {
-			return failed(err)
-		}
-	}
-	if req.Params != nil {
-		if err := c.checkParams(req.Params); err != nil {
-			return failed(err)
-		}
 	}
 	if err := c.checkRows(req.SparseGrads); err != nil {
 		return failed(err)
@@ -190,7 +180,7 @@ func (c *Client) dataDo(ctx context.Context, req *Request, wait bool) *Call {
 	run := func() {
 		if !dp.run(ctx, req, call) {
 			// A ps does not speak the data path: the call goes by gRPC.
-			inner := c.DoAsync(ctx, req)
+			inner := c.grpcDo(ctx, req)
 			<-inner.Done
 			call.Err, call.Step, call.Dropped = inner.Err, inner.Step, inner.Dropped
 		}
