@@ -285,31 +285,42 @@ func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model,
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		t1 := time.Now()
-		st.compute += t1.Sub(t0)
-		var minStep int64
-		if cfg.Sync {
-			minStep = step + 1
-		}
-		call := c.PushPullAsync(ctx, step, grads, minStep, params)
-		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		st.comm += time.Since(t1)
-		st.local++
-		if call.Dropped {
-			st.dropped++
-		}
-		step = call.Step
-		st.step = step
-		if st.local%cfg.StepsToValidate == 0 {
-			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
-		}
-		if err := sv.maybe(ctx, step); err != nil {
+		st.compute += time.Since(t0)
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+			return c.PushPullAsync(ctx, step, grads, minStep, params)
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exchange runs the push+pull that ends every step of a training loop:
+// send makes the call, given the step its pull must wait for (sync mode);
+// then it waits, counts the step, logs progress every StepsToValidate
+// local steps and checkpoints when one is due. It returns the new global
+// step.
+func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, send func(minStep int64) *client.Call) (int64, error) {
+	t1 := time.Now()
+	var minStep int64
+	if cfg.Sync {
+		minStep = step + 1
+	}
+	call := send(minStep)
+	if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
+		return step, fmt.Errorf("step %d: %w", step, err)
+	}
+	st.comm += time.Since(t1)
+	st.local++
+	if call.Dropped {
+		st.dropped++
+	}
+	st.step = call.Step
+	if st.local%cfg.StepsToValidate == 0 {
+		cfg.Logf("%s", m.Progress(st.local, st.step, params, st.loss))
+	}
+	return st.step, sv.maybe(ctx, st.step)
 }
 
 // sparseLoop trains a sparse model. Each round trip pushes the gradients of
@@ -357,33 +368,17 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 			return fmt.Errorf("step %d: next batch: %w", step, err)
 		}
 		nextRows := rowsFor(next)
-		t1 := time.Now()
-		st.compute += t1.Sub(t0)
-		var minStep int64
-		if cfg.Sync {
-			minStep = step + 1
-		}
-		call := c.DoAsync(ctx, &client.Request{
-			Push: true, Step: step, Grads: grads, SparseGrads: pushed,
-			Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
+		st.compute += time.Since(t0)
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+			return c.DoAsync(ctx, &client.Request{
+				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
+				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
+			})
 		})
-		if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		st.comm += time.Since(t1)
-		st.local++
-		if call.Dropped {
-			st.dropped++
-		}
-		step = call.Step
-		st.step = step
-		cur = nextRows
-		if st.local%cfg.StepsToValidate == 0 {
-			cfg.Logf("%s", m.Progress(st.local, step, params, st.loss))
-		}
-		if err := sv.maybe(ctx, step); err != nil {
+		if err != nil {
 			return err
 		}
+		cur = nextRows
 	}
 	return nil
 }
