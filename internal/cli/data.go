@@ -57,11 +57,8 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 )
@@ -43,4 +45,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// parseFlags parses a subcommand's args into fs. done says the command is
+// over: after --help (code 0), or after a malformed flag, which fs has
+// reported with the usage (code 2).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	}
+	return 2, true
 }
