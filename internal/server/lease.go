@@ -1,6 +1,10 @@
 package server
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/paramserv/paramserv/internal/hugemem"
+)
 
 // Replies on the data path are written straight from the variables' value
 // buffers, not from a copy: a pull lends each buffer it answers with (lend),
@@ -72,7 +76,7 @@ func (v *denseVar) writable() {
 	nb := lb.spare
 	lb.spare = nil
 	if nb == nil {
-		nb = make([]float32, len(v.value))
+		nb = hugemem.Float32s(len(v.value))
 	}
 	copy(nb, v.value)
 	lb.old = append(lb.old, oldBuf{buf: v.value, readers: lb.cur})

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -194,15 +195,15 @@ func build(req *pb.InitRequest) (*shardState, error) {
 		if int64(len(spec.Init)) != 4*n {
 			return nil, fmt.Errorf("variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, len(spec.Init))
 		}
-		v := &denseVar{name: spec.Name, shape: spec.Shape, value: make([]float32, n)}
+		v := &denseVar{name: spec.Name, shape: spec.Shape, value: hugemem.Float32s(int(n))}
 		wire.DecodeFloat32s(v.value, spec.Init)
 		v.state = make([][]float32, rule.StateSlots())
 		for i := range v.state {
-			v.state[i] = make([]float32, n)
+			v.state[i] = hugemem.Float32s(int(n))
 		}
 		rule.InitState(v.state)
 		if req.Sync {
-			v.accum = make([]float32, n)
+			v.accum = hugemem.Float32s(int(n))
 		}
 		vars[spec.Name] = v
 	}

@@ -9,6 +9,8 @@ import (
 	"net"
 	"slices"
 	"unsafe"
+
+	"github.com/paramserv/paramserv/internal/hugemem"
 )
 
 // The data path: push, pull and push+pull as length-prefixed binary frames
@@ -384,7 +386,7 @@ func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []f
 	bad = -1
 	for done := int64(0); done < n; {
 		k := int(min(n-done, checkChunk))
-		buf = slices.Grow(buf, k)
+		buf = hugemem.Grow(buf, k)
 		dst := buf[len(buf) : len(buf)+k]
 		if _, err := io.ReadFull(r.R, rawBytes32(dst)); err != nil {
 			return buf, -1, noEOF(err)
@@ -539,7 +541,7 @@ type sectionOffs struct {
 // capacity is short.
 func (r *Request) Floats(n int) []float32 {
 	if cap(r.floats) < n {
-		r.floats = make([]float32, n)
+		r.floats = hugemem.Float32s(n)
 	}
 	return r.floats[:n]
 }
