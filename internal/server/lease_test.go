@@ -97,7 +97,7 @@ func servePipe(t *testing.T, s *Server) *pipeListener {
 // is a reported race, and every reply must hold one step's values (all
 // elements equal, as every gradient is uniform).
 func TestRepliesNeverReadBuffersBeingUpdated(t *testing.T) {
-	const n = pipeMin + 1000 // pipelined
+	const n = pipeChunk + 1000 // pipelined, in two chunks
 	s := New(Config{NumWorkers: 3})
 	l := servePipe(t, s)
 	// momentum: pure Go, so the race detector sees its writes.
