@@ -3,4 +3,4 @@
 package hugemem
 
 // advise does nothing where there is no madvise for huge pages.
-func advise(b []float32) error { return nil }
+func advise(raw []byte) error { return nil }

@@ -38,7 +38,7 @@ func Float32s(n int) []float32 {
 	b := make([]float32, n+pad)
 	off := int((PageSize-uintptr(unsafe.Pointer(unsafe.SliceData(b)))%PageSize)%PageSize) / 4
 	b = b[off : off+n : off+n]
-	_ = advise(b)
+	_ = advise(bytesOf(b))
 	return b
 }
 
