@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -333,14 +334,22 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 	if err != nil {
 		return err
 	}
-	rowsFor := func(keys [][]uint64) []client.Rows {
-		r := make([]client.Rows, len(tables))
+	// The rows of the batch being computed (cur) and those the next pull
+	// fills (nextRows) live in two sets of buffers, swapped every step, and
+	// the row gradients in one: the exchange has landed before they are
+	// reused.
+	var sets [2][]client.Rows
+	rowsFor := func(i int, keys [][]uint64) []client.Rows {
+		if sets[i] == nil {
+			sets[i] = make([]client.Rows, len(tables))
+		}
+		r := sets[i]
 		for t, tb := range tables {
-			r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: make([]float32, len(keys[t])*tb.Dim)}
+			r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(r[t].Values, len(keys[t])*tb.Dim)}
 		}
 		return r
 	}
-	cur := rowsFor(keys)
+	cur := rowsFor(0, keys)
 	call := c.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
 	if call.Err != nil {
 		return fmt.Errorf("pull: %w", call.Err)
@@ -349,17 +358,17 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 	st.step = step
 	rows := make([][]float32, len(tables))
 	rowGrads := make([][]float32, len(tables))
-	for step < cfg.TrainSteps {
+	pushed := make([]client.Rows, len(tables))
+	for i := 1; step < cfg.TrainSteps; i ^= 1 {
 		t0 := time.Now()
 		for t := range tables {
 			rows[t] = cur[t].Values
-			rowGrads[t] = make([]float32, len(cur[t].Values))
+			rowGrads[t] = zeroed(rowGrads[t], len(cur[t].Values))
 		}
 		st.loss, err = m.SparseGradients(params, grads, rows, rowGrads)
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		pushed := make([]client.Rows, len(tables))
 		for t, tb := range tables {
 			pushed[t] = client.Rows{Table: tb.Name, Keys: cur[t].Keys, Values: rowGrads[t]}
 		}
@@ -367,7 +376,7 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 		if err != nil {
 			return fmt.Errorf("step %d: next batch: %w", step, err)
 		}
-		nextRows := rowsFor(next)
+		nextRows := rowsFor(i, next)
 		st.compute += time.Since(t0)
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
 			return c.DoAsync(ctx, &client.Request{
@@ -381,6 +390,14 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 		cur = nextRows
 	}
 	return nil
+}
+
+// zeroed returns n zeros in buf's memory if it has room, else in a new
+// slice.
+func zeroed(buf []float32, n int) []float32 {
+	buf = slices.Grow(buf[:0], n)[:n]
+	clear(buf)
+	return buf
 }
 
 // chiefStart brings the cluster up: wait for every ps, initialise them (a
