@@ -34,12 +34,19 @@ func Float32s(n int) []float32 {
 	if 4*n < MinBytes {
 		return make([]float32, n)
 	}
+	b := aligned(n)
+	_ = advise(bytesOf(b))
+	return b
+}
+
+// aligned returns n zeroed float32 values (length and capacity n) that
+// start on a 2 MiB boundary, cut from a slice one huge page longer; no
+// advice is given.
+func aligned(n int) []float32 {
 	const pad = PageSize / 4
 	b := make([]float32, n+pad)
 	off := int((PageSize-uintptr(unsafe.Pointer(unsafe.SliceData(b)))%PageSize)%PageSize) / 4
-	b = b[off : off+n : off+n]
-	_ = advise(bytesOf(b))
-	return b
+	return b[off : off+n : off+n]
 }
 
 // Grow returns buf with room for at least k more values, as slices.Grow

@@ -77,9 +77,7 @@ func TestHugePages(t *testing.T) {
 		return
 	}
 	const n = 8 << 20 // 32 MiB
-	b := make([]float32, n+PageSize/4)
-	off := int((PageSize-addr(b)%PageSize)%PageSize) / 4
-	b = b[off : off+n]
+	b := aligned(n)
 	for i := range b {
 		b[i] = float32(i) + 0.1
 	}
