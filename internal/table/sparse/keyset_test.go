@@ -17,14 +17,7 @@ func TestKeySetsAgainstReference(t *testing.T) {
 	if testing.Short() {
 		n = 500
 	}
-	configs := []Config{
-		{Dim: 1},
-		{Dim: 3, MinCount: 3, SketchWidth: 1 << 14},
-		{Dim: 2, EvictAfterSteps: 5},
-		{Dim: 4, MinCount: 2, SketchWidth: 1 << 14, EvictAfterSteps: 3, Init: RandomNormal{Stddev: 0.1, Seed: 7}},
-		{Dim: 1, MaxRows: 40, EvictAfterSteps: 8, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}},
-		{Dim: 700}, // more than a batch of values per row
-	}
+	configs := append(referenceConfigs(), Config{Dim: 700}) // more than a batch of values per row
 	for _, rule := range testRules(t) {
 		for ci, cfg := range configs {
 			cfg.Rule = rule

@@ -109,6 +109,19 @@ func randomOps(rng *rand.Rand, pool []uint64, dim, n int) []op {
 	return ops
 }
 
+// referenceConfigs is the spread of configurations the tests against the
+// map-based reference run: plain, admission by count, eviction, both with
+// random initial values, and a row cap.
+func referenceConfigs() []Config {
+	return []Config{
+		{Dim: 1},
+		{Dim: 3, MinCount: 3, SketchWidth: 1 << 14},
+		{Dim: 2, EvictAfterSteps: 5},
+		{Dim: 4, MinCount: 2, SketchWidth: 1 << 14, EvictAfterSteps: 3, Init: RandomNormal{Stddev: 0.1, Seed: 7}},
+		{Dim: 1, MaxRows: 40, EvictAfterSteps: 8, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}},
+	}
+}
+
 // TestAgainstReference runs random pulls, pushes, evictions and
 // checkpoint round trips against the map-based reference, for every rule and
 // a spread of configurations.
@@ -117,13 +130,7 @@ func TestAgainstReference(t *testing.T) {
 	if testing.Short() {
 		n = 600
 	}
-	configs := []Config{
-		{Dim: 1},
-		{Dim: 3, MinCount: 3, SketchWidth: 1 << 14},
-		{Dim: 2, EvictAfterSteps: 5},
-		{Dim: 4, MinCount: 2, SketchWidth: 1 << 14, EvictAfterSteps: 3, Init: RandomNormal{Stddev: 0.1, Seed: 7}},
-		{Dim: 1, MaxRows: 40, EvictAfterSteps: 8, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}},
-	}
+	configs := referenceConfigs()
 	for _, rule := range testRules(t) {
 		for ci, cfg := range configs {
 			cfg.Rule = rule
