@@ -79,8 +79,8 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv bench: "+format+"\n", args...)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q (flags are written --name=value)", fs.Arg(0))
+	if code, extra := extraArg(fs, stderr); extra {
+		return code
 	}
 	if *numPS < 1 || *numWorkers < 1 {
 		return bad("need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d", *numPS, *numWorkers)

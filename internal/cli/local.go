@@ -38,9 +38,8 @@ Flags:
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "paramserv local: unexpected argument %q (flags are written --name=value)\n", fs.Arg(0))
-		return 2
+	if code, bad := extraArg(fs, stderr); bad {
+		return code
 	}
 	if *numPS < 1 || *numWorkers < 1 {
 		fmt.Fprintf(stderr, "paramserv local: need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d\n", *numPS, *numWorkers)

@@ -60,3 +60,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 	}
 	return 2, true
 }
+
+// extraArg reports a positional argument left after the flags of a command
+// that takes none, with exit status 2; bad is false if there is none.
+func extraArg(fs *flag.FlagSet, stderr io.Writer) (code int, bad bool) {
+	if fs.NArg() == 0 {
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "%s: unexpected argument %q (flags are written --name=value)\n", fs.Name(), fs.Arg(0))
+	return 2, true
+}

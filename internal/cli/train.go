@@ -238,9 +238,8 @@ Flags:
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "paramserv train: unexpected argument %q (flags are written --name=value)\n", fs.Arg(0))
-		return 2
+	if code, bad := extraArg(fs, stderr); bad {
+		return code
 	}
 	logf := newLogger(stderr)
 	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
