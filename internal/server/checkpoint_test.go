@@ -59,7 +59,7 @@ func (c *cluster) init(t *testing.T) {
 			Tables: []*pb.TableSpec{{Name: "emb", Dim: 2, Initializer: "normal", InitStddev: 0.1, Seed: 9}},
 		}
 		for _, p := range plan.OnPS(k) {
-			full := vars[baseName(p.Name)]
+			full := vars[strings.Split(p.Name, "/part_")[0]]
 			shape := []int64{}
 			for _, d := range p.Shape {
 				shape = append(shape, int64(d))
@@ -89,7 +89,7 @@ func (c *cluster) train(t *testing.T, steps int, seed uint64) {
 	for range steps {
 		keys := []uint64{1, 2, 3, 1000, uint64(rng.IntN(50))}
 		for k, s := range c.ps {
-			req := &pb.PushRequest{Step: s.tracker.Step()}
+			req := &pb.PushRequest{Step: s.shard.Step()}
 			for _, p := range plan.OnPS(k) {
 				g := make([]float32, p.Len)
 				for i := range g {
@@ -127,7 +127,7 @@ func contains(ks []uint64, k uint64) bool {
 // save writes a checkpoint as the chief would: every shard, then the manifest.
 func (c *cluster) save(t *testing.T) int64 {
 	t.Helper()
-	step := c.ps[0].tracker.Step()
+	step := c.ps[0].shard.Step()
 	var infos []checkpoint.ShardInfo
 	for _, s := range c.ps {
 		resp, err := s.Checkpoint(context.Background(), &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
@@ -182,25 +182,45 @@ func (c *cluster) state(t *testing.T) map[string][]uint32 {
 	}
 	for _, s := range c.ps {
 		s.mu.Lock()
-		for name, v := range s.vars {
-			base := baseName(name)
-			// parts are concatenated in ps order, which is row order
-			add(base, v.value)
-			for i, st := range v.state {
-				add(base+"/slot"+strconv.Itoa(i), st)
-			}
-			out[base+"/updates"] = []uint32{uint32(v.updates)}
-		}
-		snap := s.tables["emb"].t.Export()
-		for i, k := range snap.Keys {
-			key := "emb/" + strconv.FormatUint(k, 10)
-			add(key, snap.Values[2*i:2*i+2])
-			for j, st := range snap.State {
-				add(key+"/slot"+strconv.Itoa(j), st[2*i:2*i+2])
-			}
-			out[key+"/updates"] = []uint32{snap.Updates[i]}
-		}
+		sh := s.shard.Snapshot()
 		s.mu.Unlock()
+		keys, _ := sh.Uint64s(checkpoint.KeysName("emb"))
+		for _, tn := range sh.Tensors {
+			table, col, isTable := strings.Cut(tn.Name, "/")
+			if !isTable || table != "emb" {
+				// a variable (its parts concatenated in ps order, which is
+				// row order) or its slot
+				f, err := sh.Float32s(tn.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				add(tn.Name, f)
+				continue
+			}
+			if col == "keys" {
+				continue
+			}
+			per := len(tn.Data) / 4 / max(1, len(keys)) // values of a key
+			if tn.DType == checkpoint.I64 {
+				per = 1
+			}
+			for i, k := range keys {
+				key := "emb/" + strconv.FormatUint(k, 10) + "/" + col
+				if tn.DType == checkpoint.I64 {
+					u, _ := sh.Int64s(tn.Name)
+					out[key] = []uint32{uint32(u[i])}
+					continue
+				}
+				f, _ := sh.Float32s(tn.Name)
+				add(key, f[per*i:per*(i+1)])
+			}
+		}
+		for k, v := range sh.Meta {
+			if strings.HasPrefix(k, "updates/") {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[k] = []uint32{uint32(n)}
+			}
+		}
 	}
 	return out
 }
@@ -241,8 +261,8 @@ func TestCheckpointRoundTripAndReshard(t *testing.T) {
 			if err != nil || !ok {
 				t.Fatalf("%d ps: restore: %v %v", numPS, ok, err)
 			}
-			if s.tracker.Step() != step {
-				t.Fatalf("%d ps: restored at step %d, want %d", numPS, s.tracker.Step(), step)
+			if s.shard.Step() != step {
+				t.Fatalf("%d ps: restored at step %d, want %d", numPS, s.shard.Step(), step)
 			}
 		}
 		equalState(t, b.state(t), want)
@@ -278,8 +298,8 @@ func TestRestoreSkipsDamagedCheckpoint(t *testing.T) {
 	if ok, err := s.RestoreLatest(); err != nil || !ok {
 		t.Fatalf("restore: %v %v", ok, err)
 	}
-	if s.tracker.Step() != good {
-		t.Fatalf("restored step %d, want the older good one %d", s.tracker.Step(), good)
+	if s.shard.Step() != good {
+		t.Fatalf("restored step %d, want the older good one %d", s.shard.Step(), good)
 	}
 	if !containsLine(logs, checkpoint.CheckpointName(bad)+" damaged") {
 		t.Fatalf("log does not say the newer checkpoint was damaged: %q", logs)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/paramserv/paramserv/internal/placement"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 	"github.com/paramserv/paramserv/internal/wire"
 )
@@ -43,15 +43,15 @@ type dataConn struct {
 	used  uint32 // slots the current request has named so far
 
 	// Per-request scratch, reused.
-	dense    []denseGrad
-	sparse   []sparseGrad
 	pushSets []located
 	pullSets []located
-	seen     map[*denseVar]bool
-	leases   []lease // variables the reply being written reads
-	pipe     *pipe   // writer of pipelined replies, once needed
-	piped    bool    // the reply is being written by pipe
-	state    [][]float32
+	push     shard.Push
+	leases   []shard.Lease // variables the reply being written reads
+	pipe     *pipe         // writer of pipelined replies, once needed
+	piped    bool          // the reply is being written by pipe
+	stream   *shard.Stream // the hooks of a pipelined push, once needed
+	segs     [][]byte      // the pipelined reply's frame segments
+	cur      int           // the variable being updated
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -74,7 +74,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	dc := &dataConn{conn: conn, br: bufio.NewReaderSize(conn, dataBufSize), seen: make(map[*denseVar]bool)}
+	dc := &dataConn{conn: conn, br: bufio.NewReaderSize(conn, dataBufSize)}
 	defer func() {
 		if dc.pipe != nil {
 			dc.pipe.stop()
@@ -128,7 +128,7 @@ func (s *Server) releaseLeases(dc *dataConn) {
 	}
 	s.mu.Lock()
 	for _, l := range dc.leases {
-		l.release()
+		l.Release()
 	}
 	s.mu.Unlock()
 	clear(dc.leases)
@@ -138,67 +138,59 @@ func (s *Server) releaseLeases(dc *dataConn) {
 // errorReply makes the reply an error frame carrying err's status code
 // and message.
 func (dc *dataConn) errorReply(err error) {
-	st := status.Convert(err)
+	st := status.Convert(statusOf(err))
 	dc.reply.Reset(wire.RepHeaderLen)
 	dc.reply.ErrorBody(uint32(st.Code()), st.Message())
 	dc.reply.Reply(wire.RepHeader{Err: true})
 }
 
-// handleData answers one request: checks, applies the push through
-// applyPush, waits for the pull's step and makes the reply (dc.reply, or a
-// pipelined one, dc.piped), all under mu; the caller writes the reply after.
+// handleData answers one request: decodes it into the shard's Push,
+// checks and applies it as gRPC does (Server.apply), waits for the pull's
+// step and makes the reply (dc.reply, or a pipelined one, dc.piped), all
+// under mu; the caller writes the reply after.
 func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.initialized {
-		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized))
+	if !s.shard.Initialized() {
+		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized))
 		return
 	}
 	// Find every key set before anything is applied, so that a request
 	// naming a key set this connection does not hold changes nothing and
 	// can be sent again with its keys.
 	if err := dc.locate(); err != nil {
-		dc.errorReply(status.Errorf(codes.Aborted, "ps %d: %v", s.cfg.Task, err))
+		dc.errorReply(&shard.Error{Kind: shard.CacheMiss, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, err), Err: err})
 		return
 	}
 	dropped := false
 	if r.Op.Push() {
-		if err := s.checkDataPush(dc); err != nil {
-			dc.errorReply(s.rejectPush(r.Worker, r.Step, err))
-			return
+		dc.decodePush()
+		var stream *shard.Stream
+		if s.pipelinable(dc) {
+			stream = s.pipeStream(dc)
 		}
-		if s.syncFailed != nil {
-			dc.errorReply(status.Error(codes.DeadlineExceeded, s.syncFailed.Error()))
-			return
-		}
-		if err := s.futureStep(r.Worker, r.Step); err != nil {
+		res, err := s.apply(&dc.push, stream)
+		if err != nil {
 			dc.errorReply(err)
 			return
 		}
-		if s.pipelinable(dc) {
-			var done bool
-			if dropped, done = s.pushPipelined(dc); done {
-				return
-			}
-		} else {
-			verdict, err := s.applyPush(r.Worker, r.Step, dc.dense, dc.sparse)
-			if err != nil {
-				dc.errorReply(err)
-				return
-			}
-			dropped = verdict.Dropped()
+		if dc.piped {
+			dc.pipe.segs <- nil // the reply's end
+			return
 		}
+		s.markOwned(dc)
+		dropped = res.Dropped()
 	}
 	if !r.Op.Pull() {
 		dc.reply.Reset(wire.RepHeaderLen)
-		dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step(), Incarnation: s.incarnation})
+		dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.shard.Step(), Incarnation: s.shard.Incarnation()})
 		return
 	}
-	if !s.tracker.Ready(r.MinStep) {
+	if !s.shard.Ready(r.MinStep) {
 		// As with gRPC, a worker that goes away stops the wait.
 		wctx, stop := dc.watchClose(ctx)
-		err := s.waitStep(wctx, r.Worker, r.MinStep)
+		err := s.waitStep(wctx, int(r.Worker), r.MinStep)
 		stop()
 		if err != nil {
 			dc.errorReply(err)
@@ -206,7 +198,35 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 		}
 	}
 	if err := s.dataPull(dc, dropped); err != nil {
-		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: %v", s.cfg.Task, err))
+		dc.errorReply(err)
+	}
+}
+
+// decodePush makes the request's push sections the connection's Push,
+// keys from their key sets (a kept set whose ownership was checked is
+// vouched for).
+func (dc *dataConn) decodePush() {
+	r := &dc.req
+	p := &dc.push
+	p.Worker, p.Step = int(r.Worker), r.Step
+	p.Dense, p.Sparse = p.Dense[:0], p.Sparse[:0]
+	for _, d := range r.Dense {
+		p.Dense = append(p.Dense, shard.DenseGrad{Name: d.Name, Values: d.Data, Bad: d.Bad})
+	}
+	for i := range r.SparsePush {
+		sec := &r.SparsePush[i]
+		l := dc.pushSets[i]
+		p.Sparse = append(p.Sparse, shard.SparseGrad{Table: sec.Table, Set: l.set, Owned: l.slot != nil && l.slot.owned, Values: sec.Values, Bad: sec.Bad})
+	}
+}
+
+// markOwned records that the kept key sets of an applied push were checked
+// for ownership, so that later requests naming them skip the check.
+func (s *Server) markOwned(dc *dataConn) {
+	for _, l := range dc.pushSets {
+		if l.slot != nil {
+			l.slot.owned = true
+		}
 	}
 }
 
@@ -258,7 +278,7 @@ func (dc *dataConn) locateOne(sec *wire.SparseSection, scratch int) (located, er
 		sl := &dc.slots[sec.Arg]
 		dc.used |= 1 << sec.Arg
 		if !sl.valid || len(sl.keys) != sec.NumKeys {
-			return located{}, fmt.Errorf("table %q: key cache slot %d holds %d keys, the request counts %d: %w", sec.Table, sec.Arg, len(sl.keys), sec.NumKeys, errCacheMiss)
+			return located{}, fmt.Errorf("table %q: key cache slot %d holds %d keys, the request counts %d: %w", sec.Table, sec.Arg, len(sl.keys), sec.NumKeys, shard.ErrCacheMiss)
 		}
 		return located{set: &sl.set, slot: sl}, nil
 	}
@@ -302,77 +322,6 @@ func (dc *dataConn) watchClose(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// errCacheMiss marks a request naming a key set the connection does not
-// hold; the client sends the keys again.
-var errCacheMiss = errors.New("key cache miss")
-
-// checkOwned checks, with several ps, that this ps owns every key of l, as
-// sparseKeys does: once for a kept set, every time for a scratch one.
-func (s *Server) checkOwned(table []byte, l located) error {
-	if s.cfg.NumPS <= 1 || (l.slot != nil && l.slot.owned) {
-		return nil
-	}
-	for _, k := range l.set.Keys() {
-		if ps := placement.KeyShard(k, s.cfg.NumPS); ps != s.cfg.Task {
-			return fmt.Errorf("table %q: key %d belongs to ps %d, not ps %d", table, k, ps, s.cfg.Task)
-		}
-	}
-	if l.slot != nil {
-		l.slot.owned = true
-	}
-	return nil
-}
-
-// checkDataPush checks a data-path push as checkPush and checkSparsePush
-// check a gRPC one, in the same order and with the same messages, and
-// fills dc.dense and dc.sparse. Call with mu held, after locate.
-func (s *Server) checkDataPush(dc *dataConn) error {
-	r := &dc.req
-	dc.dense, dc.sparse = dc.dense[:0], dc.sparse[:0]
-	clear(dc.seen)
-	for _, d := range r.Dense {
-		v, ok := s.vars[string(d.Name)]
-		if !ok {
-			return fmt.Errorf("unknown variable %q (this ps holds %d variables)", d.Name, len(s.vars))
-		}
-		if dc.seen[v] {
-			return fmt.Errorf("variable %q pushed twice in one request", d.Name)
-		}
-		dc.seen[v] = true
-		if len(d.Data) != len(v.value) {
-			return fmt.Errorf("variable %q: gradient has %d bytes, want %d (%d float32 of shape %v)", d.Name, 4*len(d.Data), 4*len(v.value), len(v.value), v.shape)
-		}
-		if j := d.Bad; j >= 0 {
-			return fmt.Errorf("variable %q: gradient element %d is %v", d.Name, j, d.Data[j])
-		}
-		dc.dense = append(dc.dense, denseGrad{v: v, g: d.Data})
-	}
-	if s.tracker.Config().Sync && len(r.Dense) != 0 && len(r.Dense) != len(s.vars) {
-		return fmt.Errorf("a synchronous push must carry all %d variables of this ps, got %d", len(s.vars), len(r.Dense))
-	}
-	for i := range r.SparsePush {
-		sec := &r.SparsePush[i]
-		t, ok := s.tables[string(sec.Table)]
-		if !ok {
-			return fmt.Errorf("unknown table %q (this ps holds %d tables)", sec.Table, len(s.tables))
-		}
-		l := dc.pushSets[i]
-		if err := s.checkOwned(sec.Table, l); err != nil {
-			return err
-		}
-		keys := l.set.Keys()
-		dim := t.t.Dim()
-		if len(sec.Values) != dim*len(keys) {
-			return fmt.Errorf("table %q: %d keys of dim %d need %d bytes of gradients, got %d", sec.Table, len(keys), dim, 4*dim*len(keys), 4*len(sec.Values))
-		}
-		if j := sec.Bad; j >= 0 {
-			return fmt.Errorf("table %q: gradient of key %d element %d is %v", sec.Table, keys[j/dim], j%dim, sec.Values[j])
-		}
-		dc.sparse = append(dc.sparse, sparseGrad{table: t, keys: keys, values: sec.Values, set: l.set})
-	}
-	return nil
-}
-
 // dataPull answers the pull half of a request: dense values lent, rows
 // copied into the request's float buffer (its gradients are applied by
 // now). Call with mu held, once the step is reached.
@@ -381,42 +330,41 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) error {
 	// Check the tables and size the rows before copying anything.
 	n := 0
 	for i := range r.SparsePull {
-		sec := &r.SparsePull[i]
-		t, ok := s.tables[string(sec.Table)]
-		if !ok {
-			return fmt.Errorf("unknown table %q (this ps holds %d tables)", sec.Table, len(s.tables))
-		}
-		if err := s.checkOwned(sec.Table, dc.pullSets[i]); err != nil {
+		dim, err := s.shard.TableDim(r.SparsePull[i].Table)
+		if err != nil {
 			return err
 		}
-		n += dc.pullSets[i].set.Len() * t.t.Dim()
+		n += dc.pullSets[i].set.Len() * dim
 	}
 	if 4*int64(n) > wire.MaxBody {
-		return fmt.Errorf("the pull asks for %d values of rows, more than a reply can carry", n)
+		return &shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: the pull asks for %d values of rows, more than a reply can carry", s.cfg.Task, n)}
 	}
 	buf := r.Floats(n)
 	dc.reply.Reset(wire.RepHeaderLen)
 	off := 0
 	if r.PullDense {
 		// Written straight from the variables, which stay lent until the
-		// reply is out (lease.go).
-		for _, spec := range s.layout {
-			l := s.vars[spec.Name].lend()
+		// reply is out (shard.Lease).
+		for _, v := range s.shard.Vars() {
+			l := v.Lend()
 			dc.leases = append(dc.leases, l)
-			dc.reply.Dense(l.v.name, l.buf)
+			dc.reply.Dense(v.Name(), l.Values())
 		}
 	}
 	for i := range r.SparsePull {
 		sec := &r.SparsePull[i]
-		t := s.tables[string(sec.Table)]
-		set := dc.pullSets[i].set
-		dst := buf[off : off+set.Len()*t.t.Dim()]
-		if err := t.t.PullSet(set, dst); err != nil {
-			return fmt.Errorf("table %q: %w", sec.Table, err)
+		l := dc.pullSets[i]
+		dim, _ := s.shard.TableDim(sec.Table)
+		dst := buf[off : off+l.set.Len()*dim]
+		if err := s.shard.PullRows(sec.Table, nil, l.set, l.slot != nil && l.slot.owned, dst); err != nil {
+			return err
+		}
+		if l.slot != nil {
+			l.slot.owned = true
 		}
 		dc.reply.SparseValues(dst)
 		off += len(dst)
 	}
-	dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.tracker.Step(), Incarnation: s.incarnation})
+	dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.shard.Step(), Incarnation: s.shard.Incarnation()})
 	return nil
 }

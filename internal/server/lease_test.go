@@ -12,40 +12,6 @@ import (
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
-// A lent buffer is never written: an update while it is lent goes to a
-// copy, and the lent buffer becomes the spare once its last reply is out.
-func TestLendWritableRelease(t *testing.T) {
-	v := &denseVar{name: "w", value: []float32{1, 2, 3}}
-	a := v.lend()
-	b := v.lend()
-	v.writable()
-	if sameBuf(v.value, a.buf) {
-		t.Fatal("writable kept the lent buffer")
-	}
-	v.value[0] = 99 // as an update would
-	if a.buf[0] != 1 || b.buf[0] != 1 {
-		t.Fatalf("a lent buffer changed: %v", a.buf)
-	}
-	c := v.lend() // lends the new buffer
-	a.release()
-	if v.lent.spare != nil {
-		t.Fatal("the old buffer became spare while a reply still reads it")
-	}
-	b.release()
-	if !sameBuf(v.lent.spare, a.buf) || len(v.lent.old) != 0 {
-		t.Fatalf("after the last release: spare %p, %d old", v.lent.spare, len(v.lent.old))
-	}
-	v.writable() // c still reads the current buffer: the spare takes over
-	if !sameBuf(v.value, a.buf) || v.value[0] != 99 || c.buf[0] != 99 {
-		t.Fatalf("second copy: value %v, lent %v", v.value, c.buf)
-	}
-	c.release()
-	v.writable() // nothing lent: in place
-	if !sameBuf(v.value, a.buf) || v.lent.cur != 0 {
-		t.Fatal("writable copied a buffer nobody reads")
-	}
-}
-
 // pipeListener is a listener whose connections are in-memory pipes, so
 // that the race detector sees every byte a reply reads: net.Pipe copies in
 // Go where a socket copies in the kernel.

@@ -3,7 +3,7 @@ package server
 import (
 	"net"
 
-	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -71,18 +71,19 @@ func (p *pipe) stop() {
 	<-p.exited
 }
 
-// pipelinable reports whether a checked push qualifies: asynchronous,
-// dense only, large, and (with a pull) answerable at once and carrying
-// every variable of the ps in its layout order, as the reply lists them.
-// Call with mu held.
+// pipelinable reports whether a push qualifies: asynchronous, dense only,
+// large, and (with a pull) answerable at once and carrying every variable
+// of the ps in its layout order, as the reply lists them. Call with mu
+// held, after decodePush.
 func (s *Server) pipelinable(dc *dataConn) bool {
 	r := &dc.req
-	if s.tracker.Config().Sync || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dc.dense) == 0 || len(dc.dense) > pipeMaxVars {
+	dense := dc.push.Dense
+	if s.shard.Sync() || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dense) == 0 || len(dense) > pipeMaxVars {
 		return false
 	}
 	n := 0
-	for _, g := range dc.dense {
-		n += len(g.g)
+	for _, g := range dense {
+		n += len(g.Values)
 	}
 	if n < pipeMin {
 		return false
@@ -90,82 +91,62 @@ func (s *Server) pipelinable(dc *dataConn) bool {
 	if !r.Op.Pull() {
 		return true
 	}
-	if !r.PullDense || !s.tracker.Ready(r.MinStep) || len(dc.dense) != len(s.layout) {
+	vars := s.shard.Vars()
+	if !r.PullDense || !s.shard.Ready(r.MinStep) || len(dense) != len(vars) {
 		return false
 	}
-	for i, spec := range s.layout {
-		if dc.dense[i].v.name != spec.Name {
+	for i, v := range vars {
+		if string(dense[i].Name) != v.Name() {
 			return false
 		}
 	}
 	return true
 }
 
-// pushPipelined applies a pipelinable push and starts writing its reply
-// (done, with dc.piped set: the caller waits for dc.pipe.done after
-// releasing mu, and then releases dc's leases), or makes an error reply
-// (done).
-// A dropped push is not done: its pull, if any, goes the usual way. Call
-// with mu held.
-func (s *Server) pushPipelined(dc *dataConn) (dropped, done bool) {
-	r := &dc.req
-	verdict, err := s.applyPush(r.Worker, r.Step, nil, nil)
-	if err != nil {
-		dc.errorReply(err)
-		return false, true
+// pipeStream returns the hooks that pipeline a push's reply behind its
+// update (dc.piped is set once the verdict is Apply: the caller ends the
+// reply after Apply returns, waits for dc.pipe.done after releasing mu,
+// and then releases dc's leases). A dropped push calls no hook: its pull,
+// if any, goes the usual way.
+func (s *Server) pipeStream(dc *dataConn) *shard.Stream {
+	if dc.stream != nil {
+		return dc.stream
 	}
-	if verdict != consistency.Apply {
-		return true, false
-	}
-	step := s.tracker.Step()
-	dc.reply.Reset(wire.RepHeaderLen)
-	if r.Op.Pull() {
-		for _, g := range dc.dense {
-			g.v.updates++
-			g.v.writable()
-			l := g.v.lend()
-			dc.leases = append(dc.leases, l)
-			dc.reply.Dense(l.v.name, l.buf)
-		}
-	} else {
-		for _, g := range dc.dense {
-			g.v.updates++
-			g.v.writable()
-		}
-	}
-	bufs := dc.reply.Reply(wire.RepHeader{Step: step, Incarnation: s.incarnation})
-	if dc.pipe == nil {
-		dc.pipe = startPipe(dc.conn)
-	}
-	p := dc.pipe
-	dc.piped = true
-	if !r.Op.Pull() {
-		p.segs <- bufs[0] // the acknowledgement, before the update
-	}
-	for i, g := range dc.dense {
-		v := g.v
-		if r.Op.Pull() {
-			// The frame is [header and name of the first variable][its
-			// values][name of the next][its values]...: the names go now,
-			// the values chunk by chunk once updated.
-			p.segs <- bufs[2*i]
-		}
-		if cap(dc.state) < len(v.state) {
-			dc.state = make([][]float32, len(v.state))
-		}
-		st := dc.state[:len(v.state)]
-		for lo := 0; lo < len(v.value); lo += pipeChunk {
-			hi := min(lo+pipeChunk, len(v.value))
-			for j := range st {
-				st[j] = v.state[j][lo:hi]
+	dc.stream = &shard.Stream{
+		Chunk: pipeChunk,
+		Begin: func(step int64) {
+			pull := dc.req.Op.Pull()
+			dc.reply.Reset(wire.RepHeaderLen)
+			if pull {
+				for _, g := range dc.push.Dense {
+					l := s.shard.Var(string(g.Name)).Lend()
+					dc.leases = append(dc.leases, l)
+					dc.reply.Dense(l.Var().Name(), l.Values())
+				}
 			}
-			s.rule.Update(v.value[lo:hi], g.g[lo:hi], st, v.updates)
-			if r.Op.Pull() {
-				p.segs <- wire.Float32Bytes(v.value[lo:hi])
+			dc.segs = dc.reply.Reply(wire.RepHeader{Step: step, Incarnation: s.shard.Incarnation()})
+			if dc.pipe == nil {
+				dc.pipe = startPipe(dc.conn)
 			}
-		}
+			dc.piped = true
+			if !pull {
+				dc.pipe.segs <- dc.segs[0] // the acknowledgement, before the update
+			}
+		},
+		Var: func(i int, _ *shard.Var) {
+			dc.cur = i
+			if dc.req.Op.Pull() {
+				// The frame is [header and name of the first variable][its
+				// values][name of the next][its values]...: the names go
+				// now, the values chunk by chunk once updated.
+				dc.pipe.segs <- dc.segs[2*i]
+			}
+		},
+		Updated: func(_ *shard.Var, lo, hi int) {
+			if dc.req.Op.Pull() {
+				dc.pipe.segs <- wire.Float32Bytes(dc.leases[dc.cur].Values()[lo:hi])
+			}
+		},
 	}
-	clear(dc.state)
-	p.segs <- nil
-	return false, true
+	return dc.stream
 }

@@ -1,4 +1,4 @@
-package server
+package shard
 
 import (
 	"slices"
@@ -7,16 +7,18 @@ import (
 )
 
 // Replies on the data path are written straight from the variables' value
-// buffers, not from a copy: a pull lends each buffer it answers with (lend),
-// and gives it back once the reply is written (release). A push that must
+// buffers, not from a copy: a pull lends each buffer it answers with (Lend),
+// and gives it back once the reply is written (Release). A push that must
 // update a buffer still lent updates a copy instead and makes it the
 // variable's value (writable); the lent buffer stays as it was until its
 // last reply is written, then becomes the variable's spare for the next
 // such copy. With one worker, or pushes and pulls that do not overlap, no
 // copy is ever made.
 //
-// Everything here runs with Server.mu held. Any code that writes a
-// denseVar's value in place must call writable first.
+// Like every method of a Shard, Lend and Release run serialised with the
+// shard's other calls (under the ps's lock); only the lent buffer's bytes
+// are read outside it. Any code that writes a Var's value in place must
+// call writable first.
 
 // lentBufs is the lending state of one variable.
 type lentBufs struct {
@@ -31,21 +33,27 @@ type oldBuf struct {
 	readers int
 }
 
-// lease is a reply's hold on a variable's value buffer.
-type lease struct {
-	v   *denseVar
+// Lease is a reply's hold on a variable's value buffer.
+type Lease struct {
+	v   *Var
 	buf []float32
 }
 
-// lend returns v's current values for a reply to write, which must call
-// release when it has.
-func (v *denseVar) lend() lease {
+// Var is the variable lent.
+func (l Lease) Var() *Var { return l.v }
+
+// Values are the lent values: unchanged until Release.
+func (l Lease) Values() []float32 { return l.buf }
+
+// Lend returns v's current values for a reply to write, which must call
+// Release when it has.
+func (v *Var) Lend() Lease {
 	v.lent.cur++
-	return lease{v: v, buf: v.value}
+	return Lease{v: v, buf: v.value}
 }
 
-// release gives back a buffer lent by lend.
-func (l lease) release() {
+// Release gives back a buffer lent by Lend.
+func (l Lease) Release() {
 	lb := &l.v.lent
 	if sameBuf(l.buf, l.v.value) {
 		lb.cur--
@@ -68,7 +76,7 @@ func (l lease) release() {
 
 // writable makes v.value safe to write in place: if replies in flight still
 // read it, v.value becomes a copy in another buffer.
-func (v *denseVar) writable() {
+func (v *Var) writable() {
 	lb := &v.lent
 	if lb.cur == 0 {
 		return

@@ -1,0 +1,389 @@
+package shard
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/placement"
+	"github.com/paramserv/paramserv/internal/table/sparse"
+)
+
+// How a shard's state is named in a checkpoint shard file:
+//
+//	<var>                 F32, the part of the variable this ps holds
+//	<var>/<slot>          F32, its optimizer state (SlotNames)
+//	<table>/keys          U64 [n], ascending
+//	<table>/values        F32 [n, dim]
+//	<table>/<slot>        F32 [n, dim]
+//	<table>/updates       I64 [n], per-row update counts (Adam)
+//	<table>/last_touch    I64 [n], per-row last-touched step (eviction)
+//
+// and in the shard's metadata "updates/<var>" holds a variable's update count.
+// Variables split across ps are stored under their own name on each shard,
+// with the rows each holds recorded in the manifest.
+
+// Meta keys the chief writes into a checkpoint manifest.
+const (
+	MetaReplicas     = "replicas_to_aggregate"
+	MetaMaxStaleness = "max_staleness"
+	MetaSplitBytes   = "split_bytes"
+	MetaSyncTimeout  = "sync_timeout_ms"
+	MetaSyncProceed  = "sync_proceed"
+	MetaTables       = "tables"
+)
+
+// SlotNames names the state slots of a rule, in the order of its state
+// vectors, as checkpoints store them.
+func SlotNames(rule string, slots int) []string {
+	known := map[string][]string{
+		"momentum": {"momentum"},
+		"adagrad":  {"adagrad_accum"},
+		"adam":     {"adam_m", "adam_v"},
+		"ftrl":     {"ftrl_n", "ftrl_z"},
+	}
+	if names, ok := known[strings.ToLower(rule)]; ok && len(names) == slots {
+		return names
+	}
+	names := make([]string, slots)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s_%d", rule, i)
+	}
+	return names
+}
+
+// baseName is the variable a shard-local part name belongs to.
+func baseName(part string) string {
+	if i := strings.LastIndex(part, "/part_"); i >= 0 {
+		if _, err := strconv.Atoi(part[i+len("/part_"):]); err == nil {
+			return part[:i]
+		}
+	}
+	return part
+}
+
+// Snapshot copies the shard's state into a checkpoint shard, to be written
+// to disk after the caller's lock is released.
+func (s *Shard) Snapshot() checkpoint.Shard {
+	st := s.st
+	sh := checkpoint.Shard{Step: st.tracker.Step(), Meta: map[string]string{}}
+	slots := SlotNames(st.rule.Name(), st.rule.StateSlots())
+	for _, v := range st.order {
+		name := baseName(v.name)
+		sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(name, v.shape, slices.Clone(v.value)))
+		for i, state := range v.state {
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(name, slots[i]), v.shape, slices.Clone(state)))
+		}
+		sh.Meta["updates/"+name] = strconv.FormatInt(v.updates, 10)
+	}
+	for _, t := range st.tableOrd {
+		snap := t.t.Export()
+		n, d := int64(len(snap.Keys)), int64(snap.Dim)
+		sh.Tensors = append(sh.Tensors,
+			checkpoint.Uint64Tensor(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
+			checkpoint.Float32Tensor(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
+		for i, state := range snap.State {
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
+		}
+		if snap.Updates != nil {
+			u := make([]int64, len(snap.Updates))
+			for i, x := range snap.Updates {
+				u[i] = int64(x)
+			}
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
+		}
+		if snap.LastTouch != nil {
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
+		}
+	}
+	return sh
+}
+
+// LayoutOf reads the mode, optimizer and tables a manifest records, for a
+// shard of a cluster of numWorkers workers (the variables come from the
+// placement, see Restore).
+func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
+	var oc optim.Config
+	if err := json.Unmarshal(m.Optimizer, &oc); err != nil {
+		return Layout{}, fmt.Errorf("checkpoint of step %d: optimizer %s: %w", m.Step, m.Optimizer, err)
+	}
+	meta := func(k string) int64 {
+		n, _ := strconv.ParseInt(m.Meta[k], 10, 64)
+		return n
+	}
+	l := Layout{
+		Optimizer:           oc,
+		Sync:                m.Mode == "sync",
+		ReplicasToAggregate: int(min(meta(MetaReplicas), int64(numWorkers))),
+		NumWorkers:          numWorkers,
+		GlobalStep:          m.Step,
+		MaxStaleness:        meta(MetaMaxStaleness),
+		SyncTimeout:         time.Duration(meta(MetaSyncTimeout)) * time.Millisecond,
+		SyncProceed:         m.Meta[MetaSyncProceed] == "true",
+		SplitBytes:          meta(MetaSplitBytes),
+	}
+	if t := m.Meta[MetaTables]; t != "" {
+		if err := json.Unmarshal([]byte(t), &l.Tables); err != nil {
+			return Layout{}, fmt.Errorf("checkpoint of step %d: table specs: %w", m.Step, err)
+		}
+	}
+	return l, nil
+}
+
+// Restore builds, as a pure function of the checkpoint m and its shard
+// files (read(k) returns shard k), the state of ps task of numPS in a
+// cluster of numWorkers workers. With the number of ps m was written with,
+// the ps reads only its own shard; otherwise it reads them all and takes
+// its share under the current placement (re-sharding). It takes no lock
+// and touches no shard: Install the result.
+func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
+	l, err := LayoutOf(m, numWorkers)
+	if err != nil {
+		return nil, err
+	}
+	rule, err := optim.New(l.Optimizer)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
+	}
+	// This ps's parts under the current placement.
+	vars := make([]model.Variable, len(m.Variables))
+	for i, v := range m.Variables {
+		shape := make([]int, len(v.Shape))
+		for j, d := range v.Shape {
+			shape[j] = int(d)
+		}
+		vars[i] = model.Variable{Name: v.Name, Shape: shape}
+	}
+	plan, err := placement.Place(numPS, vars, int(l.SplitBytes))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
+	}
+	reshard := m.NumPS != numPS
+	shards := make([]*checkpoint.Shard, len(m.Shards))
+	cached := func(k int) (*checkpoint.Shard, error) {
+		if k < 0 || k >= len(shards) {
+			return nil, fmt.Errorf("shard %d of a checkpoint of %d shards", k, len(shards))
+		}
+		if shards[k] == nil {
+			sh, err := read(k)
+			if err != nil {
+				return nil, err
+			}
+			shards[k] = sh
+		}
+		return shards[k], nil
+	}
+	slots := SlotNames(rule.Name(), rule.StateSlots())
+	// full assembles a tensor of variable v (its value or a slot) from the
+	// parts of every shard holding it, in row order.
+	full := func(v checkpoint.VariableInfo, name string) ([]float32, error) {
+		var out []float32
+		for _, p := range v.Parts {
+			sh, err := cached(p.Shard)
+			if err != nil {
+				return nil, err
+			}
+			f, err := sh.Float32s(name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, f...)
+		}
+		return out, nil
+	}
+	type restored struct {
+		value   []float32
+		state   [][]float32
+		updates int64
+	}
+	var parts []restored
+	for i, pv := range plan.Vars {
+		v := m.Variables[i]
+		for _, part := range pv.Parts {
+			if part.PS != task {
+				continue
+			}
+			get := func(name string) ([]float32, error) {
+				if !reshard {
+					sh, err := cached(task)
+					if err != nil {
+						return nil, err
+					}
+					return sh.Float32s(name)
+				}
+				f, err := full(v, name)
+				if err != nil {
+					return nil, err
+				}
+				if part.Offset+part.Len > len(f) {
+					return nil, fmt.Errorf("%q has %d values, the placement needs %d", name, len(f), part.Offset+part.Len)
+				}
+				return f[part.Offset : part.Offset+part.Len], nil
+			}
+			value, err := get(v.Name)
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
+			}
+			if len(value) != part.Len {
+				return nil, fmt.Errorf("checkpoint of step %d: variable %q has %d values for this ps, want %d", m.Step, v.Name, len(value), part.Len)
+			}
+			r := restored{value: value}
+			for _, slot := range slots {
+				st, err := get(checkpoint.SlotName(v.Name, slot))
+				if err != nil {
+					return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
+				}
+				if len(st) != part.Len {
+					return nil, fmt.Errorf("checkpoint of step %d: variable %q: slot %s has %d values, want %d", m.Step, v.Name, slot, len(st), part.Len)
+				}
+				r.state = append(r.state, st)
+			}
+			for _, p := range v.Parts {
+				if sh, err := cached(p.Shard); err == nil {
+					n, _ := strconv.ParseInt(sh.Meta["updates/"+v.Name], 10, 64)
+					r.updates = max(r.updates, n)
+				}
+				if !reshard {
+					break
+				}
+			}
+			shape := make([]int64, len(part.Shape))
+			for j, d := range part.Shape {
+				shape[j] = int64(d)
+			}
+			l.Vars = append(l.Vars, VarSpec{Name: part.Name, Shape: shape})
+			parts = append(parts, r)
+		}
+	}
+	st, err := Build(l, func(i int, dst []float32) error {
+		if len(parts[i].value) != len(dst) {
+			return fmt.Errorf("%d values for a shape of %d", len(parts[i].value), len(dst))
+		}
+		copy(dst, parts[i].value)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
+	}
+	for i, v := range st.order {
+		for j := range v.state {
+			copy(v.state[j], parts[i].state[j])
+		}
+		v.updates = parts[i].updates
+	}
+	for _, tb := range m.Tables {
+		t, ok := st.tables[tb.Name]
+		if !ok {
+			return nil, fmt.Errorf("checkpoint of step %d: table %q has no spec in the manifest", m.Step, tb.Name)
+		}
+		from := []int{task}
+		if reshard {
+			from = tb.Shards
+		}
+		snap, err := tableRows(cached, from, tb, slots, t.t.Dim(), reshard, task, numPS)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+		}
+		if err := t.t.Import(snap); err != nil {
+			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+		}
+	}
+	st.restored = m.Step
+	return st, nil
+}
+
+// tableRows gathers a table's rows from the given shards, keeping (when
+// re-sharding) those ps task owns among numPS, sorted by key.
+func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int) (sparse.Snapshot, error) {
+	type row struct {
+		key      uint64
+		shard, i int
+	}
+	var rows []row
+	type cols struct {
+		values  []float32
+		state   [][]float32
+		updates []int64
+		touch   []int64
+	}
+	data := map[int]*cols{}
+	hasUpdates, hasTouch := false, false
+	for _, k := range from {
+		sh, err := read(k)
+		if err != nil {
+			return sparse.Snapshot{}, err
+		}
+		keys, err := sh.Uint64s(checkpoint.KeysName(tb.Name))
+		if err != nil {
+			return sparse.Snapshot{}, err
+		}
+		c := &cols{}
+		if c.values, err = sh.Float32s(checkpoint.ValuesName(tb.Name)); err != nil {
+			return sparse.Snapshot{}, err
+		}
+		if len(c.values) != len(keys)*dim {
+			return sparse.Snapshot{}, fmt.Errorf("shard %d: %d keys of dim %d need %d values, got %d", k, len(keys), dim, len(keys)*dim, len(c.values))
+		}
+		for _, slot := range slots {
+			st, err := sh.Float32s(checkpoint.SlotName(tb.Name, slot))
+			if err != nil {
+				return sparse.Snapshot{}, err
+			}
+			if len(st) != len(c.values) {
+				return sparse.Snapshot{}, fmt.Errorf("shard %d: slot %s has %d values, want %d", k, slot, len(st), len(c.values))
+			}
+			c.state = append(c.state, st)
+		}
+		if u, err := sh.Int64s(checkpoint.SlotName(tb.Name, "updates")); err == nil && len(u) == len(keys) {
+			c.updates, hasUpdates = u, true
+		}
+		if lt, err := sh.Int64s(checkpoint.SlotName(tb.Name, "last_touch")); err == nil && len(lt) == len(keys) {
+			c.touch, hasTouch = lt, true
+		}
+		data[k] = c
+		for i, key := range keys {
+			if reshard && placement.KeyShard(key, numPS) != task {
+				continue
+			}
+			rows = append(rows, row{key: key, shard: k, i: i})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int {
+		switch {
+		case a.key < b.key:
+			return -1
+		case a.key > b.key:
+			return 1
+		}
+		return 0
+	})
+	snap := sparse.Snapshot{Dim: dim, Keys: make([]uint64, len(rows)), Values: make([]float32, 0, len(rows)*dim)}
+	snap.State = make([][]float32, len(slots))
+	if hasUpdates {
+		snap.Updates = make([]uint32, len(rows))
+	}
+	if hasTouch {
+		snap.LastTouch = make([]int64, len(rows))
+	}
+	for j, r := range rows {
+		c := data[r.shard]
+		snap.Keys[j] = r.key
+		snap.Values = append(snap.Values, c.values[r.i*dim:(r.i+1)*dim]...)
+		for si := range slots {
+			snap.State[si] = append(snap.State[si], c.state[si][r.i*dim:(r.i+1)*dim]...)
+		}
+		if hasUpdates && c.updates != nil {
+			snap.Updates[j] = uint32(c.updates[r.i])
+		}
+		if hasTouch && c.touch != nil {
+			snap.LastTouch[j] = c.touch[r.i]
+		}
+	}
+	return snap, nil
+}

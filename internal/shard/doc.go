@@ -1,0 +1,36 @@
+// Package shard is one parameter server's share of the model as a
+// thread-unsafe state machine, in the manner of etcd-io/raft's RawNode: the
+// dense variables and sparse tables a ps holds, their optimizer state, the
+// consistency tracker that decides which pushes count, the synchronous
+// accumulators, and the incarnation that tells a restarted ps apart.
+//
+// A Shard has no goroutines, sockets, clocks or locks. Requests enter as
+// plain values and time enters as an argument:
+//
+//	sh := shard.New(shard.Config{Task: 0, NumPS: 1, NumWorkers: 2})
+//	err := sh.Init(layout, values)        // the chief's Init
+//	p, err := sh.Check(push)              // every gradient checked before any is used
+//	res, err := sh.Apply(p, now)          // tracker verdict, update or accumulate
+//	sh.Tick(now)                          // the synchronous step timeout
+//	snap := sh.Snapshot()                 // a copy for a checkpoint
+//	st, err := shard.Restore(...)         // built from files, outside any lock
+//	sh.Install(st)                        // made the shard's state
+//
+// The ps process (package server) owns one Shard behind one mutex and is
+// a thin shell: its gRPC service and its binary data path decode requests
+// into the same Push type, call the same Check and Apply, and map the
+// errors of this package to status codes in one function (Code). So the
+// same pushes give the same bytes of state however they were framed.
+//
+// Errors are of type *Error with a Kind saying what a caller can do about
+// them: Invalid (a malformed request; nothing was applied and the shard
+// serves on), NotReady (not initialised yet), Conflict (initialised with
+// another layout), Behind (the shard has not reached the push's step: pull
+// again), Failed (a synchronous step timed out and the job fails), Restored
+// (the shard was restored while the request waited), CacheMiss (a data-path
+// key set the connection no longer holds).
+//
+// Buffer ownership: a dense variable's value buffer may be lent to replies
+// that are written after the caller's lock is released (Var.Lend,
+// Lease.Release); an update of a lent variable updates a copy (lease.go).
+package shard

@@ -1,0 +1,159 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/table/sparse"
+)
+
+// table is one sparse table of the shard with, in synchronous mode, the
+// sum of the current step's row gradients.
+type table struct {
+	name       string
+	spec       TableSpec
+	t          *sparse.Table
+	evictEvery int64
+
+	// sync accumulator: accKeys[i] has gradient acc[i*dim:(i+1)*dim].
+	accPos  map[uint64]int
+	accKeys []uint64
+	acc     []float32
+}
+
+func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
+	tables := make(map[string]*table, len(l.Tables))
+	var order []*table
+	for _, spec := range l.Tables {
+		if _, dup := tables[spec.Name]; dup {
+			return nil, nil, fmt.Errorf("table %q given twice", spec.Name)
+		}
+		cfg := sparse.Config{Dim: int(spec.Dim), Rule: rule, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps}
+		switch spec.Initializer {
+		case "", "zeros":
+		case "normal":
+			cfg.Init = sparse.RandomNormal{Stddev: float32(spec.InitStddev), Seed: spec.Seed}
+		default:
+			return nil, nil, fmt.Errorf("table %q: unknown initializer %q (want zeros or normal)", spec.Name, spec.Initializer)
+		}
+		t, err := sparse.New(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
+		}
+		st := &table{name: spec.Name, spec: spec, t: t, evictEvery: max(1, spec.EvictAfterSteps/10)}
+		if l.Sync {
+			st.accPos = make(map[uint64]int)
+		}
+		tables[spec.Name] = st
+		order = append(order, st)
+	}
+	return tables, order, nil
+}
+
+// push applies an asynchronous step's gradient to the table's rows, through
+// the remembered rows of a key set where there is one (the same result).
+func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) {
+	var err error
+	if set != nil {
+		err = t.t.PushSet(set, grads, step)
+	} else {
+		err = t.t.Push(keys, grads, step)
+	}
+	// The push was checked; the table can only refuse a malformed one.
+	if err != nil {
+		panic(fmt.Sprintf("shard: checked push refused by table %q: %v", t.name, err))
+	}
+}
+
+// accumulate adds a synchronous step's row gradients to the sum.
+func (t *table) accumulate(keys []uint64, grads []float32) {
+	dim := t.t.Dim()
+	for i, k := range keys {
+		pos, ok := t.accPos[k]
+		if !ok {
+			pos = len(t.accKeys)
+			t.accPos[k] = pos
+			t.accKeys = append(t.accKeys, k)
+			t.acc = append(t.acc, make([]float32, dim)...)
+		}
+		row := t.acc[pos*dim : (pos+1)*dim]
+		for j := range row {
+			row[j] += grads[i*dim+j]
+		}
+	}
+}
+
+// applyAccumulated applies the sum times scale (1/replicas) and clears it.
+func (t *table) applyAccumulated(scale float32, step int64) {
+	if len(t.accKeys) == 0 {
+		return
+	}
+	for i := range t.acc {
+		t.acc[i] *= scale
+	}
+	t.push(t.accKeys, nil, t.acc, step)
+	clear(t.accPos)
+	t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+}
+
+// maybeEvict runs eviction every tenth of each table's idle limit, after
+// the step advanced.
+func (s *Shard) maybeEvict() {
+	step := s.st.tracker.Step()
+	for _, t := range s.st.tableOrd {
+		if t.spec.EvictAfterSteps > 0 && step%t.evictEvery == 0 {
+			if n := t.t.Evict(step); n > 0 {
+				s.cfg.Logf("table %q: evicted %d rows idle for more than %d steps (%d rows left)", t.name, n, t.spec.EvictAfterSteps, t.t.Len())
+			}
+		}
+	}
+}
+
+func (t *table) status() TableStatus {
+	st := t.t.Stats()
+	return TableStatus{
+		Name: t.name, Rows: int64(st.Rows), Bytes: st.Bytes, Admitted: st.Admitted,
+		Evicted: st.Evicted, RejectedByAdmission: st.RejectedPulls + st.RejectedPushes,
+	}
+}
+
+// TableDim returns the row width of a table, or an Invalid error naming
+// the tables held.
+func (s *Shard) TableDim(name []byte) (int, error) {
+	if s.st == nil {
+		return 0, &Error{Kind: NotReady, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, ErrNotInitialized), Err: ErrNotInitialized}
+	}
+	t, ok := s.st.tables[string(name)]
+	if !ok {
+		return 0, errorf(Invalid, "ps %d: unknown table %q (this ps holds %d tables)", s.cfg.Task, name, len(s.st.tables))
+	}
+	return t.t.Dim(), nil
+}
+
+// PullRows writes the rows of keys (or of set, if not nil) of a table into
+// dst (len(keys)*dim values), checking (unless owned) that this ps owns
+// every key. Keys not yet admitted read as their initial value.
+func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned bool, dst []float32) error {
+	if _, err := s.TableDim(name); err != nil {
+		return err
+	}
+	t := s.st.tables[string(name)]
+	if set != nil {
+		keys = set.Keys()
+	}
+	if !owned {
+		if err := s.CheckOwned(name, keys); err != nil {
+			return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
+		}
+	}
+	var err error
+	if set != nil {
+		err = t.t.PullSet(set, dst)
+	} else {
+		err = t.t.Pull(keys, dst)
+	}
+	if err != nil {
+		return errorf(Invalid, "ps %d: table %q: %w", s.cfg.Task, name, err)
+	}
+	return nil
+}
