@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -194,4 +195,64 @@ func TestDoneClosesAllDone(t *testing.T) {
 		}
 	}
 	<-s.AllDone()
+}
+
+// One request never kills a ps: an Init whose shape overflows (it used to
+// panic with "makeslice: len out of range") is refused as InvalidArgument,
+// and the ps serves on.
+func TestInitWithAnOverflowingShapeIsRefused(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	for _, shape := range [][]int64{{1<<62 + 1}, {1 << 32, 1 << 32}, {3037000500, 3037000500}} {
+		_, err := s.Init(context.Background(), &pb.InitRequest{
+			Vars:       []*pb.VarSpec{{Name: "w", Shape: shape, Init: f32(1)}},
+			Optimizer:  &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5},
+			NumWorkers: 1,
+		})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "values") {
+			t.Fatalf("shape %v: %v, want InvalidArgument naming the size", shape, err)
+		}
+	}
+	newServerOn(t, s)
+}
+
+// newServerOn initialises s as newServer does, proving it still serves.
+func newServerOn(t *testing.T, s *Server) {
+	t.Helper()
+	_, err := s.Init(context.Background(), &pb.InitRequest{
+		Vars:       []*pb.VarSpec{{Name: "w", Shape: []int64{2}, Init: f32(1, 2)}},
+		Optimizer:  &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5},
+		NumWorkers: 1,
+	})
+	if err != nil {
+		t.Fatalf("after a refused Init: %v", err)
+	}
+}
+
+// Checkpoint and Restore requests may only name the ps's own
+// --checkpoint_dir: a client cannot make the ps write or read files
+// anywhere else.
+func TestCheckpointRequestsAreConfinedToTheCheckpointDir(t *testing.T) {
+	root := t.TempDir()
+	elsewhere := t.TempDir()
+	s := New(Config{NumWorkers: 1, CheckpointDir: root + "/ckpt"})
+	newServerOn(t, s)
+	for _, dir := range []string{elsewhere, root, root + "/ckpt/../../x", root + "/ckpt-evil", "/tmp"} {
+		if _, err := s.Checkpoint(context.Background(), &pb.CheckpointRequest{Dir: dir, Step: 0, NumShards: 1}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "outside") {
+			t.Errorf("Checkpoint to %s: %v, want InvalidArgument (outside the checkpoint dir)", dir, err)
+		}
+		if _, err := s.Restore(context.Background(), &pb.RestoreRequest{Dir: dir, Step: 0}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("Restore from %s: %v, want InvalidArgument", dir, err)
+		}
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Fatalf("the ps wrote %d files outside its checkpoint dir", len(entries))
+	}
+	if _, err := s.Checkpoint(context.Background(), &pb.CheckpointRequest{Dir: root + "/ckpt", Step: 0, NumShards: 1}); err != nil {
+		t.Fatalf("Checkpoint into its own dir: %v", err)
+	}
+	noDir := New(Config{NumWorkers: 1})
+	newServerOn(t, noDir)
+	if _, err := noDir.Checkpoint(context.Background(), &pb.CheckpointRequest{Dir: elsewhere, Step: 0, NumShards: 1}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--checkpoint_dir") {
+		t.Fatalf("a ps without --checkpoint_dir: %v", err)
+	}
 }
