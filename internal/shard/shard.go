@@ -240,6 +240,20 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 	if l.NumWorkers != s.cfg.NumWorkers {
 		return false, errorf(Invalid, "chief says %d workers, ps %d was started with %d in --worker_hosts", l.NumWorkers, s.cfg.Task, s.cfg.NumWorkers)
 	}
+	// Every variable's values must be there before anything is allocated:
+	// a small request must not make the ps allocate a large shape.
+	if len(values) != len(l.Vars) {
+		return false, errorf(Invalid, "ps %d: %d variables with initial values for %d in the layout", s.cfg.Task, len(values), len(l.Vars))
+	}
+	for i, spec := range l.Vars {
+		n, err := NumValues(spec.Shape)
+		if err != nil {
+			return false, errorf(Invalid, "variable %q: %w", spec.Name, err)
+		}
+		if n != len(values[i]) {
+			return false, errorf(Invalid, "variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, 4*len(values[i]))
+		}
+	}
 	st, err := Build(l, func(i int, dst []float32) error {
 		if i >= len(values) {
 			return fmt.Errorf("no initial values")
