@@ -27,42 +27,16 @@ import (
 func TestMNISTMatchesAnIndependentReference(t *testing.T) {
 	dir := testutil.DataDir(t, "mnist")
 	const steps, lr = 60, 0.01
-	ports, err := local.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := cluster.Spec{PS: []string{fmt.Sprintf("127.0.0.1:%d", ports[0])}, Workers: []string{fmt.Sprintf("127.0.0.1:%d", ports[1])}}
-	res := filepath.Join(t.TempDir(), "r.json")
 	data := model.Config{BatchSize: 100, Seed: 3, DataDir: dir, Dataset: "mnist"}
-	cfg := Config{
+	r := runOneWorker(t, Config{
 		Model:      "mnist",
 		Data:       data,
 		Optimizer:  optim.Config{Name: "adam", LearningRate: lr},
 		Sync:       true,
 		TrainSteps: steps,
-		ResultFile: res,
-	}
-	psCfg, wCfg := cfg, cfg
-	psCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}}
-	wCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
-	psErr := make(chan error, 1)
-	go func() { psErr <- RunPS(context.Background(), psCfg) }()
-	if err := RunWorker(context.Background(), wCfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-psErr; err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r Result
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if r.ValCrossEntropy == nil || r.TestAccuracy == nil {
-		t.Fatalf("result file lacks the metrics: %s", b)
+		t.Fatalf("the result lacks the metrics: %+v", r)
 	}
 
 	// The reference: the same model, data order and initial values, and
@@ -111,4 +85,36 @@ func TestMNISTMatchesAnIndependentReference(t *testing.T) {
 	if *r.TestAccuracy != want["test_accuracy"] {
 		t.Errorf("test accuracy %.4f, the reference's %.4f", *r.TestAccuracy, want["test_accuracy"])
 	}
+}
+
+// runOneWorker trains cfg on a cluster of one ps and one worker, both in
+// this process on loopback ports, and returns the chief's result.
+func runOneWorker(t *testing.T, cfg Config) Result {
+	t.Helper()
+	ports, err := local.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := cluster.Spec{PS: []string{fmt.Sprintf("127.0.0.1:%d", ports[0])}, Workers: []string{fmt.Sprintf("127.0.0.1:%d", ports[1])}}
+	cfg.ResultFile = filepath.Join(t.TempDir(), "r.json")
+	psCfg, wCfg := cfg, cfg
+	psCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}}
+	wCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
+	psErr := make(chan error, 1)
+	go func() { psErr <- RunPS(context.Background(), psCfg) }()
+	if err := RunWorker(context.Background(), wCfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-psErr; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(cfg.ResultFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -1,15 +1,8 @@
 package trainer
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/cluster"
-	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -20,39 +13,14 @@ import (
 func TestSyncOneWorkerEqualsSingleProcess(t *testing.T) {
 	for _, opt := range []string{"sgd", "adam"} {
 		t.Run(opt, func(t *testing.T) {
-			ports, err := local.FreePorts(2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := cluster.Spec{PS: []string{fmt.Sprintf("127.0.0.1:%d", ports[0])}, Workers: []string{fmt.Sprintf("127.0.0.1:%d", ports[1])}}
-			res := filepath.Join(t.TempDir(), "r.json")
 			cfg := Config{
 				Model:      "linreg",
 				Data:       model.Config{BatchSize: 10, Seed: 7},
 				Optimizer:  optim.Config{Name: opt, LearningRate: 0.05},
 				Sync:       true,
 				TrainSteps: 200,
-				ResultFile: res,
 			}
-			psCfg, wCfg := cfg, cfg
-			psCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}}
-			wCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
-			psErr := make(chan error, 1)
-			go func() { psErr <- RunPS(context.Background(), psCfg) }()
-			if err := RunWorker(context.Background(), wCfg); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-psErr; err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var r Result
-			if err := json.Unmarshal(b, &r); err != nil {
-				t.Fatal(err)
-			}
+			r := runOneWorker(t, cfg)
 
 			// The reference: the same model and rule, no network.
 			m, _ := NewModel("linreg", model.Config{BatchSize: 10, Seed: 7, NumWorkers: 1})
