@@ -66,7 +66,11 @@
 // valid header that agrees with the manifest. It reports each newer
 // checkpoint it skipped with the reason ("ckpt-500 damaged:
 // shard-1-of-2.safetensors: checksum mismatch: ..."), so a restart can log
-// why it fell back. ReadShard then reads one shard, verifying the checksum
+// why it fell back. A restoring server calls LatestSetAside instead, which
+// also sets each damaged checkpoint aside (renames ckpt-<step> to
+// ckpt-<step>.set-aside-<time> with a REASON file inside), so the job can
+// save again at that step; set-aside directories are kept for a person to
+// look at and are neither read nor pruned. ReadShard then reads one shard, verifying the checksum
 // again as it goes; Shard.Lookup and friends fetch tensors by name.
 // Readers never panic on bad input and never return data that failed a
 // check: headers are bounded (MaxHeaderSize, and never more than the file
