@@ -86,3 +86,46 @@ func TestCheckpointLockOfKilledJob(t *testing.T) {
 	}
 	checkLinreg(t, readResult(t, res))
 }
+
+// A damaged newest checkpoint is set aside when the ps restore (issue 12,
+// failure 9): the job goes on from the one before it and saves again at the
+// damaged one's step, where it used to stop with "already complete".
+func TestDamagedCheckpointSavedAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	args := []string{"local", "--ps=2", "--workers=1", "--model=linreg", "--checkpoint_dir=" + dir, "--save_steps=400"}
+	p := start(t, "first job", nil, append(args, "--train_steps=1000")...)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	shard := filepath.Join(dir, "ckpt-1000", "shard-1-of-2.safetensors")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// From step 800, a save every 200 steps comes to step 1000 again.
+	res := filepath.Join(t.TempDir(), "r.json")
+	p = start(t, "second job", nil, "local", "--ps=2", "--workers=1", "--model=linreg", "--checkpoint_dir="+dir,
+		"--save_steps=200", "--train_steps=1500", "--result_file="+res)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("second job: exit %d", code)
+	}
+	out := p.output()
+	if !regexp.MustCompile(`ckpt-1000 damaged: shard-1-of-2.safetensors: checksum mismatch: .*; set aside as ckpt-1000\.set-aside-\d{8}T\d{6}Z`).MatchString(out) ||
+		!strings.Contains(out, "saved checkpoint of step 1000") {
+		t.Fatalf("the second job does not set ckpt-1000 aside and save it again:\n%s", out)
+	}
+	checkLinreg(t, readResult(t, res))
+	ls := start(t, "ckpt ls", nil, "ckpt", "ls", dir)
+	if code := ls.wait(t, time.Minute); code != 0 {
+		t.Fatalf("ckpt ls: exit %d", code)
+	}
+	lsOut := ls.output()
+	if !regexp.MustCompile(`ckpt-1000\.set-aside-\S+ +1000 .* set aside: damaged: shard-1-of-2.safetensors: checksum mismatch`).MatchString(lsOut) ||
+		!regexp.MustCompile(`(?m)^ckpt-1000 +1000 .* ok$`).MatchString(lsOut) {
+		t.Errorf("ckpt ls:\n%s", lsOut)
+	}
+}
