@@ -79,6 +79,15 @@
 // List and Inspect produce the reports of `paramserv ckpt ls` and
 // `paramserv ckpt inspect`.
 //
+// # One job per directory, and only that directory
+//
+// The chief holds Lock on its checkpoint directory for the whole job (the
+// file paramserv.lock, naming the job, host, pid and a heartbeat), so a
+// second job given the same directory is refused at start; a restarted
+// chief of the same job (JobID) takes it back, and a crashed holder's lock
+// is taken over. A ps confines the directories that Checkpoint and Restore
+// requests name to its own --checkpoint_dir with Within.
+//
 // # Concurrency
 //
 // The package holds no state. WriteShard calls for different shards of a
