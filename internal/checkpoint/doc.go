@@ -66,7 +66,11 @@
 // valid header that agrees with the manifest. It reports each newer
 // checkpoint it skipped with the reason ("ckpt-500 damaged:
 // shard-1-of-2.safetensors: checksum mismatch: ..."), so a restart can log
-// why it fell back. ReadShard then reads one shard, verifying the checksum
+// why it fell back. A restoring server calls LatestSetAside instead, which
+// also sets each damaged checkpoint aside (renames ckpt-<step> to
+// ckpt-<step>.set-aside-<time> with a REASON file inside), so the job can
+// save again at that step; set-aside directories are kept for a person to
+// look at and are neither read nor pruned. ReadShard then reads one shard, verifying the checksum
 // again as it goes; Shard.Lookup and friends fetch tensors by name.
 // Readers never panic on bad input and never return data that failed a
 // check: headers are bounded (MaxHeaderSize, and never more than the file
@@ -74,6 +78,15 @@
 //
 // List and Inspect produce the reports of `paramserv ckpt ls` and
 // `paramserv ckpt inspect`.
+//
+// # One job per directory, and only that directory
+//
+// The chief holds Lock on its checkpoint directory for the whole job (the
+// file paramserv.lock, naming the job, host, pid and a heartbeat), so a
+// second job given the same directory is refused at start; a restarted
+// chief of the same job (JobID) takes it back, and a crashed holder's lock
+// is taken over. A ps confines the directories that Checkpoint and Restore
+// requests name to its own --checkpoint_dir with Within.
 //
 // # Concurrency
 //

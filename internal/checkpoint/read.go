@@ -18,19 +18,37 @@ type Skipped struct {
 	// manifest), ErrChecksum, ErrSize, ErrFormat, ErrMismatch,
 	// ErrVersion, or fs.ErrNotExist (a shard file is missing).
 	Err error
+	// SetAside is the name LatestSetAside renamed the damaged checkpoint
+	// to ("ckpt-500.set-aside-20260102T030405Z"), and SetAsideErr why it
+	// could not; both are empty for Latest.
+	SetAside    string
+	SetAsideErr error
 }
 
 // String reads "ckpt-500 damaged: shard-1-of-2.safetensors: checksum
-// mismatch: ..." or "ckpt-600 incomplete: no manifest.json".
-func (s Skipped) String() string { return s.Name + " " + status(s.Err) }
+// mismatch: ..." or "ckpt-600 incomplete: no manifest.json", followed by
+// "; set aside as ckpt-500.set-aside-..." after LatestSetAside set it aside
+// (or "; could not set it aside: ...").
+func (s Skipped) String() string {
+	str := s.Name + " " + status(s.Err)
+	switch {
+	case s.SetAsideErr != nil:
+		str += "; could not set it aside: " + s.SetAsideErr.Error()
+	case s.SetAside != "":
+		str += "; set aside as " + s.SetAside
+	}
+	return str
+}
 
-// status is "ok", "incomplete: why" or "damaged: why".
+// status is "ok", "incomplete: why", "set aside: why" or "damaged: why".
 func status(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
 	case errors.Is(err, ErrIncomplete):
 		return "incomplete: " + err.Error()
+	case errors.Is(err, ErrSetAside):
+		return "set aside: " + err.Error()
 	}
 	return "damaged: " + err.Error()
 }

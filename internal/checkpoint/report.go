@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,7 +26,8 @@ type Entry struct {
 	Err error
 }
 
-// Status is "ok", "incomplete: <why>" or "damaged: <why>".
+// Status is "ok", "incomplete: <why>", "damaged: <why>" or, for a
+// directory LatestSetAside set aside, "set aside: damaged: <why>".
 func (e Entry) Status() string { return status(e.Err) }
 
 // Listing is the report of `paramserv ckpt ls DIR`.
@@ -35,23 +37,48 @@ type Listing struct {
 }
 
 // List verifies every checkpoint under dir as Latest would (reading every
-// shard through) and reports each, newest first.
+// shard through) and reports each, newest first; a directory that
+// LatestSetAside set aside follows the checkpoint of its step, if any, with
+// the reason its REASON file gives.
 func List(fsys vfs.FS, dir string) (Listing, error) {
-	ents, err := list(fsys, dir)
+	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return Listing{}, fmt.Errorf("checkpoint: list %s: %w", dir, err)
 	}
 	l := Listing{Dir: dir}
-	for _, e := range ents {
-		m, err := check(fsys, dir, e.step, true)
-		l.Entries = append(l.Entries, Entry{
-			Name:     e.name,
-			Step:     e.step,
-			Manifest: m,
-			Size:     diskSize(fsys, filepath.Join(dir, e.name)),
-			Err:      err,
-		})
+	for _, de := range des {
+		if !de.IsDir() {
+			continue
+		}
+		name := de.Name()
+		if step, ok := parseCheckpointName(name); ok {
+			m, err := check(fsys, dir, step, true)
+			l.Entries = append(l.Entries, Entry{
+				Name:     name,
+				Step:     step,
+				Manifest: m,
+				Size:     diskSize(fsys, filepath.Join(dir, name)),
+				Err:      err,
+			})
+		} else if step, ok := parseSetAsideName(name); ok {
+			why, err := readReason(fsys, filepath.Join(dir, name))
+			if err != nil {
+				why = fmt.Sprintf("(no %s: %v)", ReasonName, err)
+			}
+			l.Entries = append(l.Entries, Entry{
+				Name: name,
+				Step: step,
+				Size: diskSize(fsys, filepath.Join(dir, name)),
+				Err:  errorf(ErrSetAside, "%s", why),
+			})
+		}
 	}
+	slices.SortStableFunc(l.Entries, func(a, b Entry) int {
+		if a.Step != b.Step {
+			return cmpInt(b.Step, a.Step)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	return l, nil
 }
 

@@ -91,3 +91,19 @@ func TestInspectReport(t *testing.T) {
 		t.Fatalf("Inspect of a missing checkpoint: %v", err)
 	}
 }
+
+// TestListSetAside: `ckpt ls` shows a set-aside directory, with its reason,
+// after the checkpoint of its step.
+func TestListSetAside(t *testing.T) {
+	fixedNow(t, asideTime)
+	fsys := damagedDir(t)
+	if _, _, err := LatestSetAside(fsys, testDir); err != nil {
+		t.Fatal(err)
+	}
+	mustSave(t, fsys, testDir, 300)
+	l, err := List(fsys, testDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "ls_set_aside.txt", l.String())
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/vfs"
 )
 
 // Config is everything a task needs.
@@ -161,6 +162,18 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	start := time.Now()
 	worker := cfg.Cluster.Task.Index
+	if cfg.Cluster.IsChief() && cfg.CheckpointDir != "" {
+		// One job per checkpoint directory (issue 12, failure 16).
+		unlock, err := checkpoint.Lock(vfs.OS, cfg.CheckpointDir, checkpoint.JobID(cfg.Cluster.Spec.PS, cfg.Cluster.Spec.Workers), cfg.Logf)
+		if err != nil {
+			return &ConfigError{Err: fmt.Errorf("chief: %w", err)}
+		}
+		defer func() {
+			if err := unlock(); err != nil {
+				cfg.Logf("chief: %v", err)
+			}
+		}()
+	}
 	numWorkers := len(cfg.Cluster.Spec.Workers)
 	data := cfg.Data
 	data.Worker, data.NumWorkers = worker, numWorkers

@@ -296,7 +296,12 @@ func (m *Mem) parent(name string) (*node, string, error) {
 }
 
 // Create implements FS.
-func (m *Mem) Create(name string) (File, error) {
+func (m *Mem) Create(name string) (File, error) { return m.create(name, false) }
+
+// CreateExcl implements FS. Fault injection sees it as OpCreate.
+func (m *Mem) CreateExcl(name string) (File, error) { return m.create(name, true) }
+
+func (m *Mem) create(name string, excl bool) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.check(OpCreate, name); err != nil {
@@ -308,6 +313,8 @@ func (m *Mem) Create(name string) (File, error) {
 	}
 	n, ok := d.children[base]
 	switch {
+	case ok && excl:
+		return nil, &fs.PathError{Op: "create", Path: name, Err: syscall.EEXIST}
 	case ok && n.dir:
 		return nil, &fs.PathError{Op: "create", Path: name, Err: syscall.EISDIR}
 	case ok:

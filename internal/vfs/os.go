@@ -14,6 +14,10 @@ func (osFS) Create(name string) (File, error) {
 	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 }
 
+func (osFS) CreateExcl(name string) (File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+}
+
 func (osFS) Open(name string) (File, error) { return os.Open(name) }
 
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }

@@ -39,6 +39,10 @@ type FS interface {
 	// Create creates or truncates the named file and opens it for reading
 	// and writing. The parent directory must exist.
 	Create(name string) (File, error)
+	// CreateExcl creates the named file and opens it for reading and
+	// writing, failing with an error that wraps fs.ErrExist if the name
+	// exists (O_CREATE|O_EXCL): of several callers, one wins.
+	CreateExcl(name string) (File, error)
 	// Open opens the named file for reading.
 	Open(name string) (File, error)
 	// Rename atomically replaces newname with oldname. The new name is

@@ -84,7 +84,22 @@ func TestConformance(t *testing.T) {
 			if got, _ := readFile(fsys, final); got != "hi" {
 				t.Fatalf("after re-Create: %q, want hi", got)
 			}
-			writeFile(t, fsys, filepath.Join(dir, "a"), "", false)
+			// CreateExcl refuses an existing name, files and directories.
+			for _, n := range []string{final, dir} {
+				if _, err := fsys.CreateExcl(n); !errors.Is(err, fs.ErrExist) {
+					t.Fatalf("CreateExcl of existing %s: %v, want ErrExist", n, err)
+				}
+			}
+			if got, _ := readFile(fsys, final); got != "hi" {
+				t.Fatalf("after a refused CreateExcl: %q, want hi", got)
+			}
+			f, err := fsys.CreateExcl(filepath.Join(dir, "a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
 			ents, err := fsys.ReadDir(dir)
 			if err != nil {
 				t.Fatal(err)
