@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -34,25 +32,11 @@ func SlotNames(rule string, slots int) []string { return shard.SlotNames(rule, s
 // --checkpoint_dir (or inside it): a client must not make the ps write or
 // read files anywhere else.
 func (s *Server) confine(dir string) (string, error) {
-	root := s.cfg.CheckpointDir
-	if root == "" {
-		return "", fmt.Errorf("ps %d was started without --checkpoint_dir, so it writes and reads no checkpoints (start every ps with the chief's --checkpoint_dir)", s.cfg.Task)
+	d, err := checkpoint.Within(s.cfg.CheckpointDir, dir)
+	if err != nil {
+		return "", fmt.Errorf("ps %d: %w", s.cfg.Task, err)
 	}
-	abs := func(p string) string {
-		a, err := filepath.Abs(p)
-		if err != nil {
-			a = filepath.Clean(p)
-		}
-		if r, err := filepath.EvalSymlinks(a); err == nil {
-			a = r
-		}
-		return a
-	}
-	r, d := abs(root), abs(dir)
-	if d != r && !strings.HasPrefix(d, r+string(filepath.Separator)) {
-		return "", fmt.Errorf("ps %d: checkpoint directory %q is outside its --checkpoint_dir %q", s.cfg.Task, dir, root)
-	}
-	return dir, nil
+	return d, nil
 }
 
 // Checkpoint writes this shard into dir/ckpt-<step>/, dir being the ps's
@@ -105,7 +89,7 @@ func (s *Server) RestoreLatest() (bool, error) {
 	if s.cfg.CheckpointDir == "" {
 		return false, nil
 	}
-	m, skipped, err := checkpoint.Latest(s.cfg.FS, s.cfg.CheckpointDir)
+	m, skipped, err := checkpoint.LatestSetAside(s.cfg.FS, s.cfg.CheckpointDir)
 	for _, sk := range skipped {
 		s.cfg.Logf("checkpoint: %s; trying an older one", sk)
 	}
