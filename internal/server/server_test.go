@@ -193,5 +193,9 @@ func TestDoneClosesAllDone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	<-s.AllDone()
+	select {
+	case <-s.AllDone():
+	case <-time.After(30 * time.Second):
+		t.Fatal("AllDone did not close within 30s of every worker's Done")
+	}
 }
