@@ -20,7 +20,7 @@ import (
 )
 
 // startPS serves n in-process ps on loopback until the test ends.
-func startPS(t *testing.T, n, workers int) []string {
+func startPS(t testing.TB, n, workers int) []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
