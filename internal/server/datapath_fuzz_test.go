@@ -71,7 +71,9 @@ func dataPathSeeds(t testing.TB) [][]byte {
 		func(f *wire.Frame) { f.Dense("w", []float32{1, nan, 3}) },
 		func(f *wire.Frame) { f.Dense("nope", []float32{1}) },
 		func(f *wire.Frame) { f.Dense("w", []float32{1, 2}) },
-		func(f *wire.Frame) { f.SparsePush("nope", wire.KeysInline, wire.NoSlot, 1, []uint64{1}, []float32{1, 2}) },
+		func(f *wire.Frame) {
+			f.SparsePush("nope", wire.KeysInline, wire.NoSlot, 1, []uint64{1}, []float32{1, 2})
+		},
 		func(f *wire.Frame) { f.SparsePush("emb", wire.KeysInline, wire.NoSlot, 1, []uint64{1}, []float32{1}) },
 		func(f *wire.Frame) { f.SparsePush("emb", wire.KeysCached, 5, 1, nil, []float32{1, 2}) },
 	} {
