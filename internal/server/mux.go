@@ -115,8 +115,8 @@ func (m *mux) run() {
 
 // retryAccept reports whether an accept error is a passing condition of
 // the process or of one connection, to be retried, rather than the
-// listener's end. Out of file descriptors is the case that matters (issue 12: 1,100 idle connections under a limit of 1,024 stopped
-// the ps).
+// listener's end. Out of file descriptors is the case that matters (issue
+// 12: 1,100 idle connections under a limit of 1,024 stopped the ps).
 func retryAccept(err error) bool {
 	if errors.Is(err, net.ErrClosed) {
 		return false
