@@ -3,7 +3,9 @@ module github.com/paramserv/paramserv
 go 1.26.8
 
 require (
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.48.0
+	gonum.org/v1/gonum v0.17.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -11,6 +13,5 @@ require (
 require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	gonum.org/v1/gonum v0.17.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )

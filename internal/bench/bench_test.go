@@ -193,8 +193,13 @@ func TestBaselineServerProcessBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdinW.Close() // ends the server
-	if err := <-done; err != nil {
-		t.Fatalf("RunBaselineServer: %v", err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunBaselineServer: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunBaselineServer did not return within 30s of its stdin closing")
 	}
 }
 

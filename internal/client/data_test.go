@@ -309,7 +309,10 @@ func TestConcurrentCallsShareNoBuffers(t *testing.T) {
 	}
 	defer c.Close()
 	cl.pipeDial(c)
-	ctx := context.Background()
+	// A deadline, so that a call that never lands fails the test with a
+	// message rather than hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if _, err := c.WaitReady(ctx, false); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
@@ -17,7 +18,11 @@ import (
 func Example() {
 	ctx := context.Background()
 
-	// Two ps on loopback (normally separate processes: paramserv train --job_name=ps).
+	// Two ps on loopback (normally separate processes: paramserv train
+	// --job_name=ps), stopped when the example ends.
+	serveCtx, stop := context.WithCancel(ctx)
+	var servers sync.WaitGroup
+	defer func() { stop(); servers.Wait() }()
 	var addrs []string
 	for task := 0; task < 2; task++ {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -25,7 +30,8 @@ func Example() {
 			panic(err)
 		}
 		addrs = append(addrs, lis.Addr().String())
-		go server.ServeListener(ctx, lis, server.New(server.Config{Task: task, NumWorkers: 1}))
+		s := server.New(server.Config{Task: task, NumWorkers: 1})
+		servers.Go(func() { server.ServeListener(serveCtx, lis, s) })
 	}
 
 	vars := []model.Variable{{Name: "w", Shape: []int{1}}, {Name: "b", Shape: []int{1}}}

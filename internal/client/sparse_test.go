@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/model"
@@ -15,7 +16,8 @@ import (
 func startPS(t *testing.T, n, workers int) []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	var addrs []string
 	for task := range n {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -23,7 +25,8 @@ func startPS(t *testing.T, n, workers int) []string {
 			t.Fatal(err)
 		}
 		addrs = append(addrs, lis.Addr().String())
-		go server.ServeListener(ctx, lis, server.New(server.Config{Task: task, NumPS: n, NumWorkers: workers}))
+		s := server.New(server.Config{Task: task, NumPS: n, NumWorkers: workers})
+		wg.Go(func() { server.ServeListener(ctx, lis, s) })
 	}
 	return addrs
 }

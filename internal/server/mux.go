@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/wire"
@@ -14,15 +16,35 @@ import (
 // sniffTimeout bounds the wait for a new connection's first four bytes.
 const sniffTimeout = 10 * time.Second
 
+// Accept errors that are not the listener's end (the process is out of file
+// descriptors, a connection was reset before it was accepted, ...) are
+// retried after a pause that doubles from minAcceptDelay to maxAcceptDelay,
+// as net/http's Server does. The ps keeps serving; it never stops accepting
+// for one of them.
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+	// burstGap: an accept error that comes this long after the previous
+	// one starts a new burst, which is logged again.
+	burstGap = time.Minute
+)
+
 // mux shares one listener between gRPC and the data path: it reads the
 // first four bytes of every connection, hands those that open with
 // wire.DataMagic to the data path and every other one (gRPC's HTTP/2
 // preface opens with "PRI ") to gRPC, those four bytes replayed. So a ps
 // keeps one address, as cluster specs and TF_CONFIG give it.
 //
+// Out of file descriptors (EMFILE, ENFILE), the accept loop closes the
+// oldest connection that has not yet sent its first four bytes (an idle
+// connection that is neither a worker's gRPC nor its data path), pauses and
+// tries again, so a flood of idle connections cannot lock the workers out
+// nor stop the ps; it logs the condition once per burst.
+//
 // Concurrency: run accepts on one goroutine and sniffs each connection on
 // its own; data connections are served on their own goroutines, tracked in
-// conns (guarded by mu) and wg, and ended by close.
+// conns (guarded by mu) and wg, and ended by close. Connections being
+// sniffed are also in sniffing (guarded by mu), with their accept time.
 type mux struct {
 	lis    net.Listener
 	s      *Server
@@ -31,31 +53,54 @@ type mux struct {
 	grpc   chan net.Conn
 	done   chan struct{} // closed when the listener is closed
 
-	mu     sync.Mutex // guards conns and closed
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-	once   sync.Once
+	mu       sync.Mutex // guards conns, sniffing and closed
+	conns    map[net.Conn]struct{}
+	sniffing map[net.Conn]time.Time // not yet identified, by accept time
+	closed   bool
+	wg       sync.WaitGroup
+	once     sync.Once
+
+	// Owned by run: the current burst of accept errors.
+	lastAcceptErr time.Time // when the last one came (zero: none yet)
+	burstErrs     int       // accept errors in the current burst
+	burstShed     int       // idle connections closed in the current burst
 }
 
 func newMux(lis net.Listener, s *Server) *mux {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &mux{lis: lis, s: s, ctx: ctx, cancel: cancel, grpc: make(chan net.Conn), done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	return &mux{lis: lis, s: s, ctx: ctx, cancel: cancel, grpc: make(chan net.Conn), done: make(chan struct{}), conns: make(map[net.Conn]struct{}), sniffing: make(map[net.Conn]time.Time)}
 }
 
 // run accepts connections until the listener is closed.
 func (m *mux) run() {
+	var delay time.Duration
 	for {
 		conn, err := m.lis.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
+			if !retryAccept(err) || m.isDone() {
+				m.stopAccepting()
+				return
 			}
-			m.stopAccepting()
-			return
+			m.acceptFailed(err)
+			if delay == 0 {
+				delay = minAcceptDelay
+			} else {
+				delay = min(2*delay, maxAcceptDelay)
+			}
+			if outOfFiles(err) && m.shedOldest() {
+				// A descriptor is free again: try at once, or nearly.
+				delay = minAcceptDelay
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-m.done:
+				t.Stop()
+				return
+			}
+			continue
 		}
+		delay = 0
 		if !m.track(conn) {
 			conn.Close()
 			return
@@ -68,6 +113,84 @@ func (m *mux) run() {
 	}
 }
 
+// retryAccept reports whether an accept error is a passing condition of
+// the process or of one connection, to be retried, rather than the
+// listener's end. Out of file descriptors is the case that matters (issue
+// 12: 1,100 idle connections under a limit of 1,024 stopped the ps).
+func retryAccept(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func outOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
+func (m *mux) isDone() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// acceptFailed counts an accept error and logs the first of a burst, with
+// what the previous burst came to.
+func (m *mux) acceptFailed(err error) {
+	now := time.Now()
+	newBurst := m.lastAcceptErr.IsZero() || now.Sub(m.lastAcceptErr) >= burstGap
+	m.lastAcceptErr = now
+	if !newBurst {
+		m.burstErrs++
+		return
+	}
+	prev := ""
+	if m.burstErrs > 0 {
+		prev = fmt.Sprintf(" (the previous burst: %d failed accepts, %d idle connections closed)", m.burstErrs, m.burstShed)
+	}
+	m.burstErrs, m.burstShed = 1, 0
+	what := "retrying"
+	if outOfFiles(err) {
+		what = "closing the oldest connections that have not said what they are, and retrying (raise the open-file limit, ulimit -n, if the workers need more)"
+	}
+	m.s.cfg.Logf("accepting connections on %s: %v; %s after a pause of %v to %v; logged once per burst%s", m.lis.Addr(), err, what, minAcceptDelay, maxAcceptDelay, prev)
+}
+
+// shedOldest closes the oldest connection that has not yet sent its first
+// four bytes; false if there is none.
+func (m *mux) shedOldest() bool {
+	m.mu.Lock()
+	var oldest net.Conn
+	var at time.Time
+	for c, t := range m.sniffing {
+		if oldest == nil || t.Before(at) {
+			oldest, at = c, t
+		}
+	}
+	if oldest != nil {
+		delete(m.sniffing, oldest)
+	}
+	m.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	m.burstShed++
+	oldest.Close() // its sniff goroutine sees the error and untracks it
+	return true
+}
+
 // track records conn so that close can end it; false once closed.
 func (m *mux) track(conn net.Conn) bool {
 	m.mu.Lock()
@@ -76,6 +199,7 @@ func (m *mux) track(conn net.Conn) bool {
 		return false
 	}
 	m.conns[conn] = struct{}{}
+	m.sniffing[conn] = time.Now()
 	return true
 }
 
@@ -83,6 +207,14 @@ func (m *mux) untrack(conn net.Conn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.conns, conn)
+	delete(m.sniffing, conn)
+}
+
+// identified takes conn out of the connections that may be shed.
+func (m *mux) identified(conn net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.sniffing, conn)
 }
 
 func (m *mux) sniff(conn net.Conn) {
@@ -95,6 +227,7 @@ func (m *mux) sniff(conn net.Conn) {
 		conn.Close()
 		return
 	}
+	m.identified(conn)
 	if string(first[:]) == wire.DataMagic {
 		defer func() {
 			m.untrack(conn)

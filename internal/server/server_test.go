@@ -194,7 +194,11 @@ func TestDoneClosesAllDone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	<-s.AllDone()
+	select {
+	case <-s.AllDone():
+	case <-time.After(30 * time.Second):
+		t.Fatal("AllDone did not close within 30s of every worker's Done")
+	}
 }
 
 // One request never kills a ps: an Init whose shape overflows (it used to

@@ -820,11 +820,16 @@ func (f *Frame) buffers() net.Buffers {
 	return f.bufs
 }
 
-// ReadErrorBody reads an error reply's body: a status code and a message.
+// ReadErrorBody reads an error reply's body: a status code (never 0, gRPC's
+// OK) and a message.
 func ReadErrorBody(r *BodyReader) (code uint32, msg string, err error) {
 	c, err := r.Uint32("error code")
 	if err != nil {
 		return 0, "", err
+	}
+	if c == 0 {
+		// gRPC's OK: an error that would read as a success.
+		return 0, "", frameErr("error reply with status code 0 (OK)")
 	}
 	b, err := r.Bytes(nil, int(r.Left), "error message")
 	return uint32(c), string(b), err

@@ -43,6 +43,14 @@ func sampleRequests(t testing.TB) [][]byte {
 	f.SparsePull("emb", KeysCached, 2, 3, nil)
 	f.SparsePull("bias", KeysInline, NoSlot, 2, []uint64{1, 2})
 	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPull, PullDense: true, MinStep: 9})))
+	// A push of a dense gradient and of rows of keys the ps keeps in slot 1.
+	f.Reset(ReqHeaderLen)
+	f.Dense("w", []float32{-1, 0.5})
+	f.SparsePush("emb", KeysCached, 1, 2, nil, []float32{1, 2, 3, 4})
+	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPush, Worker: 4, Step: 12})))
+	// A dense pull alone, waiting for step 3.
+	f.Reset(ReqHeaderLen)
+	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPull, PullDense: true, MinStep: 3})))
 	// An empty push (a ps that holds none of the pushed variables).
 	f.Reset(ReqHeaderLen)
 	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPush, Worker: 2, Step: 1})))

@@ -288,6 +288,10 @@ func TestSumsMatchShared(t *testing.T) {
 	}
 }
 
+// ExampleFetch is compile-only on purpose (no Output line): run, it would
+// download MNIST into the user's data directory over the network, which a
+// test must not do, and what it prints would depend on what is already
+// there. The tests above run Fetch against a local HTTP server instead.
 func ExampleFetch() {
 	dir, err := fetch.DefaultDir()
 	if err != nil {

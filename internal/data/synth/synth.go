@@ -260,6 +260,9 @@ func (g *generator) writeShard(ctx context.Context, path string, id uint64, rows
 	line := make([]byte, 0, 1+9*len(g.fields)+1)
 	for i := range rows {
 		if i%4096 == 0 {
+			if testHookRows != nil {
+				testHookRows(tmp, i)
+			}
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
@@ -310,6 +313,11 @@ func (g *generator) writeShard(ctx context.Context, path string, id uint64, rows
 	}
 	return res, os.Rename(tmp, path)
 }
+
+// testHookRows, if set (by tests, before Generate), is called by each
+// shard's writer with its temporary file and the rows written so far,
+// every 4096 rows, just before the writer checks for cancellation.
+var testHookRows func(tmp string, rows int64)
 
 // testStream is the stream id of the test file; shard i uses i.
 const testStream = math.MaxUint64

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/data/criteo"
@@ -274,4 +275,41 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 	b.SetBytes(bytes)
 	b.ReportMetric(float64(c.Rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// Cancelled in the middle of writing (the shards' temporary files exist
+// and hold rows), Generate removes every temporary file, writes no
+// meta.json and says it was cancelled.
+func TestCancelWhileWritingLeavesNoTemporaryFiles(t *testing.T) {
+	c := smallConfig(t.TempDir())
+	c.Rows = 1 << 20
+	c.Parallel = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	midWrite := false
+	testHookRows = func(tmp string, rows int64) {
+		if rows < 3*4096 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := os.Stat(tmp); err == nil {
+			midWrite = true
+		}
+		cancel()
+	}
+	defer func() { testHookRows = nil }()
+	_, err := Generate(ctx, c)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "canceled") {
+		t.Fatalf("Generate cancelled while writing = %v, want an error saying context canceled", err)
+	}
+	if !midWrite {
+		t.Fatal("the cancel did not come while a temporary file was being written")
+	}
+	for name := range readDir(t, c.Out) {
+		if strings.HasSuffix(name, ".tmp") || name == MetaFile {
+			t.Errorf("left %s behind after a cancel in the middle of writing", name)
+		}
+	}
 }
