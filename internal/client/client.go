@@ -15,6 +15,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"errors"
 	"fmt"
 	"sync"
@@ -46,6 +47,10 @@ type Options struct {
 	// (docs/WIRE.md), as the client does by itself when a ps does not
 	// speak it.
 	GRPCOnly bool
+	// Dial, if set, makes the connections to the ps (gRPC's and the data
+	// path's) instead of TCP: the transport seam, through which tests run
+	// whole clusters over an in-memory network (package memnet).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Client talks to every ps of a cluster.
@@ -99,14 +104,19 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 		}
 	}
 	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr,
+		target, dialOpts := addr, []grpc.DialOption(nil)
+		if opts.Dial != nil {
+			target = "passthrough:///" + addr
+			dialOpts = append(dialOpts, grpc.WithContextDialer(opts.Dial))
+		}
+		conn, err := grpc.NewClient(target, append(dialOpts,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 			grpc.WithInitialWindowSize(64<<20),
 			grpc.WithInitialConnWindowSize(64<<20),
 			grpc.WithReadBufferSize(256<<10),
 			grpc.WithWriteBufferSize(256<<10),
-		)
+		)...)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("client: ps address %q: %w", addr, err)

@@ -84,7 +84,7 @@ var errNoDataPath = errors.New("the ps does not speak the data path")
 func newDataPath(c *Client) *dataPath {
 	dp := &dataPath{c: c}
 	for _, a := range c.addrs {
-		dp.ps = append(dp.ps, &connPool{addr: a})
+		dp.ps = append(dp.ps, &connPool{addr: a, dial: c.opts.Dial})
 	}
 	return dp
 }

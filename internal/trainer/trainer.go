@@ -8,6 +8,7 @@ package trainer
 
 import (
 	"context"
+	"net"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,13 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// WaitLogEvery is how often a wait logs what it waits for (5s if 0).
 	WaitLogEvery time.Duration
+
+	// Listen and Dial, if set, replace TCP for the ps's port and the
+	// worker's connections: the transport seam, through which tests run
+	// whole clusters in one process over an in-memory network (package
+	// memnet) with faults a kill cannot make.
+	Listen func(addr string) (net.Listener, error)
+	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
@@ -108,7 +116,16 @@ func RunPS(ctx context.Context, cfg Config) error {
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
-	err := server.Serve(ctx, cfg.Cluster.Addr(), s)
+	var err error
+	if cfg.Listen != nil {
+		lis, lerr := cfg.Listen(cfg.Cluster.Addr())
+		if lerr != nil {
+			return &ConfigError{Err: &server.ListenError{Addr: cfg.Cluster.Addr(), Err: lerr}}
+		}
+		err = server.ServeListener(ctx, lis, s)
+	} else {
+		err = server.Serve(ctx, cfg.Cluster.Addr(), s)
+	}
 	var le *server.ListenError
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
@@ -194,6 +211,7 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
+		Dial: cfg.Dial,
 	})
 	if err != nil {
 		return err
