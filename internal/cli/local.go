@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,7 +30,15 @@ worker processes of this binary, on free loopback ports, and waits for them.
 Every training flag is passed on to each task (--result_file to the chief
 only); the cluster flags are chosen here. Each output line is prefixed with
 its process ([ps0], [worker1]). Exits 0 only if every process does; on a
-failure or Ctrl-C it stops them all and says which failed and why.
+failure or Ctrl-C it stops them all and says which failed and why, and
+exits 2 if a process exited 2 (input to fix: a flag, a malformed data
+line), otherwise 1.
+
+A ps that exits unexpectedly is restarted (--restart_ps); a worker is
+restarted (--restart_workers) only when a signal ended it: SIGKILL, or a
+SIGTERM or SIGINT sent from outside, after which a paramserv task that had
+not finished exits 143 or 130 (128 + the signal). The SIGTERM this command
+sends its own processes when it stops them all never restarts one.
 
 Flags:
 `)
@@ -83,6 +92,10 @@ Flags:
 	})
 	if err != nil {
 		logf("%v", err)
+		var f *local.Failure
+		if errors.As(err, &f) && f.InputToFix {
+			return 2
+		}
 		return 1
 	}
 	logf("all %d processes exited 0", *numPS+*numWorkers)

@@ -254,10 +254,21 @@ Flags:
 		err = trainer.RunWorker(ctx, cfg)
 	}
 	var ce *trainer.ConfigError
+	var sig *SignalError
+	var stopped *trainer.StoppedError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
+	case err != nil && errors.As(context.Cause(ctx), &sig):
+		// Stopped from outside before the work was done: a death, exit
+		// 128+signal, which `paramserv local` restarts like a kill.
+		if errors.As(err, &stopped) {
+			logf("%v; exiting %d", err, sig.ExitCode())
+		} else {
+			logf("%s %d: %v before training finished (%v); exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, err, sig.ExitCode())
+		}
+		return sig.ExitCode()
 	case err != nil:
 		logf("failed: %v", err)
 		return 1
