@@ -109,4 +109,3 @@ func TestTrainSignalledExitsNonZero(t *testing.T) {
 		})
 	}
 }
-
