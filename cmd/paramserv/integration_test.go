@@ -476,20 +476,26 @@ func TestSparseLRA9A(t *testing.T) {
 	}
 }
 
-// A malformed data line is an error naming the file and line; with
+// A malformed data line is input to fix: the worker exits 2, and so does
+// local, naming the file, line and token, and the failed worker; with
 // --skip_bad_lines it is skipped and training goes on.
 func TestSparseLRBadDataLine(t *testing.T) {
 	dir := t.TempDir()
 	train := filepath.Join(dir, "train.svm")
 	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n+1 1:1 3:oops\n-1 2:1 4:1\n"), 0o644)
-	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2")
-	if code := p.wait(t, time.Minute); code != 1 {
-		t.Fatalf("exit %d, want 1", code)
+	for _, workers := range []string{"--workers=1", "--workers=2"} {
+		p := start(t, "local", nil, "local", "--ps=1", workers, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")
+		if code := p.wait(t, time.Minute); code != 2 {
+			t.Fatalf("%s: exit %d, want 2", workers, code)
+		}
+		out := strings.TrimSpace(p.output())
+		last := out[strings.LastIndexByte(out, '\n')+1:]
+		if !strings.Contains(out, "train.svm:3") || !strings.Contains(out, `"3:oops"`) ||
+			!regexp.MustCompile(`local: worker\d failed: exit status 2 \(input to fix\)`).MatchString(last) {
+			t.Fatalf("%s: output does not name the file, line and token, or its last line the failed worker:\n%s", workers, out)
+		}
 	}
-	if out := p.output(); !strings.Contains(out, "train.svm:3") || !strings.Contains(out, `"3:oops"`) || !strings.Contains(out, "worker0 failed") {
-		t.Fatalf("output does not name the file, line and token, or the failed worker:\n%s", out)
-	}
-	p = start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2", "--skip_bad_lines")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2", "--skip_bad_lines")
 	if code := p.wait(t, time.Minute); code != 0 {
 		t.Fatalf("with --skip_bad_lines: exit %d", code)
 	}
