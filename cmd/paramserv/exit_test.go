@@ -6,6 +6,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,6 +106,107 @@ func TestTrainSignalledExitsNonZero(t *testing.T) {
 			}
 			if out := p.output(); !strings.Contains(out, tc.want) {
 				t.Fatalf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// Numbers outside what a flag means are refused at start with exit 2 and a
+// first line naming the flag, for train, local, bench, ckpt and data.
+func TestBadNumbersExitTwo(t *testing.T) {
+	trainCases := []struct{ arg, want string }{
+		{"--startup_timeout=-1s", "--startup_timeout=-1s: want a duration > 0"},
+		{"--startup_timeout=0s", "--startup_timeout=0s: want a duration > 0"},
+		{"--wait_log_every=-1s", "--wait_log_every=-1s: want a duration > 0"},
+		{"--wait_log_every=0s", "--wait_log_every=0s: want a duration > 0"},
+		{"--recovery_timeout=0s", "--recovery_timeout=0s: want a duration > 0"},
+		{"--recovery_timeout=-5s", "--recovery_timeout=-5s: want a duration > 0"},
+		{"--sync_timeout=-1s", "--sync_timeout=-1s: want a duration >= 0 (0: forever)"},
+		{"--save_steps=-1", "--save_steps=-1: want a number >= 0"},
+		{"--save_model_secs=-1", "save_model_secs"},
+		{"--keep_checkpoints=0", "--keep_checkpoints=0: want a number >= 1"},
+		{"--train_steps=0", "--train_steps=0: want a number > 0"},
+		{"--train_steps=-5", "--train_steps=-5: want a number > 0"},
+		{"--steps_to_validate=0", "--steps_to_validate=0: want a number > 0"},
+		{"--batch_size=0", "--batch_size=0: want a number > 0"},
+		{"--batch_size=-1", "--batch_size=-1: want a number > 0"},
+		{"--hidden_units=0", "--hidden_units=0: want a number > 0"},
+		{"--split_bytes=-1", "--split_bytes=-1: want a number > 0"},
+		{"--split_bytes=0", "--split_bytes=0: want a number > 0"},
+		{"--replicas_to_aggregate=0", "--replicas_to_aggregate=0: want a number > 0"},
+		{"--replicas_to_aggregate=5", "--replicas_to_aggregate=5: want 1 to the number of workers"},
+		{"--max_staleness=-1", "--max_staleness=-1: want a number >= 0"},
+		{"--min_count=-1", "--min_count=-1: want a number >= 0"},
+		{"--evict_after_steps=-1", "--evict_after_steps=-1: want a number >= 0"},
+		{"--num_features=-1", "num_features"},
+		{"--learning_rate=0", "--learning_rate=0: want a number > 0"},
+		{"--learning_rate=-0.5", "--learning_rate=-0.5: want a number > 0"},
+		{"--learning_rate=NaN", "--learning_rate=NaN: want > 0 and finite"},
+		{"--momentum=-1", "--momentum=-1: want >= 0"},
+		{"--beta1=1", "--beta1=1: want >= 0 and < 1"},
+		{"--beta2=-0.1", "--beta2=-0.1: want >= 0 and < 1"},
+		{"--epsilon=-1", "--epsilon=-1: want >= 0"},
+		{"--initial_accumulator_value=-1", "--initial_accumulator_value=-1: want >= 0"},
+		{"--ftrl_beta=-1", "--ftrl_beta=-1: want >= 0"},
+		{"--l1=-1", "--l1=-1: want >= 0"},
+		{"--l2=-1", "--l2=-1: want >= 0"},
+	}
+	type tc struct {
+		args []string
+		want string
+	}
+	var cases []tc
+	cluster := []string{"--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2,127.0.0.1:3", "--job_name=worker", "--task_index=1"}
+	for _, c := range trainCases {
+		cases = append(cases,
+			tc{append(append([]string{"train"}, cluster...), c.arg), c.want},
+			tc{[]string{"local", "--workers=2", c.arg}, c.want})
+	}
+	for _, c := range []tc{
+		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=-1"}, "task_index"},
+		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
+		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
+		{[]string{"local", "--max_restarts=-1"}, "--max_restarts=-1: want a number >= 0"},
+		{[]string{"bench", "--ps=0"}, "--ps=0: want a number >= 1"},
+		{[]string{"bench", "--workers=-1"}, "--workers=-1: want a number >= 1"},
+		{[]string{"bench", "--reps=-1"}, "--reps=-1: want a number >= 0"},
+		{[]string{"bench", "--warmup=-2"}, "--warmup=-2: want a number >= -1"},
+		{[]string{"bench", "--mem_ops=-1"}, "--mem_ops=-1: want a number >= 0"},
+		{[]string{"bench", "--mem_dim=0"}, "--mem_dim=0: want a number >= 1"},
+		{[]string{"bench", "--split_bytes=-1"}, "--split_bytes=-1: want a number >= 0"},
+		{[]string{"ckpt", "inspect", t.TempDir(), "--step=-5"}, "--step=-5: want a step >= 0"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--rows=0"}, "rows 0: want >= 1"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--test-rows=-1"}, "test rows -1: want >= 0"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--shards=0"}, "shards 0: want 1..100000"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--fields=0"}, "fields 0: want 1..1000"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--parallel=-1"}, "parallel -1: want >= 0"},
+	} {
+		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			args := c.args
+			if args[0] == "train" || args[0] == "local" {
+				// The optimizer whose hyper-parameter the flag is.
+				for opt, flags := range map[string][]string{"momentum": {"--momentum="}, "adam": {"--beta1=", "--beta2=", "--epsilon="},
+					"adagrad": {"--initial_accumulator_value="}, "ftrl": {"--ftrl_beta=", "--l1=", "--l2="}} {
+					for _, fl := range flags {
+						if strings.HasPrefix(args[len(args)-1], fl) {
+							args = append(slices.Clone(args), "--optimizer="+opt)
+						}
+					}
+				}
+				if strings.HasPrefix(args[len(args)-1], "--replicas_to_aggregate=") {
+					args = append(slices.Clone(args), "--sync_replicas")
+				}
+			}
+			p := start(t, args[0], nil, args...)
+			if code := p.wait(t, 30*time.Second); code != 2 {
+				t.Fatalf("exit %d, want 2; output:\n%s", code, p.output())
+			}
+			first, _, _ := strings.Cut(p.output(), "\n")
+			if !strings.Contains(first, c.want) {
+				t.Fatalf("first line %q lacks %q; output:\n%s", first, c.want, p.output())
 			}
 		})
 	}

@@ -20,7 +20,7 @@ func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	numWorkers := fs.Int("workers", 2, "number of worker processes")
 	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
 	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
-	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times")
+	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times (0: never)")
 	f := defineTrainFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
@@ -50,9 +50,17 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
-	if *numPS < 1 || *numWorkers < 1 {
-		fmt.Fprintf(stderr, "paramserv local: need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d\n", *numPS, *numWorkers)
-		return 2
+	for _, c := range []struct {
+		name     string
+		v, least int
+	}{{"ps", *numPS, 1}, {"workers", *numWorkers, 1}, {"max_restarts", *maxRestarts, 0}} {
+		if c.v < c.least {
+			fmt.Fprintf(stderr, "paramserv local: --%s=%d: want a number >= %d\n", c.name, c.v, c.least)
+			return 2
+		}
+	}
+	if *maxRestarts == 0 {
+		*restartPS, *restartWorkers = false, false
 	}
 	var pass, chief []string
 	var clusterFlag string

@@ -177,11 +177,8 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	default:
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
-	if f.saveSteps < 0 || f.saveEvery < 0 || f.keep < 1 || f.syncTimeout < 0 || f.recoveryTimeout <= 0 {
-		return cfg, fmt.Errorf("--save_steps, --save_model_secs and --sync_timeout must be >= 0, --keep_checkpoints >= 1 and --recovery_timeout > 0")
-	}
-	if f.minCount < 0 || f.evictAfter < 0 {
-		return cfg, fmt.Errorf("--min_count and --evict_after_steps must be >= 0, got %d and %d", f.minCount, f.evictAfter)
+	if err := f.checkRanges(); err != nil {
+		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
@@ -196,21 +193,84 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		cfg.StepsToValidate = info.StepsToValidate
 	}
 	switch {
-	case f.batchSize <= 0:
-		return cfg, fmt.Errorf("--batch_size must be positive, got %d", f.batchSize)
-	case cfg.TrainSteps < 0:
-		return cfg, fmt.Errorf("--train_steps must be positive, got %d", cfg.TrainSteps)
-	case f.replicas < 0 || f.replicas > len(cl.Spec.Workers):
-		return cfg, fmt.Errorf("--replicas_to_aggregate must be between 1 and the number of workers (%d), got %d", len(cl.Spec.Workers), f.replicas)
-	case f.maxStale < 0:
-		return cfg, fmt.Errorf("--max_staleness must be >= 0, got %d", f.maxStale)
+	case f.replicas > len(cl.Spec.Workers):
+		return cfg, fmt.Errorf("--replicas_to_aggregate=%d: want 1 to the number of workers (%d)", f.replicas, len(cl.Spec.Workers))
 	case f.maxStale > 0 && f.sync:
 		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
 	if _, err := optim.New(cfg.Optimizer); err != nil {
+		var oe *optim.ConfigError
+		if errors.As(err, &oe) {
+			if flagName, ok := optimFlags[oe.Field]; ok {
+				return cfg, fmt.Errorf("--%s=%v: want %s (optimizer %s)", flagName, oe.Value, oe.Want, oe.Rule)
+			}
+		}
 		return cfg, fmt.Errorf("--optimizer: %w", err)
 	}
 	return cfg, nil
+}
+
+// optimFlags maps optim.ConfigError's fields to the flags that set them.
+var optimFlags = map[string]string{
+	"learning_rate": "learning_rate", "momentum": "momentum", "initial_accumulator": "initial_accumulator_value",
+	"beta1": "beta1", "beta2": "beta2", "epsilon": "epsilon", "ftrl_beta": "ftrl_beta", "l1": "l1", "l2": "l2",
+}
+
+// checkRanges refuses numeric flags outside the values that mean something,
+// naming the flag and what it wants. A flag whose zero means "the
+// default" (--train_steps, --learning_rate, ...) is refused at 0 only when
+// given explicitly.
+func (f *trainFlags) checkRanges() error {
+	positive := func(name string, v int64, explicitZeroOK bool) error {
+		if v < 0 || (v == 0 && f.set(name) && !explicitZeroOK) {
+			return fmt.Errorf("--%s=%d: want a number > 0", name, v)
+		}
+		return nil
+	}
+	nonNegative := func(name string, v int64, what string) error {
+		if v < 0 {
+			return fmt.Errorf("--%s=%d: want a number >= 0 (%s)", name, v, what)
+		}
+		return nil
+	}
+	duration := func(name string, d time.Duration, zero string) error {
+		switch {
+		case d < 0 && zero != "":
+			return fmt.Errorf("--%s=%v: want a duration >= 0 (0: %s)", name, d, zero)
+		case d <= 0 && zero == "":
+			return fmt.Errorf("--%s=%v: want a duration > 0", name, d)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		positive("train_steps", f.trainSteps, false),
+		positive("steps_to_validate", f.stepsToValidate, false),
+		positive("split_bytes", int64(f.splitBytes), false),
+		positive("replicas_to_aggregate", int64(f.replicas), false),
+		nonNegative("max_staleness", f.maxStale, "0: no bound"),
+		nonNegative("min_count", f.minCount, "0: a row at once"),
+		nonNegative("evict_after_steps", f.evictAfter, "0: never"),
+		nonNegative("save_steps", f.saveSteps, "0: by time only"),
+		duration("startup_timeout", f.startupTimeout, ""),
+		duration("wait_log_every", f.waitLogEvery, ""),
+		duration("recovery_timeout", f.recoveryTimeout, ""),
+		duration("sync_timeout", f.syncTimeout, "forever"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case f.batchSize <= 0:
+		return fmt.Errorf("--batch_size=%d: want a number > 0", f.batchSize)
+	case f.hiddenUnits <= 0:
+		return fmt.Errorf("--hidden_units=%d: want a number > 0", f.hiddenUnits)
+	case f.keep < 1:
+		return fmt.Errorf("--keep_checkpoints=%d: want a number >= 1", f.keep)
+	case f.lr < 0 || (f.lr == 0 && f.set("learning_rate")):
+		return fmt.Errorf("--learning_rate=%v: want a number > 0", f.lr)
+	}
+	return nil
 }
 
 func newLogger(w io.Writer) func(string, ...any) {
