@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -209,5 +210,45 @@ func TestBadNumbersExitTwo(t *testing.T) {
 				t.Fatalf("first line %q lacks %q; output:\n%s", first, c.want, p.output())
 			}
 		})
+	}
+}
+
+// A --checkpoint_dir that is a file, or cannot be created, is refused at
+// start with exit 2, by local and by the ps and the chief, before any
+// training; other workers never write there and do not check it.
+func TestUnusableCheckpointDirExitsTwo(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("not a directory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []struct{ path, why string }{
+		{file, "is a file, want a directory"},
+		{filepath.Join(file, "sub"), "cannot create the directory: mkdir " + file + ": not a directory"},
+	} {
+		for _, job := range []string{"local", "ps", "chief"} {
+			t.Run(job+" "+dir.path, func(t *testing.T) {
+				hosts := freeHosts(t, 2)
+				var args []string
+				switch job {
+				case "local":
+					args = []string{"local", "--workers=1"}
+				case "ps":
+					args = clusterArgs(hosts[:1], hosts[1:], "ps", 0)
+				case "chief":
+					args = clusterArgs(hosts[:1], hosts[1:], "worker", 0)
+				}
+				p := start(t, job, nil, append(args, "--checkpoint_dir="+dir.path)...)
+				if code := p.wait(t, 30*time.Second); code != 2 {
+					t.Fatalf("exit %d, want 2", code)
+				}
+				out := p.output()
+				if want := "--checkpoint_dir=" + dir.path + ": " + dir.why; !strings.Contains(out, want) {
+					t.Fatalf("output lacks %q:\n%s", want, out)
+				}
+				if strings.Contains(out, "cluster of") || strings.Contains(out, "local cluster") {
+					t.Fatalf("a task started before the directory was checked:\n%s", out)
+				}
+			})
+		}
 	}
 }

@@ -87,6 +87,12 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 		return 2
 	}
+	if f.checkpointDir != "" {
+		if err := checkCheckpointDir(f.checkpointDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)

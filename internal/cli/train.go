@@ -307,6 +307,13 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
 	}
+	// The ps and the chief write checkpoints; other workers never do.
+	if t := cfg.Cluster.Task; cfg.CheckpointDir != "" && (t.Job == cluster.JobPS || t.Index == 0) {
+		if err := checkCheckpointDir(cfg.CheckpointDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+			return 2
+		}
+	}
 	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
@@ -376,5 +383,31 @@ func (s secondsValue) Set(v string) error {
 		return fmt.Errorf("want seconds (60) or a duration (1m30s), got %q", v)
 	}
 	*s.d = d
+	return nil
+}
+
+// checkCheckpointDir makes sure the checkpoint directory can be used before
+// any training: it is created if missing, must be a directory, and a file
+// must be creatable in it (tried for real: permission bits say nothing to
+// root, and nothing of read-only mounts).
+func checkCheckpointDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil && !fi.IsDir() {
+		return fmt.Errorf("--checkpoint_dir=%s: is a file, want a directory", dir)
+	}
+	if err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--checkpoint_dir=%s: cannot create the directory: %v", dir, err)
+		}
+	}
+	f, err := os.CreateTemp(dir, ".paramserv-write-probe-*")
+	if err != nil {
+		return fmt.Errorf("--checkpoint_dir=%s: cannot write in the directory: %v", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("--checkpoint_dir=%s: cannot remove a file from the directory: %v", dir, err)
+	}
 	return nil
 }
