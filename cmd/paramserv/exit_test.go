@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/testutil"
 )
 
 // A ps sent SIGTERM in mid-training under local exits 143 with a line that
@@ -250,5 +252,61 @@ func TestUnusableCheckpointDirExitsTwo(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A test file is never read as training data: a training list that holds
+// the --test_data file (a directory holding it, another name for it) is
+// refused with exit 2 naming both, by local at once and by a worker.
+func TestTrainingOnTheTestFileExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	train, test := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
+	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n"), 0o644)
+	os.WriteFile(test, []byte("+1 1:1\n-1 2:1\n"), 0o644)
+	link := filepath.Join(t.TempDir(), "link.svm")
+	if err := os.Symlink(test, link); err != nil {
+		t.Fatal(err)
+	}
+	hosts := freeHosts(t, 2)
+	for _, c := range []struct {
+		name       string
+		args       []string
+		trainData  string
+		testData   string
+		dataDirArg string
+	}{
+		{"local, directory", []string{"local", "--workers=1"}, dir, test, ""},
+		{"local, data_dir", []string{"local", "--workers=1"}, filepath.Base(dir), filepath.Join(filepath.Base(dir), "test.svm"), "--data_dir=" + filepath.Dir(dir)},
+		{"local, symlink", []string{"local", "--workers=1"}, train + "," + link, test, ""},
+		{"worker", clusterArgs(hosts[:1], hosts[1:], "worker", 0), dir, test, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append(slices.Clone(c.args), "--model=sparse_lr", "--train_data="+c.trainData, "--test_data="+c.testData, "--train_steps=10")
+			if c.dataDirArg != "" {
+				args = append(args, c.dataDirArg)
+			}
+			p := start(t, c.name, nil, args...)
+			if code := p.wait(t, 30*time.Second); code != 2 {
+				t.Fatalf("exit %d, want 2", code)
+			}
+			want := "--train_data=" + c.trainData + " reads the --test_data=" + c.testData + " file ("
+			if out := p.output(); !strings.Contains(out, want) {
+				t.Fatalf("output lacks %q:\n%s", want, out)
+			}
+		})
+	}
+}
+
+// The a9a command the README used to give (the directory a9a, which holds
+// a9a.t too) is refused.
+func TestA9ADirectoryWithTestFileRefused(t *testing.T) {
+	data := testutil.DataDir(t, "a9a/a9a")
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--optimizer=ftrl",
+		"--train_data=a9a", "--test_data=a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data)
+	if code := p.wait(t, 30*time.Second); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if want := "--train_data=a9a reads the --test_data=a9a.t file (" + filepath.Join(data, "a9a", "a9a.t") + ")"; !strings.Contains(p.output(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, p.output())
 	}
 }

@@ -440,13 +440,15 @@ func alive(pid int) bool {
 	return !strings.HasPrefix(rest, "Z")
 }
 
-// Sparse logistic regression on a9a over 2 ps and 2 workers, FTRL: the
-// target of a plain well-tuned logistic regression.
+// Sparse logistic regression on a9a over 2 ps and 2 workers, FTRL, as the
+// README runs it: trained on a9a alone, tested on a9a.t. Five runs
+// measured test accuracy 84.91% to 85.10%, AUC 0.9016 to 0.9020, log loss
+// 0.3246 to 0.3256; the floors sit a little below.
 func TestSparseLRA9A(t *testing.T) {
 	data := testutil.DataDir(t, "a9a/a9a")
 	res := filepath.Join(t.TempDir(), "result.json")
 	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--optimizer=ftrl",
-		"--train_data=a9a", "--test_data=a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data, "--result_file="+res)
+		"--train_data=a9a/a9a", "--test_data=a9a/a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data, "--result_file="+res)
 	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -466,8 +468,11 @@ func TestSparseLRA9A(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.TestAccuracy < 0.845 || r.TestAUC < 0.90 {
-		t.Errorf("test accuracy %.4f AUC %.4f, want >= 0.845 and >= 0.90", r.TestAccuracy, r.TestAUC)
+	if r.TestAccuracy < 0.847 || r.TestAUC < 0.900 || r.TestLogLoss > 0.330 {
+		t.Errorf("test accuracy %.4f AUC %.4f log loss %.4f, want >= 0.847, >= 0.900 and <= 0.330", r.TestAccuracy, r.TestAUC, r.TestLogLoss)
+	}
+	if out := p.output(); !strings.Contains(out, "worker 0 has 16281 training examples") || !strings.Contains(out, "worker 1 has 16280 training examples") {
+		t.Errorf("the workers did not train on a9a's 32,561 rows alone")
 	}
 	// a9a uses 123 feature ids (the test set 122 of them): all trained
 	// rows exist, spread over both shards.

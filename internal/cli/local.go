@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/models/sparselr"
 )
 
 // Local is `paramserv local`: a whole cluster on this machine, as separate
@@ -86,6 +87,14 @@ Flags:
 	if _, err := probe.config("", func(string, ...any) {}); err != nil {
 		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 		return 2
+	}
+	// Every task runs on this machine: a training list that holds the
+	// test file is refused once, here, rather than by every worker.
+	if f.model == "sparse_lr" && f.trainData != "" && f.testData != "" {
+		if err := sparselr.CheckDisjoint(f.trainData, f.testData, f.dataDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
 	}
 	if f.checkpointDir != "" {
 		if err := checkCheckpointDir(f.checkpointDir); err != nil {
