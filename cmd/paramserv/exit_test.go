@@ -165,7 +165,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 			tc{append(append([]string{"train"}, cluster...), c.arg), c.want},
 			tc{[]string{"local", "--workers=2", c.arg}, c.want})
 	}
-	for _, c := range []tc{
+	cases = append(cases, []tc{
 		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=-1"}, "task_index"},
 		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
@@ -183,9 +183,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--shards=0"}, "shards 0: want 1..100000"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--fields=0"}, "fields 0: want 1..1000"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--parallel=-1"}, "parallel -1: want >= 0"},
-	} {
-		cases = append(cases, c)
-	}
+	}...)
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			args := c.args

@@ -291,6 +291,11 @@ Runs one task of a training job: a ps or a worker. The cluster comes from
 TF_CONFIG environment variable; an explicit flag wins over TF_CONFIG, field
 by field. Worker 0 is the chief.
 
+Exit status: 0 when the task's work is done (a ps: every worker has
+finished); 1 for a failure while running; 2 for input to fix; 143 or 130
+(128 + the signal) when SIGTERM or SIGINT stopped it before its work was
+done, which paramserv local treats as a death by signal and restarts.
+
 Flags:
 `)
 		fs.PrintDefaults()
