@@ -35,11 +35,12 @@ failure or Ctrl-C it stops them all and says which failed and why, and
 exits 2 if a process exited 2 (input to fix: a flag, a malformed data
 line), otherwise 1.
 
-A ps that exits unexpectedly is restarted (--restart_ps); a worker is
-restarted (--restart_workers) only when a signal ended it: SIGKILL, or a
-SIGTERM or SIGINT sent from outside, after which a paramserv task that had
-not finished exits 143 or 130 (128 + the signal). The SIGTERM this command
-sends its own processes when it stops them all never restarts one.
+A ps that exits unexpectedly, other than with exit status 2, is restarted
+(--restart_ps); a worker is restarted (--restart_workers) only when a
+signal ended it: SIGKILL, or a SIGTERM or SIGINT sent from outside, after
+which a paramserv task that had not finished exits 143 or 130 (128 + the
+signal). Each at most --max_restarts times. The SIGTERM this command sends
+its own processes when it stops them all never restarts one.
 
 Flags:
 `)

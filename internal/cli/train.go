@@ -313,7 +313,7 @@ Flags:
 		return 2
 	}
 	// The ps and the chief write checkpoints; other workers never do.
-	if t := cfg.Cluster.Task; cfg.CheckpointDir != "" && (t.Job == cluster.JobPS || t.Index == 0) {
+	if cfg.CheckpointDir != "" && (cfg.Cluster.Task.Job == cluster.JobPS || cfg.Cluster.IsChief()) {
 		if err := checkCheckpointDir(cfg.CheckpointDir); err != nil {
 			fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 			return 2
