@@ -308,3 +308,21 @@ func TestA9ADirectoryWithTestFileRefused(t *testing.T) {
 		t.Fatalf("output lacks %q:\n%s", want, p.output())
 	}
 }
+
+// A ps whose workers have all finished exits 0 on SIGTERM: with
+// --ps_wait_forever, SIGTERM is how it is meant to end.
+func TestSIGTERMAfterEveryWorkerFinishedExitsZero(t *testing.T) {
+	hosts := freeHosts(t, 2)
+	ps := start(t, "ps", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), "--ps_wait_forever")...)
+	w := start(t, "worker", nil, append(clusterArgs(hosts[:1], hosts[1:], "worker", 0), "--model=linreg", "--train_steps=200")...)
+	if code := w.wait(t, time.Minute); code != 0 {
+		t.Fatalf("worker exited %d", code)
+	}
+	ps.waitFor(t, "worker 0 finished (1 of 1 done)", time.Minute)
+	if err := ps.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := ps.wait(t, time.Minute); code != 0 {
+		t.Fatalf("ps exited %d after every worker finished, want 0", code)
+	}
+}
