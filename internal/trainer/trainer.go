@@ -22,7 +22,6 @@ import (
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
-	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Config is everything a task needs.
@@ -120,7 +119,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 		select {
 		case <-s.AllDone():
 		default:
-			st, _ := s.Status(context.Background(), &pb.StatusRequest{})
+			st, _ := s.Status(context.Background(), nil) // Status reads no field of its request
 			return &StoppedError{Task: cfg.Cluster.Task.Index, Cause: context.Cause(ctx),
 				Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(cfg.Cluster.Spec.Workers)}
 		}

@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// script writes a shell script that stands in for the paramserv binary:
+// fakeTask writes a shell script that stands in for the paramserv binary:
 // body sees the task's flags as "$@" and $job, $index.
-func script(t *testing.T, body string) string {
+func fakeTask(t *testing.T, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "task.sh")
 	src := `#!/bin/sh
@@ -30,22 +30,22 @@ done
 	return path
 }
 
-type lockedBuf struct {
+type fakeOut struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuf) Write(p []byte) (int, error) {
+func (l *fakeOut) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func run(t *testing.T, exe string, workers int) error {
+func runFake(t *testing.T, exe string, workers int) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out lockedBuf
+	var out fakeOut
 	err := Run(ctx, Config{NumPS: 1, NumWorkers: workers, Exe: exe, Subcommand: "train", Out: &out,
 		Logf: t.Logf, Grace: 5 * time.Second, RestartPS: true, RestartWorkers: true, MaxRestarts: 1})
 	if ctx.Err() != nil {
@@ -56,9 +56,9 @@ func run(t *testing.T, exe string, workers int) error {
 
 // A child that exits 2 (input to fix) makes the failure input to fix.
 func TestChildExitTwoIsInputToFix(t *testing.T) {
-	exe := script(t, `[ "$job" = ps ] && exec sleep 60
+	exe := fakeTask(t, `[ "$job" = ps ] && exec sleep 60
 exit 2`)
-	err := run(t, exe, 1)
+	err := runFake(t, exe, 1)
 	var f *Failure
 	if !errors.As(err, &f) || !f.InputToFix || f.Child != "worker0" || !strings.Contains(err.Error(), "worker0 failed: exit status 2 (input to fix)") {
 		t.Fatalf("Run: %v, want a Failure of worker0, exit status 2, input to fix", err)
@@ -69,12 +69,12 @@ exit 2`)
 // if another failed first; children stopped by the launcher's own SIGTERM
 // are not failures.
 func TestInputToFixWinsAmongSeveralFailures(t *testing.T) {
-	exe := script(t, `[ "$job" = ps ] && exec sleep 60
+	exe := fakeTask(t, `[ "$job" = ps ] && exec sleep 60
 if [ "$index" = 1 ]; then exit 1; fi
 trap '' TERM
 sleep 0.5
 exit 2`)
-	err := run(t, exe, 2)
+	err := runFake(t, exe, 2)
 	var f *Failure
 	if !errors.As(err, &f) || !f.InputToFix || f.Child != "worker0" {
 		t.Fatalf("Run: %v, want a Failure of worker0, input to fix", err)
@@ -89,14 +89,14 @@ exit 2`)
 func TestWorkerExit143IsRestarted(t *testing.T) {
 	dir := t.TempDir()
 	marker, done := filepath.Join(dir, "ran"), filepath.Join(dir, "done")
-	exe := script(t, `if [ "$job" = ps ]; then
+	exe := fakeTask(t, `if [ "$job" = ps ]; then
   while [ ! -e `+done+` ]; do sleep 0.05; done
   exit 0
 fi
 if [ ! -e `+marker+` ]; then touch `+marker+`; exit 143; fi
 touch `+done+`
 exit 0`)
-	if err := run(t, exe, 1); err != nil {
+	if err := runFake(t, exe, 1); err != nil {
 		t.Fatalf("Run: %v, want worker0 restarted after exit 143 and the job to end well", err)
 	}
 }
