@@ -440,13 +440,15 @@ func alive(pid int) bool {
 	return !strings.HasPrefix(rest, "Z")
 }
 
-// Sparse logistic regression on a9a over 2 ps and 2 workers, FTRL: the
-// target of a plain well-tuned logistic regression.
+// Sparse logistic regression on a9a over 2 ps and 2 workers, FTRL, as the
+// README runs it: trained on a9a alone, tested on a9a.t. Five runs
+// measured test accuracy 84.91% to 85.10%, AUC 0.9016 to 0.9020, log loss
+// 0.3246 to 0.3256; the floors sit a little below.
 func TestSparseLRA9A(t *testing.T) {
 	data := testutil.DataDir(t, "a9a/a9a")
 	res := filepath.Join(t.TempDir(), "result.json")
 	p := start(t, "local", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--optimizer=ftrl",
-		"--train_data=a9a", "--test_data=a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data, "--result_file="+res)
+		"--train_data=a9a/a9a", "--test_data=a9a/a9a.t", "--input_format=libsvm", "--num_features=123", "--data_dir="+data, "--result_file="+res)
 	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
@@ -466,8 +468,11 @@ func TestSparseLRA9A(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.TestAccuracy < 0.845 || r.TestAUC < 0.90 {
-		t.Errorf("test accuracy %.4f AUC %.4f, want >= 0.845 and >= 0.90", r.TestAccuracy, r.TestAUC)
+	if r.TestAccuracy < 0.847 || r.TestAUC < 0.900 || r.TestLogLoss > 0.330 {
+		t.Errorf("test accuracy %.4f AUC %.4f log loss %.4f, want >= 0.847, >= 0.900 and <= 0.330", r.TestAccuracy, r.TestAUC, r.TestLogLoss)
+	}
+	if out := p.output(); !strings.Contains(out, "worker 0 has 16281 training examples") || !strings.Contains(out, "worker 1 has 16280 training examples") {
+		t.Errorf("the workers did not train on a9a's 32,561 rows alone")
 	}
 	// a9a uses 123 feature ids (the test set 122 of them): all trained
 	// rows exist, spread over both shards.
@@ -476,20 +481,26 @@ func TestSparseLRA9A(t *testing.T) {
 	}
 }
 
-// A malformed data line is an error naming the file and line; with
+// A malformed data line is input to fix: the worker exits 2, and so does
+// local, naming the file, line and token, and the failed worker; with
 // --skip_bad_lines it is skipped and training goes on.
 func TestSparseLRBadDataLine(t *testing.T) {
 	dir := t.TempDir()
 	train := filepath.Join(dir, "train.svm")
 	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n+1 1:1 3:oops\n-1 2:1 4:1\n"), 0o644)
-	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2")
-	if code := p.wait(t, time.Minute); code != 1 {
-		t.Fatalf("exit %d, want 1", code)
+	for _, workers := range []string{"--workers=1", "--workers=2"} {
+		p := start(t, "local", nil, "local", "--ps=1", workers, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")
+		if code := p.wait(t, time.Minute); code != 2 {
+			t.Fatalf("%s: exit %d, want 2", workers, code)
+		}
+		out := strings.TrimSpace(p.output())
+		last := out[strings.LastIndexByte(out, '\n')+1:]
+		if !strings.Contains(out, "train.svm:3") || !strings.Contains(out, `"3:oops"`) ||
+			!regexp.MustCompile(`local: worker\d failed: exit status 2 \(input to fix\)`).MatchString(last) {
+			t.Fatalf("%s: output does not name the file, line and token, or its last line the failed worker:\n%s", workers, out)
+		}
 	}
-	if out := p.output(); !strings.Contains(out, "train.svm:3") || !strings.Contains(out, `"3:oops"`) || !strings.Contains(out, "worker0 failed") {
-		t.Fatalf("output does not name the file, line and token, or the failed worker:\n%s", out)
-	}
-	p = start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2", "--skip_bad_lines")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=2", "--skip_bad_lines")
 	if code := p.wait(t, time.Minute); code != 0 {
 		t.Fatalf("with --skip_bad_lines: exit %d", code)
 	}

@@ -82,11 +82,21 @@ Flags:
 	if code, extra := extraArg(fs, stderr); extra {
 		return code
 	}
-	if *numPS < 1 || *numWorkers < 1 {
-		return bad("need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d", *numPS, *numWorkers)
-	}
-	if *reps < 0 || *warmup < -1 || *memOps < 0 || *memDim < 1 || *splitBytes < 0 {
-		return bad("--reps, --warmup, --mem_ops and --split_bytes must be >= 0 and --mem_dim >= 1")
+	for _, c := range []struct {
+		name     string
+		v, least int
+		zero     string // what 0 means, where it means something
+	}{
+		{"ps", *numPS, 1, ""}, {"workers", *numWorkers, 1, ""}, {"reps", *reps, 0, "the default"},
+		{"warmup", *warmup, -1, "none; -1: the default"}, {"mem_ops", *memOps, 0, "no memory case"},
+		{"mem_dim", *memDim, 1, ""}, {"split_bytes", *splitBytes, 0, "the default"},
+	} {
+		if c.v < c.least {
+			if c.zero != "" {
+				return bad("--%s=%d: want a number >= %d (0: %s)", c.name, c.v, c.least, c.zero)
+			}
+			return bad("--%s=%d: want a number >= %d", c.name, c.v, c.least)
+		}
 	}
 	var kinds []bench.Kind
 	if strings.TrimSpace(*cases) != "" || *memOps == 0 {

@@ -41,6 +41,10 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, ckptUsage)
 		return 2
 	}
+	if *step < 0 && *step != checkpoint.LatestStep {
+		fmt.Fprintf(stderr, "paramserv ckpt %s: --step=%d: want a step >= 0 (or no --step: the latest valid one)\n", cmd, *step)
+		return 2
+	}
 	switch cmd {
 	case "ls":
 		l, err := checkpoint.List(vfs.OS, dir)

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/models/sparselr"
 )
 
 // Local is `paramserv local`: a whole cluster on this machine, as separate
@@ -19,7 +21,7 @@ func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	numWorkers := fs.Int("workers", 2, "number of worker processes")
 	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
 	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
-	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times")
+	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times (0: never)")
 	f := defineTrainFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
@@ -29,7 +31,16 @@ worker processes of this binary, on free loopback ports, and waits for them.
 Every training flag is passed on to each task (--result_file to the chief
 only); the cluster flags are chosen here. Each output line is prefixed with
 its process ([ps0], [worker1]). Exits 0 only if every process does; on a
-failure or Ctrl-C it stops them all and says which failed and why.
+failure or Ctrl-C it stops them all and says which failed and why, and
+exits 2 if a process exited 2 (input to fix: a flag, a malformed data
+line), otherwise 1.
+
+A ps that exits unexpectedly, other than with exit status 2, is restarted
+(--restart_ps); a worker is restarted (--restart_workers) only when a
+signal ended it: SIGKILL, or a SIGTERM or SIGINT sent from outside, after
+which a paramserv task that had not finished exits 143 or 130 (128 + the
+signal). Each at most --max_restarts times. The SIGTERM this command sends
+its own processes when it stops them all never restarts one.
 
 Flags:
 `)
@@ -41,9 +52,17 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
-	if *numPS < 1 || *numWorkers < 1 {
-		fmt.Fprintf(stderr, "paramserv local: need --ps >= 1 and --workers >= 1, got --ps=%d --workers=%d\n", *numPS, *numWorkers)
-		return 2
+	for _, c := range []struct {
+		name     string
+		v, least int
+	}{{"ps", *numPS, 1}, {"workers", *numWorkers, 1}, {"max_restarts", *maxRestarts, 0}} {
+		if c.v < c.least {
+			fmt.Fprintf(stderr, "paramserv local: --%s=%d: want a number >= %d\n", c.name, c.v, c.least)
+			return 2
+		}
+	}
+	if *maxRestarts == 0 {
+		*restartPS, *restartWorkers = false, false
 	}
 	var pass, chief []string
 	var clusterFlag string
@@ -70,6 +89,20 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 		return 2
 	}
+	// Every task runs on this machine: a training list that holds the
+	// test file is refused once, here, rather than by every worker.
+	if f.model == "sparse_lr" && f.trainData != "" && f.testData != "" {
+		if err := sparselr.CheckDisjoint(f.trainData, f.testData, f.dataDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
+	}
+	if f.checkpointDir != "" {
+		if err := checkCheckpointDir(f.checkpointDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)
@@ -83,6 +116,10 @@ Flags:
 	})
 	if err != nil {
 		logf("%v", err)
+		var f *local.Failure
+		if errors.As(err, &f) && f.InputToFix {
+			return 2
+		}
 		return 1
 	}
 	logf("all %d processes exited 0", *numPS+*numWorkers)

@@ -177,11 +177,8 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	default:
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
-	if f.saveSteps < 0 || f.saveEvery < 0 || f.keep < 1 || f.syncTimeout < 0 || f.recoveryTimeout <= 0 {
-		return cfg, fmt.Errorf("--save_steps, --save_model_secs and --sync_timeout must be >= 0, --keep_checkpoints >= 1 and --recovery_timeout > 0")
-	}
-	if f.minCount < 0 || f.evictAfter < 0 {
-		return cfg, fmt.Errorf("--min_count and --evict_after_steps must be >= 0, got %d and %d", f.minCount, f.evictAfter)
+	if err := f.checkRanges(); err != nil {
+		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
@@ -196,21 +193,84 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		cfg.StepsToValidate = info.StepsToValidate
 	}
 	switch {
-	case f.batchSize <= 0:
-		return cfg, fmt.Errorf("--batch_size must be positive, got %d", f.batchSize)
-	case cfg.TrainSteps < 0:
-		return cfg, fmt.Errorf("--train_steps must be positive, got %d", cfg.TrainSteps)
-	case f.replicas < 0 || f.replicas > len(cl.Spec.Workers):
-		return cfg, fmt.Errorf("--replicas_to_aggregate must be between 1 and the number of workers (%d), got %d", len(cl.Spec.Workers), f.replicas)
-	case f.maxStale < 0:
-		return cfg, fmt.Errorf("--max_staleness must be >= 0, got %d", f.maxStale)
+	case f.replicas > len(cl.Spec.Workers):
+		return cfg, fmt.Errorf("--replicas_to_aggregate=%d: want 1 to the number of workers (%d)", f.replicas, len(cl.Spec.Workers))
 	case f.maxStale > 0 && f.sync:
 		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
 	if _, err := optim.New(cfg.Optimizer); err != nil {
+		var oe *optim.ConfigError
+		if errors.As(err, &oe) {
+			if flagName, ok := optimFlags[oe.Field]; ok {
+				return cfg, fmt.Errorf("--%s=%v: want %s (optimizer %s)", flagName, oe.Value, oe.Want, oe.Rule)
+			}
+		}
 		return cfg, fmt.Errorf("--optimizer: %w", err)
 	}
 	return cfg, nil
+}
+
+// optimFlags maps optim.ConfigError's fields to the flags that set them.
+var optimFlags = map[string]string{
+	"learning_rate": "learning_rate", "momentum": "momentum", "initial_accumulator": "initial_accumulator_value",
+	"beta1": "beta1", "beta2": "beta2", "epsilon": "epsilon", "ftrl_beta": "ftrl_beta", "l1": "l1", "l2": "l2",
+}
+
+// checkRanges refuses numeric flags outside the values that mean something,
+// naming the flag and what it wants. A flag whose zero means "the
+// default" (--train_steps, --learning_rate, ...) is refused at 0 only when
+// given explicitly.
+func (f *trainFlags) checkRanges() error {
+	positive := func(name string, v int64, explicitZeroOK bool) error {
+		if v < 0 || (v == 0 && f.set(name) && !explicitZeroOK) {
+			return fmt.Errorf("--%s=%d: want a number > 0", name, v)
+		}
+		return nil
+	}
+	nonNegative := func(name string, v int64, what string) error {
+		if v < 0 {
+			return fmt.Errorf("--%s=%d: want a number >= 0 (%s)", name, v, what)
+		}
+		return nil
+	}
+	duration := func(name string, d time.Duration, zero string) error {
+		switch {
+		case d < 0 && zero != "":
+			return fmt.Errorf("--%s=%v: want a duration >= 0 (0: %s)", name, d, zero)
+		case d <= 0 && zero == "":
+			return fmt.Errorf("--%s=%v: want a duration > 0", name, d)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		positive("train_steps", f.trainSteps, false),
+		positive("steps_to_validate", f.stepsToValidate, false),
+		positive("split_bytes", int64(f.splitBytes), false),
+		positive("replicas_to_aggregate", int64(f.replicas), false),
+		nonNegative("max_staleness", f.maxStale, "0: no bound"),
+		nonNegative("min_count", f.minCount, "0: a row at once"),
+		nonNegative("evict_after_steps", f.evictAfter, "0: never"),
+		nonNegative("save_steps", f.saveSteps, "0: by time only"),
+		duration("startup_timeout", f.startupTimeout, ""),
+		duration("wait_log_every", f.waitLogEvery, ""),
+		duration("recovery_timeout", f.recoveryTimeout, ""),
+		duration("sync_timeout", f.syncTimeout, "forever"),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case f.batchSize <= 0:
+		return fmt.Errorf("--batch_size=%d: want a number > 0", f.batchSize)
+	case f.hiddenUnits <= 0:
+		return fmt.Errorf("--hidden_units=%d: want a number > 0", f.hiddenUnits)
+	case f.keep < 1:
+		return fmt.Errorf("--keep_checkpoints=%d: want a number >= 1", f.keep)
+	case f.lr < 0 || (f.lr == 0 && f.set("learning_rate")):
+		return fmt.Errorf("--learning_rate=%v: want a number > 0", f.lr)
+	}
+	return nil
 }
 
 func newLogger(w io.Writer) func(string, ...any) {
@@ -231,6 +291,11 @@ Runs one task of a training job: a ps or a worker. The cluster comes from
 TF_CONFIG environment variable; an explicit flag wins over TF_CONFIG, field
 by field. Worker 0 is the chief.
 
+Exit status: 0 when the task's work is done (a ps: every worker has
+finished); 1 for a failure while running; 2 for input to fix; 143 or 130
+(128 + the signal) when SIGTERM or SIGINT stopped it before its work was
+done, which paramserv local treats as a death by signal and restarts.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -247,6 +312,13 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
 	}
+	// The ps and the chief write checkpoints; other workers never do.
+	if cfg.CheckpointDir != "" && (cfg.Cluster.Task.Job == cluster.JobPS || cfg.Cluster.IsChief()) {
+		if err := checkCheckpointDir(cfg.CheckpointDir); err != nil {
+			fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+			return 2
+		}
+	}
 	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
@@ -254,10 +326,21 @@ Flags:
 		err = trainer.RunWorker(ctx, cfg)
 	}
 	var ce *trainer.ConfigError
+	var sig *SignalError
+	var stopped *trainer.StoppedError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
+	case err != nil && errors.As(context.Cause(ctx), &sig):
+		// Stopped from outside before the work was done: a death, exit
+		// 128+signal, which `paramserv local` restarts like a kill.
+		if errors.As(err, &stopped) {
+			logf("%v; exiting %d", err, sig.ExitCode())
+		} else {
+			logf("%s %d: %v before training finished (%v); exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, err, sig.ExitCode())
+		}
+		return sig.ExitCode()
 	case err != nil:
 		logf("failed: %v", err)
 		return 1
@@ -305,5 +388,31 @@ func (s secondsValue) Set(v string) error {
 		return fmt.Errorf("want seconds (60) or a duration (1m30s), got %q", v)
 	}
 	*s.d = d
+	return nil
+}
+
+// checkCheckpointDir makes sure the checkpoint directory can be used before
+// any training: it is created if missing, must be a directory, and a file
+// must be creatable in it (tried for real: permission bits say nothing to
+// root, and nothing of read-only mounts).
+func checkCheckpointDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err == nil && !fi.IsDir() {
+		return fmt.Errorf("--checkpoint_dir=%s: is a file, want a directory", dir)
+	}
+	if err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--checkpoint_dir=%s: cannot create the directory: %v", dir, err)
+		}
+	}
+	f, err := os.CreateTemp(dir, ".paramserv-write-probe-*")
+	if err != nil {
+		return fmt.Errorf("--checkpoint_dir=%s: cannot write in the directory: %v", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("--checkpoint_dir=%s: cannot remove a file from the directory: %v", dir, err)
+	}
 	return nil
 }

@@ -210,7 +210,7 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 				}
 				cfg.Logf("%s failed: %s; stopping the other processes", c.name, DescribeExit(c.err))
 				stopAll(children, cfg.Grace)
-				return fmt.Errorf("local: %s failed: %s", c.name, DescribeExit(c.err))
+				return failure(c, children)
 			}
 			remaining--
 			cfg.Logf("%s exited 0", c.name)
@@ -240,10 +240,87 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 	return nil
 }
 
+// Failure is Run's error when a child failed and was not restarted: the
+// child that is reported, how it ended, and whether that was input to fix.
+type Failure struct {
+	Child string // "worker0"
+	Exit  string // as DescribeExit says it
+	// InputToFix is set when a child exited 2 (input the user must fix:
+	// a flag, a malformed data line); the launcher then exits 2 too.
+	InputToFix bool
+	// Others are the other children that had failed on their own by the
+	// time every process stopped ("ps1: exit status 1").
+	Others []string
+}
+
+func (f *Failure) Error() string {
+	msg := fmt.Sprintf("local: %s failed: %s", f.Child, f.Exit)
+	if f.InputToFix {
+		msg += " (input to fix)"
+	}
+	if len(f.Others) > 0 {
+		msg += "; also failed: " + strings.Join(f.Others, ", ")
+	}
+	return msg
+}
+
+// failure builds the error of a job stopped because first failed: the
+// child reported is one that exited 2 (input to fix), if any did before
+// they all stopped, else first. Children that exited only because
+// stopAll signalled them are not failures of their own.
+func failure(first *child, children []*child) *Failure {
+	var failed []*child
+	for _, c := range children {
+		if c == first || (c.err != nil && !signalDeath(c.err)) {
+			failed = append(failed, c)
+		}
+	}
+	main := first
+	for _, c := range failed {
+		if exitCode(c.err) == 2 {
+			main = c
+			break
+		}
+	}
+	f := &Failure{Child: main.name, Exit: DescribeExit(main.err), InputToFix: exitCode(main.err) == 2}
+	for _, c := range failed {
+		if c != main {
+			f.Others = append(f.Others, c.name+": "+DescribeExit(c.err))
+		}
+	}
+	return f
+}
+
+// exitCode is the child's exit status, or -1 if a signal killed it.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// signalDeath says whether a child ended because of a signal: killed by
+// it, or exited 128+SIGTERM (143) or 128+SIGINT (130), the status a
+// paramserv task gives after a SIGTERM or SIGINT stopped it before its
+// work was done.
+func signalDeath(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return true
+	}
+	code := ee.ExitCode()
+	return code == 128+int(syscall.SIGTERM) || code == 128+int(syscall.SIGINT)
+}
+
 // restartable says whether a failed child should be restarted: a ps that
 // died while workers still run (not one that rejected its configuration,
-// exit status 2), or a worker killed by a signal; each at most MaxRestarts
-// times.
+// exit status 2), or a worker killed by a signal (SIGKILL, or SIGTERM or
+// SIGINT from outside: exit status 143 or 130); each at most MaxRestarts
+// times. Children that the launcher itself stops are never restarted.
 func restartable(cfg Config, c *child, workersLeft int) bool {
 	if c.restarts >= cfg.MaxRestarts || workersLeft == 0 {
 		return false
@@ -252,21 +329,17 @@ func restartable(cfg Config, c *child, workersLeft int) bool {
 	if !errors.As(c.err, &ee) {
 		return false
 	}
-	signaled := false
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
-		signaled = ws.Signaled()
-	}
 	switch c.job {
 	case "ps":
-		return cfg.RestartPS && (signaled || ee.ExitCode() != 2)
+		return cfg.RestartPS && (signalDeath(c.err) || ee.ExitCode() != 2)
 	case "worker":
-		return cfg.RestartWorkers && signaled
+		return cfg.RestartWorkers && signalDeath(c.err)
 	}
 	return false
 }
 
 // DescribeExit says how a child process ended: "exit status 1", "killed
-// by signal killed".
+// by signal killed", "exit status 143 (stopped by SIGTERM)".
 func DescribeExit(err error) string {
 	if err == nil {
 		return "exit status 0"
@@ -276,7 +349,14 @@ func DescribeExit(err error) string {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return "killed by signal " + ws.Signal().String()
 		}
-		return fmt.Sprintf("exit status %d", ee.ExitCode())
+		switch code := ee.ExitCode(); code {
+		case 128 + int(syscall.SIGTERM):
+			return fmt.Sprintf("exit status %d (stopped by SIGTERM)", code)
+		case 128 + int(syscall.SIGINT):
+			return fmt.Sprintf("exit status %d (stopped by SIGINT)", code)
+		default:
+			return fmt.Sprintf("exit status %d", code)
+		}
 	}
 	return err.Error()
 }

@@ -101,7 +101,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// RunPS serves one ps until every worker is done or ctx ends.
+// RunPS serves one ps until every worker is done or ctx ends; a ctx that
+// ends first is a *StoppedError.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	s := server.New(server.Config{
@@ -130,8 +131,34 @@ func RunPS(ctx context.Context, cfg Config) error {
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
 	}
+	if err == nil && ctx.Err() != nil {
+		// Stopped from outside (SIGTERM): a success only if every worker
+		// had finished.
+		select {
+		case <-s.AllDone():
+		default:
+			st, _ := s.Status(context.Background(), nil) // Status reads no field of its request
+			return &StoppedError{Task: cfg.Cluster.Task.Index, Cause: context.Cause(ctx),
+				Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(cfg.Cluster.Spec.Workers)}
+		}
+	}
 	return err
 }
+
+// StoppedError is RunPS's error when its context ended (a SIGTERM) before
+// every worker had finished: the job is not done, so the ps did not succeed.
+type StoppedError struct {
+	Task          int
+	Cause         error // the context's cause
+	Step          int64 // the global step then
+	Done, Workers int   // workers finished, of all
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("ps %d: %v at global step %d before every worker finished (%d of %d done)", e.Task, e.Cause, e.Step, e.Done, e.Workers)
+}
+
+func (e *StoppedError) Unwrap() error { return e.Cause }
 
 // Result is what the chief writes to --result_file.
 type Result struct {

@@ -66,6 +66,15 @@ func New(cfg model.Config) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sparse_lr: --train_data: %w", err)
 	}
+	if cfg.TestData != "" {
+		test, err := resolve(cfg.TestData, cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
+		}
+		if err := disjoint(cfg.TrainData, cfg.TestData, paths, test); err != nil {
+			return nil, err
+		}
+	}
 	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
 	// With at least as many files as workers, each worker takes whole files;
 	// otherwise every worker takes every NumWorkers-th line of all files.
@@ -97,6 +106,43 @@ func New(cfg model.Config) (*Model, error) {
 	}
 	m.next = len(m.order) // shuffle on the first batch
 	return m, nil
+}
+
+// CheckDisjoint returns an error if the training files named by trainData
+// include a file of testData (after resolving both as New does, under
+// dataDir; directories stand for the files in them): a model must never be
+// measured on data it trained on. Names that do not resolve are left to
+// New to report.
+func CheckDisjoint(trainData, testData, dataDir string) error {
+	train, err1 := resolve(trainData, dataDir)
+	test, err2 := resolve(testData, dataDir)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	return disjoint(trainData, testData, train, test)
+}
+
+// disjoint compares files as the OS sees them (os.SameFile), so another
+// spelling, a symbolic or a hard link of a test file is caught too.
+func disjoint(trainData, testData string, train, test []string) error {
+	for _, t := range test {
+		ti, err := os.Stat(t)
+		if err != nil {
+			continue
+		}
+		for _, p := range train {
+			if pi, err := os.Stat(p); err == nil && os.SameFile(ti, pi) {
+				trainAbs, _ := filepath.Abs(p)
+				testAbs, _ := filepath.Abs(t)
+				same := testAbs
+				if testAbs != trainAbs {
+					same = trainAbs + ", the same file as " + testAbs
+				}
+				return fmt.Errorf("sparse_lr: --train_data=%s reads the --test_data=%s file (%s): a model must not be tested on data it trained on; name the training files alone (e.g. a9a/a9a, not the directory a9a, which holds a9a.t too)", trainData, testData, same)
+			}
+		}
+	}
+	return nil
 }
 
 // resolve turns a comma-separated list of files or directories into files.

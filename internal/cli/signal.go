@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// SignalError is the cause of the context Main runs under once the process
+// has received SIGTERM or SIGINT (see NotifySignals). A task stopped by one
+// before its work was done exits with ExitCode, 128 plus the signal's
+// number as shells report it (143 for SIGTERM, 130 for SIGINT): a death,
+// not a success, and one that `paramserv local` tells apart from a failure
+// of the task's own (exit 1) or input to fix (exit 2).
+type SignalError struct{ Sig syscall.Signal }
+
+func (e *SignalError) Error() string { return "received " + signalName(e.Sig) }
+
+// ExitCode is 128 plus the signal's number.
+func (e *SignalError) ExitCode() int { return 128 + int(e.Sig) }
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	}
+	return fmt.Sprintf("signal %d (%v)", int(s), s)
+}
+
+// NotifySignals returns a context that ends with a *SignalError as its
+// cause when the process receives SIGTERM or SIGINT. Later signals are
+// caught and ignored until stop is called; stop restores the default
+// handling and releases the context.
+func NotifySignals(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		select {
+		case s := <-ch:
+			sig, _ := s.(syscall.Signal)
+			cancel(&SignalError{Sig: sig})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		cancel(context.Canceled)
+	}
+}

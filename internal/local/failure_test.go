@@ -1,0 +1,102 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeTask writes a shell script that stands in for the paramserv binary:
+// body sees the task's flags as "$@" and $job, $index.
+func fakeTask(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "task.sh")
+	src := `#!/bin/sh
+for a in "$@"; do
+  case "$a" in
+    --job_name=*) job=${a#--job_name=} ;;
+    --task_index=*) index=${a#--task_index=} ;;
+  esac
+done
+` + body + "\n"
+	if err := os.WriteFile(path, []byte(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type fakeOut struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *fakeOut) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func runFake(t *testing.T, exe string, workers int) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out fakeOut
+	err := Run(ctx, Config{NumPS: 1, NumWorkers: workers, Exe: exe, Subcommand: "train", Out: &out,
+		Logf: t.Logf, Grace: 5 * time.Second, RestartPS: true, RestartWorkers: true, MaxRestarts: 1})
+	if ctx.Err() != nil {
+		t.Fatalf("Run did not return within a minute (guard against a hang); output:\n%s", out.b.String())
+	}
+	return err
+}
+
+// A child that exits 2 (input to fix) makes the failure input to fix.
+func TestChildExitTwoIsInputToFix(t *testing.T) {
+	exe := fakeTask(t, `[ "$job" = ps ] && exec sleep 60
+exit 2`)
+	err := runFake(t, exe, 1)
+	var f *Failure
+	if !errors.As(err, &f) || !f.InputToFix || f.Child != "worker0" || !strings.Contains(err.Error(), "worker0 failed: exit status 2 (input to fix)") {
+		t.Fatalf("Run: %v, want a Failure of worker0, exit status 2, input to fix", err)
+	}
+}
+
+// When several children fail, one that exited 2 is the one reported, even
+// if another failed first; children stopped by the launcher's own SIGTERM
+// are not failures.
+func TestInputToFixWinsAmongSeveralFailures(t *testing.T) {
+	exe := fakeTask(t, `[ "$job" = ps ] && exec sleep 60
+if [ "$index" = 1 ]; then exit 1; fi
+trap '' TERM
+sleep 0.5
+exit 2`)
+	err := runFake(t, exe, 2)
+	var f *Failure
+	if !errors.As(err, &f) || !f.InputToFix || f.Child != "worker0" {
+		t.Fatalf("Run: %v, want a Failure of worker0, input to fix", err)
+	}
+	if want := "also failed: worker1: exit status 1"; !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "ps0") {
+		t.Fatalf("Run: %v, want it to say %q and not to name ps0 (stopped by local)", err, want)
+	}
+}
+
+// A worker that exits 143 (128+SIGTERM: a SIGTERM from outside) is
+// restarted like one killed by a signal, and the job goes on.
+func TestWorkerExit143IsRestarted(t *testing.T) {
+	dir := t.TempDir()
+	marker, done := filepath.Join(dir, "ran"), filepath.Join(dir, "done")
+	exe := fakeTask(t, `if [ "$job" = ps ]; then
+  while [ ! -e `+done+` ]; do sleep 0.05; done
+  exit 0
+fi
+if [ ! -e `+marker+` ]; then touch `+marker+`; exit 143; fi
+touch `+done+`
+exit 0`)
+	if err := runFake(t, exe, 1); err != nil {
+		t.Fatalf("Run: %v, want worker0 restarted after exit 143 and the job to end well", err)
+	}
+}
