@@ -69,9 +69,16 @@ exit 2`)
 // if another failed first; children stopped by the launcher's own SIGTERM
 // are not failures.
 func TestInputToFixWinsAmongSeveralFailures(t *testing.T) {
+	// worker1 fails only once worker0 ignores SIGTERM, so that the order
+	// does not depend on how fast the shells start on a busy machine.
+	ready := filepath.Join(t.TempDir(), "trapped")
 	exe := fakeTask(t, `[ "$job" = ps ] && exec sleep 60
-if [ "$index" = 1 ]; then exit 1; fi
+if [ "$index" = 1 ]; then
+  while [ ! -e `+ready+` ]; do sleep 0.01; done
+  exit 1
+fi
 trap '' TERM
+touch `+ready+`
 sleep 0.5
 exit 2`)
 	err := runFake(t, exe, 2)
