@@ -15,9 +15,9 @@ package client
 
 import (
 	"context"
-	"net"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 

@@ -8,10 +8,10 @@ package trainer
 
 import (
 	"context"
-	"net"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
