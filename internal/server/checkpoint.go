@@ -15,14 +15,16 @@ import (
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
-// Meta keys the chief writes into a checkpoint manifest (the shard's).
+// Meta keys the chief writes into a checkpoint manifest.
+//
+// Deprecated: write them with checkpoint.Manifest.SetTraining.
 const (
-	MetaReplicas     = shard.MetaReplicas
-	MetaMaxStaleness = shard.MetaMaxStaleness
-	MetaSplitBytes   = shard.MetaSplitBytes
-	MetaSyncTimeout  = shard.MetaSyncTimeout
-	MetaSyncProceed  = shard.MetaSyncProceed
-	MetaTables       = shard.MetaTables
+	MetaReplicas     = "replicas_to_aggregate"
+	MetaMaxStaleness = "max_staleness"
+	MetaSplitBytes   = "split_bytes"
+	MetaSyncTimeout  = "sync_timeout_ms"
+	MetaSyncProceed  = "sync_proceed"
+	MetaTables       = "tables"
 )
 
 // SlotNames names the state slots of a rule, as checkpoints store them.

@@ -1,12 +1,10 @@
 package shard
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
@@ -28,16 +26,6 @@ import (
 // and in the shard's metadata "updates/<var>" holds a variable's update count.
 // Variables split across ps are stored under their own name on each shard,
 // with the rows each holds recorded in the manifest.
-
-// Meta keys the chief writes into a checkpoint manifest.
-const (
-	MetaReplicas     = "replicas_to_aggregate"
-	MetaMaxStaleness = "max_staleness"
-	MetaSplitBytes   = "split_bytes"
-	MetaSyncTimeout  = "sync_timeout_ms"
-	MetaSyncProceed  = "sync_proceed"
-	MetaTables       = "tables"
-)
 
 // SlotNames names the state slots of a rule, in the order of its state
 // vectors, as checkpoints store them.
@@ -109,31 +97,22 @@ func (s *Shard) Snapshot() checkpoint.Shard {
 // shard of a cluster of numWorkers workers (the variables come from the
 // placement, see Restore).
 func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
-	var oc optim.Config
-	if err := json.Unmarshal(m.Optimizer, &oc); err != nil {
-		return Layout{}, fmt.Errorf("checkpoint of step %d: optimizer %s: %w", m.Step, m.Optimizer, err)
+	t, err := m.Training()
+	if err != nil {
+		return Layout{}, err
 	}
-	meta := func(k string) int64 {
-		n, _ := strconv.ParseInt(m.Meta[k], 10, 64)
-		return n
-	}
-	l := Layout{
-		Optimizer:           oc,
-		Sync:                m.Mode == "sync",
-		ReplicasToAggregate: int(min(meta(MetaReplicas), int64(numWorkers))),
+	return Layout{
+		Optimizer:           t.Optimizer,
+		Sync:                t.Mode == "sync",
+		ReplicasToAggregate: min(t.ReplicasToAggregate, numWorkers),
 		NumWorkers:          numWorkers,
 		GlobalStep:          m.Step,
-		MaxStaleness:        meta(MetaMaxStaleness),
-		SyncTimeout:         time.Duration(meta(MetaSyncTimeout)) * time.Millisecond,
-		SyncProceed:         m.Meta[MetaSyncProceed] == "true",
-		SplitBytes:          meta(MetaSplitBytes),
-	}
-	if t := m.Meta[MetaTables]; t != "" {
-		if err := json.Unmarshal([]byte(t), &l.Tables); err != nil {
-			return Layout{}, fmt.Errorf("checkpoint of step %d: table specs: %w", m.Step, err)
-		}
-	}
-	return l, nil
+		MaxStaleness:        t.MaxStaleness,
+		SyncTimeout:         t.SyncTimeout,
+		SyncProceed:         t.SyncProceed,
+		SplitBytes:          t.SplitBytes,
+		Tables:              t.Tables,
+	}, nil
 }
 
 // Restore builds, as a pure function of the checkpoint m and its shard
@@ -205,12 +184,17 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	var parts []restored
 	for i, pv := range plan.Vars {
 		v := m.Variables[i]
+		// A ps reads its own shard file when the checkpoint placed the
+		// variable as today's placement does; otherwise (another number of
+		// ps, or a placement that changed since) it assembles the variable
+		// from the parts the manifest lists and takes its share.
+		direct := !reshard && samePlacement(v, pv)
 		for _, part := range pv.Parts {
 			if part.PS != task {
 				continue
 			}
 			get := func(name string) ([]float32, error) {
-				if !reshard {
+				if direct {
 					sh, err := cached(task)
 					if err != nil {
 						return nil, err
@@ -244,13 +228,12 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 				}
 				r.state = append(r.state, st)
 			}
+			// The update count (Adam's bias correction): the most any part
+			// recorded, which is every part's in a synchronous job.
 			for _, p := range v.Parts {
 				if sh, err := cached(p.Shard); err == nil {
 					n, _ := strconv.ParseInt(sh.Meta["updates/"+v.Name], 10, 64)
 					r.updates = max(r.updates, n)
-				}
-				if !reshard {
-					break
 				}
 			}
 			shape := make([]int64, len(part.Shape))
@@ -286,7 +269,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		if reshard {
 			from = tb.Shards
 		}
-		snap, err := tableRows(cached, from, tb, slots, t.t.Dim(), reshard, task, numPS)
+		snap, err := tableRows(cached, from, tb, slots, t.t.Dim(), reshard, task, numPS, m.Step)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
 		}
@@ -298,9 +281,34 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	return st, nil
 }
 
+// samePlacement reports whether the checkpoint placed v's parts on the
+// shards (and rows) where today's placement pv puts them.
+func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
+	if len(v.Parts) != len(pv.Parts) {
+		return false
+	}
+	for j, p := range v.Parts {
+		q := pv.Parts[j]
+		if p.Shard != q.PS {
+			return false
+		}
+		if len(pv.Parts) > 1 {
+			if len(p.Rows) != 2 || len(q.Shape) == 0 || p.Rows[1]-p.Rows[0] != int64(q.Shape[0]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // tableRows gathers a table's rows from the given shards, keeping (when
 // re-sharding) those ps task owns among numPS, sorted by key.
-func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int) (sparse.Snapshot, error) {
+//
+// A row's last-touched step is a global step, so it is kept within 0 and
+// the checkpoint's step: a value outside (a damaged or hand-made file) would
+// otherwise stretch the table's window of representable steps and lose
+// every row's.
+func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64) (sparse.Snapshot, error) {
 	type row struct {
 		key      uint64
 		shard, i int
@@ -382,7 +390,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 			snap.Updates[j] = uint32(c.updates[r.i])
 		}
 		if hasTouch && c.touch != nil {
-			snap.LastTouch[j] = c.touch[r.i]
+			snap.LastTouch[j] = min(max(c.touch[r.i], 0), step)
 		}
 	}
 	return snap, nil

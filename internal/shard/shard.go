@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -36,17 +37,8 @@ type VarSpec struct {
 	Shape []int64 `json:"shape"`
 }
 
-// TableSpec is a sparse table. Its JSON form is the one checkpoint
-// manifests have always recorded (the generated TableSpec's).
-type TableSpec struct {
-	Name            string  `json:"name,omitempty"`
-	Dim             int32   `json:"dim,omitempty"`
-	Initializer     string  `json:"initializer,omitempty"` // "zeros" (or "") or "normal"
-	InitStddev      float64 `json:"init_stddev,omitempty"`
-	Seed            uint64  `json:"seed,omitempty"`
-	MinCount        int64   `json:"min_count,omitempty"` // admission threshold; 0 admits at once
-	EvictAfterSteps int64   `json:"evict_after_steps,omitempty"`
-}
+// TableSpec is a sparse table: the checkpoint manifest's record of one.
+type TableSpec = checkpoint.TableSpec
 
 // Layout is everything the chief's Init (or a checkpoint) fixes about a
 // shard except the values: its variables and tables, the optimizer and the

@@ -1,0 +1,125 @@
+package shard
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+// goldenDir holds checkpoints written by the code of before the shard
+// existed (package checkpoint's golden-v1, made with today's main).
+const goldenDir = "../checkpoint/testdata/golden-v1"
+
+// Checkpoints written by earlier code still load: restored onto as many
+// ps as wrote them, onto fewer and onto more (re-sharding), every ps's
+// shard together holds exactly the golden tensors, bit for bit: values,
+// optimizer slots, rows by key, and the step.
+func TestGoldenCheckpointsRestore(t *testing.T) {
+	for _, step := range []int64{100, 200} {
+		m, err := checkpoint.Load(vfs.OS, goldenDir, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := goldenTensors(t, m)
+		// Last-touched steps outside 0..step (the golden files hold
+		// extremes on purpose) are restored within it.
+		for name, b := range want {
+			if strings.HasSuffix(name, "/last_touch") {
+				v := int64(binary.LittleEndian.Uint64(b))
+				want[name] = binary.LittleEndian.AppendUint64(nil, uint64(min(max(v, 0), step)))
+			}
+		}
+		for _, numPS := range []int{m.NumPS, 1, 3} {
+			t.Run(fmt.Sprintf("step%d/ps%d", step, numPS), func(t *testing.T) {
+				got := map[string][]byte{}
+				for task := range numPS {
+					read := func(k int) (*checkpoint.Shard, error) {
+						sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, m, k)
+						return &sh, err
+					}
+					st, err := Restore(m, read, task, numPS, m.NumWorkers)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sh := New(Config{Task: task, NumPS: numPS, NumWorkers: m.NumWorkers})
+					sh.Install(st)
+					if sh.Step() != step || sh.RestoredStep() != step {
+						t.Fatalf("ps %d: step %d (restored %d), want %d", task, sh.Step(), sh.RestoredStep(), step)
+					}
+					collect(t, sh.Snapshot(), got)
+				}
+				for name, w := range want {
+					if !bytes.Equal(got[name], w) {
+						t.Errorf("%s: restored %x, golden %x", name, got[name], w)
+					}
+				}
+				if len(got) != len(want) {
+					t.Errorf("restored %d tensors and rows, golden %d", len(got), len(want))
+				}
+			})
+		}
+	}
+}
+
+// goldenTensors reads the checkpoint's files as they are: each variable's
+// tensors with its parts in row order, each table's rows by key.
+func goldenTensors(t *testing.T, m checkpoint.Manifest) map[string][]byte {
+	out := map[string][]byte{}
+	for k := range m.Shards {
+		sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, m, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, sh, out)
+	}
+	return out
+}
+
+// collect adds a shard's tensors to out: a variable's tensors appended in
+// the order of the shards given (row order), a table's per key.
+func collect(t *testing.T, sh checkpoint.Shard, out map[string][]byte) {
+	byName := sh.ByName()
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		tn := byName[n]
+		table, col, ok := cutTable(n)
+		if !ok {
+			out[n] = append(out[n], tn.Data...)
+			continue
+		}
+		if col == "keys" {
+			continue
+		}
+		keys, err := sh.Uint64s(table + "/keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		per := len(tn.Data) / len(keys)
+		for i, k := range keys {
+			out[fmt.Sprintf("%s[%d]/%s", table, k, col)] = tn.Data[i*per : (i+1)*per]
+		}
+	}
+}
+
+// cutTable splits "emb/values" into the table and its column; the golden
+// checkpoints' only table is emb.
+func cutTable(name string) (table, col string, ok bool) {
+	const prefix = "emb/"
+	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
+		return "emb", name[len(prefix):], true
+	}
+	return "", "", false
+}
