@@ -119,7 +119,13 @@ func TestRepliesNeverReadBuffersBeingUpdated(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the workers' requests did not all finish within 2 minutes")
+	}
 }
 
 // The data path allocates nothing per request once its buffers have

@@ -112,8 +112,13 @@ func TestPullWaitsForStep(t *testing.T) {
 	if _, err := push(s, 1, 0, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if step := <-got; step != 1 {
-		t.Fatalf("pull answered at step %d", step)
+	select {
+	case step := <-got:
+		if step != 1 {
+			t.Fatalf("pull answered at step %d", step)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pull for step 1 was not answered within 30s of the second gradient")
 	}
 	// A cancelled wait returns the context's error, not a hang.
 	ctx, cancel := context.WithCancel(context.Background())
