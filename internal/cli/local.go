@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/models/sparselr"
@@ -25,9 +27,20 @@ func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f := defineTrainFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
+       paramserv local [--ps=N] [--workers=N] [flags] -- CMD [ARGS...]
 
 Starts a whole cluster on this machine: --ps ps processes and --workers
 worker processes of this binary, on free loopback ports, and waits for them.
+
+With -- CMD ARGS, each worker is your own training program instead: CMD
+runs once per worker with TF_CONFIG set to the cluster and its task,
+{"cluster":{"ps":[...],"worker":[...]},"task":{"type":"worker","index":I}},
+as Kubernetes' TFJob operator sets it; the ps are this binary, given the
+flags before --. Output is prefixed as below, a worker killed by a signal
+is restarted, and the exit status is the workers'. Once every worker has
+exited 0, ps still waiting for workers that never said they were done are
+stopped after 5s.
+
 Every training flag is passed on to each task (--result_file to the chief
 only); the cluster flags are chosen here. Each output line is prefixed with
 its process ([ps0], [worker1]). Exits 0 only if every process does; on a
@@ -45,6 +58,17 @@ its own processes when it stops them all never restarts one.
 Flags:
 `)
 		fs.PrintDefaults()
+	}
+	var workerCmd []string
+	for i, a := range args {
+		if a == "--" {
+			args, workerCmd = args[:i], args[i+1:]
+			if len(workerCmd) == 0 {
+				fmt.Fprintf(stderr, "paramserv local: nothing after --: want the command each worker runs, as in paramserv local -- python3 train.py\n")
+				return 2
+			}
+			break
+		}
 	}
 	if code, done := parseFlags(fs, args); done {
 		return code
@@ -108,9 +132,23 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)
 		return 1
 	}
+	if len(workerCmd) > 0 {
+		if _, err := exec.LookPath(workerCmd[0]); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: the workers' command %q: %v\n", workerCmd[0], err)
+			return 2
+		}
+		if len(chief) > 0 {
+			fmt.Fprintf(stderr, "paramserv local: --result_file is for the built-in models; with -- CMD give your program its own\n")
+			return 2
+		}
+	}
+	var psExit time.Duration // the default
+	if len(workerCmd) > 0 {
+		psExit = 5 * time.Second // a program that does not call done
+	}
 	err = local.Run(ctx, local.Config{
-		NumPS: *numPS, NumWorkers: *numWorkers,
-		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief,
+		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
+		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd,
 		Out: stdout, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 	})

@@ -10,6 +10,7 @@ package local
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,14 @@ type Config struct {
 	Subcommand string
 	// Args go to every task; ChiefArgs only to worker 0.
 	Args, ChiefArgs []string
+	// WorkerCmd, if set, is the program each worker runs instead of Exe
+	// (the user's own training program, `paramserv local -- CMD ARGS`):
+	// started once per worker with TF_CONFIG naming the cluster and that
+	// worker's task, as Kubernetes' TFJob operator sets it, and neither
+	// Args nor ChiefArgs. The ps are still Exe. Once every worker has
+	// exited 0, ps that do not exit by themselves (a program that never
+	// told them it was done) are stopped, and that is not a failure.
+	WorkerCmd []string
 	// Out receives every child's prefixed output lines.
 	Out io.Writer
 	// Logf receives the launcher's own lines.
@@ -50,7 +59,9 @@ type Config struct {
 type child struct {
 	name     string
 	job      string
+	exe      string
 	args     []string
+	env      []string // added to ChildEnv
 	restarts int
 	cmd      *exec.Cmd
 	done     chan struct{} // closed when the process has exited and its output is drained
@@ -113,13 +124,18 @@ func Run(ctx context.Context, cfg Config) error {
 		n   int
 	}{{"ps", cfg.NumPS}, {"worker", cfg.NumWorkers}} {
 		for i := range role.n {
-			args := []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
-				"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}
-			args = append(args, cfg.Args...)
-			if role.job == "worker" && i == 0 {
-				args = append(args, cfg.ChiefArgs...)
+			c := &child{name: fmt.Sprintf("%s%d", role.job, i), job: role.job, exe: cfg.Exe}
+			if role.job == "worker" && len(cfg.WorkerCmd) > 0 {
+				c.exe, c.args = cfg.WorkerCmd[0], cfg.WorkerCmd[1:]
+				c.env = []string{"TF_CONFIG=" + TFConfig(hosts[:cfg.NumPS], hosts[cfg.NumPS:], role.job, i)}
+			} else {
+				c.args = []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
+					"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}
+				c.args = append(c.args, cfg.Args...)
+				if role.job == "worker" && i == 0 {
+					c.args = append(c.args, cfg.ChiefArgs...)
+				}
 			}
-			c := &child{name: fmt.Sprintf("%s%d", role.job, i), job: role.job, args: args}
 			if err := c.start(cfg, &outMu); err != nil {
 				stopAll(children, cfg.Grace)
 				return err
@@ -135,8 +151,8 @@ func Run(ctx context.Context, cfg Config) error {
 func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 	c.done = make(chan struct{})
 	c.err = nil
-	c.cmd = exec.Command(cfg.Exe, c.args...)
-	c.cmd.Env = ChildEnv()
+	c.cmd = exec.Command(c.exe, c.args...)
+	c.cmd.Env = append(ChildEnv(), c.env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
@@ -160,6 +176,16 @@ func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 		close(done)
 	}()
 	return nil
+}
+
+// TFConfig is the TF_CONFIG of task index of job in a cluster of the ps
+// and worker addresses, as Kubeflow's TFJob operator writes it.
+func TFConfig(ps, workers []string, job string, index int) string {
+	b, _ := json.Marshal(map[string]any{
+		"cluster": map[string][]string{"ps": ps, "worker": workers},
+		"task":    map[string]any{"type": job, "index": index},
+	})
+	return string(b)
 }
 
 // ChildEnv is the environment for a child task: this process's, without
@@ -221,6 +247,12 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 				}
 			}
 		case <-psDeadline:
+			if len(cfg.WorkerCmd) > 0 {
+				// The user's program may not tell the ps it is done.
+				cfg.Logf("every worker exited 0; stopping the ps, which were not told the workers are done (call done() at the end of the program to end them sooner)")
+				stopAll(children, cfg.Grace)
+				return nil
+			}
 			var running []string
 			for _, c := range children {
 				select {
