@@ -50,50 +50,31 @@ func FuzzRequests(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		kind, b := in[0]%8, in[1:]
-		var m proto.Message
-		switch kind {
-		case 0:
-			m = &pb.InitRequest{}
-		case 1:
-			m = &pb.PushRequest{}
-		case 2:
-			m = &pb.PullRequest{}
-		case 3:
-			m = &pb.PushPullRequest{}
-		case 4:
-			m = &pb.CheckpointRequest{}
-		case 5:
-			m = &pb.RestoreRequest{}
-		case 6:
-			m = &pb.DoneRequest{}
-		default:
-			m = &pb.StatusRequest{}
-		}
-		if proto.Unmarshal(b, m) != nil {
+		r := requests[int(in[0])%len(requests)]
+		m := r.msg()
+		if proto.Unmarshal(in[1:], m) != nil {
 			return
 		}
-		switch r := m.(type) {
-		case *pb.InitRequest:
-			_, _ = s.Init(ctx, r)
-		case *pb.PushRequest:
-			_, _ = s.Push(ctx, r)
-		case *pb.PullRequest:
-			_, _ = s.Pull(ctx, r)
-		case *pb.PushPullRequest:
-			_, _ = s.PushPull(ctx, r)
-		case *pb.CheckpointRequest:
-			_, _ = s.Checkpoint(ctx, r)
-		case *pb.RestoreRequest:
-			_, _ = s.Restore(ctx, r)
-		case *pb.DoneRequest:
-			_, _ = s.Done(ctx, r)
-		case *pb.StatusRequest:
-			_, _ = s.Status(ctx, r)
-		}
+		r.serve(ctx, s, m)
 		st, _ := s.Status(context.Background(), &pb.StatusRequest{})
 		if _, err := s.Push(context.Background(), &pb.PushRequest{Worker: 0, Step: st.GlobalStep, Grads: []*pb.DenseTensor{{Name: "w", Data: f32(1, 1)}, {Name: "b", Data: f32(1)}}}); err != nil && st.Initialized && st.Mode == "async" {
 			t.Fatalf("after %T: a good push fails: %v", m, err)
 		}
 	})
+}
+
+// requests are the ps's gRPC requests as FuzzRequests picks them by their
+// first byte: a fresh message, and the call that serves it.
+var requests = []struct {
+	msg   func() proto.Message
+	serve func(context.Context, *Server, proto.Message)
+}{
+	{func() proto.Message { return &pb.InitRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Init(ctx, m.(*pb.InitRequest)) }},
+	{func() proto.Message { return &pb.PushRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Push(ctx, m.(*pb.PushRequest)) }},
+	{func() proto.Message { return &pb.PullRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Pull(ctx, m.(*pb.PullRequest)) }},
+	{func() proto.Message { return &pb.PushPullRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.PushPull(ctx, m.(*pb.PushPullRequest)) }},
+	{func() proto.Message { return &pb.CheckpointRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Checkpoint(ctx, m.(*pb.CheckpointRequest)) }},
+	{func() proto.Message { return &pb.RestoreRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Restore(ctx, m.(*pb.RestoreRequest)) }},
+	{func() proto.Message { return &pb.DoneRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Done(ctx, m.(*pb.DoneRequest)) }},
+	{func() proto.Message { return &pb.StatusRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Status(ctx, m.(*pb.StatusRequest)) }},
 }
