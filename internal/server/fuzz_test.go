@@ -73,7 +73,9 @@ var requests = []struct {
 	{func() proto.Message { return &pb.PushRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Push(ctx, m.(*pb.PushRequest)) }},
 	{func() proto.Message { return &pb.PullRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Pull(ctx, m.(*pb.PullRequest)) }},
 	{func() proto.Message { return &pb.PushPullRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.PushPull(ctx, m.(*pb.PushPullRequest)) }},
-	{func() proto.Message { return &pb.CheckpointRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Checkpoint(ctx, m.(*pb.CheckpointRequest)) }},
+	{func() proto.Message { return &pb.CheckpointRequest{} }, func(ctx context.Context, s *Server, m proto.Message) {
+		_, _ = s.Checkpoint(ctx, m.(*pb.CheckpointRequest))
+	}},
 	{func() proto.Message { return &pb.RestoreRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Restore(ctx, m.(*pb.RestoreRequest)) }},
 	{func() proto.Message { return &pb.DoneRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Done(ctx, m.(*pb.DoneRequest)) }},
 	{func() proto.Message { return &pb.StatusRequest{} }, func(ctx context.Context, s *Server, m proto.Message) { _, _ = s.Status(ctx, m.(*pb.StatusRequest)) }},
