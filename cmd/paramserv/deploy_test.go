@@ -119,7 +119,7 @@ func checkRuntimeStage(t *testing.T, s *dockerStage) (copySrc string) {
 	ep := s.all("ENTRYPOINT")
 	var argv []string
 	if len(ep) != 1 || json.Unmarshal([]byte(ep[0]), &argv) != nil || !slices.Equal(argv, []string{"/paramserv"}) {
-		t.Errorf(`stage %s: ENTRYPOINT %q, want exactly one, ["/paramserv"] (exec form: scratch has no shell)`, s.name, ep)
+		t.Errorf(`stage %s: ENTRYPOINT %s, want exactly one, ["/paramserv"] (exec form: scratch has no shell)`, s.name, strings.Join(ep, "; "))
 	}
 	u := s.all("USER")
 	if len(u) != 1 || strings.HasPrefix(u[0], "0") || strings.HasPrefix(u[0], "root") {
