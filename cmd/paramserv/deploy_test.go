@@ -332,6 +332,7 @@ func loadManifests(t *testing.T) []manifest {
 
 var knownKinds = map[string]string{
 	"Service": "v1", "PersistentVolumeClaim": "v1", "Job": "batch/v1", "StatefulSet": "apps/v1", "TFJob": "kubeflow.org/v1",
+	"NetworkPolicy": "networking.k8s.io/v1",
 }
 
 // trainFlagNames are the flags `paramserv train` accepts, from its help.
@@ -501,6 +502,38 @@ func TestManifests(t *testing.T) {
 			pods = append(pods, checkTFJob(t, m, claims, trainFlags)...)
 		case "Service":
 			pods = append(pods, checkPlain(t, m, ms, claims, trainFlags)...)
+		}
+	}
+	// A NetworkPolicy lets the job's pods, and only them, reach every pod's port.
+	for _, m := range ms {
+		if m.kind() != "NetworkPolicy" {
+			continue
+		}
+		sel, _ := get(m.obj, "spec", "podSelector", "matchLabels").(map[string]any)
+		ingress := list(get(m.obj, "spec", "ingress"))
+		if len(sel) == 0 || len(ingress) != 1 || len(list(get(ingress[0], "from"))) != 1 {
+			t.Errorf("%s: want matchLabels and one ingress rule from one podSelector", m)
+			continue
+		}
+		from, _ := get(list(get(ingress[0], "from"))[0], "podSelector", "matchLabels").(map[string]any)
+		var ports []int
+		for _, p := range list(get(ingress[0], "ports")) {
+			n, _ := intOf(get(p, "port"))
+			ports = append(ports, n)
+		}
+		for _, p := range pods {
+			for what, labels := range map[string]map[string]any{"podSelector": sel, "ingress from": from} {
+				for k, v := range labels {
+					if p.labels[k] != v {
+						t.Errorf("%s: %s %s=%v does not select %s (label %v)", m, what, k, v, p.where, p.labels[k])
+					}
+				}
+			}
+			if p.train != nil {
+				if port := containerPort(t, p.where, p.train, ""); !slices.Contains(ports, port) {
+					t.Errorf("%s: ingress ports %v leave out %s's port %d", m, ports, p.where, port)
+				}
+			}
 		}
 	}
 	// Every pod sees the checkpoints at the same path on the same claim.
