@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"flag"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -80,4 +83,26 @@ func TestBindFlagsTaskIndexEnv(t *testing.T) {
 	if got := get(); got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
+}
+
+// FuzzTaskIndexEnv: whatever the variable holds, Resolve does not panic, and
+// an index it takes is in range and written in the value.
+func FuzzTaskIndexEnv(f *testing.F) {
+	for _, s := range []string{"0", "1", "paramserv-ps-1", "w-2.svc.cluster.local", "-1", "", "ps-01", "99999999999999999999", "a-b-", " 1 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, val string) {
+		c, err := Resolve(Flags{PSHosts: "p:1", WorkerHosts: "w0:1,w1:1,w2:1", JobName: "worker", PSHostsSet: true, WorkerHostsSet: true, JobNameSet: true,
+			TaskIndexEnv: "I", TaskIndexEnvValue: val, TaskIndexEnvFound: true}, "")
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%q: %T %v, want *Error", val, err, err)
+			}
+			return
+		}
+		if c.Task.Index < 0 || c.Task.Index > 2 || !strings.Contains(val, strconv.Itoa(c.Task.Index)) {
+			t.Fatalf("%q: index %d", val, c.Task.Index)
+		}
+	})
 }
