@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	// TF_CONFIG, a flag replacing a different TF_CONFIG value), one sentence
 	// each, for the caller to log.
 	Warnings []string
+	// From says where each address of Spec came from, index for index:
+	// "--ps_hosts entry 2", "TF_CONFIG cluster.ps[1]",
+	// "TF_CONFIG cluster.chief[0]". Resolve fills it; it is for messages
+	// (see [Config.WaitResolvable]) and may be empty in a Config built by hand.
+	From Spec
 }
 
 // IsChief reports whether this task is the chief, worker 0.
@@ -82,14 +88,25 @@ type Flags struct {
 	TaskIndex                     int
 
 	PSHostsSet, WorkerHostsSet, JobNameSet, TaskIndexSet bool
+
+	// TaskIndexEnv names an environment variable that holds this task's
+	// index (--task_index_env), "" for none: JOB_COMPLETION_INDEX in an
+	// Indexed Job's pod, or HOSTNAME in a StatefulSet's pod, whose name ends
+	// in -N. TaskIndexEnvValue and TaskIndexEnvFound are that variable's
+	// value and whether it is set; BindFlags reads them, so that Resolve
+	// itself reads no environment.
+	TaskIndexEnv      string
+	TaskIndexEnvValue string
+	TaskIndexEnvFound bool
 }
 
 // Flag names, as they appear in messages.
 const (
-	flagPS      = "--ps_hosts"
-	flagWorkers = "--worker_hosts"
-	flagJob     = "--job_name"
-	flagIndex   = "--task_index"
+	flagPS       = "--ps_hosts"
+	flagWorkers  = "--worker_hosts"
+	flagJob      = "--job_name"
+	flagIndex    = "--task_index"
+	flagIndexEnv = "--task_index_env"
 )
 
 // Error is the type of every error this package returns. Its message names
@@ -149,6 +166,7 @@ func Resolve(f Flags, tfConfig string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	c.From.PS = hostOrigins(src.ps, len(c.Spec.PS), "")
 	tfWorkers := "TF_CONFIG cluster.worker"
 	if tc.Chief != "" {
 		tfWorkers = "TF_CONFIG cluster." + tc.Chief + " and cluster.worker"
@@ -158,6 +176,7 @@ func Resolve(f Flags, tfConfig string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	c.From.Workers = hostOrigins(src.workers, len(c.Spec.Workers), tc.Chief)
 
 	switch {
 	case f.JobNameSet:
@@ -174,10 +193,23 @@ func Resolve(f Flags, tfConfig string) (Config, error) {
 	}
 
 	switch {
+	case f.TaskIndexSet && f.TaskIndexEnv != "":
+		return Config{}, errorf(flagIndexEnv, "given together with %s=%d (want one of them: %s=N, or %s=VAR to read N from $VAR)",
+			flagIndex, f.TaskIndex, flagIndex, flagIndexEnv)
 	case f.TaskIndexSet:
 		c.Task.Index, src.index = f.TaskIndex, flagIndex
 		if tc.IndexSet && tc.Index != f.TaskIndex {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s=%d overrides TF_CONFIG task.index (task %d here)", flagIndex, f.TaskIndex, tc.Index))
+		}
+	case f.TaskIndexEnv != "":
+		src.index = fmt.Sprintf("%s=%s", flagIndexEnv, f.TaskIndexEnv)
+		if c.Task.Index, err = indexFromEnv(src.index, f.TaskIndexEnv, f.TaskIndexEnvValue, f.TaskIndexEnvFound); err != nil {
+			return Config{}, err
+		}
+		src.index += fmt.Sprintf(" (%s=%q)", f.TaskIndexEnv, f.TaskIndexEnvValue)
+		if tc.IndexSet && tc.Index != c.Task.Index {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s=%s (%d) overrides TF_CONFIG task.index (task %d here)",
+				flagIndexEnv, f.TaskIndexEnv, c.Task.Index, tc.Index))
 		}
 	case tc.IndexSet:
 		c.Task.Index, src.index = tc.Index, "TF_CONFIG task.index"
@@ -190,6 +222,49 @@ func Resolve(f Flags, tfConfig string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// indexFromEnv reads a task index from the value of environment variable
+// name: a whole number (an Indexed Job's JOB_COMPLETION_INDEX), or a host or
+// pod name whose first label ends in -N (a StatefulSet pod's HOSTNAME,
+// "paramserv-ps-1", or its FQDN).
+func indexFromEnv(src, name, val string, found bool) (int, error) {
+	const want = "want a task index: a whole number such as 3, or a pod name ending in -N such as paramserv-ps-1"
+	if !found {
+		return 0, errorf(src, "environment variable %s is not set (%s)", name, want)
+	}
+	v := strings.TrimSpace(val)
+	if host, _, ok := strings.Cut(v, "."); ok {
+		v = host
+	}
+	if i := strings.LastIndexByte(v, '-'); i > 0 {
+		v = v[i+1:]
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > maxIndex || v == "" || v[0] == '+' || v[0] == '-' || len(v) > 1 && v[0] == '0' {
+		return 0, errorf(src, "$%s is %q (%s)", name, val, want)
+	}
+	return n, nil
+}
+
+// hostOrigins names where each of n addresses came from, given where the
+// list came from; chief is TFConfig.Chief when the list is TF_CONFIG's
+// workers.
+func hostOrigins(src string, n int, chief string) []string {
+	from := make([]string, n)
+	for i := range from {
+		switch {
+		case strings.HasPrefix(src, "TF_CONFIG") && chief != "" && i == 0:
+			from[i] = "TF_CONFIG cluster." + chief + "[0]"
+		case strings.HasPrefix(src, "TF_CONFIG") && chief != "":
+			from[i] = fmt.Sprintf("TF_CONFIG cluster.worker[%d]", i-1)
+		case strings.HasPrefix(src, "TF_CONFIG"):
+			from[i] = fmt.Sprintf("%s[%d]", src, i)
+		default:
+			from[i] = fmt.Sprintf("%s entry %d", src, i+1)
+		}
+	}
+	return from
 }
 
 // pickHosts chooses one job's host list by the precedence rule.

@@ -63,6 +63,23 @@
 // "1"); a task with a type and no index is index 0, as in TensorFlow.
 // TF_CONFIG longer than [MaxTFConfigSize] (1 MiB) is rejected.
 //
+// # Task index from the environment
+//
+// --task_index_env=VAR reads the task index from environment variable VAR, so
+// one pod template serves every task of a job: JOB_COMPLETION_INDEX in a
+// Kubernetes Indexed Job, or HOSTNAME in a StatefulSet, whose pods are named
+// NAME-0, NAME-1, ... (the number after the last '-' of the first label). It
+// takes the place of --task_index (giving both is an error) and overrides
+// TF_CONFIG task.index with a warning. [BindFlags] reads the variable.
+//
+// # Host names that do not resolve yet
+//
+// [Config.WaitResolvable] waits, up to a bound, until the host names a task
+// needs resolve (a ps its own, a worker every ps's), saying what it awaits
+// every so often and, at the bound, which host of which task did not resolve
+// and where that address came from. In a pod, the DNS names of the pod itself
+// and of its peers may appear only some seconds after it starts.
+//
 // # Validation
 //
 // A resolved Config has at least one ps and one worker. Every address is

@@ -1,11 +1,15 @@
 package cluster
 
-import "flag"
+import (
+	"flag"
+	"os"
+)
 
-// BindFlags defines ps_hosts, worker_hosts, job_name and task_index on fs,
-// with empty defaults and task index 0. After fs.Parse, the returned
-// function reads their values into a Flags, setting each *Set boolean when
-// the flag was given on the command line.
+// BindFlags defines ps_hosts, worker_hosts, job_name, task_index and
+// task_index_env on fs, with empty defaults and task index 0. After
+// fs.Parse, the returned function reads their values into a Flags, setting
+// each *Set boolean when the flag was given on the command line, and, when
+// task_index_env names a variable, reads that variable from the environment.
 func BindFlags(fs *flag.FlagSet) func() Flags {
 	var f Flags
 	fs.StringVar(&f.PSHosts, "ps_hosts", "",
@@ -16,8 +20,13 @@ func BindFlags(fs *flag.FlagSet) func() Flags {
 		"this task's job, ps or worker; overrides TF_CONFIG task.type")
 	fs.IntVar(&f.TaskIndex, "task_index", 0,
 		"this task's index within its job; worker 0 is the chief; overrides TF_CONFIG task.index")
+	fs.StringVar(&f.TaskIndexEnv, "task_index_env", "",
+		"read this task's index from the named environment variable: JOB_COMPLETION_INDEX in a Kubernetes Indexed Job, HOSTNAME in a StatefulSet (the pod name's -N); instead of --task_index, overrides TF_CONFIG task.index")
 	return func() Flags {
 		g := f
+		if g.TaskIndexEnv != "" {
+			g.TaskIndexEnvValue, g.TaskIndexEnvFound = os.LookupEnv(g.TaskIndexEnv)
+		}
 		fs.Visit(func(fl *flag.Flag) {
 			switch fl.Name {
 			case "ps_hosts":

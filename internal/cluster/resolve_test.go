@@ -147,6 +147,10 @@ func TestResolve(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
+			if len(got.From.PS) != len(got.Spec.PS) || len(got.From.Workers) != len(got.Spec.Workers) {
+				t.Errorf("From %+v does not match Spec %+v", got.From, got.Spec)
+			}
+			got.From = Spec{} // TestNeedsFrom checks it
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Resolve\n got %+v\nwant %+v", got, tc.want)
 			}
