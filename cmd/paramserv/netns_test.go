@@ -303,11 +303,6 @@ func TestMultiHost(t *testing.T) {
 	})
 
 	t.Run("late-dns", func(t *testing.T) {
-		if os.Getenv("PARAMSERV_TEST_LATE_DNS") == "" {
-			t.Skip("needs cluster.WaitResolvable called before a task starts (internal/cli/train.go): " +
-				"today a ps whose own name does not resolve yet exits 2 at once (cannot listen); " +
-				"set PARAMSERV_TEST_LATE_DNS=1 to run it")
-		}
 		// As in a pod: ps0's name is in nobody's DNS for the first 4 s.
 		c := newNetCluster(t, "ps0", "ps1", "w0", "w1")
 		for _, ns := range c.ns {

@@ -320,6 +320,12 @@ Flags:
 		}
 	}
 	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+	// In a pod, peers' DNS names may not resolve yet: wait, saying what
+	// is awaited, up to --startup_timeout.
+	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+		logf("failed: %v", err)
+		return 1
+	}
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
 	} else {
