@@ -48,12 +48,34 @@ func (c *Client) Remember(statuses []*pb.StatusResponse) {
 	}
 }
 
+// CheckIncarnations asks every ps for its Status and reports a
+// RestartedError if one has another incarnation than the one this client
+// last saw (it restarted or was restored since).
+func (c *Client) CheckIncarnations(ctx context.Context) error {
+	statuses, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for i, st := range statuses {
+		if err := c.checkIncarnation(i, st.Incarnation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckpointShards asks every ps, in parallel, to write its shard of the
 // checkpoint of step into dir, and returns what each wrote.
 func (c *Client) CheckpointShards(ctx context.Context, dir string, step int64) ([]checkpoint.ShardInfo, error) {
 	infos := make([]checkpoint.ShardInfo, len(c.ps))
 	err := c.each(func(i int) error {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		pr := c.watch(i, cancel)
 		resp, err := c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
+		if silent := pr.stop(); silent != nil {
+			return silent
+		}
 		if err != nil {
 			return err
 		}
@@ -72,7 +94,7 @@ func (c *Client) Restore(ctx context.Context, dir string, step int64, which []in
 			defer func() { done <- struct{}{} }()
 			resp, err := c.ps[i].Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: step})
 			if err != nil {
-				errs[j] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+				errs[j] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], c.classify(i, err))
 				return
 			}
 			c.mu.Lock()

@@ -60,6 +60,13 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// WaitLogEvery is how often a wait logs what it waits for (5s if 0).
 	WaitLogEvery time.Duration
+	// WorkerTimeout bounds how long a ps waits for a worker not heard from
+	// while others have finished (RunPS); 30m if 0.
+	WorkerTimeout time.Duration
+
+	// probeAfter and probeTimeout are the client's health checks
+	// (client.Options); tests make them small.
+	probeAfter, probeTimeout time.Duration
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
@@ -158,6 +165,16 @@ type TableShard struct {
 
 // RunWorker trains until the global step reaches cfg.TrainSteps.
 func RunWorker(ctx context.Context, cfg Config) error {
+	err := runWorker(ctx, cfg)
+	var ce *ConfigError
+	if errors.Is(err, client.ErrLayout) && !errors.As(err, &ce) {
+		// Another model on the ps: not a ps to wait for, an input to fix.
+		return &ConfigError{Err: err}
+	}
+	return err
+}
+
+func runWorker(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	start := time.Now()
 	worker := cfg.Cluster.Task.Index
@@ -181,21 +198,14 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
+		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
-		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
-	var sv *saver
-	if cfg.Cluster.IsChief() {
-		sv, err = chiefStart(wctx, cfg, c, m)
-	} else {
-		_, err = c.WaitReady(wctx, true)
-	}
-	cancel()
+	sv, err := startUp(ctx, cfg, c, m)
 	if err != nil {
 		return fmt.Errorf("worker %d: start-up: %w", worker, err)
 	}
@@ -212,6 +222,7 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	params := model.NewParams(m.Variables())
 	trainStart := time.Now()
 	var st loopStats
+	retry := newRetrier(cfg, fmt.Sprintf("--recovery_timeout=%s", cfg.RecoveryTimeout))
 	for {
 		// A loop starts with a pull, so after a recovery it goes on from
 		// whatever step the cluster is at.
@@ -220,22 +231,28 @@ func RunWorker(ctx context.Context, cfg Config) error {
 		} else {
 			err = denseLoop(ctx, cfg, c, m, params, sv, &st)
 		}
+		if err == nil && sv != nil && cfg.CheckpointDir != "" && sv.lastStep != st.step {
+			// A ps that dies during the final checkpoint restores an
+			// older one: recovery rolls the cluster back to it, and the
+			// loop trains up to the goal again.
+			if err = sv.save(ctx, st.step); err != nil {
+				err = fmt.Errorf("final checkpoint: %w", err)
+			}
+		}
 		if err == nil {
 			break
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
-		if err := recoverCluster(ctx, cfg, c, st.step, err); err != nil {
+		if err := retry.pause(ctx, st.step, err); err != nil {
+			return fmt.Errorf("worker %d: %w", worker, err)
+		}
+		if err := recoverCluster(ctx, cfg, c, st.step, err, retry); err != nil {
 			return err
 		}
 	}
 	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
-	if sv != nil && cfg.CheckpointDir != "" && sv.lastStep != step {
-		if err := sv.save(ctx, step); err != nil {
-			return fmt.Errorf("chief: final checkpoint: %w", err)
-		}
-	}
 	elapsed := time.Since(trainStart)
 	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", worker, step, local, dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
@@ -256,6 +273,40 @@ func RunWorker(ctx context.Context, cfg Config) error {
 		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
 	}
 	return nil
+}
+
+// startUp brings a worker up, within --startup_timeout: the chief waits
+// for every ps, initialises them and saves the first checkpoint
+// (chiefStart); another worker waits until every ps is initialised and
+// they hold one history. A ps that dies meanwhile is waited for (logging
+// every --wait_log_every) and the start-up is tried again, as a training
+// step is: Init is a no-op on a ps already initialised.
+func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (*saver, error) {
+	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
+		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
+	defer cancel()
+	retry := newRetrier(cfg, fmt.Sprintf("--startup_timeout=%s", cfg.StartupTimeout))
+	for {
+		var sv *saver
+		var err error
+		if cfg.Cluster.IsChief() {
+			sv, err = chiefStart(wctx, cfg, c, m)
+		} else {
+			err = waitOneHistory(wctx, cfg, c, retry)
+		}
+		if err == nil {
+			return sv, nil
+		}
+		if !retryable(err) || wctx.Err() != nil {
+			if wctx.Err() != nil && ctx.Err() == nil {
+				return nil, fmt.Errorf("%w (%w)", err, context.Cause(wctx))
+			}
+			return nil, err
+		}
+		if err := retry.pause(wctx, 0, err); err != nil {
+			return nil, err
+		}
+	}
 }
 
 func modeName(sync bool) string {
@@ -408,6 +459,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model
 	if _, err := c.WaitReady(ctx, false); err != nil {
 		return nil, err
 	}
+	testHook("init", 0)
 	step, err := c.Init(ctx, m.Init(cfg.Data.Seed), client.InitOptions{
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
@@ -440,9 +492,20 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model
 		if err := sv.save(ctx, step); err != nil {
 			return nil, fmt.Errorf("first checkpoint: %w", err)
 		}
+	} else if cfg.CheckpointDir != "" {
+		// A restarted chief (or one started on a restored cluster) saves
+		// at the first step it sees complete, not at the next interval:
+		// the chief it replaces may have died saving, and the newest
+		// complete checkpoint may be an interval old already.
+		sv.force = true
 	}
 	return sv, nil
 }
+
+// testHook is called at the moments a fault test strikes at: "init" just
+// before the chief's Init, "save" just before a checkpoint's shards are
+// written. It does nothing outside tests.
+var testHook = func(event string, step int64) {}
 
 // finish is the chief's end: evaluate, log, write the result file.
 func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params, r Result) error {

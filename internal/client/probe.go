@@ -1,0 +1,71 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// Health checks tell a ps that is silent (cut off by the network: no
+// answer, no reset, and TCP would wait about 15 minutes) from one that is
+// busy (a synchronous pull waits for slow workers, a large checkpoint is
+// written): once a call to a ps has waited ProbeAfter, the client asks the
+// ps for its Status, a cheap call that a live ps answers at once even while
+// the call waits, and again every ProbeAfter while it answers. A check that
+// gets no answer within ProbeTimeout ends the call with ErrUnavailable, so
+// recovery runs and --recovery_timeout bounds the wait.
+const (
+	defaultProbeAfter   = 15 * time.Second
+	defaultProbeTimeout = 20 * time.Second
+)
+
+// probe is the health check of one call to one ps.
+type probe struct {
+	mu      sync.Mutex // guards every field
+	t       *time.Timer
+	stopped bool
+	err     error // set once the ps was found silent
+}
+
+// watch starts the health checks of ps i for a call that began now. When
+// one finds the ps silent, silent is called (once, before stop returns)
+// with the error, which the caller makes the call's.
+func (c *Client) watch(i int, silent func(err error)) *probe {
+	p := &probe{}
+	start := time.Now()
+	check := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ProbeTimeout)
+		_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.stopped {
+			return
+		}
+		if err == nil {
+			p.t.Reset(c.opts.ProbeAfter)
+			return
+		}
+		p.err = withKind(ErrUnavailable, fmt.Errorf("silent: no answer to a health check within %s after the call had waited %s (%v)",
+			c.opts.ProbeTimeout, time.Since(start).Round(time.Millisecond), shortErr(err)))
+		silent(p.err)
+	}
+	p.mu.Lock()
+	p.t = time.AfterFunc(c.opts.ProbeAfter, check)
+	p.mu.Unlock()
+	return p
+}
+
+// stop ends the checks; it returns the error if the ps was found silent.
+func (p *probe) stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.t.Stop()
+	return p.err
+}

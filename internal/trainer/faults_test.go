@@ -1,0 +1,222 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// logBuf collects the log lines of the tasks of a test cluster.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuf) logf(prefix string) func(string, ...any) {
+	return func(format string, args ...any) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func (l *logBuf) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// testCluster is an in-process cluster on loopback: ps that can be killed
+// (their state is lost, as with kill -9; a restarted one restores the
+// latest checkpoint) and restarted on the same address.
+type testCluster struct {
+	t    *testing.T
+	spec cluster.Spec
+	base Config
+	log  *logBuf
+	mu   sync.Mutex
+	ps   []*psTask
+}
+
+type psTask struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newTestCluster(t *testing.T, numPS, numWorkers int, base Config) *testCluster {
+	t.Helper()
+	ports, err := local.FreePorts(numPS + numWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cluster.Spec
+	for i, p := range ports {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if i < numPS {
+			spec.PS = append(spec.PS, addr)
+		} else {
+			spec.Workers = append(spec.Workers, addr)
+		}
+	}
+	tc := &testCluster{t: t, spec: spec, base: base, log: &logBuf{}, ps: make([]*psTask, numPS)}
+	t.Cleanup(func() {
+		for i := range tc.ps {
+			tc.kill(i)
+		}
+		if t.Failed() {
+			t.Logf("log:\n%s", tc.log)
+		}
+	})
+	return tc
+}
+
+func (tc *testCluster) config(job string, i int) Config {
+	cfg := tc.base
+	cfg.Cluster = cluster.Config{Spec: tc.spec, Task: cluster.Task{Job: job, Index: i}}
+	cfg.Logf = tc.log.logf(fmt.Sprintf("[%s%d] ", job, i))
+	return cfg
+}
+
+// startPS starts ps i; its RunPS error goes to the returned channel.
+func (tc *testCluster) startPS(i int) chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &psTask{cancel: cancel, done: make(chan error, 1)}
+	tc.mu.Lock()
+	tc.ps[i] = p
+	tc.mu.Unlock()
+	cfg := tc.config("ps", i)
+	go func() { p.done <- RunPS(ctx, cfg) }()
+	return p.done
+}
+
+// kill stops ps i at once and waits until it no longer serves.
+func (tc *testCluster) kill(i int) {
+	tc.mu.Lock()
+	p := tc.ps[i]
+	tc.ps[i] = nil
+	tc.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+}
+
+// runWorkers runs every worker and returns their errors.
+func (tc *testCluster) runWorkers(ctx context.Context) []error {
+	errs := make([]error, len(tc.spec.Workers))
+	var wg sync.WaitGroup
+	for i := range tc.spec.Workers {
+		wg.Go(func() { errs[i] = RunWorker(ctx, tc.config("worker", i)) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func readResultFile(t *testing.T, path string) Result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// withDeadline fails the test with a message instead of hanging.
+func withDeadline(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A ps killed before the chief's Init, during the first checkpoint, or
+// during the final checkpoint comes back (restarted as `local` does, after
+// a moment) and the job ends with the right model: start-up and every
+// checkpoint go through the recovery a training step goes through.
+func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
+	const steps = 600
+	for _, tc := range []struct {
+		name  string
+		event string
+		step  int64
+		sync  bool
+	}{
+		{"before-init", "init", 0, false},
+		{"first-checkpoint", "save", 0, false},
+		{"first-checkpoint-sync", "save", 0, true},
+		{"final-checkpoint", "save", steps, false},
+		{"final-checkpoint-sync", "save", steps, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			res := filepath.Join(dir, "r.json")
+			cl := newTestCluster(t, 2, 1, Config{
+				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync,
+				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 250,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+			})
+			var once sync.Once
+			struck := make(chan struct{})
+			testHook = func(event string, step int64) {
+				if event != tc.event || step != tc.step {
+					return
+				}
+				once.Do(func() {
+					cl.kill(0)
+					go func() {
+						time.Sleep(200 * time.Millisecond) // `local` restarts a child after a moment
+						cl.startPS(0)
+					}()
+					close(struck)
+				})
+			}
+			t.Cleanup(func() { testHook = func(string, int64) {} })
+			cl.startPS(0)
+			cl.startPS(1)
+			ctx := withDeadline(t, 2*time.Minute)
+			if err := cl.runWorkers(ctx)[0]; err != nil {
+				t.Fatalf("chief: %v", err)
+			}
+			select {
+			case <-struck:
+			default:
+				t.Fatalf("the fault was never injected at %s of step %d", tc.event, tc.step)
+			}
+			r := readResultFile(t, res)
+			w, b := *r.Weight, *r.Bias
+			if r.GlobalStep != steps || math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
+				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±0.05, 10±0.1", r.GlobalStep, w, b, steps)
+			}
+		})
+	}
+}
