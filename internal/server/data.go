@@ -151,6 +151,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.heard(r.Worker)
 	if !s.initialized {
 		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized))
 		return

@@ -70,6 +70,8 @@ type Server struct {
 	allDone     chan struct{} // closed once every worker has called Done
 	closed      bool          // allDone is closed
 
+	seen map[int32]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
+
 	initReq      *pb.InitRequest // the mode and layout (no values), for checkpoints
 	incarnation  uint64          // new at start and at each restore; sent in every answer
 	restoredStep int64           // the checkpoint step this incarnation restored, or -1
@@ -112,6 +114,7 @@ func New(cfg Config) *Server {
 		tables:       make(map[string]*sparseTable),
 		stepCh:       make(chan struct{}),
 		done:         make(map[int32]bool),
+		seen:         make(map[int32]time.Time),
 		allDone:      make(chan struct{}),
 	}
 }
@@ -120,11 +123,36 @@ func New(cfg Config) *Server {
 // the gRPC server then (unless Config.WaitForever).
 func (s *Server) AllDone() <-chan struct{} { return s.allDone }
 
+// WorkerActivity reports the workers that have called Done, and when each
+// worker was last heard from (a push, a pull, Init or Done); a worker never
+// heard from is not in lastSeen.
+func (s *Server) WorkerActivity() (done []int, lastSeen map[int]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.done {
+		done = append(done, int(w))
+	}
+	slices.Sort(done)
+	lastSeen = make(map[int]time.Time, len(s.seen))
+	for w, t := range s.seen {
+		lastSeen[int(w)] = t
+	}
+	return done, lastSeen
+}
+
+// heard records that worker w was heard from. Call with mu held.
+func (s *Server) heard(w int32) {
+	if w >= 0 && int(w) < s.cfg.NumWorkers {
+		s.seen[w] = time.Now()
+	}
+}
+
 // Init creates the shard's variables and sets the mode. A repeated Init with
 // the same layout (a restarted chief) changes nothing and reports the step.
 func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.heard(req.Worker)
 	if s.initialized {
 		err := sameLayout(s.layout, req.Vars)
 		if err == nil {
@@ -291,6 +319,7 @@ func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse,
 
 // push does the work of Push with mu held.
 func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
+	s.heard(req.Worker)
 	if !s.initialized {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized)
 	}
@@ -442,6 +471,7 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 // pull waits (releasing mu) until the step reaches req.MinStep, then reads.
 // Call with mu held; it returns with mu held.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	s.heard(req.Worker)
 	if !s.initialized {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, errNotInitialized)
 	}
@@ -609,6 +639,7 @@ func (s *Server) Done(_ context.Context, req *pb.DoneRequest) (*pb.DoneResponse,
 	if req.Worker < 0 || int(req.Worker) >= s.cfg.NumWorkers {
 		return nil, status.Errorf(codes.InvalidArgument, "worker %d out of range 0..%d", req.Worker, s.cfg.NumWorkers-1)
 	}
+	s.heard(req.Worker)
 	if !s.done[req.Worker] {
 		s.done[req.Worker] = true
 		s.cfg.Logf("worker %d finished (%d of %d done)", req.Worker, len(s.done), s.cfg.NumWorkers)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
@@ -64,7 +65,8 @@ type testCluster struct {
 
 type psTask struct {
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when RunPS has returned err
+	err    error
 }
 
 func newTestCluster(t *testing.T, numPS, numWorkers int, base Config) *testCluster {
@@ -101,16 +103,19 @@ func (tc *testCluster) config(job string, i int) Config {
 	return cfg
 }
 
-// startPS starts ps i; its RunPS error goes to the returned channel.
-func (tc *testCluster) startPS(i int) chan error {
+// startPS starts ps i.
+func (tc *testCluster) startPS(i int) *psTask {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &psTask{cancel: cancel, done: make(chan error, 1)}
+	p := &psTask{cancel: cancel, done: make(chan struct{})}
 	tc.mu.Lock()
 	tc.ps[i] = p
 	tc.mu.Unlock()
 	cfg := tc.config("ps", i)
-	go func() { p.done <- RunPS(ctx, cfg) }()
-	return p.done
+	go func() {
+		p.err = RunPS(ctx, cfg)
+		close(p.done)
+	}()
+	return p
 }
 
 // kill stops ps i at once and waits until it no longer serves.
@@ -218,5 +223,67 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±0.05, 10±0.1", r.GlobalStep, w, b, steps)
 			}
 		})
+	}
+}
+
+// A ps whose workers never come says what it waits for every
+// --wait_log_every and gives up after --startup_timeout naming them.
+func TestPSGivesUpOnWorkersNeverSeen(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 500 * time.Millisecond,
+	})
+	ps := cl.startPS(0)
+	select {
+	case <-ps.done:
+		err := ps.err
+		if err == nil || !strings.Contains(err.Error(), "never heard from workers [0 1]") || !strings.Contains(err.Error(), "--startup_timeout=500ms") {
+			t.Fatalf("RunPS: %v; want an error naming workers [0 1] and --startup_timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the ps still waits a minute after --startup_timeout=500ms")
+	}
+	if cl.log.count("waiting for workers [0 1] to finish (0 of 2 done; never heard from workers [0 1])") == 0 {
+		t.Fatal("the ps never said what it waited for")
+	}
+}
+
+// A worker that vanished while the others finished: the ps says so every
+// --wait_log_every and gives up after --worker_timeout naming it.
+func TestPSGivesUpOnVanishedWorker(t *testing.T) {
+	dir := t.TempDir()
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100, ResultFile: filepath.Join(dir, "r.json"),
+		WaitLogEvery: 50 * time.Millisecond, WorkerTimeout: 500 * time.Millisecond, StartupTimeout: time.Minute,
+	})
+	ps := cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	if err := RunWorker(ctx, cl.config("worker", 0)); err != nil {
+		t.Fatal(err)
+	}
+	// Worker 1 pulls once, then is gone.
+	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.spec.PS, m.Variables(), client.Options{Worker: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pull(ctx, 0, model.NewParams(m.Variables())); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-ps.done:
+		err := ps.err
+		if err == nil || !strings.Contains(err.Error(), "gave up on workers [1]") || !strings.Contains(err.Error(), "--worker_timeout=500ms") {
+			t.Fatalf("RunPS: %v; want an error naming worker 1 and --worker_timeout", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the ps still waits a minute after --worker_timeout=500ms")
+	}
+	if cl.log.count("waiting for workers [1] to finish (1 of 2 done; last heard from worker 1") == 0 {
+		t.Fatal("the ps never said what it waited for")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -94,12 +95,19 @@ func (c *Config) defaults() {
 	if c.RecoveryTimeout <= 0 {
 		c.RecoveryTimeout = 5 * time.Minute
 	}
+	if c.WorkerTimeout <= 0 {
+		c.WorkerTimeout = 30 * time.Minute
+	}
 	if c.KeepCheckpoints <= 0 {
 		c.KeepCheckpoints = checkpoint.DefaultKeep
 	}
 }
 
-// RunPS serves one ps until every worker is done or ctx ends.
+// RunPS serves one ps until every worker is done or ctx ends. Unless
+// --ps_wait_forever, it never waits silently: while workers are missing it
+// says every --wait_log_every what it waits for, and gives up (an error,
+// exit 1) on workers never heard from after --startup_timeout and on a
+// worker not heard from for --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	s := server.New(server.Config{
@@ -114,12 +122,107 @@ func RunPS(ctx context.Context, cfg Config) error {
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
-	err := server.Serve(ctx, cfg.Cluster.Addr(), s)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var gaveUp error
+	watched := make(chan struct{})
+	if cfg.PSWaitForever {
+		close(watched)
+	} else {
+		go func() {
+			defer close(watched)
+			gaveUp = watchWorkers(sctx, cfg, s, time.Now())
+			if gaveUp != nil {
+				cancel(gaveUp)
+			}
+		}()
+	}
+	err := server.Serve(sctx, cfg.Cluster.Addr(), s)
+	cancel(nil)
+	<-watched
 	var le *server.ListenError
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
 	}
+	if err == nil && gaveUp != nil && ctx.Err() == nil {
+		return gaveUp
+	}
 	return err
+}
+
+// watchWorkers is a ps's watch over its workers (see RunPS): it returns
+// nil when ctx ends or every worker is done, an error naming who is
+// missing when it gives up. started is when the ps started.
+func watchWorkers(ctx context.Context, cfg Config, s *server.Server, started time.Time) error {
+	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
+	tick := time.NewTicker(min(cfg.WaitLogEvery, time.Second))
+	defer tick.Stop()
+	lastLog := started // a first line after --wait_log_every
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.AllDone():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		done, lastSeen := s.WorkerActivity()
+		var never, vanished []int
+		var heard []string
+		quiet := true // every missing worker was heard from within --wait_log_every
+		for w := range n {
+			if slices.Contains(done, w) {
+				continue
+			}
+			t, ok := lastSeen[w]
+			switch {
+			case !ok:
+				never = append(never, w)
+				quiet = false
+			default:
+				ago := now.Sub(t)
+				heard = append(heard, fmt.Sprintf("last heard from worker %d %s ago", w, ago.Round(time.Second)))
+				if ago >= cfg.WaitLogEvery {
+					quiet = false
+				}
+				if len(done) > 0 && ago >= cfg.WorkerTimeout {
+					vanished = append(vanished, w)
+				}
+			}
+		}
+		if len(vanished) > 0 {
+			return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
+				ps, vanished, cfg.WorkerTimeout, done, len(done), n)
+		}
+		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout {
+			return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
+				ps, cfg.StartupTimeout, never, len(done), n)
+		}
+		// Training with every worker pushing is no wait worth a line; one
+		// that finished with others missing, or a worker silent or never
+		// seen, is.
+		if (len(done) == 0 && quiet) || now.Sub(lastLog) < cfg.WaitLogEvery {
+			continue
+		}
+		what := heard
+		if len(never) > 0 {
+			what = append(what, fmt.Sprintf("never heard from workers %v", never))
+		}
+		cfg.Logf("ps %d: waiting for workers %v to finish (%d of %d done; %s)", ps, missingWorkers(n, done), len(done), n, strings.Join(what, "; "))
+		lastLog = now
+	}
+}
+
+// missingWorkers lists the workers 0..n-1 not in done.
+func missingWorkers(n int, done []int) []int {
+	var out []int
+	for w := range n {
+		if !slices.Contains(done, w) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Result is what the chief writes to --result_file.
