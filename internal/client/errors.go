@@ -37,7 +37,8 @@ type LayoutError struct {
 }
 
 func (e *LayoutError) Error() string {
-	return fmt.Sprintf("ps %d at %s holds %s; this worker's model has %s on it: the ps run another model (--model, --hidden_units, or a checkpoint of another model in --checkpoint_dir)", e.PS, e.Addr, e.Have, e.Want)
+	// The error that wraps it names the ps (ps 0 at host:port: ...).
+	return fmt.Sprintf("the ps holds %s; this worker's model has %s on it: the ps run another model (--model, --hidden_units, or a checkpoint of another model in --checkpoint_dir)", e.Have, e.Want)
 }
 
 // Is makes a LayoutError match ErrLayout.

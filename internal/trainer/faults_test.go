@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -285,5 +286,133 @@ func TestPSGivesUpOnVanishedWorker(t *testing.T) {
 	}
 	if cl.log.count("waiting for workers [1] to finish (1 of 2 done; last heard from worker 1") == 0 {
 		t.Fatal("the ps never said what it waited for")
+	}
+}
+
+// A restarted chief (one that finds the ps initialised at a step > 0)
+// saves a checkpoint at the first step it sees, not an interval later: the
+// chief it replaces may have died saving, and a ps failure then would lose
+// two intervals.
+func TestRestartedChiefSavesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	cl := newTestCluster(t, 1, 1, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 300, PSWaitForever: true,
+		CheckpointDir: ckpt, SaveSteps: 100000, WaitLogEvery: time.Second,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	if err := RunWorker(ctx, cl.config("worker", 0)); err != nil {
+		t.Fatal(err)
+	}
+	// The same ps, a new chief: as after a chief restart.
+	again := cl.config("worker", 0)
+	again.TrainSteps = 400
+	if err := RunWorker(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if _, err := os.Stat(filepath.Join(ckpt, "ckpt-301", "manifest.json")); err != nil {
+		t.Fatalf("the restarted chief did not save at its first step (301); checkpoints: %v", names)
+	}
+}
+
+// A worker whose model is not the one on the ps (another --model,
+// --hidden_units, or a checkpoint of another model) is not a ps to wait
+// for: it ends at once with an input error (exit 2) naming both layouts,
+// the chief at Init, another worker at its first pull, by either path.
+func TestOtherModelOnThePSIsAnInputError(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100,
+		WaitLogEvery: 50 * time.Millisecond, StartupTimeout: time.Minute, RecoveryTimeout: time.Minute,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	other := []model.Variable{{Name: "other", Shape: []int{3}}}
+	c, err := client.New(cl.spec.PS, other, client.Options{Worker: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WaitReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Init(ctx, model.Params{"other": {1, 2, 3}}, client.InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.1}, NumWorkers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{0, 1} {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := RunWorker(rctx, cl.config("worker", w))
+		cancel()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, client.ErrLayout) || !strings.Contains(err.Error(), "other") || !strings.Contains(err.Error(), "weight") {
+			t.Fatalf("worker %d: %v; want an input error (ConfigError, client.ErrLayout) naming both layouts", w, err)
+		}
+		t.Logf("worker %d: %v", w, err)
+		if n := cl.log.count(fmt.Sprintf("[worker%d]", w)); n > 10 {
+			t.Errorf("worker %d logged %d lines before it gave up", w, n)
+		}
+	}
+	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := client.New(cl.spec.PS, m.Variables(), client.Options{Worker: 1, GRPCOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := g.Pull(ctx, 0, model.NewParams(m.Variables())); !errors.Is(err, client.ErrLayout) || client.Retryable(err) {
+		t.Fatalf("pull by gRPC: %v; want client.ErrLayout, not retryable", err)
+	}
+}
+
+// Every retry backs off (doubling, capped) while no progress is made, and
+// the line saying why is logged at most once per --wait_log_every: a
+// thousand failures in a row log a line per interval of the (fake) clock,
+// not a thousand.
+func TestRetrierBacksOffAndLogsOncePerInterval(t *testing.T) {
+	var lines int
+	cfg := Config{WaitLogEvery: time.Second, Logf: func(string, ...any) { lines++ }}
+	r := newRetrier(cfg, "--recovery_timeout=5m")
+	now := time.Unix(1000, 0)
+	var sleeps []time.Duration
+	r.now = func() time.Time { return now }
+	r.sleep = func(_ context.Context, d time.Duration) error {
+		sleeps = append(sleeps, d)
+		now = now.Add(d)
+		return nil
+	}
+	start := now
+	for range 1000 {
+		if err := r.pause(context.Background(), 7, errors.New("ps 0 unavailable")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := now.Sub(start)
+	if max := int(elapsed/cfg.WaitLogEvery) + 1; lines > max {
+		t.Errorf("%d lines in %s of retries, want at most one per --wait_log_every (%d)", lines, elapsed, max)
+	}
+	if len(sleeps) != 999 || sleeps[0] != retryMin || sleeps[len(sleeps)-1] != retryMax {
+		t.Fatalf("%d sleeps from %v to %v, want 999 from %v to %v", len(sleeps), sleeps[0], sleeps[len(sleeps)-1], retryMin, retryMax)
+	}
+	for i := 1; i < len(sleeps); i++ {
+		if sleeps[i] < sleeps[i-1] {
+			t.Fatalf("sleep %d is %v, after %v: the backoff shrank", i, sleeps[i], sleeps[i-1])
+		}
+	}
+	// Progress (another step) retries at once.
+	n := len(sleeps)
+	if err := r.pause(context.Background(), 8, errors.New("ps 0 unavailable")); err != nil || len(sleeps) != n {
+		t.Fatalf("after progress: %v, %d sleeps, want none", err, len(sleeps)-n)
 	}
 }
