@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -414,5 +415,159 @@ func TestRetrierBacksOffAndLogsOncePerInterval(t *testing.T) {
 	n := len(sleeps)
 	if err := r.pause(context.Background(), 8, errors.New("ps 0 unavailable")); err != nil || len(sleeps) != n {
 		t.Fatalf("after progress: %v, %d sleeps, want none", err, len(sleeps)-n)
+	}
+}
+
+// partitionProxy forwards TCP connections to a ps until cut, then stops
+// forwarding in both directions and keeps every socket open: a network
+// partition that does not heal (no reset, no FIN), as packets dropped.
+type partitionProxy struct {
+	ln     net.Listener
+	target string
+	cutCh  chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *partitionProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionProxy{ln: ln, target: target, cutCh: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.keep(c)
+			select {
+			case <-p.cutCh:
+				continue // accepted, never answered
+			default:
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				continue
+			}
+			p.keep(s)
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
+	}()
+	t.Cleanup(func() {
+		p.cut()
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *partitionProxy) keep(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+func (p *partitionProxy) cut() { p.once.Do(func() { close(p.cutCh) }) }
+
+// pipe copies from src to dst until cut; then it stops reading and
+// writing, leaving both open.
+func (p *partitionProxy) pipe(src, dst net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.cutCh:
+			return
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// A ps cut off by the network (no reset: a partition that does not heal)
+// is found silent by the health checks of the call waiting on it, recovery
+// runs, and --recovery_timeout ends the job with an error naming the ps.
+func TestPartitionedPSEndsTheJob(t *testing.T) {
+	cl := newTestCluster(t, 1, 1, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 1 << 40, StepsToValidate: 1000,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Second, StartupTimeout: time.Minute,
+		probeAfter: 100 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+	})
+	cl.startPS(0)
+	proxy := startProxy(t, cl.spec.PS[0])
+	w := cl.config("worker", 0)
+	w.Cluster.Spec.PS = []string{proxy.ln.Addr().String()}
+	ctx := withDeadline(t, time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- RunWorker(ctx, w) }()
+	for cl.log.count("step: 2000,") == 0 {
+		select {
+		case err := <-errc:
+			t.Fatalf("the worker ended before the partition: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the worker never reached step 2000")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	proxy.cut()
+	select {
+	case err := <-errc:
+		var ce *ConfigError
+		if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), "ps 0 at "+proxy.ln.Addr().String()) || !strings.Contains(err.Error(), "--recovery_timeout=1s") {
+			t.Fatalf("worker: %v; want a failure naming ps 0 at %s and --recovery_timeout", err, proxy.ln.Addr())
+		}
+		t.Logf("worker: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the worker still waits on a partitioned ps a minute later")
+	}
+	if cl.log.count("silent: no answer to a health check") == 0 {
+		t.Error("no log line says the ps was found silent")
+	}
+}
+
+// A ps that is busy, not silent (a synchronous pull waits for a worker
+// that comes late), answers the health checks: the wait goes on and the
+// job ends well.
+func TestBusyPSIsNotSilent(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, Sync: true,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+		probeAfter: 50 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- RunWorker(ctx, cl.config("worker", 0)) }()
+	// Worker 1 comes a second late: the chief's first pull waits for it,
+	// health-checked many times.
+	for cl.log.count("has waited") < 5 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := RunWorker(ctx, cl.config("worker", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if n := cl.log.count("silent"); n != 0 {
+		t.Fatalf("a busy ps was found silent %d times", n)
 	}
 }
