@@ -254,16 +254,16 @@ func (c *Client) denseTensors(i int, grads model.Params) []*pb.DenseTensor {
 // store copies pulled parts into their places in params.
 func (c *Client) store(ps int, vars []*pb.DenseTensor, params model.Params) error {
 	if len(vars) != len(c.byPS[ps]) {
-		return c.layoutError(ps, vars)
+		return c.layoutError(ps, vars, fmt.Sprintf("the ps answered %d variables, want %d", len(vars), len(c.byPS[ps])))
 	}
 	for _, t := range vars {
 		name, ok := c.varOf[t.Name]
 		if !ok {
-			return c.layoutError(ps, vars)
+			return c.layoutError(ps, vars, fmt.Sprintf("ps sent unknown variable %q", t.Name))
 		}
 		p := c.part[t.Name]
 		if len(t.Data) != 4*p.Len || p.PS != ps {
-			return c.layoutError(ps, vars)
+			return c.layoutError(ps, vars, fmt.Sprintf("ps sent %d bytes for %q, want %d", len(t.Data), t.Name, 4*p.Len))
 		}
 		wire.DecodeFloat32s(params[name][p.Offset:p.Offset+p.Len], t.Data)
 	}
@@ -272,12 +272,12 @@ func (c *Client) store(ps int, vars []*pb.DenseTensor, params model.Params) erro
 
 // layoutError describes what ps i answered against what the model places
 // on it.
-func (c *Client) layoutError(ps int, vars []*pb.DenseTensor) error {
+func (c *Client) layoutError(ps int, vars []*pb.DenseTensor, detail string) error {
 	have := make([]string, len(vars))
 	for j, t := range vars {
 		have[j] = fmt.Sprintf("%s[%d]", t.Name, len(t.Data)/4)
 	}
-	return &LayoutError{PS: ps, Addr: c.addrs[ps], Have: fmt.Sprintf("%d variables %v", len(vars), have), Want: c.layoutOf(ps)}
+	return &LayoutError{PS: ps, Addr: c.addrs[ps], Detail: detail, Have: fmt.Sprintf("%d variables %v", len(vars), have), Want: c.layoutOf(ps)}
 }
 
 // stepOf is the global step of a pull's answers: ps 0's in asynchronous

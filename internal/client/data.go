@@ -537,7 +537,8 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		wantDense = len(c.byPS[i])
 	}
 	if h.Dense != wantDense || h.Sparse != len(req.SparseParams) {
-		return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse)
+		return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse,
+			fmt.Sprintf("the ps answered %d variables and %d tables, want %d and %d", h.Dense, h.Sparse, wantDense, len(req.SparseParams)))
 	}
 	var name []byte
 	for range h.Dense {
@@ -550,7 +551,11 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		}
 		p, ok := c.part[string(name)]
 		if !ok || p.PS != i || cnt != int64(p.Len) {
-			return 0, false, &LayoutError{PS: i, Addr: dp.ps[i].addr,
+			detail := fmt.Sprintf("ps sent unknown variable %q", name)
+			if ok && p.PS == i {
+				detail = fmt.Sprintf("ps sent %d bytes for %q, want %d", 4*cnt, name, 4*p.Len)
+			}
+			return 0, false, &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail,
 				Have: fmt.Sprintf("%d variables and %d tables, among them %s[%d]", h.Dense, h.Sparse, name, cnt), Want: c.layoutOf(i)}
 		}
 		if err := body.FloatsInto(req.Params[c.varOf[p.Name]][p.Offset:p.Offset+p.Len], "values"); err != nil {
@@ -590,7 +595,7 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 
 // layoutError describes the variables a reply of ps i holds (dense of
 // them, then sparse tables), read from its body, against the model's.
-func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int) error {
+func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int, detail string) error {
 	var have []string
 	var name, skip []byte
 	var err error
@@ -607,7 +612,7 @@ func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int)
 			break
 		}
 	}
-	return &LayoutError{PS: i, Addr: dp.ps[i].addr, Have: fmt.Sprintf("%d variables %v and %d tables", dense, have, sparse), Want: dp.c.layoutOf(i)}
+	return &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail, Have: fmt.Sprintf("%d variables %v and %d tables", dense, have, sparse), Want: dp.c.layoutOf(i)}
 }
 
 // incarnation checks a whole, well-formed reply's incarnation; a changed

@@ -34,11 +34,16 @@ type LayoutError struct {
 	PS         int
 	Addr       string
 	Have, Want string
+	Detail     string // what disagreed first, if known
 }
 
 func (e *LayoutError) Error() string {
 	// The error that wraps it names the ps (ps 0 at host:port: ...).
-	return fmt.Sprintf("the ps holds %s; this worker's model has %s on it: the ps run another model (--model, --hidden_units, or a checkpoint of another model in --checkpoint_dir)", e.Have, e.Want)
+	detail := ""
+	if e.Detail != "" {
+		detail = e.Detail + ": "
+	}
+	return fmt.Sprintf("%sthe ps holds %s; this worker's model has %s on it: the ps run another model (--model, --hidden_units, or a checkpoint of another model in --checkpoint_dir)", detail, e.Have, e.Want)
 }
 
 // Is makes a LayoutError match ErrLayout.
