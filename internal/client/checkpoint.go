@@ -69,13 +69,11 @@ func (c *Client) CheckIncarnations(ctx context.Context) error {
 func (c *Client) CheckpointShards(ctx context.Context, dir string, step int64) ([]checkpoint.ShardInfo, error) {
 	infos := make([]checkpoint.ShardInfo, len(c.ps))
 	err := c.each(func(i int) error {
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		pr := c.watch(i, cancel)
-		resp, err := c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
-		if silent := pr.stop(); silent != nil {
-			return silent
-		}
+		var resp *pb.CheckpointResponse
+		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+			resp, err = c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -92,7 +90,11 @@ func (c *Client) Restore(ctx context.Context, dir string, step int64, which []in
 	for j, i := range which {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			resp, err := c.ps[i].Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: step})
+			var resp *pb.RestoreResponse
+			err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+				resp, err = c.ps[i].Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: step})
+				return err
+			})
 			if err != nil {
 				errs[j] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], c.classify(i, err))
 				return

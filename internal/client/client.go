@@ -281,7 +281,11 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 			full := values[c.varOf[p.Name]]
 			req.Vars = append(req.Vars, &pb.VarSpec{Name: p.Name, Shape: shape, Init: wire.Float32Bytes(full[p.Offset : p.Offset+p.Len])})
 		}
-		resp, err := c.ps[i].Init(ctx, req)
+		var resp *pb.InitResponse
+		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+			resp, err = c.ps[i].Init(ctx, req)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -355,9 +359,10 @@ func (c *Client) eachCtx(ctx context.Context, f func(ctx context.Context, ps int
 func (c *Client) Status(ctx context.Context) ([]*pb.StatusResponse, error) {
 	out := make([]*pb.StatusResponse, len(c.ps))
 	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
-		st, err := c.ps[i].Status(ctx, &pb.StatusRequest{})
-		out[i] = st
-		return err
+		return c.watched(ctx, i, func(ctx context.Context) (err error) {
+			out[i], err = c.ps[i].Status(ctx, &pb.StatusRequest{})
+			return err
+		})
 	})
 	return out, err
 }

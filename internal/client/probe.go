@@ -69,3 +69,16 @@ func (p *probe) stop() error {
 	p.t.Stop()
 	return p.err
 }
+
+// watched runs f, a call to ps i, under health checks: a ps found silent
+// cancels f's context and its error is the call's.
+func (c *Client) watched(ctx context.Context, i int, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pr := c.watch(i, cancel)
+	err := f(ctx)
+	if silent := pr.stop(); silent != nil {
+		return silent
+	}
+	return err
+}
