@@ -67,6 +67,7 @@ type dataConn struct {
 	deadline bool  // a deadline is set on nc
 	broken   bool  // not to be used again (a cancellation may set its deadline)
 	silent   error // the health check found the ps silent (probe.go)
+	probe    connProbe
 	// slot[s] is the uid of the key set the ps keeps in cache slot s (0:
 	// none), used[s] when it was last named.
 	slot    [wire.CacheSlots]uint64
@@ -281,9 +282,11 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 
 	// Once one ps fails, the round trips to the others are cancelled (see
 	// eachCtx) and their errors left out.
-	pctx := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	pctx, cancel := ctx, context.CancelCauseFunc(func(error) {})
+	if n > 1 {
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+	}
 	perr := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -498,12 +501,9 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			}
 		}()
 	}
-	pr := dp.c.watch(i, func(err error) {
-		d.silent = err
-		_ = d.nc.SetDeadline(time.Unix(1, 0))
-	})
+	d.probe.arm(dp.c, i, d)
 	defer func() {
-		if pr.stop() != nil {
+		if d.probe.disarm() {
 			d.broken = true
 		}
 	}()

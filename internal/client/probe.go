@@ -82,3 +82,65 @@ func (c *Client) watched(ctx context.Context, i int, f func(ctx context.Context)
 	}
 	return err
 }
+
+// connProbe is the health check of the calls on one data connection, one
+// at a time: its timer is made once and re-armed by each call, so a call
+// that does not wait costs a timer reset and stop.
+type connProbe struct {
+	mu     sync.Mutex // guards every field
+	t      *time.Timer
+	armed  bool
+	gen    uint64 // counts the calls, so a check of an earlier one is ignored
+	silent bool
+}
+
+// arm starts the checks of a call of d to ps i.
+func (p *connProbe) arm(c *Client, i int, d *dataConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed, p.silent = true, false
+	p.gen++
+	if p.t == nil {
+		p.t = time.AfterFunc(c.opts.ProbeAfter, func() { p.check(c, i, d) })
+		return
+	}
+	p.t.Reset(c.opts.ProbeAfter)
+}
+
+// check runs on the timer's goroutine once the call has waited ProbeAfter.
+func (p *connProbe) check(c *Client, i int, d *dataConn) {
+	p.mu.Lock()
+	gen, armed := p.gen, p.armed
+	p.mu.Unlock()
+	if !armed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.ProbeTimeout)
+	_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.armed || p.gen != gen {
+		return
+	}
+	if err == nil {
+		p.t.Reset(c.opts.ProbeAfter)
+		return
+	}
+	p.silent = true
+	d.silent = withKind(ErrUnavailable, fmt.Errorf("silent: no answer to a health check within %s after the call had waited over %s (%v)",
+		c.opts.ProbeTimeout, c.opts.ProbeAfter, shortErr(err)))
+	_ = d.nc.SetDeadline(time.Unix(1, 0))
+}
+
+// disarm ends the checks of the call; it reports whether the ps was found
+// silent (d.silent is set then, and the connection's deadline).
+func (p *connProbe) disarm() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = false
+	if p.t != nil {
+		p.t.Stop()
+	}
+	return p.silent
+}
