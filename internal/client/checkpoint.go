@@ -52,16 +52,23 @@ func (c *Client) Remember(statuses []*pb.StatusResponse) {
 // RestartedError if one has another incarnation than the one this client
 // last saw (it restarted or was restored since).
 func (c *Client) CheckIncarnations(ctx context.Context) error {
+	_, err := c.StatusSameIncarnations(ctx)
+	return err
+}
+
+// StatusSameIncarnations is Status, and a RestartedError if a ps has
+// another incarnation than the one this client last saw.
+func (c *Client) StatusSameIncarnations(ctx context.Context) ([]*pb.StatusResponse, error) {
 	statuses, err := c.Status(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, st := range statuses {
 		if err := c.checkIncarnation(i, st.Incarnation); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return statuses, nil
 }
 
 // CheckpointShards asks every ps, in parallel, to write its shard of the

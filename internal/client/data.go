@@ -243,7 +243,7 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 			return false
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, err))
+			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, dp.c.classify(i, err)))
 		}
 		cs.conns[i] = d
 	}

@@ -168,9 +168,11 @@ func withDeadline(t *testing.T, d time.Duration) context.Context {
 // A ps killed before the chief's Init, during the first checkpoint, or
 // during the final checkpoint comes back (restarted as `local` does, after
 // a moment) and the job ends with the right model: start-up and every
-// checkpoint go through the recovery a training step goes through.
+// checkpoint go through the recovery a training step goes through. Two
+// workers: in sync mode the other worker must still be there to train
+// again the steps a failed final checkpoint lost.
 func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
-	const steps = 600
+	const steps = 1000
 	for _, tc := range []struct {
 		name  string
 		event string
@@ -186,17 +188,17 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			res := filepath.Join(dir, "r.json")
-			cl := newTestCluster(t, 2, 1, Config{
+			cl := newTestCluster(t, 2, 2, Config{
 				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
 				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync,
-				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 250,
-				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 400,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
 			})
 			var once sync.Once
 			struck := make(chan struct{})
 			testHook = func(event string, step int64) {
-				if event != tc.event || step != tc.step {
-					return
+				if event != tc.event || step < tc.step || (tc.step < steps && step != tc.step) {
+					return // async: the final step may pass the goal
 				}
 				once.Do(func() {
 					cl.kill(0)
@@ -211,8 +213,13 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 			cl.startPS(0)
 			cl.startPS(1)
 			ctx := withDeadline(t, 2*time.Minute)
-			if err := cl.runWorkers(ctx)[0]; err != nil {
-				t.Fatalf("chief: %v", err)
+			for w, err := range cl.runWorkers(ctx) {
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+				}
+			}
+			if t.Failed() {
+				t.FailNow()
 			}
 			select {
 			case <-struck:
@@ -221,7 +228,7 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 			}
 			r := readResultFile(t, res)
 			w, b := *r.Weight, *r.Bias
-			if r.GlobalStep != steps || math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
+			if r.GlobalStep < steps || (tc.sync && r.GlobalStep != steps) || math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
 				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±0.05, 10±0.1", r.GlobalStep, w, b, steps)
 			}
 		})
@@ -549,7 +556,7 @@ func TestBusyPSIsNotSilent(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
 		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
 		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, Sync: true,
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
 		probeAfter: 50 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
 	})
 	cl.startPS(0)

@@ -342,6 +342,15 @@ func runWorker(ctx context.Context, cfg Config) error {
 				err = fmt.Errorf("final checkpoint: %w", err)
 			}
 		}
+		if err == nil && lingers(cfg) {
+			// Wait for the chief before leaving: if a ps fails its final
+			// checkpoint, the cluster rolls back and the synchronous steps
+			// since need this worker again.
+			var again bool
+			if again, err = waitForChief(ctx, cfg, c); err == nil && again {
+				err = fmt.Errorf("%w: the ps went back below step %d (a ps restored a checkpoint); training again", client.ErrNotReady, cfg.TrainSteps)
+			}
+		}
 		if err == nil {
 			break
 		}
@@ -408,6 +417,56 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (
 		}
 		if err := retry.pause(wctx, 0, err); err != nil {
 			return nil, err
+		}
+	}
+}
+
+// lingers reports whether a worker that reached the goal waits for the
+// chief before it leaves: another worker in synchronous mode, where the
+// chief alone cannot complete a step.
+func lingers(cfg Config) bool {
+	return !cfg.Cluster.IsChief() && cfg.Sync && cfg.ReplicasToAggregate > 1
+}
+
+// waitForChief is the wait of a worker that lingers: until the chief has
+// told the ps it is done (it has saved the final checkpoint; the chief is
+// the first to call Done, as every other worker waits for it), or the
+// cluster went back below the goal (again: a ps restored a checkpoint, the
+// worker must train again), or --worker_timeout passes (the chief is gone;
+// the worker's own work is done). It logs every --wait_log_every. A ps
+// that does not answer is a recoverable error.
+func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool, err error) {
+	worker := cfg.Cluster.Task.Index
+	start := time.Now()
+	lastLog := start
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		statuses, err := c.StatusSameIncarnations(sctx)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		for _, st := range statuses {
+			if st.GlobalStep < cfg.TrainSteps {
+				return true, nil
+			}
+		}
+		for _, st := range statuses {
+			if st.WorkersDone > 0 {
+				return false, nil
+			}
+		}
+		if time.Since(start) >= cfg.WorkerTimeout {
+			cfg.Logf("worker %d: the chief has not finished --worker_timeout=%s after this worker; leaving", worker, cfg.WorkerTimeout)
+			return false, nil
+		}
+		if time.Since(lastLog) >= cfg.WaitLogEvery {
+			cfg.Logf("worker %d: at the goal; waiting for the chief to save the final checkpoint (waited %s; a synchronous cluster rolled back would need this worker)",
+				worker, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return false, err
 		}
 	}
 }
