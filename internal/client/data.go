@@ -599,7 +599,9 @@ func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int,
 	var have []string
 	var name, skip []byte
 	var err error
-	for range dense {
+	// The first few, reading at most a few MiB of values past: the
+	// connection is closed after.
+	for range min(dense, 8) {
 		if name, err = body.Name(name[:0], "variable"); err != nil {
 			break
 		}
@@ -608,9 +610,15 @@ func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int,
 			break
 		}
 		have = append(have, fmt.Sprintf("%s[%d]", name, cnt))
+		if 4*cnt > 4<<20 {
+			break
+		}
 		if skip, err = body.Bytes(skip[:0], int(4*cnt), "values"); err != nil {
 			break
 		}
+	}
+	if len(have) < dense {
+		have = append(have, "...")
 	}
 	return &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail, Have: fmt.Sprintf("%d variables %v and %d tables", dense, have, sparse), Want: dp.c.layoutOf(i)}
 }

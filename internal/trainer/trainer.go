@@ -410,7 +410,7 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (
 			return sv, nil
 		}
 		if !retryable(err) || wctx.Err() != nil {
-			if wctx.Err() != nil && ctx.Err() == nil {
+			if wctx.Err() != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "--startup_timeout") {
 				return nil, fmt.Errorf("%w (%w)", err, context.Cause(wctx))
 			}
 			return nil, err
