@@ -90,8 +90,8 @@ func (c *Client) classify(i int, err error) error {
 		return withKind(ErrUnavailable, err)
 	case codes.FailedPrecondition:
 		// A repeated Init with another layout (the ps restored or was given
-		// another model): see server.Init.
-		if msg := st.Message(); strings.Contains(msg, "already initialised with a different layout") {
+		// another model): see server.Init (the shard's Conflict).
+		if msg := st.Message(); strings.Contains(msg, "already initialised with a different layout") || strings.HasPrefix(msg, "layout conflict:") {
 			return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + msg + ")", Want: c.layoutOf(i)}
 		}
 		return withKind(ErrNotReady, err)
