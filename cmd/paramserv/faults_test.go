@@ -13,8 +13,10 @@ import (
 // again after recovery) or just after (synchronous: every worker must push
 // again for the step once the restarted ps restored and the chief rolled
 // the others back). `local` restarts it; the job ends with the right model.
-// Issue 12, failures 1 and 2.
-func TestPSKilledAtFirstCheckpoint(t *testing.T) {
+// Issue 12, failures 1 and 2. (The kill races the save; internal/trainer's
+// TestPSKilledAtStartupAndCheckpoints strikes inside it every time, and at
+// the final checkpoint, which a kill from here would miss.)
+func TestPSKilledAtCheckpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name, at string
 		sync     bool

@@ -429,40 +429,47 @@ func lingers(cfg Config) bool {
 }
 
 // waitForChief is the wait of a worker that lingers: until the chief has
-// told the ps it is done (it has saved the final checkpoint; the chief is
-// the first to call Done, as every other worker waits for it), or the
-// cluster went back below the goal (again: a ps restored a checkpoint, the
-// worker must train again), or --worker_timeout passes (the chief is gone;
-// the worker's own work is done). It logs every --wait_log_every. A ps
-// that does not answer is a recoverable error.
+// told a ps it is done (it has saved the final checkpoint; the chief is
+// the first to call Done, as every other worker waits for it), or a ps is
+// back below the goal (again: it restored an older checkpoint, the worker
+// must train again), or --worker_timeout passes (the chief is gone; the
+// worker's own work is done). A ps that restarted at the goal changes
+// nothing; one that does not answer is waited for. It logs every
+// --wait_log_every.
 func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool, err error) {
 	worker := cfg.Cluster.Task.Index
 	start := time.Now()
 	lastLog := start
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		statuses, err := c.StatusSameIncarnations(sctx)
+		statuses, err := c.Status(sctx)
 		cancel()
-		if err != nil {
+		var waitingFor string
+		switch {
+		case err != nil && !retryable(err):
 			return false, err
-		}
-		for _, st := range statuses {
-			if st.GlobalStep < cfg.TrainSteps {
-				return true, nil
+		case err != nil:
+			waitingFor = fmt.Sprintf("a ps to answer (%v)", err)
+		default:
+			for _, st := range statuses {
+				if st.WorkersDone > 0 {
+					return false, nil
+				}
 			}
-		}
-		for _, st := range statuses {
-			if st.WorkersDone > 0 {
-				return false, nil
+			for _, st := range statuses {
+				if st.Initialized && st.GlobalStep < cfg.TrainSteps {
+					return true, nil
+				}
 			}
+			waitingFor = "the chief to save the final checkpoint"
 		}
 		if time.Since(start) >= cfg.WorkerTimeout {
-			cfg.Logf("worker %d: the chief has not finished --worker_timeout=%s after this worker; leaving", worker, cfg.WorkerTimeout)
+			cfg.Logf("worker %d: at the goal, waited --worker_timeout=%s for %s; leaving", worker, cfg.WorkerTimeout, waitingFor)
 			return false, nil
 		}
 		if time.Since(lastLog) >= cfg.WaitLogEvery {
-			cfg.Logf("worker %d: at the goal; waiting for the chief to save the final checkpoint (waited %s; a synchronous cluster rolled back would need this worker)",
-				worker, time.Since(start).Round(time.Second))
+			cfg.Logf("worker %d: at the goal; waiting for %s (waited %s; a synchronous cluster rolled back would need this worker)",
+				worker, waitingFor, time.Since(start).Round(time.Second))
 			lastLog = time.Now()
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
