@@ -29,7 +29,8 @@ type probe struct {
 	mu      sync.Mutex // guards every field
 	t       *time.Timer
 	stopped bool
-	err     error // set once the ps was found silent
+	err     error              // set once the ps was found silent
+	cancel  context.CancelFunc // ends the check in flight, if any
 }
 
 // watch starts the health checks of ps i for a call that began now. When
@@ -40,8 +41,15 @@ func (c *Client) watch(i int, silent func(err error)) *probe {
 	start := time.Now()
 	check := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ProbeTimeout)
+		defer cancel()
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			return
+		}
+		p.cancel = cancel
+		p.mu.Unlock()
 		_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
-		cancel()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.stopped {
@@ -67,6 +75,9 @@ func (p *probe) stop() error {
 	defer p.mu.Unlock()
 	p.stopped = true
 	p.t.Stop()
+	if p.cancel != nil {
+		p.cancel() // a check in flight is of no use now
+	}
 	return p.err
 }
 
@@ -92,6 +103,7 @@ type connProbe struct {
 	armed  bool
 	gen    uint64 // counts the calls, so a check of an earlier one is ignored
 	silent bool
+	cancel context.CancelFunc // ends the check in flight, if any
 }
 
 // arm starts the checks of a call of d to ps i.
@@ -109,15 +121,18 @@ func (p *connProbe) arm(c *Client, i int, d *dataConn) {
 
 // check runs on the timer's goroutine once the call has waited ProbeAfter.
 func (p *connProbe) check(c *Client, i int, d *dataConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.ProbeTimeout)
+	defer cancel()
 	p.mu.Lock()
 	gen, armed := p.gen, p.armed
+	if armed {
+		p.cancel = cancel
+	}
 	p.mu.Unlock()
 	if !armed {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.ProbeTimeout)
 	_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
-	cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.armed || p.gen != gen {
@@ -141,6 +156,10 @@ func (p *connProbe) disarm() bool {
 	p.armed = false
 	if p.t != nil {
 		p.t.Stop()
+	}
+	if p.cancel != nil {
+		p.cancel() // a check in flight is of no use now
+		p.cancel = nil
 	}
 	return p.silent
 }
