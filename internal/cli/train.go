@@ -36,6 +36,7 @@ type trainFlags struct {
 	ftrlBeta, l1, l2                         float64
 	nesterov, sync, psWaitForever            bool
 	startupTimeout, waitLogEvery             time.Duration
+	workerTimeout                            time.Duration
 	splitBytes                               int
 	resultFile                               string
 	trainData, testData, inputFormat, fields string
@@ -80,6 +81,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.IntVar(&f.replicas, "replicas_to_aggregate", 0, "gradients averaged per synchronous step (default: the number of workers; fewer makes the rest backups)")
 	fs.Int64Var(&f.maxStale, "max_staleness", 0, "asynchronous training: drop gradients computed more than this many steps ago (0: no bound)")
 	fs.DurationVar(&f.startupTimeout, "startup_timeout", 5*time.Minute, "give up if the ps (or the chief's initialisation) are not there after this long")
+	fs.DurationVar(&f.workerTimeout, "worker_timeout", 30*time.Minute, "a ps gives up (exit 1) on a worker it has not heard from for this long while others have finished (workers never heard from: --startup_timeout); --ps_wait_forever waits forever")
 	fs.DurationVar(&f.waitLogEvery, "wait_log_every", 5*time.Second, "how often a task that waits (for a peer, the chief, a synchronous step) logs what it waits for")
 	fs.IntVar(&f.splitBytes, "split_bytes", 0, "split dense variables larger than this many bytes across all ps (default 4 MiB)")
 	fs.StringVar(&f.resultFile, "result_file", "", "the chief writes a JSON summary of the run here")
@@ -150,6 +152,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		PSWaitForever:       f.psWaitForever,
 		Logf:                logf,
 		WaitLogEvery:        f.waitLogEvery,
+		WorkerTimeout:       f.workerTimeout,
 	}
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset

@@ -153,7 +153,15 @@ func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 	go func() {
 		steps := make([]int64, len(c.ps))
 		dropped := make([]bool, len(c.ps))
-		call.Err = c.each(func(i int) error {
+		call.Err = c.eachCtx(ctx, func(ctx context.Context, i int) (err error) {
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			pr := c.watch(i, cancel)
+			defer func() {
+				if silent := pr.stop(); silent != nil {
+					err = silent
+				}
+			}()
 			var push *pb.PushRequest
 			var pull *pb.PullRequest
 			if req.Push {
@@ -197,7 +205,7 @@ func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 			}
 			steps[i] = resp.GlobalStep
 			if req.Params != nil {
-				if err := c.store(resp.Vars, req.Params); err != nil {
+				if err := c.store(i, resp.Vars, req.Params); err != nil {
 					return err
 				}
 			}
@@ -244,19 +252,32 @@ func (c *Client) denseTensors(i int, grads model.Params) []*pb.DenseTensor {
 }
 
 // store copies pulled parts into their places in params.
-func (c *Client) store(vars []*pb.DenseTensor, params model.Params) error {
+func (c *Client) store(ps int, vars []*pb.DenseTensor, params model.Params) error {
+	if len(vars) != len(c.byPS[ps]) {
+		return c.layoutError(ps, vars, fmt.Sprintf("the ps answered %d variables, want %d", len(vars), len(c.byPS[ps])))
+	}
 	for _, t := range vars {
 		name, ok := c.varOf[t.Name]
 		if !ok {
-			return fmt.Errorf("ps sent unknown variable %q", t.Name)
+			return c.layoutError(ps, vars, fmt.Sprintf("ps sent unknown variable %q", t.Name))
 		}
 		p := c.part[t.Name]
-		if len(t.Data) != 4*p.Len {
-			return fmt.Errorf("ps sent %d bytes for %q, want %d", len(t.Data), t.Name, 4*p.Len)
+		if len(t.Data) != 4*p.Len || p.PS != ps {
+			return c.layoutError(ps, vars, fmt.Sprintf("ps sent %d bytes for %q, want %d", len(t.Data), t.Name, 4*p.Len))
 		}
 		wire.DecodeFloat32s(params[name][p.Offset:p.Offset+p.Len], t.Data)
 	}
 	return nil
+}
+
+// layoutError describes what ps i answered against what the model places
+// on it.
+func (c *Client) layoutError(ps int, vars []*pb.DenseTensor, detail string) error {
+	have := make([]string, len(vars))
+	for j, t := range vars {
+		have[j] = fmt.Sprintf("%s[%d]", t.Name, len(t.Data)/4)
+	}
+	return &LayoutError{PS: ps, Addr: c.addrs[ps], Detail: detail, Have: fmt.Sprintf("%d variables %v", len(vars), have), Want: c.layoutOf(ps)}
 }
 
 // stepOf is the global step of a pull's answers: ps 0's in asynchronous

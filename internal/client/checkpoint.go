@@ -48,12 +48,39 @@ func (c *Client) Remember(statuses []*pb.StatusResponse) {
 	}
 }
 
+// CheckIncarnations asks every ps for its Status and reports a
+// RestartedError if one has another incarnation than the one this client
+// last saw (it restarted or was restored since).
+func (c *Client) CheckIncarnations(ctx context.Context) error {
+	_, err := c.StatusSameIncarnations(ctx)
+	return err
+}
+
+// StatusSameIncarnations is Status, and a RestartedError if a ps has
+// another incarnation than the one this client last saw.
+func (c *Client) StatusSameIncarnations(ctx context.Context) ([]*pb.StatusResponse, error) {
+	statuses, err := c.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, st := range statuses {
+		if err := c.checkIncarnation(i, st.Incarnation); err != nil {
+			return nil, err
+		}
+	}
+	return statuses, nil
+}
+
 // CheckpointShards asks every ps, in parallel, to write its shard of the
 // checkpoint of step into dir, and returns what each wrote.
 func (c *Client) CheckpointShards(ctx context.Context, dir string, step int64) ([]checkpoint.ShardInfo, error) {
 	infos := make([]checkpoint.ShardInfo, len(c.ps))
 	err := c.each(func(i int) error {
-		resp, err := c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
+		var resp *pb.CheckpointResponse
+		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+			resp, err = c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -70,9 +97,13 @@ func (c *Client) Restore(ctx context.Context, dir string, step int64, which []in
 	for j, i := range which {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			resp, err := c.ps[i].Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: step})
+			var resp *pb.RestoreResponse
+			err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+				resp, err = c.ps[i].Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: step})
+				return err
+			})
 			if err != nil {
-				errs[j] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+				errs[j] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], c.classify(i, err))
 				return
 			}
 			c.mu.Lock()

@@ -51,6 +51,11 @@ type Options struct {
 	// path's) instead of TCP: the transport seam, through which tests run
 	// whole clusters over an in-memory network (package memnet).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// ProbeAfter and ProbeTimeout are the health checks of a call that
+	// waits (probe.go): after ProbeAfter (15s if 0) the ps is asked for its
+	// Status, and a ps that does not answer within ProbeTimeout (20s if 0)
+	// ends the call with ErrUnavailable. Tests make them small.
+	ProbeAfter, ProbeTimeout time.Duration
 }
 
 // Client talks to every ps of a cluster.
@@ -81,6 +86,12 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 	}
 	if opts.WaitLogEvery <= 0 {
 		opts.WaitLogEvery = 5 * time.Second
+	}
+	if opts.ProbeAfter <= 0 {
+		opts.ProbeAfter = defaultProbeAfter
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = defaultProbeTimeout
 	}
 	plan, err := placement.Place(len(addrs), vars, opts.SplitBytes)
 	if err != nil {
@@ -248,7 +259,7 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 		}
 	}
 	steps := make([]int64, len(c.ps))
-	err := c.each(func(i int) error {
+	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
 		req := &pb.InitRequest{
 			Worker: int32(c.opts.Worker),
 			Optimizer: &pb.OptimizerConfig{
@@ -280,7 +291,11 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 			full := values[c.varOf[p.Name]]
 			req.Vars = append(req.Vars, &pb.VarSpec{Name: p.Name, Shape: shape, Init: wire.Float32Bytes(full[p.Offset : p.Offset+p.Len])})
 		}
-		resp, err := c.ps[i].Init(ctx, req)
+		var resp *pb.InitResponse
+		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
+			resp, err = c.ps[i].Init(ctx, req)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -303,18 +318,48 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 }
 
 // each runs f for every ps in parallel and joins the errors, each naming
-// its ps.
+// its ps and of its kind (classify). Every ps is tried, whatever the others
+// answer (Done).
 func (c *Client) each(f func(ps int) error) error {
 	errs := make([]error, len(c.ps))
 	var wg sync.WaitGroup
 	for i := range c.ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := f(i); err != nil {
-				errs[i] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+				errs[i] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], c.classify(i, err))
 			}
-		}()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// errSibling cancels the calls of a request to the other ps once one ps
+// failed.
+var errSibling = errors.New("another ps of the same request failed")
+
+// eachCtx is each, but once one ps fails the calls to the others are
+// cancelled (their answers are of no use: the worker recovers and pulls
+// again), so that a call waiting on one ps (a synchronous pull) never
+// outlives the failure of another. The errors of the calls cancelled so
+// are left out.
+func (c *Client) eachCtx(ctx context.Context, f func(ctx context.Context, ps int) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errs := make([]error, len(c.ps))
+	var wg sync.WaitGroup
+	for i := range c.ps {
+		wg.Go(func() {
+			err := f(cctx, i)
+			if err == nil {
+				return
+			}
+			if ctx.Err() == nil && errors.Is(context.Cause(cctx), errSibling) {
+				return // cancelled because another ps failed
+			}
+			errs[i] = fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], c.classify(i, err))
+			cancel(errSibling)
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -323,10 +368,11 @@ func (c *Client) each(f func(ps int) error) error {
 // Status asks every ps for its state.
 func (c *Client) Status(ctx context.Context) ([]*pb.StatusResponse, error) {
 	out := make([]*pb.StatusResponse, len(c.ps))
-	err := c.each(func(i int) error {
-		st, err := c.ps[i].Status(ctx, &pb.StatusRequest{})
-		out[i] = st
-		return err
+	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
+		return c.watched(ctx, i, func(ctx context.Context) (err error) {
+			out[i], err = c.ps[i].Status(ctx, &pb.StatusRequest{})
+			return err
+		})
 	})
 	return out, err
 }

@@ -64,8 +64,10 @@ type dataConn struct {
 	frame    wire.Frame
 	hdr      [wire.RepHeaderLen]byte
 	body     wire.BodyReader
-	deadline bool // a deadline is set on nc
-	broken   bool // not to be used again (a cancellation may set its deadline)
+	deadline bool  // a deadline is set on nc
+	broken   bool  // not to be used again (a cancellation may set its deadline)
+	silent   error // the health check found the ps silent (probe.go)
+	probe    connProbe
 	// slot[s] is the uid of the key set the ps keeps in cache slot s (0:
 	// none), used[s] when it was last named.
 	slot    [wire.CacheSlots]uint64
@@ -241,7 +243,7 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 			return false
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, err))
+			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, dp.c.classify(i, err)))
 		}
 		cs.conns[i] = d
 	}
@@ -278,14 +280,24 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 		dp.keys.release(cs.pull)
 	}()
 
+	// Once one ps fails, the round trips to the others are cancelled (see
+	// eachCtx) and their errors left out.
+	pctx, cancel := ctx, context.CancelCauseFunc(func(error) {})
+	if n > 1 {
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+	}
 	perr := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		f := func() {
-			cs.steps[i], cs.dropped[i], perr[i] = dp.roundTrip(ctx, cs, i, req.Push, req.Pull, req.MinStep)
-			if perr[i] != nil {
-				perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, perr[i])
+			var err error
+			cs.steps[i], cs.dropped[i], err = dp.roundTrip(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+			if err == nil || (pctx.Err() == nil && errors.Is(context.Cause(ctx), errSibling)) {
+				return
 			}
+			perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, err))
+			cancel(errSibling)
 		}
 		if i == n-1 {
 			f()
@@ -339,6 +351,9 @@ func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, p
 		}
 		d.nc.Close()
 		cs.conns[i] = nil
+		if d.silent != nil {
+			return 0, false, d.silent
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// The connection's deadlines come from ctx: it is done, or
 			// about to be (its timer may not have fired yet).
@@ -348,7 +363,9 @@ func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, p
 			}
 		}
 		var fe *wire.FrameError
+		var le *LayoutError
 		switch {
+		case errors.As(err, &le):
 		case ctx.Err() != nil:
 			err = status.FromContextError(ctx.Err()).Err()
 		case errors.As(err, &fe):
@@ -484,6 +501,12 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			}
 		}()
 	}
+	d.probe.arm(dp.c, i, d)
+	defer func() {
+		if d.probe.disarm() {
+			d.broken = true
+		}
+	}()
 	if _, err := f.WriteTo(d.nc); err != nil {
 		return 0, false, err
 	}
@@ -514,7 +537,8 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		wantDense = len(c.byPS[i])
 	}
 	if h.Dense != wantDense || h.Sparse != len(req.SparseParams) {
-		return 0, false, fmt.Errorf("data path: the ps answered %d variables and %d tables, want %d and %d", h.Dense, h.Sparse, wantDense, len(req.SparseParams))
+		return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse,
+			fmt.Sprintf("the ps answered %d variables and %d tables, want %d and %d", h.Dense, h.Sparse, wantDense, len(req.SparseParams)))
 	}
 	var name []byte
 	for range h.Dense {
@@ -526,11 +550,13 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			return 0, false, err
 		}
 		p, ok := c.part[string(name)]
-		if !ok || p.PS != i {
-			return 0, false, fmt.Errorf("ps sent unknown variable %q", name)
-		}
-		if cnt != int64(p.Len) {
-			return 0, false, fmt.Errorf("ps sent %d bytes for %q, want %d", 4*cnt, name, 4*p.Len)
+		if !ok || p.PS != i || cnt != int64(p.Len) {
+			detail := fmt.Sprintf("ps sent unknown variable %q", name)
+			if ok && p.PS == i {
+				detail = fmt.Sprintf("ps sent %d bytes for %q, want %d", 4*cnt, name, 4*p.Len)
+			}
+			return 0, false, &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail,
+				Have: fmt.Sprintf("%d variables and %d tables, among them %s[%d]", h.Dense, h.Sparse, name, cnt), Want: c.layoutOf(i)}
 		}
 		if err := body.FloatsInto(req.Params[c.varOf[p.Name]][p.Offset:p.Offset+p.Len], "values"); err != nil {
 			return 0, false, err
@@ -565,6 +591,36 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		return 0, false, fmt.Errorf("data path: %d bytes after the last section of the reply", body.Left)
 	}
 	return h.Step, h.Dropped, dp.incarnation(i, h)
+}
+
+// layoutError describes the variables a reply of ps i holds (dense of
+// them, then sparse tables), read from its body, against the model's.
+func (dp *dataPath) layoutError(i int, body *wire.BodyReader, dense, sparse int, detail string) error {
+	var have []string
+	var name, skip []byte
+	var err error
+	// The first few, reading at most a few MiB of values past: the
+	// connection is closed after.
+	for range min(dense, 8) {
+		if name, err = body.Name(name[:0], "variable"); err != nil {
+			break
+		}
+		cnt, err := body.Uint32("value count")
+		if err != nil || cnt > body.Left/4 {
+			break
+		}
+		have = append(have, fmt.Sprintf("%s[%d]", name, cnt))
+		if 4*cnt > 4<<20 {
+			break
+		}
+		if skip, err = body.Bytes(skip[:0], int(4*cnt), "values"); err != nil {
+			break
+		}
+	}
+	if len(have) < dense {
+		have = append(have, "...")
+	}
+	return &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail, Have: fmt.Sprintf("%d variables %v and %d tables", dense, have, sparse), Want: dp.c.layoutOf(i)}
 }
 
 // incarnation checks a whole, well-formed reply's incarnation; a changed

@@ -152,6 +152,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.heard(r.Worker)
 	if !s.shard.Initialized() {
 		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized))
 		return

@@ -15,21 +15,6 @@ import (
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
-// Meta keys the chief writes into a checkpoint manifest.
-//
-// Deprecated: write them with checkpoint.Manifest.SetTraining.
-const (
-	MetaReplicas     = "replicas_to_aggregate"
-	MetaMaxStaleness = "max_staleness"
-	MetaSplitBytes   = "split_bytes"
-	MetaSyncTimeout  = "sync_timeout_ms"
-	MetaSyncProceed  = "sync_proceed"
-	MetaTables       = "tables"
-)
-
-// SlotNames names the state slots of a rule, as checkpoints store them.
-func SlotNames(rule string, slots int) []string { return shard.SlotNames(rule, slots) }
-
 // confine checks that a directory named by a request is the ps's own
 // --checkpoint_dir (or inside it): a client must not make the ps write or
 // read files anywhere else.

@@ -17,7 +17,9 @@ import (
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/placement"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
@@ -141,11 +143,15 @@ func (c *cluster) save(t *testing.T) int64 {
 		infos = append(infos, info)
 	}
 	plan := c.plan(t)
-	slots := SlotNames("adam", 2)
-	m := checkpoint.Manifest{Step: step, Mode: "async", NumPS: len(c.ps), NumWorkers: 1, Shards: infos,
-		Optimizer: json.RawMessage(`{"name":"adam","learning_rate":0.1}`),
-		Meta:      map[string]string{MetaSplitBytes: "40", MetaReplicas: "1", MetaTables: `[{"name":"emb","dim":2,"initializer":"normal","init_stddev":0.1,"seed":9}]`},
-		Tables:    []checkpoint.TableInfo{{Name: "emb", Dim: 2, Slots: slots}}}
+	slots := shard.SlotNames("adam", 2)
+	m := checkpoint.Manifest{Step: step, NumPS: len(c.ps), NumWorkers: 1, Shards: infos,
+		Tables: []checkpoint.TableInfo{{Name: "emb", Dim: 2, Slots: slots}}}
+	if err := m.SetTraining(checkpoint.Training{
+		Mode: "async", Optimizer: optim.Config{Name: "adam", LearningRate: 0.1}, SplitBytes: 40, ReplicasToAggregate: 1,
+		Tables: []checkpoint.TableSpec{{Name: "emb", Dim: 2, Initializer: "normal", InitStddev: 0.1, Seed: 9}},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for k := range c.ps {
 		m.Tables[0].Shards = append(m.Tables[0].Shards, k)
 	}

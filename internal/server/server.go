@@ -63,11 +63,12 @@ type Server struct {
 
 	mu         sync.Mutex // guards every field below
 	shard      *shard.Shard
-	stepCh     chan struct{} // closed and replaced when the shard's version changes, if waited on
-	stepWaited bool          // a pull waits on stepCh
-	version    uint64        // the shard's version stepCh was made for
-	allDone    chan struct{} // closed once every worker has called Done
-	closed     bool          // allDone is closed
+	stepCh     chan struct{}     // closed and replaced when the shard's version changes, if waited on
+	stepWaited bool              // a pull waits on stepCh
+	version    uint64            // the shard's version stepCh was made for
+	allDone    chan struct{}     // closed once every worker has called Done
+	closed     bool              // allDone is closed
+	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -92,7 +93,27 @@ func New(cfg Config) *Server {
 			optim.ApplyParallel(r, param, grad, state, step, runtime.GOMAXPROCS(0))
 		},
 	})
-	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{})}
+	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{}), seen: make(map[int]time.Time)}
+}
+
+// WorkerActivity reports the workers that have called Done, and when each
+// worker was last heard from (a push, a pull, Init or Done); a worker never
+// heard from is not in lastSeen.
+func (s *Server) WorkerActivity() (done []int, lastSeen map[int]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lastSeen = make(map[int]time.Time, len(s.seen))
+	for w, t := range s.seen {
+		lastSeen[w] = t
+	}
+	return s.shard.DoneWorkers(), lastSeen
+}
+
+// heard records that worker w was heard from. Call with mu held.
+func (s *Server) heard(w int32) {
+	if w >= 0 && int(w) < s.cfg.NumWorkers {
+		s.seen[int(w)] = time.Now()
+	}
 }
 
 // AllDone is closed once every worker has reported Done. The caller stops
@@ -180,6 +201,7 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.heard(req.Worker)
 	already, err := s.shard.Init(l, values)
 	s.notify()
 	if err != nil {
@@ -248,6 +270,7 @@ func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse,
 
 // push does the work of Push with mu held.
 func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
+	s.heard(req.Worker)
 	var p shard.Push
 	if err := decodePush(req, &p); err != nil && s.shard.Initialized() {
 		return nil, statusOf(s.shard.Reject(p.Worker, p.Step, err))
@@ -337,6 +360,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 // timeout (Tick). A restore while waiting aborts the wait. Call with mu
 // held; mu is released while waiting.
 func (s *Server) waitStep(ctx context.Context, worker int, min int64) error {
+	s.heard(int32(worker))
 	start := time.Now()
 	epoch := s.shard.Epoch()
 	lastLog := start
@@ -437,6 +461,7 @@ func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse,
 func (s *Server) Done(_ context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.heard(req.Worker)
 	all, err := s.shard.Done(int(req.Worker))
 	if err != nil {
 		return nil, statusOf(err)

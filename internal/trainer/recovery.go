@@ -2,79 +2,117 @@ package trainer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // retryable reports whether a training step's error is one the worker
 // recovers from (a ps down, restarted or restored, a step moved on) rather
-// than one that ends the job (a malformed request, a synchronous step that
-// timed out with --sync_on_timeout=fail).
-func retryable(err error) bool {
-	var re *client.RestartedError
-	if errors.As(err, &re) {
-		return true
+// than one that ends the job (another model on the ps, a malformed request,
+// a synchronous step that timed out with --sync_on_timeout=fail). The kinds
+// are the client's own errors (client.Retryable), never gRPC codes.
+func retryable(err error) bool { return client.Retryable(err) }
+
+// retrier paces a retry loop: every pause after the first waits longer
+// (doubling from retryMin up to retryMax) unless the loop made progress
+// (its step moved) since, and the line saying why it retries is logged at
+// most once per --wait_log_every, with the count of retries it stands for.
+// sleep and now are the clock (tests inject theirs).
+type retrier struct {
+	cfg      Config
+	bound    string // what bounds the retries, for the log
+	backoff  time.Duration
+	lastStep int64
+	started  bool
+	lastLog  time.Time
+	quiet    int // retries since the last line
+	sleep    func(ctx context.Context, d time.Duration) error
+	now      func() time.Time
+}
+
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = 5 * time.Second
+)
+
+func newRetrier(cfg Config, bound string) *retrier {
+	return &retrier{cfg: cfg, bound: bound, sleep: sleepCtx, now: time.Now}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
-	var se interface{ GRPCStatus() *status.Status }
-	if !errors.As(err, &se) {
-		return false
+}
+
+// pause is called before retrying after err at global step step.
+func (r *retrier) pause(ctx context.Context, step int64, err error) error {
+	if !r.started || step != r.lastStep {
+		r.backoff = 0 // progress since the last failure: retry at once
 	}
-	switch se.GRPCStatus().Code() {
-	case codes.Unavailable, codes.Aborted, codes.FailedPrecondition:
-		return true
+	r.started, r.lastStep = true, step
+	r.logf("worker %d: at global step %d: %v; waiting for the ps to recover (up to %s)", r.cfg.Cluster.Task.Index, step, err, r.bound)
+	if r.backoff > 0 {
+		if err := r.sleep(ctx, r.backoff); err != nil {
+			return err
+		}
 	}
-	return false
+	r.backoff = min(max(2*r.backoff, retryMin), retryMax)
+	return nil
+}
+
+// logf logs at most once per WaitLogEvery; a line after quiet retries says
+// how many it stands for.
+func (r *retrier) logf(format string, args ...any) {
+	now := r.now()
+	if !r.lastLog.IsZero() && now.Sub(r.lastLog) < r.cfg.WaitLogEvery {
+		r.quiet++
+		return
+	}
+	if r.quiet > 0 {
+		format += fmt.Sprintf(" (%d more times since the last such line)", r.quiet)
+	}
+	r.cfg.Logf(format, args...)
+	r.lastLog, r.quiet = now, 0
 }
 
 // recoverCluster waits until every ps answers again and is initialised,
 // logging what it waits for. The chief then makes the cluster consistent: if
 // a ps restarted from a checkpoint (its restored step differs from the
 // others'), every other ps is rolled back to that checkpoint, and the log
-// says how many steps were lost. It gives up after --recovery_timeout.
-func recoverCluster(ctx context.Context, cfg Config, c *client.Client, lastStep int64, cause error) error {
+// says how many steps were lost. It gives up after --recovery_timeout,
+// naming what it waited for.
+func recoverCluster(ctx context.Context, cfg Config, c *client.Client, lastStep int64, cause error, retry *retrier) error {
 	worker := cfg.Cluster.Task.Index
-	cfg.Logf("worker %d: at global step %d: %v; waiting for the ps to recover (up to --recovery_timeout=%s)", worker, lastStep, cause, cfg.RecoveryTimeout)
 	rctx, cancel := context.WithTimeoutCause(ctx, cfg.RecoveryTimeout, fmt.Errorf("--recovery_timeout=%s passed", cfg.RecoveryTimeout))
 	defer cancel()
-	backoff := 100 * time.Millisecond
-	var lastLog time.Time
-	for {
-		statuses, err := c.WaitReady(rctx, !cfg.Cluster.IsChief())
-		if err != nil {
-			return fmt.Errorf("worker %d: recovery: %w", worker, err)
+	if !cfg.Cluster.IsChief() {
+		if err := waitOneHistory(rctx, cfg, c, retry); err != nil {
+			return fmt.Errorf("worker %d: recovery after %v: %w", worker, cause, err)
 		}
-		if !cfg.Cluster.IsChief() {
-			// Go on only once the ps hold one history: after a ps restored a
-			// checkpoint, the chief rolls the others back to it first.
-			if restored := restoredSteps(statuses); len(restored) > 1 {
-				if time.Since(lastLog) >= cfg.WaitLogEvery {
-					cfg.Logf("worker %d: waiting for the chief to roll the ps back to one checkpoint (restored steps by ps: %v)", worker, restored)
-					lastLog = time.Now()
-				}
-				select {
-				case <-time.After(200 * time.Millisecond):
-					continue
-				case <-rctx.Done():
-					return fmt.Errorf("worker %d: recovery: %w", worker, context.Cause(rctx))
-				}
-			}
-			c.Remember(statuses)
-			cfg.Logf("worker %d: every ps answers again; pulling and going on", worker)
-			return nil
+		retry.logf("worker %d: every ps answers again; pulling and going on", worker)
+		return nil
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		statuses, err := c.WaitReady(rctx, false)
+		if err != nil {
+			return fmt.Errorf("worker %d: recovery after %v: %w", worker, cause, err)
 		}
 		err = consistent(rctx, cfg, c, statuses, lastStep)
 		if err == nil {
@@ -83,13 +121,36 @@ func recoverCluster(ctx context.Context, cfg Config, c *client.Client, lastStep 
 		if !retryable(err) {
 			return err
 		}
-		cfg.Logf("chief: recovery: %v; trying again in %s", err, backoff)
-		select {
-		case <-time.After(backoff):
-		case <-rctx.Done():
-			return fmt.Errorf("chief: recovery: %w", context.Cause(rctx))
+		retry.logf("chief: recovery: %v; trying again in %s", err, backoff)
+		if err := sleepCtx(rctx, backoff); err != nil {
+			return fmt.Errorf("chief: recovery after %v: %w", cause, err)
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// waitOneHistory is a worker's (not the chief's) wait, at start-up and in
+// recovery, until every ps answers, is initialised, and they hold one
+// history: after a ps restored a checkpoint, the chief rolls the others
+// back to it first. A worker that went on before (pushing to a ps restored
+// and to one not yet rolled back) would compute from two histories, and its
+// gradients for the step would be lost on the ps rolled back.
+func waitOneHistory(ctx context.Context, cfg Config, c *client.Client, retry *retrier) error {
+	worker := cfg.Cluster.Task.Index
+	for {
+		statuses, err := c.WaitReady(ctx, true)
+		if err != nil {
+			return err
+		}
+		restored := restoredSteps(statuses)
+		if len(restored) <= 1 {
+			c.Remember(statuses)
+			return nil
+		}
+		retry.logf("worker %d: waiting for the chief to roll the ps back to one checkpoint (restored steps by ps: %v)", worker, restored)
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return fmt.Errorf("the ps hold different histories (restored steps by ps: %v): %w", restored, err)
+		}
 	}
 }
 
@@ -124,7 +185,7 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 		if cfg.CheckpointDir == "" {
 			return fmt.Errorf("ps %v restarted without its state and there is no checkpoint to restore it from: run with --checkpoint_dir (and --save_steps or --save_model_secs) to survive a ps failure", uninit)
 		}
-		return status.Errorf(codes.FailedPrecondition, "ps %v not initialised yet (restoring a checkpoint?)", uninit)
+		return fmt.Errorf("%w: ps %v not initialised yet (restoring a checkpoint?)", client.ErrNotReady, uninit)
 	}
 	var behind []int
 	for i, st := range statuses {
@@ -162,6 +223,7 @@ type saver struct {
 	fs       vfs.FS
 	lastStep int64
 	lastTime time.Time
+	force    bool // save at the next step (a restarted chief)
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
@@ -173,7 +235,7 @@ func (s *saver) due(step int64) bool {
 	if s == nil || s.cfg.CheckpointDir == "" || step <= s.lastStep {
 		return false
 	}
-	return (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
+	return s.force || (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
 		(s.cfg.SaveEvery > 0 && time.Since(s.lastTime) >= s.cfg.SaveEvery)
 }
 
@@ -195,7 +257,20 @@ func (s *saver) maybe(ctx context.Context, step int64) error {
 func (s *saver) save(ctx context.Context, step int64) error {
 	cfg := s.cfg
 	start := time.Now()
+	if _, err := s.fs.Stat(filepath.Join(cfg.CheckpointDir, checkpoint.CheckpointName(step), checkpoint.ManifestName)); err == nil {
+		// Saved by a chief before this one (which died after it).
+		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
+		s.lastStep, s.lastTime, s.force = step, time.Now(), false
+		return nil
+	}
+	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
+	testHook("save", step)
 	infos, err := s.c.CheckpointShards(ctx, cfg.CheckpointDir, step)
+	if err == nil {
+		// A ps that restarted since the chief last heard from it wrote
+		// the state it restored, not that of step: no manifest for it.
+		err = s.c.CheckIncarnations(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint of step %d: %w", step, err)
 	}
@@ -215,7 +290,7 @@ func (s *saver) save(ctx context.Context, step int64) error {
 		size += in.Size
 	}
 	cfg.Logf("chief: saved checkpoint of step %d in %s (%d shards, %.1f MiB, %s; removed %d old)", step, cfg.CheckpointDir, len(infos), float64(size)/(1<<20), time.Since(start).Round(time.Millisecond), len(removed))
-	s.lastStep, s.lastTime = step, time.Now()
+	s.lastStep, s.lastTime, s.force = step, time.Now(), false
 	return nil
 }
 
@@ -226,26 +301,20 @@ func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.M
 	if err != nil {
 		return checkpoint.Manifest{}, err
 	}
-	slots := server.SlotNames(rule.Name(), rule.StateSlots())
-	opt, err := json.Marshal(cfg.Optimizer)
-	if err != nil {
-		return checkpoint.Manifest{}, err
-	}
+	slots := shard.SlotNames(rule.Name(), rule.StateSlots())
 	mode := "async"
 	if cfg.Sync {
 		mode = "sync"
 	}
 	m := checkpoint.Manifest{
-		Step: step, Time: time.Now().UTC(), Mode: mode,
+		Step: step, Time: time.Now().UTC(),
 		NumPS: s.c.NumPS(), NumWorkers: len(cfg.Cluster.Spec.Workers),
-		Optimizer: opt, Shards: infos,
-		Meta: map[string]string{
-			server.MetaReplicas:     strconv.Itoa(cfg.ReplicasToAggregate),
-			server.MetaMaxStaleness: strconv.FormatInt(cfg.MaxStaleness, 10),
-			server.MetaSplitBytes:   strconv.Itoa(cfg.SplitBytes),
-			server.MetaSyncTimeout:  strconv.FormatInt(cfg.SyncTimeout.Milliseconds(), 10),
-			server.MetaSyncProceed:  strconv.FormatBool(cfg.SyncProceed),
-		},
+		Shards: infos,
+	}
+	tr := checkpoint.Training{
+		Mode: mode, Optimizer: cfg.Optimizer,
+		ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		SplitBytes: int64(cfg.SplitBytes), SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
 	}
 	for _, v := range s.c.Plan().Vars {
 		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}
@@ -265,22 +334,17 @@ func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.M
 		}
 		m.Variables = append(m.Variables, vi)
 	}
-	var specs []*pb.TableSpec
 	for _, t := range s.c.Tables() {
 		ti := checkpoint.TableInfo{Name: t.Name, Dim: int64(t.Dim), Slots: slots}
 		for k := range s.c.NumPS() {
 			ti.Shards = append(ti.Shards, k)
 		}
 		m.Tables = append(m.Tables, ti)
-		specs = append(specs, &pb.TableSpec{Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev,
+		tr.Tables = append(tr.Tables, checkpoint.TableSpec{Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev,
 			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
 	}
-	if len(specs) > 0 {
-		b, err := json.Marshal(specs)
-		if err != nil {
-			return m, err
-		}
-		m.Meta[server.MetaTables] = string(b)
+	if err := m.SetTraining(tr); err != nil {
+		return m, err
 	}
 	return m, nil
 }

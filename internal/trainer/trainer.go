@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -69,6 +70,14 @@ type Config struct {
 	// memnet) with faults a kill cannot make.
 	Listen func(addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
+
+	// WorkerTimeout bounds how long a ps waits for a worker not heard from
+	// while others have finished (RunPS); 30m if 0.
+	WorkerTimeout time.Duration
+
+	// probeAfter and probeTimeout are the client's health checks
+	// (client.Options); tests make them small.
+	probeAfter, probeTimeout time.Duration
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
@@ -96,13 +105,20 @@ func (c *Config) defaults() {
 	if c.RecoveryTimeout <= 0 {
 		c.RecoveryTimeout = 5 * time.Minute
 	}
+	if c.WorkerTimeout <= 0 {
+		c.WorkerTimeout = 30 * time.Minute
+	}
 	if c.KeepCheckpoints <= 0 {
 		c.KeepCheckpoints = checkpoint.DefaultKeep
 	}
 }
 
 // RunPS serves one ps until every worker is done or ctx ends; a ctx that
-// ends first is a *StoppedError.
+// ends first is a *StoppedError. Unless --ps_wait_forever, it never waits
+// silently: while workers are missing it says every --wait_log_every what
+// it waits for, and gives up (an error, exit 1) on workers never heard
+// from after --startup_timeout and on a worker not heard from for
+// --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	s := server.New(server.Config{
@@ -117,19 +133,41 @@ func RunPS(ctx context.Context, cfg Config) error {
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var gaveUp error
+	watched := make(chan struct{})
+	if cfg.PSWaitForever {
+		close(watched)
+	} else {
+		go func() {
+			defer close(watched)
+			gaveUp = watchWorkers(sctx, cfg, s, time.Now())
+			if gaveUp != nil {
+				cancel(gaveUp)
+			}
+		}()
+	}
 	var err error
 	if cfg.Listen != nil {
 		lis, lerr := cfg.Listen(cfg.Cluster.Addr())
 		if lerr != nil {
+			cancel(nil)
+			<-watched
 			return &ConfigError{Err: &server.ListenError{Addr: cfg.Cluster.Addr(), Err: lerr}}
 		}
-		err = server.ServeListener(ctx, lis, s)
+		err = server.ServeListener(sctx, lis, s)
 	} else {
-		err = server.Serve(ctx, cfg.Cluster.Addr(), s)
+		err = server.Serve(sctx, cfg.Cluster.Addr(), s)
 	}
+	cancel(nil)
+	<-watched
 	var le *server.ListenError
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
+	}
+	if err == nil && gaveUp != nil && ctx.Err() == nil {
+		return gaveUp
 	}
 	if err == nil && ctx.Err() != nil {
 		// Stopped from outside (SIGTERM): a success only if every worker
@@ -159,6 +197,81 @@ func (e *StoppedError) Error() string {
 }
 
 func (e *StoppedError) Unwrap() error { return e.Cause }
+
+// watchWorkers is a ps's watch over its workers (see RunPS): it returns
+// nil when ctx ends or every worker is done, an error naming who is
+// missing when it gives up. started is when the ps started.
+func watchWorkers(ctx context.Context, cfg Config, s *server.Server, started time.Time) error {
+	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
+	tick := time.NewTicker(min(cfg.WaitLogEvery, time.Second))
+	defer tick.Stop()
+	lastLog := started // a first line after --wait_log_every
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.AllDone():
+			return nil
+		case <-tick.C:
+		}
+		now := time.Now()
+		done, lastSeen := s.WorkerActivity()
+		var never, vanished []int
+		var heard []string
+		quiet := true // every missing worker was heard from within --wait_log_every
+		for w := range n {
+			if slices.Contains(done, w) {
+				continue
+			}
+			t, ok := lastSeen[w]
+			switch {
+			case !ok:
+				never = append(never, w)
+				quiet = false
+			default:
+				ago := now.Sub(t)
+				heard = append(heard, fmt.Sprintf("last heard from worker %d %s ago", w, ago.Round(time.Second)))
+				if ago >= cfg.WaitLogEvery {
+					quiet = false
+				}
+				if len(done) > 0 && ago >= cfg.WorkerTimeout {
+					vanished = append(vanished, w)
+				}
+			}
+		}
+		if len(vanished) > 0 {
+			return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
+				ps, vanished, cfg.WorkerTimeout, done, len(done), n)
+		}
+		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout {
+			return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
+				ps, cfg.StartupTimeout, never, len(done), n)
+		}
+		// Training with every worker pushing is no wait worth a line; one
+		// that finished with others missing, or a worker silent or never
+		// seen, is.
+		if (len(done) == 0 && quiet) || now.Sub(lastLog) < cfg.WaitLogEvery {
+			continue
+		}
+		what := heard
+		if len(never) > 0 {
+			what = append(what, fmt.Sprintf("never heard from workers %v", never))
+		}
+		cfg.Logf("ps %d: waiting for workers %v to finish (%d of %d done; %s)", ps, missingWorkers(n, done), len(done), n, strings.Join(what, "; "))
+		lastLog = now
+	}
+}
+
+// missingWorkers lists the workers 0..n-1 not in done.
+func missingWorkers(n int, done []int) []int {
+	var out []int
+	for w := range n {
+		if !slices.Contains(done, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
 
 // Result is what the chief writes to --result_file.
 type Result struct {
@@ -203,6 +316,16 @@ type TableShard struct {
 
 // RunWorker trains until the global step reaches cfg.TrainSteps.
 func RunWorker(ctx context.Context, cfg Config) error {
+	err := runWorker(ctx, cfg)
+	var ce *ConfigError
+	if errors.Is(err, client.ErrLayout) && !errors.As(err, &ce) {
+		// Another model on the ps: not a ps to wait for, an input to fix.
+		return &ConfigError{Err: err}
+	}
+	return err
+}
+
+func runWorker(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	start := time.Now()
 	worker := cfg.Cluster.Task.Index
@@ -238,22 +361,15 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
-		Dial: cfg.Dial,
+		Dial:       cfg.Dial,
+		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
-		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
-	var sv *saver
-	if cfg.Cluster.IsChief() {
-		sv, err = chiefStart(wctx, cfg, c, m)
-	} else {
-		_, err = c.WaitReady(wctx, true)
-	}
-	cancel()
+	sv, err := startUp(ctx, cfg, c, m)
 	if err != nil {
 		return fmt.Errorf("worker %d: start-up: %w", worker, err)
 	}
@@ -270,6 +386,7 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	params := model.NewParams(m.Variables())
 	trainStart := time.Now()
 	var st loopStats
+	retry := newRetrier(cfg, fmt.Sprintf("--recovery_timeout=%s", cfg.RecoveryTimeout))
 	for {
 		// A loop starts with a pull, so after a recovery it goes on from
 		// whatever step the cluster is at.
@@ -278,22 +395,37 @@ func RunWorker(ctx context.Context, cfg Config) error {
 		} else {
 			err = denseLoop(ctx, cfg, c, m, params, sv, &st)
 		}
+		if err == nil && sv != nil && cfg.CheckpointDir != "" && sv.lastStep != st.step {
+			// A ps that dies during the final checkpoint restores an
+			// older one: recovery rolls the cluster back to it, and the
+			// loop trains up to the goal again.
+			if err = sv.save(ctx, st.step); err != nil {
+				err = fmt.Errorf("final checkpoint: %w", err)
+			}
+		}
+		if err == nil && lingers(cfg) {
+			// Wait for the chief before leaving: if a ps fails its final
+			// checkpoint, the cluster rolls back and the synchronous steps
+			// since need this worker again.
+			var again bool
+			if again, err = waitForChief(ctx, cfg, c); err == nil && again {
+				err = fmt.Errorf("%w: the ps went back below step %d (a ps restored a checkpoint); training again", client.ErrNotReady, cfg.TrainSteps)
+			}
+		}
 		if err == nil {
 			break
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
-		if err := recoverCluster(ctx, cfg, c, st.step, err); err != nil {
+		if err := retry.pause(ctx, st.step, err); err != nil {
+			return fmt.Errorf("worker %d: %w", worker, err)
+		}
+		if err := recoverCluster(ctx, cfg, c, st.step, err, retry); err != nil {
 			return err
 		}
 	}
 	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
-	if sv != nil && cfg.CheckpointDir != "" && sv.lastStep != step {
-		if err := sv.save(ctx, step); err != nil {
-			return fmt.Errorf("chief: final checkpoint: %w", err)
-		}
-	}
 	elapsed := time.Since(trainStart)
 	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", worker, step, local, dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
@@ -314,6 +446,97 @@ func RunWorker(ctx context.Context, cfg Config) error {
 		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
 	}
 	return nil
+}
+
+// startUp brings a worker up, within --startup_timeout: the chief waits
+// for every ps, initialises them and saves the first checkpoint
+// (chiefStart); another worker waits until every ps is initialised and
+// they hold one history. A ps that dies meanwhile is waited for (logging
+// every --wait_log_every) and the start-up is tried again, as a training
+// step is: Init is a no-op on a ps already initialised.
+func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (*saver, error) {
+	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
+		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
+	defer cancel()
+	retry := newRetrier(cfg, fmt.Sprintf("--startup_timeout=%s", cfg.StartupTimeout))
+	for {
+		var sv *saver
+		var err error
+		if cfg.Cluster.IsChief() {
+			sv, err = chiefStart(wctx, cfg, c, m)
+		} else {
+			err = waitOneHistory(wctx, cfg, c, retry)
+		}
+		if err == nil {
+			return sv, nil
+		}
+		if !retryable(err) || wctx.Err() != nil {
+			if wctx.Err() != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "--startup_timeout") {
+				return nil, fmt.Errorf("%w (%w)", err, context.Cause(wctx))
+			}
+			return nil, err
+		}
+		if err := retry.pause(wctx, 0, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// lingers reports whether a worker that reached the goal waits for the
+// chief before it leaves: another worker in synchronous mode, where the
+// chief alone cannot complete a step.
+func lingers(cfg Config) bool {
+	return !cfg.Cluster.IsChief() && cfg.Sync && cfg.ReplicasToAggregate > 1
+}
+
+// waitForChief is the wait of a worker that lingers: until the chief has
+// told a ps it is done (it has saved the final checkpoint; the chief is
+// the first to call Done, as every other worker waits for it), or a ps is
+// back below the goal (again: it restored an older checkpoint, the worker
+// must train again), or --worker_timeout passes (the chief is gone; the
+// worker's own work is done). A ps that restarted at the goal changes
+// nothing; one that does not answer is waited for. It logs every
+// --wait_log_every.
+func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool, err error) {
+	worker := cfg.Cluster.Task.Index
+	start := time.Now()
+	lastLog := start
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		statuses, err := c.Status(sctx)
+		cancel()
+		var waitingFor string
+		switch {
+		case err != nil && !retryable(err):
+			return false, err
+		case err != nil:
+			waitingFor = fmt.Sprintf("a ps to answer (%v)", err)
+		default:
+			for _, st := range statuses {
+				if st.WorkersDone > 0 {
+					return false, nil
+				}
+			}
+			for _, st := range statuses {
+				if st.Initialized && st.GlobalStep < cfg.TrainSteps {
+					return true, nil
+				}
+			}
+			waitingFor = "the chief to save the final checkpoint"
+		}
+		if time.Since(start) >= cfg.WorkerTimeout {
+			cfg.Logf("worker %d: at the goal, waited --worker_timeout=%s for %s; leaving", worker, cfg.WorkerTimeout, waitingFor)
+			return false, nil
+		}
+		if time.Since(lastLog) >= cfg.WaitLogEvery {
+			cfg.Logf("worker %d: at the goal; waiting for %s (waited %s; a synchronous cluster rolled back would need this worker)",
+				worker, waitingFor, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return false, err
+		}
+	}
 }
 
 func modeName(sync bool) string {
@@ -466,6 +689,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model
 	if _, err := c.WaitReady(ctx, false); err != nil {
 		return nil, err
 	}
+	testHook("init", 0)
 	step, err := c.Init(ctx, m.Init(cfg.Data.Seed), client.InitOptions{
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
@@ -498,9 +722,20 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model
 		if err := sv.save(ctx, step); err != nil {
 			return nil, fmt.Errorf("first checkpoint: %w", err)
 		}
+	} else if cfg.CheckpointDir != "" {
+		// A restarted chief (or one started on a restored cluster) saves
+		// at the first step it sees complete, not at the next interval:
+		// the chief it replaces may have died saving, and the newest
+		// complete checkpoint may be an interval old already.
+		sv.force = true
 	}
 	return sv, nil
 }
+
+// testHook is called at the moments a fault test strikes at: "init" just
+// before the chief's Init, "save" just before a checkpoint's shards are
+// written. It does nothing outside tests.
+var testHook = func(event string, step int64) {}
 
 // finish is the chief's end: evaluate, log, write the result file.
 func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, params model.Params, r Result) error {

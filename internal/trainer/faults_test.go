@@ -1,0 +1,580 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// logBuf collects the log lines of the tasks of a test cluster.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuf) logf(prefix string) func(string, ...any) {
+	return func(format string, args ...any) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+fmt.Sprintf(format, args...))
+	}
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func (l *logBuf) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// testCluster is an in-process cluster on loopback: ps that can be killed
+// (their state is lost, as with kill -9; a restarted one restores the
+// latest checkpoint) and restarted on the same address.
+type testCluster struct {
+	t    *testing.T
+	spec cluster.Spec
+	base Config
+	log  *logBuf
+	mu   sync.Mutex
+	ps   []*psTask
+}
+
+type psTask struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when RunPS has returned err
+	err    error
+}
+
+func newTestCluster(t *testing.T, numPS, numWorkers int, base Config) *testCluster {
+	t.Helper()
+	ports, err := local.FreePorts(numPS + numWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cluster.Spec
+	for i, p := range ports {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if i < numPS {
+			spec.PS = append(spec.PS, addr)
+		} else {
+			spec.Workers = append(spec.Workers, addr)
+		}
+	}
+	tc := &testCluster{t: t, spec: spec, base: base, log: &logBuf{}, ps: make([]*psTask, numPS)}
+	t.Cleanup(func() {
+		for i := range tc.ps {
+			tc.kill(i)
+		}
+		if t.Failed() {
+			t.Logf("log:\n%s", tc.log)
+		}
+	})
+	return tc
+}
+
+func (tc *testCluster) config(job string, i int) Config {
+	cfg := tc.base
+	cfg.Cluster = cluster.Config{Spec: tc.spec, Task: cluster.Task{Job: job, Index: i}}
+	cfg.Logf = tc.log.logf(fmt.Sprintf("[%s%d] ", job, i))
+	return cfg
+}
+
+// startPS starts ps i.
+func (tc *testCluster) startPS(i int) *psTask {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &psTask{cancel: cancel, done: make(chan struct{})}
+	tc.mu.Lock()
+	tc.ps[i] = p
+	tc.mu.Unlock()
+	cfg := tc.config("ps", i)
+	go func() {
+		p.err = RunPS(ctx, cfg)
+		close(p.done)
+	}()
+	return p
+}
+
+// kill stops ps i at once and waits until it no longer serves.
+func (tc *testCluster) kill(i int) {
+	tc.mu.Lock()
+	p := tc.ps[i]
+	tc.ps[i] = nil
+	tc.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+}
+
+// runWorkers runs every worker and returns their errors.
+func (tc *testCluster) runWorkers(ctx context.Context) []error {
+	errs := make([]error, len(tc.spec.Workers))
+	var wg sync.WaitGroup
+	for i := range tc.spec.Workers {
+		wg.Go(func() { errs[i] = RunWorker(ctx, tc.config("worker", i)) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func readResultFile(t *testing.T, path string) Result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// withDeadline fails the test with a message instead of hanging.
+func withDeadline(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A ps killed before the chief's Init, during the first checkpoint, or
+// during the final checkpoint comes back (restarted as `local` does, after
+// a moment) and the job ends with the right model: start-up and every
+// checkpoint go through the recovery a training step goes through. Two
+// workers: in sync mode the other worker must still be there to train
+// again the steps a failed final checkpoint lost.
+func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
+	const steps = 1000
+	for _, tc := range []struct {
+		name  string
+		event string
+		step  int64
+		sync  bool
+	}{
+		{"before-init", "init", 0, false},
+		{"first-checkpoint", "save", 0, false},
+		{"first-checkpoint-sync", "save", 0, true},
+		{"final-checkpoint", "save", steps, false},
+		{"final-checkpoint-sync", "save", steps, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			res := filepath.Join(dir, "r.json")
+			cl := newTestCluster(t, 2, 2, Config{
+				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync,
+				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 400,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
+			})
+			var once sync.Once
+			struck := make(chan struct{})
+			testHook = func(event string, step int64) {
+				if event != tc.event || step < tc.step || (tc.step < steps && step != tc.step) {
+					return // async: the final step may pass the goal
+				}
+				once.Do(func() {
+					cl.kill(0)
+					go func() {
+						time.Sleep(200 * time.Millisecond) // `local` restarts a child after a moment
+						cl.startPS(0)
+					}()
+					close(struck)
+				})
+			}
+			t.Cleanup(func() { testHook = func(string, int64) {} })
+			cl.startPS(0)
+			cl.startPS(1)
+			ctx := withDeadline(t, 2*time.Minute)
+			for w, err := range cl.runWorkers(ctx) {
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+				}
+			}
+			if t.Failed() {
+				t.FailNow()
+			}
+			select {
+			case <-struck:
+			default:
+				t.Fatalf("the fault was never injected at %s of step %d", tc.event, tc.step)
+			}
+			r := readResultFile(t, res)
+			w, b := *r.Weight, *r.Bias
+			if r.GlobalStep < steps || (tc.sync && r.GlobalStep != steps) || math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
+				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±0.05, 10±0.1", r.GlobalStep, w, b, steps)
+			}
+		})
+	}
+}
+
+// A ps whose workers never come says what it waits for every
+// --wait_log_every and gives up after --startup_timeout naming them.
+func TestPSGivesUpOnWorkersNeverSeen(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 500 * time.Millisecond,
+	})
+	ps := cl.startPS(0)
+	select {
+	case <-ps.done:
+		err := ps.err
+		if err == nil || !strings.Contains(err.Error(), "never heard from workers [0 1]") || !strings.Contains(err.Error(), "--startup_timeout=500ms") {
+			t.Fatalf("RunPS: %v; want an error naming workers [0 1] and --startup_timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the ps still waits a minute after --startup_timeout=500ms")
+	}
+	if cl.log.count("waiting for workers [0 1] to finish (0 of 2 done; never heard from workers [0 1])") == 0 {
+		t.Fatal("the ps never said what it waited for")
+	}
+}
+
+// A worker that vanished while the others finished: the ps says so every
+// --wait_log_every and gives up after --worker_timeout naming it.
+func TestPSGivesUpOnVanishedWorker(t *testing.T) {
+	dir := t.TempDir()
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100, ResultFile: filepath.Join(dir, "r.json"),
+		WaitLogEvery: 50 * time.Millisecond, WorkerTimeout: 500 * time.Millisecond, StartupTimeout: time.Minute,
+	})
+	ps := cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	if err := RunWorker(ctx, cl.config("worker", 0)); err != nil {
+		t.Fatal(err)
+	}
+	// Worker 1 pulls once, then is gone.
+	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.spec.PS, m.Variables(), client.Options{Worker: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pull(ctx, 0, model.NewParams(m.Variables())); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-ps.done:
+		err := ps.err
+		if err == nil || !strings.Contains(err.Error(), "gave up on workers [1]") || !strings.Contains(err.Error(), "--worker_timeout=500ms") {
+			t.Fatalf("RunPS: %v; want an error naming worker 1 and --worker_timeout", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the ps still waits a minute after --worker_timeout=500ms")
+	}
+	if cl.log.count("waiting for workers [1] to finish (1 of 2 done; last heard from worker 1") == 0 {
+		t.Fatal("the ps never said what it waited for")
+	}
+}
+
+// A restarted chief (one that finds the ps initialised at a step > 0)
+// saves a checkpoint at the first step it sees, not an interval later: the
+// chief it replaces may have died saving, and a ps failure then would lose
+// two intervals.
+func TestRestartedChiefSavesAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	cl := newTestCluster(t, 1, 1, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 300, PSWaitForever: true,
+		CheckpointDir: ckpt, SaveSteps: 100000, WaitLogEvery: time.Second,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	if err := RunWorker(ctx, cl.config("worker", 0)); err != nil {
+		t.Fatal(err)
+	}
+	// The same ps, a new chief: as after a chief restart.
+	again := cl.config("worker", 0)
+	again.TrainSteps = 400
+	if err := RunWorker(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if _, err := os.Stat(filepath.Join(ckpt, "ckpt-301", "manifest.json")); err != nil {
+		t.Fatalf("the restarted chief did not save at its first step (301); checkpoints: %v", names)
+	}
+}
+
+// A worker whose model is not the one on the ps (another --model,
+// --hidden_units, or a checkpoint of another model) is not a ps to wait
+// for: it ends at once with an input error (exit 2) naming both layouts,
+// the chief at Init, another worker at its first pull, by either path.
+func TestOtherModelOnThePSIsAnInputError(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100,
+		WaitLogEvery: 50 * time.Millisecond, StartupTimeout: time.Minute, RecoveryTimeout: time.Minute,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	other := []model.Variable{{Name: "other", Shape: []int{3}}}
+	c, err := client.New(cl.spec.PS, other, client.Options{Worker: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WaitReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Init(ctx, model.Params{"other": {1, 2, 3}}, client.InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.1}, NumWorkers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{0, 1} {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := RunWorker(rctx, cl.config("worker", w))
+		cancel()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, client.ErrLayout) || !strings.Contains(err.Error(), "other") || !strings.Contains(err.Error(), "weight") {
+			t.Fatalf("worker %d: %v; want an input error (ConfigError, client.ErrLayout) naming both layouts", w, err)
+		}
+		t.Logf("worker %d: %v", w, err)
+		if n := cl.log.count(fmt.Sprintf("[worker%d]", w)); n > 10 {
+			t.Errorf("worker %d logged %d lines before it gave up", w, n)
+		}
+	}
+	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := client.New(cl.spec.PS, m.Variables(), client.Options{Worker: 1, GRPCOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := g.Pull(ctx, 0, model.NewParams(m.Variables())); !errors.Is(err, client.ErrLayout) || client.Retryable(err) {
+		t.Fatalf("pull by gRPC: %v; want client.ErrLayout, not retryable", err)
+	}
+}
+
+// Every retry backs off (doubling, capped) while no progress is made, and
+// the line saying why is logged at most once per --wait_log_every: a
+// thousand failures in a row log a line per interval of the (fake) clock,
+// not a thousand.
+func TestRetrierBacksOffAndLogsOncePerInterval(t *testing.T) {
+	var lines int
+	cfg := Config{WaitLogEvery: time.Second, Logf: func(string, ...any) { lines++ }}
+	r := newRetrier(cfg, "--recovery_timeout=5m")
+	now := time.Unix(1000, 0)
+	var sleeps []time.Duration
+	r.now = func() time.Time { return now }
+	r.sleep = func(_ context.Context, d time.Duration) error {
+		sleeps = append(sleeps, d)
+		now = now.Add(d)
+		return nil
+	}
+	start := now
+	for range 1000 {
+		if err := r.pause(context.Background(), 7, errors.New("ps 0 unavailable")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := now.Sub(start)
+	if max := int(elapsed/cfg.WaitLogEvery) + 1; lines > max {
+		t.Errorf("%d lines in %s of retries, want at most one per --wait_log_every (%d)", lines, elapsed, max)
+	}
+	if len(sleeps) != 999 || sleeps[0] != retryMin || sleeps[len(sleeps)-1] != retryMax {
+		t.Fatalf("%d sleeps from %v to %v, want 999 from %v to %v", len(sleeps), sleeps[0], sleeps[len(sleeps)-1], retryMin, retryMax)
+	}
+	for i := 1; i < len(sleeps); i++ {
+		if sleeps[i] < sleeps[i-1] {
+			t.Fatalf("sleep %d is %v, after %v: the backoff shrank", i, sleeps[i], sleeps[i-1])
+		}
+	}
+	// Progress (another step) retries at once.
+	n := len(sleeps)
+	if err := r.pause(context.Background(), 8, errors.New("ps 0 unavailable")); err != nil || len(sleeps) != n {
+		t.Fatalf("after progress: %v, %d sleeps, want none", err, len(sleeps)-n)
+	}
+}
+
+// partitionProxy forwards TCP connections to a ps until cut, then stops
+// forwarding in both directions and keeps every socket open: a network
+// partition that does not heal (no reset, no FIN), as packets dropped.
+type partitionProxy struct {
+	ln     net.Listener
+	target string
+	cutCh  chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *partitionProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionProxy{ln: ln, target: target, cutCh: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.keep(c)
+			select {
+			case <-p.cutCh:
+				continue // accepted, never answered
+			default:
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				continue
+			}
+			p.keep(s)
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
+	}()
+	t.Cleanup(func() {
+		p.cut()
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *partitionProxy) keep(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+func (p *partitionProxy) cut() { p.once.Do(func() { close(p.cutCh) }) }
+
+// pipe copies from src to dst until cut; then it stops reading and
+// writing, leaving both open.
+func (p *partitionProxy) pipe(src, dst net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.cutCh:
+			return
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// A ps cut off by the network (no reset: a partition that does not heal)
+// is found silent by the health checks of the call waiting on it, recovery
+// runs, and --recovery_timeout ends the job with an error naming the ps.
+func TestPartitionedPSEndsTheJob(t *testing.T) {
+	cl := newTestCluster(t, 1, 1, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 1 << 40, StepsToValidate: 1000,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Second, StartupTimeout: time.Minute,
+		probeAfter: 100 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+	})
+	cl.startPS(0)
+	proxy := startProxy(t, cl.spec.PS[0])
+	w := cl.config("worker", 0)
+	w.Cluster.Spec.PS = []string{proxy.ln.Addr().String()}
+	ctx := withDeadline(t, time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- RunWorker(ctx, w) }()
+	for cl.log.count("step: 2000,") == 0 {
+		select {
+		case err := <-errc:
+			t.Fatalf("the worker ended before the partition: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the worker never reached step 2000")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	proxy.cut()
+	select {
+	case err := <-errc:
+		var ce *ConfigError
+		if err == nil || errors.As(err, &ce) || !strings.Contains(err.Error(), "ps 0 at "+proxy.ln.Addr().String()) || !strings.Contains(err.Error(), "--recovery_timeout=1s") {
+			t.Fatalf("worker: %v; want a failure naming ps 0 at %s and --recovery_timeout", err, proxy.ln.Addr())
+		}
+		t.Logf("worker: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the worker still waits on a partitioned ps a minute later")
+	}
+	if cl.log.count("silent: no answer to a health check") == 0 {
+		t.Error("no log line says the ps was found silent")
+	}
+}
+
+// A ps that is busy, not silent (a synchronous pull waits for a worker
+// that comes late), answers the health checks: the wait goes on and the
+// job ends well.
+func TestBusyPSIsNotSilent(t *testing.T) {
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, Sync: true,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
+		probeAfter: 50 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+	})
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	errc := make(chan error, 1)
+	go func() { errc <- RunWorker(ctx, cl.config("worker", 0)) }()
+	// Worker 1 comes a second late: the chief's first pull waits for it,
+	// health-checked many times.
+	for cl.log.count("has waited") < 5 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := RunWorker(ctx, cl.config("worker", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if n := cl.log.count("silent"); n != 0 {
+		t.Fatalf("a busy ps was found silent %d times", n)
+	}
+}
