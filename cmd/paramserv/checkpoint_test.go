@@ -106,10 +106,12 @@ func TestDamagedCheckpointSavedAgain(t *testing.T) {
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// From step 800, a save every 200 steps comes to step 1000 again.
+	// The ps restore step 800; the restarted chief saves at once, at the
+	// first step it reaches (801), and then every 199 steps comes to step
+	// 1000 again.
 	res := filepath.Join(t.TempDir(), "r.json")
 	p = start(t, "second job", nil, "local", "--ps=2", "--workers=1", "--model=linreg", "--checkpoint_dir="+dir,
-		"--save_steps=200", "--train_steps=1500", "--result_file="+res)
+		"--save_steps=199", "--train_steps=1500", "--result_file="+res)
 	if code := p.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("second job: exit %d", code)
 	}

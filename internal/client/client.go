@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/paramserv/paramserv/internal/model"
@@ -127,6 +128,13 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 			grpc.WithInitialConnWindowSize(64<<20),
 			grpc.WithReadBufferSize(256<<10),
 			grpc.WithWriteBufferSize(256<<10),
+			// A ps that restarts is back in seconds; gRPC's default
+			// reconnect backoff grows to 2 minutes, longer than a worker's
+			// recovery should wait to see it. Reconnect at least every 2s.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+				MinConnectTimeout: 5 * time.Second,
+			}),
 		)...)
 		if err != nil {
 			c.Close()

@@ -484,9 +484,12 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (
 
 // lingers reports whether a worker that reached the goal waits for the
 // chief before it leaves: another worker in synchronous mode, where the
-// chief alone cannot complete a step.
+// chief alone cannot complete a step; and any other worker of a job with
+// checkpoints, since a ps that restarts after the worker left would
+// restore an older step and wait for that worker's Done, which it no
+// longer remembers, while the worker can still train the lost steps.
 func lingers(cfg Config) bool {
-	return !cfg.Cluster.IsChief() && cfg.Sync && cfg.ReplicasToAggregate > 1
+	return !cfg.Cluster.IsChief() && ((cfg.Sync && cfg.ReplicasToAggregate > 1) || cfg.CheckpointDir != "")
 }
 
 // waitForChief is the wait of a worker that lingers: until the chief has
