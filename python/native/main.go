@@ -46,8 +46,10 @@ func main() {}
 type jsonConfig struct {
 	// TFConfig is the cluster in TF_CONFIG's form; empty means the
 	// environment variable TF_CONFIG.
-	TFConfig  string `json:"tf_config"`
-	Variables []struct {
+	TFConfig string `json:"tf_config"`
+	// TFConfigSource names where TFConfig came from, for messages.
+	TFConfigSource string `json:"tf_config_source"`
+	Variables      []struct {
 		Name  string `json:"name"`
 		Shape []int  `json:"shape"`
 	} `json:"variables"`
@@ -105,7 +107,10 @@ func parseConfig(text string) (session.Config, error) {
 		return session.Config{}, fmt.Errorf("paramserv: configuration: %w", err)
 	}
 	tf := jc.TFConfig
-	src := "the tf_config argument"
+	src := jc.TFConfigSource
+	if src == "" {
+		src = "the tf_config argument"
+	}
 	if tf == "" {
 		tf, src = os.Getenv("TF_CONFIG"), "the TF_CONFIG environment variable"
 	}

@@ -76,8 +76,10 @@ def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
     try:
+        if isinstance(shape, (str, bytes)):
+            raise TypeError
         dims = tuple(int(d) for d in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise ValueError(f"paramserv: variable {name!r}: shape {shape!r}: want a tuple of ints") from None
     if any(d < 0 for d in dims):
         raise ValueError(f"paramserv: variable {name!r}: shape {dims}: want no negative dimension")
@@ -172,10 +174,16 @@ class Client:
             tf_config = json.dumps(tf_config)
         elif tf_config is not None and not isinstance(tf_config, str):
             raise ValueError(f"paramserv: tf_config: got {type(tf_config).__name__}, want a dict, a JSON string or None")
+        source = "the tf_config argument"
+        if tf_config is None:
+            # Read here, not by Go: the Go runtime copies the environment
+            # when the library loads and misses later changes to os.environ.
+            tf_config, source = os.environ.get("TF_CONFIG", ""), "the TF_CONFIG environment variable"
         opt = {"name": optimizer, "learning_rate": float(learning_rate)}
         opt.update(optimizer_options or {})
         cfg = {
             "tf_config": tf_config or "",
+            "tf_config_source": source,
             "variables": [{"name": n, "shape": list(s)} for n, s in self._shapes.items()],
             "tables": [dict({"name": n, "dim": d}, **dict((table_options or {}).get(n, {})))
                        for n, d in self._dims.items()],
@@ -288,8 +296,8 @@ class Client:
     def pull(self, params: Mapping[str, np.ndarray]) -> int:
         """Reads every variable into ``params[name]`` (in place) and returns
         the global step of the values read."""
-        self._need_started()
         ptrs = self._buffers(params, "params", writable=True)
+        self._need_started()
         step = ctypes.c_int64()
         with self._lock:
             if self._lib.ps_pull(self._h, ptrs, len(self._names), ctypes.byref(step)) != 0:
@@ -305,9 +313,9 @@ class Client:
         After a ps failure the client waits for the ps to recover, pulls,
         and returns the step it went on from (that push is lost).
         """
-        self._need_started()
         g = self._buffers(grads, "grads", writable=False)
         p = self._buffers(params, "params", writable=True)
+        self._need_started()
         step = ctypes.c_int64()
         with self._lock:
             if self._lib.ps_push_pull(self._h, g, p, len(self._names), ctypes.byref(step)) != 0:
@@ -328,8 +336,8 @@ class Client:
         """Reads the rows of ``keys`` (distinct, uint64) of ``table`` into
         ``out`` (float32, shape (len(keys), dim)), in place. Rows not yet
         touched are created by the table's initializer."""
-        self._need_started()
         k, n, v = self._rows(table, keys, out, "pull_rows", writable=True)
+        self._need_started()
         with self._lock:
             if self._lib.ps_pull_rows(self._h, table.encode(), k, n, v) != 0:
                 self._raise()
@@ -337,8 +345,8 @@ class Client:
     def push_rows(self, table: str, keys: np.ndarray, grads: np.ndarray) -> None:
         """Pushes the gradients ``grads`` (float32, shape (len(keys), dim)) of
         the rows of ``keys`` (distinct, uint64) of ``table``."""
-        self._need_started()
         k, n, v = self._rows(table, keys, grads, "push_rows", writable=False)
+        self._need_started()
         with self._lock:
             if self._lib.ps_push_rows(self._h, table.encode(), k, n, v) != 0:
                 self._raise()
