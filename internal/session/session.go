@@ -191,11 +191,34 @@ func (s *Session) Pull(ctx context.Context, params model.Params) (int64, error) 
 // returns the new global step. After a ps failure it recovers (the
 // gradients are lost) and returns the values and step it pulled then.
 func (s *Session) PushPull(ctx context.Context, grads, params model.Params) (step int64, err error) {
+	return s.PushPullRows(ctx, grads, params, nil)
+}
+
+// Rows are gradients of rows of a sparse table: Values holds len(Keys)×dim
+// floats, row i for Keys[i]; Keys are distinct.
+type Rows struct {
+	Table  string
+	Keys   []uint64
+	Values []float32
+}
+
+// PushPullRows is PushPull that also pushes gradients of sparse rows in the
+// same request, so that they count as one push of this worker's step (a
+// PushRows of its own is a push of its own: in sync mode it would take the
+// worker's place in the step).
+func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
 	var minStep int64
 	if s.c.IsSync() {
 		minStep = s.step + 1
 	}
-	newStep, _, err := s.c.PushPull(ctx, s.step, grads, minStep, params)
+	req := &client.Request{Push: true, Step: s.step, Grads: grads, Pull: true, MinStep: minStep, Params: params}
+	for _, r := range rowGrads {
+		if len(r.Keys) > 0 {
+			req.SparseGrads = append(req.SparseGrads, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
+		}
+	}
+	call := s.c.Do(ctx, req)
+	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep
 		return newStep, nil
@@ -221,8 +244,10 @@ func (s *Session) PullRows(ctx context.Context, table string, keys []uint64, out
 }
 
 // PushRows pushes gradients (len(keys)×dim values) for the rows of keys
-// (distinct) of table, computed at the session's step. After a ps failure
-// it recovers and the gradients are lost.
+// (distinct) of table, computed at the session's step, as a push of its
+// own (in sync mode it takes this worker's place in the step: use
+// PushPullRows to push rows along with the dense gradients). After a ps
+// failure it recovers and the gradients are lost.
 func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, grads []float32) error {
 	_, _, err := s.c.PushRows(ctx, s.step, table, keys, grads)
 	if err == nil {

@@ -150,3 +150,40 @@ func TestStartRefusesShortInit(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// Rows pushed with the dense gradients are one push: in sync mode with one
+// worker both are applied at step 1 (a PushRows of their own would have
+// been the worker's push of that step, and the dense push dropped).
+func TestPushPullRowsIsOnePush(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "b", Shape: []int{2}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars,
+		Tables:    []model.Table{{Name: "emb", Dim: 1}},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+		Sync:      true,
+	}
+	s, err := Start(ctx, cfg, model.Params{"b": {1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	params := model.NewParams(vars)
+	keys := []uint64{4, 40}
+	step, err := s.PushPullRows(ctx, model.Params{"b": {1, 2}}, params, []Rows{{Table: "emb", Keys: keys, Values: []float32{3, 5}}})
+	if err != nil || step != 1 {
+		t.Fatalf("PushPullRows: step %d, %v; want step 1", step, err)
+	}
+	if !slices.Equal(params["b"], []float32{0, -1}) {
+		t.Fatalf("b = %v after the push, want [0 -1]", params["b"])
+	}
+	out := make([]float32, 2)
+	if err := s.PullRows(ctx, "emb", keys, out); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out, []float32{-3, -5}) {
+		t.Fatalf("rows %v after the push, want [-3 -5]", out)
+	}
+}

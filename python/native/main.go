@@ -342,11 +342,36 @@ func ps_pull(hd C.int64_t, params **C.float, n C.int, step *C.int64_t) C.int {
 //
 //export ps_push_pull
 func ps_push_pull(hd C.int64_t, grads, params **C.float, n C.int, step *C.int64_t) C.int {
+	return ps_push_pull_rows(hd, grads, params, n, 0, nil, nil, nil, nil, step)
+}
+
+// ps_push_pull_rows is ps_push_pull that also pushes, in the same request,
+// the gradients of rows of nt sparse tables: tables[i] names one, keys[i]
+// holds its nkeys[i] distinct keys and rowGrads[i] their nkeys[i]×dim
+// gradients.
+//
+//export ps_push_pull_rows
+func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float, step *C.int64_t) C.int {
 	h, rc := lock(hd, true)
 	if h == nil {
 		return rc
 	}
 	defer h.mu.Unlock()
+	var rows []session.Rows
+	if nt > 0 {
+		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
+			return h.fail(errors.New("paramserv: push_pull: NULL row arrays"))
+		}
+		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
+		for i := range ts {
+			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
+			if err != nil {
+				return h.fail(err)
+			}
+			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
+		}
+	}
 	g, err := h.params(grads, n)
 	if err != nil {
 		return h.fail(err)
@@ -358,7 +383,7 @@ func ps_push_pull(hd C.int64_t, grads, params **C.float, n C.int, step *C.int64_
 	if err != nil {
 		return h.fail(err)
 	}
-	st, err := h.s.PushPull(context.Background(), g, p)
+	st, err := h.s.PushPullRows(context.Background(), g, p, rows)
 	if step != nil {
 		*step = C.int64_t(st)
 	}

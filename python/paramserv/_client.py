@@ -61,6 +61,8 @@ def _load():
             "ps_pull": (i32, [i64, fpp, i32, ctypes.POINTER(i64)]),
             "ps_push_pull": (i32, [i64, fpp, fpp, i32, ctypes.POINTER(i64)]),
             "ps_pull_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                        ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
             "ps_done": (i32, [i64]),
             "ps_close": (i32, [i64]),
@@ -304,9 +306,16 @@ class Client:
                 self._raise()
         return step.value
 
-    def push_pull(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray]) -> int:
+    def push_pull(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
+                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
         """Pushes ``grads`` (computed at the values last pulled) and pulls the
         next values into ``params`` in place, in one round trip per ps.
+
+        ``rows`` are gradients of sparse rows pushed in the same request, as
+        ``(table, keys, grads)`` tuples (keys distinct uint64, grads float32
+        of shape (len(keys), dim)): they count as part of this push, where a
+        ``push_rows`` of their own would be a push of its own (in sync mode
+        it would take this worker's place in the step).
 
         In sync mode it returns once the step the push takes part in has
         completed. The ps apply the optimizer. Returns the new global step.
@@ -315,10 +324,23 @@ class Client:
         """
         g = self._buffers(grads, "grads", writable=False)
         p = self._buffers(params, "params", writable=True)
+        rows = list(rows or ())
+        nt = len(rows)
+        names = (ctypes.c_char_p * max(nt, 1))()
+        keys, vals = (ctypes.c_void_p * max(nt, 1))(), (ctypes.c_void_p * max(nt, 1))()
+        nkeys = (ctypes.c_int64 * max(nt, 1))()
+        for i, r in enumerate(rows):
+            try:
+                table, k, v = r
+            except (TypeError, ValueError):
+                raise ValueError(f"paramserv: push_pull rows[{i}]: want a (table, keys, grads) tuple") from None
+            keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
+            names[i] = table.encode()
         self._need_started()
         step = ctypes.c_int64()
         with self._lock:
-            if self._lib.ps_push_pull(self._h, g, p, len(self._names), ctypes.byref(step)) != 0:
+            if self._lib.ps_push_pull_rows(self._h, g, p, len(self._names), nt, names, keys, nkeys, vals,
+                                           ctypes.byref(step)) != 0:
                 self._raise()
         return step.value
 
@@ -344,7 +366,9 @@ class Client:
 
     def push_rows(self, table: str, keys: np.ndarray, grads: np.ndarray) -> None:
         """Pushes the gradients ``grads`` (float32, shape (len(keys), dim)) of
-        the rows of ``keys`` (distinct, uint64) of ``table``."""
+        the rows of ``keys`` (distinct, uint64) of ``table``, as a push of its
+        own: in sync mode it takes this worker's place in the step, so pass
+        rows to ``push_pull`` to push them with the dense gradients."""
         k, n, v = self._rows(table, keys, grads, "push_rows", writable=False)
         self._need_started()
         with self._lock:

@@ -68,10 +68,20 @@ class Embedding(torch.nn.Module):
         out = leaf[torch.from_numpy(inverse.astype(np.int64))]
         return out.reshape(*ids.shape, self.dim)
 
-    def _push(self) -> None:
+    def _rows(self) -> Optional[Tuple[str, np.ndarray, np.ndarray]]:
+        """The gradients of the rows looked up since the last step, summed per
+        key, as (table, keys, grads); None if there are none."""
         pending, self._pending = self._pending, []
-        for keys, g in pending:
-            self._client.push_rows(self.table, keys, np.ascontiguousarray(g.detach().numpy(), dtype=np.float32))
+        if not pending:
+            return None
+        if len(pending) == 1:
+            keys, g = pending[0]
+            return self.table, keys, np.ascontiguousarray(g.detach().numpy(), dtype=np.float32)
+        all_keys = np.concatenate([k for k, _ in pending])
+        keys, inverse = np.unique(all_keys, return_inverse=True)
+        grads = np.zeros((len(keys), self.dim), np.float32)
+        np.add.at(grads, inverse, np.concatenate([g.detach().numpy() for _, g in pending]))
+        return self.table, np.ascontiguousarray(keys), grads
 
 
 class DistributedModule(torch.nn.Module):
@@ -146,15 +156,14 @@ class DistributedModule(torch.nn.Module):
         """Pushes the gradients of the last backward pass (and of the
         embeddings' rows), pulls the next values in place, zeroes the
         gradients, and returns the new global step."""
-        for e in self._embeddings:
-            e._push()
+        rows = [r for r in (e._rows() for e in self._embeddings) if r is not None]
         for n, p in self.module.named_parameters():
             if p.grad is None or p.grad.data_ptr() != self._grads[n].ctypes.data:
                 # Something replaced .grad (set_to_none): copy it back.
                 if p.grad is not None:
                     self._grads[n][...] = p.grad.detach().numpy()
                 p.grad = torch.from_numpy(self._grads[n])
-        step = self.client.push_pull(self._grads, self._params)
+        step = self.client.push_pull(self._grads, self._params, rows=rows)
         for g in self._grads.values():
             g.fill(0)
         self._fresh = True
