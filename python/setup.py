@@ -37,11 +37,11 @@ class BuildGo(build_py):
         go = shutil.which("go")
         if go is None:
             raise SystemExit("paramserv: the Go toolchain (go) is not on PATH: it builds the client library")
-        out = os.path.join(self.build_lib, "paramserv", LIB)
+        out = os.path.abspath(os.path.join(self.build_lib, "paramserv", LIB))
         os.makedirs(os.path.dirname(out), exist_ok=True)
         env = dict(os.environ, CGO_ENABLED="1")
         cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./python/native"]
-        self.announce("running " + " ".join(cmd), level=2)
+        print("paramserv: running " + " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=repo_root(), env=env, check=True)
         header = out[: -len(".so")] + ".h"
         if os.path.exists(header):
