@@ -32,15 +32,19 @@ def _library_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libparamserv.so")
 
 
+def _check_fork() -> None:
+    if _lib_pid is not None and _lib_pid != os.getpid():
+        raise ParamservError(
+            "paramserv: this process was forked after the client library was loaded (a DataLoader "
+            "worker?): the Go runtime does not survive a fork; call the client only from "
+            "the process that made it")
+
+
 def _load():
     global _lib, _lib_pid
     with _lib_lock:
         if _lib is not None:
-            if _lib_pid != os.getpid():
-                raise ParamservError(
-                    "paramserv: this process was forked after the library was loaded (a DataLoader "
-                    "worker?): the Go runtime does not survive a fork; call the client only from "
-                    "the process that made it")
+            _check_fork()
             return _lib
         path = _library_path()
         if not os.path.exists(path):
@@ -246,6 +250,7 @@ class Client:
     # -- helpers ----------------------------------------------------------
 
     def _need_started(self) -> None:
+        _check_fork()
         if self._closed:
             raise ParamservError("paramserv: the client is closed")
         if not self._started:
@@ -280,6 +285,7 @@ class Client:
         step; the other workers pass nothing and wait for the chief.
         Returns the global step.
         """
+        _check_fork()
         if self._closed:
             raise ParamservError("paramserv: the client is closed")
         if self._started:

@@ -183,3 +183,23 @@ def test_sparse_rows_round_trip(make_cluster):
 
 def test_version():
     assert paramserv.__version__
+
+
+def test_forked_child_is_refused(client):
+    import os
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: must not enter the Go runtime
+        msg = b"no error"
+        try:
+            client.pull(good())
+        except ParamservError as e:
+            msg = str(e).encode()
+        except BaseException as e:  # noqa: BLE001
+            msg = repr(e).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 1000).decode()
+    os.waitpid(pid, 0)
+    assert "forked" in got, got
