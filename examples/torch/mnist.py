@@ -47,8 +47,9 @@ def find_dir(root, dataset):
     for d in (root, os.path.join(root, dataset)):
         if os.path.exists(os.path.join(d, FILES[0])):
             return d
-    sys.exit(f"mnist.py: no {FILES[0]} in {root} or {os.path.join(root, dataset)}: point --data_dir at "
-             f"the folder holding {', '.join(FILES)} (or its parent)")
+    print(f"mnist.py: no {FILES[0]} in {root} or {os.path.join(root, dataset)}: point --data_dir at "
+          f"the folder holding {', '.join(FILES)} (or its parent)", file=sys.stderr)
+    sys.exit(2)  # input to fix
 
 
 def read_idx(path):
@@ -56,7 +57,8 @@ def read_idx(path):
         data = f.read()
     zero, kind, ndim = struct.unpack(">HBB", data[:4])
     if zero != 0 or kind != 0x08:
-        raise SystemExit(f"mnist.py: {path}: not an IDX file of unsigned bytes")
+        print(f"mnist.py: {path}: not an IDX file of unsigned bytes (magic {zero:#x} {kind:#x})", file=sys.stderr)
+        sys.exit(2)
     dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
     return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
