@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/testutil"
+)
+
+// python is the interpreter the Python examples run under: Debian's, which
+// CI gives python3-numpy and python3-torch.
+const python = "/usr/bin/python3"
+
+// pythonEnv returns the environment that lets python import the checkout's
+// paramserv package with a freshly built client library, or skips the test
+// with the reason when this machine cannot run it.
+func pythonEnv(t *testing.T) []string {
+	t.Helper()
+	if out, err := exec.Command(python, "-c", "import numpy, torch").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import numpy and torch (install python3-numpy and python3-torch): %v: %s", python, err, strings.TrimSpace(string(out)))
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(t.TempDir(), "libparamserv.so")
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, "./python/native")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Skipf("cannot build the client library with cgo (a C compiler is needed): %v\n%s", err, out)
+	}
+	return []string{"PARAMSERV_LIB=" + lib, "PYTHONPATH=" + filepath.Join(root, "python"), "OMP_NUM_THREADS=1"}
+}
+
+// The PyTorch MNIST example, its variables on the ps, trains under
+// `paramserv local -- python3 examples/torch/mnist.py` in both modes: a
+// short run clears the floor the built-in model's short run clears
+// (TestMNISTShort), and only the chief writes the result file.
+func TestTorchMNISTExample(t *testing.T) {
+	env := pythonEnv(t)
+	data := testutil.DataDir(t, "mnist")
+	root, _ := filepath.Abs("../..")
+	for _, mode := range []string{"", "--sync_replicas"} {
+		res := filepath.Join(t.TempDir(), "result.json")
+		args := []string{"local", "--ps=1", "--workers=2", "--", python, filepath.Join(root, "examples/torch/mnist.py"),
+			"--data_dir=" + data, "--train_steps=400", "--steps_to_validate=100", "--result_file=" + res}
+		if mode != "" {
+			args = append(args, mode)
+		}
+		p := start(t, "local "+mode, env, args...)
+		if code := p.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", mode, code, p.output())
+		}
+		out := p.output()
+		for _, want := range []string{"[worker1] Worker 1: training step 100 done", "Training elapsed time: ", "validation cross entropy = ", "all 3 processes exited 0"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: output lacks %q", mode, want)
+			}
+		}
+		b, err := os.ReadFile(res)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		var r struct {
+			Mode         string  `json:"mode"`
+			GlobalStep   int64   `json:"global_step"`
+			TestAccuracy float64 `json:"test_accuracy"`
+			ExamplesPerS float64 `json:"examples_per_s"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("%s: result file: %v\n%s", mode, err, b)
+		}
+		t.Logf("%s: %+v", mode, r)
+		wantMode := map[string]string{"": "async", "--sync_replicas": "sync"}[mode]
+		if r.Mode != wantMode || r.GlobalStep < 400 || r.ExamplesPerS <= 0 {
+			t.Errorf("%s: result %+v, want mode %s, global step >= 400, examples_per_s > 0", mode, r, wantMode)
+		}
+		if r.TestAccuracy < 0.90 {
+			t.Errorf("%s: test accuracy %.4f after 400 steps, want >= 0.90", mode, r.TestAccuracy)
+		}
+	}
+}

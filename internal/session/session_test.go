@@ -1,0 +1,189 @@
+package session
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/server"
+)
+
+// startPS serves numPS in-process ps on loopback for workers workers and
+// returns their addresses.
+func startPS(t *testing.T, numPS, workers int) []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, numPS)
+	var addrs []string
+	for i := range numPS {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, lis.Addr().String())
+		s := server.New(server.Config{Task: i, NumPS: numPS, NumWorkers: workers, WaitForever: true})
+		go func() { server.ServeListener(ctx, lis, s); done <- struct{}{} }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range numPS {
+			<-done
+		}
+	})
+	return addrs
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), time.Minute, errHung)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var errHung = &hungError{}
+
+type hungError struct{}
+
+func (*hungError) Error() string { return "test hung: no answer from the ps within a minute" }
+
+func TestSyncOneWorkerAppliesSGD(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "w", Shape: []int{2, 3}}, {Name: "b", Shape: []int{3}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars,
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.5},
+		Sync:      true,
+	}
+	init := model.Params{"w": {1, 2, 3, 4, 5, 6}, "b": {-1, 0, 1}}
+	s, err := Start(ctx, cfg, init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	params := model.NewParams(vars)
+	if step, err := s.Pull(ctx, params); err != nil || step != 0 {
+		t.Fatalf("Pull: step %d, %v; want step 0", step, err)
+	}
+	if !slices.Equal(params["w"], init["w"]) || !slices.Equal(params["b"], init["b"]) {
+		t.Fatalf("pulled %v, want the initial values %v", params, init)
+	}
+	grads := model.Params{"w": {2, 2, 2, 4, 4, 4}, "b": {1, -1, 0.5}}
+	want := model.NewParams(vars)
+	for _, v := range vars {
+		for i := range want[v.Name] {
+			want[v.Name][i] = init[v.Name][i] - 0.5*grads[v.Name][i]
+		}
+	}
+	for round := 1; round <= 2; round++ {
+		step, err := s.PushPull(ctx, grads, params)
+		if err != nil || step != int64(round) || s.Step() != int64(round) {
+			t.Fatalf("PushPull %d: step %d (Step() %d), %v; want step %d", round, step, s.Step(), err, round)
+		}
+		for _, v := range vars {
+			if !slices.Equal(params[v.Name], want[v.Name]) {
+				t.Fatalf("after step %d, %s = %v, want %v (w - 0.5·g)", round, v.Name, params[v.Name], want[v.Name])
+			}
+			for i := range want[v.Name] {
+				want[v.Name][i] -= 0.5 * grads[v.Name][i]
+			}
+		}
+	}
+	if err := s.Done(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSparseRowsRoundTrip(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "b", Shape: []int{1}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars,
+		Tables:    []model.Table{{Name: "emb", Dim: 2}},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+	}
+	s, err := Start(ctx, cfg, model.Params{"b": {0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keys := []uint64{7, 1 << 40, 3, 12345678901}
+	out := make([]float32, 2*len(keys))
+	if err := s.PullRows(ctx, "emb", keys, out); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out, make([]float32, len(out))) {
+		t.Fatalf("new rows of a zeros table: %v, want zeros", out)
+	}
+	grads := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	if err := s.PushRows(ctx, "emb", keys, grads); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PullRows(ctx, "emb", keys, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range grads {
+		if out[i] != -g {
+			t.Fatalf("after a push of %v with sgd lr 1, rows %v; want their negation", grads, out)
+		}
+	}
+	if err := s.PullRows(ctx, "nope", keys, out); err == nil {
+		t.Fatal("pulling rows of an undeclared table: no error")
+	}
+}
+
+func TestStartRefusesShortInit(t *testing.T) {
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: []string{"127.0.0.1:1"}, Workers: []string{"127.0.0.1:2"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: []model.Variable{{Name: "w", Shape: []int{4}}},
+	}
+	_, err := Start(context.Background(), cfg, model.Params{"w": {1}})
+	if err == nil {
+		t.Fatal("Start with 1 initial value for a variable of 4: no error")
+	}
+	t.Log(err)
+}
+
+// Rows pushed with the dense gradients are one push: in sync mode with one
+// worker both are applied at step 1 (a PushRows of their own would have
+// been the worker's push of that step, and the dense push dropped).
+func TestPushPullRowsIsOnePush(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "b", Shape: []int{2}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars,
+		Tables:    []model.Table{{Name: "emb", Dim: 1}},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+		Sync:      true,
+	}
+	s, err := Start(ctx, cfg, model.Params{"b": {1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	params := model.NewParams(vars)
+	keys := []uint64{4, 40}
+	step, err := s.PushPullRows(ctx, model.Params{"b": {1, 2}}, params, []Rows{{Table: "emb", Keys: keys, Values: []float32{3, 5}}})
+	if err != nil || step != 1 {
+		t.Fatalf("PushPullRows: step %d, %v; want step 1", step, err)
+	}
+	if !slices.Equal(params["b"], []float32{0, -1}) {
+		t.Fatalf("b = %v after the push, want [0 -1]", params["b"])
+	}
+	out := make([]float32, 2)
+	if err := s.PullRows(ctx, "emb", keys, out); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out, []float32{-3, -5}) {
+		t.Fatalf("rows %v after the push, want [-3 -5]", out)
+	}
+}

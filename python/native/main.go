@@ -1,0 +1,495 @@
+// Command native is the C shared library that the Python package paramserv
+// loads with ctypes: a thin binding over package session, so that placement,
+// key hashing, the chief's Init, incarnations and recovery are the Go
+// client's and are not written again in Python. Build it with
+//
+//	CGO_ENABLED=1 go build -buildmode=c-shared -o libparamserv.so ./python/native
+//
+// Every function takes a handle, an integer naming a session in a Go map
+// (cgo forbids handing Go pointers to C). A function returns 0 on success
+// and -1 on failure, after which ps_error(h) is the message. Dense values
+// pass as float** (one C-contiguous float32 buffer per variable, in the
+// declared order) and sparse ones as uint64_t* keys and float* values;
+// the library reads and writes them in place during the call and keeps no
+// reference afterwards: no copies on the Python side.
+//
+// A process that forked after loading the library (a DataLoader worker)
+// must not call into it: the Go runtime's threads do not survive a fork.
+package main
+
+/*
+#include <stdint.h>
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/session"
+)
+
+func main() {}
+
+// jsonConfig is the configuration ps_open reads.
+type jsonConfig struct {
+	// TFConfig is the cluster in TF_CONFIG's form; empty means the
+	// environment variable TF_CONFIG.
+	TFConfig string `json:"tf_config"`
+	// TFConfigSource names where TFConfig came from, for messages.
+	TFConfigSource string `json:"tf_config_source"`
+	Variables      []struct {
+		Name  string `json:"name"`
+		Shape []int  `json:"shape"`
+	} `json:"variables"`
+	Tables []struct {
+		Name            string  `json:"name"`
+		Dim             int     `json:"dim"`
+		Init            string  `json:"init"`
+		InitStddev      float64 `json:"init_stddev"`
+		Seed            uint64  `json:"seed"`
+		MinCount        int64   `json:"min_count"`
+		EvictAfterSteps int64   `json:"evict_after_steps"`
+	} `json:"tables"`
+	Optimizer           optim.Config `json:"optimizer"`
+	Sync                bool         `json:"sync"`
+	ReplicasToAggregate int          `json:"replicas_to_aggregate"`
+	MaxStaleness        int64        `json:"max_staleness"`
+	SplitBytes          int          `json:"split_bytes"`
+	StartupTimeoutS     float64      `json:"startup_timeout_s"`
+	RecoveryTimeoutS    float64      `json:"recovery_timeout_s"`
+	Quiet               bool         `json:"quiet"`
+}
+
+// handle is one session and its last error.
+type handle struct {
+	mu   sync.Mutex // one call at a time
+	cfg  session.Config
+	s    *session.Session
+	err  *C.char // the last error's message, owned by the handle
+	dims map[string]int
+}
+
+var (
+	mu      sync.Mutex
+	handles = map[int64]*handle{}
+	next    int64
+)
+
+func get(h C.int64_t) *handle {
+	mu.Lock()
+	defer mu.Unlock()
+	return handles[int64(h)]
+}
+
+func (h *handle) fail(err error) C.int {
+	if h.err != nil {
+		C.free(unsafe.Pointer(h.err))
+	}
+	h.err = C.CString(err.Error())
+	return -1
+}
+
+func parseConfig(text string) (session.Config, error) {
+	var jc jsonConfig
+	if err := json.Unmarshal([]byte(text), &jc); err != nil {
+		return session.Config{}, fmt.Errorf("paramserv: configuration: %w", err)
+	}
+	tf := jc.TFConfig
+	src := jc.TFConfigSource
+	if src == "" {
+		src = "the tf_config argument"
+	}
+	if tf == "" {
+		tf, src = os.Getenv("TF_CONFIG"), "the TF_CONFIG environment variable"
+	}
+	if tf == "" {
+		return session.Config{}, errors.New("paramserv: no cluster: want a tf_config argument or the TF_CONFIG environment variable, as `paramserv local -- CMD` sets it")
+	}
+	cl, err := cluster.Resolve(cluster.Flags{JobName: "worker"}, tf)
+	if err != nil {
+		return session.Config{}, fmt.Errorf("paramserv: cluster from %s: %w", src, err)
+	}
+	if cl.Task.Job != cluster.JobWorker {
+		return session.Config{}, fmt.Errorf("paramserv: %s names task %s: want a worker task (the ps are paramserv processes)", src, cl.Task)
+	}
+	cfg := session.Config{
+		Cluster: cl, Optimizer: jc.Optimizer, Sync: jc.Sync, ReplicasToAggregate: jc.ReplicasToAggregate,
+		MaxStaleness: jc.MaxStaleness, SplitBytes: jc.SplitBytes,
+		StartupTimeout:  time.Duration(jc.StartupTimeoutS * float64(time.Second)),
+		RecoveryTimeout: time.Duration(jc.RecoveryTimeoutS * float64(time.Second)),
+	}
+	for _, v := range jc.Variables {
+		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
+	}
+	for _, t := range jc.Tables {
+		cfg.Tables = append(cfg.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+	}
+	if !jc.Quiet {
+		logger := log.New(os.Stderr, fmt.Sprintf("paramserv worker %d: ", cl.Task.Index), log.LstdFlags)
+		cfg.Logf = logger.Printf
+		for _, w := range cl.Warnings {
+			logger.Printf("warning: %s", w)
+		}
+	}
+	return cfg, nil
+}
+
+// ps_open makes a handle from a JSON configuration. It returns the handle
+// (> 0) even when the configuration is bad: then ps_error says why and
+// every other call fails.
+//
+//export ps_open
+func ps_open(cfgJSON *C.char) C.int64_t {
+	h := &handle{dims: map[string]int{}}
+	cfg, err := parseConfig(C.GoString(cfgJSON))
+	if err != nil {
+		h.fail(err)
+	} else {
+		h.cfg = cfg
+		for _, t := range cfg.Tables {
+			h.dims[t.Name] = t.Dim
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	next++
+	handles[next] = h
+	return C.int64_t(next)
+}
+
+// ps_error returns the handle's last error, or NULL. The string belongs to
+// the handle and lives until its next failure or ps_close.
+//
+//export ps_error
+func ps_error(hd C.int64_t) *C.char {
+	h := get(hd)
+	if h == nil {
+		return nil
+	}
+	return h.err
+}
+
+// ps_worker returns the worker's index, ps_num_workers the workers', and
+// ps_num_ps the ps tasks' count (-1 for an unknown or bad handle).
+//
+//export ps_worker
+func ps_worker(hd C.int64_t) C.int {
+	h := get(hd)
+	if h == nil || h.cfg.Cluster.Task.Job == "" {
+		return -1
+	}
+	return C.int(h.cfg.Cluster.Task.Index)
+}
+
+//export ps_num_workers
+func ps_num_workers(hd C.int64_t) C.int {
+	h := get(hd)
+	if h == nil || h.cfg.Cluster.Task.Job == "" {
+		return -1
+	}
+	return C.int(len(h.cfg.Cluster.Spec.Workers))
+}
+
+//export ps_num_ps
+func ps_num_ps(hd C.int64_t) C.int {
+	h := get(hd)
+	if h == nil || h.cfg.Cluster.Task.Job == "" {
+		return -1
+	}
+	return C.int(len(h.cfg.Cluster.Spec.PS))
+}
+
+// lock returns the handle locked, or nil (and h's error set) when it cannot
+// be used.
+func lock(hd C.int64_t, needSession bool) (*handle, C.int) {
+	h := get(hd)
+	if h == nil {
+		return nil, -2
+	}
+	h.mu.Lock()
+	switch {
+	case h.cfg.Cluster.Task.Job == "":
+		h.mu.Unlock()
+		return nil, -1 // the configuration's error stays
+	case needSession && h.s == nil:
+		h.fail(errors.New("paramserv: not started: call start first"))
+		h.mu.Unlock()
+		return nil, -1
+	}
+	return h, 0
+}
+
+// params makes Go slices over the caller's buffers, one per variable in the
+// declared order (nil for n == 0 or a nil array).
+func (h *handle) params(bufs **C.float, n C.int) (model.Params, error) {
+	if bufs == nil {
+		return nil, nil
+	}
+	vars := h.cfg.Variables
+	if int(n) != len(vars) {
+		return nil, fmt.Errorf("paramserv: %d buffers for %d variables", n, len(vars))
+	}
+	ptrs := unsafe.Slice(bufs, int(n))
+	p := make(model.Params, len(vars))
+	for i, v := range vars {
+		if ptrs[i] == nil && v.Size() > 0 {
+			return nil, fmt.Errorf("paramserv: buffer of variable %q is NULL", v.Name)
+		}
+		p[v.Name] = unsafe.Slice((*float32)(unsafe.Pointer(ptrs[i])), v.Size())
+	}
+	return p, nil
+}
+
+// ps_start connects and waits for the ps; the chief passes its initial
+// values (one buffer per variable), the others NULL and 0.
+//
+//export ps_start
+func ps_start(hd C.int64_t, init **C.float, n C.int) C.int {
+	h, rc := lock(hd, false)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	if h.s != nil {
+		return h.fail(errors.New("paramserv: already started"))
+	}
+	p, err := h.params(init, n)
+	if err != nil {
+		return h.fail(err)
+	}
+	if h.cfg.Cluster.IsChief() && p == nil {
+		return h.fail(errors.New("paramserv: the chief (worker 0) must pass the initial values to start"))
+	}
+	s, err := session.Start(context.Background(), h.cfg, p)
+	if err != nil {
+		return h.fail(err)
+	}
+	h.s = s
+	return 0
+}
+
+// ps_step returns the global step of the values last pulled (-1 before
+// start).
+//
+//export ps_step
+func ps_step(hd C.int64_t) C.int64_t {
+	h, _ := lock(hd, true)
+	if h == nil {
+		return -1
+	}
+	defer h.mu.Unlock()
+	return C.int64_t(h.s.Step())
+}
+
+// ps_is_sync returns 1 if the cluster trains synchronously, 0 if not, -1
+// before start.
+//
+//export ps_is_sync
+func ps_is_sync(hd C.int64_t) C.int {
+	h, _ := lock(hd, true)
+	if h == nil {
+		return -1
+	}
+	defer h.mu.Unlock()
+	if h.s.Sync() {
+		return 1
+	}
+	return 0
+}
+
+// ps_pull reads every variable into params and stores the global step in
+// *step.
+//
+//export ps_pull
+func ps_pull(hd C.int64_t, params **C.float, n C.int, step *C.int64_t) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	p, err := h.params(params, n)
+	if err == nil && p == nil {
+		err = errors.New("paramserv: pull: no buffers")
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	st, err := h.s.Pull(context.Background(), p)
+	if step != nil {
+		*step = C.int64_t(st)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+// ps_push_pull pushes grads computed at the session's step and pulls the
+// next values into params.
+//
+//export ps_push_pull
+func ps_push_pull(hd C.int64_t, grads, params **C.float, n C.int, step *C.int64_t) C.int {
+	return ps_push_pull_rows(hd, grads, params, n, 0, nil, nil, nil, nil, step)
+}
+
+// ps_push_pull_rows is ps_push_pull that also pushes, in the same request,
+// the gradients of rows of nt sparse tables: tables[i] names one, keys[i]
+// holds its nkeys[i] distinct keys and rowGrads[i] their nkeys[i]×dim
+// gradients.
+//
+//export ps_push_pull_rows
+func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float, step *C.int64_t) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	var rows []session.Rows
+	if nt > 0 {
+		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
+			return h.fail(errors.New("paramserv: push_pull: NULL row arrays"))
+		}
+		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
+		for i := range ts {
+			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
+			if err != nil {
+				return h.fail(err)
+			}
+			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
+		}
+	}
+	g, err := h.params(grads, n)
+	if err != nil {
+		return h.fail(err)
+	}
+	p, err := h.params(params, n)
+	if err == nil && (p == nil || g == nil) {
+		err = errors.New("paramserv: push_pull: no buffers")
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	st, err := h.s.PushPullRows(context.Background(), g, p, rows)
+	if step != nil {
+		*step = C.int64_t(st)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+func (h *handle) rows(table *C.char, keys *C.uint64_t, nkeys C.int64_t, values *C.float) (string, []uint64, []float32, error) {
+	name := C.GoString(table)
+	dim, ok := h.dims[name]
+	if !ok {
+		return "", nil, nil, fmt.Errorf("paramserv: unknown table %q", name)
+	}
+	if nkeys == 0 {
+		return name, nil, nil, nil
+	}
+	if keys == nil || values == nil {
+		return "", nil, nil, errors.New("paramserv: NULL keys or values")
+	}
+	return name, unsafe.Slice((*uint64)(unsafe.Pointer(keys)), int(nkeys)),
+		unsafe.Slice((*float32)(unsafe.Pointer(values)), int(nkeys)*dim), nil
+}
+
+// ps_pull_rows reads the rows of nkeys distinct keys of table into out
+// (nkeys×dim floats).
+//
+//export ps_pull_rows
+func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t, out *C.float) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	name, k, v, err := h.rows(table, keys, nkeys, out)
+	if err == nil && len(k) > 0 {
+		err = h.s.PullRows(context.Background(), name, k, v)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+// ps_push_rows pushes gradients (nkeys×dim floats) for the rows of nkeys
+// distinct keys of table.
+//
+//export ps_push_rows
+func ps_push_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t, grads *C.float) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	name, k, v, err := h.rows(table, keys, nkeys, grads)
+	if err == nil && len(k) > 0 {
+		err = h.s.PushRows(context.Background(), name, k, v)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+// ps_done tells every ps this worker has finished.
+//
+//export ps_done
+func ps_done(hd C.int64_t) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.s.Done(ctx); err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+// ps_close closes the session and forgets the handle.
+//
+//export ps_close
+func ps_close(hd C.int64_t) C.int {
+	mu.Lock()
+	h := handles[int64(hd)]
+	delete(handles, int64(hd))
+	mu.Unlock()
+	if h == nil {
+		return -2
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var err error
+	if h.s != nil {
+		err = h.s.Close()
+		h.s = nil
+	}
+	if h.err != nil {
+		C.free(unsafe.Pointer(h.err))
+		h.err = nil
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}

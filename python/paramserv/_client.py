@@ -1,0 +1,411 @@
+"""The ctypes binding over libparamserv.so (python/native)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import threading
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Client", "ParamservError"]
+
+Shape = Union[int, Sequence[int]]
+
+_lib = None
+_lib_lock = threading.Lock()
+_lib_pid = None
+
+
+class ParamservError(RuntimeError):
+    """A failure reported by the Go client (the ps unreachable, a start-up
+    timeout, a request the ps refused)."""
+
+
+def _library_path() -> str:
+    path = os.environ.get("PARAMSERV_LIB")
+    if path:
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libparamserv.so")
+
+
+def _check_fork() -> None:
+    if _lib_pid is not None and _lib_pid != os.getpid():
+        raise ParamservError(
+            "paramserv: this process was forked after the client library was loaded (a DataLoader "
+            "worker?): the Go runtime does not survive a fork; call the client only from "
+            "the process that made it")
+
+
+def _load():
+    global _lib, _lib_pid
+    with _lib_lock:
+        if _lib is not None:
+            _check_fork()
+            return _lib
+        path = _library_path()
+        if not os.path.exists(path):
+            raise ParamservError(
+                f"paramserv: the client library {path} is missing: install the package with "
+                "`pip install ./python` (which builds it with Go), or set PARAMSERV_LIB")
+        lib = ctypes.CDLL(path)
+        i64, i32, fpp = ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)
+        sigs = {
+            "ps_open": (i64, [ctypes.c_char_p]),
+            "ps_error": (ctypes.c_char_p, [i64]),
+            "ps_worker": (i32, [i64]),
+            "ps_num_workers": (i32, [i64]),
+            "ps_num_ps": (i32, [i64]),
+            "ps_start": (i32, [i64, fpp, i32]),
+            "ps_step": (i64, [i64]),
+            "ps_is_sync": (i32, [i64]),
+            "ps_pull": (i32, [i64, fpp, i32, ctypes.POINTER(i64)]),
+            "ps_push_pull": (i32, [i64, fpp, fpp, i32, ctypes.POINTER(i64)]),
+            "ps_pull_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                        ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
+            "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_done": (i32, [i64]),
+            "ps_close": (i32, [i64]),
+        }
+        for name, (res, args) in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        _lib, _lib_pid = lib, os.getpid()
+        return lib
+
+
+def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        if isinstance(shape, (str, bytes)):
+            raise TypeError
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"paramserv: variable {name!r}: shape {shape!r}: want a tuple of ints") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"paramserv: variable {name!r}: shape {dims}: want no negative dimension")
+    return dims
+
+
+def _check_array(what: str, a: Any, shape: Tuple[int, ...], writable: bool) -> np.ndarray:
+    """Returns a if it is a C-contiguous float32 array of shape, else raises
+    a ValueError naming what and what was expected."""
+    if not isinstance(a, np.ndarray):
+        raise ValueError(f"paramserv: {what}: got {type(a).__name__}, want a numpy float32 array of shape {shape}")
+    if a.dtype != np.float32:
+        raise ValueError(f"paramserv: {what}: dtype {a.dtype}, want float32 (shape {shape})")
+    if a.shape != shape:
+        raise ValueError(f"paramserv: {what}: shape {a.shape}, want {shape}")
+    if not a.flags["C_CONTIGUOUS"]:
+        raise ValueError(f"paramserv: {what}: not C-contiguous: pass np.ascontiguousarray(...) or a fresh array")
+    if writable and not a.flags["WRITEABLE"]:
+        raise ValueError(f"paramserv: {what}: read-only, want a writable array (values are written into it)")
+    return a
+
+
+class Client:
+    """One worker's connection to the parameter servers.
+
+    Every worker of a job declares the same ``variables`` (name: shape, in
+    order) and ``tables`` (name: row width); the chief (worker 0) also
+    chooses the optimizer and the mode for the whole cluster, applied on
+    the ps. The cluster comes from ``tf_config`` (a dict or a JSON string in
+    TF_CONFIG's form) or, by default, the TF_CONFIG environment variable.
+
+    Example::
+
+        c = paramserv.Client(variables={"w": (784, 10), "b": 10},
+                             optimizer="adam", learning_rate=1e-3)
+        c.start(init=initial_values if c.is_chief else None)
+        c.pull(params)                 # fills params[name] in place
+        step = c.push_pull(grads, params)
+        c.done(); c.close()
+
+    Arrays are numpy float32, C-contiguous, of the declared shapes; they are
+    read and written in place during a call (no copies). A Client is safe to
+    share between threads (calls are serialised) but not across fork().
+    """
+
+    def __init__(
+        self,
+        variables: Mapping[str, Shape],
+        tables: Optional[Mapping[str, int]] = None,
+        optimizer: str = "adam",
+        learning_rate: float = 0.001,
+        sync: bool = False,
+        replicas_to_aggregate: Optional[int] = None,
+        tf_config: Union[None, str, Mapping[str, Any]] = None,
+        *,
+        max_staleness: int = 0,
+        split_bytes: int = 0,
+        optimizer_options: Optional[Mapping[str, Any]] = None,
+        table_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        startup_timeout: float = 300.0,
+        recovery_timeout: float = 300.0,
+        quiet: bool = False,
+    ) -> None:
+        """Checks the declaration and reads the cluster; connects nothing yet.
+
+        ``optimizer_options`` adds the rule's other hyper-parameters (momentum,
+        beta1, beta2, epsilon, l1, l2, ...); ``table_options[name]`` a table's
+        init ("zeros" or "normal"), init_stddev, seed, min_count and
+        evict_after_steps. Raises ValueError for a bad declaration and
+        ParamservError for a bad cluster.
+        """
+        if not isinstance(variables, Mapping):
+            raise ValueError(f"paramserv: variables: got {type(variables).__name__}, want a dict of name: shape")
+        self._shapes: Dict[str, Tuple[int, ...]] = {}
+        for name, shape in variables.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"paramserv: variable name {name!r}: want a non-empty string")
+            self._shapes[name] = _shape(name, shape)
+        self._names = list(self._shapes)
+        self._dims: Dict[str, int] = {}
+        for name, dim in (tables or {}).items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"paramserv: table name {name!r}: want a non-empty string")
+            if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 1:
+                raise ValueError(f"paramserv: table {name!r}: dim {dim!r}, want an int >= 1")
+            self._dims[name] = int(dim)
+        if not isinstance(learning_rate, (int, float)) or not learning_rate > 0 or not math.isfinite(learning_rate):
+            raise ValueError(f"paramserv: learning_rate {learning_rate!r}: want a finite number > 0")
+        if replicas_to_aggregate is not None and (not isinstance(replicas_to_aggregate, int) or replicas_to_aggregate < 1):
+            raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate!r}: want an int >= 1 or None")
+        if isinstance(tf_config, Mapping):
+            tf_config = json.dumps(tf_config)
+        elif tf_config is not None and not isinstance(tf_config, str):
+            raise ValueError(f"paramserv: tf_config: got {type(tf_config).__name__}, want a dict, a JSON string or None")
+        source = "the tf_config argument"
+        if tf_config is None:
+            # Read here, not by Go: the Go runtime copies the environment
+            # when the library loads and misses later changes to os.environ.
+            tf_config, source = os.environ.get("TF_CONFIG", ""), "the TF_CONFIG environment variable"
+        opt = {"name": optimizer, "learning_rate": float(learning_rate)}
+        opt.update(optimizer_options or {})
+        cfg = {
+            "tf_config": tf_config or "",
+            "tf_config_source": source,
+            "variables": [{"name": n, "shape": list(s)} for n, s in self._shapes.items()],
+            "tables": [dict({"name": n, "dim": d}, **dict((table_options or {}).get(n, {})))
+                       for n, d in self._dims.items()],
+            "optimizer": opt,
+            "sync": bool(sync),
+            "replicas_to_aggregate": int(replicas_to_aggregate or 0),
+            "max_staleness": int(max_staleness),
+            "split_bytes": int(split_bytes),
+            "startup_timeout_s": float(startup_timeout),
+            "recovery_timeout_s": float(recovery_timeout),
+            "quiet": bool(quiet),
+        }
+        self._lib = _load()
+        self._h = self._lib.ps_open(json.dumps(cfg).encode())
+        self._lock = threading.Lock()
+        self._closed = False
+        err = self._lib.ps_error(self._h)
+        if err:
+            msg = err.decode()
+            self._lib.ps_close(self._h)
+            self._closed = True
+            raise ParamservError(msg)
+        self.worker: int = self._lib.ps_worker(self._h)
+        """This worker's index; 0 is the chief."""
+        self.num_workers: int = self._lib.ps_num_workers(self._h)
+        self.num_ps: int = self._lib.ps_num_ps(self._h)
+        self._started = False
+
+    # -- properties -------------------------------------------------------
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this worker is the chief (worker 0), which initialises the ps."""
+        return self.worker == 0
+
+    @property
+    def variables(self) -> Dict[str, Tuple[int, ...]]:
+        """The declared variables, name: shape, in order."""
+        return dict(self._shapes)
+
+    @property
+    def tables(self) -> Dict[str, int]:
+        """The declared sparse tables, name: row width."""
+        return dict(self._dims)
+
+    @property
+    def step(self) -> int:
+        """The global step of the values last pulled."""
+        self._need_started()
+        return int(self._lib.ps_step(self._h))
+
+    @property
+    def sync(self) -> bool:
+        """Whether the cluster trains synchronously (as the ps say, after start)."""
+        self._need_started()
+        return self._lib.ps_is_sync(self._h) == 1
+
+    # -- helpers ----------------------------------------------------------
+
+    def _need_started(self) -> None:
+        _check_fork()
+        if self._closed:
+            raise ParamservError("paramserv: the client is closed")
+        if not self._started:
+            raise ParamservError("paramserv: not started: call start() first")
+
+    def _raise(self) -> None:
+        err = self._lib.ps_error(self._h)
+        raise ParamservError(err.decode() if err else "paramserv: failed (no message)")
+
+    def _buffers(self, arrays: Mapping[str, np.ndarray], what: str, writable: bool):
+        if not isinstance(arrays, Mapping):
+            raise ValueError(f"paramserv: {what}: got {type(arrays).__name__}, want a dict of name: float32 array")
+        extra = [n for n in arrays if n not in self._shapes]
+        missing = [n for n in self._names if n not in arrays]
+        if extra or missing:
+            raise ValueError(f"paramserv: {what}: unknown variables {extra} and missing {missing}; "
+                             f"want exactly {self._names}")
+        ptrs = (ctypes.c_void_p * len(self._names))()
+        for i, n in enumerate(self._names):
+            a = _check_array(f"{what}[{n!r}]", arrays[n], self._shapes[n], writable)
+            ptrs[i] = a.ctypes.data
+        return ptrs
+
+    # -- the calls --------------------------------------------------------
+
+    def start(self, init: Optional[Mapping[str, np.ndarray]] = None) -> int:
+        """Connects to every ps and waits for them (up to startup_timeout).
+
+        The chief passes ``init`` (name: float32 array of the declared
+        shape) and initialises the ps, or finds them initialised already
+        (a restarted chief, a restored checkpoint) and goes on from their
+        step; the other workers pass nothing and wait for the chief.
+        Returns the global step.
+        """
+        _check_fork()
+        if self._closed:
+            raise ParamservError("paramserv: the client is closed")
+        if self._started:
+            raise ParamservError("paramserv: already started")
+        if init is None and self.is_chief:
+            raise ValueError("paramserv: start: the chief (worker 0) must pass init={name: float32 array}")
+        ptrs, n = None, 0
+        if init is not None:
+            ptrs, n = self._buffers(init, "init", writable=False), len(self._names)
+        with self._lock:
+            if self._lib.ps_start(self._h, ptrs, n) != 0:
+                self._raise()
+        self._started = True
+        return self.step
+
+    def pull(self, params: Mapping[str, np.ndarray]) -> int:
+        """Reads every variable into ``params[name]`` (in place) and returns
+        the global step of the values read."""
+        ptrs = self._buffers(params, "params", writable=True)
+        self._need_started()
+        step = ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_pull(self._h, ptrs, len(self._names), ctypes.byref(step)) != 0:
+                self._raise()
+        return step.value
+
+    def push_pull(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
+                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
+        """Pushes ``grads`` (computed at the values last pulled) and pulls the
+        next values into ``params`` in place, in one round trip per ps.
+
+        ``rows`` are gradients of sparse rows pushed in the same request, as
+        ``(table, keys, grads)`` tuples (keys distinct uint64, grads float32
+        of shape (len(keys), dim)): they count as part of this push, where a
+        ``push_rows`` of their own would be a push of its own (in sync mode
+        it would take this worker's place in the step).
+
+        In sync mode it returns once the step the push takes part in has
+        completed. The ps apply the optimizer. Returns the new global step.
+        After a ps failure the client waits for the ps to recover, pulls,
+        and returns the step it went on from (that push is lost).
+        """
+        g = self._buffers(grads, "grads", writable=False)
+        p = self._buffers(params, "params", writable=True)
+        rows = list(rows or ())
+        nt = len(rows)
+        names = (ctypes.c_char_p * max(nt, 1))()
+        keys, vals = (ctypes.c_void_p * max(nt, 1))(), (ctypes.c_void_p * max(nt, 1))()
+        nkeys = (ctypes.c_int64 * max(nt, 1))()
+        for i, r in enumerate(rows):
+            try:
+                table, k, v = r
+            except (TypeError, ValueError):
+                raise ValueError(f"paramserv: push_pull rows[{i}]: want a (table, keys, grads) tuple") from None
+            keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
+            names[i] = table.encode()
+        self._need_started()
+        step = ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_push_pull_rows(self._h, g, p, len(self._names), nt, names, keys, nkeys, vals,
+                                           ctypes.byref(step)) != 0:
+                self._raise()
+        return step.value
+
+    def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
+        if table not in self._dims:
+            raise ValueError(f"paramserv: unknown table {table!r}: want one of {list(self._dims)}")
+        if not isinstance(keys, np.ndarray) or keys.dtype != np.uint64 or keys.ndim != 1 or not keys.flags["C_CONTIGUOUS"]:
+            desc = f"{keys.dtype} array of shape {keys.shape}" if isinstance(keys, np.ndarray) else type(keys).__name__
+            raise ValueError(f"paramserv: {what} keys of table {table!r}: got {desc}, want a contiguous 1-D uint64 array")
+        dim = self._dims[table]
+        _check_array(f"{what} of table {table!r}", values, (len(keys), dim), writable)
+        return keys.ctypes.data, len(keys), values.ctypes.data
+
+    def pull_rows(self, table: str, keys: np.ndarray, out: np.ndarray) -> None:
+        """Reads the rows of ``keys`` (distinct, uint64) of ``table`` into
+        ``out`` (float32, shape (len(keys), dim)), in place. Rows not yet
+        touched are created by the table's initializer."""
+        k, n, v = self._rows(table, keys, out, "pull_rows", writable=True)
+        self._need_started()
+        with self._lock:
+            if self._lib.ps_pull_rows(self._h, table.encode(), k, n, v) != 0:
+                self._raise()
+
+    def push_rows(self, table: str, keys: np.ndarray, grads: np.ndarray) -> None:
+        """Pushes the gradients ``grads`` (float32, shape (len(keys), dim)) of
+        the rows of ``keys`` (distinct, uint64) of ``table``, as a push of its
+        own: in sync mode it takes this worker's place in the step, so pass
+        rows to ``push_pull`` to push them with the dense gradients."""
+        k, n, v = self._rows(table, keys, grads, "push_rows", writable=False)
+        self._need_started()
+        with self._lock:
+            if self._lib.ps_push_rows(self._h, table.encode(), k, n, v) != 0:
+                self._raise()
+
+    def done(self) -> None:
+        """Tells every ps this worker has finished (they exit once every
+        worker has)."""
+        self._need_started()
+        with self._lock:
+            if self._lib.ps_done(self._h) != 0:
+                self._raise()
+
+    def close(self) -> None:
+        """Closes the connections. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            self._lib.ps_close(self._h)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not getattr(self, "_closed", True) and _lib_pid == os.getpid():
+                self.close()
+        except Exception:
+            pass

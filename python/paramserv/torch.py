@@ -1,0 +1,178 @@
+"""PyTorch integration: a module whose parameters live on the ps.
+
+Example (every worker runs this under ``paramserv local -- python3 train.py``)::
+
+    import torch, paramserv.torch as pst
+
+    net = torch.nn.Sequential(torch.nn.Linear(784, 100), torch.nn.ReLU(),
+                              torch.nn.Linear(100, 10))
+    model = pst.DistributedModule(net, optimizer="adam", learning_rate=1e-3)
+    while model.global_step < 1000:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        model.step()          # push .grad, pull the new values (server-side Adam)
+    model.done()
+
+The parameters' ``.data`` are views of numpy buffers (CPU, float32) that the
+client fills in place, and their ``.grad`` views of buffers it sends from: no
+copies. The chief's current parameter values initialise the ps. Do not call
+a torch optimizer: the ps apply the optimizer. ``Embedding`` is a lookup
+table held in a sparse table on the ps: a forward pass pulls only the rows
+of the batch's distinct ids, and ``step()`` pushes their gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ._client import Client
+
+__all__ = ["DistributedModule", "Embedding"]
+
+
+class Embedding(torch.nn.Module):
+    """An embedding of uint64-keyed rows of ``dim`` floats held in the sparse
+    table ``table`` on the ps (rows are created on first touch by the
+    table's initializer: ``init="normal"`` with ``init_stddev``, or zeros).
+
+    It works inside a ``DistributedModule``, which declares the table and
+    pushes the gradients of the rows each forward pass pulled.
+    """
+
+    def __init__(self, table: str, dim: int, init: str = "normal", init_stddev: float = 0.01,
+                 seed: int = 0, min_count: int = 0, evict_after_steps: int = 0) -> None:
+        super().__init__()
+        self.table, self.dim = table, int(dim)
+        self.options = {"init": init, "init_stddev": float(init_stddev), "seed": int(seed),
+                        "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
+        self._client: Optional[Client] = None
+        self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Looks up the rows of ``ids`` (any integer shape); returns a tensor of
+        shape ids.shape + (dim,)."""
+        if self._client is None:
+            raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
+        flat = ids.reshape(-1).cpu().numpy().astype(np.uint64, copy=False)
+        keys, inverse = np.unique(flat, return_inverse=True)
+        keys = np.ascontiguousarray(keys)
+        rows = np.empty((len(keys), self.dim), np.float32)
+        self._client.pull_rows(self.table, keys, rows)
+        leaf = torch.from_numpy(rows)
+        if torch.is_grad_enabled() and self.training:
+            leaf.requires_grad_(True)
+            leaf.register_hook(lambda g, k=keys: self._pending.append((k, g)))
+        out = leaf[torch.from_numpy(inverse.astype(np.int64))]
+        return out.reshape(*ids.shape, self.dim)
+
+    def _rows(self) -> Optional[Tuple[str, np.ndarray, np.ndarray]]:
+        """The gradients of the rows looked up since the last step, summed per
+        key, as (table, keys, grads); None if there are none."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return None
+        if len(pending) == 1:
+            keys, g = pending[0]
+            return self.table, keys, np.ascontiguousarray(g.detach().numpy(), dtype=np.float32)
+        all_keys = np.concatenate([k for k, _ in pending])
+        keys, inverse = np.unique(all_keys, return_inverse=True)
+        grads = np.zeros((len(keys), self.dim), np.float32)
+        np.add.at(grads, inverse, np.concatenate([g.detach().numpy() for _, g in pending]))
+        return self.table, np.ascontiguousarray(keys), grads
+
+
+class DistributedModule(torch.nn.Module):
+    """Wraps ``module`` so its parameters live on the parameter servers.
+
+    ``client_kwargs`` go to ``paramserv.Client`` (optimizer, learning_rate,
+    sync, replicas_to_aggregate, tf_config, ...); the variables are the
+    module's parameters (named as in ``named_parameters()``) and the tables
+    those of its ``Embedding`` modules. The constructor starts the client:
+    the chief's current parameter values initialise the ps, the other
+    workers wait for them.
+
+    Call the wrapper as the module; the first forward pass pulls the values
+    (``pull()`` pulls explicitly). After ``loss.backward()``, ``step()``
+    pushes the gradients and pulls the next values in place, then zeroes
+    the gradients.
+    """
+
+    def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, **client_kwargs: Any) -> None:
+        super().__init__()
+        self.module = module
+        self._embeddings = [m for m in module.modules() if isinstance(m, Embedding)]
+        named = [(n, p) for n, p in module.named_parameters()]
+        for n, p in named:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise ValueError(f"paramserv.torch: parameter {n!r} is {p.dtype} on {p.device}: want float32 on the CPU")
+        self._params: Dict[str, np.ndarray] = {}
+        self._grads: Dict[str, np.ndarray] = {}
+        init = {}
+        for n, p in named:
+            init[n] = np.ascontiguousarray(p.detach().numpy(), dtype=np.float32).copy()
+            self._params[n] = np.empty(tuple(p.shape), np.float32)
+            self._grads[n] = np.zeros(tuple(p.shape), np.float32)
+            # The parameter's values and gradient become views of the
+            # buffers the client reads and writes: no copies.
+            p.data = torch.from_numpy(self._params[n])
+            p.grad = torch.from_numpy(self._grads[n])
+        if client is None:
+            client = Client(
+                variables={n: tuple(p.shape) for n, p in named},
+                tables={e.table: e.dim for e in self._embeddings},
+                table_options={e.table: e.options for e in self._embeddings},
+                **client_kwargs)
+        self.client = client
+        for e in self._embeddings:
+            e._client = client
+        self.client.start(init=init if client.is_chief else None)
+        self._fresh = False
+
+    @property
+    def global_step(self) -> int:
+        """The global step of the values last pulled."""
+        return self.client.step
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this worker is the chief (worker 0)."""
+        return self.client.is_chief
+
+    def pull(self) -> int:
+        """Pulls every parameter's values in place; returns the global step."""
+        step = self.client.pull(self._params)
+        self._fresh = True
+        return step
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._fresh:
+            self.pull()
+        return self.module(*args, **kwargs)
+
+    def step(self) -> int:
+        """Pushes the gradients of the last backward pass (and of the
+        embeddings' rows), pulls the next values in place, zeroes the
+        gradients, and returns the new global step."""
+        rows = [r for r in (e._rows() for e in self._embeddings) if r is not None]
+        for n, p in self.module.named_parameters():
+            if p.grad is None or p.grad.data_ptr() != self._grads[n].ctypes.data:
+                # Something replaced .grad (set_to_none): copy it back.
+                if p.grad is not None:
+                    self._grads[n][...] = p.grad.detach().numpy()
+                p.grad = torch.from_numpy(self._grads[n])
+        step = self.client.push_pull(self._grads, self._params, rows=rows)
+        for g in self._grads.values():
+            g.fill(0)
+        self._fresh = True
+        return step
+
+    def done(self) -> None:
+        """Tells the ps this worker has finished."""
+        self.client.done()
+
+    def close(self) -> None:
+        """Closes the client."""
+        self.client.close()

@@ -1,0 +1,205 @@
+"""Unit tests of the Client's checks, and exchanges against real ps processes."""
+
+import json
+
+import numpy as np
+import pytest
+
+import paramserv
+from paramserv import Client, ParamservError
+
+ONE = {"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
+       "task": {"type": "worker", "index": 1}}
+
+
+def test_cluster_from_argument_and_environment(monkeypatch):
+    c = Client(variables={"w": (2, 3)}, tf_config=ONE, quiet=True)
+    assert (c.worker, c.num_workers, c.num_ps, c.is_chief) == (1, 2, 1, False)
+    assert c.variables == {"w": (2, 3)}
+    c.close()
+    c.close()  # twice is fine
+    monkeypatch.setenv("TF_CONFIG", json.dumps(dict(ONE, task={"type": "worker", "index": 0})))
+    with Client(variables={"w": 4}, quiet=True) as c:
+        assert c.is_chief and c.variables == {"w": (4,)}
+
+
+def test_no_cluster(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ParamservError, match="TF_CONFIG"):
+        Client(variables={"w": 1})
+
+
+def test_bad_cluster():
+    with pytest.raises(ParamservError, match="TF_CONFIG"):
+        Client(variables={"w": 1}, tf_config="{not json")
+    with pytest.raises(ParamservError, match="want a worker task"):
+        Client(variables={"w": 1}, tf_config=dict(ONE, task={"type": "ps", "index": 0}))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(variables=[("w", 3)]), "want a dict"),
+    (dict(variables={"": 3}), "non-empty string"),
+    (dict(variables={"w": (3, -1)}), "negative"),
+    (dict(variables={"w": "abc"}), "tuple of ints"),
+    (dict(variables={"w": 3}, tables={"t": 0}), "dim 0"),
+    (dict(variables={"w": 3}, learning_rate=-1), "learning_rate"),
+    (dict(variables={"w": 3}, replicas_to_aggregate=0), "replicas_to_aggregate"),
+    (dict(variables={"w": 3}, tf_config=42), "tf_config"),
+])
+def test_bad_declaration(kwargs, match):
+    kwargs.setdefault("tf_config", ONE)
+    with pytest.raises(ValueError, match=match):
+        Client(**kwargs)
+
+
+@pytest.fixture
+def client():
+    c = Client(variables={"w": (2, 3), "b": 3}, tables={"emb": 4}, tf_config=ONE, quiet=True)
+    yield c
+    c.close()
+
+
+def good():
+    return {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda p: p.update(w=np.zeros((2, 3), np.float64)), r"params\['w'\]: dtype float64, want float32"),
+    (lambda p: p.update(b=np.zeros(4, np.float32)), r"params\['b'\]: shape \(4,\), want \(3,\)"),
+    (lambda p: p.update(w=np.zeros((3, 2), np.float32).T), r"params\['w'\]: not C-contiguous"),
+    (lambda p: p.update(w=[[0.0] * 3] * 2), r"params\['w'\]: got list"),
+    (lambda p: p.pop("b"), r"missing \['b'\]"),
+    (lambda p: p.update(x=np.zeros(1, np.float32)), r"unknown variables \['x'\]"),
+])
+def test_bad_arrays(client, change, match):
+    p = good()
+    change(p)
+    with pytest.raises(ValueError, match=match):
+        client.pull(p)
+    with pytest.raises(ValueError, match=match.replace("params", "grads")):
+        client.push_pull(p, good())
+
+
+def test_read_only_destination(client):
+    p = good()
+    p["b"].flags.writeable = False
+    with pytest.raises(ValueError, match=r"params\['b'\]: read-only"):
+        client.pull(p)
+
+
+def test_bad_rows(client):
+    keys = np.array([1, 2], np.uint64)
+    with pytest.raises(ValueError, match="unknown table 'nope'"):
+        client.pull_rows("nope", keys, np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="uint64"):
+        client.pull_rows("emb", keys.astype(np.int64), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match=r"shape \(2, 3\), want \(2, 4\)"):
+        client.push_rows("emb", keys, np.zeros((2, 3), np.float32))
+
+
+def test_chief_must_give_init():
+    c = Client(variables={"w": 3}, tf_config=dict(ONE, task={"type": "worker", "index": 0}), quiet=True)
+    with pytest.raises(ValueError, match="chief"):
+        c.start()
+    with pytest.raises(ValueError, match=r"init\['w'\]: dtype float64"):
+        c.start(init={"w": np.zeros(3)})
+    with pytest.raises(ParamservError, match="not started"):
+        c.pull({"w": np.zeros(3, np.float32)})
+    c.close()
+
+
+def test_start_times_out_naming_the_ps(make_cluster):
+    # No ps listens at these addresses.
+    cfg = {"cluster": {"ps": ["127.0.0.1:9"], "worker": ["127.0.0.1:10"]}, "task": {"type": "worker", "index": 0}}
+    with Client(variables={"w": 1}, tf_config=cfg, startup_timeout=1, quiet=True) as c:
+        with pytest.raises(ParamservError, match="127.0.0.1:9"):
+            c.start(init={"w": np.zeros(1, np.float32)})
+
+
+def test_sync_one_worker_sgd_exact(make_cluster):
+    cl = make_cluster(num_ps=2, num_workers=1)
+    with Client(variables={"w": (2, 3), "b": 3}, optimizer="sgd", learning_rate=0.5, sync=True,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        init = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, -1, 0.25], np.float32)}
+        assert c.start(init=init) == 0
+        assert c.sync
+        params = good()
+        assert c.pull(params) == 0
+        for n in init:
+            np.testing.assert_array_equal(params[n], init[n])
+        grads = {"w": np.full((2, 3), 0.5, np.float32), "b": np.array([2, 4, 8], np.float32)}
+        want = {n: v.copy() for n, v in init.items()}
+        for step in (1, 2):
+            assert c.push_pull(grads, params) == step
+            assert c.step == step
+            for n in want:
+                want[n] -= np.float32(0.5) * grads[n]
+                np.testing.assert_array_equal(params[n], want[n], err_msg=f"{n} after step {step}")
+        c.done()
+    assert cl.wait() == [0, 0]
+
+
+def test_async_two_workers_each_push_applied(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=2)
+    kw = dict(variables={"w": 4}, optimizer="sgd", learning_rate=0.25, startup_timeout=60, quiet=True)
+    chief = Client(tf_config=cl.tf_config(0), **kw)
+    other = Client(tf_config=cl.tf_config(1), **kw)
+    try:
+        chief.start(init={"w": np.ones(4, np.float32)})
+        other.start()
+        assert not other.sync
+        p0, p1 = {"w": np.empty(4, np.float32)}, {"w": np.empty(4, np.float32)}
+        chief.pull(p0)
+        other.pull(p1)
+        g0, g1 = {"w": np.array([1, 2, 3, 4], np.float32)}, {"w": np.array([4, 4, 4, 4], np.float32)}
+        assert chief.push_pull(g0, p0) == 1
+        np.testing.assert_array_equal(p0["w"], 1 - 0.25 * g0["w"])
+        assert other.push_pull(g1, p1) == 2
+        np.testing.assert_array_equal(p1["w"], 1 - 0.25 * g0["w"] - 0.25 * g1["w"])
+        chief.done()
+        other.done()
+    finally:
+        chief.close()
+        other.close()
+    assert cl.wait() == [0]
+
+
+def test_sparse_rows_round_trip(make_cluster):
+    cl = make_cluster(num_ps=2, num_workers=1)
+    with Client(variables={"b": 1}, tables={"emb": 3}, optimizer="sgd", learning_rate=1.0,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"b": np.zeros(1, np.float32)})
+        keys = np.array([7, 1 << 40, 3, 2**64 - 1, 12345678901], np.uint64)
+        out = np.full((len(keys), 3), 9, np.float32)
+        c.pull_rows("emb", keys, out)
+        np.testing.assert_array_equal(out, 0)  # a zeros table's new rows
+        grads = np.arange(len(keys) * 3, dtype=np.float32).reshape(-1, 3)
+        c.push_rows("emb", keys, grads)
+        c.pull_rows("emb", keys[::-1].copy(), out)
+        np.testing.assert_array_equal(out, -grads[::-1])
+        c.pull_rows("emb", np.array([], np.uint64), np.empty((0, 3), np.float32))
+        c.done()
+
+
+def test_version():
+    assert paramserv.__version__
+
+
+def test_forked_child_is_refused(client):
+    import os
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: must not enter the Go runtime
+        msg = b"no error"
+        try:
+            client.pull(good())
+        except ParamservError as e:
+            msg = str(e).encode()
+        except BaseException as e:  # noqa: BLE001
+            msg = repr(e).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 1000).decode()
+    os.waitpid(pid, 0)
+    assert "forked" in got, got

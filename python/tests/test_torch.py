@@ -1,0 +1,60 @@
+"""paramserv.torch against real ps processes (skipped without torch)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pst = pytest.importorskip("paramserv.torch")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = pst.Embedding("emb", 2, init="zeros")
+        self.lin = torch.nn.Linear(2, 1)
+
+    def forward(self, ids):
+        return self.lin(self.emb(ids).sum(1))
+
+
+def test_module_and_embedding_follow_sgd(make_cluster):
+    torch.manual_seed(0)
+    cl = make_cluster(num_ps=2, num_workers=1)
+    net = Net()
+    init = {n: p.detach().clone() for n, p in net.named_parameters()}
+    m = pst.DistributedModule(net, optimizer="sgd", learning_rate=0.5, sync=True,
+                              tf_config=cl.tf_config(0), startup_timeout=60, quiet=True)
+    assert m.is_chief and m.global_step == 0
+    assert sorted(m.client.variables) == ["lin.bias", "lin.weight"]
+    assert m.client.tables == {"emb": 2}
+    ids = torch.tensor([[1, 5], [5, 9]])
+    out = m(ids)
+    for n, p in net.named_parameters():
+        assert torch.equal(p.detach(), init[n]), n
+    out.sum().backward()
+    grads = {n: p.grad.detach().clone() for n, p in net.named_parameters()}
+    # d(sum)/d(row k) = lin.weight times the number of times k is looked up.
+    w = init["lin.weight"].numpy()[0]
+    assert m.step() == 1
+    for n, p in net.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), (init[n] - 0.5 * grads[n]).numpy(), rtol=0, atol=0, err_msg=n)
+        assert not p.grad.any(), f"{n}: gradient not zeroed after step"
+    rows = np.empty((3, 2), np.float32)
+    m.client.pull_rows("emb", np.array([1, 5, 9], np.uint64), rows)
+    np.testing.assert_allclose(rows, -0.5 * np.array([1, 2, 1], np.float32)[:, None] * w[None, :], rtol=1e-6)
+    # Parameters are views of the client's buffers: a pull changes them in place.
+    assert net.lin.weight.data_ptr() == m._params["lin.weight"].ctypes.data
+    m.done()
+    m.close()
+    assert cl.wait() == [0, 0]
+
+
+def test_rejects_non_float32_parameters():
+    with pytest.raises(ValueError, match="'lin.weight' is torch.float64"):
+        pst.DistributedModule(_double(), tf_config={})
+
+
+def _double():
+    m = torch.nn.Module()
+    m.lin = torch.nn.Linear(2, 1).double()
+    return m
