@@ -9,7 +9,7 @@
 # PYTHON must import paramserv (installed, or PYTHONPATH=python with
 # PARAMSERV_LIB set to a libparamserv.so).
 set -e
-B=${PARAMSERV:-paramserv}; PY=${PYTHON:-python3}; D=${PARAMSERV_DATA:-/work/shared/data}; S=${STEPS:-3000}
+B=${PARAMSERV:-paramserv}; PY=${PYTHON:-python3}; D=${PARAMSERV_DATA:-../shared/data}; S=${STEPS:-3000}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 show() { "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], r['mode'], r['global_step'], 'examples/s', round(r['examples_per_s']), 'test_accuracy', r['test_accuracy'], 'push_pull_s', round(r['push_pull_s'], 2))" "$1" "$2"; }

@@ -15,7 +15,7 @@ numpy's, so values are comparable, not identical.
 Run it as every worker of a local cluster:
 
     paramserv local --ps=1 --workers=2 -- python3 examples/torch/mnist.py \\
-        --data_dir=/work/shared/data --train_steps=2000
+        --data_dir=../shared/data --train_steps=2000
 
 The cluster comes from TF_CONFIG. Only the chief evaluates and writes
 --result_file (JSON with test_accuracy and examples_per_s).
