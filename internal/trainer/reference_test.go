@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
@@ -105,8 +106,13 @@ func runOneWorker(t *testing.T, cfg Config) Result {
 	if err := RunWorker(context.Background(), wCfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-psErr; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-psErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the ps did not exit within a minute of its only worker's end")
 	}
 	b, err := os.ReadFile(cfg.ResultFile)
 	if err != nil {
