@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,5 +85,48 @@ func TestTorchMNISTExample(t *testing.T) {
 		if r.TestAccuracy < 0.90 {
 			t.Errorf("%s: test accuracy %.4f after 400 steps, want >= 0.90", mode, r.TestAccuracy)
 		}
+	}
+}
+
+// A ps killed with kill -9 during a Python job recovers as a Go job does:
+// local restarts it, it restores the chief's newest checkpoint, every
+// worker waits for it and goes on from the restored step, and the job ends
+// with a trained model.
+func TestTorchMNISTRecoversFromAPSKill(t *testing.T) {
+	env := pythonEnv(t)
+	data := testutil.DataDir(t, "mnist")
+	root, _ := filepath.Abs("../..")
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", env, "local", "--ps=1", "--workers=2", "--checkpoint_dir="+dir, "--",
+		python, filepath.Join(root, "examples/torch/mnist.py"), "--data_dir="+data, "--train_steps=1200",
+		"--steps_to_validate=100", "--checkpoint_dir="+dir, "--save_steps=200", "--result_file="+res)
+	p.waitFor(t, "saved checkpoint of step 400", 3*time.Minute)
+	ps := findChild(t, p.cmd.Process.Pid, "ps", 0)
+	if err := syscall.Kill(ps, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.output())
+	}
+	out := p.output()
+	for _, want := range []string{"ps0 exited unexpectedly", "restored checkpoint of step", "waiting for the ps to recover"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		GlobalStep   int64   `json:"global_step"`
+		TestAccuracy float64 `json:"test_accuracy"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.GlobalStep < 1200 || r.TestAccuracy < 0.90 {
+		t.Fatalf("result %+v, want global step >= 1200 and test accuracy >= 0.90", r)
 	}
 }

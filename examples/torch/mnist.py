@@ -143,6 +143,9 @@ def main():
     ap.add_argument("--steps_to_validate", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--result_file", default="")
+    ap.add_argument("--checkpoint_dir", default="",
+                    help="the ps's --checkpoint_dir: the chief saves checkpoints there and a restarted ps restores them")
+    ap.add_argument("--save_steps", type=int, default=0, help="with --checkpoint_dir, save every this many global steps")
     args = ap.parse_args()
     if args.train_steps < 1 or args.batch_size < 1 or args.hidden_units < 1 or not args.learning_rate > 0:
         ap.error("--train_steps, --batch_size, --hidden_units and --learning_rate must be > 0")
@@ -152,7 +155,8 @@ def main():
     (train_x, train_y), (val_x, val_y), (test_x, test_y) = load(args.data_dir, args.dataset)
     net = MLP(args.hidden_units, args.seed)
     model = pst.DistributedModule(net, optimizer="adam", learning_rate=args.learning_rate,
-                                  sync=args.sync_replicas, replicas_to_aggregate=args.replicas_to_aggregate)
+                                  sync=args.sync_replicas, replicas_to_aggregate=args.replicas_to_aggregate,
+                                  checkpoint_dir=args.checkpoint_dir or None, save_steps=args.save_steps)
     client = model.client
     worker, workers = client.worker, client.num_workers
     lo, hi = worker * TRAIN_SIZE // workers, (worker + 1) * TRAIN_SIZE // workers

@@ -19,7 +19,9 @@
 //   - Delay: each write to or from the address takes d longer.
 //
 // Heal undoes Partition, Refuse and Delay for new traffic. A listener
-// closed and a new one opened on the same address is a restarted process.
+// killed (Kill: its connections reset, as a process's death does) and a new
+// one opened on the same address is a restarted process; Close only stops
+// accepting, as closing a TCP listener does.
 //
 // A Network is safe for concurrent use.
 package memnet
@@ -205,8 +207,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops listening (the address is free again) and, as a process's
-// death does, closes every connection accepted from it.
+// Close stops listening (the address is free again); connections already
+// accepted stay open, as with a TCP listener.
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.closed)
@@ -218,9 +220,16 @@ func (l *Listener) Close() error {
 		l.mu.Lock()
 		l.shut = true
 		l.mu.Unlock()
-		l.resetAll()
 	})
 	return nil
+}
+
+// Kill is the death of the process behind the listener: it stops
+// listening and resets every connection accepted from it at both ends,
+// whatever was still in flight.
+func (l *Listener) Kill() {
+	l.Close()
+	l.resetAll()
 }
 
 // Addr is the listening address.

@@ -96,8 +96,8 @@ func TestPartitionLosesBytesWithoutAReset(t *testing.T) {
 	}
 }
 
-// Closing a listener is a process's death: its connections are reset.
-func TestListenerCloseResetsItsConnections(t *testing.T) {
+// Killing a listener is a process's death: its connections are reset.
+func TestListenerKillResetsItsConnections(t *testing.T) {
 	n := New()
 	l, _ := n.Listen("")
 	c, _ := n.Dial(context.Background(), l.Addr().String())
@@ -109,13 +109,13 @@ func TestListenerCloseResetsItsConnections(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	l.Close()
+	l.Kill()
 	select {
 	case err := <-done:
 		if !errors.Is(err, syscall.ECONNRESET) {
 			t.Fatalf("read after the listener's death: %v, want a reset", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("a read was not woken by the listener's close within 10s")
+		t.Fatal("a read was not woken by the listener's death within 10s")
 	}
 }

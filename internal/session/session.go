@@ -8,27 +8,29 @@
 // placement, key hashing, the chief's Init, incarnations and recovery are
 // this Go code's and are not written again in another language.
 //
-// Recovery is simple for now: when an exchange fails because a ps went away
-// or restarted, the session waits for every ps to answer and be
-// initialised again (up to RecoveryTimeout), pulls the current values and
-// goes on from the cluster's step; the failed step's gradients are lost.
+// Start-up, recovery and checkpoints are the built-in training loop's
+// (trainer.Worker): the chief locks its checkpoint directory, initialises
+// the ps or finds them initialised or restored, and the others wait until
+// the ps hold one history; when an exchange fails because a ps went away
+// or restarted, the session waits for it (the chief rolling the cluster
+// back to one checkpoint), pulls the current values and goes on from the
+// cluster's step, the failed step's gradients lost; the chief saves a
+// checkpoint every SaveSteps and at Done.
 //
 // A Session is used by one goroutine at a time.
 package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/trainer"
 )
 
 // Config is one worker's view of the job.
@@ -50,11 +52,14 @@ type Config struct {
 
 	// SplitBytes: see client.Options. Every worker must use the same.
 	SplitBytes int
-	// CheckpointDir and SaveSteps are reserved for the chief's checkpoints
-	// (not yet taken by this package; a ps restores from its own
-	// --checkpoint_dir).
-	CheckpointDir string
-	SaveSteps     int64
+	// CheckpointDir, if set, is where the chief saves checkpoints, every
+	// SaveSteps global steps and/or SaveEvery, and at Done, keeping the
+	// last KeepCheckpoints (5 if 0); every ps must have been started with
+	// the same --checkpoint_dir, which it restores from after a restart.
+	CheckpointDir   string
+	SaveSteps       int64
+	SaveEvery       time.Duration
+	KeepCheckpoints int
 
 	// StartupTimeout bounds Start's wait for the ps (5 minutes if 0);
 	// RecoveryTimeout the wait for them to come back after a failure (5
@@ -65,12 +70,17 @@ type Config struct {
 	// often a wait logs what it waits for (5s if 0).
 	Logf         func(format string, args ...any)
 	WaitLogEvery time.Duration
+
+	// Dial, if set, replaces TCP for the connections to the ps (tests run
+	// clusters over package memnet).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // Session is a started worker.
 type Session struct {
 	cfg    Config
 	c      *client.Client
+	w      *trainer.Worker
 	step   int64
 	worker int
 }
@@ -117,34 +127,26 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 		}
 	}
 	c, err := client.New(cfg.Cluster.Spec.PS, cfg.Variables, client.Options{
-		Worker: worker, Tables: cfg.Tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery,
+		Worker: worker, Tables: cfg.Tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Dial: cfg.Dial,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout, fmt.Errorf("startup timeout %s passed", cfg.StartupTimeout))
-	defer cancel()
-	s := &Session{cfg: cfg, c: c, worker: worker}
-	if chief {
-		if _, err = c.WaitReady(wctx, false); err == nil {
-			s.step, err = c.Init(wctx, init, client.InitOptions{
-				Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
-				NumWorkers: numWorkers, MaxStaleness: cfg.MaxStaleness,
-			})
-		}
-		if err == nil {
-			cfg.Logf("chief initialised %d variables and %d tables on %d ps; global step %d", len(cfg.Variables), len(cfg.Tables), c.NumPS(), s.step)
-		}
-	} else {
-		sts, werr := c.WaitReady(wctx, true)
-		if err = werr; err == nil {
-			s.step = sts[0].GetGlobalStep()
-		}
+	tcfg := trainer.Config{
+		Cluster: cfg.Cluster, Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
+		MaxStaleness: cfg.MaxStaleness, SplitBytes: cfg.SplitBytes, StartupTimeout: cfg.StartupTimeout,
+		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
+		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery,
 	}
+	if tcfg.CheckpointDir != "" && tcfg.SaveSteps <= 0 && tcfg.SaveEvery <= 0 {
+		tcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
+	}
+	w, step, err := trainer.StartWorker(ctx, tcfg, c, cfg.Variables, func() model.Params { return init })
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("session: worker %d: start-up: %w", worker, err)
+		return nil, fmt.Errorf("session: %w", err)
 	}
+	s := &Session{cfg: cfg, c: c, w: w, step: step, worker: worker}
 	if c.IsSync() != cfg.Sync && chief {
 		cfg.Logf("worker %d: warning: the ps train %s (restored from a checkpoint); going on so", worker, modeName(c.IsSync()))
 	}
@@ -221,6 +223,9 @@ func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, 
 	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep
+		if err := s.w.Stepped(ctx, newStep); err != nil {
+			return newStep, fmt.Errorf("session: worker %d: checkpoint of step %d: %w", s.worker, newStep, err)
+		}
 		return newStep, nil
 	}
 	if err := s.recover(ctx, err); err != nil {
@@ -256,8 +261,12 @@ func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, gra
 	return s.recover(ctx, err)
 }
 
-// Done tells every ps that this worker has finished.
+// Done ends this worker's training: the chief saves the final checkpoint,
+// then every ps is told this worker has finished.
 func (s *Session) Done(ctx context.Context) error {
+	if err := s.w.Finish(ctx, s.step); err != nil {
+		return fmt.Errorf("session: worker %d: %w", s.worker, err)
+	}
 	if err := s.c.Done(ctx); err != nil {
 		return fmt.Errorf("session: worker %d: done: %w", s.worker, err)
 	}
@@ -268,36 +277,14 @@ func (s *Session) Done(ctx context.Context) error {
 func (s *Session) Close() error { return s.c.Close() }
 
 // recover returns cause itself when it is not a failure the session
-// recovers from; otherwise it waits until every ps answers and is
-// initialised again, up to RecoveryTimeout.
+// recovers from; otherwise it waits for the ps to come back as the built-in
+// loop does (trainer.Worker.Recover), up to RecoveryTimeout.
 func (s *Session) recover(ctx context.Context, cause error) error {
-	if !retryable(cause) || ctx.Err() != nil {
-		return cause
-	}
-	s.cfg.Logf("worker %d: at global step %d: %v; waiting for the ps to recover (up to %s)", s.worker, s.step, cause, s.cfg.RecoveryTimeout)
-	rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RecoveryTimeout, fmt.Errorf("recovery timeout %s passed", s.cfg.RecoveryTimeout))
-	defer cancel()
-	if _, err := s.c.WaitReady(rctx, true); err != nil {
+	if err := s.w.Recover(ctx, s.step, cause); err != nil {
+		if err == cause {
+			return err
+		}
 		return fmt.Errorf("session: worker %d: recovery after %v: %w", s.worker, cause, err)
 	}
-	s.cfg.Logf("worker %d: every ps answers again; pulling and going on", s.worker)
 	return nil
-}
-
-// retryable reports whether err is a ps down, restarted or restored, or a
-// step moved on, rather than a request to fix.
-func retryable(err error) bool {
-	var re *client.RestartedError
-	if errors.As(err, &re) {
-		return true
-	}
-	var se interface{ GRPCStatus() *status.Status }
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.GRPCStatus().Code() {
-	case codes.Unavailable, codes.Aborted, codes.FailedPrecondition:
-		return true
-	}
-	return false
 }

@@ -151,7 +151,7 @@ func newMemCluster(t *testing.T, c scenario.Cmd) *memCluster {
 		for _, tk := range all {
 			tk.cancel()
 			if tk.lis != nil {
-				tk.lis.Close()
+				tk.lis.Kill()
 			}
 		}
 		for _, tk := range all {
@@ -219,7 +219,7 @@ func (cl *memCluster) kill(job string, i int) {
 	}
 	tk.killed = true
 	if tk.lis != nil {
-		tk.lis.Close() // connections reset at once, as for kill -9
+		tk.lis.Kill() // connections reset at once, as for kill -9
 	}
 	tk.cancel()
 	<-tk.done

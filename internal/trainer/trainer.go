@@ -369,7 +369,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	sv, err := startUp(ctx, cfg, c, m)
+	sv, err := startUp(ctx, cfg, c, m.Variables(), func() model.Params { return m.Init(cfg.Data.Seed) })
 	if err != nil {
 		return fmt.Errorf("worker %d: start-up: %w", worker, err)
 	}
@@ -454,7 +454,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 // they hold one history. A ps that dies meanwhile is waited for (logging
 // every --wait_log_every) and the start-up is tried again, as a training
 // step is: Init is a no-op on a ps already initialised.
-func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (*saver, error) {
+func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
 	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
 		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
 	defer cancel()
@@ -463,7 +463,7 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, m model.Model) (
 		var sv *saver
 		var err error
 		if cfg.Cluster.IsChief() {
-			sv, err = chiefStart(wctx, cfg, c, m)
+			sv, err = chiefStart(wctx, cfg, c, vars, init)
 		} else {
 			err = waitOneHistory(wctx, cfg, c, retry)
 		}
@@ -688,12 +688,12 @@ func zeroed(buf []float32, n int) []float32 {
 // no-op for ps already initialised, as after a chief restart or a restore),
 // make their states consistent, and save the first checkpoint of a fresh
 // run so that a ps failure always has one to restore.
-func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model) (*saver, error) {
+func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
 	if _, err := c.WaitReady(ctx, false); err != nil {
 		return nil, err
 	}
 	testHook("init", 0)
-	step, err := c.Init(ctx, m.Init(cfg.Data.Seed), client.InitOptions{
+	step, err := c.Init(ctx, init(), client.InitOptions{
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
 		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
@@ -714,7 +714,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, m model.Model
 	}
 	switch {
 	case fresh && step == 0:
-		cfg.Logf("chief initialised %d variables on %d ps at global step %d", len(m.Variables()), c.NumPS(), step)
+		cfg.Logf("chief initialised %d variables on %d ps at global step %d", len(vars), c.NumPS(), step)
 	case fresh:
 		cfg.Logf("chief: the ps were already initialised; training goes on from global step %d", step)
 	default:

@@ -69,6 +69,9 @@ type jsonConfig struct {
 	SplitBytes          int          `json:"split_bytes"`
 	StartupTimeoutS     float64      `json:"startup_timeout_s"`
 	RecoveryTimeoutS    float64      `json:"recovery_timeout_s"`
+	CheckpointDir       string       `json:"checkpoint_dir"`
+	SaveSteps           int64        `json:"save_steps"`
+	SaveSecs            float64      `json:"save_secs"`
 	Quiet               bool         `json:"quiet"`
 }
 
@@ -129,6 +132,8 @@ func parseConfig(text string) (session.Config, error) {
 		MaxStaleness: jc.MaxStaleness, SplitBytes: jc.SplitBytes,
 		StartupTimeout:  time.Duration(jc.StartupTimeoutS * float64(time.Second)),
 		RecoveryTimeout: time.Duration(jc.RecoveryTimeoutS * float64(time.Second)),
+		CheckpointDir:   jc.CheckpointDir, SaveSteps: jc.SaveSteps,
+		SaveEvery: time.Duration(jc.SaveSecs * float64(time.Second)),
 	}
 	for _, v := range jc.Variables {
 		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape})

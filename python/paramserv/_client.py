@@ -147,6 +147,9 @@ class Client:
         table_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         startup_timeout: float = 300.0,
         recovery_timeout: float = 300.0,
+        checkpoint_dir: Optional[str] = None,
+        save_steps: int = 0,
+        save_secs: float = 0.0,
         quiet: bool = False,
     ) -> None:
         """Checks the declaration and reads the cluster; connects nothing yet.
@@ -154,7 +157,12 @@ class Client:
         ``optimizer_options`` adds the rule's other hyper-parameters (momentum,
         beta1, beta2, epsilon, l1, l2, ...); ``table_options[name]`` a table's
         init ("zeros" or "normal"), init_stddev, seed, min_count and
-        evict_after_steps. Raises ValueError for a bad declaration and
+        evict_after_steps. With ``checkpoint_dir`` (the directory every ps
+        was started with as --checkpoint_dir) the chief saves a checkpoint
+        every ``save_steps`` global steps and/or ``save_secs`` seconds (600 s
+        if neither is given) and at done(); after a ps restarts, every
+        worker waits for it and goes on from the restored step, as the
+        built-in models do. Raises ValueError for a bad declaration and
         ParamservError for a bad cluster.
         """
         if not isinstance(variables, Mapping):
@@ -200,6 +208,9 @@ class Client:
             "split_bytes": int(split_bytes),
             "startup_timeout_s": float(startup_timeout),
             "recovery_timeout_s": float(recovery_timeout),
+            "checkpoint_dir": os.path.abspath(checkpoint_dir) if checkpoint_dir else "",
+            "save_steps": int(save_steps),
+            "save_secs": float(save_secs),
             "quiet": bool(quiet),
         }
         self._lib = _load()
