@@ -130,3 +130,35 @@ func TestTorchMNISTRecoversFromAPSKill(t *testing.T) {
 		t.Fatalf("result %+v, want global step >= 1200 and test accuracy >= 0.90", r)
 	}
 }
+
+// The CTR example's embedding tables live on the ps: under local -- CMD on
+// synth-ctr data it trains and the chief's result has a test AUC well above
+// chance (the planted model's is about 0.85 on this data).
+func TestTorchCTRExample(t *testing.T) {
+	env := pythonEnv(t)
+	root, _ := filepath.Abs("../..")
+	data := filepath.Join(t.TempDir(), "ctr")
+	if p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=20000", "--fields=8", "--out="+data); p.wait(t, time.Minute) != 0 {
+		t.Fatalf("synth-ctr failed\n%s", p.output())
+	}
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", env, "local", "--ps=2", "--workers=2", "--", python, filepath.Join(root, "examples/torch/ctr.py"),
+		"--data_dir="+data, "--train_steps=600", "--result_file="+res)
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.output())
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		GlobalStep int64   `json:"global_step"`
+		TestAUC    float64 `json:"test_auc"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.GlobalStep < 600 || r.TestAUC < 0.70 {
+		t.Fatalf("result %+v, want global step >= 600 and test AUC >= 0.70", r)
+	}
+}
