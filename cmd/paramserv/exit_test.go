@@ -120,6 +120,8 @@ func TestBadNumbersExitTwo(t *testing.T) {
 	trainCases := []struct{ arg, want string }{
 		{"--startup_timeout=-1s", "--startup_timeout=-1s: want a duration > 0"},
 		{"--startup_timeout=0s", "--startup_timeout=0s: want a duration > 0"},
+		{"--worker_timeout=-1s", "--worker_timeout=-1s: want a duration > 0"},
+		{"--worker_timeout=0s", "--worker_timeout=0s: want a duration > 0"},
 		{"--wait_log_every=-1s", "--wait_log_every=-1s: want a duration > 0"},
 		{"--wait_log_every=0s", "--wait_log_every=0s: want a duration > 0"},
 		{"--recovery_timeout=0s", "--recovery_timeout=0s: want a duration > 0"},

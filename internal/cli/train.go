@@ -255,6 +255,7 @@ func (f *trainFlags) checkRanges() error {
 		nonNegative("evict_after_steps", f.evictAfter, "0: never"),
 		nonNegative("save_steps", f.saveSteps, "0: by time only"),
 		duration("startup_timeout", f.startupTimeout, ""),
+		duration("worker_timeout", f.workerTimeout, ""),
 		duration("wait_log_every", f.waitLogEvery, ""),
 		duration("recovery_timeout", f.recoveryTimeout, ""),
 		duration("sync_timeout", f.syncTimeout, "forever"),
