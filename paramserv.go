@@ -1,0 +1,321 @@
+// Package paramserv trains your own model on a paramserv cluster: your
+// program is a worker, the parameter servers (ps) hold the model's
+// variables and sparse tables, sharded across them, and apply the
+// optimizer to the gradients the workers push.
+//
+// # Running a program as a worker
+//
+// The ps are processes of the paramserv binary; your program runs once per
+// worker and learns the cluster and its own task from TF_CONFIG, as
+// TensorFlow's parameter-server training and Kubernetes' TFJob operator
+// set it. On one machine, paramserv local does both:
+//
+//	paramserv local --ps=2 --workers=2 -- go run ./mymodel --train_steps=2000
+//
+// # A worker's life
+//
+// Start connects to every ps. Worker 0, the chief, initialises the ps with
+// the initial values it is given (or finds them initialised already, after
+// a restart or a checkpoint restore); the other workers wait until it has.
+// Then each step pulls the current values, computes gradients and pushes
+// them while pulling the next values (PushPull), until the global step (the
+// count of updates the ps applied) reaches the goal; Done tells the ps this
+// worker has finished, and they exit once every worker has.
+//
+//	w, err := paramserv.Start(ctx, paramserv.Config{
+//		Variables: []paramserv.Variable{{Name: "w", Shape: []int{784, 10}}, {Name: "b", Shape: []int{10}}},
+//		Optimizer: paramserv.Optimizer{Name: "adam", LearningRate: 0.001},
+//	}, init) // init: the chief's initial values; nil on the other workers
+//	params, grads := w.NewParams(), w.NewParams()
+//	w.Pull(ctx, params)
+//	for w.Step() < 2000 {
+//		computeGradients(params, grads) // your model
+//		w.PushPull(ctx, grads, params)
+//	}
+//	w.Done(ctx)
+//
+// Training is asynchronous by default: every push is applied as it comes.
+// With Sync, the gradients of ReplicasToAggregate workers computed at the
+// same step are averaged into one update (TensorFlow's
+// SyncReplicasOptimizer), and PushPull waits for the step to complete.
+//
+// # Sparse tables
+//
+// A table holds rows of Dim floats keyed by uint64 ids, created on first
+// touch, sharded across the ps by a hash of the key: embeddings, or the
+// weights of a sparse logistic regression. PullRows reads the rows of the
+// batch's keys; PushPullRows pushes their gradients with the dense ones.
+//
+// # When a ps dies
+//
+// With CheckpointDir (the directory every ps was given as
+// --checkpoint_dir), the chief saves a checkpoint every SaveSteps global
+// steps and at Done. When a ps dies and restarts, it restores the newest
+// checkpoint; every worker's next call waits for it (up to
+// RecoveryTimeout), the chief rolls the other ps back to the same step,
+// and the call returns the values and step of the restored model, the
+// gradients of the failed step lost. A Worker's methods return an error
+// only when training cannot go on: a ps that does not come back, or a
+// model whose variables differ from those the ps hold (ErrLayout).
+//
+// A Worker is used by one goroutine at a time.
+package paramserv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/session"
+	"github.com/paramserv/paramserv/internal/trainer"
+)
+
+// Variable is a dense variable of the model: a name and a shape (row-major
+// float32 values).
+type Variable struct {
+	Name  string
+	Shape []int
+}
+
+// Size is the number of values.
+func (v Variable) Size() int {
+	n := 1
+	for _, d := range v.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Table is a sparse table of rows of Dim floats keyed by uint64 ids.
+type Table struct {
+	Name string
+	Dim  int
+	// Init is "zeros" (the default) or "normal": a truncated normal of
+	// InitStddev, a pure function of Seed and the key.
+	Init       string
+	InitStddev float64
+	Seed       uint64
+	// MinCount admits a key only once it has been seen this many times;
+	// EvictAfterSteps drops rows not touched for that many global steps
+	// (0: never).
+	MinCount, EvictAfterSteps int64
+}
+
+// Optimizer is the update rule the ps apply: Name is "sgd", "momentum",
+// "adagrad", "adam" or "ftrl"; a zero hyper-parameter means the rule's
+// default (TensorFlow's).
+type Optimizer struct {
+	Name         string
+	LearningRate float64
+	Momentum     float64 // momentum (0.9)
+	Nesterov     bool
+	Beta1, Beta2 float64 // adam (0.9, 0.999)
+	Epsilon      float64 // adam (1e-8)
+	// InitialAccumulator: adagrad and ftrl (0.1).
+	InitialAccumulator float64
+	// FTRL-Proximal: beta (1), L1 and L2 (0).
+	FTRLBeta, L1, L2 float64
+}
+
+// Params holds a value slice per variable name.
+type Params map[string][]float32
+
+// Config is a worker's view of the job. Every worker must declare the
+// same variables and tables; the chief's optimizer and mode are the
+// cluster's.
+type Config struct {
+	// TFConfig is the cluster and this task in TF_CONFIG's JSON form; ""
+	// reads the environment variable TF_CONFIG.
+	TFConfig string
+
+	Variables []Variable
+	Tables    []Table
+	Optimizer Optimizer
+
+	Sync                bool
+	ReplicasToAggregate int   // sync: gradients averaged per step (0: every worker)
+	MaxStaleness        int64 // async: drop gradients older than this many steps (0: never)
+
+	// CheckpointDir, if set, is the directory every ps was given as
+	// --checkpoint_dir: the chief saves there every SaveSteps global
+	// steps (or every 10 minutes if 0) and at Done.
+	CheckpointDir string
+	SaveSteps     int64
+
+	// StartupTimeout bounds Start's wait for the ps; RecoveryTimeout the
+	// wait for a ps that died to come back (5 minutes each if 0).
+	StartupTimeout, RecoveryTimeout time.Duration
+
+	// Logf receives the worker's log lines: what it waits for, recovery,
+	// checkpoints (nil discards them).
+	Logf func(format string, args ...any)
+}
+
+// ErrLayout is returned (wrapped) when the ps hold other variables or
+// tables than the worker's model: another model, or a checkpoint of
+// another model. Waiting does not help; the input must be fixed.
+var ErrLayout = client.ErrLayout
+
+// Worker is a started worker of the job.
+type Worker struct {
+	s    *session.Session
+	vars []Variable
+}
+
+// Start connects to the cluster's ps and waits for them, the chief
+// initialising them with init (one slice per variable, of its Size) and
+// the other workers passing nil. It gives up after StartupTimeout or when
+// ctx ends.
+func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
+	tf := cfg.TFConfig
+	if tf == "" {
+		tf = os.Getenv("TF_CONFIG")
+	}
+	if tf == "" {
+		return nil, errors.New("paramserv: no cluster: set TF_CONFIG (paramserv local -- CMD does) or Config.TFConfig")
+	}
+	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	if err != nil {
+		return nil, fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+	}
+	if cl.Task.Job != cluster.JobWorker {
+		return nil, fmt.Errorf("paramserv: TF_CONFIG names task %s: a program is a worker (the ps are paramserv processes)", cl.Task)
+	}
+	sc := session.Config{
+		Cluster: cl,
+		Optimizer: optim.Config{
+			Name: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate, Momentum: cfg.Optimizer.Momentum,
+			Nesterov: cfg.Optimizer.Nesterov, InitialAccumulator: cfg.Optimizer.InitialAccumulator,
+			Beta1: cfg.Optimizer.Beta1, Beta2: cfg.Optimizer.Beta2, Epsilon: cfg.Optimizer.Epsilon,
+			FTRLBeta: cfg.Optimizer.FTRLBeta, L1: cfg.Optimizer.L1, L2: cfg.Optimizer.L2,
+		},
+		Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
+		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+	}
+	for _, v := range cfg.Variables {
+		sc.Variables = append(sc.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
+	}
+	for _, t := range cfg.Tables {
+		sc.Tables = append(sc.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+	}
+	var mi model.Params
+	if init != nil {
+		mi = model.Params(init)
+	}
+	s, err := session.Start(ctx, sc, mi)
+	if err != nil {
+		return nil, fmt.Errorf("paramserv: %w", err)
+	}
+	return &Worker{s: s, vars: cfg.Variables}, nil
+}
+
+// Index is this worker's index; 0 is the chief.
+func (w *Worker) Index() int { return w.s.Worker() }
+
+// IsChief reports whether this worker is the chief (worker 0), which
+// initialises the ps and saves checkpoints.
+func (w *Worker) IsChief() bool { return w.s.Worker() == 0 }
+
+// NumWorkers is the number of workers in the cluster.
+func (w *Worker) NumWorkers() int { return w.s.NumWorkers() }
+
+// Sync reports whether the cluster trains synchronously, as the ps say (a
+// cluster restored from a checkpoint keeps the mode it was saved in).
+func (w *Worker) Sync() bool { return w.s.Sync() }
+
+// Step is the global step of the values last pulled.
+func (w *Worker) Step() int64 { return w.s.Step() }
+
+// NewParams returns zeroed value slices for the worker's variables, to
+// pull into or to hold gradients.
+func (w *Worker) NewParams() Params {
+	p := make(Params, len(w.vars))
+	for _, v := range w.vars {
+		p[v.Name] = make([]float32, v.Size())
+	}
+	return p
+}
+
+// Pull reads every variable's current values into params and returns
+// their global step.
+func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
+	return w.s.Pull(ctx, model.Params(params))
+}
+
+// PushPull pushes grads, computed from the values last pulled, and reads
+// the next values into params: at once in asynchronous training, once the
+// step completes in synchronous training. It returns the new global step.
+func (w *Worker) PushPull(ctx context.Context, grads, params Params) (int64, error) {
+	return w.s.PushPull(ctx, model.Params(grads), model.Params(params))
+}
+
+// Rows are gradients of rows of a sparse table: Values holds len(Keys)×Dim
+// floats, row i for Keys[i]; the keys are distinct.
+type Rows struct {
+	Table  string
+	Keys   []uint64
+	Values []float32
+}
+
+// PushPullRows is PushPull that also pushes gradients of sparse rows, in
+// the same request, so that they count as one push of this worker's step.
+func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []Rows) (int64, error) {
+	rs := make([]session.Rows, len(rows))
+	for i, r := range rows {
+		rs[i] = session.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values}
+	}
+	return w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), rs)
+}
+
+// PullRows reads the rows of keys (distinct) of a table into out
+// (len(keys)×Dim values, row i for keys[i]); keys not seen before read as
+// the table's initial value.
+func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
+	return w.s.PullRows(ctx, table, keys, out)
+}
+
+// Done ends this worker's training: the chief saves the final checkpoint,
+// then every ps is told this worker has finished.
+func (w *Worker) Done(ctx context.Context) error { return w.s.Done(ctx) }
+
+// Close closes the connections to the ps.
+func (w *Worker) Close() error { return w.s.Close() }
+
+// PSConfig is one ps task: the cluster and its index in TF_CONFIG's form
+// ("" reads TF_CONFIG), and the checkpoint directory it restores from and
+// the chief saves to.
+type PSConfig struct {
+	TFConfig      string
+	CheckpointDir string
+	Logf          func(format string, args ...any)
+	// Listen, if set, makes the ps's listener instead of TCP on its
+	// address (tests: an in-memory or pre-bound listener).
+	Listen func(addr string) (net.Listener, error)
+}
+
+// ServePS runs a ps task until every worker has said Done (nil) or ctx
+// ends. Jobs usually run the ps as paramserv processes (paramserv train
+// --job_name=ps, or paramserv local); ServePS embeds one in a program.
+func ServePS(ctx context.Context, cfg PSConfig) error {
+	tf := cfg.TFConfig
+	if tf == "" {
+		tf = os.Getenv("TF_CONFIG")
+	}
+	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	if err != nil {
+		return fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+	}
+	if cl.Task.Job != cluster.JobPS {
+		return fmt.Errorf("paramserv: TF_CONFIG names task %s, want a ps task", cl.Task)
+	}
+	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: cfg.Listen})
+}
