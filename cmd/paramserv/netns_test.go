@@ -327,9 +327,9 @@ func TestMultiHost(t *testing.T) {
 
 	t.Run("partition-never-healed", func(t *testing.T) {
 		if os.Getenv("PARAMSERV_TEST_PARTITION_FOREVER") == "" {
-			t.Skip("needs the client to notice a silent partition (keepalive/deadline, issue 16's client part): " +
-				"today a worker waits on a peer that never answers past --recovery_timeout; " +
-				"set PARAMSERV_TEST_PARTITION_FOREVER=1 to run it")
+			t.Skip("run with PARAMSERV_TEST_PARTITION_FOREVER=1: the worker that was training ends within " +
+				"--recovery_timeout plus the client's health checks (about 50s), but a worker still in start-up " +
+				"when the cut comes waits out --startup_timeout instead; the test must wait for both to train first")
 		}
 		// ps 1 cut off for good: every worker must end with an error that
 		// names it within --recovery_timeout (and some slack), not hang.
