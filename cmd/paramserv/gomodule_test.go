@@ -41,4 +41,16 @@ func TestOwnModelInASeparateModule(t *testing.T) {
 	if !found["0"] || !found["1"] || !strings.Contains(p.output(), "all 4 processes exited 0") {
 		t.Fatalf("not every worker reported its model:\n%s", p.output())
 	}
+
+	// The same model in the built-in loop (paramserv.Run): progress lines,
+	// the final evaluation and the chief's result file.
+	res := filepath.Join(t.TempDir(), "result.json")
+	p = start(t, "local builtin", nil, "local", "--ps=2", "--workers=2", "--", exe, "--builtin_loop", "--train_steps=2000", "--result_file="+res)
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("built-in loop: exit %d\n%s", code, p.output())
+	}
+	if !strings.Contains(p.output(), "step: ") {
+		t.Errorf("the built-in loop logged no progress line:\n%s", p.output())
+	}
+	checkLinreg(t, readResult(t, res))
 }

@@ -71,6 +71,11 @@ type Config struct {
 	Listen func(addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 
+	// NewModel, if set, builds the worker's model instead of the built-in
+	// one Model names (a model of the user's own, run by this loop); Model
+	// is then only its name in the log and the result file.
+	NewModel func(model.Config) (model.Model, error)
+
 	// WorkerTimeout bounds how long a ps waits for a worker not heard from
 	// while others have finished (RunPS); 30m if 0.
 	WorkerTimeout time.Duration
@@ -347,7 +352,11 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if data.Logf == nil {
 		data.Logf = cfg.Logf
 	}
-	m, err := NewModel(cfg.Model, data)
+	newModel := func(c model.Config) (model.Model, error) { return NewModel(cfg.Model, c) }
+	if cfg.NewModel != nil {
+		newModel = cfg.NewModel
+	}
+	m, err := newModel(data)
 	if err != nil {
 		return &ConfigError{Err: err}
 	}

@@ -1,0 +1,158 @@
+package paramserv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/trainer"
+)
+
+// Model is a model of your own that the built-in training loop runs (Run),
+// with everything the built-in models get: the chief's initialisation,
+// synchronous or asynchronous steps, recovery when a ps dies, checkpoints,
+// progress lines, the final evaluation and the result file.
+type Model interface {
+	// Variables lists the dense variables, in a fixed order.
+	Variables() []Variable
+	// Init returns the initial values of every variable. Only the chief
+	// calls it; the same seed gives the same values.
+	Init(seed int64) Params
+	// ComputeGradients reads the worker's next batch, computes the loss at
+	// params and writes the gradient of every variable into grads (which
+	// may hold old values: overwrite them).
+	ComputeGradients(params, grads Params) (loss float64, err error)
+	// Progress is the line logged every StepsToValidate local steps.
+	Progress(localStep, globalStep int64, params Params, loss float64) string
+	// Evaluate computes the final metrics at params; the chief calls it
+	// once at the end, and they go to the log and the result file.
+	Evaluate(params Params) (map[string]float64, error)
+}
+
+// ModelConfig is what a model's constructor learns of its place in the
+// job: its worker's index (a worker reads its own part of the data) and
+// the job's seed.
+type ModelConfig struct {
+	Worker, NumWorkers int
+	Seed               int64
+}
+
+// RunConfig is a task of a job whose workers run a Model of your own. Every
+// task of the job (ps and workers) gets the same one; TF_CONFIG says which
+// task this is.
+type RunConfig struct {
+	// TFConfig is the cluster and this task in TF_CONFIG's JSON form; ""
+	// reads the environment variable TF_CONFIG.
+	TFConfig string
+	// Name is the model's name in the log and the result file.
+	Name string
+	// NewModel builds the model of one worker.
+	NewModel func(ModelConfig) (Model, error)
+
+	Optimizer           Optimizer
+	Sync                bool
+	ReplicasToAggregate int   // sync: 0 means every worker
+	MaxStaleness        int64 // async: 0 means no bound
+
+	// TrainSteps ends training once the global step reaches it;
+	// StepsToValidate is how often a worker logs its Progress line
+	// (100 if 0); Seed is the model's seed.
+	TrainSteps, StepsToValidate, Seed int64
+	// BatchSize is the examples one ComputeGradients reads, for the
+	// result's examples/s (1 if 0).
+	BatchSize int
+
+	// CheckpointDir, if set, is where the chief saves every SaveSteps
+	// global steps (or every 10 minutes if 0) and at the end, and where a
+	// restarted ps restores from.
+	CheckpointDir string
+	SaveSteps     int64
+	// ResultFile, if set, is where the chief writes the JSON summary:
+	// global step, mode, loss, the model's metrics, examples/s.
+	ResultFile string
+
+	StartupTimeout, RecoveryTimeout time.Duration
+	Logf                            func(format string, args ...any)
+}
+
+// Run runs this process's task of the job: a ps until every worker is
+// done, or a worker training its Model until the global step reaches
+// TrainSteps, then (the chief) evaluating it and writing the result.
+func Run(ctx context.Context, cfg RunConfig) error {
+	tf := cfg.TFConfig
+	if tf == "" {
+		tf = os.Getenv("TF_CONFIG")
+	}
+	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	if err != nil {
+		return fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+	}
+	if cfg.TrainSteps <= 0 {
+		return fmt.Errorf("paramserv: TrainSteps %d: want > 0", cfg.TrainSteps)
+	}
+	if cfg.NewModel == nil && cl.Task.Job == cluster.JobWorker {
+		return fmt.Errorf("paramserv: RunConfig.NewModel is nil: a worker needs its model")
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "custom"
+	}
+	tc := trainer.Config{
+		Cluster: cl, Model: name,
+		Data: model.Config{Seed: cfg.Seed, BatchSize: max(cfg.BatchSize, 1)},
+		Optimizer: optim.Config{
+			Name: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate, Momentum: cfg.Optimizer.Momentum,
+			Nesterov: cfg.Optimizer.Nesterov, InitialAccumulator: cfg.Optimizer.InitialAccumulator,
+			Beta1: cfg.Optimizer.Beta1, Beta2: cfg.Optimizer.Beta2, Epsilon: cfg.Optimizer.Epsilon,
+			FTRLBeta: cfg.Optimizer.FTRLBeta, L1: cfg.Optimizer.L1, L2: cfg.Optimizer.L2,
+		},
+		Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		TrainSteps: cfg.TrainSteps, StepsToValidate: cfg.StepsToValidate,
+		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, ResultFile: cfg.ResultFile,
+		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		NewModel: func(c model.Config) (model.Model, error) {
+			m, err := cfg.NewModel(ModelConfig{Worker: c.Worker, NumWorkers: c.NumWorkers, Seed: c.Seed})
+			if err != nil {
+				return nil, err
+			}
+			return adapter{m}, nil
+		},
+	}
+	if tc.CheckpointDir != "" && tc.SaveSteps <= 0 {
+		tc.SaveEvery = 10 * time.Minute
+	}
+	if cl.Task.Job == cluster.JobPS {
+		return trainer.RunPS(ctx, tc)
+	}
+	return trainer.RunWorker(ctx, tc)
+}
+
+// adapter runs a public Model as the trainer's.
+type adapter struct{ m Model }
+
+func (a adapter) Variables() []model.Variable {
+	vs := a.m.Variables()
+	out := make([]model.Variable, len(vs))
+	for i, v := range vs {
+		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
+	}
+	return out
+}
+
+func (a adapter) Init(seed int64) model.Params { return model.Params(a.m.Init(seed)) }
+
+func (a adapter) ComputeGradients(params, grads model.Params) (float64, error) {
+	return a.m.ComputeGradients(Params(params), Params(grads))
+}
+
+func (a adapter) Progress(local, global int64, params model.Params, loss float64) string {
+	return a.m.Progress(local, global, Params(params), loss)
+}
+
+func (a adapter) Evaluate(params model.Params) (map[string]float64, error) {
+	return a.m.Evaluate(Params(params))
+}
