@@ -7,6 +7,7 @@ import json
 import math
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -216,6 +217,8 @@ class Client:
         self._lib = _load()
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self._exec_lock = threading.Lock()  # guards _executor, apart from the calls' _lock
         self._closed = False
         err = self._lib.ps_error(self._h)
         if err:
@@ -392,6 +395,29 @@ class Client:
             if self._lib.ps_push_rows(self._h, table.encode(), k, n, v) != 0:
                 self._raise()
 
+    def push_pull_async(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
+                        rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
+        """Starts ``push_pull`` in the background and returns at once with a
+        ``concurrent.futures.Future`` of the new global step, so that the
+        next batch's computation overlaps the round trip (the Go library
+        runs without the GIL). Until the future is done, ``grads`` and the
+        rows are being read and ``params`` written: leave them alone, e.g.
+        compute into a second set of buffers. Calls of one Client run one at
+        a time, in order; ``future.result()`` raises what ``push_pull`` would.
+
+        Example::
+
+            fut = c.push_pull_async(grads, params_next)
+            loss = compute(params_now, grads_spare)   # overlaps the round trip
+            step = fut.result()
+        """
+        self._need_started()
+        with self._exec_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paramserv")
+            executor = self._executor
+        return executor.submit(self.push_pull, grads, params, rows)
+
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every
         worker has)."""
@@ -401,9 +427,13 @@ class Client:
                 self._raise()
 
     def close(self) -> None:
-        """Closes the connections. Safe to call twice."""
+        """Closes the connections, after any call still in flight. Safe to
+        call twice."""
         if self._closed:
             return
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self._closed = True
         with self._lock:
             self._lib.ps_close(self._h)

@@ -139,6 +139,29 @@ def test_sync_one_worker_sgd_exact(make_cluster):
     assert cl.wait() == [0, 0]
 
 
+def test_push_pull_async_overlaps_and_gives_the_same_values(make_cluster):
+    # A push_pull started in the background lands as push_pull does; the
+    # caller runs meanwhile (here: it starts the next call before waiting),
+    # and calls of one Client run in order.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 4}, optimizer="sgd", learning_rate=0.5, sync=True,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.zeros(4, np.float32)})
+        a, b = {"w": np.zeros(4, np.float32)}, {"w": np.zeros(4, np.float32)}
+        grads = {"w": np.ones(4, np.float32)}
+        first = c.push_pull_async(grads, a)
+        second = c.push_pull_async(grads, b)
+        assert first.result(timeout=60) == 1
+        np.testing.assert_array_equal(a["w"], np.full(4, -0.5, np.float32))
+        assert second.result(timeout=60) == 2
+        np.testing.assert_array_equal(b["w"], np.full(4, -1.0, np.float32))
+        bad = c.push_pull_async({"w": np.ones(3, np.float32)}, a)
+        with pytest.raises(ValueError, match="w"):
+            bad.result(timeout=60)
+        c.done()
+    assert cl.wait() == [0]
+
+
 def test_async_two_workers_each_push_applied(make_cluster):
     cl = make_cluster(num_ps=1, num_workers=2)
     kw = dict(variables={"w": 4}, optimizer="sgd", learning_rate=0.25, startup_timeout=60, quiet=True)
