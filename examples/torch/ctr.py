@@ -76,11 +76,11 @@ def auc(labels, scores):
 
 
 class WideDeep(torch.nn.Module):
-    def __init__(self, fields, dim, hidden, seed):
+    def __init__(self, fields, dim, hidden, seed, min_count=0):
         super().__init__()
         torch.manual_seed(seed)
         self.wide = pst.Embedding("wide", 1, init="zeros")
-        self.deep = pst.Embedding("deep", dim, init="normal", init_stddev=0.01, seed=seed)
+        self.deep = pst.Embedding("deep", dim, init="normal", init_stddev=0.01, seed=seed, min_count=min_count)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(fields * dim, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
         # The deep part starts silent, so the model starts as logistic
         # regression on the wide part and the deep part adds what it learns.
@@ -103,6 +103,7 @@ def main():
     ap.add_argument("--optimizer", default="adam", help="the ps's update rule: sgd, momentum, adagrad, adam, ftrl")
     ap.add_argument("--embedding_dim", type=int, default=8)
     ap.add_argument("--hidden_units", type=int, default=32)
+    ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")
     ap.add_argument("--sync_replicas", action="store_true")
     ap.add_argument("--steps_to_validate", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
@@ -120,7 +121,7 @@ def main():
         ap.exit(2, "ctr.py: this example reads categorical fields only (synth-ctr's)\n")
     fields = int(meta["cat_fields"])
 
-    model = pst.DistributedModule(WideDeep(fields, args.embedding_dim, args.hidden_units, args.seed),
+    model = pst.DistributedModule(WideDeep(fields, args.embedding_dim, args.hidden_units, args.seed, args.min_count),
                                   optimizer=args.optimizer, learning_rate=args.learning_rate, sync=args.sync_replicas)
     client = model.client
     worker, workers = client.worker, client.num_workers
