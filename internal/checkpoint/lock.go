@@ -114,6 +114,33 @@ func Lock(fsys vfs.FS, dir, owner string, logf func(format string, args ...any))
 	})
 }
 
+// Held reports, without taking it, whether another job holds the lock of
+// dir: an error wrapping ErrLocked that names the holder, as Lock's, or
+// nil when the lock is free, is owner's, or would be taken over. A ps calls
+// it at start, before it reads any checkpoint, so that a second job given
+// the same directory reads nothing of the first's.
+func Held(fsys vfs.FS, dir, owner string) error {
+	host, _ := os.Hostname()
+	pid := os.Getpid()
+	start, _ := procStart(pid)
+	cfg := lockConfig{fs: fsys, dir: dir, owner: owner, now: time.Now,
+		self:       lockInfo{Owner: owner, Host: host, PID: pid, PIDStart: start, BootID: bootID()},
+		staleAfter: LockStaleAfter, alive: procAlive}
+	_, held, mtime, err := readLock(fsys, filepath.Join(dir, LockName))
+	if err != nil {
+		return nil // no lock (or none readable yet): the chief's Lock decides
+	}
+	if held.Token == "" {
+		return nil
+	}
+	why, stale := judge(cfg, cfg.self, held, mtime)
+	if stale {
+		return nil
+	}
+	return fmt.Errorf("%w: --checkpoint_dir %s is held by %s; two jobs cannot share a checkpoint directory: give this one its own, or stop the other",
+		ErrLocked, dir, why)
+}
+
 func lock(cfg lockConfig) (func() error, error) {
 	if cfg.logf == nil {
 		cfg.logf = func(string, ...any) {}

@@ -347,3 +347,28 @@ func TestJobID(t *testing.T) {
 		}
 	}
 }
+
+// Held says whether another job holds a directory's lock, without taking
+// it: a ps checks it before it reads a checkpoint.
+func TestHeldWithoutTaking(t *testing.T) {
+	dir := t.TempDir()
+	if err := Held(vfs.OS, dir, "job-b"); err != nil {
+		t.Fatalf("no lock: %v", err)
+	}
+	unlock, err := Lock(vfs.OS, dir, "job-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Held(vfs.OS, dir, "job-b"); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "job-a") {
+		t.Fatalf("held by job-a, asked by job-b: %v, want ErrLocked naming job-a", err)
+	}
+	if err := Held(vfs.OS, dir, "job-a"); err != nil {
+		t.Fatalf("held by job-a, asked by job-a (a restarted ps of the same job): %v", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Held(vfs.OS, dir, "job-b"); err != nil {
+		t.Fatalf("after unlock: %v", err)
+	}
+}

@@ -135,6 +135,13 @@ func RunPS(ctx context.Context, cfg Config) error {
 		WaitLogEvery:  cfg.WaitLogEvery,
 		CheckpointDir: cfg.CheckpointDir,
 	})
+	if cfg.CheckpointDir != "" {
+		// A second job given a directory another job holds reads nothing
+		// of it (issue 12, failure 16): its chief is refused anyway.
+		if err := checkpoint.Held(vfs.OS, cfg.CheckpointDir, checkpoint.JobID(cfg.Cluster.Spec.PS, cfg.Cluster.Spec.Workers)); err != nil {
+			return &ConfigError{Err: fmt.Errorf("ps %d: %w", cfg.Cluster.Task.Index, err)}
+		}
+	}
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
