@@ -174,35 +174,21 @@ type Worker struct {
 // the other workers passing nil. It gives up after StartupTimeout or when
 // ctx ends.
 func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
-	tf := cfg.TFConfig
-	if tf == "" {
-		tf = os.Getenv("TF_CONFIG")
-	}
-	if tf == "" {
-		return nil, errors.New("paramserv: no cluster: set TF_CONFIG (paramserv local -- CMD does) or Config.TFConfig")
-	}
-	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	cl, err := clusterOf(cfg.TFConfig)
 	if err != nil {
-		return nil, fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+		return nil, err
 	}
 	if cl.Task.Job != cluster.JobWorker {
 		return nil, fmt.Errorf("paramserv: TF_CONFIG names task %s: a program is a worker (the ps are paramserv processes)", cl.Task)
 	}
 	sc := session.Config{
-		Cluster: cl,
-		Optimizer: optim.Config{
-			Name: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate, Momentum: cfg.Optimizer.Momentum,
-			Nesterov: cfg.Optimizer.Nesterov, InitialAccumulator: cfg.Optimizer.InitialAccumulator,
-			Beta1: cfg.Optimizer.Beta1, Beta2: cfg.Optimizer.Beta2, Epsilon: cfg.Optimizer.Epsilon,
-			FTRLBeta: cfg.Optimizer.FTRLBeta, L1: cfg.Optimizer.L1, L2: cfg.Optimizer.L2,
-		},
-		Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		Cluster:   cl,
+		Optimizer: cfg.Optimizer.config(),
+		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
 	}
-	for _, v := range cfg.Variables {
-		sc.Variables = append(sc.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
-	}
+	sc.Variables = modelVariables(cfg.Variables)
 	for _, t := range cfg.Tables {
 		sc.Tables = append(sc.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
 			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
@@ -306,16 +292,45 @@ type PSConfig struct {
 // ends. Jobs usually run the ps as paramserv processes (paramserv train
 // --job_name=ps, or paramserv local); ServePS embeds one in a program.
 func ServePS(ctx context.Context, cfg PSConfig) error {
-	tf := cfg.TFConfig
-	if tf == "" {
-		tf = os.Getenv("TF_CONFIG")
-	}
-	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	cl, err := clusterOf(cfg.TFConfig)
 	if err != nil {
-		return fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+		return err
 	}
 	if cl.Task.Job != cluster.JobPS {
 		return fmt.Errorf("paramserv: TF_CONFIG names task %s, want a ps task", cl.Task)
 	}
 	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: cfg.Listen})
+}
+
+// clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON
+// form, or from the environment variable TF_CONFIG when tf is "".
+func clusterOf(tf string) (cluster.Config, error) {
+	if tf == "" {
+		tf = os.Getenv("TF_CONFIG")
+	}
+	if tf == "" {
+		return cluster.Config{}, errors.New("paramserv: no cluster: set TF_CONFIG (paramserv local -- CMD does) or the config's TFConfig")
+	}
+	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	if err != nil {
+		return cluster.Config{}, fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+	}
+	return cl, nil
+}
+
+// config is the optimizer as the ps take it.
+func (o Optimizer) config() optim.Config {
+	return optim.Config{
+		Name: o.Name, LearningRate: o.LearningRate, Momentum: o.Momentum, Nesterov: o.Nesterov,
+		InitialAccumulator: o.InitialAccumulator, Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
+		FTRLBeta: o.FTRLBeta, L1: o.L1, L2: o.L2,
+	}
+}
+
+func modelVariables(vs []Variable) []model.Variable {
+	out := make([]model.Variable, len(vs))
+	for i, v := range vs {
+		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
+	}
+	return out
 }

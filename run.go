@@ -3,12 +3,10 @@ package paramserv
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
-	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -83,13 +81,9 @@ type RunConfig struct {
 // done, or a worker training its Model until the global step reaches
 // TrainSteps, then (the chief) evaluating it and writing the result.
 func Run(ctx context.Context, cfg RunConfig) error {
-	tf := cfg.TFConfig
-	if tf == "" {
-		tf = os.Getenv("TF_CONFIG")
-	}
-	cl, err := cluster.Resolve(cluster.Flags{}, tf)
+	cl, err := clusterOf(cfg.TFConfig)
 	if err != nil {
-		return fmt.Errorf("paramserv: TF_CONFIG: %w", err)
+		return err
 	}
 	if cfg.TrainSteps <= 0 {
 		return fmt.Errorf("paramserv: TrainSteps %d: want > 0", cfg.TrainSteps)
@@ -103,14 +97,9 @@ func Run(ctx context.Context, cfg RunConfig) error {
 	}
 	tc := trainer.Config{
 		Cluster: cl, Model: name,
-		Data: model.Config{Seed: cfg.Seed, BatchSize: max(cfg.BatchSize, 1)},
-		Optimizer: optim.Config{
-			Name: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate, Momentum: cfg.Optimizer.Momentum,
-			Nesterov: cfg.Optimizer.Nesterov, InitialAccumulator: cfg.Optimizer.InitialAccumulator,
-			Beta1: cfg.Optimizer.Beta1, Beta2: cfg.Optimizer.Beta2, Epsilon: cfg.Optimizer.Epsilon,
-			FTRLBeta: cfg.Optimizer.FTRLBeta, L1: cfg.Optimizer.L1, L2: cfg.Optimizer.L2,
-		},
-		Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		Data:      model.Config{Seed: cfg.Seed, BatchSize: max(cfg.BatchSize, 1)},
+		Optimizer: cfg.Optimizer.config(),
+		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
 		TrainSteps: cfg.TrainSteps, StepsToValidate: cfg.StepsToValidate,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, ResultFile: cfg.ResultFile,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
@@ -134,14 +123,7 @@ func Run(ctx context.Context, cfg RunConfig) error {
 // adapter runs a public Model as the trainer's.
 type adapter struct{ m Model }
 
-func (a adapter) Variables() []model.Variable {
-	vs := a.m.Variables()
-	out := make([]model.Variable, len(vs))
-	for i, v := range vs {
-		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
-	}
-	return out
-}
+func (a adapter) Variables() []model.Variable { return modelVariables(a.m.Variables()) }
 
 func (a adapter) Init(seed int64) model.Params { return model.Params(a.m.Init(seed)) }
 
