@@ -45,6 +45,8 @@
 // touch, sharded across the ps by a hash of the key: embeddings, or the
 // weights of a sparse logistic regression. PullRows reads the rows of the
 // batch's keys; PushPullRows pushes their gradients with the dense ones.
+// Under Run, a Model that implements SparseModel declares its tables and
+// the loop moves the rows of each batch's keys.
 //
 // # When a ps dies
 //
@@ -189,10 +191,7 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
 	}
 	sc.Variables = modelVariables(cfg.Variables)
-	for _, t := range cfg.Tables {
-		sc.Tables = append(sc.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
-	}
+	sc.Tables = modelTables(cfg.Tables)
 	var mi model.Params
 	if init != nil {
 		mi = model.Params(init)
@@ -331,6 +330,15 @@ func modelVariables(vs []Variable) []model.Variable {
 	out := make([]model.Variable, len(vs))
 	for i, v := range vs {
 		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
+	}
+	return out
+}
+
+func modelTables(ts []Table) []model.Table {
+	var out []model.Table
+	for _, t := range ts {
+		out = append(out, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
 	}
 	return out
 }

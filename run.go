@@ -31,6 +31,39 @@ type Model interface {
 	Evaluate(params Params) (map[string]float64, error)
 }
 
+// SparseModel is a Model with sparse tables (embeddings, the weights of a
+// sparse logistic regression): a Model that also has these methods is run
+// through them. Each step the loop pulls the dense variables together with
+// the rows of the keys the batch touches, and pushes the dense gradients
+// together with the rows' gradients, as one push of the worker's step; the
+// rows of the next batch are pulled in the same round trip. Run then calls
+// NextBatch, SparseGradients and EvaluateSparse in place of
+// ComputeGradients and Evaluate, which a sparse model may leave returning
+// an error. Checkpoints hold the tables' rows, and recovery rolls them back
+// with the dense variables.
+type SparseModel interface {
+	Model
+	// Tables lists the sparse tables, in a fixed order: rows of Dim floats
+	// with their initializer, admission and eviction.
+	Tables() []Table
+	// NextBatch reads the next batch and returns, for each table in the
+	// order of Tables, the distinct keys the batch touches. The slices must
+	// stay valid (unchanged) until the call after next: the loop pushes one
+	// batch's row gradients while it pulls the next batch's rows.
+	NextBatch() (keys [][]uint64, err error)
+	// SparseGradients computes the loss of the batch NextBatch last
+	// returned, at params and the rows of its keys:
+	// rows[t] holds the rows of that batch's keys of table t
+	// (len(keys[t])×Dim values, row i for keys[t][i]); it writes the dense
+	// gradients into grads and the rows' gradients into rowGrads (shaped
+	// like rows, zeroed before the call).
+	SparseGradients(params, grads Params, rows, rowGrads [][]float32) (loss float64, err error)
+	// EvaluateSparse computes the final metrics at params; lookup reads the
+	// rows of keys (distinct) of table t (an index into Tables) into out
+	// (len(keys)×Dim values). The chief calls it once at the end.
+	EvaluateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
+}
+
 // ModelConfig is what a model's constructor learns of its place in the
 // job: its worker's index (a worker reads its own part of the data) and
 // the job's seed.
@@ -108,6 +141,9 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			if err != nil {
 				return nil, err
 			}
+			if sm, ok := m.(SparseModel); ok {
+				return sparseAdapter{adapter{m}, sm}, nil
+			}
 			return adapter{m}, nil
 		},
 	}
@@ -137,4 +173,22 @@ func (a adapter) Progress(local, global int64, params model.Params, loss float64
 
 func (a adapter) Evaluate(params model.Params) (map[string]float64, error) {
 	return a.m.Evaluate(Params(params))
+}
+
+// sparseAdapter runs a public SparseModel as the trainer's.
+type sparseAdapter struct {
+	adapter
+	sm SparseModel
+}
+
+func (a sparseAdapter) Tables() []model.Table { return modelTables(a.sm.Tables()) }
+
+func (a sparseAdapter) NextBatch() ([][]uint64, error) { return a.sm.NextBatch() }
+
+func (a sparseAdapter) SparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	return a.sm.SparseGradients(Params(params), Params(grads), rows, rowGrads)
+}
+
+func (a sparseAdapter) EvaluateSparse(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
+	return a.sm.EvaluateSparse(Params(params), lookup)
 }
