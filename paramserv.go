@@ -34,6 +34,10 @@
 //	}
 //	w.Done(ctx)
 //
+// PullAsync, PushPullAsync, PushPullRowsAsync and PullRowsAsync start the
+// same calls without waiting and return a *Call to Wait on, so that the
+// program computes while the values travel (see ExampleWorker_PushPullAsync).
+//
 // Training is asynchronous by default: every push is applied as it comes.
 // With Sync, the gradients of ReplicasToAggregate workers computed at the
 // same step are averaged into one update (TensorFlow's
@@ -169,6 +173,7 @@ var ErrLayout = client.ErrLayout
 type Worker struct {
 	s    *session.Session
 	vars []Variable
+	last *Call // the …Async call started last
 }
 
 // Start connects to the cluster's ps and waits for them, the chief
@@ -218,7 +223,11 @@ func (w *Worker) NumWorkers() int { return w.s.NumWorkers() }
 func (w *Worker) Sync() bool { return w.s.Sync() }
 
 // Step is the global step of the values last pulled.
-func (w *Worker) Step() int64 { return w.s.Step() }
+// It waits for the calls in flight.
+func (w *Worker) Step() int64 {
+	w.settle()
+	return w.s.Step()
+}
 
 // NewParams returns zeroed value slices for the worker's variables, to
 // pull into or to hold gradients.
@@ -233,6 +242,7 @@ func (w *Worker) NewParams() Params {
 // Pull reads every variable's current values into params and returns
 // their global step.
 func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
+	w.settle()
 	return w.s.Pull(ctx, model.Params(params))
 }
 
@@ -240,6 +250,7 @@ func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
 // the next values into params: at once in asynchronous training, once the
 // step completes in synchronous training. It returns the new global step.
 func (w *Worker) PushPull(ctx context.Context, grads, params Params) (int64, error) {
+	w.settle()
 	return w.s.PushPull(ctx, model.Params(grads), model.Params(params))
 }
 
@@ -254,26 +265,30 @@ type Rows struct {
 // PushPullRows is PushPull that also pushes gradients of sparse rows, in
 // the same request, so that they count as one push of this worker's step.
 func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []Rows) (int64, error) {
-	rs := make([]session.Rows, len(rows))
-	for i, r := range rows {
-		rs[i] = session.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values}
-	}
-	return w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), rs)
+	w.settle()
+	return w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), sessionRows(rows))
 }
 
 // PullRows reads the rows of keys (distinct) of a table into out
 // (len(keys)×Dim values, row i for keys[i]); keys not seen before read as
 // the table's initial value.
 func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
+	w.settle()
 	return w.s.PullRows(ctx, table, keys, out)
 }
 
 // Done ends this worker's training: the chief saves the final checkpoint,
 // then every ps is told this worker has finished.
-func (w *Worker) Done(ctx context.Context) error { return w.s.Done(ctx) }
+func (w *Worker) Done(ctx context.Context) error {
+	w.settle()
+	return w.s.Done(ctx)
+}
 
 // Close closes the connections to the ps.
-func (w *Worker) Close() error { return w.s.Close() }
+func (w *Worker) Close() error {
+	w.settle()
+	return w.s.Close()
+}
 
 // PSConfig is one ps task: the cluster and its index in TF_CONFIG's form
 // ("" reads TF_CONFIG), and the checkpoint directory it restores from and
@@ -341,4 +356,14 @@ func modelTables(ts []Table) []model.Table {
 			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
 	}
 	return out
+}
+
+func mparams(p Params) model.Params { return model.Params(p) }
+
+func sessionRows(rows []Rows) []session.Rows {
+	rs := make([]session.Rows, len(rows))
+	for i, r := range rows {
+		rs[i] = session.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values}
+	}
+	return rs
 }

@@ -19,11 +19,10 @@ import (
 // keys 1..8 of a table and a dense bias, fitted by least squares to the
 // planted w[k] = k/4, b = 1 (the example without a key pins b).
 type plantedRows struct {
-	batches  int
-	keys     [2][]uint64 // the last two batches' keys (NextBatch's contract)
-	final    map[uint64]float32
-	finalB   float32
-	evalKeys []uint64
+	batches int
+	keys    [2][]uint64 // the last two batches' keys (NextBatch's contract)
+	final   map[uint64]float32
+	finalB  float32
 }
 
 const plantedBias = 1
