@@ -132,8 +132,10 @@ func TestTorchMNISTRecoversFromAPSKill(t *testing.T) {
 }
 
 // The CTR example's embedding tables live on the ps: under local -- CMD on
-// synth-ctr data it trains and the chief's result has a test AUC well above
-// chance (the planted model's is about 0.85 on this data).
+// synth-ctr data it trains, and the chief's result has a test AUC no lower
+// than the built-in sparse_lr's on the same data and steps (less 0.01 for
+// the noise of short asynchronous runs; both reach about 0.79 here, the
+// planted model 0.83).
 func TestTorchCTRExample(t *testing.T) {
 	env := pythonEnv(t)
 	root, _ := filepath.Abs("../..")
@@ -141,24 +143,36 @@ func TestTorchCTRExample(t *testing.T) {
 	if p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=20000", "--fields=8", "--out="+data); p.wait(t, time.Minute) != 0 {
 		t.Fatalf("synth-ctr failed\n%s", p.output())
 	}
+	type result struct {
+		GlobalStep int64   `json:"global_step"`
+		TestAUC    float64 `json:"test_auc"`
+	}
+	read := func(path string) result {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return r
+	}
 	res := filepath.Join(t.TempDir(), "result.json")
 	p := start(t, "local", env, "local", "--ps=2", "--workers=2", "--", python, filepath.Join(root, "examples/torch/ctr.py"),
 		"--data_dir="+data, "--train_steps=600", "--result_file="+res)
 	if code := p.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("exit %d\n%s", code, p.output())
 	}
-	b, err := os.ReadFile(res)
-	if err != nil {
-		t.Fatal(err)
+	lrRes := filepath.Join(t.TempDir(), "sparse_lr.json")
+	lr := start(t, "sparse_lr", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--train_data="+data,
+		"--test_data="+filepath.Join(data, "test.tsv"), "--input_format=criteo", "--fields=0,8", "--train_steps=600", "--result_file="+lrRes)
+	if code := lr.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("sparse_lr: exit %d\n%s", code, lr.output())
 	}
-	var r struct {
-		GlobalStep int64   `json:"global_step"`
-		TestAUC    float64 `json:"test_auc"`
+	r, base := read(res), read(lrRes)
+	if r.GlobalStep < 600 || r.TestAUC < 0.78 || r.TestAUC < base.TestAUC-0.01 {
+		t.Fatalf("result %+v, want global step >= 600 and test AUC >= 0.78 and no lower than sparse_lr's %.4f less 0.01", r, base.TestAUC)
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	if r.GlobalStep < 600 || r.TestAUC < 0.70 {
-		t.Fatalf("result %+v, want global step >= 600 and test AUC >= 0.70", r)
-	}
+	t.Logf("test AUC: ctr.py %.4f, sparse_lr %.4f", r.TestAUC, base.TestAUC)
 }

