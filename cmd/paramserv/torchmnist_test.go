@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,14 +134,20 @@ func TestTorchMNISTRecoversFromAPSKill(t *testing.T) {
 
 // The CTR example's embedding tables live on the ps: under local -- CMD on
 // synth-ctr data it trains, and the chief's result has a test AUC no lower
-// than the built-in sparse_lr's on the same data and steps (less 0.01 for
-// the noise of short asynchronous runs; both reach about 0.79 here, the
-// planted model 0.83).
+// than the built-in sparse_lr's on the same data and steps, less a margin
+// for the noise of asynchronous runs: 0.01 for the short run (20k rows, 600
+// steps, both near 0.79), 0.003 for the full one (200k rows, 3000 steps,
+// both 0.790 ± 0.0005 over seeds, where the example trained by Adam on the
+// mean loss reached only 0.782-0.784). The planted model reaches 0.83.
 func TestTorchCTRExample(t *testing.T) {
 	env := pythonEnv(t)
 	root, _ := filepath.Abs("../..")
+	rows, steps, margin := "20000", "600", 0.01
+	if !testing.Short() {
+		rows, steps, margin = "200000", "3000", 0.003
+	}
 	data := filepath.Join(t.TempDir(), "ctr")
-	if p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=20000", "--fields=8", "--out="+data); p.wait(t, time.Minute) != 0 {
+	if p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows="+rows, "--fields=8", "--out="+data); p.wait(t, time.Minute) != 0 {
 		t.Fatalf("synth-ctr failed\n%s", p.output())
 	}
 	type result struct {
@@ -160,19 +167,19 @@ func TestTorchCTRExample(t *testing.T) {
 	}
 	res := filepath.Join(t.TempDir(), "result.json")
 	p := start(t, "local", env, "local", "--ps=2", "--workers=2", "--", python, filepath.Join(root, "examples/torch/ctr.py"),
-		"--data_dir="+data, "--train_steps=600", "--result_file="+res)
+		"--data_dir="+data, "--train_steps="+steps, "--result_file="+res)
 	if code := p.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("exit %d\n%s", code, p.output())
 	}
 	lrRes := filepath.Join(t.TempDir(), "sparse_lr.json")
 	lr := start(t, "sparse_lr", nil, "local", "--ps=2", "--workers=2", "--model=sparse_lr", "--train_data="+data,
-		"--test_data="+filepath.Join(data, "test.tsv"), "--input_format=criteo", "--fields=0,8", "--train_steps=600", "--result_file="+lrRes)
+		"--test_data="+filepath.Join(data, "test.tsv"), "--input_format=criteo", "--fields=0,8", "--train_steps="+steps, "--result_file="+lrRes)
 	if code := lr.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("sparse_lr: exit %d\n%s", code, lr.output())
 	}
 	r, base := read(res), read(lrRes)
-	if r.GlobalStep < 600 || r.TestAUC < 0.78 || r.TestAUC < base.TestAUC-0.01 {
-		t.Fatalf("result %+v, want global step >= 600 and test AUC >= 0.78 and no lower than sparse_lr's %.4f less 0.01", r, base.TestAUC)
+	if want, _ := strconv.ParseInt(steps, 10, 64); r.GlobalStep < want || r.TestAUC < 0.78 || r.TestAUC < base.TestAUC-margin {
+		t.Fatalf("result %+v, want global step >= %d and test AUC >= 0.78 and no lower than sparse_lr's %.4f less %.3f", r, want, base.TestAUC, margin)
 	}
 	t.Logf("test AUC: ctr.py %.4f, sparse_lr %.4f", r.TestAUC, base.TestAUC)
 }
