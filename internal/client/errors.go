@@ -3,10 +3,12 @@ package client
 import (
 	"errors"
 	"fmt"
-	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // The errors a worker acts on are the project's own: a caller matches them
@@ -90,9 +92,10 @@ func (c *Client) classify(i int, err error) error {
 		return withKind(ErrUnavailable, err)
 	case codes.FailedPrecondition:
 		// A repeated Init with another layout (the ps restored or was given
-		// another model): see server.Init (the shard's Conflict).
-		if msg := st.Message(); strings.Contains(msg, "already initialised with a different layout") || strings.HasPrefix(msg, "layout conflict:") {
-			return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + msg + ")", Want: c.layoutOf(i)}
+		// another model): the shard's Conflict, marked by the server's
+		// ErrorInfo detail (server.statusOf).
+		if layoutConflict(st) {
+			return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + st.Message() + ")", Want: c.layoutOf(i)}
 		}
 		return withKind(ErrNotReady, err)
 	case codes.Aborted:
@@ -116,4 +119,15 @@ func (c *Client) layoutOf(i int) string {
 		s += fmt.Sprintf(" and %d tables %v", n, ts)
 	}
 	return s
+}
+
+// layoutConflict reports whether st carries the server's detail for a
+// layout conflict.
+func layoutConflict(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
+			return true
+		}
+	}
+	return false
 }

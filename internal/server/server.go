@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -130,7 +131,8 @@ func statusOf(err error) error {
 		return err
 	}
 	code := codes.Internal
-	switch shard.KindOf(err) {
+	kind := shard.KindOf(err)
+	switch kind {
 	case shard.Invalid:
 		code = codes.InvalidArgument
 	case shard.NotReady, shard.Conflict, shard.Behind:
@@ -140,7 +142,15 @@ func statusOf(err error) error {
 	case shard.Restored, shard.CacheMiss:
 		code = codes.Aborted
 	}
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	if kind == shard.Conflict {
+		// FailedPrecondition is also "not initialised yet", which a
+		// client waits out: the detail tells it this one will not pass.
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 // notify wakes every pull waiting on the shard if its version changed.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -174,6 +175,17 @@ func TestInitTwice(t *testing.T) {
 	})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("different layout: %v", err)
+	}
+	var conflict bool
+	for _, d := range status.Convert(err).Details() {
+		ei, ok := d.(*errdetails.ErrorInfo)
+		conflict = conflict || ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict
+	}
+	if !conflict {
+		t.Fatalf("different layout: %v, details %v; want the ErrorInfo of a layout conflict", err, status.Convert(err).Details())
+	}
+	if _, err := New(Config{NumWorkers: 1}).Pull(context.Background(), &pb.PullRequest{}); len(status.Convert(err).Details()) != 0 {
+		t.Fatalf("pull before init: %v carries details %v; want none (not a conflict)", err, status.Convert(err).Details())
 	}
 }
 
