@@ -264,6 +264,7 @@ type Rows struct {
 
 // PushPullRows is PushPull that also pushes gradients of sparse rows, in
 // the same request, so that they count as one push of this worker's step.
+// Each table appears once in rows, the gradients of a key summed.
 func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []Rows) (int64, error) {
 	w.settle()
 	return w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), sessionRows(rows))

@@ -207,14 +207,20 @@ type Rows struct {
 // PushPullRows is PushPull that also pushes gradients of sparse rows in the
 // same request, so that they count as one push of this worker's step (a
 // PushRows of its own is a push of its own: in sync mode it would take the
-// worker's place in the step).
+// worker's place in the step). Each table appears once in rowGrads.
 func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
 	var minStep int64
 	if s.c.IsSync() {
 		minStep = s.step + 1
 	}
 	req := &client.Request{Push: true, Step: s.step, Grads: grads, Pull: true, MinStep: minStep, Params: params}
-	for _, r := range rowGrads {
+	for i, r := range rowGrads {
+		for _, prev := range rowGrads[:i] {
+			if prev.Table == r.Table {
+				// An asynchronous ps would apply the two as two updates.
+				return s.step, fmt.Errorf("session: worker %d: table %q twice in one push: give each table once, the gradients of a key summed", s.worker, r.Table)
+			}
+		}
 		if len(r.Keys) > 0 {
 			req.SparseGrads = append(req.SparseGrads, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
 		}

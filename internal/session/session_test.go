@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +186,15 @@ func TestPushPullRowsIsOnePush(t *testing.T) {
 	}
 	if !slices.Equal(out, []float32{-3, -5}) {
 		t.Fatalf("rows %v after the push, want [-3 -5]", out)
+	}
+
+	// A table twice in one push (an asynchronous ps would apply it as two
+	// updates) is refused before anything is sent.
+	twice := []Rows{{Table: "emb", Keys: keys[:1], Values: []float32{1}}, {Table: "emb", Keys: keys[1:], Values: []float32{1}}}
+	if step, err := s.PushPullRows(ctx, model.Params{"b": {1, 2}}, params, twice); err == nil || !strings.Contains(err.Error(), `table "emb" twice in one push`) || step != 1 {
+		t.Fatalf("a table twice: step %d, %v; want step 1 and an error naming table \"emb\" twice", step, err)
+	}
+	if err := s.PullRows(ctx, "emb", keys, out); err != nil || !slices.Equal(out, []float32{-3, -5}) {
+		t.Fatalf("rows %v (%v) after the refused push, want [-3 -5]: nothing applied", out, err)
 	}
 }

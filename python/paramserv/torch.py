@@ -104,6 +104,16 @@ class DistributedModule(torch.nn.Module):
         super().__init__()
         self.module = module
         self._embeddings = [m for m in module.modules() if isinstance(m, Embedding)]
+        # Several Embeddings may look up one table (ids of two fields in
+        # one vocabulary): they must declare it alike, and step() pushes the
+        # table once, its rows' gradients summed.
+        declared: Dict[str, Embedding] = {}
+        for e in self._embeddings:
+            first = declared.setdefault(e.table, e)
+            if (first.dim, first.options) != (e.dim, e.options):
+                raise ValueError(
+                    f"paramserv.torch: two Embeddings of table {e.table!r} differ: dim {first.dim} {first.options} "
+                    f"and dim {e.dim} {e.options}: Embeddings sharing a table must declare it alike")
         named = [(n, p) for n, p in module.named_parameters()]
         for n, p in named:
             if p.dtype != torch.float32 or p.device.type != "cpu":
@@ -156,7 +166,7 @@ class DistributedModule(torch.nn.Module):
         """Pushes the gradients of the last backward pass (and of the
         embeddings' rows), pulls the next values in place, zeroes the
         gradients, and returns the new global step."""
-        rows = [r for r in (e._rows() for e in self._embeddings) if r is not None]
+        rows = _merge([r for r in (e._rows() for e in self._embeddings) if r is not None])
         for n, p in self.module.named_parameters():
             if p.grad is None or p.grad.data_ptr() != self._grads[n].ctypes.data:
                 # Something replaced .grad (set_to_none): copy it back.
@@ -176,3 +186,24 @@ class DistributedModule(torch.nn.Module):
     def close(self) -> None:
         """Closes the client."""
         self.client.close()
+
+
+def _merge(rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> List[Tuple[str, np.ndarray, np.ndarray]]:
+    """Rows of the same table (several Embeddings sharing it) as one entry
+    per table, the gradients of a key summed: a push names a table once, so
+    that an adaptive optimizer sees one gradient per key and step."""
+    by_table: Dict[str, List[Tuple[np.ndarray, np.ndarray]]] = {}
+    for table, keys, grads in rows:
+        by_table.setdefault(table, []).append((keys, grads))
+    if len(by_table) == len(rows):
+        return rows
+    out = []
+    for table, parts in by_table.items():
+        if len(parts) == 1:
+            out.append((table, parts[0][0], parts[0][1]))
+            continue
+        keys, inverse = np.unique(np.concatenate([k for k, _ in parts]), return_inverse=True)
+        grads = np.zeros((len(keys), parts[0][1].shape[1]), np.float32)
+        np.add.at(grads, inverse, np.concatenate([g for _, g in parts]))
+        out.append((table, np.ascontiguousarray(keys), grads))
+    return out

@@ -49,6 +49,43 @@ def test_module_and_embedding_follow_sgd(make_cluster):
     assert cl.wait() == [0, 0]
 
 
+class TwoFields(torch.nn.Module):
+    """Two Embeddings on one table: ids of two fields in one vocabulary."""
+
+    def __init__(self, dim_b=2):
+        super().__init__()
+        self.a = pst.Embedding("vocab", 2, init="zeros")
+        self.b = pst.Embedding("vocab", dim_b, init="zeros")
+
+    def forward(self, ids_a, ids_b):
+        return self.a(ids_a).sum() + 2 * self.b(ids_b).sum()
+
+
+def test_embeddings_sharing_a_table_push_it_once(make_cluster):
+    cl = make_cluster(num_ps=2, num_workers=1)
+    # Adagrad, asynchronous, so that one update of gradient 3 differs from
+    # two of 1 and 2 (a synchronous ps sums a step's gradients per key).
+    m = pst.DistributedModule(TwoFields(), optimizer="adagrad", learning_rate=1.0, sync=False,
+                              optimizer_options={"initial_accumulator": 0.1},
+                              tf_config=cl.tf_config(0), startup_timeout=60, quiet=True)
+    assert m.client.tables == {"vocab": 2}
+    # Key 5 is looked up by both: its gradient is 1 (from a) + 2 (from b).
+    m(torch.tensor([1, 5]), torch.tensor([5, 9])).backward()
+    assert m.step() == 1
+    rows = np.empty((3, 2), np.float32)
+    m.client.pull_rows("vocab", np.array([1, 5, 9], np.uint64), rows)
+    g = np.array([1, 3, 2], np.float64)
+    np.testing.assert_allclose(rows, np.repeat((-g / np.sqrt(0.1 + g * g))[:, None], 2, 1), rtol=1e-5)
+    m.done()
+    m.close()
+    assert cl.wait() == [0, 0]
+
+
+def test_embeddings_sharing_a_table_must_agree():
+    with pytest.raises(ValueError, match="two Embeddings of table 'vocab' differ: dim 2 .* and dim 3"):
+        pst.DistributedModule(TwoFields(dim_b=3), tf_config={})
+
+
 def test_rejects_non_float32_parameters():
     with pytest.raises(ValueError, match="'lin.weight' is torch.float64"):
         pst.DistributedModule(_double(), tf_config={})
