@@ -141,6 +141,8 @@ def main():
     ap.add_argument("--sync_replicas", action="store_true", help="synchronous training")
     ap.add_argument("--replicas_to_aggregate", type=int, default=None)
     ap.add_argument("--steps_to_validate", type=int, default=200)
+    ap.add_argument("--overlap", action="store_true",
+                    help="async: push+pull in the background while the next batch computes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--result_file", default="")
     ap.add_argument("--checkpoint_dir", default="",
@@ -156,7 +158,8 @@ def main():
     net = MLP(args.hidden_units, args.seed)
     model = pst.DistributedModule(net, optimizer="adam", learning_rate=args.learning_rate,
                                   sync=args.sync_replicas, replicas_to_aggregate=args.replicas_to_aggregate,
-                                  checkpoint_dir=args.checkpoint_dir or None, save_steps=args.save_steps)
+                                  checkpoint_dir=args.checkpoint_dir or None, save_steps=args.save_steps,
+                                  overlap=args.overlap)
     client = model.client
     worker, workers = client.worker, client.num_workers
     lo, hi = worker * TRAIN_SIZE // workers, (worker + 1) * TRAIN_SIZE // workers

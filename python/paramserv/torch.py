@@ -98,11 +98,20 @@ class DistributedModule(torch.nn.Module):
     (``pull()`` pulls explicitly). After ``loss.backward()``, ``step()``
     pushes the gradients and pulls the next values in place, then zeroes
     the gradients.
+
+    With ``overlap=True`` and asynchronous training, ``step()`` returns at
+    once and the push+pull runs while the next batch computes, at values
+    one push older (two sets of buffers alternate); ``pull()``, ``done()``
+    and the next ``step()`` wait for it. Synchronous training ignores it.
     """
 
-    def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, **client_kwargs: Any) -> None:
+    def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, *, overlap: bool = False,
+                 **client_kwargs: Any) -> None:
         super().__init__()
         self.module = module
+        self._named: List[Tuple[str, torch.nn.Parameter]] = []
+        self._future: Any = None
+        self._spare: Optional[Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]] = None
         self._embeddings = [m for m in module.modules() if isinstance(m, Embedding)]
         # Several Embeddings may look up one table (ids of two fields in
         # one vocabulary): they must declare it alike, and step() pushes the
@@ -115,6 +124,7 @@ class DistributedModule(torch.nn.Module):
                     f"paramserv.torch: two Embeddings of table {e.table!r} differ: dim {first.dim} {first.options} "
                     f"and dim {e.dim} {e.options}: Embeddings sharing a table must declare it alike")
         named = [(n, p) for n, p in module.named_parameters()]
+        self._named = named
         for n, p in named:
             if p.dtype != torch.float32 or p.device.type != "cpu":
                 raise ValueError(f"paramserv.torch: parameter {n!r} is {p.dtype} on {p.device}: want float32 on the CPU")
@@ -140,11 +150,22 @@ class DistributedModule(torch.nn.Module):
             e._client = client
         self.client.start(init=init if client.is_chief else None)
         self._fresh = False
+        self._step = self.client.step
+        # Overlap only where the push's semantics allow it: asynchronous
+        # training (a synchronous step must complete before the next).
+        self._overlap = bool(overlap) and not self.client.sync
 
     @property
     def global_step(self) -> int:
-        """The global step of the values last pulled."""
-        return self.client.step
+        """The global step of the values last pulled (with ``overlap``, of
+        the last push+pull that has completed)."""
+        return self._step
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether ``step()`` overlaps the round trip with the next batch
+        (``overlap=True`` and asynchronous training)."""
+        return self._overlap
 
     @property
     def is_chief(self) -> bool:
@@ -152,9 +173,11 @@ class DistributedModule(torch.nn.Module):
         return self.client.is_chief
 
     def pull(self) -> int:
-        """Pulls every parameter's values in place; returns the global step."""
+        """Pulls every parameter's values in place; returns the global step.
+        With ``overlap``, it first waits for the push in flight."""
+        self._settle()
         step = self.client.pull(self._params)
-        self._fresh = True
+        self._fresh, self._step = True, step
         return step
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -173,19 +196,54 @@ class DistributedModule(torch.nn.Module):
                 if p.grad is not None:
                     self._grads[n][...] = p.grad.detach().numpy()
                 p.grad = torch.from_numpy(self._grads[n])
+        if self._overlap:
+            return self._step_overlapped(rows)
         step = self.client.push_pull(self._grads, self._params, rows=rows)
         for g in self._grads.values():
             g.fill(0)
-        self._fresh = True
+        self._fresh, self._step = True, step
         return step
 
+    def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> int:
+        """step() with the round trip in the background: the push+pull
+        reads this set of gradients and fills this set of values while the
+        module switches to a second set (values one push older), which the
+        previous push+pull filled; the next step waits for the call in
+        flight before it starts its own. Returns the step of the last call
+        that completed."""
+        if self._spare is None:
+            # First step: the second set starts as the values just used.
+            self._spare = ({n: a.copy() for n, a in self._params.items()},
+                           {n: np.zeros_like(g) for n, g in self._grads.items()})
+        else:
+            self._settle()
+        self._future = self.client.push_pull_async(self._grads, self._params, rows=rows)
+        (self._params, self._grads), self._spare = self._spare, (self._params, self._grads)
+        for g in self._grads.values():
+            g.fill(0)
+        for n, p in self._named:
+            p.data = torch.from_numpy(self._params[n])
+            p.grad = torch.from_numpy(self._grads[n])
+        self._fresh = True
+        return self._step
+
+    def _settle(self) -> None:
+        """Waits for the push+pull in flight (overlap), raising its error."""
+        if self._future is not None:
+            fut, self._future = self._future, None
+            self._step = fut.result()
+
     def done(self) -> None:
-        """Tells the ps this worker has finished."""
+        """Tells the ps this worker has finished (after the push in flight)."""
+        self._settle()
         self.client.done()
 
     def close(self) -> None:
-        """Closes the client."""
-        self.client.close()
+        """Closes the client (after the push in flight)."""
+        try:
+            self._settle()
+        finally:
+            self.client.close()
 
 
 def _merge(rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> List[Tuple[str, np.ndarray, np.ndarray]]:

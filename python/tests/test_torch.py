@@ -86,6 +86,46 @@ def test_embeddings_sharing_a_table_must_agree():
         pst.DistributedModule(TwoFields(dim_b=3), tf_config={})
 
 
+def test_overlap_pushes_in_the_background(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=1)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(2, 1)
+    w0, b0 = lin.weight.detach().clone(), lin.bias.detach().clone()
+    m = pst.DistributedModule(lin, optimizer="sgd", learning_rate=0.5, overlap=True,
+                              tf_config=cl.tf_config(0), startup_timeout=60, quiet=True)
+    assert m.overlapping
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    gw, gb = torch.tensor([[4.0, 6.0]]), torch.tensor([2.0])  # of sum(lin(x)), whatever the values
+    m(x).sum().backward()
+    # The first step's push+pull runs in the background: no call has
+    # completed, and the module computes on at the values it had.
+    assert m.step() == 0
+    assert torch.equal(lin.weight.detach(), w0) and not lin.weight.grad.any()
+    m(x).sum().backward()
+    # The second waits for the first: the values of one push.
+    assert m.step() == 1
+    torch.testing.assert_close(lin.weight.detach(), w0 - 0.5 * gw)
+    assert m.pull() == 2 and m.global_step == 2
+    torch.testing.assert_close(lin.weight.detach(), w0 - gw)
+    torch.testing.assert_close(lin.bias.detach(), b0 - gb)
+    m.done()
+    m.close()
+    assert cl.wait() == [0]
+
+
+def test_overlap_is_ignored_when_sync(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=1)
+    lin = torch.nn.Linear(2, 1)
+    m = pst.DistributedModule(lin, optimizer="sgd", learning_rate=0.5, sync=True, overlap=True,
+                              tf_config=cl.tf_config(0), startup_timeout=60, quiet=True)
+    assert not m.overlapping
+    m(torch.ones(1, 2)).sum().backward()
+    assert m.step() == 1
+    m.done()
+    m.close()
+    assert cl.wait() == [0]
+
+
 def test_rejects_non_float32_parameters():
     with pytest.raises(ValueError, match="'lin.weight' is torch.float64"):
         pst.DistributedModule(_double(), tf_config={})
