@@ -106,11 +106,6 @@ func TestRunTrainsASparseModel(t *testing.T) {
 	deadline := time.AfterFunc(2*time.Minute, func() { cancel(); t.Error("the job did not end within 2 minutes") })
 	defer deadline.Stop()
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
 	dir := t.TempDir()
 	m := &plantedRows{}
 	cfg := paramserv.RunConfig{
@@ -125,20 +120,29 @@ func TestRunTrainsASparseModel(t *testing.T) {
 		ResultFile:    filepath.Join(dir, "result.json"),
 		Logf:          t.Logf,
 	}
-	ps := cfg
-	ps.TFConfig = `{` + cluster + `,"task":{"type":"ps","index":0}}`
-	psDone := make(chan error, 1)
-	go func() {
-		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: ps.TFConfig, CheckpointDir: cfg.CheckpointDir,
-			Listen: func(string) (net.Listener, error) { return lis, nil }})
-	}()
-	cfg.TFConfig = `{` + cluster + `,"task":{"type":"worker","index":0}}`
-	if err := paramserv.Run(ctx, cfg); err != nil {
-		t.Fatal(err)
+	// run runs a job of one ps and one worker (the ps restoring the
+	// newest checkpoint of CheckpointDir, if any) to its end.
+	run := func(cfg paramserv.RunConfig) {
+		t.Helper()
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+		psDone := make(chan error, 1)
+		go func() {
+			psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+				CheckpointDir: cfg.CheckpointDir, Listen: func(string) (net.Listener, error) { return lis, nil }})
+		}()
+		cfg.TFConfig = `{` + cluster + `,"task":{"type":"worker","index":0}}`
+		if err := paramserv.Run(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-psDone; err != nil {
+			t.Fatalf("ps: %v", err)
+		}
 	}
-	if err := <-psDone; err != nil {
-		t.Fatalf("ps: %v", err)
-	}
+	run(cfg)
 
 	if m.final == nil {
 		t.Fatal("EvaluateSparse was not called")
@@ -175,6 +179,21 @@ func TestRunTrainsASparseModel(t *testing.T) {
 	}
 	ckpts, _ := filepath.Glob(filepath.Join(cfg.CheckpointDir, "*"))
 	if len(ckpts) == 0 {
-		t.Errorf("no checkpoint in %s", cfg.CheckpointDir)
+		t.Fatalf("no checkpoint in %s", cfg.CheckpointDir)
+	}
+
+	// A new job on the same checkpoints goes on from the last one: the
+	// rows come back learned, and only the remaining steps are trained.
+	again := &plantedRows{}
+	cfg.NewModel = func(paramserv.ModelConfig) (paramserv.Model, error) { return again, nil }
+	cfg.TrainSteps += 50
+	run(cfg)
+	if again.batches > 60 {
+		t.Errorf("the job restored at step 1500 read %d batches to reach step %d, want about 50", again.batches, cfg.TrainSteps)
+	}
+	for k, w := range again.final {
+		if math.Abs(float64(w-plantedW(k))) > 1e-3 {
+			t.Errorf("after the restore, row %d: %.4f, want %.4f", k, w, plantedW(k))
+		}
 	}
 }
