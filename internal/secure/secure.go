@@ -1,0 +1,301 @@
+package secure
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Files names what a task reads to authenticate its connections. Cert, Key
+// and CA, when set, win over the files of Dir.
+type Files struct {
+	Cert, Key, CA string // PEM files: this task's certificate and key, the CA's certificate
+	Dir           string // a directory as `paramserv certs` writes it
+	TokenFile     string // the shared secret, the same file on every task
+}
+
+// TLS reports whether the files ask for TLS.
+func (f Files) TLS() bool { return f.Cert != "" || f.Key != "" || f.CA != "" || f.Dir != "" }
+
+// Any reports whether the files ask for any authentication.
+func (f Files) Any() bool { return f.TLS() || f.TokenFile != "" }
+
+// CAFile, CertFile and KeyFile are the names `paramserv certs` writes in its
+// directory: the CA's certificate and each task's certificate and key,
+// "ps-0.crt", "worker-1.key".
+const CAFile = "ca.crt"
+
+// CertFile is the name of the certificate of task job/index in a directory.
+func CertFile(job string, index int) string { return fmt.Sprintf("%s-%d.crt", job, index) }
+
+// KeyFile is the name of the key of task job/index in a directory.
+func KeyFile(job string, index int) string { return fmt.Sprintf("%s-%d.key", job, index) }
+
+// MinTokenBytes is the shortest token accepted.
+const MinTokenBytes = 16
+
+// DefaultHandshakeTimeout bounds a connection's TLS and token handshakes.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// Policy is what a task requires of its connections and presents to its
+// peers. It is immutable after Load and safe for concurrent use.
+type Policy struct {
+	server *tls.Config // nil without TLS
+	client *tls.Config // ServerName set per dial
+	token  []byte      // nil without a token
+	name   string      // this task's certificate subject, for logs
+
+	// HandshakeTimeout bounds each connection's handshakes (default
+	// DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
+}
+
+// TLS and Token report what the policy requires.
+func (p *Policy) TLS() bool   { return p != nil && p.server != nil }
+func (p *Policy) Token() bool { return p != nil && p.token != nil }
+
+// String says what the policy requires, for the start-up log.
+func (p *Policy) String() string {
+	var parts []string
+	if p.TLS() {
+		parts = append(parts, fmt.Sprintf("mutual TLS 1.3 (this task's certificate: %s)", p.name))
+	}
+	if p.Token() {
+		parts = append(parts, "a shared token")
+	}
+	if len(parts) == 0 {
+		return "no authentication"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// Load reads the files for task job/index, whose own address is host (a
+// ps's certificate must name it, or every worker would refuse it). A
+// missing or malformed file, a certificate the CA did not sign, or one that
+// does not name host is an error to fix before the task starts. Load with
+// no files returns nil, nil.
+func Load(f Files, job string, index int, host string) (*Policy, error) {
+	if !f.Any() {
+		return nil, nil
+	}
+	p := &Policy{HandshakeTimeout: DefaultHandshakeTimeout}
+	if f.TokenFile != "" {
+		tok, err := readToken(f.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		p.token = tok
+	}
+	if !f.TLS() {
+		return p, nil
+	}
+	cert, key, ca := f.Cert, f.Key, f.CA
+	if f.Dir != "" {
+		if cert == "" {
+			cert = filepath.Join(f.Dir, CertFile(job, index))
+		}
+		if key == "" {
+			key = filepath.Join(f.Dir, KeyFile(job, index))
+		}
+		if ca == "" {
+			ca = filepath.Join(f.Dir, CAFile)
+		}
+	}
+	switch {
+	case cert == "" || key == "" || ca == "":
+		return nil, fmt.Errorf("--tls_cert, --tls_key and --tls_ca go together (or --tls_dir alone): have cert %q, key %q, ca %q", cert, key, ca)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("the certificate of %s %d (%s, %s): %w", job, index, cert, key, err)
+	}
+	caPEM, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("the CA certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("the CA certificate %s: no PEM certificate in it", ca)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, fmt.Errorf("the certificate %s: %w", cert, err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); err != nil {
+		return nil, fmt.Errorf("the certificate %s is not accepted by the CA %s, so every peer would refuse this task: %w", cert, ca, err)
+	}
+	if job == "ps" && host != "" {
+		if err := leaf.VerifyHostname(host); err != nil {
+			return nil, fmt.Errorf("the certificate %s does not name this ps's host %q (it names %s), so every worker would refuse it: make the certificates for this cluster (paramserv certs)", cert, host, names(leaf))
+		}
+	}
+	p.name = fmt.Sprintf("%s, for %s", leaf.Subject.CommonName, names(leaf))
+	p.server = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}
+	p.client = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{pair},
+		RootCAs:      pool,
+	}
+	return p, nil
+}
+
+func names(c *x509.Certificate) string {
+	var n []string
+	n = append(n, c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		n = append(n, ip.String())
+	}
+	if len(n) == 0 {
+		return "no host"
+	}
+	return strings.Join(n, ", ")
+}
+
+func readToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--auth_token_file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < MinTokenBytes {
+		return nil, fmt.Errorf("--auth_token_file %s: the token has %d bytes (surrounding white space dropped); want at least %d, e.g. head -c 32 /dev/urandom | base64 > %s", path, len(b), MinTokenBytes, path)
+	}
+	return b, nil
+}
+
+// Listener wraps lis so that every connection it accepts proves itself
+// (TLS, token) before its first byte is read; a refused one is logged
+// through logf (once per peer, then at most once a minute) and fails its
+// first Read. A nil policy returns lis.
+func (p *Policy) Listener(lis net.Listener, logf func(string, ...any)) net.Listener {
+	if p == nil || !p.Any() {
+		return lis
+	}
+	return &listener{Listener: lis, p: p, refused: newRefusals(logf)}
+}
+
+// Any reports whether the policy requires anything.
+func (p *Policy) Any() bool { return p.TLS() || p.Token() }
+
+// Dialer wraps dial (nil: TCP) so that every connection it makes proves
+// itself to the ps and checks the ps's proof before it is returned. A nil
+// policy returns dial.
+func (p *Policy) Dialer(dial func(ctx context.Context, addr string) (net.Conn, error)) func(ctx context.Context, addr string) (net.Conn, error) {
+	if p == nil || !p.Any() {
+		return dial
+	}
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		c, err := p.clientHandshake(ctx, raw, addr)
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
+func (p *Policy) timeout() time.Duration {
+	if p.HandshakeTimeout > 0 {
+		return p.HandshakeTimeout
+	}
+	return DefaultHandshakeTimeout
+}
+
+// clientHandshake runs TLS, then the token, on raw as a client of the ps
+// at addr.
+func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string) (net.Conn, error) {
+	deadline := time.Now().Add(p.timeout())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = raw.SetDeadline(deadline)
+	var c net.Conn = raw
+	if p.TLS() {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		cfg := p.client.Clone()
+		cfg.ServerName = host
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, &HandshakeError{Addr: addr, Step: "TLS", Err: err, Hint: tlsHint(err)}
+		}
+		c = tc
+	}
+	if p.Token() {
+		if err := clientToken(c, p.token); err != nil {
+			return nil, &HandshakeError{Addr: addr, Step: "token", Err: err, Hint: tokenHint(err)}
+		}
+	}
+	_ = raw.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// HandshakeError is a connection to a ps that failed to authenticate.
+type HandshakeError struct {
+	Addr string // the ps
+	Step string // "TLS" or "token"
+	Err  error
+	Hint string
+}
+
+func (e *HandshakeError) Error() string {
+	s := fmt.Sprintf("%s handshake with the ps at %s: %v", e.Step, e.Addr, e.Err)
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+func tlsHint(err error) string {
+	var ce *tls.CertificateVerificationError
+	var he x509.HostnameError
+	switch {
+	case errors.As(err, &he):
+		return "the ps's certificate names other hosts: make the certificates for this cluster's host names (paramserv certs)"
+	case errors.As(err, &ce):
+		return "the ps's certificate was not signed by this task's CA: do all tasks use the same --tls_dir or --tls_ca?"
+	case strings.Contains(err.Error(), "first record does not look like a TLS handshake"), isTimeout(err):
+		return "does the ps run with --tls_dir or --tls_cert?"
+	}
+	return "the ps refused this task's certificate, or does not use TLS: do all tasks use the same --tls_dir or --tls_ca?"
+}
+
+func tokenHint(err error) string {
+	switch {
+	case errors.Is(err, errNoChallenge):
+		return "does the ps run with --auth_token_file?"
+	case errors.Is(err, errRefused):
+		return "is --auth_token_file the same on every task?"
+	}
+	return ""
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
