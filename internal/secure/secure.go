@@ -299,3 +299,37 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// The environment variables that carry Files to a program of the user's
+// own (`paramserv local -- CMD` sets them for each worker; the Python
+// binding and the public Go API read them when given no files).
+const (
+	EnvTLSDir    = "PARAMSERV_TLS_DIR"
+	EnvTLSCert   = "PARAMSERV_TLS_CERT"
+	EnvTLSKey    = "PARAMSERV_TLS_KEY"
+	EnvTLSCA     = "PARAMSERV_TLS_CA"
+	EnvTokenFile = "PARAMSERV_AUTH_TOKEN_FILE"
+)
+
+// Env is f as environment variables (those set), paths made absolute so a
+// program started in another directory finds them.
+func (f Files) Env() []string {
+	var env []string
+	for _, e := range []struct{ name, val string }{
+		{EnvTLSDir, f.Dir}, {EnvTLSCert, f.Cert}, {EnvTLSKey, f.Key}, {EnvTLSCA, f.CA}, {EnvTokenFile, f.TokenFile},
+	} {
+		if e.val == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(e.val); err == nil {
+			e.val = abs
+		}
+		env = append(env, e.name+"="+e.val)
+	}
+	return env
+}
+
+// FilesFromEnv reads Files from the environment variables above.
+func FilesFromEnv(getenv func(string) string) Files {
+	return Files{Dir: getenv(EnvTLSDir), Cert: getenv(EnvTLSCert), Key: getenv(EnvTLSKey), CA: getenv(EnvTLSCA), TokenFile: getenv(EnvTokenFile)}
+}
