@@ -67,7 +67,7 @@ type ended struct {
 	err   error // that ended it
 }
 
-func serveEcho(t *testing.T, p *Policy) *echoServer {
+func serveEcho(t testing.TB, p *Policy) *echoServer {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -409,5 +409,49 @@ func TestRefusalsRateLimited(t *testing.T) {
 	}
 	if len(r.peers) > maxPeers+1 {
 		t.Errorf("%d peers remembered, want at most %d", len(r.peers), maxPeers+1)
+	}
+}
+
+// BenchmarkHandshake is what authentication adds to opening a connection:
+// a dial on loopback, the handshakes, and one small round trip.
+func BenchmarkHandshake(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := MakeCerts(CertsConfig{PS: []string{"127.0.0.1"}, Workers: []string{"127.0.0.1"}, Out: dir, Valid: time.Hour}); err != nil {
+		b.Fatal(err)
+	}
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range []struct {
+		name string
+		f    Files
+	}{{"none", Files{}}, {"tls", Files{Dir: dir}}, {"token", Files{TokenFile: tok}}, {"tls+token", Files{Dir: dir, TokenFile: tok}}} {
+		b.Run(m.name, func(b *testing.B) {
+			ps, err := Load(m.f, "ps", 0, "127.0.0.1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := Load(m.f, "worker", 0, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := serveEcho(b, ps)
+			dial := w.Dialer(nil)
+			if dial == nil {
+				var d net.Dialer
+				dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+			}
+			for b.Loop() {
+				c, err := dial(context.Background(), s.addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := roundTrip(c); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
 	}
 }
