@@ -31,7 +31,7 @@ func (l *listener) Accept() (net.Conn, error) {
 //
 // Concurrency: Read, Write, Close and the deadline setters may be called
 // concurrently, as on any net.Conn; the handshake runs once (once), and
-// readDL is guarded by mu.
+// the deadlines set meanwhile are guarded by mu.
 type conn struct {
 	net.Conn // the accepted connection
 	l        *listener
@@ -41,8 +41,8 @@ type conn struct {
 	err  error    // the handshake's failure
 	ok   atomic.Bool
 
-	mu     sync.Mutex // guards readDL
-	readDL time.Time  // the caller's read deadline, restored after the handshake
+	mu              sync.Mutex // guards readDL and writeDL
+	readDL, writeDL time.Time  // the caller's deadlines, restored after the handshake
 }
 
 func (c *conn) handshake() error {
@@ -53,10 +53,10 @@ func (c *conn) handshake() error {
 			return
 		}
 		c.mu.Lock()
-		dl := c.readDL
+		rdl, wdl := c.readDL, c.writeDL
 		c.mu.Unlock()
-		_ = c.Conn.SetWriteDeadline(time.Time{})
-		_ = c.Conn.SetReadDeadline(dl)
+		_ = c.Conn.SetWriteDeadline(wdl)
+		_ = c.Conn.SetReadDeadline(rdl)
 		c.ok.Store(true)
 	})
 	return c.err
@@ -85,9 +85,16 @@ func (c *conn) Close() error {
 
 func (c *conn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
-	c.readDL = t
+	c.readDL, c.writeDL = t, t
 	c.mu.Unlock()
 	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.writeDL = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *conn) SetReadDeadline(t time.Time) error {

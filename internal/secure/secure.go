@@ -143,6 +143,9 @@ func Load(f Files, job string, index int, host string) (*Policy, error) {
 		Certificates: []tls.Certificate{pair},
 		ClientCAs:    pool,
 		ClientAuth:   tls.RequireAndVerifyClientCert,
+		// Connections are long-lived and clients keep no session cache:
+		// tickets would be bytes sent for nothing.
+		SessionTicketsDisabled: true,
 	}
 	p.client = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -240,59 +243,58 @@ func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string)
 		cfg.ServerName = host
 		tc := tls.Client(raw, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, &HandshakeError{Addr: addr, Step: "TLS", Err: err, Hint: tlsHint(err)}
+			return nil, &HandshakeError{Addr: addr, Step: "TLS", Why: tlsWhy(err), Err: err}
 		}
 		c = tc
 	}
 	if p.Token() {
 		if err := clientToken(c, p.token); err != nil {
-			return nil, &HandshakeError{Addr: addr, Step: "token", Err: err, Hint: tokenHint(err)}
+			return nil, &HandshakeError{Addr: addr, Step: "token", Why: tokenWhy(err), Err: err}
 		}
 	}
 	_ = raw.SetDeadline(time.Time{})
 	return c, nil
 }
 
-// HandshakeError is a connection to a ps that failed to authenticate.
+// HandshakeError is a connection to a ps that failed to authenticate. Its
+// message leads with what to check, since callers cut long messages.
 type HandshakeError struct {
 	Addr string // the ps
 	Step string // "TLS" or "token"
+	Why  string // what went wrong, in a few words
 	Err  error
-	Hint string
 }
 
 func (e *HandshakeError) Error() string {
-	s := fmt.Sprintf("%s handshake with the ps at %s: %v", e.Step, e.Addr, e.Err)
-	if e.Hint != "" {
-		s += " (" + e.Hint + ")"
-	}
-	return s
+	return fmt.Sprintf("%s: %s (ps %s: %v)", e.Step, e.Why, e.Addr, e.Err)
 }
 
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
-func tlsHint(err error) string {
+func tlsWhy(err error) string {
 	var ce *tls.CertificateVerificationError
 	var he x509.HostnameError
 	switch {
 	case errors.As(err, &he):
-		return "the ps's certificate names other hosts: make the certificates for this cluster's host names (paramserv certs)"
+		return "the ps's certificate is for other hosts (make certificates for the hosts in the cluster)"
 	case errors.As(err, &ce):
-		return "the ps's certificate was not signed by this task's CA: do all tasks use the same --tls_dir or --tls_ca?"
+		return "the ps's certificate is not from this task's CA (same --tls_dir or --tls_ca on every task?)"
 	case strings.Contains(err.Error(), "first record does not look like a TLS handshake"), isTimeout(err):
-		return "does the ps run with --tls_dir or --tls_cert?"
+		return "the ps does not speak TLS (does it have --tls_dir?)"
 	}
-	return "the ps refused this task's certificate, or does not use TLS: do all tasks use the same --tls_dir or --tls_ca?"
+	return "the ps refused this task's certificate (same --tls_dir or --tls_ca on every task?)"
 }
 
-func tokenHint(err error) string {
+func tokenWhy(err error) string {
 	switch {
 	case errors.Is(err, errNoChallenge):
-		return "does the ps run with --auth_token_file?"
+		return "the ps sent no challenge (does it have --auth_token_file?)"
 	case errors.Is(err, errRefused):
-		return "is --auth_token_file the same on every task?"
+		return "the ps refused this task's proof (same --auth_token_file on every task?)"
+	case errors.Is(err, errPSProof):
+		return "the ps's proof does not match this task's token"
 	}
-	return ""
+	return "the handshake failed"
 }
 
 func isTimeout(err error) bool {

@@ -18,7 +18,7 @@ const (
 
 var (
 	errNoChallenge = errors.New("the ps did not open with a token challenge")
-	errRefused     = errors.New("the ps closed the connection instead of proving the token back: it refused this task's proof")
+	errRefused     = errors.New("the ps closed the connection instead of proving the token back")
 	errBadProof    = errors.New("the proof does not match the token")
 	errPSProof     = errors.New("the ps's proof does not match this task's token")
 )
