@@ -41,6 +41,8 @@ type conn struct {
 	err  error    // the handshake's failure
 	ok   atomic.Bool
 
+	g gatherer // WriteBuffers' scratch
+
 	mu              sync.Mutex // guards readDL and writeDL
 	readDL, writeDL time.Time  // the caller's deadlines, restored after the handshake
 }
@@ -127,6 +129,11 @@ func (l *listener) serverHandshake(raw net.Conn) (net.Conn, error) {
 			l.refuse(cc, "token", err)
 			return nil, ErrRefused
 		}
+	}
+	if c == cc {
+		// No TLS: from here on the TCP connection itself, so that a
+		// frame's buffers go in one writev.
+		return raw, nil
 	}
 	return c, nil
 }

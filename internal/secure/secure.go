@@ -245,7 +245,7 @@ func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, &HandshakeError{Addr: addr, Step: "TLS", Why: tlsWhy(err), Err: err}
 		}
-		c = tc
+		c = &clientTLS{Conn: tc}
 	}
 	if p.Token() {
 		if err := clientToken(c, p.token); err != nil {

@@ -1,6 +1,7 @@
 package secure
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -167,7 +168,7 @@ func TestMutualTLS(t *testing.T) {
 	if err := roundTrip(c); err != nil {
 		t.Fatal(err)
 	}
-	st := c.(*tls.Conn).ConnectionState()
+	st := c.(interface{ ConnectionState() tls.ConnectionState }).ConnectionState()
 	if st.Version != tls.VersionTLS13 || !strings.Contains(tls.CipherSuiteName(st.CipherSuite), "AES") {
 		t.Errorf("negotiated %s with %s, want TLS 1.3 with AES-GCM", tls.VersionName(st.Version), tls.CipherSuiteName(st.CipherSuite))
 	}
@@ -453,5 +454,35 @@ func BenchmarkHandshake(b *testing.B) {
 				c.Close()
 			}
 		})
+	}
+}
+
+type recordWriter struct{ writes [][]byte }
+
+func (r *recordWriter) Write(b []byte) (int, error) {
+	r.writes = append(r.writes, append([]byte(nil), b...))
+	return len(b), nil
+}
+
+func TestGatherer(t *testing.T) {
+	big := func(n int) []byte { return bytes.Repeat([]byte{'x'}, n) }
+	for _, tc := range []struct {
+		bufs   net.Buffers
+		writes int
+	}{
+		{net.Buffers{[]byte("header"), []byte("name"), big(100)}, 1},              // a small frame: one write
+		{net.Buffers{[]byte("h"), big(100 << 10), []byte("n"), big(50 << 10)}, 4}, // small ones gathered, large ones as they are
+		{net.Buffers{big(3000), big(3000), big(70 << 10)}, 2},
+	} {
+		var g gatherer
+		var w recordWriter
+		n, err := g.writeBuffers(&w, tc.bufs)
+		want := bytes.Join(tc.bufs, nil)
+		if err != nil || n != int64(len(want)) || !bytes.Equal(bytes.Join(w.writes, nil), want) {
+			t.Errorf("wrote %d bytes (%v), not the buffers in order", n, err)
+		}
+		if len(w.writes) != tc.writes {
+			t.Errorf("%d writes of %d buffers, want %d", len(w.writes), len(tc.bufs), tc.writes)
+		}
 	}
 }
