@@ -381,3 +381,28 @@ func TestCertsCommand(t *testing.T) {
 		t.Errorf("over an existing CA key: exit %d, want 2 naming --force:\n%s", code, again.output())
 	}
 }
+
+// bench --auth runs each case against ps with each authentication, and
+// every update lands.
+func TestBenchAuth(t *testing.T) {
+	p := start(t, "bench", nil, "bench", "--cases=tiny", "--op=pushpull", "--reps=5", "--warmup=1", "--baseline=false", "--json", "--auth=none,tls,token,tls+token")
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var got []string
+	for _, line := range strings.Split(p.output(), "\n") {
+		var r struct {
+			Auth     string `json:"auth"`
+			Verified bool   `json:"verified"`
+		}
+		if json.Unmarshal([]byte(line), &r) == nil && r.Auth != "" {
+			if !r.Verified {
+				t.Errorf("auth %s: not verified", r.Auth)
+			}
+			got = append(got, r.Auth)
+		}
+	}
+	if want := []string{"none", "tls", "token", "tls+token"}; !slices.Equal(got, want) {
+		t.Errorf("results for %v, want %v", got, want)
+	}
+}

@@ -84,7 +84,10 @@ func benchAuth(ctx context.Context, cfg bench.Config, modes []string, baseline, 
 		cfg.BaselineAddr, cfg.BaselinePID = bp.Addr, bp.PID()
 		logf("baseline server (child process) at %s", bp.Addr)
 	}
-	emit := cfg.Emit
+	emit := func(bench.Result) {}
+	if asJSON {
+		emit = func(r bench.Result) { _ = bench.WriteJSON(stdout, r) }
+	}
 	var all []bench.Result
 	var failed error
 	run := func(m mode, cases []bench.Case, memOps int) bool {
@@ -99,9 +102,7 @@ func benchAuth(ctx context.Context, cfg bench.Config, modes []string, baseline, 
 		c.Dial = p.Dialer(nil)
 		c.Emit = func(r bench.Result) {
 			r.Auth = m.name
-			if emit != nil {
-				emit(r)
-			}
+			emit(r)
 		}
 		rs, err := bench.Run(ctx, c)
 		for _, r := range rs {
