@@ -21,7 +21,7 @@ func defineTLSFlags(fs *flag.FlagSet) *tlsFlags {
 	fs.StringVar(&t.files.Cert, "tls_cert", "", "mutual TLS: this task's certificate (PEM); with --tls_key and --tls_ca")
 	fs.StringVar(&t.files.Key, "tls_key", "", "mutual TLS: this task's private key (PEM)")
 	fs.StringVar(&t.files.CA, "tls_ca", "", "mutual TLS: the CA certificate every peer's certificate must chain to (PEM)")
-	fs.StringVar(&t.files.Dir, "tls_dir", "", "mutual TLS: a directory made by `paramserv certs`, the same for every task; each task reads ca.crt and its own JOB-INDEX.crt and .key (ps-0.crt, worker-1.key)")
+	fs.StringVar(&t.files.Dir, "tls_dir", "", "mutual TLS: a directory made by paramserv certs, the same for every task; each task reads ca.crt and its own JOB-INDEX.crt and .key (ps-0.crt, worker-1.key)")
 	fs.StringVar(&t.files.TokenFile, "auth_token_file", "", "a file holding a shared secret (at least 16 bytes), the same on every task: every connection proves it before any request is read")
 	return t
 }
