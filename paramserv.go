@@ -79,6 +79,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
@@ -162,6 +163,39 @@ type Config struct {
 	// Logf receives the worker's log lines: what it waits for, recovery,
 	// checkpoints (nil discards them).
 	Logf func(format string, args ...any)
+
+	// Auth authenticates the connections to the ps, as the ps's own
+	// flags do.
+	Auth Auth
+}
+
+// Auth names the files that authenticate a task's connections: mutual TLS
+// with a directory made by `paramserv certs` (TLSDir) or with explicit
+// files, and/or a shared token, as the flags --tls_dir, --tls_cert,
+// --tls_key, --tls_ca and --auth_token_file (docs/DEPLOY.md). When every
+// field is empty they are read from PARAMSERV_TLS_DIR, PARAMSERV_TLS_CERT,
+// PARAMSERV_TLS_KEY, PARAMSERV_TLS_CA and PARAMSERV_AUTH_TOKEN_FILE, which
+// `paramserv local -- CMD` sets from its flags.
+type Auth struct {
+	TLSDir, TLSCert, TLSKey, TLSCA string
+	TokenFile                      string
+}
+
+// policy loads a's files for task cl.
+func (a Auth) policy(cl cluster.Config) (*secure.Policy, error) {
+	f := secure.Files{Dir: a.TLSDir, Cert: a.TLSCert, Key: a.TLSKey, CA: a.TLSCA, TokenFile: a.TokenFile}
+	if !f.Any() {
+		f = secure.FilesFromEnv(os.Getenv)
+	}
+	host := ""
+	if cl.Task.Job == cluster.JobPS {
+		host, _, _ = net.SplitHostPort(cl.Addr())
+	}
+	p, err := secure.Load(f, string(cl.Task.Job), cl.Task.Index, host)
+	if err != nil {
+		return nil, fmt.Errorf("paramserv: %w", err)
+	}
+	return p, nil
 }
 
 // ErrLayout is returned (wrapped) when the ps hold other variables or
@@ -195,6 +229,11 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
 	}
+	auth, err := cfg.Auth.policy(cl)
+	if err != nil {
+		return nil, err
+	}
+	sc.Dial = auth.Dialer(nil)
 	sc.Variables = modelVariables(cfg.Variables)
 	sc.Tables = modelTables(cfg.Tables)
 	var mi model.Params
@@ -301,6 +340,8 @@ type PSConfig struct {
 	// Listen, if set, makes the ps's listener instead of TCP on its
 	// address (tests: an in-memory or pre-bound listener).
 	Listen func(addr string) (net.Listener, error)
+	// Auth authenticates every connection to the ps (see Auth).
+	Auth Auth
 }
 
 // ServePS runs a ps task until every worker has said Done (nil) or ctx
@@ -314,7 +355,27 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 	if cl.Task.Job != cluster.JobPS {
 		return fmt.Errorf("paramserv: TF_CONFIG names task %s, want a ps task", cl.Task)
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: cfg.Listen})
+	auth, err := cfg.Auth.policy(cl)
+	if err != nil {
+		return err
+	}
+	listen := cfg.Listen
+	if auth != nil {
+		listen = func(addr string) (net.Listener, error) {
+			var lis net.Listener
+			var err error
+			if cfg.Listen != nil {
+				lis, err = cfg.Listen(addr)
+			} else {
+				lis, err = net.Listen("tcp", addr)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return auth.Listener(lis, cfg.Logf), nil
+		}
+	}
+	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

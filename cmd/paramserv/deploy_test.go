@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,10 +22,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/secure"
 )
 
 const repoRoot = "../.."
@@ -356,6 +359,7 @@ type podCheck struct {
 	spec   map[string]any
 	train  map[string]any // the container running paramserv train
 	args   []string
+	tlsDir string // --tls_dir, on a mounted Secret
 }
 
 // checkPod checks a pod template: containers with image and args, flags
@@ -392,7 +396,8 @@ func checkPod(t *testing.T, where string, tmpl any, claims map[string]bool, trai
 			t.Errorf("%s: args %q, command %v: want args starting with a paramserv command and no command (the image's entrypoint is /paramserv)", cw, args, cm["command"])
 			continue
 		}
-		mounts := map[string]string{} // path -> claim
+		mounts := map[string]string{}  // path -> claim
+		secrets := map[string]string{} // path -> secret
 		for _, m := range list(cm["volumeMounts"]) {
 			mm, _ := m.(map[string]any)
 			v, ok := volumes[str(mm["name"])]
@@ -401,6 +406,7 @@ func checkPod(t *testing.T, where string, tmpl any, claims map[string]bool, trai
 				continue
 			}
 			mounts[str(mm["mountPath"])] = str(get(v, "persistentVolumeClaim", "claimName"))
+			secrets[str(mm["mountPath"])] = str(get(v, "secret", "secretName"))
 		}
 		if args[0] != "train" {
 			continue
@@ -416,6 +422,14 @@ func checkPod(t *testing.T, where string, tmpl any, claims map[string]bool, trai
 				t.Errorf("%s: arg %q is not --flag=value of a flag paramserv train has", cw, a)
 			}
 			flags[name] = val
+		}
+		if dir, ok := flags["tls_dir"]; ok {
+			// The Secret paramserv certs writes, mounted where --tls_dir
+			// looks.
+			if secrets[dir] != "paramserv-tls" {
+				t.Errorf("%s: --tls_dir=%s is not the mount path of the Secret paramserv-tls (paramserv certs' secret.yaml); mounted secrets %v", cw, dir, secrets)
+			}
+			pc.tlsDir = dir
 		}
 		ckpt := flags["checkpoint_dir"]
 		onClaim := false
@@ -623,6 +637,7 @@ func checkTFJob(t *testing.T, m manifest, claims, trainFlags map[string]bool) []
 			if c.IsChief() != (typ == "worker" && i == 0) {
 				t.Errorf("%s task %d: chief %v", pc.where, i, c.IsChief())
 			}
+			checkTaskCerts(t, pc, c)
 		}
 	}
 	return pods
@@ -708,6 +723,7 @@ func checkPlain(t *testing.T, svc manifest, ms []manifest, claims, trainFlags ma
 			}
 			tasks = append(tasks, task{fmt.Sprintf("%s pod %d", m, i), c, fmt.Sprintf("%s-%d.%s:%d", m.name(), i, domain, port)})
 			size[c.Task.Job]++
+			checkTaskCerts(t, pc, c)
 		}
 	}
 	if len(tasks) == 0 {
@@ -736,4 +752,29 @@ func checkPlain(t *testing.T, svc manifest, ms []manifest, claims, trainFlags ma
 		t.Errorf("%s: %d ps and %d worker pods, but the hosts list %d ps and %d workers", svc.file, size["ps"], size["worker"], len(first.PS), len(first.Workers))
 	}
 	return pods
+}
+
+var certsFor = map[string]string{} // cluster -> directory made by paramserv certs
+
+// checkTaskCerts checks that a pod with --tls_dir finds its own certificate
+// in what `paramserv certs` makes for the cluster it resolves, naming the
+// host its peers dial.
+func checkTaskCerts(t *testing.T, pc *podCheck, c cluster.Config) {
+	t.Helper()
+	if pc.tlsDir == "" {
+		return
+	}
+	key := strings.Join(c.Spec.PS, ",") + " " + strings.Join(c.Spec.Workers, ",")
+	dir, ok := certsFor[key]
+	if !ok {
+		dir = t.TempDir()
+		if _, err := secure.MakeCerts(secure.CertsConfig{PS: c.Spec.PS, Workers: c.Spec.Workers, Out: dir, Valid: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		certsFor[key] = dir
+	}
+	host, _, _ := net.SplitHostPort(c.Addr())
+	if _, err := secure.Load(secure.Files{Dir: dir}, string(c.Task.Job), c.Task.Index, host); err != nil {
+		t.Errorf("%s: %s with --tls_dir: %v", pc.where, c.Task, err)
+	}
 }

@@ -23,6 +23,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"--ps=0", "--ps"},
 		{"--reps=-1", "--reps"},
 		{"--mem_bytes=7", "--mem_bytes"},
+		{"--auth=none,ssl", "--auth"},
 		{"stray", "unexpected argument"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -90,8 +90,9 @@ func ReadProcMem(pid int) (ProcMem, error) {
 // loopback ports (the worker addresses are free ports too, never listened
 // on: workers only dial). Each child gets SIGKILL if this process dies. The
 // last lines of each child's output are kept for error messages; with
-// logTo set, every line is also written there, prefixed "[ps0] ".
-func ProcessStarter(exe string, logTo io.Writer) StartFunc {
+// logTo set, every line is also written there, prefixed "[ps0] ". psArgs
+// are added to every ps's command line (--tls_dir=...).
+func ProcessStarter(exe string, logTo io.Writer, psArgs ...string) StartFunc {
 	return func(ctx context.Context, numPS, numWorkers int) (Cluster, error) {
 		ports, err := local.FreePorts(numPS + numWorkers)
 		if err != nil {
@@ -105,6 +106,7 @@ func ProcessStarter(exe string, logTo io.Writer) StartFunc {
 		for i := range numPS {
 			args := []string{"train", "--job_name=ps", "--task_index=" + strconv.Itoa(i),
 				"--ps_hosts=" + strings.Join(hosts[:numPS], ","), "--worker_hosts=" + strings.Join(hosts[numPS:], ",")}
+			args = append(args, psArgs...)
 			if err := pc.start(exe, args, fmt.Sprintf("ps%d", i), logTo); err != nil {
 				pc.Close(false)
 				return nil, err

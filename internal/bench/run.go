@@ -36,6 +36,7 @@ type Config struct {
 // worker 0; rates are defined in the package doc.
 type Result struct {
 	Case         string `json:"case"`
+	Auth         string `json:"auth,omitempty"` // the ps's authentication, when compared (paramserv bench --auth)
 	Op           string `json:"op"`
 	Bytes        int64  `json:"bytes"` // dense: the variable's size; sparse: the touched rows' values, keys·dim·4
 	Keys         int64  `json:"keys"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
@@ -155,6 +156,9 @@ type SessionConfig struct {
 	// (client.Options.GRPCOnly), to compare the two.
 	GRPCOnly bool
 	Logf     func(format string, args ...any)
+	// Dial, if set, makes the workers' connections (client.Options.Dial):
+	// the ps's TLS or token, for instance.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // startupTimeout bounds the wait for the ps to answer and be initialised.
@@ -202,7 +206,7 @@ func Open(ctx context.Context, cfg SessionConfig, c Case) (s *Session, err error
 		fmt.Errorf("bench: the ps at %v were not ready within %s", cl.Addrs(), startupTimeout))
 	defer cancel()
 	for i := range cfg.NumWorkers {
-		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly})
+		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly, Dial: cfg.Dial})
 		if err != nil {
 			return nil, err
 		}

@@ -41,6 +41,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
 	grpcOnly := fs.Bool("grpc_only", false, "send pushes and pulls by gRPC instead of the data path, to compare the two")
 	verbose := fs.Bool("verbose", false, "show the ps processes' output")
+	auth := fs.String("auth", "none", "the ps's authentication, a comma-separated list to compare, each case run with each in turn: none, tls (mutual TLS, certificates made for the run), token, tls+token")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile here")
 	baselineServer := fs.Bool("baseline_server", false, "serve the TCP baseline until stdin ends (the baseline child process)")
 	fs.Usage = func() {
@@ -187,6 +188,13 @@ Flags:
 		},
 		Cases: list, Ops: opList,
 		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),
+	}
+	modes, err := benchAuthModes(*auth)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if len(modes) > 1 || modes[0] != "none" {
+		return benchAuth(ctx, cfg, modes, *baseline, *asJSON, exe, psLog, stdout, logf)
 	}
 	if *baseline {
 		bp, err := bench.StartBaselineProcess(ctx, exe, "bench", "--baseline_server")

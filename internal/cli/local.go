@@ -42,7 +42,11 @@ exited 0, ps still waiting for workers that never said they were done are
 stopped after 5s.
 
 Every training flag is passed on to each task (--result_file to the chief
-only); the cluster flags are chosen here. Each output line is prefixed with
+only); the cluster flags are chosen here. With -- CMD, --tls_dir,
+--tls_cert, --tls_key, --tls_ca and --auth_token_file reach each worker as
+PARAMSERV_TLS_DIR, PARAMSERV_TLS_CERT, PARAMSERV_TLS_KEY, PARAMSERV_TLS_CA
+and PARAMSERV_AUTH_TOKEN_FILE, which the Python binding and paramserv.Start
+read. Each output line is prefixed with
 its process ([ps0], [worker1]). Exits 0 only if every process does; on a
 failure or Ctrl-C it stops them all and says which failed and why, and
 exits 2 if a process exited 2 (input to fix: a flag, a malformed data
@@ -148,7 +152,7 @@ Flags:
 	}
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
-		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd,
+		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(),
 		Out: stdout, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 	})

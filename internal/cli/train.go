@@ -48,6 +48,7 @@ type trainFlags struct {
 	saveEvery, recoveryTimeout, syncTimeout  time.Duration
 	keep                                     int
 	ignored                                  map[string]*string
+	tls                                      *tlsFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -58,6 +59,7 @@ var ignoredTFFlags = []string{"num_gpus", "download_only", "existing_servers", "
 func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
+	f.tls = defineTLSFlags(fs)
 	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
@@ -209,6 +211,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 			}
 		}
 		return cfg, fmt.Errorf("--optimizer: %w", err)
+	}
+	if err := f.tls.apply(&cfg, logf); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -39,6 +39,8 @@ type Config struct {
 	// exited 0, ps that do not exit by themselves (a program that never
 	// told them it was done) are stopped, and that is not a failure.
 	WorkerCmd []string
+	// WorkerEnv is added to the environment of each WorkerCmd worker.
+	WorkerEnv []string
 	// Out receives every child's prefixed output lines.
 	Out io.Writer
 	// Logf receives the launcher's own lines.
@@ -127,7 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 			c := &child{name: fmt.Sprintf("%s%d", role.job, i), job: role.job, exe: cfg.Exe}
 			if role.job == "worker" && len(cfg.WorkerCmd) > 0 {
 				c.exe, c.args = cfg.WorkerCmd[0], cfg.WorkerCmd[1:]
-				c.env = []string{"TF_CONFIG=" + TFConfig(hosts[:cfg.NumPS], hosts[cfg.NumPS:], role.job, i)}
+				c.env = append([]string{"TF_CONFIG=" + TFConfig(hosts[:cfg.NumPS], hosts[cfg.NumPS:], role.job, i)}, cfg.WorkerEnv...)
 			} else {
 				c.args = []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
 					"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}

@@ -799,7 +799,21 @@ func (f *Frame) Reply(h RepHeader) net.Buffers {
 
 // WriteTo writes the frame finished by Request or Reply to w, with one
 // writev where w is a TCP connection. The frame is spent afterwards.
-func (f *Frame) WriteTo(w io.Writer) (int64, error) { return f.bufs.WriteTo(w) }
+func (f *Frame) WriteTo(w io.Writer) (int64, error) {
+	if bw, ok := w.(BuffersWriter); ok {
+		n, err := bw.WriteBuffers(f.bufs)
+		f.bufs = f.bufs[len(f.bufs):]
+		return n, err
+	}
+	return f.bufs.WriteTo(w)
+}
+
+// BuffersWriter is a connection that writes a frame's buffers its own way:
+// an encrypting one (internal/secure) gathers the small ones into one
+// record instead of a record and a system call each.
+type BuffersWriter interface {
+	WriteBuffers(bufs net.Buffers) (int64, error)
+}
 
 // BodyLen is the body length of the frame so far.
 func (f *Frame) BodyLen() int64 { return int64(len(f.meta)-f.hdr) + f.pay }

@@ -37,6 +37,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
 )
 
@@ -73,6 +74,13 @@ type jsonConfig struct {
 	SaveSteps           int64        `json:"save_steps"`
 	SaveSecs            float64      `json:"save_secs"`
 	Quiet               bool         `json:"quiet"`
+	// Authentication, as the flags of the same names (the Python side
+	// fills them from PARAMSERV_TLS_DIR, ... when not given).
+	TLSDir        string `json:"tls_dir"`
+	TLSCert       string `json:"tls_cert"`
+	TLSKey        string `json:"tls_key"`
+	TLSCA         string `json:"tls_ca"`
+	AuthTokenFile string `json:"auth_token_file"`
 }
 
 // handle is one session and its last error.
@@ -135,6 +143,11 @@ func parseConfig(text string) (session.Config, error) {
 		CheckpointDir:   jc.CheckpointDir, SaveSteps: jc.SaveSteps,
 		SaveEvery: time.Duration(jc.SaveSecs * float64(time.Second)),
 	}
+	auth, err := secure.Load(secure.Files{Dir: jc.TLSDir, Cert: jc.TLSCert, Key: jc.TLSKey, CA: jc.TLSCA, TokenFile: jc.AuthTokenFile}, string(cl.Task.Job), cl.Task.Index, "")
+	if err != nil {
+		return session.Config{}, fmt.Errorf("paramserv: %w", err)
+	}
+	cfg.Dial = auth.Dialer(cfg.Dial)
 	for _, v := range jc.Variables {
 		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
 	}

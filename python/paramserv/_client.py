@@ -152,6 +152,11 @@ class Client:
         save_steps: int = 0,
         save_secs: float = 0.0,
         quiet: bool = False,
+        tls_dir: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        auth_token_file: Optional[str] = None,
     ) -> None:
         """Checks the declaration and reads the cluster; connects nothing yet.
 
@@ -163,8 +168,14 @@ class Client:
         every ``save_steps`` global steps and/or ``save_secs`` seconds (600 s
         if neither is given) and at done(); after a ps restarts, every
         worker waits for it and goes on from the restored step, as the
-        built-in models do. Raises ValueError for a bad declaration and
-        ParamservError for a bad cluster.
+        built-in models do. ``tls_dir`` (or ``tls_cert``, ``tls_key`` and
+        ``tls_ca``) and ``auth_token_file`` authenticate every connection as
+        the flags of the same names do on the ps; when not given they are
+        read from PARAMSERV_TLS_DIR, PARAMSERV_TLS_CERT, PARAMSERV_TLS_KEY,
+        PARAMSERV_TLS_CA and PARAMSERV_AUTH_TOKEN_FILE, which ``paramserv
+        local -- CMD`` sets from its own flags. Raises ValueError for a bad
+        declaration and ParamservError for a bad cluster or unreadable
+        certificates.
         """
         if not isinstance(variables, Mapping):
             raise ValueError(f"paramserv: variables: got {type(variables).__name__}, want a dict of name: shape")
@@ -214,6 +225,11 @@ class Client:
             "save_secs": float(save_secs),
             "quiet": bool(quiet),
         }
+        for key, val in (("tls_dir", tls_dir), ("tls_cert", tls_cert), ("tls_key", tls_key),
+                         ("tls_ca", tls_ca), ("auth_token_file", auth_token_file)):
+            if val is None:
+                val = os.environ.get("PARAMSERV_" + key.upper(), "")
+            cfg[key] = os.path.abspath(val) if val else ""
         self._lib = _load()
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()

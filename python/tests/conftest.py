@@ -45,7 +45,7 @@ def paramserv_bin(tmp_path_factory):
 class Cluster:
     """num_ps ps processes for num_workers workers; tf_config(i) is worker i's."""
 
-    def __init__(self, binary, num_ps, num_workers, log_dir):
+    def __init__(self, binary, num_ps, num_workers, log_dir, ps_args=()):
         ports = free_ports(num_ps + num_workers)
         self.ps = [f"127.0.0.1:{p}" for p in ports[:num_ps]]
         self.workers = [f"127.0.0.1:{p}" for p in ports[num_ps:]]
@@ -54,7 +54,7 @@ class Cluster:
             log = open(os.path.join(log_dir, f"ps{i}.log"), "wb")
             self.procs.append(subprocess.Popen(
                 [binary, "train", "--job_name=ps", f"--task_index={i}",
-                 "--ps_hosts=" + ",".join(self.ps), "--worker_hosts=" + ",".join(self.workers)],
+                 "--ps_hosts=" + ",".join(self.ps), "--worker_hosts=" + ",".join(self.workers), *ps_args],
                 stdout=log, stderr=subprocess.STDOUT, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"}))
 
     def tf_config(self, index):
@@ -86,8 +86,8 @@ class Cluster:
 def make_cluster(paramserv_bin, tmp_path):
     made = []
 
-    def make(num_ps=1, num_workers=1):
-        c = Cluster(paramserv_bin, num_ps, num_workers, str(tmp_path))
+    def make(num_ps=1, num_workers=1, ps_args=()):
+        c = Cluster(paramserv_bin, num_ps, num_workers, str(tmp_path), ps_args)
         made.append(c)
         return c
 

@@ -1,6 +1,7 @@
 """Unit tests of the Client's checks, and exchanges against real ps processes."""
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -226,3 +227,28 @@ def test_forked_child_is_refused(client):
     got = os.read(r, 1000).decode()
     os.waitpid(pid, 0)
     assert "forked" in got, got
+
+
+def test_tls_and_token(make_cluster, paramserv_bin, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("the-python-workers-shared-secret\n")
+    certs = tmp_path / "tls"
+    subprocess.run([paramserv_bin, "certs", "--ps_hosts=127.0.0.1", "--worker_hosts=127.0.0.1", f"--out={certs}"],
+                   check=True, capture_output=True)
+    cl = make_cluster(num_ps=1, num_workers=1, ps_args=(f"--tls_dir={certs}", f"--auth_token_file={token}"))
+    init = {"w": np.ones(2, np.float32)}
+    # Without the files the ps refuses every connection: start gives up
+    # naming the ps.
+    with Client(variables={"w": 2}, tf_config=cl.tf_config(0), startup_timeout=2, quiet=True) as c:
+        with pytest.raises(ParamservError, match=cl.ps[0]):
+            c.start(init=init)
+    with pytest.raises(ParamservError, match="worker-0.crt"):
+        Client(variables={"w": 2}, tf_config=cl.tf_config(0), tls_dir=str(tmp_path), quiet=True).start(init=init)
+    with Client(variables={"w": 2}, optimizer="sgd", learning_rate=1.0, tf_config=cl.tf_config(0),
+                tls_dir=str(certs), auth_token_file=str(token), startup_timeout=60, quiet=True) as c:
+        assert c.start(init=init) == 0
+        params = {"w": np.zeros(2, np.float32)}
+        assert c.push_pull({"w": np.full(2, 0.5, np.float32)}, params) == 1
+        np.testing.assert_array_equal(params["w"], np.full(2, 0.5, np.float32))
+        c.done()
+    assert cl.wait() == [0]
