@@ -38,8 +38,8 @@ func metric(t *testing.T, r map[string]any, key string) float64 {
 }
 
 // mfFullRunRMSE is the bound the full MF run (the defaults) must beat; it
-// measured 0.916 on u1 (README).
-const mfFullRunRMSE = 0.925
+// measured 0.913 on u1, ±0.003 from run to run (README).
+const mfFullRunRMSE = 0.92
 
 // Matrix factorisation of MovieLens 100K's u1 split, 1 ps and 2 workers.
 // Under -short a short run must beat 1.0 (the global mean alone scores
@@ -64,10 +64,10 @@ func TestMFByName(t *testing.T) {
 }
 
 // Deep CTR (Wide & Deep, 26 tables with admission and eviction) on a small
-// synth-ctr data set, 1 ps and 2 workers, beside sparse_lr on the same
-// data and steps. Under -short it must learn (the planted model's AUC on
-// this data is about 0.82; a constant scores 0.5); the full run must also
-// come within 0.002 of sparse_lr.
+// synth-ctr data set, 1 ps and 2 workers. Under -short it must learn (the
+// planted model's AUC on this data is about 0.82; a constant scores 0.5).
+// The full run, the README's, must beat sparse_lr's defaults on the same
+// data and steps (0.7626-0.7633 against 0.7589-0.7613 over three seeds).
 func TestDeepCTRByName(t *testing.T) {
 	dir := t.TempDir()
 	rows, steps := "20000", "400"
@@ -101,7 +101,7 @@ func TestDeepCTRByName(t *testing.T) {
 	if code := q.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("sparse_lr exit %d", code)
 	}
-	if base := metric(t, resultFile(t, lr), "test_auc"); auc < base-0.002 {
+	if base := metric(t, resultFile(t, lr), "test_auc"); auc <= base {
 		t.Errorf("deep_ctr test AUC %.4f, sparse_lr %.4f on the same data and steps", auc, base)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // the same as for any model).
 var publicModels = map[string]publicModel{
 	"mf":       {run: runMF, defaults: trainer.ModelInfo{Optimizer: "adagrad", LearningRate: 0.05, TrainSteps: 15000, StepsToValidate: 1000}},
-	"deep_ctr": {run: runDeepCTR, defaults: trainer.ModelInfo{Optimizer: "ftrl", LearningRate: 0.2, TrainSteps: 3000, StepsToValidate: 500}},
+	"deep_ctr": {run: runDeepCTR, defaults: trainer.ModelInfo{Optimizer: "ftrl", LearningRate: 0.1, TrainSteps: 3000, StepsToValidate: 500}},
 }
 
 // publicModel is a model of publicModels: run gets the resolved

@@ -72,7 +72,7 @@ type Config struct {
 	DeepScale  float64
 	BatchSize  int   // examples per step on each worker: 100
 	TrainSteps int64 // global steps: 3000
-	// Optimizer runs on the ps, on every variable and table: FTRL at 0.2
+	// Optimizer runs on the ps, on every variable and table: FTRL at 0.1
 	// by default, as for sparse_lr (the ps apply one rule to a job; Adam,
 	// better for the dense layers alone, is worse for the wide weights).
 	Optimizer paramserv.Optimizer
@@ -121,7 +121,7 @@ func (cfg Config) Defaults() Config {
 		cfg.Optimizer.Name = "ftrl"
 	}
 	if cfg.Optimizer.LearningRate == 0 {
-		cfg.Optimizer.LearningRate = 0.2
+		cfg.Optimizer.LearningRate = 0.1
 	}
 	if cfg.StepsToValidate == 0 {
 		cfg.StepsToValidate = 500

@@ -14,7 +14,8 @@
 // the training ratings, in a new order each epoch; each step it pulls the
 // rows of its batch's users and items (one round trip per ps), computes the
 // gradient of the batch's squared error plus an L2 penalty on the rows it
-// touches, and pushes the rows' gradients with μ's, which the ps apply with
+// touches (lighter per rating for users and items with many ratings), and
+// pushes the rows' gradients with μ's, which the ps apply with
 // the job's optimizer (Adagrad by default). At the end the chief computes
 // the RMSE of the test ratings, predictions clipped to the rating scale.
 //
@@ -57,12 +58,18 @@ type Config struct {
 	// timestamp" (MovieLens' u.data layout); the timestamp may be absent.
 	TrainFile, TestFile string
 
-	Dim        int     // factors per user and item (k): 20
-	Reg        float64 // L2 penalty on the factors: 0.1
-	BiasReg    float64 // L2 penalty on the biases: 0.005
-	InitStddev float64 // initial rows' standard deviation: 0.01
-	BatchSize  int     // ratings per step on each worker: 100
-	TrainSteps int64   // global steps: 15000 (about 19 epochs of u1.base)
+	Dim int     // factors per user and item (k): 20
+	Reg float64 // L2 penalty on the factors: 0.1
+	// RegExponent scales the penalty of a user's (item's) factors at each
+	// of its ratings by (n/n̄)^-RegExponent, n its number of training
+	// ratings and n̄ the mean: the penalty of the whole row then grows as
+	// n^(1-RegExponent) rather than n. 0.5 by default (-1: none, the plain
+	// per-rating penalty of SGD).
+	RegExponent float64
+	BiasReg     float64 // L2 penalty on the biases: 0.005
+	InitStddev  float64 // initial rows' standard deviation: 0.01
+	BatchSize   int     // ratings per step on each worker: 100
+	TrainSteps  int64   // global steps: 15000 (about 19 epochs of u1.base)
 	// Optimizer runs on the ps: Adagrad at 0.05 by default.
 	Optimizer paramserv.Optimizer
 	Seed      int64
@@ -93,6 +100,8 @@ func (cfg Config) Defaults() Config {
 		cfg.Dim = 20
 	}
 	setF(&cfg.Reg, 0.1)
+	setF(&cfg.RegExponent, 0.5)
+	cfg.RegExponent = max(cfg.RegExponent, 0)
 	setF(&cfg.BiasReg, 0.005)
 	setF(&cfg.InitStddev, 0.01)
 	if cfg.BatchSize == 0 {
@@ -195,6 +204,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	mean /= float64(len(train))
 
 	m := newModel(cfg)
+	m.weighReg(train)
 	w, err := paramserv.Start(ctx, paramserv.Config{
 		TFConfig:  cfg.TFConfig,
 		Variables: []paramserv.Variable{{Name: "mu", Shape: []int{1}}},
@@ -299,6 +309,36 @@ type model struct {
 	pushed              []paramserv.Rows
 	reg, biasReg        float32
 	minRating, maxRatig float32
+	// userReg and itemReg are each row's penalty per rating
+	// (RegExponent); a row missing (not in the training data) has Reg.
+	userReg, itemReg map[uint64]float32
+}
+
+// weighReg computes every row's penalty per rating from the training
+// ratings' counts.
+func (m *model) weighReg(train []Rating) {
+	users, items := map[uint64]float64{}, map[uint64]float64{}
+	for _, r := range train {
+		users[r.User]++
+		items[r.Item]++
+	}
+	weigh := func(counts map[uint64]float64) map[uint64]float32 {
+		mean := float64(len(train)) / float64(len(counts))
+		out := make(map[uint64]float32, len(counts))
+		for k, n := range counts {
+			out[k] = float32(m.cfg.Reg * math.Pow(n/mean, -m.cfg.RegExponent))
+		}
+		return out
+	}
+	m.userReg, m.itemReg = weigh(users), weigh(items)
+}
+
+// regOf is the penalty per rating of a row: its own, or Reg.
+func (m *model) regOf(regs map[uint64]float32, key uint64) float32 {
+	if r, ok := regs[key]; ok {
+		return r
+	}
+	return m.reg
 }
 
 // index numbers the distinct keys of a batch in order of appearance.
@@ -370,9 +410,9 @@ func (m *model) predict(mu float32, p, q []float32) float32 {
 	return s
 }
 
-// gradients writes the gradient of Σ ½(r̂-r)² + ½λ(|p_u|²+|q_i|²) +
+// gradients writes the gradient of Σ ½(r̂-r)² + ½(λ_u|p_u|²+λ_i|q_i|²) +
 // ½λ_b(b_u²+b_i²) over the batch (the penalty once per rating, as in
-// per-rating SGD) into the row gradients and grads["mu"], and returns the
+// per-rating SGD, λ_u and λ_i each row's, see RegExponent) into the row gradients and grads["mu"], and returns the
 // batch's sum of squared errors.
 func (m *model) gradients(batch []Rating, mu float32, grads paramserv.Params) float64 {
 	clear(m.uGrad)
@@ -386,9 +426,10 @@ func (m *model) gradients(batch []Rating, mu float32, grads paramserv.Params) fl
 		gp, gq := m.uGrad[ui*m.dim:(ui+1)*m.dim], m.iGrad[ii*m.dim:(ii+1)*m.dim]
 		e := m.predict(mu, p, q) - r.Value
 		se += float64(e) * float64(e)
+		ru, ri := m.regOf(m.userReg, r.User), m.regOf(m.itemReg, r.Item)
 		for j := 0; j < k; j++ {
-			gp[j] += e*q[j] + m.reg*p[j]
-			gq[j] += e*p[j] + m.reg*q[j]
+			gp[j] += e*q[j] + ru*p[j]
+			gq[j] += e*p[j] + ri*q[j]
 		}
 		gp[k] += e + m.biasReg*p[k]
 		gq[k] += e + m.biasReg*q[k]

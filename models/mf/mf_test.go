@@ -2,6 +2,7 @@ package mf
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,5 +61,33 @@ func TestGradients(t *testing.T) {
 	}
 	if g["mu"][0] != -1.75 || se != 1.75*1.75 {
 		t.Errorf("mu gradient %v, squared error %v; want -1.75 and %v", g["mu"][0], se, 1.75*1.75)
+	}
+}
+
+// A row's penalty per rating is Reg·(n/n̄)^-RegExponent: Reg at the mean
+// count, half of it at four times the mean with the default 0.5.
+func TestRegWeighedByCount(t *testing.T) {
+	m := newModel(Config{Reg: 0.1}.Defaults())
+	var train []Rating
+	for i := range 4 {
+		train = append(train, Rating{User: 1, Item: uint64(10 + i)}) // user 1: 4 ratings
+	}
+	train = append(train, Rating{User: 2, Item: 10}, Rating{User: 3, Item: 10}, Rating{User: 4, Item: 10}, Rating{User: 5, Item: 11},
+		Rating{User: 5, Item: 12}, Rating{User: 5, Item: 13}) // 10 ratings, 5 users: mean 2
+	m.weighReg(train)
+	near := func(got, want float64) bool { return got > want-1e-6 && got < want+1e-6 }
+	if got := float64(m.regOf(m.userReg, 2)); !near(got, 0.1*math.Sqrt(2)) {
+		t.Errorf("user 2 (1 rating): penalty %v, want %v", got, 0.1*math.Sqrt(2))
+	}
+	if got := float64(m.regOf(m.userReg, 1)); !near(got, 0.1*math.Sqrt(2.0/4)) {
+		t.Errorf("user 1 (4 ratings): penalty %v, want %v", got, 0.1*math.Sqrt(2.0/4))
+	}
+	if got := m.regOf(m.userReg, 99); got != float32(0.1) {
+		t.Errorf("a user without training ratings: penalty %v, want Reg", got)
+	}
+	plain := newModel(Config{Reg: 0.1, RegExponent: -1}.Defaults())
+	plain.weighReg(train)
+	if got := plain.regOf(plain.userReg, 1); got != float32(0.1) {
+		t.Errorf("RegExponent -1: penalty %v, want Reg", got)
 	}
 }
