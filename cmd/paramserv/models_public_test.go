@@ -65,7 +65,8 @@ func TestMFByName(t *testing.T) {
 
 // Deep CTR (Wide & Deep, 26 tables with admission and eviction) on a small
 // synth-ctr data set, 1 ps and 2 workers. Under -short it must learn (the
-// planted model's AUC on this data is about 0.82; a constant scores 0.5).
+// planted model's AUC on this data is about 0.82, sparse_lr gets 0.73 and this
+// model 0.76 in the same steps; a constant scores 0.5).
 // The full run, the README's, must beat sparse_lr's defaults on the same
 // data and steps (0.7626-0.7633 against 0.7589-0.7613 over three seeds).
 func TestDeepCTRByName(t *testing.T) {
@@ -86,8 +87,8 @@ func TestDeepCTRByName(t *testing.T) {
 	}
 	r := resultFile(t, res)
 	auc := metric(t, r, "test_auc")
-	if auc < 0.62 {
-		t.Errorf("deep_ctr test AUC %.4f, want at least 0.62", auc)
+	if auc < 0.70 {
+		t.Errorf("deep_ctr test AUC %.4f, want at least 0.70", auc)
 	}
 	if out := p.output(); !strings.Contains(out, "26 fields") {
 		t.Errorf("the workers did not read 26 fields")
