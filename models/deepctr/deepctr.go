@@ -64,7 +64,7 @@ type Config struct {
 	// standard deviation: 0.01.
 	InitStddev float64
 	// MinCount and EvictAfterSteps are the tables' admission and eviction:
-	// 2 and 20000 (set -1 for none).
+	// 2 and 1000 (set -1 for none).
 	MinCount, EvictAfterSteps int64
 	// DeepScale multiplies the MLP's output in the logit: a smaller one
 	// makes the deep part learn more slowly than the wide one under the
@@ -105,7 +105,7 @@ func (cfg Config) Defaults() Config {
 		cfg.MinCount = 2
 	}
 	if cfg.EvictAfterSteps == 0 {
-		cfg.EvictAfterSteps = 20000
+		cfg.EvictAfterSteps = 1000
 	}
 	cfg.MinCount, cfg.EvictAfterSteps = max(cfg.MinCount, 0), max(cfg.EvictAfterSteps, 0)
 	if cfg.DeepScale == 0 {
