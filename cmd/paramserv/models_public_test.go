@@ -107,10 +107,14 @@ func TestDeepCTRByName(t *testing.T) {
 	}
 }
 
-// Input to fix exits 2 before or at the start of training: a missing test
-// file, a malformed ratings line.
+// Input to fix exits 2 before or at the start of training: missing data
+// flags, a malformed ratings line, a test file that is not there.
 func TestPublicModelsBadInputExitTwo(t *testing.T) {
 	dir := t.TempDir()
+	good := filepath.Join(dir, "good.base")
+	if err := os.WriteFile(good, []byte("1\t2\t5\t0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.base")
 	if err := os.WriteFile(bad, []byte("1\t2\t5\t0\n3\tx\t4\t0\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -122,6 +126,7 @@ func TestPublicModelsBadInputExitTwo(t *testing.T) {
 		{"mf without test data", "--test_data", []string{"--model=mf", "--train_data=" + bad}},
 		{"malformed rating", "bad.base:2", []string{"--model=mf", "--train_data=" + bad, "--test_data=" + bad}},
 		{"deep_ctr without data", "--train_data", []string{"--model=deep_ctr"}},
+		{"missing test file, found before training", "nonexistent.test", []string{"--model=mf", "--train_data=" + good, "--test_data=" + filepath.Join(dir, "nonexistent.test")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := start(t, "local", nil, append([]string{"local", "--ps=1", "--workers=1", "--max_restarts=0"}, c.args...)...)

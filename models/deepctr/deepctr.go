@@ -274,6 +274,14 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("%w: hidden layers %v: want widths > 0", ErrInput, cfg.Hidden)
 		}
 	}
+	if len(cfg.TrainFiles) == 0 {
+		return Result{}, fmt.Errorf("%w: no training files", ErrInput)
+	}
+	if cfg.TestFile != "" {
+		if _, err := os.Stat(cfg.TestFile); err != nil { // found now, not after training
+			return Result{}, fmt.Errorf("%w: test file: %w", ErrInput, err)
+		}
+	}
 	// The number of fields (and so of tables) is the first row's; the rows
 	// are read once Start has said which part is this worker's.
 	fields, err := countFields(cfg.TrainFiles[0])

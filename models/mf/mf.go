@@ -197,6 +197,11 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if cfg.TestFile != "" {
+		if _, err := os.Stat(cfg.TestFile); err != nil { // found now, not after training
+			return Result{}, fmt.Errorf("%w: test ratings: %w", ErrInput, err)
+		}
+	}
 	var mean float64
 	for _, r := range train {
 		mean += float64(r.Value)
