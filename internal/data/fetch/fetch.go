@@ -251,7 +251,11 @@ func (f *Fetcher) fetchFile(ctx context.Context, file File, path string, mirrors
 	offline := true
 	for _, m := range mirrors {
 		url := strings.TrimSuffix(m, "/") + "/" + file.Name
-		f.logf("fetch: downloading %s (%d bytes) from %s", file.Name, file.Size, url)
+		if file.SHA256 == "" { // an archive
+			f.logf("fetch: downloading %s from %s", file.Name, url)
+		} else {
+			f.logf("fetch: downloading %s (%d bytes) from %s", file.Name, file.Size, url)
+		}
 		err := f.download(ctx, file, path, url)
 		if err == nil {
 			return nil
