@@ -42,7 +42,7 @@ func Data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 var dataUsage = `Usage: paramserv data <command>
 
 Commands:
-  fetch mnist|fashion-mnist [--dir DIR]   download from the public mirrors and verify SHA-256 checksums
+  fetch mnist|fashion-mnist|ml-100k [--dir DIR]   download from the public mirrors and verify SHA-256 checksums
   synth-ctr --rows=N --fields=F --out=DIR  write a reproducible CTR-like data set with a planted model
 `
 

@@ -49,6 +49,7 @@ type trainFlags struct {
 	keep                                     int
 	ignored                                  map[string]*string
 	tls                                      *tlsFlags
+	models                                   *modelFlags // the public-API models' own (flags_models.go)
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -60,7 +61,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
 	f.tls = defineTLSFlags(fs)
-	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
+	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(modelNames(), ", "))
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
 	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
@@ -107,6 +108,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	for _, name := range ignoredTFFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
 	}
+	f.models = defineModelFlags(fs)
 	return f
 }
 
@@ -132,8 +134,11 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		}
 	}
 	info, ok := trainer.Models[f.model]
+	if pm, public := publicModels[f.model]; public {
+		info, ok = pm.defaults, true
+	}
 	if !ok {
-		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(trainer.ModelNames(), ", "))
+		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(modelNames(), ", "))
 	}
 	cfg := trainer.Config{
 		Cluster: cl,
@@ -335,7 +340,9 @@ Flags:
 		logf("failed: %v", err)
 		return 1
 	}
-	if cfg.Cluster.Task.Job == cluster.JobPS {
+	if pm, public := publicModels[f.model]; public && cfg.Cluster.Task.Job == cluster.JobWorker {
+		err = pm.run(ctx, cfg, f)
+	} else if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
 	} else {
 		err = trainer.RunWorker(ctx, cfg)

@@ -427,6 +427,11 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 				best = s
 			}
 		}
+		if best < 0 {
+			// Every slot is named by this request already (a request
+			// of more than CacheSlots key sets): send the keys inline.
+			return wire.KeysInline, wire.NoSlot
+		}
 		named |= 1 << best
 		d.slot[best], d.used[best] = e.uid, d.clock
 		return wire.KeysInline, best

@@ -1,5 +1,6 @@
-// Package fetch downloads the public datasets the examples train on (MNIST
-// and Fashion-MNIST) and checks them against their published SHA-256 sums.
+// Package fetch downloads the public datasets the examples train on (MNIST,
+// Fashion-MNIST and MovieLens 100K) and checks them against their
+// SHA-256 sums.
 //
 // Fetch(ctx, "mnist", dir, nil) leaves the four files of MNIST in
 // dir/mnist/, the layout of the shared data directory, which a model's
@@ -16,6 +17,7 @@
 package fetch
 
 import (
+	"archive/zip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -49,10 +51,50 @@ type File struct {
 type dataset struct {
 	mirrors []string
 	files   []File
+	// archive, if set, is a zip file published at the mirrors holding
+	// the files under the folder dir: Fetch downloads it and extracts the
+	// files, checking each one's sum. The archive itself has no sum here
+	// (see its dataset), so only its size is bounded.
+	archive, dir string
 }
+
+// maxArchive bounds the download of an archive without a known sum.
+const maxArchive = 256 << 20
 
 // The sums are those of the canonical files (see the shared data README).
 var datasets = map[string]dataset{
+	// MovieLens 100K (GroupLens; research use, no redistribution: fetched
+	// by each user, never shipped). The files' sums are those of the shared
+	// data directory's copies, which agree across independent copies; the
+	// sum of GroupLens' ml-100k.zip could not be checked offline, so the
+	// zip is trusted only as far as the files it holds match these.
+	"ml-100k": {
+		mirrors: []string{"https://files.grouplens.org/datasets/movielens/"},
+		archive: "ml-100k.zip", dir: "ml-100k",
+		files: []File{
+			{"README", 6750, "4883b8cf340ed0059971b33f56ad3adc88a40792108ebca3d24aafc4c82e8b52"},
+			{"u.data", 1979173, "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490"},
+			{"u.genre", 202, "9757e0d3e6b298159a80dd48eaf938114690e911e39af97a76949ef1663610bb"},
+			{"u.info", 36, "5b0a40b2e47a729ee6203063f6dcf8790c2e63f5a18663e6ee318a72c5f3c27b"},
+			{"u.item", 236344, "553841ebc7de3a0fd0d6b62a204ea30c1e651aacfb2814c7a6584ac52f2c5701"},
+			{"u.occupation", 193, "cd5fbec9afe345d993a62fc7817df1a4a9079c4feb267b3118763b8fd942137d"},
+			{"u.user", 22628, "f120e114da2e8cf314fd28f99417c94ae9ddf1cb6db8ce0e4b5995d40e90e62c"},
+			{"u1.base", 1586544, "ce253ec86c448b44fb3ba9a30d12dcfc2e9210cbde71efada3730c22e9ac212a"},
+			{"u1.test", 392629, "18c6014a4b2c7324f250a63f8904a7b16b2b19f911129e346141507b0cbac950"},
+			{"u2.base", 1583948, "6c06f0b5df4b256da1a994f3ac66edc8da4d3f09bc9282df6b14d893366d703e"},
+			{"u2.test", 395225, "4de658d1e04ed9104629509a2e2528fce833ac8e048280183f1df167632038c3"},
+			{"u3.base", 1582546, "afdc155c291c6edc41c0407e39d7462eb98d341e064f0b0a12175b80b3c4af5d"},
+			{"u3.test", 396627, "0f548b51c78327de4c156461d3e430b7e5579fe2b5681586a59416e48fd35f6d"},
+			{"u4.base", 1581878, "219f0f4d40dfe9c5141d425f53fa91ee23ed275f14e280bbf1b50117afb064ca"},
+			{"u4.test", 397295, "7c02ad0a1e7ab1083c8b9d4b627203a051dd7b5eab46d99fa44de33470de8db9"},
+			{"u5.base", 1581776, "a9574e59ce961eec2121627760b6e9b0974ce1637b3fe69ac32cb14a4bfab485"},
+			{"u5.test", 397397, "351cc52e0d15b6c721466276fc24671d40936899e3d01fadeaf312915b8c5634"},
+			{"ua.base", 1792501, "67b5bcdb380c29f85d56a012ecd88612ae020f30a6730d117a334ee8203b91f2"},
+			{"ua.test", 186672, "d0497e202417720f57a184ec8c66be2d1afa4ff41bb53787c57b28d6bf79bc42"},
+			{"ub.base", 1792476, "237254d253b6ad7de84f919d041055428646254f34ed8f562703c899430cd881"},
+			{"ub.test", 186697, "d54a72d05730d5892062734b2bec73e976f9b713d18c828a18b968d6cce442da"},
+		},
+	},
 	"mnist": {
 		mirrors: []string{
 			"https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -173,6 +215,9 @@ func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []stri
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
+	if ds.archive != "" {
+		return f.fetchArchive(ctx, dataset, ds, dst, mirrors)
+	}
 	for _, file := range ds.files {
 		path := filepath.Join(dst, file.Name)
 		if got, n, err := sumFile(path); err == nil && got == file.SHA256 {
@@ -206,7 +251,11 @@ func (f *Fetcher) fetchFile(ctx context.Context, file File, path string, mirrors
 	offline := true
 	for _, m := range mirrors {
 		url := strings.TrimSuffix(m, "/") + "/" + file.Name
-		f.logf("fetch: downloading %s (%d bytes) from %s", file.Name, file.Size, url)
+		if file.SHA256 == "" { // an archive
+			f.logf("fetch: downloading %s from %s", file.Name, url)
+		} else {
+			f.logf("fetch: downloading %s (%d bytes) from %s", file.Name, file.Size, url)
+		}
 		err := f.download(ctx, file, path, url)
 		if err == nil {
 			return nil
@@ -273,12 +322,20 @@ func (f *Fetcher) download(ctx context.Context, file File, path, url string) (er
 		}
 	}()
 	h := sha256.New()
-	body := &progressReader{r: io.LimitReader(resp.Body, file.Size+1), watchdog: watchdog, stall: stall}
+	limit := file.Size
+	if file.SHA256 == "" { // an archive whose members are checked
+		limit = maxArchive
+	}
+	body := &progressReader{r: io.LimitReader(resp.Body, limit+1), watchdog: watchdog, stall: stall}
 	n, err := io.Copy(io.MultiWriter(tmp, h), body)
 	if err != nil {
-		return fmt.Errorf("GET %s: after %d of %d bytes: %w", url, n, file.Size, stalled(ctx, err))
+		return fmt.Errorf("GET %s: after %d bytes: %w", url, n, stalled(ctx, err))
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); n != file.Size || got != file.SHA256 {
+	if file.SHA256 == "" {
+		if n > limit {
+			return fmt.Errorf("GET %s: more than %d bytes, want an archive of the data set; download discarded", url, limit)
+		}
+	} else if got := hex.EncodeToString(h.Sum(nil)); n != file.Size || got != file.SHA256 {
 		size := fmt.Sprintf("%d bytes", n)
 		if n > file.Size {
 			size = fmt.Sprintf("more than %d bytes", file.Size)
@@ -335,4 +392,83 @@ func sumFile(path string) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// fetchArchive fetches a dataset published as a zip archive: when a file
+// of dst is missing or damaged, it downloads the archive beside them,
+// extracts every file (each written to a temporary file, checked, then
+// renamed into place) and removes the archive.
+func (f *Fetcher) fetchArchive(ctx context.Context, name string, ds dataset, dst string, mirrors []string) error {
+	var missing []File
+	for _, file := range ds.files {
+		path := filepath.Join(dst, file.Name)
+		if got, _, err := sumFile(path); err == nil && got == file.SHA256 {
+			f.logf("fetch: %s: present, checksum valid", path)
+			continue
+		}
+		missing = append(missing, file)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	zipPath := filepath.Join(dst, ds.archive)
+	if err := f.fetchFile(ctx, File{Name: ds.archive}, zipPath, mirrors); err != nil {
+		if errors.Is(err, ErrOffline) {
+			return fmt.Errorf("%w\nTo train without a network, download %s%s on a machine that has one, unzip it, and copy the files of its %s/ folder into %s (or point --data_dir at a folder holding %s/); then run this command again to check them",
+				err, ds.mirrors[0], ds.archive, ds.dir, dst, name)
+		}
+		return err
+	}
+	defer os.Remove(zipPath)
+	zr, err := zip.OpenReader(zipPath)
+	if err != nil {
+		return fmt.Errorf("fetch: %s: not a zip archive: %w", zipPath, err)
+	}
+	defer zr.Close()
+	entries := map[string]*zip.File{}
+	for _, e := range zr.File {
+		entries[e.Name] = e
+	}
+	for _, file := range missing {
+		e, ok := entries[ds.dir+"/"+file.Name]
+		if !ok {
+			return fmt.Errorf("%w: %s holds no %s/%s", ErrChecksum, zipPath, ds.dir, file.Name)
+		}
+		if err := extract(e, file, filepath.Join(dst, file.Name)); err != nil {
+			return err
+		}
+		f.logf("fetch: %s: extracted, checksum valid", filepath.Join(dst, file.Name))
+	}
+	return nil
+}
+
+// extract writes archive member e to path if its size and sum are file's.
+func extract(e *zip.File, file File, path string) (err error) {
+	r, err := e.Open()
+	if err != nil {
+		return fmt.Errorf("fetch: %s: %w", e.Name, err)
+	}
+	defer r.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+file.Name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, file.Size+1))
+	if err != nil {
+		return fmt.Errorf("fetch: %s: %w", e.Name, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != file.Size || got != file.SHA256 {
+		return fmt.Errorf("%w: %s in the archive: want sha256 %s (%d bytes), got %s (%d bytes)", ErrChecksum, e.Name, file.SHA256, file.Size, got, n)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

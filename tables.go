@@ -1,0 +1,21 @@
+package paramserv
+
+import (
+	"context"
+
+	"github.com/paramserv/paramserv/internal/session"
+)
+
+// PullTables reads the rows of several tables at once, in one round trip
+// per ps: for each r, the rows of r.Keys (distinct) of r.Table into
+// r.Values (len(r.Keys)×Dim values, row i for r.Keys[i]). A model with a
+// table per feature field reads its batch's rows with one call where
+// PullRows would take one per table. Keys not seen before read as the
+// table's initial value.
+func (w *Worker) PullTables(ctx context.Context, rows []Rows) error {
+	rs := make([]session.Rows, len(rows))
+	for i, r := range rows {
+		rs[i] = session.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values}
+	}
+	return w.s.PullTables(ctx, rs)
+}
