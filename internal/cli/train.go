@@ -58,7 +58,7 @@ var ignoredTFFlags = []string{"num_gpus", "download_only", "existing_servers", "
 func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
-	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
+	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(modelNames(), ", "))
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
 	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
@@ -130,8 +130,11 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		}
 	}
 	info, ok := trainer.Models[f.model]
+	if _, public := publicModels[f.model]; public {
+		info, ok = publicInfo, true
+	}
 	if !ok {
-		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(trainer.ModelNames(), ", "))
+		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(modelNames(), ", "))
 	}
 	cfg := trainer.Config{
 		Cluster: cl,
@@ -332,6 +335,8 @@ Flags:
 	}
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
+	} else if run, ok := publicModels[cfg.Model]; ok {
+		err = run(ctx, cfg)
 	} else {
 		err = trainer.RunWorker(ctx, cfg)
 	}

@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/models/lda"
+)
+
+// publicModels are the models written on the public API (the packages
+// under models/, which import the root package and so cannot be in
+// trainer.Models), run by --model name: each runs one worker of the job
+// from the training flags; the ps are the usual trainer.RunPS, which learn
+// the model from the chief.
+var publicModels = map[string]func(context.Context, trainer.Config) error{
+	"lda": runLDA,
+}
+
+// publicInfo are the flag defaults of a public model: it has its own, and
+// picks its own update rule.
+var publicInfo = trainer.ModelInfo{Optimizer: "sgd", LearningRate: 1, StepsToValidate: 100}
+
+// modelNames lists the built-in and the public models.
+func modelNames() []string {
+	names := trainer.ModelNames()
+	for n := range publicModels {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// tfConfigOf is the worker's cluster as the public API takes it.
+func tfConfigOf(c trainer.Config) string {
+	return local.TFConfig(c.Cluster.Spec.PS, c.Cluster.Spec.Workers, c.Cluster.Task.Job, c.Cluster.Task.Index)
+}
+
+// dataFile finds a --train_data or --test_data file: as given, or under
+// --data_dir.
+func dataFile(flag, name, dataDir string) (string, error) {
+	if name == "" {
+		return "", &trainer.ConfigError{Err: fmt.Errorf("--%s: want the data file", flag)}
+	}
+	cands := []string{name}
+	if dataDir != "" && !filepath.IsAbs(name) {
+		cands = append(cands, filepath.Join(dataDir, name))
+	}
+	for _, c := range cands {
+		if fi, err := os.Stat(c); err == nil && !fi.IsDir() {
+			return c, nil
+		}
+	}
+	return "", &trainer.ConfigError{Err: fmt.Errorf("--%s=%s: no such file (looked at %v)", flag, name, cands)}
+}
+
+// runLDA: --train_data is the LDA-C corpus (its vocab.txt beside it),
+// --train_steps the Gibbs sweeps, --seed the samplers' seed.
+func runLDA(ctx context.Context, c trainer.Config) error {
+	if c.Sync {
+		return &trainer.ConfigError{Err: fmt.Errorf("--model=lda trains asynchronously (each count delta is added; a synchronous step would average them): drop --sync_replicas")}
+	}
+	corpus, err := dataFile("train_data", c.Data.TrainData, c.Data.DataDir)
+	if err != nil {
+		return err
+	}
+	_, err = lda.Run(ctx, lda.Config{TFConfig: tfConfigOf(c), Corpus: corpus, Sweeps: int(c.TrainSteps),
+		Seed: c.Data.Seed, ResultFile: c.ResultFile, Logf: c.Logf})
+	return err
+}
