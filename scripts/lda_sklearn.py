@@ -73,12 +73,14 @@ def main():
     ap.add_argument("--topics", type=int, default=20)
     ap.add_argument("--alpha", type=float, default=0.1, help="doc_topic_prior, and the estimator's alpha")
     ap.add_argument("--beta", type=float, default=0.01, help="topic_word_prior")
+    ap.add_argument("--eval_alpha", type=float, default=0, help="the estimator's alpha (default: --alpha)")
     ap.add_argument("--max_iter", type=int, default=100)
     ap.add_argument("--held_out", type=int, default=10)
     ap.add_argument("--max_docs", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--phi", help="instead of training: score these topics (K lines of V probabilities)")
     args = ap.parse_args()
+    eval_alpha = args.eval_alpha or args.alpha
 
     docs = read_corpus(args.corpus, args.max_docs)
     V = args.vocab_size
@@ -88,10 +90,10 @@ def main():
             V = len(f.read().split())
     train = [d for i, d in enumerate(docs) if i % args.held_out != args.held_out - 1]
     test = [d for i, d in enumerate(docs) if i % args.held_out == args.held_out - 1]
-    out = {"topics": args.topics, "alpha": args.alpha, "beta": args.beta, "train_docs": len(train), "test_docs": len(test)}
+    out = {"topics": args.topics, "alpha": args.alpha, "eval_alpha": eval_alpha, "beta": args.beta, "train_docs": len(train), "test_docs": len(test)}
     if args.phi:
         phi = np.loadtxt(args.phi)
-        out["perplexity"], out["scored_tokens"] = completion_perplexity(phi / phi.sum(axis=1, keepdims=True), test, args.alpha)
+        out["perplexity"], out["scored_tokens"] = completion_perplexity(phi / phi.sum(axis=1, keepdims=True), test, eval_alpha)
         print(json.dumps(out))
         return
     t0 = time.time()
@@ -100,7 +102,7 @@ def main():
     lda.fit(counts_matrix(train, V))
     out["fit_s"] = round(time.time() - t0, 1)
     phi = lda.components_ / lda.components_.sum(axis=1, keepdims=True)
-    out["perplexity"], out["scored_tokens"] = completion_perplexity(phi, test, args.alpha)
+    out["perplexity"], out["scored_tokens"] = completion_perplexity(phi, test, eval_alpha)
     out["sklearn_perplexity"] = float(lda.perplexity(counts_matrix(test, V)))
     out["max_iter"], out["n_iter"] = args.max_iter, int(lda.n_iter_)
     print(json.dumps(out))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/models/lbfgs"
 	"github.com/paramserv/paramserv/models/lda"
 )
 
@@ -18,7 +19,8 @@ import (
 // from the training flags; the ps are the usual trainer.RunPS, which learn
 // the model from the chief.
 var publicModels = map[string]func(context.Context, trainer.Config) error{
-	"lda": runLDA,
+	"lda":          runLDA,
+	"logreg_lbfgs": runLBFGS,
 }
 
 // publicInfo are the flag defaults of a public model: it has its own, and
@@ -70,5 +72,27 @@ func runLDA(ctx context.Context, c trainer.Config) error {
 	}
 	_, err = lda.Run(ctx, lda.Config{TFConfig: tfConfigOf(c), Corpus: corpus, Sweeps: int(c.TrainSteps),
 		Seed: c.Data.Seed, ResultFile: c.ResultFile, Logf: c.Logf})
+	return err
+}
+
+// runLBFGS: --train_data and --test_data are LIBSVM files, --num_features
+// d, --train_steps the most L-BFGS iterations; it trains synchronously
+// whatever --sync_replicas says (each evaluation needs every worker's sums).
+func runLBFGS(ctx context.Context, c trainer.Config) error {
+	if c.Data.InputFormat != "libsvm" {
+		return &trainer.ConfigError{Err: fmt.Errorf("--model=logreg_lbfgs reads LIBSVM files: want --input_format=libsvm, not %q", c.Data.InputFormat)}
+	}
+	train, err := dataFile("train_data", c.Data.TrainData, c.Data.DataDir)
+	if err != nil {
+		return err
+	}
+	var test string
+	if c.Data.TestData != "" {
+		if test, err = dataFile("test_data", c.Data.TestData, c.Data.DataDir); err != nil {
+			return err
+		}
+	}
+	_, err = lbfgs.Run(ctx, lbfgs.Config{TFConfig: tfConfigOf(c), Train: train, Test: test, NumFeatures: int(c.Data.NumFeatures),
+		MaxIterations: int(c.TrainSteps), ResultFile: c.ResultFile, Logf: c.Logf})
 	return err
 }

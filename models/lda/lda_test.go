@@ -121,19 +121,19 @@ func unigramPerplexity(c *Corpus, beta float64) float64 {
 	return p
 }
 
-// TestCountsExactAndTopicsLearnt trains a small LDA on the first 300 AP
+// TestCountsExactAndTopicsLearnt trains a small LDA on the first 150 AP
 // documents with 2 ps and 2 workers: the ps's counts must sum to the
 // training tokens exactly, and the held-out perplexity must beat the
 // unigram model's by a margin.
 func TestCountsExactAndTopicsLearnt(t *testing.T) {
 	dir := testutil.DataDir(t, "ap/ap.dat")
 	corpus := filepath.Join(dir, "ap", "ap.dat")
-	cfg := Config{Corpus: corpus, Topics: 10, Sweeps: 30, MaxDocs: 300, Seed: 1, Logf: t.Logf}
+	cfg := Config{Corpus: corpus, Topics: 8, Sweeps: 20, MaxDocs: 150, Seed: 1, LogEvery: 1000, Logf: t.Logf}
 	res := runJob(t, cfg, 2, 2)
 	if res.CountSum != res.TrainTokens || res.TopicSum != res.TrainTokens {
 		t.Fatalf("counts on the ps: %d word-topic, %d topic totals; want both %d (training tokens)", res.CountSum, res.TopicSum, res.TrainTokens)
 	}
-	c, err := ReadCorpus(corpus, filepath.Join(dir, "ap", "vocab.txt"), 300)
+	c, err := ReadCorpus(corpus, filepath.Join(dir, "ap", "vocab.txt"), 150)
 	if err != nil {
 		t.Fatal(err)
 	}
