@@ -142,8 +142,12 @@ func ReadLIBSVM(path string, numFeatures, every, part int) (*Data, error) {
 				return nil, bad(tok, "not index:value")
 			case err2 != nil || math.IsNaN(v) || math.IsInf(v, 0):
 				return nil, bad(tok, "value is not a finite number")
-			case idx < 1 || (numFeatures > 0 && idx > numFeatures):
-				return nil, bad(tok, fmt.Sprintf("index out of 1..%d", max(numFeatures, 1<<31-1)))
+			case idx < 1 || idx > math.MaxInt32 || (numFeatures > 0 && idx > numFeatures):
+				top := numFeatures
+				if top <= 0 {
+					top = math.MaxInt32
+				}
+				return nil, bad(tok, fmt.Sprintf("index out of 1..%d", top))
 			}
 			d.Idx = append(d.Idx, int32(idx-1))
 			d.Val = append(d.Val, v)

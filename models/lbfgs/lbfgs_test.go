@@ -210,3 +210,46 @@ func reachesLiblinear(t *testing.T, train string, stored, minAccuracy float64) {
 		t.Errorf("objective %.12g, a fresh liblinear's %.12g: %.3g above it relative, want ≤ 1e-6", res.Objective, fresh, rel)
 	}
 }
+
+// TestLineSearchBacktracks drives the chief by hand in one dimension: a
+// trial that raises f is refused and halved, one that lowers it enough is
+// accepted and counted.
+func TestLineSearchBacktracks(t *testing.T) {
+	c := newChief(Config{C: 1, M: 5, MaxIterations: 100, GradTol: 1e-9, RelTol: 1e-15, Logf: t.Logf}, 1)
+	// At 0: data gradient −5, loss 10; ∇f = −5, so the first trial is 1 (unit length).
+	next, ctl := c.step([]float64{0}, []float32{-5, 10})
+	if next[0] != 1 || ctl[0] != 1 || ctl[1] != 0 {
+		t.Fatalf("first step: next %v, ctl %v; want [1], [1 0]", next, ctl)
+	}
+	// At 1 the loss rose by 100: refused, the step halved, nothing accepted.
+	next, ctl = c.step([]float64{1}, []float32{-4, 100})
+	if next[0] != 0.5 || ctl[0] != 1 || c.iter != 0 {
+		t.Fatalf("after a rise: next %v, ctl %v, iterations %d; want [0.5], 1 accepted, 0 iterations", next, ctl, c.iter)
+	}
+	// At 0.5 it fell by 3: accepted.
+	_, ctl = c.step([]float64{0.5}, []float32{-1, -3})
+	if ctl[0] != 2 || c.iter != 1 || c.fk != 0.125+7 {
+		t.Fatalf("after a fall: ctl %v, iterations %d, f %v; want 2 accepted, 1 iteration, f 7.125", ctl, c.iter, c.fk)
+	}
+}
+
+func TestReadLIBSVMErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ text, want string }{
+		{"2 1:1\n", "label is not ±1 or 0/1"},
+		{"x 1:1\n", "label is not a number"},
+		{"1 1-1\n", `token "1-1": not index:value`},
+		{"1 0:1\n", "index out of 1..123"},
+		{"1 124:1\n", "index out of 1..123"},
+		{"1 3:nan\n", "not a finite number"},
+	} {
+		path := filepath.Join(dir, "d.svm")
+		if err := os.WriteFile(path, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadLIBSVM(path, 123, 1, 0)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "d.svm:1") {
+			t.Errorf("%q: error %v, want one naming d.svm:1 and %q", c.text, err, c.want)
+		}
+	}
+}

@@ -301,7 +301,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if !w.IsChief() {
 		return nil, w.Done(ctx)
 	}
-	for int(params[finished][0]) < w.NumWorkers() {
+	for {
+		f := params[finished][0]
+		if f != float32(math.Trunc(float64(f))) {
+			return nil, fmt.Errorf("lda: the ps count %v finished workers, want a whole number: the counts are not exact", f)
+		}
+		if int(f) >= w.NumWorkers() {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
