@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.decomposition import LatentDirichletAllocation
 
 
 def read_corpus(path, max_docs=0):
@@ -96,6 +95,8 @@ def main():
         out["perplexity"], out["scored_tokens"] = completion_perplexity(phi / phi.sum(axis=1, keepdims=True), test, eval_alpha)
         print(json.dumps(out))
         return
+    from sklearn.decomposition import LatentDirichletAllocation
+
     t0 = time.time()
     lda = LatentDirichletAllocation(n_components=args.topics, doc_topic_prior=args.alpha, topic_word_prior=args.beta,
                                     learning_method="batch", max_iter=args.max_iter, random_state=args.seed)

@@ -2,11 +2,15 @@ package lda
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -188,3 +192,53 @@ func writeFile(t *testing.T, path, text string) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestPerplexityAgreesWithTheScript scores the same topics on the first
+// 100 AP documents here and with scripts/lda_sklearn.py --phi, which
+// scores scikit-learn's topics: the two estimators must agree, so that the
+// reference is measured as this model is.
+func TestPerplexityAgreesWithTheScript(t *testing.T) {
+	dir := testutil.DataDir(t, "ap/ap.dat")
+	if err := exec.Command("/usr/bin/python3", "-c", "import numpy, scipy").Run(); err != nil {
+		t.Skipf("no /usr/bin/python3 with numpy and scipy: %v", err)
+	}
+	corpus := filepath.Join(dir, "ap", "ap.dat")
+	c, err := ReadCorpus(corpus, filepath.Join(dir, "ap", "vocab.txt"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, test := c.Split(10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const K = 5
+	phi := make([][]float64, K)
+	var text strings.Builder
+	for k := range phi {
+		phi[k] = make([]float64, c.V)
+		var sum float64
+		for v := range phi[k] {
+			phi[k][v] = rng.ExpFloat64()
+			sum += phi[k][v]
+		}
+		for v := range phi[k] {
+			phi[k][v] /= sum
+			fmt.Fprintf(&text, "%.17g ", phi[k][v])
+		}
+		text.WriteString("\n")
+	}
+	phiFile := filepath.Join(t.TempDir(), "phi.txt")
+	writeFile(t, phiFile, text.String())
+	want, _ := Perplexity(phi, test, 0.1)
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "lda_sklearn.py")
+	out, err := exec.Command("/usr/bin/python3", script, "--corpus="+corpus, "--max_docs=100", "--alpha=0.1", "--phi="+phiFile).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	var got struct{ Perplexity float64 }
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s printed %q: %v", script, out, err)
+	}
+	if math.Abs(got.Perplexity-want)/want > 1e-9 {
+		t.Fatalf("perplexity of the same topics: the script %.12g, here %.12g", got.Perplexity, want)
+	}
+}
