@@ -465,7 +465,7 @@ func (c *chief) step(x []float64, sum []float32) (next []float64, ctl []float64)
 		c.iter++
 		c.accepted++
 		c.history = append(c.history, c.fk)
-		if c.iter%10 == 0 || c.iter < 5 || os.Getenv("LBFGS_TRACE") != "" {
+		if c.iter%10 == 0 || c.iter < 5 {
 			c.cfg.Logf("lbfgs: iteration %d: objective %.12g, ‖∇f‖ %.3g, step %.3g (%d evaluations)", c.iter, c.fk, math.Sqrt(dot(g, g)), c.t, c.eval)
 		}
 		return c.newDirection()

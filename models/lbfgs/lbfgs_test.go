@@ -253,3 +253,18 @@ func TestReadLIBSVMErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintLiblinearObjective prints the objective of a liblinear model
+// file (LIBLINEAR_MODEL) on LIBLINEAR_DATA: how the stored values were
+// taken.
+func TestPrintLiblinearObjective(t *testing.T) {
+	model, data := os.Getenv("LIBLINEAR_MODEL"), os.Getenv("LIBLINEAR_DATA")
+	if model == "" || data == "" {
+		t.Skip("set LIBLINEAR_MODEL and LIBLINEAR_DATA")
+	}
+	d, err := ReadLIBSVM(data, 123, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("objective %.12g", Objective(d, readLiblinearModel(t, model), 1))
+}
