@@ -242,3 +242,26 @@ func TestPerplexityAgreesWithTheScript(t *testing.T) {
 		t.Fatalf("perplexity of the same topics: the script %.12g, here %.12g", got.Perplexity, want)
 	}
 }
+
+// sklearnAP is scikit-learn's held-out perplexity on AP at 20 topics, the
+// best of the runs of scripts/lda_sklearn.py measured (Debian's
+// python3-sklearn 1.2, batch variational Bayes, 100 iterations, its
+// default priors 1/K; the estimator's alpha 0.1).
+const sklearnAP = 3156.6
+
+// TestFullAPWithinTenPercentOfSklearn trains the defaults (20 topics, 300
+// sweeps) on the whole AP corpus with 2 ps and 2 workers: the perplexity
+// must be at most 1.10 × scikit-learn's.
+func TestFullAPWithinTenPercentOfSklearn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300 sweeps over 393k tokens: one to five minutes on a busy 2-core machine")
+	}
+	dir := testutil.DataDir(t, "ap/ap.dat")
+	res := runJob(t, Config{Corpus: filepath.Join(dir, "ap", "ap.dat"), Seed: 1, Logf: t.Logf}, 2, 2)
+	if res.CountSum != res.TrainTokens || res.TopicSum != res.TrainTokens {
+		t.Fatalf("counts on the ps: %d word-topic, %d topic totals; want both %d (training tokens)", res.CountSum, res.TopicSum, res.TrainTokens)
+	}
+	if res.Perplexity > 1.10*sklearnAP {
+		t.Fatalf("held-out perplexity %.1f, want ≤ 1.10 × scikit-learn's %.1f", res.Perplexity, sklearnAP)
+	}
+}
