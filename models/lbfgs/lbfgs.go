@@ -284,6 +284,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if _, err := w.Pull(ctx, params); err != nil {
 		return nil, err
 	}
+	// The L-BFGS memory and every worker's last loss live in memory only:
+	// a worker that restarts cannot rejoin. A step above 0 means every
+	// worker had started already (a synchronous step waits for all).
+	if w.Step() > 0 {
+		return nil, fmt.Errorf("lbfgs: worker %d started at global step %d: a worker cannot rejoin full-batch L-BFGS (the chief's memory and each worker's last loss are lost with it); start the job again", w.Index(), w.Step())
+	}
 	var ch *chief
 	if w.IsChief() {
 		ch = newChief(cfg, d)

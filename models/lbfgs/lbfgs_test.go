@@ -268,3 +268,50 @@ func TestPrintLiblinearObjective(t *testing.T) {
 	}
 	t.Logf("objective %.12g", Objective(d, readLiblinearModel(t, model), 1))
 }
+
+// TestRestartedWorkerRefused: a worker that starts once training has
+// begun refuses to go on: its last loss and the chief's memory are lost.
+func TestRestartedWorkerRefused(t *testing.T) {
+	dir := testutil.DataDir(t, "a9a/a9a")
+	tf, _ := cluster(t, 1, 2)
+	cfg := Config{Train: subset(t, filepath.Join(dir, "a9a", "a9a"), 8), NumFeatures: 123, GradTol: 1e-300, RelTol: 1e-300, MaxIterations: 1 << 30}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fails the test rather than hang it
+	defer cancel()
+	chief := make(chan error, 1)
+	iterating := make(chan struct{})
+	var once sync.Once
+	go func() {
+		c := cfg
+		c.TFConfig = tf(0)
+		c.Logf = func(format string, args ...any) {
+			if strings.HasPrefix(format, "lbfgs: iteration") {
+				once.Do(func() { close(iterating) })
+			}
+		}
+		_, err := Run(ctx, c)
+		chief <- err
+	}()
+	first, stop := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() {
+		c := cfg
+		c.TFConfig = tf(1)
+		_, err := Run(first, c)
+		firstDone <- err
+	}()
+	select {
+	case <-iterating:
+	case <-ctx.Done():
+		t.Fatal("the chief never iterated")
+	}
+	stop() // worker 1 dies
+	<-firstDone
+	c := cfg
+	c.TFConfig = tf(1)
+	_, err := Run(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "cannot rejoin") {
+		t.Fatalf("worker 1 started again: error %v, want one saying it cannot rejoin", err)
+	}
+	cancel()
+	<-chief
+}

@@ -199,6 +199,7 @@ const (
 	wordTopic  = "word_topic"
 	topicCount = "topic_count"
 	finished   = "finished"
+	started    = "started" // per worker: how many times it started
 )
 
 // Result is what the chief measures at the end.
@@ -238,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	K := cfg.Topics
 	w, err := paramserv.Start(ctx, paramserv.Config{
 		TFConfig:  cfg.TFConfig,
-		Tables:    []paramserv.Table{{Name: wordTopic, Dim: K}},
+		Tables:    []paramserv.Table{{Name: wordTopic, Dim: K}, {Name: started, Dim: 1}},
 		Variables: []paramserv.Variable{{Name: topicCount, Shape: []int{K}}, {Name: finished, Shape: []int{1}}},
 		// p -= 1*g: a push of -delta adds delta, exactly (see the package doc).
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
@@ -261,6 +262,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	params, grads := w.NewParams(), w.NewParams()
 	if _, err := w.Pull(ctx, params); err != nil {
 		return nil, err
+	}
+	// A worker's assignments live only in its memory: one that starts a
+	// second time would add its documents' counts twice.
+	me := []uint64{uint64(w.Index())}
+	if _, err := w.PushPullRows(ctx, grads, params, []paramserv.Rows{{Table: started, Keys: me, Values: []float32{-1}}}); err != nil {
+		return nil, err
+	}
+	times := []float32{0}
+	if err := w.PullRows(ctx, started, me, times); err != nil {
+		return nil, err
+	}
+	if times[0] != 1 {
+		return nil, fmt.Errorf("lda: worker %d has started %v times: a worker cannot rejoin (its topic assignments were lost with it and its counts are on the ps); start the job again", w.Index(), times[0])
 	}
 	cfg.Logf("lda: worker %d of %d: %d of %d training documents (%d held out), %d words, %d topics, %d sweeps",
 		w.Index(), w.NumWorkers(), len(mine), len(train), len(test), corpus.V, K, cfg.Sweeps)

@@ -265,3 +265,51 @@ func TestFullAPWithinTenPercentOfSklearn(t *testing.T) {
 		t.Fatalf("held-out perplexity %.1f, want ≤ 1.10 × scikit-learn's %.1f", res.Perplexity, sklearnAP)
 	}
 }
+
+// TestRestartedWorkerRefused: a worker started a second time (its
+// assignments lost, its counts on the ps) must refuse to go on rather than
+// add its documents' counts twice.
+func TestRestartedWorkerRefused(t *testing.T) {
+	dir := testutil.DataDir(t, "ap/ap.dat")
+	tf, _ := cluster(t, 1, 2)
+	cfg := Config{Corpus: filepath.Join(dir, "ap", "ap.dat"), Topics: 4, Sweeps: 1 << 30, MaxDocs: 40, LogEvery: 1 << 30}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // fails the test rather than hang it
+	defer cancel()
+	chief := make(chan error, 1)
+	go func() {
+		c := cfg
+		c.TFConfig = tf(0)
+		_, err := Run(ctx, c)
+		chief <- err
+	}()
+	first, stop := context.WithCancel(ctx)
+	sampling := make(chan struct{})
+	var once sync.Once
+	firstDone := make(chan error, 1)
+	go func() {
+		c := cfg
+		c.TFConfig = tf(1)
+		c.Logf = func(format string, args ...any) {
+			if strings.HasPrefix(format, "lda: worker %d of %d") {
+				once.Do(func() { close(sampling) })
+			}
+		}
+		_, err := Run(first, c)
+		firstDone <- err
+	}()
+	select {
+	case <-sampling:
+	case <-ctx.Done():
+		t.Fatal("worker 1 never started sampling")
+	}
+	stop() // worker 1 dies
+	<-firstDone
+	c := cfg
+	c.TFConfig = tf(1)
+	_, err := Run(ctx, c)
+	if err == nil || !strings.Contains(err.Error(), "worker 1 has started 2 times") {
+		t.Fatalf("worker 1 started again: error %v, want one saying it has started 2 times", err)
+	}
+	cancel()
+	<-chief
+}
