@@ -81,6 +81,7 @@ func TestPublicModelsBadInputExitTwo(t *testing.T) {
 		{[]string{"--model=lda", "--train_data=ap/ap.dat", "--sync_replicas"}, "drop --sync_replicas"},
 		{[]string{"--model=lda", "--train_data=ap/none.dat"}, "--train_data=ap/none.dat: no such file"},
 		{[]string{"--model=logreg_lbfgs", "--train_data=a9a/a9a", "--input_format=criteo"}, "want --input_format=libsvm"},
+		{[]string{"--model=logreg_lbfgs", "--train_data=a9a/a9a", "--test_data=a9a/a9a"}, "are the same file"},
 	} {
 		p := start(t, "local", nil, append([]string{"local", "--ps=1", "--workers=1", "--data_dir=" + dir}, c.args...)...)
 		if code := p.wait(t, 2*time.Minute); code != 2 {

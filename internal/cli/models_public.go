@@ -91,6 +91,9 @@ func runLBFGS(ctx context.Context, c trainer.Config) error {
 		if test, err = dataFile("test_data", c.Data.TestData, c.Data.DataDir); err != nil {
 			return err
 		}
+		if a, b := filepath.Clean(train), filepath.Clean(test); a == b {
+			return &trainer.ConfigError{Err: fmt.Errorf("--train_data and --test_data are the same file %s: name a test file of its own", a)}
+		}
 	}
 	_, err = lbfgs.Run(ctx, lbfgs.Config{TFConfig: tfConfigOf(c), Train: train, Test: test, NumFeatures: int(c.Data.NumFeatures),
 		MaxIterations: int(c.TrainSteps), ResultFile: c.ResultFile, Logf: c.Logf})
