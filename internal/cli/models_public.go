@@ -15,8 +15,10 @@ import (
 // left unset, as trainer.Models' do; run runs one worker task (the ps are
 // the same as for any model).
 var publicModels = map[string]publicModel{
-	"mf":       {run: runMF, defaults: trainer.ModelInfo{Optimizer: "adagrad", LearningRate: 0.05, TrainSteps: 15000, StepsToValidate: 1000}},
-	"deep_ctr": {run: runDeepCTR, defaults: trainer.ModelInfo{Optimizer: "ftrl", LearningRate: 0.1, TrainSteps: 3000, StepsToValidate: 500}},
+	"mf":           {run: runMF, defaults: trainer.ModelInfo{Optimizer: "adagrad", LearningRate: 0.05, TrainSteps: 15000, StepsToValidate: 1000}},
+	"deep_ctr":     {run: runDeepCTR, defaults: trainer.ModelInfo{Optimizer: "ftrl", LearningRate: 0.1, TrainSteps: 3000, StepsToValidate: 500}},
+	"lda":          {run: func(ctx context.Context, c trainer.Config, _ *trainFlags) error { return runLDA(ctx, c) }, defaults: publicSumInfo},
+	"logreg_lbfgs": {run: func(ctx context.Context, c trainer.Config, _ *trainFlags) error { return runLBFGS(ctx, c) }, defaults: publicSumInfo},
 }
 
 // publicModel is a model of publicModels: run gets the resolved
