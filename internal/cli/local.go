@@ -101,6 +101,12 @@ Flags:
 			pass = append(pass, "--"+fl.Name+"="+fl.Value.String())
 		}
 	})
+	telemetryArgs, err := f.telemetry.localArgs(f.set("metrics_addr"), *numPS+*numWorkers)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+		return 2
+	}
+	pass = append(pass, telemetryArgs...)
 	if clusterFlag != "" {
 		fmt.Fprintf(stderr, "paramserv local: --%s is chosen by paramserv local itself; use --ps and --workers\n", clusterFlag)
 		return 2

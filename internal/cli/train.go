@@ -48,6 +48,7 @@ type trainFlags struct {
 	saveEvery, recoveryTimeout, syncTimeout  time.Duration
 	keep                                     int
 	ignored                                  map[string]*string
+	telemetry                                *telemetryFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -105,6 +106,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	for _, name := range ignoredTFFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
 	}
+	f.telemetry = defineTelemetryFlags(fs)
 	return f
 }
 
@@ -181,6 +183,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
 	if err := f.checkRanges(); err != nil {
+		return cfg, err
+	}
+	if err := f.telemetry.check(); err != nil {
 		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {
@@ -330,6 +335,12 @@ Flags:
 		logf("failed: %v", err)
 		return 1
 	}
+	stopTelemetry, err := f.telemetry.start(&cfg, logf)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
+	}
+	defer stopTelemetry()
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		err = trainer.RunPS(ctx, cfg)
 	} else {

@@ -54,6 +54,8 @@ type Config struct {
 	CheckpointDir string
 	// FS is the filesystem for checkpoints (vfs.OS if nil).
 	FS vfs.FS
+	// Observer, if set, is told what the ps does (metrics).
+	Observer Observer
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -84,6 +86,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.FS == nil {
 		cfg.FS = vfs.OS
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf,
@@ -273,6 +278,7 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 	s.heard(req.Worker)
 	var p shard.Push
 	if err := decodePush(req, &p); err != nil && s.shard.Initialized() {
+		s.cfg.Observer.Rejected(shard.Invalid.String())
 		return nil, statusOf(s.shard.Reject(p.Worker, p.Step, err))
 	}
 	res, err := s.apply(&p, nil)
@@ -291,11 +297,19 @@ func dropReason(r shard.Result) string {
 
 // apply checks and applies a push. Call with mu held.
 func (s *Server) apply(p *shard.Push, stream *shard.Stream) (shard.Result, error) {
+	start := time.Now()
 	if err := s.shard.Check(p); err != nil {
+		s.cfg.Observer.Rejected(rejectReason(err))
 		return shard.Result{}, err
 	}
-	res, err := s.shard.Apply(p, time.Now(), stream)
+	res, err := s.shard.Apply(p, start, stream)
 	s.notify()
+	if err != nil {
+		s.cfg.Observer.Rejected(rejectReason(err))
+	} else {
+		dense, sparse := pushBytes(p)
+		s.cfg.Observer.Pushed(res.Verdict.String(), dense, sparse, time.Since(start))
+	}
 	return res, err
 }
 
@@ -309,6 +323,7 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 // pull waits (releasing mu) until the step reaches req.MinStep, then reads.
 // Call with mu held; it returns with mu held.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	start := time.Now()
 	if !s.shard.Initialized() {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
 	}
@@ -352,6 +367,14 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 		}
 		resp.Sparse = append(resp.Sparse, &pb.SparseRows{Table: r.Table, Keys: r.Keys, Values: wire.Float32Bytes(out)})
 	}
+	dense, sparse := 0, 0
+	for _, v := range resp.Vars {
+		dense += len(v.Data)
+	}
+	for _, r := range resp.Sparse {
+		sparse += len(r.Values)
+	}
+	s.cfg.Observer.Pulled(dense, sparse, time.Since(start))
 	return resp, nil
 }
 
@@ -365,6 +388,9 @@ func (s *Server) waitStep(ctx context.Context, worker int, min int64) error {
 	epoch := s.shard.Epoch()
 	lastLog := start
 	var tick *time.Ticker
+	if !s.shard.Ready(min) {
+		defer func() { s.cfg.Observer.SyncWaited(time.Since(start)) }()
+	}
 	for !s.shard.Ready(min) {
 		if err := s.shard.Failed(); err != nil {
 			return err

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/telemetry"
+	"github.com/paramserv/paramserv/internal/trainer"
+)
+
+// telemetryFlags are the flags of metrics (and, later, summaries) shared
+// by `paramserv train` and `paramserv local`.
+type telemetryFlags struct {
+	metricsAddr string
+}
+
+func defineTelemetryFlags(fs *flag.FlagSet) *telemetryFlags {
+	f := &telemetryFlags{}
+	fs.StringVar(&f.metricsAddr, "metrics_addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free one, logged); empty: off. paramserv local gives each process a free loopback port unless set")
+	return f
+}
+
+// check refuses a --metrics_addr that is not HOST:PORT.
+func (f *telemetryFlags) check() error {
+	if f.metricsAddr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(f.metricsAddr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("--metrics_addr=%q: want HOST:PORT (port 0: a free one), or empty for no metrics", f.metricsAddr)
+	}
+	return nil
+}
+
+// localArgs returns the telemetry flags `paramserv local` passes to every
+// process: each its own free loopback port unless --metrics_addr was given
+// (empty turns metrics off; a fixed port cannot serve several processes).
+func (f *telemetryFlags) localArgs(given bool, processes int) ([]string, error) {
+	if !given {
+		return []string{"--metrics_addr=127.0.0.1:0"}, nil
+	}
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	if f.metricsAddr != "" && processes > 1 {
+		if _, port, _ := net.SplitHostPort(f.metricsAddr); port != "0" {
+			return nil, fmt.Errorf("--metrics_addr=%s: %d processes cannot share one port; give port 0 (each a free one) or leave it out", f.metricsAddr, processes)
+		}
+	}
+	return nil, nil // passed on with the other flags
+}
+
+// start serves the task's metrics if --metrics_addr is set, and hooks the
+// ps's server or the worker's loop to them in cfg. stop ends the endpoint.
+func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (stop func(), err error) {
+	closeSummaries := func() {}
+	if f.metricsAddr == "" {
+		return func() {}, nil
+	}
+	reg := telemetry.NewRegistry()
+	if cfg.Cluster.Task.Job == cluster.JobPS {
+		ps := telemetry.NewPS(reg)
+		cfg.PSObserver = ps
+		cfg.OnServe = func(s *server.Server) {
+			ps.Watch(func() telemetry.PSState {
+				st, _ := s.Status(context.Background(), nil) // Status reads no field of its request
+				_, seen := s.WorkerActivity()
+				return telemetry.PSState{Status: st, LastSeen: seen}
+			})
+		}
+	} else {
+		w := telemetry.NewWorker(reg)
+		cfg.Observer = w
+	}
+	srv, err := telemetry.Serve(f.metricsAddr, reg, nil, logf)
+	if err != nil {
+		closeSummaries()
+		return nil, err
+	}
+	return func() { _ = srv.Close(); closeSummaries() }, nil
+}
