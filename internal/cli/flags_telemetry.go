@@ -1,27 +1,34 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/telemetry"
+	"github.com/paramserv/paramserv/internal/tfevents"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
 // telemetryFlags are the flags of metrics (and, later, summaries) shared
 // by `paramserv train` and `paramserv local`.
 type telemetryFlags struct {
-	metricsAddr string
+	metricsAddr        string
+	summaryDir         string
+	saveSummariesSteps int64
 }
 
 func defineTelemetryFlags(fs *flag.FlagSet) *telemetryFlags {
 	f := &telemetryFlags{}
 	fs.StringVar(&f.metricsAddr, "metrics_addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free one, logged); empty: off. paramserv local gives each process a free loopback port unless set")
+	fs.StringVar(&f.summaryDir, "summary_dir", "", "the chief writes TensorBoard event files (events.out.tfevents.*: loss, global_step/sec, examples/sec, dropped pushes, final metrics) here (default: --checkpoint_dir, if set)")
+	fs.Int64Var(&f.saveSummariesSteps, "save_summaries_steps", 100, "the chief writes a summary every this many global steps")
 	return f
 }
 
@@ -36,6 +43,14 @@ func (f *telemetryFlags) check() error {
 	}
 	if err != nil {
 		return fmt.Errorf("--metrics_addr=%q: want HOST:PORT (port 0: a free one), or empty for no metrics", f.metricsAddr)
+	}
+	return nil
+}
+
+// checkSummaries refuses --save_summaries_steps below 1.
+func (f *telemetryFlags) checkSummaries() error {
+	if f.saveSummariesSteps < 1 {
+		return fmt.Errorf("--save_summaries_steps=%d: want a number >= 1", f.saveSummariesSteps)
 	}
 	return nil
 }
@@ -61,9 +76,29 @@ func (f *telemetryFlags) localArgs(given bool, processes int) ([]string, error) 
 // start serves the task's metrics if --metrics_addr is set, and hooks the
 // ps's server or the worker's loop to them in cfg. stop ends the endpoint.
 func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (stop func(), err error) {
-	closeSummaries := func() {}
+	var summaries *tfevents.Summaries
+	if dir := cmp.Or(f.summaryDir, cfg.CheckpointDir); dir != "" && cfg.Cluster.IsChief() {
+		w, err := tfevents.Create(dir, time.Now())
+		if err != nil {
+			return nil, &trainer.ConfigError{Err: fmt.Errorf("--summary_dir=%s: %w", dir, err)}
+		}
+		logf("summaries: %s every %d global steps", w.Path(), f.saveSummariesSteps)
+		perStep := max(cfg.Data.BatchSize, 1)
+		if cfg.Sync {
+			perStep *= cmp.Or(cfg.ReplicasToAggregate, len(cfg.Cluster.Spec.Workers))
+		}
+		summaries = &tfevents.Summaries{W: w, Every: f.saveSummariesSteps, ExamplesPerStep: perStep, Logf: logf}
+		cfg.Observer = summaries
+	}
+	closeSummaries := func() {
+		if summaries != nil {
+			if err := summaries.W.Close(); err != nil {
+				logf("summaries: %v", err)
+			}
+		}
+	}
 	if f.metricsAddr == "" {
-		return func() {}, nil
+		return closeSummaries, nil
 	}
 	reg := telemetry.NewRegistry()
 	if cfg.Cluster.Task.Job == cluster.JobPS {
@@ -78,6 +113,9 @@ func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (
 		}
 	} else {
 		w := telemetry.NewWorker(reg)
+		if summaries != nil {
+			w.Next = summaries
+		}
 		cfg.Observer = w
 	}
 	srv, err := telemetry.Serve(f.metricsAddr, reg, nil, logf)

@@ -188,6 +188,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.telemetry.check(); err != nil {
 		return cfg, err
 	}
+	if err := f.telemetry.checkSummaries(); err != nil {
+		return cfg, err
+	}
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
 	}

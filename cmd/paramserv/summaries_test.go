@@ -1,0 +1,67 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/tfevents"
+)
+
+// TestSummariesOfLocalJob: the chief writes a TensorBoard event file
+// (CRCs checked on reading) with the loss and rates every
+// --save_summaries_steps and the final metrics; with only
+// --checkpoint_dir the file goes there, as TensorFlow's Supervisor logdir.
+func TestSummariesOfLocalJob(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "summaries")
+	// One worker: the chief sees every global step, so the points fall
+	// exactly on the multiples of --save_summaries_steps.
+	p := start(t, "local", nil, "local", "--ps=2", "--workers=1", "--model=linreg", "--train_steps=3000",
+		"--summary_dir="+dir, "--save_summaries_steps=500", "--metrics_addr=")
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("local exited %d", code)
+	}
+	files, err := tfevents.Files(dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("event files %v (%v), want 1: only the chief writes", files, err)
+	}
+	s, err := tfevents.ReadScalars(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"loss", "global_step/sec", "examples/sec", "dropped_pushes"} {
+		pts := s[tag]
+		if len(pts) != 6 {
+			t.Errorf("%s: %d points %v, want 6 (steps 500, 1000, ..., 3000)", tag, len(pts), pts)
+			continue
+		}
+		for i, pt := range pts {
+			if pt.Step != int64(500*(i+1)) || math.IsNaN(pt.Value) {
+				t.Errorf("%s: point %d is %+v, want a value at step %d", tag, i, pt, 500*(i+1))
+			}
+		}
+	}
+	if l := s["loss"]; len(l) > 0 && (l[len(l)-1].Value <= 0 || l[len(l)-1].Value > 1) {
+		t.Errorf("last loss %g, want linreg's (about 0.1)", l[len(l)-1].Value)
+	}
+	if r := s["examples/sec"]; len(r) > 0 && math.Abs(r[0].Value/s["global_step/sec"][0].Value-100) > 1e-3 {
+		t.Errorf("examples/sec %g is not 100 x global_step/sec %g (--batch_size=100, async)", r[0].Value, s["global_step/sec"][0].Value)
+	}
+	if w := s["eval/weight"]; len(w) != 1 || w[0].Step != 3000 || math.Abs(w[0].Value-2) > 0.05 {
+		t.Errorf("eval/weight %v, want about 2 at step 3000", w)
+	}
+
+	ck := filepath.Join(t.TempDir(), "ckpt")
+	p = start(t, "local ckpt", nil, "local", "--ps=1", "--workers=2", "--model=linreg", "--train_steps=300",
+		"--checkpoint_dir="+ck, "--save_summaries_steps=100", "--metrics_addr=")
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("local exited %d", code)
+	}
+	if files, err := tfevents.Files(ck); err != nil || len(files) != 1 {
+		t.Fatalf("event files in --checkpoint_dir: %v (%v), want 1: only the chief writes", files, err)
+	}
+	if s, err := tfevents.ReadScalars(ck); err != nil || len(s["loss"]) == 0 || len(s["eval/weight"]) != 1 {
+		t.Errorf("summaries in --checkpoint_dir: loss %v, eval/weight %v, %v; want some loss points and the final weight", s["loss"], s["eval/weight"], err)
+	}
+}
