@@ -201,10 +201,10 @@ func (m *Model) ComputeGradients(params, grads model.Params) (float64, error) {
 	return loss, nil
 }
 
-// Progress is the example's log line:
-// "Worker 0: training step 100 done (global step: 187)".
-func (m *Model) Progress(localStep, globalStep int64, _ model.Params, _ float64) string {
-	return fmt.Sprintf("Worker %d: training step %d done (global step: %d)", m.worker, localStep, globalStep)
+// Progress is the example's log line with the batch's cross entropy:
+// "Worker 0: training step 100 done (global step: 187), loss 0.2345".
+func (m *Model) Progress(localStep, globalStep int64, _ model.Params, loss float64) string {
+	return fmt.Sprintf("Worker %d: training step %d done (global step: %d), loss %.4f", m.worker, localStep, globalStep, loss)
 }
 
 // Evaluate returns val_cross_entropy and val_accuracy on the validation set

@@ -158,7 +158,7 @@ func TestProgressAndEvaluate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m.Progress(100, 187, nil, 0.5), "Worker 1: training step 100 done (global step: 187)"; got != want {
+	if got, want := m.Progress(100, 187, nil, 0.5), "Worker 1: training step 100 done (global step: 187), loss 0.5000"; got != want {
 		t.Errorf("Progress = %q, want %q", got, want)
 	}
 	metrics, err := m.Evaluate(m.Init(1))
