@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"math"
+	"net/http"
 	"regexp"
 	"strings"
 	"syscall"
@@ -109,6 +111,18 @@ func TestMetricsOfLiveCluster(t *testing.T) {
 	want(t, where, f, "==", 2, "paramserv_ps_workers_done")
 	want(t, where, f, ">=", 0, "paramserv_ps_worker_last_request_age_seconds", "worker", "1")
 	want(t, where, f, ">", 0, "process_resident_memory_bytes")
+	// The status page beside the metrics says the same.
+	resp, err := http.Get(strings.TrimSuffix(psURL, "metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, s := range []string{"global step 300, sync", "pushes: 600 applied", "workers (2 of 2 done)"} {
+		if !strings.Contains(string(page), s) {
+			t.Errorf("the ps's status page lacks %q:\n%s", s, page)
+		}
+	}
 	p0.cmd.Process.Signal(syscall.SIGTERM)
 	p0.wait(t, time.Minute)
 

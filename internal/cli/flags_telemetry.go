@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/tfevents"
 	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // telemetryFlags are the flags of metrics (and, later, summaries) shared
@@ -101,24 +103,27 @@ func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (
 		return closeSummaries, nil
 	}
 	reg := telemetry.NewRegistry()
+	var page http.Handler
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		ps := telemetry.NewPS(reg)
+		page = ps.Page(cfg.Cluster.Task.Index, cfg.Cluster.Addr())
 		cfg.PSObserver = ps
 		cfg.OnServe = func(s *server.Server) {
 			ps.Watch(func() telemetry.PSState {
-				st, _ := s.Status(context.Background(), nil) // Status reads no field of its request
+				st, _ := s.Status(context.Background(), &pb.StatusRequest{Details: true})
 				_, seen := s.WorkerActivity()
 				return telemetry.PSState{Status: st, LastSeen: seen}
 			})
 		}
 	} else {
 		w := telemetry.NewWorker(reg)
+		page = w.Page()
 		if summaries != nil {
 			w.Next = summaries
 		}
 		cfg.Observer = w
 	}
-	srv, err := telemetry.Serve(f.metricsAddr, reg, nil, logf)
+	srv, err := telemetry.Serve(f.metricsAddr, reg, page, logf)
 	if err != nil {
 		closeSummaries()
 		return nil, err

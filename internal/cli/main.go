@@ -18,6 +18,7 @@ Commands:
   bench   measure push, pull and pushpull against local ps, and verify them
   data    fetch public data sets (mnist, fashion-mnist) with checksums
   ckpt    list and inspect checkpoints
+  status  print each ps's step, mode, variables, tables, workers and checkpoints
   plot    draw runs' loss and metric curves (summary directories, result files) into a PNG
 
 Run 'paramserv <command> --help' for a command's flags.
@@ -40,6 +41,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Data(ctx, args[1:], stdout, stderr)
 	case "ckpt":
 		return Ckpt(ctx, args[1:], stdout, stderr)
+	case "status":
+		return Status(ctx, args[1:], stdout, stderr)
 	case "plot":
 		return Plot(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":

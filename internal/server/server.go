@@ -457,9 +457,13 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 }
 
 // Status reports the shard's state.
-func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s *Server) Status(_ context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s.mu.Lock()
 	st := s.shard.Status()
+	var details *pb.StatusResponse
+	if req.GetDetails() {
+		details = s.details()
+	}
 	s.mu.Unlock()
 	resp := &pb.StatusResponse{
 		Incarnation:    st.Incarnation,
@@ -480,7 +484,31 @@ func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse,
 			Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission,
 		})
 	}
+	if details != nil {
+		resp.Vars, resp.Workers, resp.CheckpointDir = details.Vars, details.Workers, details.CheckpointDir
+	}
 	return resp, nil
+}
+
+// details reports the variables, every worker's activity and the
+// checkpoint directory (a Status request's details). Call with mu held.
+func (s *Server) details() *pb.StatusResponse {
+	out := &pb.StatusResponse{CheckpointDir: s.cfg.CheckpointDir}
+	if s.shard.Initialized() {
+		for _, v := range s.shard.Vars() {
+			out.Vars = append(out.Vars, &pb.VarStatus{Name: v.Name(), Elements: int64(v.Len())})
+		}
+	}
+	done := s.shard.DoneWorkers()
+	now := time.Now()
+	for w := 0; w < s.cfg.NumWorkers; w++ {
+		a := &pb.WorkerActivity{Worker: int32(w), LastSeenMsAgo: -1, Done: slices.Contains(done, w)}
+		if t, ok := s.seen[w]; ok {
+			a.LastSeenMsAgo = now.Sub(t).Milliseconds()
+		}
+		out.Workers = append(out.Workers, a)
+	}
+	return out
 }
 
 // Done records that a worker has finished.

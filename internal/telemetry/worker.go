@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,12 @@ type Worker struct {
 	lastSaveBytes            prometheus.Gauge
 	recoveries               prometheus.Counter
 	final                    *prometheus.GaugeVec
+
+	curve    curve
+	mu       sync.Mutex
+	last     trainer.StepStats
+	droppedN int64
+	started  time.Time
 }
 
 var _ trainer.Observer = (*Worker)(nil)
@@ -29,6 +36,7 @@ var _ trainer.Observer = (*Worker)(nil)
 func NewWorker(reg *prometheus.Registry) *Worker {
 	f := factory{reg: reg, sub: "worker"}
 	return &Worker{
+		started:       time.Now(),
 		steps:         f.counter("steps_total", "Local training steps done (gradients computed, pushed, values pulled)."),
 		examples:      f.counter("examples_total", "Training examples in the batches of the local steps."),
 		dropped:       f.counter("dropped_pushes_total", "This worker's pushes the ps dropped as stale or duplicate."),
@@ -56,6 +64,13 @@ func (w *Worker) Step(s trainer.StepStats) {
 	w.loss.Set(s.Loss)
 	w.compute.Observe(s.Compute.Seconds())
 	w.exchange.Observe(s.Exchange.Seconds())
+	w.curve.add(s.GlobalStep, s.Loss)
+	w.mu.Lock()
+	w.last = s
+	if s.Dropped {
+		w.droppedN++
+	}
+	w.mu.Unlock()
 	if w.Next != nil {
 		w.Next.Step(s)
 	}
