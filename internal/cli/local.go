@@ -115,7 +115,8 @@ Flags:
 	logf := newLogger(stderr)
 	probe := *f
 	probe.cluster = func() clusterFlagsT { return localProbeCluster(*numPS, *numWorkers) }
-	if _, err := probe.config("", func(string, ...any) {}); err != nil {
+	probeCfg, err := probe.config("", func(string, ...any) {})
+	if err != nil {
 		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 		return 2
 	}
@@ -152,12 +153,14 @@ Flags:
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
+	out, stopProgress := startProgress(ctx, stdout, len(workerCmd) == 0 && (len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""), probeCfg.TrainSteps)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd,
-		Out: stdout, Logf: logf,
+		Out: out, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 	})
+	stopProgress()
 	if err != nil {
 		logf("%v", err)
 		var f *local.Failure
