@@ -149,7 +149,7 @@ func (p *progress) line(step int64, loss float64, hasLoss bool) string {
 	if p.rate > 0 {
 		s += fmt.Sprintf(", %.1f steps/s", p.rate)
 		if left := p.trainSteps - step; p.trainSteps > 0 && left > 0 {
-			s += ", ETA " + (time.Duration(float64(left)/p.rate*float64(time.Second))).Round(time.Second).String()
+			s += ", ETA " + (time.Duration(float64(left) / p.rate * float64(time.Second))).Round(time.Second).String()
 		}
 	}
 	if hasLoss && !math.IsNaN(loss) {
