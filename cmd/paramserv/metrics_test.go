@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
@@ -188,5 +189,32 @@ func TestLocalGivesEveryProcessMetrics(t *testing.T) {
 		if code := bad.wait(t, time.Minute); code != 2 || !strings.Contains(bad.output(), "--metrics_addr") {
 			t.Errorf("local --metrics_addr=%s exited %d, want 2 naming the flag", addr, code)
 		}
+	}
+}
+
+// TestLogFormatJSON: with --log_format=json every line a task logs is a
+// JSON object with time, level and msg; another format is input to fix.
+func TestLogFormatJSON(t *testing.T) {
+	hosts := freeHosts(t, 2)
+	p := start(t, "ps0", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), "--log_format=json", "--metrics_addr=127.0.0.1:0")...)
+	p.waitFor(t, "/metrics", 30*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait(t, time.Minute)
+	lines := strings.Split(strings.TrimSpace(p.output()), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("%d lines, want at least 3", len(lines))
+	}
+	for _, line := range lines {
+		var obj struct{ Time, Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &obj); err != nil || obj.Time == "" || obj.Level != "INFO" || obj.Msg == "" {
+			t.Errorf("line %q is not a JSON log object (%v)", line, err)
+		}
+	}
+	if !strings.Contains(p.output(), `"msg":"metrics: http://127.0.0.1:`) {
+		t.Errorf("no metrics line among\n%s", p.output())
+	}
+	bad := start(t, "ps bad", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), "--log_format=xml")...)
+	if code := bad.wait(t, time.Minute); code != 2 || !strings.Contains(bad.output(), "--log_format") {
+		t.Errorf("--log_format=xml exited %d, want 2 naming the flag", code)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,6 +26,7 @@ type telemetryFlags struct {
 	metricsAddr        string
 	summaryDir         string
 	saveSummariesSteps int64
+	logFormat          string
 }
 
 func defineTelemetryFlags(fs *flag.FlagSet) *telemetryFlags {
@@ -31,6 +34,7 @@ func defineTelemetryFlags(fs *flag.FlagSet) *telemetryFlags {
 	fs.StringVar(&f.metricsAddr, "metrics_addr", "", "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: a free one, logged); empty: off. paramserv local gives each process a free loopback port unless set")
 	fs.StringVar(&f.summaryDir, "summary_dir", "", "the chief writes TensorBoard event files (events.out.tfevents.*: loss, global_step/sec, examples/sec, dropped pushes, final metrics) here (default: --checkpoint_dir, if set)")
 	fs.Int64Var(&f.saveSummariesSteps, "save_summaries_steps", 100, "the chief writes a summary every this many global steps")
+	fs.StringVar(&f.logFormat, "log_format", "text", "log lines as text (date, time, message) or json (one object a line with time, level and msg, from log/slog)")
 	return f
 }
 
@@ -49,10 +53,23 @@ func (f *telemetryFlags) check() error {
 	return nil
 }
 
+// logger returns the log function of --log_format (text for a value
+// check refuses).
+func (f *telemetryFlags) logger(w io.Writer) func(string, ...any) {
+	if f.logFormat == "json" {
+		l := slog.New(slog.NewJSONHandler(w, nil))
+		return func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) }
+	}
+	return newLogger(w)
+}
+
 // checkSummaries refuses --save_summaries_steps below 1.
 func (f *telemetryFlags) checkSummaries() error {
 	if f.saveSummariesSteps < 1 {
 		return fmt.Errorf("--save_summaries_steps=%d: want a number >= 1", f.saveSummariesSteps)
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return fmt.Errorf("--log_format=%q: want text or json", f.logFormat)
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ Flags:
 		return 2
 	}
 	// Check the training flags here, once, rather than in every child.
-	logf := newLogger(stderr)
+	logf := f.telemetry.logger(stderr)
 	probe := *f
 	probe.cluster = func() clusterFlagsT { return localProbeCluster(*numPS, *numWorkers) }
 	probeCfg, err := probe.config("", func(string, ...any) {})

@@ -318,7 +318,7 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
-	logf := newLogger(stderr)
+	logf := f.telemetry.logger(stderr)
 	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
