@@ -3,9 +3,12 @@ package main
 import (
 	"math"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/testutil"
 	"github.com/paramserv/paramserv/internal/tfevents"
 )
 
@@ -63,5 +66,35 @@ func TestSummariesOfLocalJob(t *testing.T) {
 	}
 	if s, err := tfevents.ReadScalars(ck); err != nil || len(s["loss"]) == 0 || len(s["eval/weight"]) != 1 {
 		t.Errorf("summaries in --checkpoint_dir: loss %v, eval/weight %v, %v; want some loss points and the final weight", s["loss"], s["eval/weight"], err)
+	}
+}
+
+// TestValidationDuringTraining: every --steps_to_validate local steps the
+// MNIST chief scores the validation set, logs it and summarises it.
+func TestValidationDuringTraining(t *testing.T) {
+	data := testutil.DataDir(t, "mnist")
+	dir := filepath.Join(t.TempDir(), "summaries")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=mnist", "--data_dir="+data,
+		"--train_steps=300", "--steps_to_validate=100", "--summary_dir="+dir, "--metrics_addr=")
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("local exited %d", code)
+	}
+	lines := regexp.MustCompile(`Worker 0: validation at global step (\d+): val_accuracy ([0-9.]+), val_cross_entropy ([0-9.]+)`).FindAllStringSubmatch(p.output(), -1)
+	if len(lines) != 3 || lines[0][1] != "100" || lines[2][1] != "300" {
+		t.Fatalf("validation lines %q, want 3, at global steps 100, 200, 300", lines)
+	}
+	if !strings.Contains(p.output(), "Worker 0: training step 100 done (global step: 100), loss ") {
+		t.Errorf("the step line does not show the loss")
+	}
+	s, err := tfevents.ReadScalars(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc := s["validation/val_accuracy"]
+	if len(acc) != 3 || acc[2].Step != 300 || acc[2].Value < 0.8 {
+		t.Errorf("validation/val_accuracy %v, want 3 points, the last at step 300 above 0.8", acc)
+	}
+	if len(s["validation/val_cross_entropy"]) != 3 {
+		t.Errorf("validation/val_cross_entropy %v, want 3 points", s["validation/val_cross_entropy"])
 	}
 }

@@ -63,7 +63,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
 	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
-	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps (default: the model's)")
+	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps, and on the chief of a model with validation data (mnist) validate and log and summarise the metrics (default: the model's)")
 	fs.IntVar(&f.batchSize, "batch_size", 100, "examples per batch on each worker")
 	fs.IntVar(&f.hiddenUnits, "hidden_units", 100, "hidden layer width (mnist)")
 	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")

@@ -21,7 +21,7 @@ type Worker struct {
 	saveBytes, saveFailures  prometheus.Counter
 	lastSaveBytes            prometheus.Gauge
 	recoveries               prometheus.Counter
-	final                    *prometheus.GaugeVec
+	final, validation        *prometheus.GaugeVec
 
 	curve    curve
 	mu       sync.Mutex
@@ -50,6 +50,7 @@ func NewWorker(reg *prometheus.Registry) *Worker {
 		saveFailures:  f.counter("checkpoint_save_failures_total", "The chief: checkpoints that failed to save."),
 		recoveries:    f.counter("recoveries_total", "Times this worker lost the ps (one died, restarted or moved on) and recovered."),
 		final:         f.gaugeVec("final_metric", "The chief's final evaluation, by metric (accuracy, test_auc, ...).", "metric"),
+		validation:    f.gaugeVec("validation_metric", "The chief's latest validation (every --steps_to_validate local steps), by metric (val_accuracy, ...).", "metric"),
 	}
 }
 
@@ -105,5 +106,15 @@ func (w *Worker) Final(step int64, metrics map[string]float64) {
 	}
 	if w.Next != nil {
 		w.Next.Final(step, metrics)
+	}
+}
+
+// Validated implements trainer.Observer.
+func (w *Worker) Validated(step int64, metrics map[string]float64) {
+	for k, v := range metrics {
+		w.validation.WithLabelValues(k).Set(v)
+	}
+	if w.Next != nil {
+		w.Next.Validated(step, metrics)
 	}
 }

@@ -91,6 +91,20 @@ func (s *Summaries) Recovery(error) {
 	s.mu.Unlock()
 }
 
+// Validated implements trainer.Observer: the metrics as
+// "validation/NAME" at step.
+func (s *Summaries) Validated(step int64, metrics map[string]float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	vals := make(map[string]float64, len(metrics))
+	for k, v := range metrics {
+		vals["validation/"+k] = v
+	}
+	if len(vals) > 0 {
+		s.write(step, s.now(), vals)
+	}
+}
+
 // Final implements trainer.Observer.
 func (s *Summaries) Final(step int64, metrics map[string]float64) {
 	s.mu.Lock()

@@ -153,6 +153,7 @@ func TestSummariesEveryNSteps(t *testing.T) {
 		clock = clock.Add(10 * time.Millisecond)
 		s.Step(trainer.StepStats{GlobalStep: step, Loss: 1 / float64(step), Dropped: step%10 == 1})
 	}
+	s.Validated(500, map[string]float64{"val_accuracy": 0.9})
 	s.Final(1000, map[string]float64{"test_accuracy": 0.97})
 	w.Close()
 	got, err := ReadScalars(dir)
@@ -176,6 +177,9 @@ func TestSummariesEveryNSteps(t *testing.T) {
 	}
 	if d := got["dropped_pushes"]; len(d) != 9 || d[8].Value != 91 {
 		t.Errorf("dropped_pushes %v, want 91 at the last", d)
+	}
+	if v := got["validation/val_accuracy"]; len(v) != 1 || v[0].Step != 500 || math.Abs(v[0].Value-0.9) > 1e-6 {
+		t.Errorf("validation/val_accuracy %v, want 0.9 at step 500", v)
 	}
 	if a := got["eval/test_accuracy"]; len(a) != 1 || a[0].Step != 1000 || math.Abs(a[0].Value-0.97) > 1e-6 {
 		t.Errorf("eval/test_accuracy %v", a)

@@ -642,6 +642,9 @@ func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, pa
 	})
 	if st.local%cfg.StepsToValidate == 0 {
 		cfg.Logf("%s", m.Progress(st.local, st.step, params, st.loss))
+		if v, ok := m.(model.Validator); ok && cfg.Cluster.IsChief() {
+			validate(cfg, v, params, st.step)
+		}
 	}
 	return st.step, sv.maybe(ctx, st.step)
 }

@@ -207,6 +207,19 @@ func (m *Model) Progress(localStep, globalStep int64, _ model.Params, loss float
 	return fmt.Sprintf("Worker %d: training step %d done (global step: %d), loss %.4f", m.worker, localStep, globalStep, loss)
 }
 
+// Validate returns val_cross_entropy and val_accuracy on the validation set
+// (the first 5,000 images of the training file, which no worker trains on).
+func (m *Model) Validate(params model.Params) (map[string]float64, error) {
+	if err := m.w.load(params); err != nil {
+		return nil, err
+	}
+	if m.evalWS == nil {
+		m.evalWS = newWorkspace(evalRows, m.hidden)
+	}
+	vce, vacc := evaluate(m.evalWS, m.w, m.data.Validation.Images, m.data.Validation.Labels)
+	return map[string]float64{"val_cross_entropy": vce, "val_accuracy": vacc}, nil
+}
+
 // Evaluate returns val_cross_entropy and val_accuracy on the validation set
 // and test_cross_entropy and test_accuracy on the test set.
 func (m *Model) Evaluate(params model.Params) (map[string]float64, error) {

@@ -171,6 +171,11 @@ func TestProgressAndEvaluate(t *testing.T) {
 			t.Errorf("%s = %v, %v", k, v, ok)
 		}
 	}
+	// Validate is the validation half of Evaluate, the test set untouched.
+	val, err := m.Validate(m.Init(1))
+	if err != nil || len(val) != 2 || val["val_accuracy"] != metrics["val_accuracy"] || val["val_cross_entropy"] != metrics["val_cross_entropy"] {
+		t.Errorf("Validate = %v, %v; want Evaluate's val_accuracy and val_cross_entropy %v", val, err, metrics)
+	}
 	// At the initial weights the output is near uniform: loss near ln 10.
 	if ce := metrics["test_cross_entropy"]; math.Abs(ce-math.Log(10)) > 0.5 {
 		t.Errorf("initial test cross-entropy %v, want about %v", ce, math.Log(10))
