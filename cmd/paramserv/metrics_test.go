@@ -146,11 +146,11 @@ func TestMetricsOfLiveCluster(t *testing.T) {
 	}
 	local, _ := f.Value("paramserv_worker_steps_total")
 	// One worker, asynchronous: the global step is its own step count
-	// (the gauge is set just before the counter is incremented).
-	want(t, "training worker", f, ">=", local, "paramserv_worker_global_step")
-	want(t, "training worker", f, "<=", local+1, "paramserv_worker_global_step")
-	want(t, "training worker", f, ">=", 100*local, "paramserv_worker_examples_total") // --batch_size=100
-	want(t, "training worker", f, ">=", local, "paramserv_worker_push_pull_seconds")
+	// (give or take the step in flight while the scrape reads the two).
+	want(t, "training worker", f, ">=", local-2, "paramserv_worker_global_step")
+	want(t, "training worker", f, "<=", local+2, "paramserv_worker_global_step")
+	want(t, "training worker", f, ">=", 100*(local-2), "paramserv_worker_examples_total") // --batch_size=100
+	want(t, "training worker", f, ">=", local-2, "paramserv_worker_push_pull_seconds")
 	want(t, "training worker", f, ">", 0, "paramserv_worker_loss")
 	pf := scrape(t, psURL)
 	want(t, "training ps", pf, ">=", local, "paramserv_ps_global_step")
