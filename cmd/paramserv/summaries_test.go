@@ -64,8 +64,11 @@ func TestSummariesOfLocalJob(t *testing.T) {
 	if files, err := tfevents.Files(ck); err != nil || len(files) != 1 {
 		t.Fatalf("event files in --checkpoint_dir: %v (%v), want 1: only the chief writes", files, err)
 	}
-	if s, err := tfevents.ReadScalars(ck); err != nil || len(s["loss"]) == 0 || len(s["eval/weight"]) != 1 {
-		t.Errorf("summaries in --checkpoint_dir: loss %v, eval/weight %v, %v; want some loss points and the final weight", s["loss"], s["eval/weight"], err)
+	// The chief may have done none of the 300 steps (worker 1 did them
+	// while the chief saved its first checkpoint): its final evaluation
+	// is there all the same.
+	if s, err := tfevents.ReadScalars(ck); err != nil || len(s["eval/weight"]) != 1 {
+		t.Errorf("summaries in --checkpoint_dir: eval/weight %v, %v; want the final weight", s["eval/weight"], err)
 	}
 }
 
