@@ -130,6 +130,8 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{"--save_steps=-1", "--save_steps=-1: want a number >= 0"},
 		{"--save_model_secs=-1", "save_model_secs"},
 		{"--keep_checkpoints=0", "--keep_checkpoints=0: want a number >= 1"},
+		{"--save_summaries_steps=0", "--save_summaries_steps=0: want a number >= 1"},
+		{"--metrics_addr=:x", "--metrics_addr"},
 		{"--train_steps=0", "--train_steps=0: want a number > 0"},
 		{"--train_steps=-5", "--train_steps=-5: want a number > 0"},
 		{"--steps_to_validate=0", "--steps_to_validate=0: want a number > 0"},

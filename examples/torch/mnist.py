@@ -180,7 +180,7 @@ def main():
         comm += time.time() - t
         local += 1
         if local % args.steps_to_validate == 0:
-            log(f"Worker {worker}: training step {local} done (global step: {step})")
+            log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item():.4f}")
     elapsed = time.time() - start
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     log(f"Training elapsed time: {elapsed:.1f} s")

@@ -105,15 +105,22 @@ Flags:
 			pass = append(pass, "--"+fl.Name+"="+fl.Value.String())
 		}
 	})
+	telemetryArgs, err := f.telemetry.localArgs(f.set("metrics_addr"), *numPS+*numWorkers)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+		return 2
+	}
+	pass = append(pass, telemetryArgs...)
 	if clusterFlag != "" {
 		fmt.Fprintf(stderr, "paramserv local: --%s is chosen by paramserv local itself; use --ps and --workers\n", clusterFlag)
 		return 2
 	}
 	// Check the training flags here, once, rather than in every child.
-	logf := newLogger(stderr)
+	logf := f.telemetry.logger(stderr)
 	probe := *f
 	probe.cluster = func() clusterFlagsT { return localProbeCluster(*numPS, *numWorkers) }
-	if _, err := probe.config("", func(string, ...any) {}); err != nil {
+	probeCfg, err := probe.config("", func(string, ...any) {})
+	if err != nil {
 		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 		return 2
 	}
@@ -150,12 +157,14 @@ Flags:
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
+	out, stopProgress := startProgress(ctx, stdout, len(workerCmd) == 0 && (len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""), probeCfg.TrainSteps)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(),
-		Out: stdout, Logf: logf,
+		Out: out, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 	})
+	stopProgress()
 	if err != nil {
 		logf("%v", err)
 		var f *local.Failure

@@ -19,6 +19,8 @@ Commands:
   data    fetch public data sets (mnist, fashion-mnist) with checksums
   ckpt    list and inspect checkpoints
   certs   make a CA and per-task certificates for --tls_dir
+  status  print each ps's step, mode, variables, tables, workers and checkpoints
+  plot    draw runs' loss and metric curves (summary directories, result files) into a PNG
 
 Run 'paramserv <command> --help' for a command's flags.
 `
@@ -42,6 +44,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Ckpt(ctx, args[1:], stdout, stderr)
 	case "certs":
 		return Certs(args[1:], stdout, stderr)
+	case "status":
+		return Status(ctx, args[1:], stdout, stderr)
+	case "plot":
+		return Plot(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -50,6 +50,7 @@ type trainFlags struct {
 	ignored                                  map[string]*string
 	tls                                      *tlsFlags
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
+	telemetry                                *telemetryFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -65,7 +66,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
 	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
-	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps (default: the model's)")
+	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps, and on the chief of a model with validation data (mnist) validate and log and summarise the metrics (default: the model's)")
 	fs.IntVar(&f.batchSize, "batch_size", 100, "examples per batch on each worker")
 	fs.IntVar(&f.hiddenUnits, "hidden_units", 100, "hidden layer width (mnist)")
 	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")
@@ -109,6 +110,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
 	}
 	f.models = defineModelFlags(fs)
+	f.telemetry = defineTelemetryFlags(fs)
 	return f
 }
 
@@ -188,6 +190,12 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
 	if err := f.checkRanges(); err != nil {
+		return cfg, err
+	}
+	if err := f.telemetry.check(); err != nil {
+		return cfg, err
+	}
+	if err := f.telemetry.checkSummaries(); err != nil {
 		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {
@@ -320,7 +328,7 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
-	logf := newLogger(stderr)
+	logf := f.telemetry.logger(stderr)
 	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
@@ -340,6 +348,12 @@ Flags:
 		logf("failed: %v", err)
 		return 1
 	}
+	stopTelemetry, err := f.telemetry.start(&cfg, logf)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
+	}
+	defer stopTelemetry()
 	if pm, public := publicModels[f.model]; public && cfg.Cluster.Task.Job == cluster.JobWorker {
 		err = pm.run(ctx, cfg, f)
 	} else if cfg.Cluster.Task.Job == cluster.JobPS {

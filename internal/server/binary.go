@@ -149,6 +149,7 @@ func (dc *dataConn) errorReply(err error) {
 // step and makes the reply (dc.reply, or a pipelined one, dc.piped), all
 // under mu; the caller writes the reply after.
 func (s *Server) handleData(ctx context.Context, dc *dataConn) {
+	start := time.Now()
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,6 +179,10 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 		}
 		if dc.piped {
 			dc.pipe.segs <- nil // the reply's end
+			if r.Op.Pull() {
+				dense, _ := pushBytes(&dc.push) // the values of the same variables
+				s.cfg.Observer.Pulled(dense, 0, time.Since(start))
+			}
 			return
 		}
 		s.markOwned(dc)
@@ -198,7 +203,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 			return
 		}
 	}
-	if err := s.dataPull(dc, dropped); err != nil {
+	if err := s.dataPull(dc, dropped, start); err != nil {
 		dc.errorReply(err)
 	}
 }
@@ -326,7 +331,7 @@ func (dc *dataConn) watchClose(ctx context.Context) (context.Context, func()) {
 // dataPull answers the pull half of a request: dense values lent, rows
 // copied into the request's float buffer (its gradients are applied by
 // now). Call with mu held, once the step is reached.
-func (s *Server) dataPull(dc *dataConn, dropped bool) error {
+func (s *Server) dataPull(dc *dataConn, dropped bool, start time.Time) error {
 	r := &dc.req
 	// Check the tables and size the rows before copying anything.
 	n := 0
@@ -342,7 +347,7 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) error {
 	}
 	buf := r.Floats(n)
 	dc.reply.Reset(wire.RepHeaderLen)
-	off := 0
+	off, dense := 0, 0
 	if r.PullDense {
 		// Written straight from the variables, which stay lent until the
 		// reply is out (shard.Lease).
@@ -350,6 +355,7 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) error {
 			l := v.Lend()
 			dc.leases = append(dc.leases, l)
 			dc.reply.Dense(v.Name(), l.Values())
+			dense += 4 * len(l.Values())
 		}
 	}
 	for i := range r.SparsePull {
@@ -367,5 +373,6 @@ func (s *Server) dataPull(dc *dataConn, dropped bool) error {
 		off += len(dst)
 	}
 	dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.shard.Step(), Incarnation: s.shard.Incarnation()})
+	s.cfg.Observer.Pulled(dense, 4*off, time.Since(start))
 	return nil
 }

@@ -57,6 +57,7 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 
 	start := time.Now()
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
+	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)
 	if err != nil {
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
 		return nil, status.Errorf(codes.Internal, "ps %d: writing its checkpoint shard: %v", s.cfg.Task, err)
@@ -87,7 +88,7 @@ func (s *Server) RestoreLatest() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := s.restore(s.cfg.CheckpointDir, m); err != nil {
+	if err := s.restore(s.cfg.CheckpointDir, m, true); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -105,7 +106,7 @@ func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.Restore
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: checkpoint of step %d in %s: %v", s.cfg.Task, req.Step, dir, err)
 	}
-	if err := s.restore(dir, m); err != nil {
+	if err := s.restore(dir, m, false); err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, err)
 	}
 	s.mu.Lock()
@@ -115,13 +116,18 @@ func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.Restore
 
 // restore reads the checkpoint m of dir and builds its state with no lock
 // held (the files may be large), then installs it under the lock.
-func (s *Server) restore(dir string, m checkpoint.Manifest) error {
+func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error {
 	start := time.Now()
+	var bytes int64
 	read := func(k int) (*checkpoint.Shard, error) {
 		sh, err := checkpoint.ReadShard(s.cfg.FS, dir, m, k)
+		if err == nil && k < len(m.Shards) {
+			bytes += m.Shards[k].Size
+		}
 		return &sh, err
 	}
 	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers)
+	s.cfg.Observer.CheckpointRestored(atStart, bytes, time.Since(start), err)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ type Config struct {
 	CheckpointDir string
 	// FS is the filesystem for checkpoints (vfs.OS if nil).
 	FS vfs.FS
+	// Observer, if set, is told what the ps does (metrics).
+	Observer Observer
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -85,6 +87,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.FS == nil {
 		cfg.FS = vfs.OS
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf,
@@ -283,6 +288,7 @@ func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 	s.heard(req.Worker)
 	var p shard.Push
 	if err := decodePush(req, &p); err != nil && s.shard.Initialized() {
+		s.cfg.Observer.Rejected(shard.Invalid.String())
 		return nil, statusOf(s.shard.Reject(p.Worker, p.Step, err))
 	}
 	res, err := s.apply(&p, nil)
@@ -301,11 +307,19 @@ func dropReason(r shard.Result) string {
 
 // apply checks and applies a push. Call with mu held.
 func (s *Server) apply(p *shard.Push, stream *shard.Stream) (shard.Result, error) {
+	start := time.Now()
 	if err := s.shard.Check(p); err != nil {
+		s.cfg.Observer.Rejected(rejectReason(err))
 		return shard.Result{}, err
 	}
-	res, err := s.shard.Apply(p, time.Now(), stream)
+	res, err := s.shard.Apply(p, start, stream)
 	s.notify()
+	if err != nil {
+		s.cfg.Observer.Rejected(rejectReason(err))
+	} else {
+		dense, sparse := pushBytes(p)
+		s.cfg.Observer.Pushed(res.Verdict.String(), dense, sparse, time.Since(start))
+	}
 	return res, err
 }
 
@@ -319,6 +333,7 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 // pull waits (releasing mu) until the step reaches req.MinStep, then reads.
 // Call with mu held; it returns with mu held.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	start := time.Now()
 	if !s.shard.Initialized() {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
 	}
@@ -362,6 +377,14 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 		}
 		resp.Sparse = append(resp.Sparse, &pb.SparseRows{Table: r.Table, Keys: r.Keys, Values: wire.Float32Bytes(out)})
 	}
+	dense, sparse := 0, 0
+	for _, v := range resp.Vars {
+		dense += len(v.Data)
+	}
+	for _, r := range resp.Sparse {
+		sparse += len(r.Values)
+	}
+	s.cfg.Observer.Pulled(dense, sparse, time.Since(start))
 	return resp, nil
 }
 
@@ -375,6 +398,9 @@ func (s *Server) waitStep(ctx context.Context, worker int, min int64) error {
 	epoch := s.shard.Epoch()
 	lastLog := start
 	var tick *time.Ticker
+	if !s.shard.Ready(min) {
+		defer func() { s.cfg.Observer.SyncWaited(time.Since(start)) }()
+	}
 	for !s.shard.Ready(min) {
 		if err := s.shard.Failed(); err != nil {
 			return err
@@ -441,9 +467,13 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 }
 
 // Status reports the shard's state.
-func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s *Server) Status(_ context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s.mu.Lock()
 	st := s.shard.Status()
+	var details *pb.StatusResponse
+	if req.GetDetails() {
+		details = s.details()
+	}
 	s.mu.Unlock()
 	resp := &pb.StatusResponse{
 		Incarnation:    st.Incarnation,
@@ -464,7 +494,31 @@ func (s *Server) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse,
 			Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission,
 		})
 	}
+	if details != nil {
+		resp.Vars, resp.Workers, resp.CheckpointDir = details.Vars, details.Workers, details.CheckpointDir
+	}
 	return resp, nil
+}
+
+// details reports the variables, every worker's activity and the
+// checkpoint directory (a Status request's details). Call with mu held.
+func (s *Server) details() *pb.StatusResponse {
+	out := &pb.StatusResponse{CheckpointDir: s.cfg.CheckpointDir}
+	if s.shard.Initialized() {
+		for _, v := range s.shard.Vars() {
+			out.Vars = append(out.Vars, &pb.VarStatus{Name: v.Name(), Elements: int64(v.Len())})
+		}
+	}
+	done := s.shard.DoneWorkers()
+	now := time.Now()
+	for w := 0; w < s.cfg.NumWorkers; w++ {
+		a := &pb.WorkerActivity{Worker: int32(w), LastSeenMsAgo: -1, Done: slices.Contains(done, w)}
+		if t, ok := s.seen[w]; ok {
+			a.LastSeenMsAgo = now.Sub(t).Milliseconds()
+		}
+		out.Workers = append(out.Workers, a)
+	}
+	return out
 }
 
 // Done records that a worker has finished.

@@ -254,9 +254,11 @@ func (s *saver) maybe(ctx context.Context, step int64) error {
 
 // save writes a checkpoint of step: every ps its shard, then the manifest,
 // then old checkpoints are pruned.
-func (s *saver) save(ctx context.Context, step int64) error {
+func (s *saver) save(ctx context.Context, step int64) (err error) {
 	cfg := s.cfg
 	start := time.Now()
+	var size int64
+	defer func() { cfg.Observer.CheckpointSaved(step, size, time.Since(start), err) }()
 	if _, err := s.fs.Stat(filepath.Join(cfg.CheckpointDir, checkpoint.CheckpointName(step), checkpoint.ManifestName)); err == nil {
 		// Saved by a chief before this one (which died after it).
 		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
@@ -285,7 +287,6 @@ func (s *saver) save(ctx context.Context, step int64) error {
 	if err != nil {
 		cfg.Logf("chief: pruning old checkpoints: %v", err)
 	}
-	var size int64
 	for _, in := range infos {
 		size += in.Size
 	}

@@ -80,6 +80,13 @@ type Config struct {
 	// while others have finished (RunPS); 30m if 0.
 	WorkerTimeout time.Duration
 
+	// PSObserver, if set, is told what the ps's server does, and OnServe
+	// is called with the server before it serves (metrics, status);
+	// Observer is told what a worker's loop does (metrics, summaries).
+	PSObserver server.Observer
+	OnServe    func(*server.Server)
+	Observer   Observer
+
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
 	probeAfter, probeTimeout time.Duration
@@ -116,6 +123,9 @@ func (c *Config) defaults() {
 	if c.KeepCheckpoints <= 0 {
 		c.KeepCheckpoints = checkpoint.DefaultKeep
 	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
 }
 
 // RunPS serves one ps until every worker is done or ctx ends; a ctx that
@@ -134,7 +144,11 @@ func RunPS(ctx context.Context, cfg Config) error {
 		Logf:          cfg.Logf,
 		WaitLogEvery:  cfg.WaitLogEvery,
 		CheckpointDir: cfg.CheckpointDir,
+		Observer:      cfg.PSObserver,
 	})
+	if cfg.OnServe != nil {
+		cfg.OnServe(s)
+	}
 	if cfg.CheckpointDir != "" {
 		// A second job given a directory another job holds reads nothing
 		// of it (issue 12, failure 16): its chief is refused anyway.
@@ -434,6 +448,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 		if !retryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
+		cfg.Observer.Recovery(err)
 		if err := retry.pause(ctx, st.step, err); err != nil {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
@@ -570,6 +585,7 @@ type loopStats struct {
 	step, local, dropped int64
 	loss                 float64
 	compute, comm        time.Duration
+	lastCompute          time.Duration // the last step's computing
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
@@ -586,7 +602,8 @@ func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model,
 		if err != nil {
 			return fmt.Errorf("step %d: %w", step, err)
 		}
-		st.compute += time.Since(t0)
+		st.lastCompute = time.Since(t0)
+		st.compute += st.lastCompute
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
@@ -612,14 +629,22 @@ func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, pa
 	if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
 		return step, fmt.Errorf("step %d: %w", step, err)
 	}
-	st.comm += time.Since(t1)
+	exchange := time.Since(t1)
+	st.comm += exchange
 	st.local++
 	if call.Dropped {
 		st.dropped++
 	}
 	st.step = call.Step
+	cfg.Observer.Step(StepStats{
+		Worker: cfg.Cluster.Task.Index, GlobalStep: st.step, LocalStep: st.local, Loss: st.loss,
+		Examples: max(cfg.Data.BatchSize, 1), Compute: st.lastCompute, Exchange: exchange, Dropped: call.Dropped,
+	})
 	if st.local%cfg.StepsToValidate == 0 {
 		cfg.Logf("%s", m.Progress(st.local, st.step, params, st.loss))
+		if v, ok := m.(model.Validator); ok && cfg.Cluster.IsChief() {
+			validate(cfg, v, params, st.step)
+		}
 	}
 	return st.step, sv.maybe(ctx, st.step)
 }
@@ -677,7 +702,8 @@ func sparseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Spars
 			return fmt.Errorf("step %d: next batch: %w", step, err)
 		}
 		nextRows := rowsFor(i, next)
-		st.compute += time.Since(t0)
+		st.lastCompute = time.Since(t0)
+		st.compute += st.lastCompute
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
 			return c.DoAsync(ctx, &client.Request{
 				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
@@ -810,6 +836,7 @@ func finish(ctx context.Context, cfg Config, c *client.Client, m model.Model, pa
 		cfg.Logf("After %d training step(s), validation cross entropy = %g", step, *r.ValCrossEntropy)
 	}
 	cfg.Logf("final: global step %d, %s, stale gradients dropped %d, metrics %v", step, r.Mode, r.StaleDropped, fmtMetrics(metrics))
+	cfg.Observer.Final(step, metrics)
 	if cfg.ResultFile == "" {
 		return nil
 	}

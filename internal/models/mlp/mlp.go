@@ -201,10 +201,23 @@ func (m *Model) ComputeGradients(params, grads model.Params) (float64, error) {
 	return loss, nil
 }
 
-// Progress is the example's log line:
-// "Worker 0: training step 100 done (global step: 187)".
-func (m *Model) Progress(localStep, globalStep int64, _ model.Params, _ float64) string {
-	return fmt.Sprintf("Worker %d: training step %d done (global step: %d)", m.worker, localStep, globalStep)
+// Progress is the example's log line with the batch's cross entropy:
+// "Worker 0: training step 100 done (global step: 187), loss 0.2345".
+func (m *Model) Progress(localStep, globalStep int64, _ model.Params, loss float64) string {
+	return fmt.Sprintf("Worker %d: training step %d done (global step: %d), loss %.4f", m.worker, localStep, globalStep, loss)
+}
+
+// Validate returns val_cross_entropy and val_accuracy on the validation set
+// (the first 5,000 images of the training file, which no worker trains on).
+func (m *Model) Validate(params model.Params) (map[string]float64, error) {
+	if err := m.w.load(params); err != nil {
+		return nil, err
+	}
+	if m.evalWS == nil {
+		m.evalWS = newWorkspace(evalRows, m.hidden)
+	}
+	vce, vacc := evaluate(m.evalWS, m.w, m.data.Validation.Images, m.data.Validation.Labels)
+	return map[string]float64{"val_cross_entropy": vce, "val_accuracy": vacc}, nil
 }
 
 // Evaluate returns val_cross_entropy and val_accuracy on the validation set

@@ -158,7 +158,7 @@ func TestProgressAndEvaluate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m.Progress(100, 187, nil, 0.5), "Worker 1: training step 100 done (global step: 187)"; got != want {
+	if got, want := m.Progress(100, 187, nil, 0.5), "Worker 1: training step 100 done (global step: 187), loss 0.5000"; got != want {
 		t.Errorf("Progress = %q, want %q", got, want)
 	}
 	metrics, err := m.Evaluate(m.Init(1))
@@ -170,6 +170,11 @@ func TestProgressAndEvaluate(t *testing.T) {
 		if !ok || math.IsNaN(v) || v < 0 {
 			t.Errorf("%s = %v, %v", k, v, ok)
 		}
+	}
+	// Validate is the validation half of Evaluate, the test set untouched.
+	val, err := m.Validate(m.Init(1))
+	if err != nil || len(val) != 2 || val["val_accuracy"] != metrics["val_accuracy"] || val["val_cross_entropy"] != metrics["val_cross_entropy"] {
+		t.Errorf("Validate = %v, %v; want Evaluate's val_accuracy and val_cross_entropy %v", val, err, metrics)
 	}
 	// At the initial weights the output is near uniform: loss near ln 10.
 	if ce := metrics["test_cross_entropy"]; math.Abs(ce-math.Log(10)) > 0.5 {

@@ -945,7 +945,12 @@ func (x *PushPullRequest) GetPull() *PullRequest {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// details asks for the variables, the workers' activity and the
+	// checkpoint directory too (paramserv status, the status page); the
+	// workers' frequent health checks leave it false. Numbered from 100 so
+	// that additions to the message elsewhere do not collide.
+	Details       bool `protobuf:"varint,100,opt,name=details,proto3" json:"details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -980,6 +985,127 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_paramserv_proto_rawDescGZIP(), []int{12}
 }
 
+func (x *StatusRequest) GetDetails() bool {
+	if x != nil {
+		return x.Details
+	}
+	return false
+}
+
+// VarStatus is one dense variable (or this ps's rows of a split one).
+type VarStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Elements      int64                  `protobuf:"varint,2,opt,name=elements,proto3" json:"elements,omitempty"` // float32 values on this ps
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VarStatus) Reset() {
+	*x = VarStatus{}
+	mi := &file_paramserv_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VarStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VarStatus) ProtoMessage() {}
+
+func (x *VarStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VarStatus.ProtoReflect.Descriptor instead.
+func (*VarStatus) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *VarStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VarStatus) GetElements() int64 {
+	if x != nil {
+		return x.Elements
+	}
+	return 0
+}
+
+// WorkerActivity is what a ps knows of one worker.
+type WorkerActivity struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	LastSeenMsAgo int64                  `protobuf:"varint,2,opt,name=last_seen_ms_ago,json=lastSeenMsAgo,proto3" json:"last_seen_ms_ago,omitempty"` // since its last push, pull, Init or Done; -1: never heard from
+	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerActivity) Reset() {
+	*x = WorkerActivity{}
+	mi := &file_paramserv_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerActivity) ProtoMessage() {}
+
+func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
+func (*WorkerActivity) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WorkerActivity) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *WorkerActivity) GetLastSeenMsAgo() int64 {
+	if x != nil {
+		return x.LastSeenMsAgo
+	}
+	return 0
+}
+
+func (x *WorkerActivity) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type TableStatus struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -994,7 +1120,7 @@ type TableStatus struct {
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_paramserv_proto_msgTypes[13]
+	mi := &file_paramserv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1132,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[13]
+	mi := &file_paramserv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1145,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{13}
+	return file_paramserv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TableStatus) GetName() string {
@@ -1078,13 +1204,17 @@ type StatusResponse struct {
 	AppliedPushes  int64                  `protobuf:"varint,10,opt,name=applied_pushes,json=appliedPushes,proto3" json:"applied_pushes,omitempty"`
 	Incarnation    uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                       // a random id, new at each start and each restore
 	RestoredStep   int64                  `protobuf:"varint,12,opt,name=restored_step,json=restoredStep,proto3" json:"restored_step,omitempty"` // the checkpoint step this incarnation restored, or -1
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Only when the request asks for details:
+	Vars          []*VarStatus      `protobuf:"bytes,100,rep,name=vars,proto3" json:"vars,omitempty"`
+	Workers       []*WorkerActivity `protobuf:"bytes,101,rep,name=workers,proto3" json:"workers,omitempty"`
+	CheckpointDir string            `protobuf:"bytes,102,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"` // the ps's --checkpoint_dir, as it names it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_paramserv_proto_msgTypes[14]
+	mi := &file_paramserv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1226,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[14]
+	mi := &file_paramserv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1239,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{14}
+	return file_paramserv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetTask() int32 {
@@ -1196,6 +1326,27 @@ func (x *StatusResponse) GetRestoredStep() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetVars() []*VarStatus {
+	if x != nil {
+		return x.Vars
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWorkers() []*WorkerActivity {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetCheckpointDir() string {
+	if x != nil {
+		return x.CheckpointDir
+	}
+	return ""
+}
+
 type DoneRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -1205,7 +1356,7 @@ type DoneRequest struct {
 
 func (x *DoneRequest) Reset() {
 	*x = DoneRequest{}
-	mi := &file_paramserv_proto_msgTypes[15]
+	mi := &file_paramserv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1368,7 @@ func (x *DoneRequest) String() string {
 func (*DoneRequest) ProtoMessage() {}
 
 func (x *DoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[15]
+	mi := &file_paramserv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1381,7 @@ func (x *DoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneRequest.ProtoReflect.Descriptor instead.
 func (*DoneRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{15}
+	return file_paramserv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DoneRequest) GetWorker() int32 {
@@ -1248,7 +1399,7 @@ type DoneResponse struct {
 
 func (x *DoneResponse) Reset() {
 	*x = DoneResponse{}
-	mi := &file_paramserv_proto_msgTypes[16]
+	mi := &file_paramserv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1411,7 @@ func (x *DoneResponse) String() string {
 func (*DoneResponse) ProtoMessage() {}
 
 func (x *DoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[16]
+	mi := &file_paramserv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1424,7 @@ func (x *DoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneResponse.ProtoReflect.Descriptor instead.
 func (*DoneResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{16}
+	return file_paramserv_proto_rawDescGZIP(), []int{18}
 }
 
 type CheckpointRequest struct {
@@ -1287,7 +1438,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_paramserv_proto_msgTypes[17]
+	mi := &file_paramserv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1450,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[17]
+	mi := &file_paramserv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1463,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{17}
+	return file_paramserv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckpointRequest) GetDir() string {
@@ -1346,7 +1497,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_paramserv_proto_msgTypes[18]
+	mi := &file_paramserv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1509,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[18]
+	mi := &file_paramserv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1522,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{18}
+	return file_paramserv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointResponse) GetShardInfo() []byte {
@@ -1398,7 +1549,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_paramserv_proto_msgTypes[19]
+	mi := &file_paramserv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1561,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[19]
+	mi := &file_paramserv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1574,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{19}
+	return file_paramserv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RestoreRequest) GetDir() string {
@@ -1450,7 +1601,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_paramserv_proto_msgTypes[20]
+	mi := &file_paramserv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1613,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[20]
+	mi := &file_paramserv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1626,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{20}
+	return file_paramserv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestoreResponse) GetGlobalStep() int64 {
@@ -1579,15 +1730,23 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x04push\x18\x04 \x01(\v2\x1a.paramserv.v1.PushResponseR\x04push\"o\n" +
 	"\x0fPushPullRequest\x12-\n" +
 	"\x04push\x18\x01 \x01(\v2\x19.paramserv.v1.PushRequestR\x04push\x12-\n" +
-	"\x04pull\x18\x02 \x01(\v2\x19.paramserv.v1.PullRequestR\x04pull\"\x0f\n" +
-	"\rStatusRequest\"\xb5\x01\n" +
+	"\x04pull\x18\x02 \x01(\v2\x19.paramserv.v1.PullRequestR\x04pull\")\n" +
+	"\rStatusRequest\x12\x18\n" +
+	"\adetails\x18d \x01(\bR\adetails\";\n" +
+	"\tVarStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\belements\x18\x02 \x01(\x03R\belements\"e\n" +
+	"\x0eWorkerActivity\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12'\n" +
+	"\x10last_seen_ms_ago\x18\x02 \x01(\x03R\rlastSeenMsAgo\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"\xb5\x01\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x03R\badmitted\x12\x18\n" +
 	"\aevicted\x18\x05 \x01(\x03R\aevicted\x122\n" +
-	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xae\x03\n" +
+	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xba\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x05R\x04task\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x1f\n" +
@@ -1603,7 +1762,10 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0eapplied_pushes\x18\n" +
 	" \x01(\x03R\rappliedPushes\x12 \n" +
 	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12#\n" +
-	"\rrestored_step\x18\f \x01(\x03R\frestoredStep\"%\n" +
+	"\rrestored_step\x18\f \x01(\x03R\frestoredStep\x12+\n" +
+	"\x04vars\x18d \x03(\v2\x17.paramserv.v1.VarStatusR\x04vars\x126\n" +
+	"\aworkers\x18e \x03(\v2\x1c.paramserv.v1.WorkerActivityR\aworkers\x12%\n" +
+	"\x0echeckpoint_dir\x18f \x01(\tR\rcheckpointDir\"%\n" +
 	"\vDoneRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\"\x0e\n" +
 	"\fDoneResponse\"X\n" +
@@ -1646,7 +1808,7 @@ func file_paramserv_proto_rawDescGZIP() []byte {
 	return file_paramserv_proto_rawDescData
 }
 
-var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_paramserv_proto_goTypes = []any{
 	(*OptimizerConfig)(nil),    // 0: paramserv.v1.OptimizerConfig
 	(*VarSpec)(nil),            // 1: paramserv.v1.VarSpec
@@ -1661,14 +1823,16 @@ var file_paramserv_proto_goTypes = []any{
 	(*PullResponse)(nil),       // 10: paramserv.v1.PullResponse
 	(*PushPullRequest)(nil),    // 11: paramserv.v1.PushPullRequest
 	(*StatusRequest)(nil),      // 12: paramserv.v1.StatusRequest
-	(*TableStatus)(nil),        // 13: paramserv.v1.TableStatus
-	(*StatusResponse)(nil),     // 14: paramserv.v1.StatusResponse
-	(*DoneRequest)(nil),        // 15: paramserv.v1.DoneRequest
-	(*DoneResponse)(nil),       // 16: paramserv.v1.DoneResponse
-	(*CheckpointRequest)(nil),  // 17: paramserv.v1.CheckpointRequest
-	(*CheckpointResponse)(nil), // 18: paramserv.v1.CheckpointResponse
-	(*RestoreRequest)(nil),     // 19: paramserv.v1.RestoreRequest
-	(*RestoreResponse)(nil),    // 20: paramserv.v1.RestoreResponse
+	(*VarStatus)(nil),          // 13: paramserv.v1.VarStatus
+	(*WorkerActivity)(nil),     // 14: paramserv.v1.WorkerActivity
+	(*TableStatus)(nil),        // 15: paramserv.v1.TableStatus
+	(*StatusResponse)(nil),     // 16: paramserv.v1.StatusResponse
+	(*DoneRequest)(nil),        // 17: paramserv.v1.DoneRequest
+	(*DoneResponse)(nil),       // 18: paramserv.v1.DoneResponse
+	(*CheckpointRequest)(nil),  // 19: paramserv.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 20: paramserv.v1.CheckpointResponse
+	(*RestoreRequest)(nil),     // 21: paramserv.v1.RestoreRequest
+	(*RestoreResponse)(nil),    // 22: paramserv.v1.RestoreResponse
 }
 var file_paramserv_proto_depIdxs = []int32{
 	1,  // 0: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
@@ -1682,28 +1846,30 @@ var file_paramserv_proto_depIdxs = []int32{
 	8,  // 8: paramserv.v1.PullResponse.push:type_name -> paramserv.v1.PushResponse
 	7,  // 9: paramserv.v1.PushPullRequest.push:type_name -> paramserv.v1.PushRequest
 	9,  // 10: paramserv.v1.PushPullRequest.pull:type_name -> paramserv.v1.PullRequest
-	13, // 11: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
-	3,  // 12: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
-	7,  // 13: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
-	9,  // 14: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
-	11, // 15: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
-	12, // 16: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
-	15, // 17: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
-	17, // 18: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
-	19, // 19: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
-	4,  // 20: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	8,  // 21: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	10, // 22: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	10, // 23: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	14, // 24: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	16, // 25: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	18, // 26: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
-	20, // 27: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 11: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
+	13, // 12: paramserv.v1.StatusResponse.vars:type_name -> paramserv.v1.VarStatus
+	14, // 13: paramserv.v1.StatusResponse.workers:type_name -> paramserv.v1.WorkerActivity
+	3,  // 14: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
+	7,  // 15: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
+	9,  // 16: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
+	11, // 17: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
+	12, // 18: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
+	17, // 19: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
+	19, // 20: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
+	21, // 21: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
+	4,  // 22: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	8,  // 23: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	10, // 24: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	10, // 25: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	16, // 26: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	18, // 27: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	20, // 28: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	22, // 29: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_paramserv_proto_init() }
@@ -1717,7 +1883,7 @@ func file_paramserv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paramserv_proto_rawDesc), len(file_paramserv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

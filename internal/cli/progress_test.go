@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/telemetry"
+)
+
+// fakeChief serves the metrics a progress line reads.
+type fakeChief struct {
+	step    int64
+	loss    float64
+	scraped []string
+}
+
+func (c *fakeChief) scrape(_ context.Context, url string) (telemetry.Families, error) {
+	c.scraped = append(c.scraped, url)
+	return telemetry.Parse(strings.NewReader(fmt.Sprintf(
+		"# TYPE paramserv_worker_global_step gauge\nparamserv_worker_global_step %d\n# TYPE paramserv_worker_loss gauge\nparamserv_worker_loss %g\n", c.step, c.loss)))
+}
+
+func TestProgressPlainLines(t *testing.T) {
+	var out bytes.Buffer
+	chief := &fakeChief{step: 500, loss: 0.5}
+	clock := time.Unix(1000, 0)
+	p := newProgress(&out, 2000)
+	p.scrape, p.now = chief.scrape, func() time.Time { return clock }
+	if p.tty {
+		t.Fatal("a buffer taken for a terminal")
+	}
+	p.tick(context.Background()) // no URL yet: nothing
+	fmt.Fprint(p, "[ps0] 2026/01/01 serving\n[worker0] 2026/01/01 metrics: http://127.0.0.1:9/metrics\n[worker1] part")
+	fmt.Fprint(p, "ial line\n")
+	p.tick(context.Background())
+	clock = clock.Add(5 * time.Second)
+	chief.step, chief.loss = 1000, 0.25
+	p.tick(context.Background())
+	want := "[ps0] 2026/01/01 serving\n[worker0] 2026/01/01 metrics: http://127.0.0.1:9/metrics\n[worker1] partial line\n" +
+		"progress: global step 500/2000 (25%), loss 0.5\n" +
+		"progress: global step 1000/2000 (50%), 100.0 steps/s, ETA 10s, loss 0.25\n"
+	if out.String() != want {
+		t.Errorf("output\n%q\nwant\n%q", out.String(), want)
+	}
+	if len(chief.scraped) != 2 || chief.scraped[0] != "http://127.0.0.1:9/metrics" {
+		t.Errorf("scraped %v, want the chief's URL twice", chief.scraped)
+	}
+}
+
+func TestProgressLiveLine(t *testing.T) {
+	var out bytes.Buffer
+	chief := &fakeChief{step: 10, loss: 1}
+	p := newProgress(&out, 100)
+	p.tty = true
+	p.scrape = chief.scrape
+	fmt.Fprint(p, "[worker0] metrics: http://h:1/metrics\n")
+	p.tick(context.Background())
+	fmt.Fprint(p, "[ps0] a line\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.run(ctx) // ends at once, clearing the live line
+	live := "progress: global step 10/100 (10%), loss 1"
+	want := "[worker0] metrics: http://h:1/metrics\n" + "\r\033[K" + live + "\r\033[K[ps0] a line\n" + live + "\r\033[K"
+	if out.String() != want {
+		t.Errorf("output\n%q\nwant\n%q", out.String(), want)
+	}
+}

@@ -1,0 +1,183 @@
+// Package curves draws training curves: the scalar series of one or more
+// runs (a summary directory's event files, or a result file's final
+// metrics) over the global step, one panel per tag and one line per run,
+// as a PNG (gonum/plot). It is `paramserv plot`.
+package curves
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/paramserv/paramserv/internal/tfevents"
+)
+
+// Run is one run's scalar series, by tag.
+type Run struct {
+	Name   string
+	Series map[string][]tfevents.Point
+}
+
+// Load reads a run: a directory of event files (its scalars), or a result
+// file (--result_file: its metrics as single points "eval/NAME" at its
+// global step, as the chief's summaries name them).
+func Load(path string) (Run, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Run{}, err
+	}
+	name := filepath.Base(filepath.Clean(path))
+	if fi.IsDir() {
+		s, err := tfevents.ReadScalars(path)
+		if err != nil {
+			return Run{}, err
+		}
+		return Run{Name: name, Series: s}, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Run{}, err
+	}
+	var r struct {
+		GlobalStep *int64             `json:"global_step"`
+		Metrics    map[string]float64 `json:"metrics"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.GlobalStep == nil {
+		return Run{}, fmt.Errorf("%s: not a summary directory nor a result file (JSON with global_step and metrics)", path)
+	}
+	run := Run{Name: strings.TrimSuffix(name, filepath.Ext(name)), Series: map[string][]tfevents.Point{}}
+	for k, v := range r.Metrics {
+		run.Series["eval/"+k] = []tfevents.Point{{Step: *r.GlobalStep, Value: v}}
+	}
+	return run, nil
+}
+
+// Figure is what Draw drew.
+type Figure struct {
+	Lines  int // series of two points or more, drawn as lines
+	Points int // series of one point, drawn as a marker
+	// Colors are the colors of the runs, in order.
+	Colors []color.Color
+}
+
+// Smooth returns pts smoothed as TensorBoard's slider does: an
+// exponential moving average with weight w (0: none, below 1), debiased
+// so that the first points are not pulled towards 0.
+func Smooth(pts []tfevents.Point, w float64) []tfevents.Point {
+	if w <= 0 {
+		return pts
+	}
+	out := make([]tfevents.Point, len(pts))
+	var last float64
+	for i, p := range pts {
+		last = last*w + (1-w)*p.Value
+		out[i] = tfevents.Point{Step: p.Step, Value: last / (1 - math.Pow(w, float64(i+1)))}
+	}
+	return out
+}
+
+// Draw writes a PNG of width x height pixels to w: a panel per tag (in
+// order), in each a line per run that has the tag, in the run's color,
+// named in the legend, smoothed by smoothing (see Smooth). A tag no run
+// has is an error naming the tags there are.
+func Draw(w io.Writer, runs []Run, tags []string, width, height int, smoothing float64) (Figure, error) {
+	var fig Figure
+	for i := range runs {
+		fig.Colors = append(fig.Colors, plotutil.Color(i))
+	}
+	var panels [][]*plot.Plot
+	for _, tag := range tags {
+		p := plot.New()
+		p.Title.Text = tag
+		p.X.Label.Text = "global step"
+		p.Legend.Top = true
+		found := false
+		for i, r := range runs {
+			pts := Smooth(r.Series[tag], smoothing)
+			if len(pts) == 0 {
+				continue
+			}
+			found = true
+			xy := make(plotter.XYs, 0, len(pts))
+			for _, pt := range pts {
+				if !math.IsNaN(pt.Value) && !math.IsInf(pt.Value, 0) {
+					xy = append(xy, plotter.XY{X: float64(pt.Step), Y: pt.Value})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			if len(xy) == 1 {
+				s, err := plotter.NewScatter(xy)
+				if err != nil {
+					return fig, err
+				}
+				s.GlyphStyle.Color = fig.Colors[i]
+				s.GlyphStyle.Radius = vg.Points(4)
+				s.GlyphStyle.Shape = draw.CircleGlyph{}
+				p.Add(s)
+				p.Legend.Add(r.Name, s)
+				fig.Points++
+				continue
+			}
+			l, err := plotter.NewLine(xy)
+			if err != nil {
+				return fig, err
+			}
+			l.LineStyle.Color = fig.Colors[i]
+			l.LineStyle.Width = vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(r.Name, l)
+			fig.Lines++
+		}
+		if !found {
+			return fig, fmt.Errorf("no run has the tag %q (tags: %s)", tag, strings.Join(allTags(runs), ", "))
+		}
+		p.Add(plotter.NewGrid())
+		panels = append(panels, []*plot.Plot{p})
+	}
+	if len(panels) == 0 {
+		return fig, fmt.Errorf("no tags to draw")
+	}
+	c := vgimg.NewWith(vgimg.UseWH(vg.Length(width)*vg.Inch/96, vg.Length(height)*vg.Inch/96), vgimg.UseDPI(96))
+	dc := draw.New(c)
+	// A white background: a PNG viewer's own may be dark.
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadX: vg.Points(6), PadY: vg.Points(12)}
+	canvases := plot.Align(panels, tiles, dc)
+	for i := range panels {
+		panels[i][0].Draw(canvases[i][0])
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(w); err != nil {
+		return fig, err
+	}
+	return fig, nil
+}
+
+// allTags lists the tags of runs, sorted.
+func allTags(runs []Run) []string {
+	var out []string
+	for _, r := range runs {
+		for t := range r.Series {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,119 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+func TestServeAndScrape(t *testing.T) {
+	reg := NewRegistry()
+	ps := NewPS(reg)
+	w := NewWorker(reg)
+	ps.Pushed("apply", 800, 0, time.Millisecond)
+	ps.Pushed("drop-stale", 800, 0, time.Millisecond)
+	ps.Pushed("drop-duplicate", 0, 96, time.Millisecond)
+	ps.Rejected("invalid request")
+	ps.Rejected("not ready")
+	ps.Pulled(800, 40, 2*time.Millisecond)
+	ps.SyncWaited(time.Second)
+	ps.CheckpointSaved(1000, time.Second, nil)
+	ps.CheckpointSaved(0, time.Second, errors.New("disk full"))
+	ps.CheckpointRestored(true, 1000, time.Second, nil)
+	ps.CheckpointRestored(false, 1000, time.Second, nil)
+	ps.Watch(func() PSState {
+		return PSState{
+			Status:   &pb.StatusResponse{Initialized: true, GlobalStep: 42, NumWorkers: 2, Tables: []*pb.TableStatus{{Name: "w", Rows: 7, Bytes: 700, Admitted: 9, Evicted: 2}}},
+			LastSeen: map[int]time.Time{1: time.Now().Add(-3 * time.Second)},
+		}
+	})
+	w.Step(trainer.StepStats{GlobalStep: 5, LocalStep: 1, Loss: 0.5, Examples: 100, Compute: time.Millisecond, Exchange: time.Millisecond, Dropped: true})
+	w.CheckpointSaved(5, 2000, time.Second, nil)
+	w.Recovery(errors.New("ps 0 unavailable"))
+	w.Final(5, map[string]float64{"test_auc": 0.9})
+
+	var logged []string
+	srv, err := Serve("127.0.0.1:0", reg, nil, func(f string, a ...any) { logged = append(logged, f) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if len(logged) != 1 || !strings.HasPrefix(logged[0], "metrics: http://") {
+		t.Errorf("logged %q, want one metrics: line", logged)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := Scrape(ctx, "http://"+srv.Addr+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"paramserv_ps_pushes_total", []string{"verdict", "applied"}, 1},
+		{"paramserv_ps_pushes_total", []string{"verdict", "stale"}, 1},
+		{"paramserv_ps_pushes_total", []string{"verdict", "duplicate"}, 1},
+		{"paramserv_ps_push_bytes_total", []string{"kind", "dense"}, 1600},
+		{"paramserv_ps_push_bytes_total", []string{"kind", "sparse"}, 96},
+		{"paramserv_ps_rejected_pushes_total", []string{"reason", "invalid_request"}, 1},
+		{"paramserv_ps_rejected_pushes_total", []string{"reason", "not_ready"}, 1},
+		{"paramserv_ps_pulls_total", nil, 1},
+		{"paramserv_ps_pull_bytes_total", []string{"kind", "sparse"}, 40},
+		{"paramserv_ps_push_apply_seconds", nil, 3},
+		{"paramserv_ps_sync_wait_seconds", nil, 1},
+		{"paramserv_ps_checkpoint_save_seconds", nil, 1},
+		{"paramserv_ps_checkpoint_save_bytes_total", nil, 1000},
+		{"paramserv_ps_checkpoint_save_failures_total", nil, 1},
+		{"paramserv_ps_restores_total", []string{"trigger", "start"}, 1},
+		{"paramserv_ps_restores_total", []string{"trigger", "rollback"}, 1},
+		{"paramserv_ps_checkpoint_restore_bytes_total", nil, 2000},
+		{"paramserv_ps_global_step", nil, 42},
+		{"paramserv_ps_initialized", nil, 1},
+		{"paramserv_ps_table_rows", []string{"table", "w"}, 7},
+		{"paramserv_ps_table_bytes", []string{"table", "w"}, 700},
+		{"paramserv_ps_table_admitted_rows_total", []string{"table", "w"}, 9},
+		{"paramserv_ps_table_evicted_rows_total", []string{"table", "w"}, 2},
+		{"paramserv_worker_steps_total", nil, 1},
+		{"paramserv_worker_examples_total", nil, 100},
+		{"paramserv_worker_dropped_pushes_total", nil, 1},
+		{"paramserv_worker_global_step", nil, 5},
+		{"paramserv_worker_loss", nil, 0.5},
+		{"paramserv_worker_checkpoint_save_bytes_total", nil, 2000},
+		{"paramserv_worker_recoveries_total", nil, 1},
+		{"paramserv_worker_final_metric", []string{"metric", "test_auc"}, 0.9},
+	} {
+		got, ok := f.Value(c.name, c.labels...)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %g (found %v), want %g", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if age, _ := f.Value("paramserv_ps_worker_last_request_age_seconds", "worker", "1"); age < 3 {
+		t.Errorf("worker 1's last request age %gs, want >= 3", age)
+	}
+	for _, name := range []string{"process_resident_memory_bytes", "go_memstats_heap_alloc_bytes"} {
+		if v, ok := f.Value(name); !ok || v <= 0 {
+			t.Errorf("%s = %g (found %v), want > 0", name, v, ok)
+		}
+	}
+}
+
+func TestServeRefusesBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = Serve(l.Addr().String(), NewRegistry(), nil, nil)
+	var le *ListenError
+	if !errors.As(err, &le) || !strings.Contains(err.Error(), "--metrics_addr="+l.Addr().String()) {
+		t.Errorf("Serve on a busy port: %v, want a ListenError naming the flag", err)
+	}
+}
