@@ -48,6 +48,7 @@ type trainFlags struct {
 	saveEvery, recoveryTimeout, syncTimeout  time.Duration
 	keep                                     int
 	ignored                                  map[string]*string
+	perf                                     *perfFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -105,6 +106,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	for _, name := range ignoredTFFlags {
 		f.ignored[name] = fs.String(name, "", "accepted for TensorFlow compatibility; has no effect")
 	}
+	f.perf = definePerfFlags(fs)
 	return f
 }
 
@@ -183,6 +185,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.checkRanges(); err != nil {
 		return cfg, err
 	}
+	f.perf.apply(&cfg)
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
 	}
@@ -310,8 +313,15 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
+	if f.perf.standalone && !f.standaloneCluster(stderr) {
+		return 2
+	}
 	logf := newLogger(stderr)
-	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
+	tfConfig := os.Getenv("TF_CONFIG")
+	if f.perf.standalone {
+		tfConfig = "" // no cluster
+	}
+	cfg, err := f.config(tfConfig, logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
@@ -323,16 +333,21 @@ Flags:
 			return 2
 		}
 	}
-	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
-	// In a pod, peers' DNS names may not resolve yet: wait, saying what
-	// is awaited, up to --startup_timeout.
-	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
-		logf("failed: %v", err)
-		return 1
+	if !f.perf.standalone {
+		logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+		// In a pod, peers' DNS names may not resolve yet: wait, saying what
+		// is awaited, up to --startup_timeout.
+		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+			logf("failed: %v", err)
+			return 1
+		}
 	}
-	if cfg.Cluster.Task.Job == cluster.JobPS {
+	switch {
+	case f.perf.standalone:
+		err = trainer.RunStandalone(ctx, cfg)
+	case cfg.Cluster.Task.Job == cluster.JobPS:
 		err = trainer.RunPS(ctx, cfg)
-	} else {
+	default:
 		err = trainer.RunWorker(ctx, cfg)
 	}
 	var ce *trainer.ConfigError
