@@ -88,6 +88,66 @@ func BenchmarkMNIST(b *testing.B) {
 		b.ReportMetric(ms(st.comm, b.N), "apply-ms/step")
 	})
 
+	// The ratio the overlap is judged by: one worker through a ps against
+	// standalone, run in turns of b.N/10 steps (alternating which goes
+	// first) so that both see the same machine. Each turn of the ps side
+	// starts with a pull and ends waiting for its last push, as a job does.
+	b.Run("ps-1worker-vs-standalone", func(b *testing.B) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go server.ServeListener(ctx, lis, server.New(server.Config{NumWorkers: 1}))
+		mPS, mSA := newModel(b, 0, 1), newModel(b, 0, 1)
+		c, err := client.New([]string{lis.Addr().String()}, mPS.Variables(), client.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.WaitReady(ctx, false); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Init(ctx, mPS.Init(1), client.InitOptions{Optimizer: adam, NumWorkers: 1}); err != nil {
+			b.Fatal(err)
+		}
+		cfg := Config{Optimizer: adam, StepsToValidate: 1 << 62}
+		cfg.defaults()
+		local, err := newLocalPS(cfg, mSA.Variables(), nil, mSA.Init(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pPS, pSA := model.NewParams(mPS.Variables()), model.NewParams(mSA.Variables())
+		const turns = 10
+		per := int64(max(b.N/turns, 1))
+		var tPS, tSA time.Duration
+		var stPS, stSA loopStats
+		run := func(ps psClient, m *mlp.Model, p model.Params, st *loopStats, t *time.Duration, overlap bool) {
+			cfg := cfg
+			cfg.TrainSteps = st.step + per
+			t0 := time.Now()
+			if err := denseLoop(ctx, cfg, ps, m, p, nil, st, overlap); err != nil {
+				b.Fatal(err)
+			}
+			*t += time.Since(t0)
+		}
+		b.ResetTimer()
+		for turn := range turns {
+			if turn%2 == 0 {
+				run(local, mSA, pSA, &stSA, &tSA, false)
+				run(c, mPS, pPS, &stPS, &tPS, true)
+			} else {
+				run(c, mPS, pPS, &stPS, &tPS, true)
+				run(local, mSA, pSA, &stSA, &tSA, false)
+			}
+		}
+		ps, sa := float64(stPS.local*100)/tPS.Seconds(), float64(stSA.local*100)/tSA.Seconds()
+		b.ReportMetric(ps, "ps-examples/s")
+		b.ReportMetric(sa, "standalone-examples/s")
+		b.ReportMetric(ps/sa, "ps/standalone")
+	})
+
 	// The trainer's loop through a ps on loopback, overlapping each step's
 	// round trip with the next step's compute (the default in asynchronous
 	// mode) or not; push-pull-ms is the time a worker waited for it.
