@@ -154,7 +154,10 @@ type SessionConfig struct {
 	// GRPCOnly sends pushes and pulls by gRPC instead of the data path
 	// (client.Options.GRPCOnly), to compare the two.
 	GRPCOnly bool
-	Logf     func(format string, args ...any)
+	// NoKeyCache sends the sparse keys in full every call
+	// (client.Options.NoKeyCache), to compare with systems that cache none.
+	NoKeyCache bool
+	Logf       func(format string, args ...any)
 }
 
 // startupTimeout bounds the wait for the ps to answer and be initialised.
@@ -202,7 +205,7 @@ func Open(ctx context.Context, cfg SessionConfig, c Case) (s *Session, err error
 		fmt.Errorf("bench: the ps at %v were not ready within %s", cl.Addrs(), startupTimeout))
 	defer cancel()
 	for i := range cfg.NumWorkers {
-		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly})
+		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly, NoKeyCache: cfg.NoKeyCache})
 		if err != nil {
 			return nil, err
 		}
