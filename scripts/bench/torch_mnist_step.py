@@ -8,7 +8,8 @@ OPENBLAS_NUM_THREADS=1). Each step gathers a random batch from 55,000
 images held in memory, as the Go model does. It prints the mean time of a
 step's compute (forward, loss, backward into the gradients: the Go
 model's ComputeGradients) and of a whole single-process training step with
-Adam (the compute and the update), as milliseconds per step and
+Adam (the compute and the update), as milliseconds per step (wall clock
+and this process's CPU time, which a busy machine moves less) and
 examples per second:
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/bench/torch_mnist_step.py --steps=2000
@@ -47,12 +48,13 @@ def main():
     for update in (False, True):
         for _ in range(100):  # warm-up
             step(update)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
             step(update)
         dt = (time.perf_counter() - t0) / args.steps
+        cpu = (time.process_time() - c0) / args.steps
         what = "train step (compute + Adam)" if update else "compute (forward, backward)"
-        print(f"torch {torch.__version__} {what}: {dt * 1e3:.4f} ms/step, {args.batch / dt:.0f} examples/s")
+        print(f"torch {torch.__version__} {what}: {dt * 1e3:.4f} ms/step, {cpu * 1e3:.4f} cpu-ms/step, {args.batch / dt:.0f} examples/s")
 
 
 if __name__ == "__main__":
