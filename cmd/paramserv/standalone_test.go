@@ -40,6 +40,7 @@ func TestStandaloneLinreg(t *testing.T) {
 		{[]string{"train", "--standalone", "--ps_hosts=127.0.0.1:1"}, "drop --ps_hosts"},
 		{[]string{"train", "--standalone", "--checkpoint_dir=" + t.TempDir()}, "writes no checkpoints"},
 		{[]string{"local", "--standalone"}, "run it as paramserv train --standalone"},
+		{[]string{"train", "--standalone", "--overlap=maybe"}, `--overlap="maybe": want auto, true or false`},
 	} {
 		p := start(t, strings.Join(tc.args, " "), nil, tc.args...)
 		if code := p.wait(t, 30*time.Second); code != 2 || !strings.Contains(p.output(), tc.want) {

@@ -14,18 +14,30 @@ import (
 // compute.
 type perfFlags struct {
 	standalone bool
-	overlap    bool
+	overlap    string
 }
 
 func definePerfFlags(fs *flag.FlagSet) *perfFlags {
 	f := &perfFlags{}
 	fs.BoolVar(&f.standalone, "standalone", false, "train the model in this one process, on local variables and tables through the ps's own update code: no ps, no sockets, no cluster flags; the same output and --result_file (the baseline of the distributed figures; paramserv train only)")
-	fs.BoolVar(&f.overlap, "overlap", true, "asynchronous training: compute the next step while the last one's push and pull are in flight (gradients one round of pushes staler; with --max_staleness only when it is at least 2*workers-1)")
+	fs.StringVar(&f.overlap, "overlap", "auto", "asynchronous training: compute the next step while the last one's push and pull are in flight, the gradients one round of pushes staler: true, false, or auto (with one worker only; with --max_staleness only when it is at least 2*workers-1)")
 	return f
 }
 
 // apply puts the flags into a trainer configuration.
-func (f *perfFlags) apply(cfg *trainer.Config) { cfg.NoOverlap = !f.overlap }
+func (f *perfFlags) apply(cfg *trainer.Config) error {
+	switch f.overlap {
+	case "auto":
+		cfg.Overlap = trainer.OverlapAuto
+	case "true", "1":
+		cfg.Overlap = trainer.OverlapOn
+	case "false", "0":
+		cfg.Overlap = trainer.OverlapOff
+	default:
+		return fmt.Errorf("--overlap=%q: want auto, true or false", f.overlap)
+	}
+	return nil
+}
 
 // clusterFlagNames are the flags that name a cluster, which --standalone
 // has none of.

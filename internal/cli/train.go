@@ -185,7 +185,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.checkRanges(); err != nil {
 		return cfg, err
 	}
-	f.perf.apply(&cfg)
+	if err := f.perf.apply(&cfg); err != nil {
+		return cfg, err
+	}
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
 	}

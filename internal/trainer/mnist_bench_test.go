@@ -152,10 +152,10 @@ func BenchmarkMNIST(b *testing.B) {
 	// round trip with the next step's compute (the default in asynchronous
 	// mode) or not; push-pull-ms is the time a worker waited for it.
 	for _, tc := range []struct {
-		name      string
-		workers   int
-		noOverlap bool
-	}{{"ps-1worker", 1, false}, {"ps-1worker-nooverlap", 1, true}, {"ps-2workers", 2, false}} {
+		name    string
+		workers int
+		overlap Overlap
+	}{{"ps-1worker", 1, OverlapOn}, {"ps-1worker-nooverlap", 1, OverlapOff}, {"ps-2workers", 2, OverlapOn}, {"ps-2workers-nooverlap", 2, OverlapOff}} {
 		b.Run(tc.name, func(b *testing.B) {
 			workers := tc.workers
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -182,7 +182,7 @@ func BenchmarkMNIST(b *testing.B) {
 			if _, err := clients[0].Init(ctx, models[0].Init(1), client.InitOptions{Optimizer: adam, NumWorkers: workers}); err != nil {
 				b.Fatal(err)
 			}
-			cfg := Config{Optimizer: adam, TrainSteps: int64(b.N * workers), StepsToValidate: 1 << 62, NoOverlap: tc.noOverlap}
+			cfg := Config{Optimizer: adam, TrainSteps: int64(b.N * workers), StepsToValidate: 1 << 62, Overlap: tc.overlap}
 			cfg.defaults()
 			var mu sync.Mutex
 			var all loopStats

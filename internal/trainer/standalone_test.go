@@ -43,7 +43,7 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.NoOverlap = true
+			cfg.Overlap = OverlapOff
 			if cfg.Model == "sparse_lr" {
 				cfg.Data.DataDir = testutil.DataDir(t, "a9a/a9a")
 			}
@@ -91,12 +91,14 @@ func TestOverlaps(t *testing.T) {
 		want    bool
 	}{
 		{Config{}, 1, true},
-		{Config{}, 4, true},
+		{Config{}, 2, false},
+		{Config{Overlap: OverlapOn}, 4, true},
 		{Config{Sync: true}, 1, false},
-		{Config{NoOverlap: true}, 1, false},
+		{Config{Sync: true, Overlap: OverlapOn}, 1, false},
+		{Config{Overlap: OverlapOff}, 1, false},
 		{Config{MaxStaleness: 1}, 1, true},
-		{Config{MaxStaleness: 2}, 2, false},
-		{Config{MaxStaleness: 3}, 2, true},
+		{Config{MaxStaleness: 2, Overlap: OverlapOn}, 2, false},
+		{Config{MaxStaleness: 3, Overlap: OverlapOn}, 2, true},
 	} {
 		if got := overlaps(tc.cfg, tc.workers); got != tc.want {
 			t.Errorf("overlaps(%+v, %d workers) = %v, want %v", tc.cfg, tc.workers, got, tc.want)
