@@ -159,6 +159,9 @@ type SessionConfig struct {
 	// Dial, if set, makes the workers' connections (client.Options.Dial):
 	// the ps's TLS or token, for instance.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// NoKeyCache sends the sparse keys in full every call
+	// (client.Options.NoKeyCache), to compare with systems that cache none.
+	NoKeyCache bool
 }
 
 // startupTimeout bounds the wait for the ps to answer and be initialised.
@@ -206,7 +209,7 @@ func Open(ctx context.Context, cfg SessionConfig, c Case) (s *Session, err error
 		fmt.Errorf("bench: the ps at %v were not ready within %s", cl.Addrs(), startupTimeout))
 	defer cancel()
 	for i := range cfg.NumWorkers {
-		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly, Dial: cfg.Dial})
+		wc, err := client.New(cl.Addrs(), vars, client.Options{Worker: i, Tables: tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, GRPCOnly: cfg.GRPCOnly, Dial: cfg.Dial, NoKeyCache: cfg.NoKeyCache})
 		if err != nil {
 			return nil, err
 		}

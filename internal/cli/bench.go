@@ -40,6 +40,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	baseline := fs.Bool("baseline", true, "measure the plain TCP baseline (a child process) next to every operation")
 	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
 	grpcOnly := fs.Bool("grpc_only", false, "send pushes and pulls by gRPC instead of the data path, to compare the two")
+	keyCache := fs.Bool("key_cache", true, "name a sparse key set sent in a recent call by its cache slot; false sends the keys in full every call, to compare with systems that cache no keys")
 	verbose := fs.Bool("verbose", false, "show the ps processes' output")
 	auth := fs.String("auth", "none", "the ps's authentication, a comma-separated list to compare, each case run with each in turn: none, tls (mutual TLS, certificates made for the run), token, tls+token")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile here")
@@ -184,7 +185,7 @@ Flags:
 	cfg := bench.Config{
 		SessionConfig: bench.SessionConfig{
 			NumPS: *numPS, NumWorkers: *numWorkers, SplitBytes: *splitBytes,
-			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf, GRPCOnly: *grpcOnly,
+			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf, GRPCOnly: *grpcOnly, NoKeyCache: !*keyCache,
 		},
 		Cases: list, Ops: opList,
 		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),

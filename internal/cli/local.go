@@ -80,6 +80,10 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
+	if f.perf.standalone {
+		fmt.Fprintf(stderr, "paramserv local: --standalone is a job of one process: run it as paramserv train --standalone\n")
+		return 2
+	}
 	for _, c := range []struct {
 		name     string
 		v, least int

@@ -51,6 +51,7 @@ type trainFlags struct {
 	tls                                      *tlsFlags
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
 	telemetry                                *telemetryFlags
+	perf                                     *perfFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -111,6 +112,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	}
 	f.models = defineModelFlags(fs)
 	f.telemetry = defineTelemetryFlags(fs)
+	f.perf = definePerfFlags(fs)
 	return f
 }
 
@@ -193,6 +195,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.telemetry.check(); err != nil {
+		return cfg, err
+	}
+	if err := f.perf.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.telemetry.checkSummaries(); err != nil {
@@ -328,8 +333,15 @@ Flags:
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
+	if f.perf.standalone && !f.standaloneCluster(stderr) {
+		return 2
+	}
 	logf := f.telemetry.logger(stderr)
-	cfg, err := f.config(os.Getenv("TF_CONFIG"), logf)
+	tfConfig := os.Getenv("TF_CONFIG")
+	if f.perf.standalone {
+		tfConfig = "" // no cluster
+	}
+	cfg, err := f.config(tfConfig, logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
@@ -341,12 +353,14 @@ Flags:
 			return 2
 		}
 	}
-	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
-	// In a pod, peers' DNS names may not resolve yet: wait, saying what
-	// is awaited, up to --startup_timeout.
-	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
-		logf("failed: %v", err)
-		return 1
+	if !f.perf.standalone {
+		logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+		// In a pod, peers' DNS names may not resolve yet: wait, saying what
+		// is awaited, up to --startup_timeout.
+		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+			logf("failed: %v", err)
+			return 1
+		}
 	}
 	stopTelemetry, err := f.telemetry.start(&cfg, logf)
 	if err != nil {
@@ -354,11 +368,15 @@ Flags:
 		return 2
 	}
 	defer stopTelemetry()
-	if pm, public := publicModels[f.model]; public && cfg.Cluster.Task.Job == cluster.JobWorker {
+	pm, public := publicModels[f.model]
+	switch {
+	case f.perf.standalone:
+		err = trainer.RunStandalone(ctx, cfg)
+	case public && cfg.Cluster.Task.Job == cluster.JobWorker:
 		err = pm.run(ctx, cfg, f)
-	} else if cfg.Cluster.Task.Job == cluster.JobPS {
+	case cfg.Cluster.Task.Job == cluster.JobPS:
 		err = trainer.RunPS(ctx, cfg)
-	} else {
+	default:
 		err = trainer.RunWorker(ctx, cfg)
 	}
 	var ce *trainer.ConfigError

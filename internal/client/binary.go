@@ -335,7 +335,7 @@ func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, p
 		cs.conns[i] = d
 	}
 	for attempt := 0; ; attempt++ {
-		step, dropped, err = dp.exchange(ctx, d, cs, i, push, pull, minStep, attempt > 0)
+		step, dropped, err = dp.exchange(ctx, d, cs, i, push, pull, minStep, attempt > 0 || dp.c.opts.NoKeyCache)
 		var re *replyError
 		if err == nil || errors.As(err, &re) {
 			// The connection is in step: an error reply came whole. The ps

@@ -463,6 +463,46 @@ func TestCacheMissSendsKeysAgain(t *testing.T) {
 	}
 }
 
+// With NoKeyCache every call sends its keys in full: no key set is kept
+// in a cache slot of the ps, where the same calls with the cache name one.
+func TestNoKeyCacheSendsKeysEveryCall(t *testing.T) {
+	for _, noCache := range []bool{false, true} {
+		cl := startCluster(t, 1, 1)
+		tables := []model.Table{{Name: "emb", Dim: 2}}
+		c, err := New(cl.addrs, nil, Options{Tables: tables, NoKeyCache: noCache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		if _, err := c.Init(ctx, nil, InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+			t.Fatal(err)
+		}
+		keys := []uint64{3, 1, 4, 1 << 40}
+		grads := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+		vals := make([]float32, 8)
+		for range 3 {
+			if call := c.Do(ctx, &Request{Push: true, SparseGrads: []Rows{{Table: "emb", Keys: keys, Values: grads}}, Pull: true, SparseParams: []Rows{{Table: "emb", Keys: keys, Values: vals}}}); call.Err != nil {
+				t.Fatal(call.Err)
+			}
+		}
+		if vals[0] != -3 || vals[7] != -3 {
+			t.Fatalf("NoKeyCache %v: rows %v after 3 pushes, want -3 each", noCache, vals)
+		}
+		slots := 0
+		for _, d := range c.dp.ps[0].idle {
+			for _, u := range d.slot {
+				if u != 0 {
+					slots++
+				}
+			}
+		}
+		if (slots > 0) == noCache {
+			t.Errorf("NoKeyCache %v: %d key cache slots in use", noCache, slots)
+		}
+	}
+}
+
 // A cancelled call waiting for a sync step returns the context's error,
 // and the client goes on working.
 func TestCancelWhileWaiting(t *testing.T) {

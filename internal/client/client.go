@@ -48,6 +48,11 @@ type Options struct {
 	// (docs/WIRE.md), as the client does by itself when a ps does not
 	// speak it.
 	GRPCOnly bool
+	// NoKeyCache sends every sparse call's keys in full on the data path,
+	// instead of naming a key set the ps keeps from a recent call by its
+	// cache slot: to compare with systems that cache no keys (bench
+	// --key_cache=false).
+	NoKeyCache bool
 	// Dial, if set, makes the connections to the ps (gRPC's and the data
 	// path's) instead of TCP: the transport seam, through which tests run
 	// whole clusters over an in-memory network (package memnet).

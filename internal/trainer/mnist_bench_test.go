@@ -19,7 +19,9 @@ import (
 // BenchmarkMNIST measures the PS overhead on the MNIST MLP (batch 100,
 // hidden 100, Adam): examples per second per worker and the split of a step
 // into compute, push and pull, for the same model trained in one process
-// with no ps at all, and through a ps on loopback with 1 and 2 workers.
+// with no ps at all (single-process: the model and the rule alone;
+// standalone: the trainer's loop over its in-process ps, the baseline), and
+// through a ps on loopback with 1 and 2 workers.
 // Everything runs in this process, so the workers and the ps share the
 // machine's cores as a local cluster would.
 //
@@ -66,8 +68,96 @@ func BenchmarkMNIST(b *testing.B) {
 		b.ReportMetric(ms(apply, b.N), "apply-ms/step")
 	})
 
-	for _, workers := range []int{1, 2} {
-		b.Run(map[int]string{1: "ps-1worker", 2: "ps-2workers"}[workers], func(b *testing.B) {
+	// The trainer's own loop with its ps in this process (RunStandalone's
+	// localPS): the baseline of the figures below.
+	b.Run("standalone", func(b *testing.B) {
+		m := newModel(b, 0, 1)
+		cfg := Config{Optimizer: adam, TrainSteps: int64(b.N), StepsToValidate: 1 << 62}
+		cfg.defaults()
+		ps, err := newLocalPS(cfg, m.Variables(), nil, m.Init(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var st loopStats
+		b.ResetTimer()
+		if err := denseLoop(context.Background(), cfg, ps, m, model.NewParams(m.Variables()), nil, &st, false); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(st.local*100)/b.Elapsed().Seconds(), "examples/s/worker")
+		b.ReportMetric(ms(st.compute, b.N), "compute-ms/step")
+		b.ReportMetric(ms(st.comm, b.N), "apply-ms/step")
+	})
+
+	// The ratio the overlap is judged by: one worker through a ps against
+	// standalone, run in turns of b.N/10 steps (alternating which goes
+	// first) so that both see the same machine. Each turn of the ps side
+	// starts with a pull and ends waiting for its last push, as a job does.
+	b.Run("ps-1worker-vs-standalone", func(b *testing.B) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go server.ServeListener(ctx, lis, server.New(server.Config{NumWorkers: 1}))
+		mPS, mSA := newModel(b, 0, 1), newModel(b, 0, 1)
+		c, err := client.New([]string{lis.Addr().String()}, mPS.Variables(), client.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.WaitReady(ctx, false); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Init(ctx, mPS.Init(1), client.InitOptions{Optimizer: adam, NumWorkers: 1}); err != nil {
+			b.Fatal(err)
+		}
+		cfg := Config{Optimizer: adam, StepsToValidate: 1 << 62}
+		cfg.defaults()
+		local, err := newLocalPS(cfg, mSA.Variables(), nil, mSA.Init(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pPS, pSA := model.NewParams(mPS.Variables()), model.NewParams(mSA.Variables())
+		const turns = 10
+		per := int64(max(b.N/turns, 1))
+		var tPS, tSA time.Duration
+		var stPS, stSA loopStats
+		run := func(ps psClient, m *mlp.Model, p model.Params, st *loopStats, t *time.Duration, overlap bool) {
+			cfg := cfg
+			cfg.TrainSteps = st.step + per
+			t0 := time.Now()
+			if err := denseLoop(ctx, cfg, ps, m, p, nil, st, overlap); err != nil {
+				b.Fatal(err)
+			}
+			*t += time.Since(t0)
+		}
+		b.ResetTimer()
+		for turn := range turns {
+			if turn%2 == 0 {
+				run(local, mSA, pSA, &stSA, &tSA, false)
+				run(c, mPS, pPS, &stPS, &tPS, true)
+			} else {
+				run(c, mPS, pPS, &stPS, &tPS, true)
+				run(local, mSA, pSA, &stSA, &tSA, false)
+			}
+		}
+		ps, sa := float64(stPS.local*100)/tPS.Seconds(), float64(stSA.local*100)/tSA.Seconds()
+		b.ReportMetric(ps, "ps-examples/s")
+		b.ReportMetric(sa, "standalone-examples/s")
+		b.ReportMetric(ps/sa, "ps/standalone")
+	})
+
+	// The trainer's loop through a ps on loopback, overlapping each step's
+	// round trip with the next step's compute (the default in asynchronous
+	// mode) or not; push-pull-ms is the time a worker waited for it.
+	for _, tc := range []struct {
+		name    string
+		workers int
+		overlap Overlap
+	}{{"ps-1worker", 1, OverlapOn}, {"ps-1worker-nooverlap", 1, OverlapOff}, {"ps-2workers", 2, OverlapOn}, {"ps-2workers-nooverlap", 2, OverlapOff}} {
+		b.Run(tc.name, func(b *testing.B) {
+			workers := tc.workers
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
@@ -92,47 +182,32 @@ func BenchmarkMNIST(b *testing.B) {
 			if _, err := clients[0].Init(ctx, models[0].Init(1), client.InitOptions{Optimizer: adam, NumWorkers: workers}); err != nil {
 				b.Fatal(err)
 			}
-			var compute, push, pull time.Duration
+			cfg := Config{Optimizer: adam, TrainSteps: int64(b.N * workers), StepsToValidate: 1 << 62, Overlap: tc.overlap}
+			cfg.defaults()
 			var mu sync.Mutex
+			var all loopStats
 			var wg sync.WaitGroup
 			b.ResetTimer()
 			for w := range workers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					c, m := clients[w], models[w]
-					p, g := model.NewParams(m.Variables()), model.NewParams(m.Variables())
-					var tc, tpush, tpull time.Duration
-					for range b.N {
-						t0 := time.Now()
-						step, err := c.Pull(ctx, 0, p)
-						t1 := time.Now()
-						if err == nil {
-							_, err = m.ComputeGradients(p, g)
-						}
-						t2 := time.Now()
-						if err == nil {
-							_, _, err = c.Push(ctx, step, g)
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						tpull += t1.Sub(t0)
-						tc += t2.Sub(t1)
-						tpush += time.Since(t2)
+					m := models[w]
+					var st loopStats
+					if err := denseLoop(ctx, cfg, clients[w], m, model.NewParams(m.Variables()), nil, &st, overlaps(cfg, workers)); err != nil {
+						b.Error(err)
+						return
 					}
 					mu.Lock()
-					compute, push, pull = compute+tc, push+tpush, pull+tpull
+					all.local, all.compute, all.comm = all.local+st.local, all.compute+st.compute, all.comm+st.comm
 					mu.Unlock()
 				}()
 			}
 			wg.Wait()
-			n := b.N * workers
-			b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "examples/s/worker")
-			b.ReportMetric(ms(compute, n), "compute-ms/step")
-			b.ReportMetric(ms(push, n), "push-ms/step")
-			b.ReportMetric(ms(pull, n), "pull-ms/step")
+			n := int(max(all.local, 1))
+			b.ReportMetric(float64(all.local*100)/float64(workers)/b.Elapsed().Seconds(), "examples/s/worker")
+			b.ReportMetric(ms(all.compute, n), "compute-ms/step")
+			b.ReportMetric(ms(all.comm, n), "push-pull-ms/step")
 		})
 	}
 }

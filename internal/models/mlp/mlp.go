@@ -11,10 +11,16 @@
 // standard deviation 1/28 (= 1/√784) for hid_w and 1/√hidden for sm_w; the
 // biases start at zero.
 //
-// The parameters travel as float32 (model.Params), but the worker's
-// arithmetic is float64 on gonum's BLAS: ComputeGradients converts the
-// parameters in, runs the forward and backward passes written out in
-// net.go, and converts the gradients back. A Model reuses its buffers from
+// The worker's arithmetic is float32, as the parameters travel
+// (model.Params): ComputeGradients reads the parameters and writes the
+// gradients in place, running the forward and backward passes written out
+// in net.go on a float32 matrix multiply (sgemm); the softmax and the loss
+// are float64. The matrix multiply is gonum's pure-Go kernels by default
+// (the static binary), or OpenBLAS through cgo when built with
+// -tags openblas (Debian's libopenblas0-pthread, run on one thread unless
+// OPENBLAS_NUM_THREADS says otherwise): BLAS names the one built in. The
+// float32 gradients are checked against the float64 code the model used
+// before, and against finite differences. A Model reuses its buffers from
 // step to step.
 //
 // A Model is used by one goroutine at a time (as model.Model says). Several
@@ -98,7 +104,7 @@ type Model struct {
 	data    *mnist.Data    // shared, read-only
 	batches *mnist.Batches // over this worker's partition
 
-	w, g   *weights   // float64 parameters and gradients, reused
+	w, g   *weights   // views of the caller's parameters and gradients
 	ws     *workspace // batch-sized
 	labels []uint8    // the batch's labels
 	evalWS *workspace // evalRows-sized, made by the first Evaluate
@@ -192,13 +198,12 @@ func (m *Model) ComputeGradients(params, grads model.Params) (float64, error) {
 	if err := m.w.load(params); err != nil {
 		return 0, err
 	}
-	idx := m.batches.Next()
-	m.ws.gather(m.batches.Set(), idx, m.labels)
-	loss := m.ws.lossGrad(m.w, m.labels, len(idx), m.g)
-	if err := m.g.store(grads); err != nil {
+	if err := m.g.bindGrads(grads); err != nil {
 		return 0, err
 	}
-	return loss, nil
+	idx := m.batches.Next()
+	m.ws.gather(m.batches.Set(), idx, m.labels)
+	return m.ws.lossGrad(m.w, m.labels, len(idx), m.g), nil
 }
 
 // Progress is the example's log line with the batch's cross entropy:
@@ -269,10 +274,7 @@ func evaluate(ws *workspace, w *weights, x []float32, labels []uint8) (crossEntr
 	var correct int
 	for lo := 0; lo < len(labels); lo += ws.rows {
 		n := min(ws.rows, len(labels)-lo)
-		for j, v := range x[lo*inputs : (lo+n)*inputs] {
-			ws.x[j] = float64(v)
-		}
-		s, c := ws.forward(w, labels[lo:lo+n], n)
+		s, c := ws.forward(w, x[lo*inputs:(lo+n)*inputs], labels[lo:lo+n], n)
 		sum += s
 		correct += c
 	}

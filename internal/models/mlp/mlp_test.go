@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/data/mnist"
 	"github.com/paramserv/paramserv/internal/model"
@@ -38,23 +40,29 @@ func TestComputeGradientsWholeSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if math.Abs(loss-ce) > 1e-12 {
+	// The same sums in another order of the examples: equal to float32
+	// rounding.
+	if math.Abs(loss-ce) > 1e-6*ce {
 		t.Errorf("ComputeGradients loss %v, Loss %v", loss, ce)
 	}
-	// In order, in float64.
-	w, g := newWeights(8), newWeights(8)
+	// In order, in the float64 code the model used before float32.
+	w, g := newWeights64(8), newWeights64(8)
 	if err := w.load(params); err != nil {
 		t.Fatal(err)
 	}
-	ws := newWorkspace(n, 8)
+	ws := newWorkspace64(n, 8)
 	for j, v := range data.Train.Images {
 		ws.x[j] = float64(v)
 	}
 	ws.lossGrad(w, data.Train.Labels, n, g)
 	for v, name := range []string{HidW, HidB, SmW, SmB} {
+		var top float64
+		for _, x := range g.slices()[v] {
+			top = max(top, math.Abs(x))
+		}
 		for i, want := range g.slices()[v] {
-			if got := float64(grads[name][i]); math.Abs(got-want) > 1e-6*math.Abs(want)+1e-9 {
-				t.Fatalf("%s[%d] = %v, want %v", name, i, got, want)
+			if got := float64(grads[name][i]); math.Abs(got-want) > 1e-5*top {
+				t.Fatalf("%s[%d] = %v, float64 %v (largest %v)", name, i, got, want, top)
 			}
 		}
 	}
@@ -80,8 +88,8 @@ func TestComputeGradientsAllocations(t *testing.T) {
 		step()
 	}
 	runtime.ReadMemStats(&after)
-	// The buffers alone (x, activations, float64 weights) are over 1 MB.
-	// What remains is gonum's Dgemm starting its worker goroutines.
+	// The buffers alone (x, activations) are over 200 kB. What remains is
+	// gonum's Sgemm starting its worker goroutines.
 	perStep := (after.TotalAlloc - before.TotalAlloc) / steps
 	t.Logf("%d bytes, %.0f allocations per step", perStep, float64(after.Mallocs-before.Mallocs)/steps)
 	if perStep > 16<<10 {
@@ -272,6 +280,18 @@ func TestTrainMNIST(t *testing.T) {
 	}
 }
 
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkComputeGradients times one step's compute of the MNIST MLP,
+// batch 100: in the same units as scripts/bench/torch_mnist_step.py's
+// compute, the yardstick.
 func BenchmarkComputeGradients(b *testing.B) {
 	root := testutil.DataDir(b, "mnist")
 	m, err := New(model.Config{DataDir: root, BatchSize: 100, HiddenUnits: 100})
@@ -282,10 +302,15 @@ func BenchmarkComputeGradients(b *testing.B) {
 	grads := model.NewParams(m.Variables())
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime(b)
 	for b.Loop() {
 		if _, err := m.ComputeGradients(params, grads); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)*100/b.Elapsed().Seconds(), "examples/s")
+	// The process's CPU time, which a busy machine moves less than the
+	// wall clock (compare at GOMAXPROCS=1 with a one-thread PyTorch).
+	b.ReportMetric((cpuTime(b)-cpu0).Seconds()*1000/float64(b.N), "cpu-ms/op")
+	b.Logf("matrix multiply: %s", BLAS)
 }

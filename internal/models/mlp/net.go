@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
-
 	"github.com/paramserv/paramserv/internal/data/mnist"
 	"github.com/paramserv/paramserv/internal/model"
 )
@@ -16,25 +13,27 @@ const (
 	classes = mnist.Classes
 )
 
-// weights holds the four variables in float64, row-major: hidW is
+// weights holds the four variables in float32, row-major: hidW is
 // inputs×hidden, smW hidden×classes. The same type holds their gradients.
+// The model's weights and gradients are the caller's model.Params
+// themselves (bind), so nothing is converted or copied.
 type weights struct {
 	hidden               int
-	hidW, hidB, smW, smB []float64
+	hidW, hidB, smW, smB []float32
 }
 
 func newWeights(hidden int) *weights {
 	return &weights{
 		hidden: hidden,
-		hidW:   make([]float64, inputs*hidden),
-		hidB:   make([]float64, hidden),
-		smW:    make([]float64, hidden*classes),
-		smB:    make([]float64, classes),
+		hidW:   make([]float32, inputs*hidden),
+		hidB:   make([]float32, hidden),
+		smW:    make([]float32, hidden*classes),
+		smB:    make([]float32, classes),
 	}
 }
 
 // slices lists the variables in the order of Variables.
-func (w *weights) slices() [4][]float64 { return [4][]float64{w.hidW, w.hidB, w.smW, w.smB} }
+func (w *weights) slices() [4][]float32 { return [4][]float32{w.hidW, w.hidB, w.smW, w.smB} }
 
 // hiddenOf infers the hidden width of params from hid_b.
 func hiddenOf(params model.Params) (int, error) {
@@ -45,36 +44,37 @@ func hiddenOf(params model.Params) (int, error) {
 	return len(b), nil
 }
 
-// load copies params into w, checking every variable's size.
+// load makes w's variables those of params (sharing their memory),
+// checking every variable's size.
 func (w *weights) load(params model.Params) error {
+	var s [4][]float32
 	for i, v := range Variables(w.hidden) {
 		p, ok := params[v.Name]
 		if !ok {
 			return fmt.Errorf("%w: %s missing", ErrParams, v.Name)
 		}
-		dst := w.slices()[i]
-		if len(p) != len(dst) {
-			return fmt.Errorf("%w: %s has %d values, want %d (shape %v)", ErrParams, v.Name, len(p), len(dst), v.Shape)
+		if want := v.Size(); len(p) != want {
+			return fmt.Errorf("%w: %s has %d values, want %d (shape %v)", ErrParams, v.Name, len(p), want, v.Shape)
 		}
-		for j, x := range p {
-			dst[j] = float64(x)
-		}
+		s[i] = p
 	}
+	w.hidW, w.hidB, w.smW, w.smB = s[0], s[1], s[2], s[3]
 	return nil
 }
 
-// store writes w into grads, checking every variable's size.
-func (w *weights) store(grads model.Params) error {
+// bindGrads makes w's variables those of grads (sharing their memory), so
+// that the backward pass writes the gradients in place, checking every
+// variable's size.
+func (w *weights) bindGrads(grads model.Params) error {
+	var s [4][]float32
 	for i, v := range Variables(w.hidden) {
 		g, ok := grads[v.Name]
-		src := w.slices()[i]
-		if !ok || len(g) != len(src) {
-			return fmt.Errorf("%w: gradient of %s has %d values, want %d (shape %v)", ErrParams, v.Name, len(g), len(src), v.Shape)
+		if want := v.Size(); !ok || len(g) != want {
+			return fmt.Errorf("%w: gradient of %s has %d values, want %d (shape %v)", ErrParams, v.Name, len(g), want, v.Shape)
 		}
-		for j, x := range src {
-			g[j] = float32(x)
-		}
+		s[i] = g
 	}
+	w.hidW, w.hidB, w.smW, w.smB = s[0], s[1], s[2], s[3]
 	return nil
 }
 
@@ -82,19 +82,20 @@ func (w *weights) store(grads model.Params) error {
 // forward and backward passes allocate nothing. One goroutine uses it.
 type workspace struct {
 	rows   int
-	x      []float64 // rows×inputs
-	h      []float64 // rows×hidden: ReLU output; its sign is the ReLU mask
-	logits []float64 // rows×classes; after forward, the softmax probabilities
-	dh     []float64 // rows×hidden
+	x      []float32 // rows×inputs: a batch gathered from the training set
+	h      []float32 // rows×hidden: ReLU output; its sign is the ReLU mask
+	logits []float32 // rows×classes; after forward, the softmax probabilities
+	dh     []float32 // rows×hidden
+	s      scratch   // sgemm's
 }
 
 func newWorkspace(rows, hidden int) *workspace {
 	return &workspace{
 		rows:   rows,
-		x:      make([]float64, rows*inputs),
-		h:      make([]float64, rows*hidden),
-		logits: make([]float64, rows*classes),
-		dh:     make([]float64, rows*hidden),
+		x:      make([]float32, rows*inputs),
+		h:      make([]float32, rows*hidden),
+		logits: make([]float32, rows*classes),
+		dh:     make([]float32, rows*hidden),
 	}
 }
 
@@ -102,32 +103,21 @@ func newWorkspace(rows, hidden int) *workspace {
 // their labels in labels (len(idx) long).
 func (ws *workspace) gather(set *mnist.Set, idx []int, labels []uint8) {
 	for r, i := range idx {
-		dst := ws.x[r*inputs : (r+1)*inputs]
-		for j, v := range set.Image(i) {
-			dst[j] = float64(v)
-		}
+		copy(ws.x[r*inputs:(r+1)*inputs], set.Image(i))
 		labels[r] = set.Labels[i]
 	}
 }
 
-// gemm sets c = a·b (or aᵀ·b, a·bᵀ as tA, tB say), all row-major and dense.
-func gemm(tA, tB blas.Transpose, a []float64, ar, ac int, b []float64, br, bc int, c []float64, cr, cc int) {
-	blas64.Gemm(tA, tB, 1,
-		blas64.General{Rows: ar, Cols: ac, Data: a, Stride: ac},
-		blas64.General{Rows: br, Cols: bc, Data: b, Stride: bc},
-		0,
-		blas64.General{Rows: cr, Cols: cc, Data: c, Stride: cc})
-}
-
-// forward computes, for the first n examples in ws.x, the softmax
+// forward computes, for the n examples x (n×inputs), the softmax
 // probabilities (left in ws.logits) and returns the summed cross-entropy and
 // the number classified correctly (the first largest probability wins, as
-// tf.argmax does).
-func (ws *workspace) forward(w *weights, labels []uint8, n int) (sumLoss float64, correct int) {
+// tf.argmax does). The matrix products are float32; the softmax and the
+// loss are computed in float64.
+func (ws *workspace) forward(w *weights, x []float32, labels []uint8, n int) (sumLoss float64, correct int) {
 	H := w.hidden
-	x, h, logits := ws.x[:n*inputs], ws.h[:n*H], ws.logits[:n*classes]
+	h, logits := ws.h[:n*H], ws.logits[:n*classes]
 
-	gemm(blas.NoTrans, blas.NoTrans, x, n, inputs, w.hidW, inputs, H, h, n, H)
+	sgemm(&ws.s, false, false, n, H, inputs, x[:n*inputs], inputs, w.hidW, H, h, H)
 	for r := range n {
 		row := h[r*H : (r+1)*H]
 		for j, b := range w.hidB {
@@ -135,7 +125,8 @@ func (ws *workspace) forward(w *weights, labels []uint8, n int) (sumLoss float64
 		}
 	}
 
-	gemm(blas.NoTrans, blas.NoTrans, h, n, H, w.smW, H, classes, logits, n, classes)
+	sgemm(&ws.s, false, false, n, classes, H, h, H, w.smW, classes, logits, classes)
+	var e [classes]float64
 	for r := range n {
 		row := logits[r*classes : (r+1)*classes]
 		best := 0
@@ -149,16 +140,16 @@ func (ws *workspace) forward(w *weights, labels []uint8, n int) (sumLoss float64
 			correct++
 		}
 		// Softmax, shifted by the largest logit; loss = log Σ e^z − z_y.
-		top := row[best]
-		zy := row[labels[r]] - top
+		top := float64(row[best])
+		zy := float64(row[labels[r]]) - top
 		var sum float64
 		for j, z := range row {
-			row[j] = math.Exp(z - top)
-			sum += row[j]
+			e[j] = math.Exp(float64(z) - top)
+			sum += e[j]
 		}
 		sumLoss += math.Log(sum) - zy
 		for j := range row {
-			row[j] /= sum
+			row[j] = float32(e[j] / sum)
 		}
 	}
 	return sumLoss, correct
@@ -168,11 +159,11 @@ func (ws *workspace) forward(w *weights, labels []uint8, n int) (sumLoss float64
 // and writes its gradient with respect to every weight into g.
 func (ws *workspace) lossGrad(w *weights, labels []uint8, n int, g *weights) float64 {
 	H := w.hidden
-	sumLoss, _ := ws.forward(w, labels, n)
+	sumLoss, _ := ws.forward(w, ws.x, labels, n)
 	x, h, p, dh := ws.x[:n*inputs], ws.h[:n*H], ws.logits[:n*classes], ws.dh[:n*H]
 
 	// dL/dlogits = (softmax − onehot) / n, in place of the probabilities.
-	inv := 1 / float64(n)
+	inv := 1 / float32(n)
 	for r := range n {
 		row := p[r*classes : (r+1)*classes]
 		row[labels[r]] -= 1
@@ -181,7 +172,7 @@ func (ws *workspace) lossGrad(w *weights, labels []uint8, n int, g *weights) flo
 		}
 	}
 	// Softmax layer: dsmW = hᵀ·dlogits, dsmB = Σ_rows dlogits.
-	gemm(blas.Trans, blas.NoTrans, h, n, H, p, n, classes, g.smW, H, classes)
+	sgemm(&ws.s, true, false, H, classes, n, h, H, p, classes, g.smW, classes)
 	clear(g.smB)
 	for r := range n {
 		for j, d := range p[r*classes : (r+1)*classes] {
@@ -189,7 +180,7 @@ func (ws *workspace) lossGrad(w *weights, labels []uint8, n int, g *weights) flo
 		}
 	}
 	// Back through the ReLU: dh = (dlogits·smWᵀ) ⊙ [h > 0].
-	gemm(blas.NoTrans, blas.Trans, p, n, classes, w.smW, H, classes, dh, n, H)
+	sgemm(&ws.s, false, true, n, H, classes, p, classes, w.smW, classes, dh, H)
 	clear(g.hidB)
 	for r := range n {
 		hrow, drow := h[r*H:(r+1)*H], dh[r*H:(r+1)*H]
@@ -201,6 +192,6 @@ func (ws *workspace) lossGrad(w *weights, labels []uint8, n int, g *weights) flo
 		}
 	}
 	// Hidden layer: dhidW = xᵀ·dh.
-	gemm(blas.Trans, blas.NoTrans, x, n, inputs, dh, n, H, g.hidW, inputs, H)
-	return sumLoss * inv
+	sgemm(&ws.s, true, false, inputs, H, n, x, inputs, dh, H, g.hidW, H)
+	return sumLoss / float64(n)
 }

@@ -10,8 +10,8 @@ import (
 
 // randomWeights fills a float64 net with normal weights of the given scale
 // and small random biases.
-func randomWeights(rng *rand.Rand, hidden int, scale float64) *weights {
-	w := newWeights(hidden)
+func randomWeights(rng *rand.Rand, hidden int, scale float64) *weights64 {
+	w := newWeights64(hidden)
 	for _, s := range w.slices() {
 		for i := range s {
 			s[i] = rng.NormFloat64() * scale
@@ -22,7 +22,7 @@ func randomWeights(rng *rand.Rand, hidden int, scale float64) *weights {
 
 // randomExamples fills rows of ws.x with MNIST-like pixels (most zero) and
 // returns random labels.
-func randomExamples(rng *rand.Rand, ws *workspace, n int) []uint8 {
+func randomExamples(rng *rand.Rand, ws *workspace64, n int) []uint8 {
 	labels := make([]uint8, n)
 	for r := range n {
 		for j := range inputs {
@@ -39,7 +39,7 @@ func randomExamples(rng *rand.Rand, ws *workspace, n int) []uint8 {
 
 // referenceLoss is the mean cross-entropy written as plain loops, to check
 // the BLAS calls against; it also returns the smallest |pre-activation|.
-func referenceLoss(w *weights, x []float64, labels []uint8) (loss, minPre float64) {
+func referenceLoss(w *weights64, x []float64, labels []uint8) (loss, minPre float64) {
 	H := w.hidden
 	minPre = math.Inf(1)
 	for r, y := range labels {
@@ -70,9 +70,10 @@ func referenceLoss(w *weights, x []float64, labels []uint8) (loss, minPre float6
 	return loss / float64(len(labels)), minPre
 }
 
-// TestGradientFiniteDifferences checks the gradient of every weight of a
-// 784→5→10 net on a few examples against central differences, in float64.
-func TestGradientFiniteDifferences(t *testing.T) {
+// TestGradientFiniteDifferences64 checks the gradient of every weight of a
+// 784→5→10 net on a few examples against central differences, in the
+// float64 reference.
+func TestGradientFiniteDifferences64(t *testing.T) {
 	const (
 		hidden = 5
 		n      = 4
@@ -81,7 +82,7 @@ func TestGradientFiniteDifferences(t *testing.T) {
 	)
 	rng := rand.New(rand.NewPCG(1, 2))
 	w := randomWeights(rng, hidden, 0.1)
-	ws := newWorkspace(n+3, hidden) // room to spare: only n rows count
+	ws := newWorkspace64(n+3, hidden) // room to spare: only n rows count
 	labels := randomExamples(rng, ws, n)
 
 	ref, minPre := referenceLoss(w, ws.x, labels)
@@ -90,7 +91,7 @@ func TestGradientFiniteDifferences(t *testing.T) {
 	if minPre < 100*step {
 		t.Fatalf("a pre-activation is %g from the ReLU kink: pick another seed", minPre)
 	}
-	g := newWeights(hidden)
+	g := newWeights64(hidden)
 	loss := ws.lossGrad(w, labels, n, g)
 	if math.Abs(loss-ref) > 1e-12*math.Abs(ref) {
 		t.Fatalf("loss %v, reference loop gives %v", loss, ref)
@@ -122,12 +123,12 @@ func TestGradientFiniteDifferences(t *testing.T) {
 	t.Logf("worst relative error over %d weights: %.2g", 784*hidden+hidden+hidden*classes+classes, worst)
 }
 
-// TestForwardMatchesReference checks the batched forward pass of a wider net
-// and its accuracy count against the plain loops.
-func TestForwardMatchesReference(t *testing.T) {
+// TestForwardMatchesReference64 checks the float64 reference's batched
+// forward pass of a wider net and its accuracy count against the plain loops.
+func TestForwardMatchesReference64(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	w := randomWeights(rng, 70, 0.05)
-	ws := newWorkspace(33, 70)
+	ws := newWorkspace64(33, 70)
 	labels := randomExamples(rng, ws, 33)
 	ref, _ := referenceLoss(w, ws.x, labels)
 	sum, correct := ws.forward(w, labels, 33)
