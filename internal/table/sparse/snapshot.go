@@ -134,7 +134,10 @@ func (t *Table) Import(s Snapshot) error {
 		if i > 0 && k <= s.Keys[i-1] {
 			return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, k, s.Keys[i-1])
 		}
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		// Into an empty table (a restore) every key is new: no lookup.
+		if t.live == 0 {
+			fresh++
+		} else if r, _ := t.find(k, hashKey(k)); r < 0 {
 			fresh++
 		}
 	}
