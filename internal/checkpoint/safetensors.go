@@ -93,6 +93,41 @@ func asBytes[T float32 | int64 | uint64](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
 }
 
+// Float32TensorOf returns an F32 tensor of v's elements without copying
+// them on a little-endian host: its Data is v's memory, so v must not
+// change while the tensor is in use. Elsewhere it is Float32Tensor.
+func Float32TensorOf(name string, shape []int64, v []float32) Tensor {
+	if !littleEndian {
+		return Float32Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: F32, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// Int64TensorOf is Float32TensorOf for I64.
+func Int64TensorOf(name string, shape []int64, v []int64) Tensor {
+	if !littleEndian {
+		return Int64Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: I64, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// Uint64TensorOf is Float32TensorOf for U64.
+func Uint64TensorOf(name string, shape []int64, v []uint64) Tensor {
+	if !littleEndian {
+		return Uint64Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: U64, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// nonNil keeps an empty tensor's Data an empty slice, as the copying
+// constructors make it.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
 // Float32Tensor returns an F32 tensor holding a copy of v.
 func Float32Tensor(name string, shape []int64, v []float32) Tensor {
 	b := make([]byte, 4*len(v))

@@ -107,13 +107,14 @@ func (c *Cut) Step() int64 { return c.step }
 
 // Shard builds the checkpoint shard of the cut: tables sorted by key and
 // every tensor encoded. It may run concurrently with the shard's training.
+// The tensors share the cut's memory, which nothing changes.
 func (c *Cut) Shard() checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}}
 	slots := c.slots
 	for _, v := range c.vars {
-		sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(v.name, v.shape, v.value))
+		sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(v.name, v.shape, v.value))
 		for i, state := range v.state {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(v.name, slots[i]), v.shape, state))
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(v.name, slots[i]), v.shape, state))
 		}
 		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
 	}
@@ -121,20 +122,20 @@ func (c *Cut) Shard() checkpoint.Shard {
 		snap := t.t.Export()
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
-			checkpoint.Uint64Tensor(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
-			checkpoint.Float32Tensor(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
+			checkpoint.Uint64TensorOf(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
+			checkpoint.Float32TensorOf(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
 		for i, state := range snap.State {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
 		}
 		if snap.Updates != nil {
 			u := make([]int64, len(snap.Updates))
 			for i, x := range snap.Updates {
 				u[i] = int64(x)
 			}
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
 		}
 		if snap.LastTouch != nil {
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
 		}
 	}
 	return sh
