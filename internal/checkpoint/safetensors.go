@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxHeaderSize is the largest safetensors header a reader accepts, the same
@@ -80,9 +81,60 @@ func (t Tensor) Info() TensorInfo {
 	return TensorInfo{Name: t.Name, DType: t.DType, Shape: slices.Clone(t.Shape)}
 }
 
+// littleEndian: the host stores numbers as the files do, so tensors convert
+// with one memory copy.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// asBytes is the memory of a slice of fixed-size numbers, as bytes.
+func asBytes[T float32 | int64 | uint64](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
+// Float32TensorOf returns an F32 tensor of v's elements without copying
+// them on a little-endian host: its Data is v's memory, so v must not
+// change while the tensor is in use. Elsewhere it is Float32Tensor.
+func Float32TensorOf(name string, shape []int64, v []float32) Tensor {
+	if !littleEndian {
+		return Float32Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: F32, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// Int64TensorOf is Float32TensorOf for I64.
+func Int64TensorOf(name string, shape []int64, v []int64) Tensor {
+	if !littleEndian {
+		return Int64Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: I64, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// Uint64TensorOf is Float32TensorOf for U64.
+func Uint64TensorOf(name string, shape []int64, v []uint64) Tensor {
+	if !littleEndian {
+		return Uint64Tensor(name, shape, v)
+	}
+	return Tensor{Name: name, DType: U64, Shape: slices.Clone(shape), Data: nonNil(asBytes(v))}
+}
+
+// nonNil keeps an empty tensor's Data an empty slice, as the copying
+// constructors make it.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
 // Float32Tensor returns an F32 tensor holding a copy of v.
 func Float32Tensor(name string, shape []int64, v []float32) Tensor {
 	b := make([]byte, 4*len(v))
+	if littleEndian {
+		copy(b, asBytes(v))
+		return Tensor{Name: name, DType: F32, Shape: slices.Clone(shape), Data: b}
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
@@ -92,6 +144,10 @@ func Float32Tensor(name string, shape []int64, v []float32) Tensor {
 // Int64Tensor returns an I64 tensor holding a copy of v.
 func Int64Tensor(name string, shape []int64, v []int64) Tensor {
 	b := make([]byte, 8*len(v))
+	if littleEndian {
+		copy(b, asBytes(v))
+		return Tensor{Name: name, DType: I64, Shape: slices.Clone(shape), Data: b}
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
 	}
@@ -101,6 +157,10 @@ func Int64Tensor(name string, shape []int64, v []int64) Tensor {
 // Uint64Tensor returns a U64 tensor holding a copy of v.
 func Uint64Tensor(name string, shape []int64, v []uint64) Tensor {
 	b := make([]byte, 8*len(v))
+	if littleEndian {
+		copy(b, asBytes(v))
+		return Tensor{Name: name, DType: U64, Shape: slices.Clone(shape), Data: b}
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], x)
 	}
@@ -124,6 +184,10 @@ func (t Tensor) Float32s() ([]float32, error) {
 		return nil, err
 	}
 	v := make([]float32, len(t.Data)/4)
+	if littleEndian {
+		copy(asBytes(v), t.Data)
+		return v, nil
+	}
 	for i := range v {
 		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
 	}
@@ -136,6 +200,10 @@ func (t Tensor) Int64s() ([]int64, error) {
 		return nil, err
 	}
 	v := make([]int64, len(t.Data)/8)
+	if littleEndian {
+		copy(asBytes(v), t.Data)
+		return v, nil
+	}
 	for i := range v {
 		v[i] = int64(binary.LittleEndian.Uint64(t.Data[8*i:]))
 	}
@@ -148,6 +216,10 @@ func (t Tensor) Uint64s() ([]uint64, error) {
 		return nil, err
 	}
 	v := make([]uint64, len(t.Data)/8)
+	if littleEndian {
+		copy(asBytes(v), t.Data)
+		return v, nil
+	}
 	for i := range v {
 		v[i] = binary.LittleEndian.Uint64(t.Data[8*i:])
 	}

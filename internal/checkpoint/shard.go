@@ -183,7 +183,7 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 	var size int64
 	err := writeAtomic(fsys, cdir, name, func(w io.Writer) error {
 		var err error
-		size, err = EncodeSafetensors(io.MultiWriter(w, h), s.Tensors, meta)
+		size, err = EncodeSafetensors(hashingWriter{w, h}, s.Tensors, meta)
 		return err
 	})
 	if err != nil {
@@ -322,21 +322,31 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 	}
 	defer f.Close()
 	h := sha256.New()
-	r := io.TeeReader(bufio.NewReaderSize(f, 1<<20), h)
 	var hdr Header
 	var tensors []Tensor
 	if withData {
-		hdr, tensors, err = DecodeSafetensors(r, si.Size)
+		// The whole file into one buffer, hashed as it arrives; the
+		// tensors are slices of it.
+		var data []byte
+		data, err = readHashed(f, h, si.Size)
+		if err != nil {
+			return fail(err)
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
+			return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+		}
+		hdr, tensors, err = decodeBytes(data)
 	} else {
-		hdr, err = ReadHeader(r, si.Size)
-	}
-	// Hash to the end whatever the parse said: a checksum mismatch is the
-	// better explanation of a bad header.
-	if _, cerr := io.Copy(io.Discard, r); cerr != nil {
-		return fail(cerr)
-	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
-		return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+		br := bufio.NewReaderSize(f, 1<<20)
+		hdr, err = ReadHeader(io.TeeReader(br, h), si.Size)
+		// Hash to the end whatever the parse said: a checksum mismatch is
+		// the better explanation of a bad header.
+		if _, cerr := readHashed(br, h, -1); cerr != nil {
+			return fail(cerr)
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
+			return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+		}
 	}
 	if err != nil {
 		return fail(err)

@@ -52,10 +52,13 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.Aborted, "ps %d is at step %d, not %d: a synchronous checkpoint must cut every shard at the same step", s.cfg.Task, step, req.Step)
 	}
-	sh := s.shard.Snapshot()
+	// Under the lock only a memory copy of the state; pushes go on while
+	// it is sorted, encoded and written.
+	cut := s.shard.Cut()
 	s.mu.Unlock()
 
 	start := time.Now()
+	sh := cut.Shard()
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
 	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)
 	if err != nil {

@@ -57,37 +57,85 @@ func baseName(part string) string {
 }
 
 // Snapshot copies the shard's state into a checkpoint shard, to be written
-// to disk after the caller's lock is released.
-func (s *Shard) Snapshot() checkpoint.Shard {
+// to disk after the caller's lock is released. It is Cut().Shard(); a
+// server takes the Cut under its lock and builds the Shard after.
+func (s *Shard) Snapshot() checkpoint.Shard { return s.Cut().Shard() }
+
+// Cut is a consistent copy of a shard's state, taken under the caller's
+// lock at the cost of one memory copy (no sorting, no encoding): pushes
+// wait only that long while a checkpoint is saved. Its Shard method, run
+// with no lock held, builds the checkpoint shard from it.
+type Cut struct {
+	step   int64
+	slots  []string
+	vars   []cutVar
+	tables []frozenTable
+}
+
+type cutVar struct {
+	name    string
+	shape   []int64
+	value   []float32
+	state   [][]float32
+	updates int64
+}
+
+type frozenTable struct {
+	name string
+	t    *sparse.Table // a Frozen copy
+}
+
+// Cut copies the shard's state; see Cut.
+func (s *Shard) Cut() *Cut {
 	st := s.st
-	sh := checkpoint.Shard{Step: st.tracker.Step(), Meta: map[string]string{}}
-	slots := SlotNames(st.rule.Name(), st.rule.StateSlots())
+	c := &Cut{step: st.tracker.Step(), slots: SlotNames(st.rule.Name(), st.rule.StateSlots())}
 	for _, v := range st.order {
-		name := baseName(v.name)
-		sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(name, v.shape, slices.Clone(v.value)))
-		for i, state := range v.state {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(name, slots[i]), v.shape, slices.Clone(state)))
+		cv := cutVar{name: baseName(v.name), shape: v.shape, value: slices.Clone(v.value), updates: v.updates}
+		for _, state := range v.state {
+			cv.state = append(cv.state, slices.Clone(state))
 		}
-		sh.Meta["updates/"+name] = strconv.FormatInt(v.updates, 10)
+		c.vars = append(c.vars, cv)
 	}
 	for _, t := range st.tableOrd {
+		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.Frozen()})
+	}
+	return c
+}
+
+// Step is the step the cut reflects.
+func (c *Cut) Step() int64 { return c.step }
+
+// Shard builds the checkpoint shard of the cut: tables sorted by key and
+// every tensor encoded. It may run concurrently with the shard's training.
+// The tensors share the cut's memory, which nothing changes.
+func (c *Cut) Shard() checkpoint.Shard {
+	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}}
+	slots := c.slots
+	for _, v := range c.vars {
+		sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(v.name, v.shape, v.value))
+		for i, state := range v.state {
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(v.name, slots[i]), v.shape, state))
+		}
+		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
+	}
+	for _, t := range c.tables {
 		snap := t.t.Export()
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
-			checkpoint.Uint64Tensor(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
-			checkpoint.Float32Tensor(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
+			checkpoint.Uint64TensorOf(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
+			checkpoint.Float32TensorOf(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
 		for i, state := range snap.State {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32Tensor(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
 		}
 		if snap.Updates != nil {
 			u := make([]int64, len(snap.Updates))
 			for i, x := range snap.Updates {
 				u[i] = int64(x)
 			}
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
 		}
 		if snap.LastTouch != nil {
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64Tensor(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
+			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
 		}
 	}
 	return sh
@@ -321,6 +369,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		touch   []int64
 	}
 	data := map[int]*cols{}
+	keysOf := map[int][]uint64{}
 	hasUpdates, hasTouch := false, false
 	for _, k := range from {
 		sh, err := read(k)
@@ -355,7 +404,32 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 			c.touch, hasTouch = lt, true
 		}
 		data[k] = c
-		for i, key := range keys {
+		keysOf[k] = keys
+	}
+	// A ps restoring its own shard takes the file's columns as they are
+	// when the keys are in order, as the writer leaves them.
+	if len(from) == 1 && !reshard && strictlyAscending(keysOf[from[0]]) {
+		c := data[from[0]]
+		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
+		if snap.State == nil {
+			snap.State = make([][]float32, len(slots))
+		}
+		if hasUpdates {
+			snap.Updates = make([]uint32, len(c.updates))
+			for i, u := range c.updates {
+				snap.Updates[i] = uint32(u)
+			}
+		}
+		if hasTouch {
+			snap.LastTouch = c.touch
+			for i, t := range snap.LastTouch {
+				snap.LastTouch[i] = min(max(t, 0), step)
+			}
+		}
+		return snap, nil
+	}
+	for _, k := range from {
+		for i, key := range keysOf[k] {
 			if reshard && placement.KeyShard(key, numPS) != task {
 				continue
 			}
@@ -394,4 +468,13 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		}
 	}
 	return snap, nil
+}
+
+func strictlyAscending(keys []uint64) bool {
+	for i := 1; i < len(keys); i++ {
+		if keys[i] <= keys[i-1] {
+			return false
+		}
+	}
+	return true
 }

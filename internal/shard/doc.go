@@ -12,7 +12,8 @@
 //	p, err := sh.Check(push)              // every gradient checked before any is used
 //	res, err := sh.Apply(p, now)          // tracker verdict, update or accumulate
 //	sh.Tick(now)                          // the synchronous step timeout
-//	snap := sh.Snapshot()                 // a copy for a checkpoint
+//	cut := sh.Cut()                       // a copy for a checkpoint, under the lock
+//	snap := cut.Shard()                   // sorted and encoded, after it
 //	st, err := shard.Restore(...)         // built from files, outside any lock
 //	sh.Install(st)                        // made the shard's state
 //

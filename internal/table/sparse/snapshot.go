@@ -134,7 +134,10 @@ func (t *Table) Import(s Snapshot) error {
 		if i > 0 && k <= s.Keys[i-1] {
 			return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, k, s.Keys[i-1])
 		}
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		// Into an empty table (a restore) every key is new: no lookup.
+		if t.live == 0 {
+			fresh++
+		} else if r, _ := t.find(k, hashKey(k)); r < 0 {
 			fresh++
 		}
 	}
@@ -157,6 +160,10 @@ func (t *Table) Import(s Snapshot) error {
 	}
 	if t.live+fresh > t.maxLive {
 		t.grow(t.live + fresh)
+	}
+	if t.live == 0 && bulkIndex {
+		t.importEmpty(s)
+		return nil
 	}
 	for i, k := range s.Keys {
 		h := hashKey(k)
@@ -188,4 +195,91 @@ func (t *Table) Import(s Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// bulkIndex: Import into an empty table builds the index in bucket order.
+var bulkIndex = true
+
+// importEmpty is Import into a table with no rows (checked by the caller,
+// with the index grown for every key): it stores the rows in key order and
+// then builds the index in one pass in bucket order (see indexRows), which
+// writes the index sequentially where inserting key by key would miss the
+// cache at every key of a large table.
+func (t *Table) importEmpty(s Snapshot) {
+	d := t.dim
+	rows := make([]hashedRow, len(s.Keys))
+	for i, k := range s.Keys {
+		r := t.allocRow(k)
+		t.stats.Imported++
+		p := &t.pages[r>>t.pageShift]
+		o := r & t.pageMask
+		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+		copy(row[:d], s.Values[i*d:(i+1)*d])
+		for j, st := range s.State {
+			copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+		}
+		if p.count != nil {
+			p.count[o] = 0
+			if s.Updates != nil {
+				p.count[o] = s.Updates[i]
+			}
+		}
+		if p.touch != nil {
+			step := t.clock
+			if s.LastTouch != nil {
+				step = s.LastTouch[i]
+			}
+			p.touch[o] = t.rel(step)
+		}
+		rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
+	}
+	t.indexRows(rows)
+}
+
+type hashedRow struct {
+	h uint64
+	r uint32
+}
+
+// indexRows enters rows into an empty index. It sorts them by home bucket
+// (a counting sort) and fills the buckets from the first: an entry goes
+// into the first bucket from its home that is not full, as find would put
+// it, so the probing invariant holds. Entries that would run past the last
+// bucket wrap around through find.
+func (t *Table) indexRows(rows []hashedRow) {
+	nb := t.nBuckets
+	start := make([]uint32, nb+1)
+	for _, e := range rows {
+		start[t.home(e.h)+1]++
+	}
+	for b := uint64(1); b <= nb; b++ {
+		start[b] += start[b-1]
+	}
+	sorted := make([]hashedRow, len(rows))
+	for _, e := range rows {
+		b := t.home(e.h)
+		sorted[start[b]] = e
+		start[b]++
+	}
+	var cur uint64
+	fill := 0
+	var over []hashedRow
+	for _, e := range sorted {
+		if b := t.home(e.h); b > cur {
+			cur, fill = b, 0
+		}
+		for fill == bucketSlots && cur < nb {
+			cur, fill = cur+1, 0
+		}
+		if cur >= nb {
+			over = append(over, e)
+			continue
+		}
+		t.index[int(cur)*bucketSlots+fill] = uint32(e.h)&^t.rowMask | (e.r + 1)
+		fill++
+	}
+	for _, e := range over {
+		_, pos := t.find(t.keyAt(int(e.r)), e.h)
+		t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
+	}
 }

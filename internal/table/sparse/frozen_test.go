@@ -1,0 +1,159 @@
+package sparse
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// A Frozen copy exports what the table held when it was taken, whatever the
+// table does after: pushes, new rows, evictions (and freed rows reused).
+func TestFrozenExportsTheStateItWasTakenAt(t *testing.T) {
+	for _, name := range []string{"ftrl", "adam"} {
+		t.Run(name, func(t *testing.T) {
+			rule, err := optim.New(optim.Config{Name: name, LearningRate: 0.1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb, err := New(Config{Dim: 3, Rule: rule, EvictAfterSteps: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			push := func(step int64) {
+				keys := make([]uint64, 50)
+				for i := range keys {
+					keys[i] = rng.Uint64N(400)
+				}
+				grads := make([]float32, 3*len(keys))
+				for i := range grads {
+					grads[i] = float32(rng.NormFloat64())
+				}
+				if err := tb.Push(keys, grads, step); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for step := range int64(20) {
+				push(step)
+				tb.Evict(step)
+			}
+			want := tb.Export()
+			frozen := tb.Frozen()
+			for step := int64(20); step < 40; step++ {
+				push(step)
+				tb.Evict(step)
+			}
+			if got := frozen.Export(); !reflect.DeepEqual(got, want) {
+				t.Fatalf("the frozen copy exports %d rows that differ from the %d the table held", len(got.Keys), len(want.Keys))
+			}
+			if frozen.Len() != len(want.Keys) || frozen.Dim() != 3 {
+				t.Fatalf("frozen Len %d Dim %d, want %d and 3", frozen.Len(), frozen.Dim(), len(want.Keys))
+			}
+			if reflect.DeepEqual(tb.Export(), want) {
+				t.Fatal("the table did not change after the copy: the test proves nothing")
+			}
+		})
+	}
+}
+
+// BenchmarkImportEmpty is a restore's Import of 1M rows of dim 1 into an
+// empty table, with the bulk index build and key by key.
+func BenchmarkImportEmpty(b *testing.B) {
+	rule, err := optim.New(optim.Config{Name: "ftrl", LearningRate: 0.1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 1_000_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	snap := Snapshot{Dim: 1, Keys: make([]uint64, n), Values: make([]float32, n), State: [][]float32{make([]float32, n), make([]float32, n)}}
+	for i := range snap.Keys {
+		snap.Keys[i] = uint64(i)<<20 | rng.Uint64N(1<<20)
+	}
+	for _, bulk := range []bool{true, false} {
+		b.Run(map[bool]string{true: "bulk", false: "by_key"}[bulk], func(b *testing.B) {
+			defer func(old bool) { bulkIndex = old }(bulkIndex)
+			bulkIndex = bulk
+			for range b.N {
+				tb, err := New(Config{Dim: 1, Rule: rule})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := tb.Import(snap); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Import into an empty table builds the index in bucket order; every key
+// must be found afterwards, including keys that overflow the last bucket
+// and wrap around to the first, and the table must go on to behave as one
+// filled key by key (deletes shift entries across the wrap).
+func TestImportEmptyIndex(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "sgd", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 keys need 4 buckets; keys whose hash has its top two bits set
+	// all have the last bucket as home: 16 fit, 24 wrap.
+	wrapping := func() []uint64 {
+		var keys []uint64
+		for k := uint64(1); len(keys) < 40; k++ {
+			if hashKey(k)>>62 == 3 {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	cases := [][]uint64{wrapping()}
+	for _, n := range []int{1, 15, 16, 17, 300, 5000} {
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = rng.Uint64()
+		}
+		cases = append(cases, keys)
+	}
+	for _, keys := range cases {
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		snap := Snapshot{Dim: 1, Keys: keys, Values: make([]float32, len(keys)), State: [][]float32{}}
+		for i := range snap.Values {
+			snap.Values[i] = float32(i)
+		}
+		tb, err := New(Config{Dim: 1, Rule: rule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Import(snap); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, len(keys))
+		if err := tb.Pull(keys, out); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(out, snap.Values) || tb.Len() != len(keys) {
+			t.Fatalf("%d keys: pulled %v..., table has %d rows: the index lost keys", len(keys), out[:min(5, len(out))], tb.Len())
+		}
+		// Remove every other key through the index, then find the rest.
+		for i, k := range keys {
+			if i%2 == 0 {
+				r, pos := tb.find(k, hashKey(k))
+				if r < 0 {
+					t.Fatalf("key %d not found", k)
+				}
+				tb.deleteSlot(pos)
+				tb.freeRow(r)
+			}
+		}
+		for i, k := range keys {
+			if r, _ := tb.find(k, hashKey(k)); (r >= 0) != (i%2 == 1) {
+				t.Fatalf("%d keys: after deleting every other, key %d (index %d) found = %v", len(keys), k, i, r >= 0)
+			}
+		}
+	}
+}
