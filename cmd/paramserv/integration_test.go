@@ -362,7 +362,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"port in use", nil, []string{"train", "--ps_hosts=" + busy.Addr().String(), "--worker_hosts=127.0.0.1:2", "--job_name=ps"}, "cannot listen on " + busy.Addr().String()},
 		{"unknown optimizer", nil, []string{"local", "--optimizer=adamw"}, `unknown optimizer "adamw"`},
 		{"unknown model", nil, []string{"local", "--model=gpt"}, `unknown model "gpt"`},
-		{"unknown flag", nil, []string{"train", "--nope=1"}, "flag provided but not defined: -nope"},
+		{"unknown flag", nil, []string{"train", "--nope=1"}, "unknown flag --nope"},
 		{"unknown command", nil, []string{"serve"}, `unknown command "serve"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

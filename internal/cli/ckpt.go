@@ -10,11 +10,13 @@ import (
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
-var ckptUsage = `Usage: paramserv ckpt <command> DIR
+var ckptUsage = `Usage: paramserv ckpt <command> DIR [flags]
 
 Commands:
   ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged)
   inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N)
+
+Run 'paramserv ckpt <command> --help' for a command's flags.
 `
 
 // Ckpt is `paramserv ckpt`: look into a checkpoint directory.
@@ -24,21 +26,42 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, args := args[0], args[1:]
+	var intro string
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, ckptUsage)
+		return 0
+	case "ls":
+		intro = "Usage: paramserv ckpt ls DIR\n\nLists every checkpoint of DIR with its step, time, size, variables, tables\nand status (ok, or why it is damaged), set-aside ones included.\n"
+	case "inspect":
+		intro = "Usage: paramserv ckpt inspect DIR [--step=N]\n\nNames, shapes, dtypes and statistics of the variables and tables of the\nlatest valid checkpoint of DIR, or of step N.\n"
+	default:
+		fmt.Fprintf(stderr, "paramserv ckpt: unknown command %q\n\n%s", cmd, ckptUsage)
+		return 2
+	}
 	fs := flag.NewFlagSet("paramserv ckpt "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	step := fs.Int64("step", checkpoint.LatestStep, "inspect: the checkpoint's step (default: the latest valid one)")
+	step := new(int64)
+	*step = checkpoint.LatestStep
+	if cmd == "inspect" {
+		fs.Int64Var(step, "step", checkpoint.LatestStep, "the checkpoint's step (default: the latest valid one)")
+	}
+	help := func(w io.Writer) {
+		fmt.Fprint(w, intro)
+		printFlags(w, fs, false, nil)
+	}
 	var dir string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		dir, args = args[0], args[1:]
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if dir == "" && fs.NArg() > 0 {
 		dir = fs.Arg(0)
 	}
 	if dir == "" {
-		fmt.Fprint(stderr, ckptUsage)
+		fmt.Fprintf(stderr, "paramserv ckpt %s: name the checkpoint directory\n", cmd)
+		help(stderr)
 		return 2
 	}
 	if *step < 0 && *step != checkpoint.LatestStep {
@@ -60,9 +83,6 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprint(stdout, in.String())
-	default:
-		fmt.Fprintf(stderr, "paramserv ckpt: unknown command %q\n\n%s", cmd, ckptUsage)
-		return 2
 	}
 	return 0
 }

@@ -14,19 +14,22 @@ import (
 	"github.com/paramserv/paramserv/internal/models/sparselr"
 )
 
+// localHidden are train's flags that local chooses itself: its help leaves
+// them out (given, they are refused naming --ps and --workers).
+var localHidden = map[string]bool{"ps_hosts": true, "worker_hosts": true, "job_name": true, "task_index": true, "task_index_env": true}
+
 // Local is `paramserv local`: a whole cluster on this machine, as separate
 // processes, with the training flags passed on to every task.
 func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv local", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	numPS := fs.Int("ps", 1, "number of ps processes")
 	numWorkers := fs.Int("workers", 2, "number of worker processes")
 	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
 	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
 	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times (0: never)")
 	f := defineTrainFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
        paramserv local [--ps=N] [--workers=N] [flags] -- CMD [ARGS...]
 
 Starts a whole cluster on this machine: --ps ps processes and --workers
@@ -54,10 +57,8 @@ signal ended it: SIGKILL, or a SIGTERM or SIGINT sent from outside, after
 which a paramserv task that had not finished exits 143 or 130 (128 + the
 signal). Each at most --max_restarts times. The SIGTERM this command sends
 its own processes when it stops them all never restarts one.
-
-Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, true, localHidden)
 	}
 	var workerCmd []string
 	for i, a := range args {
@@ -70,7 +71,7 @@ Flags:
 			break
 		}
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {
@@ -93,7 +94,7 @@ Flags:
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
-		case "ps_hosts", "worker_hosts", "job_name", "task_index":
+		case "ps_hosts", "worker_hosts", "job_name", "task_index", "task_index_env":
 			clusterFlag = fl.Name
 		case "result_file":
 			chief = append(chief, "--result_file="+fl.Value.String())

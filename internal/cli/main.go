@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,7 +29,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "train":
-		return Train(ctx, args[1:], stderr)
+		return Train(ctx, args[1:], stdout, stderr)
 	case "local":
 		return Local(ctx, args[1:], stdout, stderr)
 	case "bench":
@@ -45,20 +44,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
 	return 2
-}
-
-// parseFlags parses a subcommand's args into fs. done says the command is
-// over: after --help (code 0), or after a malformed flag, which fs has
-// reported with the usage (code 2).
-func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	}
-	return 2, true
 }
 
 // extraArg reports a positional argument left after the flags of a command

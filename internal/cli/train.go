@@ -58,16 +58,16 @@ var ignoredTFFlags = []string{"num_gpus", "download_only", "existing_servers", "
 func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
-	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
-	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
+	fs.StringVar(&f.model, "model", "linreg", "the model to train")
+	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default: $PARAMSERV_DATA, else the cache paramserv data fetch writes to)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
-	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
-	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps (default: the model's)")
+	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this")
+	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps")
 	fs.IntVar(&f.batchSize, "batch_size", 100, "examples per batch on each worker")
 	fs.IntVar(&f.hiddenUnits, "hidden_units", 100, "hidden layer width (mnist)")
 	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")
-	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps: "+strings.Join(optim.Names(), ", ")+" (default: the model's, linreg sgd)")
-	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate (default: the model's, linreg 0.01); FTRL's alpha")
+	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps")
+	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate; FTRL's alpha")
 	fs.Float64Var(&f.momentum, "momentum", 0, "momentum coefficient (momentum; default 0.9)")
 	fs.BoolVar(&f.nesterov, "use_nesterov", false, "Nesterov momentum (momentum)")
 	fs.Float64Var(&f.beta1, "beta1", 0, "Adam beta1 (default 0.9)")
@@ -283,12 +283,11 @@ func newLogger(w io.Writer) func(string, ...any) {
 }
 
 // Train is `paramserv train`: run one task.
-func Train(ctx context.Context, args []string, stderr io.Writer) int {
+func Train(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	f := defineTrainFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv train [flags]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv train [flags]
 
 Runs one task of a training job: a ps or a worker. The cluster comes from
 --ps_hosts, --worker_hosts, --job_name and --task_index, or from the
@@ -299,12 +298,10 @@ Exit status: 0 when the task's work is done (a ps: every worker has
 finished); 1 for a failure while running; 2 for input to fix; 143 or 130
 (128 + the signal) when SIGTERM or SIGINT stopped it before its work was
 done, which paramserv local treats as a death by signal and restarts.
-
-Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, true, nil)
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {

@@ -1,0 +1,154 @@
+package main
+
+// First contact: --help, mistyped flags and bad values, as a user meets
+// them: the exit status, the first lines of stderr, what goes to stdout.
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// runCLI runs the binary to its end and returns its exit status, stdout
+// and stderr. Every command here ends by itself within milliseconds.
+func runCLI(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(cmd.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), o.String(), e.String()
+	} else if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return 0, o.String(), e.String()
+}
+
+// --help exits 0 everywhere and prints the help to stdout, nothing to
+// stderr, and no "flag: help requested".
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"train", "--help"}, {"train", "-h"}, {"local", "--help"}, {"bench", "--help"},
+		{"data", "--help"}, {"data", "fetch", "--help"}, {"data", "synth-ctr", "--help"},
+		{"ckpt", "--help"}, {"ckpt", "ls", "--help"}, {"ckpt", "inspect", "--help"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, nil, args...)
+			if code != 0 || errOut != "" || !strings.HasPrefix(out, "Usage: paramserv") && !strings.HasPrefix(out, "paramserv:") {
+				t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+			}
+			if strings.Contains(out, "help requested") || strings.Contains(out, "`") {
+				t.Errorf("help holds the flag package's leftovers:\n%s", out)
+			}
+		})
+	}
+}
+
+// train's help groups its flags, gives each its default, per model where
+// the model decides, and shows no Go type names.
+func TestTrainHelpGroups(t *testing.T) {
+	_, out, _ := runCLI(t, nil, "train", "--help")
+	last := -1
+	for _, h := range []string{"\nCluster:\n", "\nModel and data:\n", "\nTraining:\n", "\nCheckpoints:\n",
+		"\nRecovery and timeouts:\n", "\nTensorFlow compatibility (accepted, no effect):\n"} {
+		i := strings.Index(out, h)
+		if i < last {
+			t.Errorf("heading %q missing or out of order", strings.TrimSpace(h))
+		}
+		last = i
+	}
+	for _, want := range []string{
+		"--train_steps=N\n      stop when the global step reaches this (default: the model's: linreg 3000, mnist ",
+		"--startup_timeout=DURATION\n", "(default 5m0s)",
+		"--save_model_secs=SECONDS|DURATION\n",
+		"--batch_size=N\n      examples per batch on each worker (default 100)",
+		"--data_dir=DIR\n", // was a type name from back quotes: -data_dir paramserv data fetch
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("train --help lacks %q", want)
+		}
+	}
+	// The TensorFlow no-op flags come under their own heading only.
+	tf := out[strings.Index(out, "\nTensorFlow compatibility"):]
+	if i := strings.Index(out, "--num_gpus"); i < len(out)-len(tf) {
+		t.Errorf("--num_gpus listed outside the TensorFlow heading")
+	}
+}
+
+// local's help lists only what local accepts: not the cluster flags it
+// chooses itself.
+func TestLocalHelpListsWhatItAccepts(t *testing.T) {
+	_, out, _ := runCLI(t, nil, "local", "--help")
+	for _, name := range []string{"--ps_hosts", "--worker_hosts", "--job_name", "--task_index"} {
+		if strings.Contains(out, name+"=") {
+			t.Errorf("local --help lists %s, which local refuses", name)
+		}
+	}
+	for _, name := range []string{"--ps=N", "--workers=N", "--train_steps=N", "--max_restarts=N"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("local --help lacks %s", name)
+		}
+	}
+	_, out, _ = runCLI(t, nil, "ckpt", "ls", "--help")
+	if strings.Contains(out, "--step") {
+		t.Errorf("ckpt ls --help shows inspect's --step:\n%s", out)
+	}
+}
+
+// A mistyped flag or a bad value: the error, a suggestion when a flag is
+// close, one line pointing at --help, exit 2; no screenful of help.
+func TestMistypedFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string // stderr's lines
+	}{
+		{[]string{"train", "--train_step=100"}, []string{
+			"paramserv train: unknown flag --train_step",
+			"did you mean --train_steps?",
+			"run 'paramserv train --help' for its flags"}},
+		{[]string{"local", "--bach_size=3"}, []string{
+			"paramserv local: unknown flag --bach_size",
+			"did you mean --batch_size?",
+			"run 'paramserv local --help' for its flags"}},
+		{[]string{"train", "--save_model_secs=abc"}, []string{
+			`paramserv train: invalid value "abc" for flag --save_model_secs: want seconds (60) or a duration (1m30s), got "abc"`,
+			"run 'paramserv train --help' for its flags"}},
+		{[]string{"train", "--zzzzzz=1"}, []string{
+			"paramserv train: unknown flag --zzzzzz",
+			"run 'paramserv train --help' for its flags"}},
+		{[]string{"bench", "--rep=3"}, []string{
+			"paramserv bench: unknown flag --rep",
+			"did you mean --reps?",
+			"run 'paramserv bench --help' for its flags"}},
+		{[]string{"data", "synth-ctr", "--test_row=3"}, []string{
+			"paramserv data synth-ctr: unknown flag --test_row",
+			"did you mean --test_rows?",
+			"run 'paramserv data synth-ctr --help' for its flags"}},
+		{[]string{"ckpt", "ls", "x", "--step=3"}, []string{
+			"paramserv ckpt ls: unknown flag --step",
+			"run 'paramserv ckpt ls --help' for its flags"}},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, out, errOut := runCLI(t, nil, c.args...)
+			got := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")
+			if code != 2 || out != "" || strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+				t.Fatalf("exit %d (want 2), stdout %q, stderr:\n%s\nwant:\n%s", code, out, errOut, strings.Join(c.want, "\n"))
+			}
+		})
+	}
+}
+
+// data synth-ctr takes underscores like every other command, and still
+// the hyphens it took before.
+func TestSynthCTRUnderscores(t *testing.T) {
+	for _, fl := range []string{"--test_rows=50", "--test-rows=50"} {
+		dir := t.TempDir()
+		code, out, errOut := runCLI(t, nil, "data", "synth-ctr", "--out="+dir, "--rows=200", "--shards=1", fl)
+		if code != 0 || !strings.Contains(out, "wrote 200 rows in 1 shards + 50 test rows") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", fl, code, out, errOut)
+		}
+	}
+}
