@@ -6,8 +6,10 @@ package main
 import (
 	"bytes"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runCLI runs the binary to its end and returns its exit status, stdout
@@ -150,5 +152,57 @@ func TestSynthCTRUnderscores(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "wrote 200 rows in 1 shards + 50 test rows") {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q", fl, code, out, errOut)
 		}
+	}
+}
+
+// paramserv version and --version say the module version, commit, Go
+// version and wire protocol; every task logs it at start.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "--version"} {
+		code, out, errOut := runCLI(t, nil, arg)
+		if code != 0 || errOut != "" {
+			t.Fatalf("%s: exit %d, stderr %q", arg, code, errOut)
+		}
+		for _, want := range []string{"paramserv ", "\ncommit: ", "\ngo: go1.", "\nwire protocol: 1\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: output lacks %q:\n%s", arg, want, out)
+			}
+		}
+	}
+}
+
+// A worker and a ps of different wire protocol versions refuse each other,
+// each naming both versions; the worker exits 2 at once (input to fix)
+// rather than waiting, and the ps goes on serving.
+func TestProtocolVersionMismatch(t *testing.T) {
+	other := filepath.Join(t.TempDir(), "paramserv-protocol-2")
+	build := exec.Command("go", "build", "-o", other,
+		"-ldflags=-X github.com/paramserv/paramserv/internal/version.protocolForTests=2", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building a protocol-2 paramserv: %v\n%s", err, out)
+	}
+	for _, c := range []struct{ name, psBin, workerBin, psSays, workerSays string }{
+		{"old worker", other, binary, "this ps speaks protocol 2", "the worker speaks protocol 1"},
+		{"new worker", binary, other, "this ps speaks protocol 1", "the worker speaks protocol 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hosts := freeHosts(t, 2)
+			ps := startBinary(t, c.psBin, "ps0", nil, clusterArgs(hosts[:1], hosts[1:], "ps", 0)...)
+			w := startBinary(t, c.workerBin, "worker0", nil, append(clusterArgs(hosts[:1], hosts[1:], "worker", 0), "--train_steps=100")...)
+			if code := w.wait(t, time.Minute); code != 2 {
+				t.Fatalf("worker exit %d, want 2", code)
+			}
+			for _, p := range []*proc{w, ps} {
+				out := p.output()
+				if !strings.Contains(out, "wire protocol mismatch: "+c.psSays) || !strings.Contains(out, c.workerSays) {
+					t.Errorf("%s's output does not name both versions (%q, %q):\n%s", p.name, c.psSays, c.workerSays, out)
+				}
+			}
+			select {
+			case <-ps.done:
+				t.Errorf("the ps exited after refusing the worker")
+			default:
+			}
+		})
 	}
 }

@@ -65,8 +65,14 @@ type proc struct {
 
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary, name, env, args...)
+}
+
+// startBinary is start with another build of paramserv.
+func startBinary(t *testing.T, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pipe, err := p.cmd.StdoutPipe()

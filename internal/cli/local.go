@@ -12,6 +12,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/models/sparselr"
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 // localHidden are train's flags that local chooses itself: its help leaves
@@ -143,6 +144,7 @@ its own processes when it stops them all never restarts one.
 			return 2
 		}
 	}
+	logf("%s", version.Get().Short())
 	var psExit time.Duration // the default
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done

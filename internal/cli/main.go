@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 const usage = `paramserv: a parameter server for distributed machine-learning training.
@@ -17,6 +19,7 @@ Commands:
   bench   measure push, pull and pushpull against local ps, and verify them
   data    fetch public data sets (mnist, fashion-mnist) with checksums
   ckpt    list and inspect checkpoints
+  version the paramserv version, commit, Go version and wire protocol version (also --version)
 
 Run 'paramserv <command> --help' for a command's flags.
 `
@@ -38,6 +41,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Data(ctx, args[1:], stdout, stderr)
 	case "ckpt":
 		return Ckpt(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "paramserv version: takes no arguments, got %q\n", args[1])
+			return 2
+		}
+		fmt.Fprint(stdout, version.Get().String())
+		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -19,6 +19,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 // trainFlags holds the flags of `paramserv train` (and `paramserv local`,
@@ -320,7 +321,7 @@ done, which paramserv local treats as a death by signal and restarts.
 			return 2
 		}
 	}
-	logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+	logf("%s at %s: cluster of %d ps and %d workers; %s", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers), version.Get().Short())
 	// In a pod, peers' DNS names may not resolve yet: wait, saying what
 	// is awaited, up to --startup_timeout.
 	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {

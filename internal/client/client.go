@@ -126,6 +126,7 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 			grpc.WithInitialWindowSize(64<<20),
 			grpc.WithInitialConnWindowSize(64<<20),
+			grpc.WithChainUnaryInterceptor(versionCheck()),
 			grpc.WithReadBufferSize(256<<10),
 			grpc.WithWriteBufferSize(256<<10),
 			// A ps that restarts is back in seconds; gRPC's default
@@ -194,6 +195,8 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 			st, err := ps.Status(cctx, &pb.StatusRequest{})
 			cancel()
 			switch {
+			case errors.Is(err, ErrVersion):
+				return nil, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
 			case err != nil:
 				waiting = append(waiting, fmt.Sprintf("ps %d at %s (%s)", i, c.addrs[i], shortErr(err)))
 			case needInit && !st.Initialized:

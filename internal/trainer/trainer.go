@@ -330,8 +330,9 @@ type TableShard struct {
 func RunWorker(ctx context.Context, cfg Config) error {
 	err := runWorker(ctx, cfg)
 	var ce *ConfigError
-	if errors.Is(err, client.ErrLayout) && !errors.As(err, &ce) {
-		// Another model on the ps: not a ps to wait for, an input to fix.
+	if (errors.Is(err, client.ErrLayout) || errors.Is(err, client.ErrVersion)) && !errors.As(err, &ce) {
+		// Another model or paramserv version on the ps: not a ps to wait
+		// for, an input to fix.
 		return &ConfigError{Err: err}
 	}
 	return err
