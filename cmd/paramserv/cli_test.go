@@ -5,6 +5,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -204,5 +205,36 @@ func TestProtocolVersionMismatch(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// A flag the chosen model does not use is refused, not ignored; so is a
+// batch larger than a worker's part of the data.
+func TestFlagsTheModelDoesNotUse(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"local", "--model=linreg", "--hidden_units=50"}, "paramserv local: --hidden_units: --model=linreg does not use it (it is for mnist); drop it or choose another --model\n"},
+		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=ps", "--model=linreg", "--train_data=a9a/a9a"},
+			"paramserv train: --train_data: --model=linreg does not use it (it is for sparse_lr); drop it or choose another --model\n"},
+		{[]string{"local", "--model=mnist", "--min_count=2"}, "paramserv local: --min_count: --model=mnist does not use it (it is for sparse_lr); drop it or choose another --model\n"},
+	} {
+		code, out, errOut := runCLI(t, nil, c.args...)
+		if code != 2 || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d (want 2), stdout %q, stderr:\n%s\nwant:\n%s", c.args, code, out, errOut, c.want)
+		}
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.svm")
+	if err := os.WriteFile(data, []byte(strings.Repeat("1 1:1 3:1\n0 2:1\n", 5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "local", nil, "local", "--workers=1", "--model=sparse_lr", "--train_data="+data, "--batch_size=11", "--train_steps=5")
+	if code := p.wait(t, time.Minute); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if want := "sparse_lr: --batch_size=11 is larger than worker 0's part of the training data (10 examples of " + data + " over 1 workers)"; !strings.Contains(p.output(), want) {
+		t.Errorf("output lacks %q", want)
 	}
 }

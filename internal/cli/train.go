@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,6 +134,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	info, ok := trainer.Models[f.model]
 	if !ok {
 		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(trainer.ModelNames(), ", "))
+	}
+	if err := f.checkModelFlags(); err != nil {
+		return trainer.Config{}, err
 	}
 	cfg := trainer.Config{
 		Cluster: cl,
@@ -421,6 +425,43 @@ func checkCheckpointDir(dir string) error {
 	f.Close()
 	if err := os.Remove(name); err != nil {
 		return fmt.Errorf("--checkpoint_dir=%s: cannot remove a file from the directory: %v", dir, err)
+	}
+	return nil
+}
+
+// modelFlags are the flags that only some models use, and modelUses says
+// which of them each built-in model uses. Such a flag given with a model
+// that does not use it is refused rather than silently ignored. A model
+// not in modelUses (one added elsewhere) is not checked.
+var (
+	modelFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
+		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps"}
+	modelUses = map[string][]string{
+		"linreg": nil,
+		"mnist":  {"hidden_units", "dataset", "data_dir"},
+		"sparse_lr": {"data_dir", "train_data", "test_data", "input_format", "num_features", "fields",
+			"skip_bad_lines", "min_count", "evict_after_steps"},
+	}
+)
+
+// checkModelFlags refuses a flag the chosen model does not use, naming the
+// models that do.
+func (f *trainFlags) checkModelFlags() error {
+	uses, known := modelUses[f.model]
+	if !known {
+		return nil
+	}
+	for _, name := range modelFlags {
+		if !f.set(name) || slices.Contains(uses, name) {
+			continue
+		}
+		var users []string
+		for _, m := range trainer.ModelNames() {
+			if slices.Contains(modelUses[m], name) {
+				users = append(users, m)
+			}
+		}
+		return fmt.Errorf("--%s: --model=%s does not use it (it is for %s); drop it or choose another --model", name, f.model, strings.Join(users, ", "))
 	}
 	return nil
 }
