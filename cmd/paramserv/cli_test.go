@@ -5,6 +5,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -236,5 +238,75 @@ func TestFlagsTheModelDoesNotUse(t *testing.T) {
 	}
 	if want := "sparse_lr: --batch_size=11 is larger than worker 0's part of the training data (10 examples of " + data + " over 1 workers)"; !strings.Contains(p.output(), want) {
 		t.Errorf("output lacks %q", want)
+	}
+}
+
+// Output paths are checked before anything trains.
+func TestOutputPathsCheckedFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"local", "--result_file=/nonexistent/r.json"}, "paramserv local: --result_file=/nonexistent/r.json: its directory /nonexistent: no such file or directory\n"},
+		{[]string{"local", "--result_file=" + t.TempDir()}, "is a directory, want a file name\n"},
+		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--result_file=" + file + "/r.json"}, file + " is not a directory\n"},
+		{[]string{"local", "--checkpoint_dir=" + file}, "--checkpoint_dir=" + file + ": is a file, want a directory\n"},
+	} {
+		code, _, errOut := runCLI(t, nil, c.args...)
+		if code != 2 || !strings.HasSuffix(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d (want 2), stderr %q, want one line ending %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// The result file records what reproduces the run, and examples_per_s is
+// the job's rate, the chief's own beside it.
+func TestResultFileRecordsTheRun(t *testing.T) {
+	res := filepath.Join(t.TempDir(), "result.json")
+	p := start(t, "local", nil, "local", "--workers=2", "--model=linreg", "--train_steps=3000", "--batch_size=50", "--seed=7", "--result_file="+res)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	b, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		GlobalStep        int64 `json:"global_step"`
+		LocalSteps        int64 `json:"local_steps"`
+		StaleDropped      int64 `json:"stale_dropped"`
+		Workers, PS       int
+		ExamplesPerS      float64 `json:"examples_per_s"`
+		ChiefExamplesPerS float64 `json:"chief_examples_per_s"`
+		TrainingS         float64 `json:"training_s"`
+		Version           string
+		Flags             map[string]string
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"model": "linreg", "train_steps": "3000", "batch_size": "50", "seed": "7",
+		"optimizer": "sgd", "learning_rate": "0.01", "sync_replicas": "false"} {
+		if r.Flags[k] != v {
+			t.Errorf("flags[%s] = %q, want %q", k, r.Flags[k], v)
+		}
+	}
+	if _, ok := r.Flags["ps_hosts"]; ok {
+		t.Errorf("flags record the cluster's ports: %v", r.Flags)
+	}
+	if r.Workers != 2 || r.PS != 1 || !strings.Contains(r.Version, "wire protocol 1") {
+		t.Errorf("workers %d ps %d version %q", r.Workers, r.PS, r.Version)
+	}
+	// Async: one push per global step, from whichever worker.
+	jobExamples := r.ExamplesPerS * r.TrainingS
+	if want := float64((r.GlobalStep + r.StaleDropped) * 50); math.Abs(jobExamples-want) > 0.01*want {
+		t.Errorf("examples_per_s × training_s = %.0f, want the job's %.0f examples", jobExamples, want)
+	}
+	if chief := r.ChiefExamplesPerS * r.TrainingS; math.Abs(chief-float64(r.LocalSteps*50)) > 1 {
+		t.Errorf("chief_examples_per_s × training_s = %.0f, want the chief's %d examples", chief, r.LocalSteps*50)
 	}
 }

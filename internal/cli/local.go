@@ -123,6 +123,12 @@ its own processes when it stops them all never restarts one.
 			return 2
 		}
 	}
+	if f.resultFile != "" && len(workerCmd) == 0 {
+		if err := checkResultFile(f.resultFile); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
+	}
 	if f.checkpointDir != "" {
 		if err := checkCheckpointDir(f.checkpointDir); err != nil {
 			fmt.Fprintf(stderr, "paramserv local: %v\n", err)

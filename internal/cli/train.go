@@ -12,6 +12,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,6 +207,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	case f.maxStale > 0 && f.sync:
 		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
+	cfg.ResultRecord, cfg.Version = f.record(cfg), version.Get().Short()
 	if _, err := optim.New(cfg.Optimizer); err != nil {
 		var oe *optim.ConfigError
 		if errors.As(err, &oe) {
@@ -317,6 +319,12 @@ done, which paramserv local treats as a death by signal and restarts.
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
+	}
+	if cfg.ResultFile != "" && cfg.Cluster.IsChief() {
+		if err := checkResultFile(cfg.ResultFile); err != nil {
+			fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+			return 2
+		}
 	}
 	// The ps and the chief write checkpoints; other workers never do.
 	if cfg.CheckpointDir != "" && (cfg.Cluster.Task.Job == cluster.JobPS || cfg.Cluster.IsChief()) {
@@ -464,4 +472,45 @@ func (f *trainFlags) checkModelFlags() error {
 		return fmt.Errorf("--%s: --model=%s does not use it (it is for %s); drop it or choose another --model", name, f.model, strings.Join(users, ", "))
 	}
 	return nil
+}
+
+// record is what the result file keeps of the command line so that the run
+// can be reproduced: every flag but the cluster's and TensorFlow's no-ops,
+// with the model's defaults filled in.
+func (f *trainFlags) record(cfg trainer.Config) map[string]string {
+	r := map[string]string{}
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		if flagGroups[fl.Name] == groupCluster || slices.Contains(ignoredTFFlags, fl.Name) {
+			return
+		}
+		r[fl.Name] = fl.Value.String()
+	})
+	r["train_steps"] = strconv.FormatInt(cfg.TrainSteps, 10)
+	r["steps_to_validate"] = strconv.FormatInt(cfg.StepsToValidate, 10)
+	r["optimizer"] = cfg.Optimizer.Name
+	r["learning_rate"] = strconv.FormatFloat(cfg.Optimizer.LearningRate, 'g', -1, 64)
+	return r
+}
+
+// checkResultFile makes sure the result file can be written before any
+// training: its directory must exist and take a new file, and the path
+// must not be a directory.
+func checkResultFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--result_file=%s: is a directory, want a file name", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--result_file=%s: its directory %s: %v", path, dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return fmt.Errorf("--result_file=%s: %s is not a directory", path, dir)
+	}
+	tmp, err := os.CreateTemp(dir, ".paramserv-write-probe-*")
+	if err != nil {
+		return fmt.Errorf("--result_file=%s: cannot write in %s: %v", path, dir, errors.Unwrap(err))
+	}
+	tmp.Close()
+	return os.Remove(tmp.Name())
 }
