@@ -6,11 +6,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -308,5 +312,46 @@ func TestResultFileRecordsTheRun(t *testing.T) {
 	}
 	if chief := r.ChiefExamplesPerS * r.TrainingS; math.Abs(chief-float64(r.LocalSteps*50)) > 1 {
 		t.Errorf("chief_examples_per_s × training_s = %.0f, want the chief's %d examples", chief, r.LocalSteps*50)
+	}
+}
+
+// SIGINT or SIGTERM to local: the workers stop, then the ps; one line says
+// where training stood and the newest checkpoint; exit 130 or 143.
+func TestInterruptLocal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ckpt := filepath.Join(t.TempDir(), "ckpt")
+			p := start(t, "local", nil, "local", "--workers=2", "--train_steps=1000000000", "--steps_to_validate=1000",
+				"--checkpoint_dir="+ckpt, "--save_steps=500")
+			p.waitCount(t, "saved checkpoint of step", 2, time.Minute)
+			p.cmd.Process.Signal(sig)
+			if code, want := p.wait(t, time.Minute), 128+int(sig); code != want {
+				t.Fatalf("exit %d, want %d", code, want)
+			}
+			out := p.output()
+			m := regexp.MustCompile(`\n\S+ \S+ interrupted at global step (\d+); newest checkpoint (\S+) \(step (\d+)\): the same command resumes from it\n$`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no closing line 'interrupted at global step N; newest checkpoint …'")
+			}
+			step, _ := strconv.Atoi(m[1])
+			ck, _ := strconv.Atoi(m[3])
+			if m[2] != filepath.Join(ckpt, fmt.Sprintf("ckpt-%d", ck)) || ck > step || ck < 500 {
+				t.Errorf("step %d, checkpoint %s of step %d", step, m[2], ck)
+			}
+			// The workers were stopped before the ps.
+			ps := strings.Index(out, "[ps0] ")
+			if i := strings.LastIndex(out, "stopping: received SIGTERM"); i < 0 || strings.Contains(out[i:], "[worker") {
+				t.Errorf("a worker still wrote after the ps was stopped (ps at %d)", ps)
+			}
+		})
+	}
+}
+
+// local passes a child's stdout to its stdout and its stderr to its
+// stderr, each line prefixed.
+func TestLocalKeepsChildStreamsApart(t *testing.T) {
+	code, out, errOut := runCLI(t, nil, "local", "--workers=1", "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 3")
+	if code != 1 || out != "[worker0] to-stdout\n" || !strings.Contains(errOut, "[worker0] to-stderr\n") || strings.Contains(errOut, "to-stdout") {
+		t.Errorf("exit %d (want 1)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

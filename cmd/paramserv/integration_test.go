@@ -396,7 +396,7 @@ func TestLocalStopsEveryChild(t *testing.T) {
 			}
 			p.cmd.Process.Signal(sig)
 			code := p.wait(t, time.Minute)
-			if sig == syscall.SIGINT && (code != 1 || !strings.Contains(p.output(), "interrupted")) {
+			if sig == syscall.SIGINT && (code != 130 || !strings.Contains(p.output(), "interrupted")) {
 				t.Fatalf("after SIGINT: exit %d, output:\n%s", code, p.output())
 			}
 			deadline := time.Now().Add(10 * time.Second)

@@ -8,11 +8,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/models/sparselr"
 	"github.com/paramserv/paramserv/internal/version"
+	"github.com/paramserv/paramserv/internal/vfs"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // localHidden are train's flags that local chooses itself: its help leaves
@@ -155,12 +162,19 @@ its own processes when it stops them all never restarts one.
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
+	stepAtStop := int64(-1)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd,
-		Out: stdout, Logf: logf,
+		Out: stdout, Err: stderr, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
+		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },
 	})
+	var sig *SignalError
+	if err != nil && errors.As(context.Cause(ctx), &sig) {
+		logf("%s", interruptedLine(stepAtStop, f.checkpointDir))
+		return sig.ExitCode()
+	}
 	if err != nil {
 		logf("%v", err)
 		var f *local.Failure
@@ -171,4 +185,41 @@ its own processes when it stops them all never restarts one.
 	}
 	logf("all %d processes exited 0", *numPS+*numWorkers)
 	return 0
+}
+
+// globalStep asks the ps at addr for the job's global step; -1 if it does
+// not answer within a second.
+func globalStep(addr string) int64 {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return -1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := pb.NewParamServerClient(conn).Status(ctx, &pb.StatusRequest{})
+	if err != nil || !st.Initialized {
+		return -1
+	}
+	return st.GlobalStep
+}
+
+// interruptedLine is local's one line after Ctrl-C: where training stood
+// and the newest checkpoint to resume from.
+func interruptedLine(step int64, checkpointDir string) string {
+	at := "interrupted before training started"
+	if step >= 0 {
+		at = fmt.Sprintf("interrupted at global step %d", step)
+	}
+	switch {
+	case checkpointDir == "":
+		return at + "; no checkpoint (no --checkpoint_dir)"
+	default:
+		m, _, err := checkpoint.Latest(vfs.OS, checkpointDir)
+		if err != nil {
+			return fmt.Sprintf("%s; no valid checkpoint in %s", at, checkpointDir)
+		}
+		return fmt.Sprintf("%s; newest checkpoint %s (step %d): the same command resumes from it", at,
+			filepath.Join(checkpointDir, checkpoint.CheckpointName(m.Step)), m.Step)
+	}
 }
