@@ -355,3 +355,16 @@ func TestLocalKeepsChildStreamsApart(t *testing.T) {
 		t.Errorf("exit %d (want 1)\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
+
+// A host name that does not resolve is said at once, with where it came
+// from and until when it is retried.
+func TestUnresolvableHost(t *testing.T) {
+	tf := `TF_CONFIG={"cluster":{"ps":["h0.invalid:2222"],"worker":["127.0.0.1:1"]},"task":{"type":"worker","index":0}}`
+	code, _, errOut := runCLI(t, []string{tf}, "train", "--startup_timeout=1s", "--wait_log_every=10s")
+	lines := strings.Split(errOut, "\n")
+	if code != 1 || len(lines) < 3 ||
+		!regexp.MustCompile(`^\S+ \S+ cannot resolve h0.invalid \(TF_CONFIG cluster.ps\[0\], the address of ps 0\); retrying until --startup_timeout \(1s\): lookup h0.invalid`).MatchString(lines[1]) ||
+		!strings.Contains(lines[2], `failed: TF_CONFIG cluster.ps[0]: host "h0.invalid" of ps 0 (h0.invalid:2222) did not resolve within 1s`) {
+		t.Errorf("exit %d (want 1), stderr:\n%s", code, errOut)
+	}
+}

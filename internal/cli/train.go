@@ -336,7 +336,7 @@ done, which paramserv local treats as a death by signal and restarts.
 	logf("%s at %s: cluster of %d ps and %d workers; %s", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers), version.Get().Short())
 	// In a pod, peers' DNS names may not resolve yet: wait, saying what
 	// is awaited, up to --startup_timeout.
-	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+	if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, TimeoutFlag: "--startup_timeout", LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
 		logf("failed: %v", err)
 		return 1
 	}
