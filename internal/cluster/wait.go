@@ -46,7 +46,7 @@ type WaitOptions struct {
 	// TimeoutFlag names the flag Timeout came from ("--startup_timeout"),
 	// for the line logged at a name's first failed lookup.
 	TimeoutFlag string
-	Logf     func(format string, args ...any)
+	Logf        func(format string, args ...any)
 }
 
 // Peer is one task whose host name a task needs, with where its address
