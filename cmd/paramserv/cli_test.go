@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/testutil"
 )
 
 // runCLI runs the binary to its end and returns its exit status, stdout
@@ -366,5 +368,161 @@ func TestUnresolvableHost(t *testing.T) {
 		!regexp.MustCompile(`^\S+ \S+ cannot resolve h0.invalid \(TF_CONFIG cluster.ps\[0\], the address of ps 0\); retrying until --startup_timeout \(1s\): lookup h0.invalid`).MatchString(lines[1]) ||
 		!strings.Contains(lines[2], `failed: TF_CONFIG cluster.ps[0]: host "h0.invalid" of ps 0 (h0.invalid:2222) did not resolve within 1s`) {
 		t.Errorf("exit %d (want 1), stderr:\n%s", code, errOut)
+	}
+}
+
+// export writes a checkpoint's model as one safetensors file that Debian's
+// python3 reads with numpy alone: a variable split over two ps joined
+// whole, a sparse table's rows of both ps joined, each matching what ckpt
+// inspect says of the parts. ckpt inspect takes a checkpoint's own
+// directory name as ls prints it.
+func TestExportSafetensors(t *testing.T) {
+	data := testutil.DataDir(t, "a9a/a9a")
+	testutil.DataDir(t, "mnist")
+	for _, job := range []struct {
+		name string
+		args []string
+	}{
+		{"mnist", []string{"--model=mnist", "--data_dir=" + filepath.Join(data, "mnist"), "--split_bytes=100000", "--hidden_units=50"}},
+		{"sparse_lr", []string{"--model=sparse_lr", "--data_dir=" + data, "--train_data=a9a/a9a", "--num_features=123"}},
+	} {
+		t.Run(job.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ckpt := filepath.Join(dir, "ckpt")
+			p := start(t, "local", nil, append([]string{"local", "--ps=2", "--workers=1", "--train_steps=30", "--steps_to_validate=10", "--checkpoint_dir=" + ckpt}, job.args...)...)
+			if code := p.wait(t, 2*time.Minute); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			code, inspect, errOut := runCLI(t, nil, "ckpt", "inspect", filepath.Join(ckpt, "ckpt-30"))
+			if code != 0 || !strings.HasPrefix(inspect, "ckpt-30 in "+ckpt+": step 30") {
+				t.Fatalf("ckpt inspect ckpt/ckpt-30: exit %d, %s%s", code, inspect, errOut)
+			}
+			// Per tensor name, the parts' statistics joined.
+			type agg struct{ Count, Min, Max, SumSq float64 }
+			want := map[string]*agg{}
+			re := regexp.MustCompile(`(?m)^\d+\s+(\S+)\s+(F32|U64|I64)\s+\[[^\]]*\]\s+count=(\d+)(?: min=(\S+) max=(\S+) mean=\S+ l2=(\S+))?`)
+			for _, m := range re.FindAllStringSubmatch(inspect, -1) {
+				name := m[1]
+				if strings.Count(name, "/") > 0 && !strings.HasSuffix(name, "/keys") && !strings.HasSuffix(name, "/values") {
+					continue // optimizer state, not exported by default
+				}
+				a := want[name]
+				if a == nil {
+					a = &agg{Min: math.Inf(1), Max: math.Inf(-1)}
+					want[name] = a
+				}
+				n, _ := strconv.ParseFloat(m[3], 64)
+				a.Count += n
+				if m[4] != "" {
+					lo, _ := strconv.ParseFloat(m[4], 64)
+					hi, _ := strconv.ParseFloat(m[5], 64)
+					l2, _ := strconv.ParseFloat(m[6], 64)
+					a.Min, a.Max, a.SumSq = min(a.Min, lo), max(a.Max, hi), a.SumSq+l2*l2
+				}
+			}
+			if _, ok := want[map[string]string{"mnist": "hid_w", "sparse_lr": "weights/values"}[job.name]]; !ok || len(want) < 2 {
+				t.Fatalf("read %d tensors from ckpt inspect:\n%s", len(want), inspect)
+			}
+			out := filepath.Join(dir, "model.safetensors")
+			if code, o, e := runCLI(t, nil, "export", "--checkpoint_dir="+ckpt, "--out="+out); code != 0 {
+				t.Fatalf("export: exit %d: %s%s", code, o, e)
+			}
+			py := exec.Command("/usr/bin/python3", "-c", `
+import json, struct, sys, numpy as np
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8+n]); h.pop("__metadata__", None)
+out = {}
+for name, t in h.items():
+    lo, hi = t["data_offsets"]
+    a = np.frombuffer(b[8+n+lo:8+n+hi], dtype={"F32": "<f4", "I64": "<i8"}[t["dtype"]]).reshape(t["shape"])
+    f = a.astype(np.float64)
+    out[name] = {"shape": list(a.shape), "count": int(a.size), "min": float(f.min()), "max": float(f.max()), "l2": float(np.sqrt((f*f).sum())), "unique": int(np.unique(a).size)}
+print(json.dumps(out))
+`, out)
+			pyOut, err := py.CombinedOutput()
+			if err != nil {
+				t.Fatalf("python3 reading %s: %v\n%s", out, err, pyOut)
+			}
+			var got map[string]struct {
+				Shape        []int
+				Count        float64
+				Min, Max, L2 float64
+				Unique       int
+			}
+			if err := json.Unmarshal(pyOut, &got); err != nil {
+				t.Fatalf("%v: %s", err, pyOut)
+			}
+			close := func(a, b float64) bool { return math.Abs(a-b) <= 2e-5*math.Max(1, math.Abs(b)) }
+			for name, w := range want {
+				g, ok := got[name]
+				if !ok {
+					t.Errorf("%s: not in the exported file (has %v)", name, got)
+					continue
+				}
+				if g.Count != w.Count || (!strings.HasSuffix(name, "/keys") && (!close(g.Min, w.Min) || !close(g.Max, w.Max) || !close(g.L2, math.Sqrt(w.SumSq)))) {
+					t.Errorf("%s: numpy read %+v; ckpt inspect's parts say count %v min %v max %v l2 %v", name, g, w.Count, w.Min, w.Max, math.Sqrt(w.SumSq))
+				}
+				if strings.HasSuffix(name, "/keys") && float64(g.Unique) != g.Count {
+					t.Errorf("%s: %v keys but %d distinct: a key on two ps", name, g.Count, g.Unique)
+				}
+			}
+			// Each part sits at its rows: the rows the manifest gives a
+			// shard, read back from the file, have that shard's statistics.
+			var man struct {
+				Variables []struct {
+					Name  string
+					Parts []struct {
+						Shard int
+						Rows  []int64
+					}
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(ckpt, "ckpt-30", "manifest.json")); err != nil || json.Unmarshal(b, &man) != nil {
+				t.Fatalf("manifest: %v", err)
+			}
+			split := 0
+			for _, v := range man.Variables {
+				for _, part := range v.Parts {
+					if len(part.Rows) != 2 {
+						continue
+					}
+					split++
+					py := exec.Command("/usr/bin/python3", "-c", `
+import json, struct, sys, numpy as np
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+t = json.loads(b[8:8+n])[sys.argv[2]]
+lo, hi = t["data_offsets"]
+a = np.frombuffer(b[8+n+lo:8+n+hi], dtype="<f4").reshape(t["shape"])[int(sys.argv[3]):int(sys.argv[4])].astype(np.float64)
+print(json.dumps([float(a.min()), float(a.max()), float(np.sqrt((a*a).sum()))]))
+`, out, v.Name, fmt.Sprint(part.Rows[0]), fmt.Sprint(part.Rows[1]))
+					b, err := py.CombinedOutput()
+					var mm []float64
+					if err != nil || json.Unmarshal(b, &mm) != nil {
+						t.Fatalf("python3: %v: %s", err, b)
+					}
+					line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\s+%s\s+F32\s+\[[^\]]*\]\s+count=\d+ min=(\S+) max=(\S+) mean=\S+ l2=(\S+)`, part.Shard, regexp.QuoteMeta(v.Name))).FindStringSubmatch(inspect)
+					if line == nil {
+						t.Fatalf("ckpt inspect has no line for %s on shard %d", v.Name, part.Shard)
+					}
+					for i, g := range mm {
+						w, _ := strconv.ParseFloat(line[i+1], 64)
+						if !close(g, w) {
+							t.Errorf("%s rows %v (shard %d): numpy reads min, max, l2 %v; ckpt inspect says %v", v.Name, part.Rows, part.Shard, mm, line[1:])
+							break
+						}
+					}
+				}
+			}
+			if job.name == "mnist" {
+				if split < 2 {
+					t.Errorf("no variable split over the two ps; the test checks no join")
+				}
+				if g := got["hid_w"]; fmt.Sprint(g.Shape) != "[784 50]" {
+					t.Errorf("hid_w has shape %v, want [784 50] (joined from its parts)", g.Shape)
+				}
+			}
+		})
 	}
 }

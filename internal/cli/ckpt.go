@@ -14,7 +14,8 @@ var ckptUsage = `Usage: paramserv ckpt <command> DIR [flags]
 
 Commands:
   ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged)
-  inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N)
+  inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N;
+                         DIR/ckpt-N, as ls names it, is step N)
 
 Run 'paramserv ckpt <command> --help' for a command's flags.
 `
@@ -63,6 +64,16 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: name the checkpoint directory\n", cmd)
 		help(stderr)
 		return 2
+	}
+	stepSet := false
+	fs.Visit(func(fl *flag.Flag) { stepSet = stepSet || fl.Name == "step" })
+	if cmd == "inspect" {
+		// ckpt/ckpt-3000, as ckpt ls names it, is ckpt at step 3000.
+		var err error
+		if dir, *step, err = resolveCheckpoint(dir, *step, stepSet); err != nil {
+			fmt.Fprintf(stderr, "paramserv ckpt inspect: %v\n", err)
+			return 2
+		}
 	}
 	if *step < 0 && *step != checkpoint.LatestStep {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: --step=%d: want a step >= 0 (or no --step: the latest valid one)\n", cmd, *step)

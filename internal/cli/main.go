@@ -19,6 +19,7 @@ Commands:
   bench   measure push, pull and pushpull against local ps, and verify them
   data    fetch public data sets (mnist, fashion-mnist) with checksums
   ckpt    list and inspect checkpoints
+  export  write a checkpoint's model as one safetensors file (numpy, PyTorch)
   version the paramserv version, commit, Go version and wire protocol version (also --version)
 
 Run 'paramserv <command> --help' for a command's flags.
@@ -41,6 +42,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Data(ctx, args[1:], stdout, stderr)
 	case "ckpt":
 		return Ckpt(ctx, args[1:], stdout, stderr)
+	case "export":
+		return Export(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "paramserv version: takes no arguments, got %q\n", args[1])
