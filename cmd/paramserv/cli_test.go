@@ -45,6 +45,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{"--help"}, {"train", "--help"}, {"train", "-h"}, {"local", "--help"}, {"bench", "--help"},
 		{"data", "--help"}, {"data", "fetch", "--help"}, {"data", "synth-ctr", "--help"},
 		{"ckpt", "--help"}, {"ckpt", "ls", "--help"}, {"ckpt", "inspect", "--help"},
+		{"eval", "--help"}, {"export", "--help"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errOut := runCLI(t, nil, args...)
@@ -524,5 +525,48 @@ print(json.dumps([float(a.min()), float(a.max()), float(np.sqrt((a*a).sum()))]))
 				}
 			}
 		})
+	}
+}
+
+// eval gives a checkpoint the metrics training gave it at the end, and
+// writes the same result file; a checkpoint of another model is refused.
+func TestEvalCheckpoint(t *testing.T) {
+	data := testutil.DataDir(t, "a9a/a9a")
+	dir := t.TempDir()
+	ckpt, res, evalRes := filepath.Join(dir, "ckpt"), filepath.Join(dir, "train.json"), filepath.Join(dir, "eval.json")
+	model := []string{"--model=sparse_lr", "--data_dir=" + data, "--train_data=a9a/a9a", "--test_data=a9a/a9a.t", "--num_features=123"}
+	p := start(t, "local", nil, append([]string{"local", "--ps=2", "--workers=1", "--train_steps=60", "--steps_to_validate=20",
+		"--checkpoint_dir=" + ckpt, "--result_file=" + res}, model...)...)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	code, out, errOut := runCLI(t, nil, append([]string{"eval", "--checkpoint_dir=" + filepath.Join(ckpt, "ckpt-60"), "--result_file=" + evalRes}, model...)...)
+	if code != 0 || out != "" || !strings.Contains(errOut, "eval of "+filepath.Join(ckpt, "ckpt-60")+": global step 60, async, metrics {") {
+		t.Fatalf("eval: exit %d, stdout %q, stderr:\n%s", code, out, errOut)
+	}
+	type result struct {
+		Model      string             `json:"model"`
+		GlobalStep int64              `json:"global_step"`
+		Metrics    map[string]float64 `json:"metrics"`
+		TestAUC    float64            `json:"test_auc"`
+	}
+	var tr, ev result
+	for path, r := range map[string]*result{res: &tr, evalRes: &ev} {
+		b, err := os.ReadFile(path)
+		if err != nil || json.Unmarshal(b, r) != nil {
+			t.Fatalf("%s: %v: %s", path, err, b)
+		}
+	}
+	if ev.Model != "sparse_lr" || ev.GlobalStep != 60 || len(ev.Metrics) < 3 || len(tr.Metrics) != len(ev.Metrics) || ev.TestAUC < 0.8 {
+		t.Errorf("eval result %+v", ev)
+	}
+	for k, v := range tr.Metrics {
+		if math.Abs(ev.Metrics[k]-v) > 1e-9 {
+			t.Errorf("metric %s: eval %v, training's end %v", k, ev.Metrics[k], v)
+		}
+	}
+	code, _, errOut = runCLI(t, nil, "eval", "--checkpoint_dir="+ckpt, "--model=linreg")
+	if code != 2 || !strings.Contains(errOut, `has no variable "weight": it holds another model than --model=linreg`) {
+		t.Errorf("eval of a sparse_lr checkpoint as linreg: exit %d, stderr:\n%s", code, errOut)
 	}
 }

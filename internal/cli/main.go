@@ -19,6 +19,7 @@ Commands:
   bench   measure push, pull and pushpull against local ps, and verify them
   data    fetch public data sets (mnist, fashion-mnist) with checksums
   ckpt    list and inspect checkpoints
+  eval    evaluate a checkpoint: the metrics and result file of the end of training
   export  write a checkpoint's model as one safetensors file (numpy, PyTorch)
   version the paramserv version, commit, Go version and wire protocol version (also --version)
 
@@ -42,6 +43,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Data(ctx, args[1:], stdout, stderr)
 	case "ckpt":
 		return Ckpt(ctx, args[1:], stdout, stderr)
+	case "eval":
+		return Eval(ctx, args[1:], stdout, stderr)
 	case "export":
 		return Export(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
