@@ -570,3 +570,21 @@ func TestEvalCheckpoint(t *testing.T) {
 		t.Errorf("eval of a sparse_lr checkpoint as linreg: exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+// data fetch knows every data set the README and the tests use, writes
+// to $PARAMSERV_DATA by default, and --train_data resolves there too.
+func TestDataFetchAndPARAMSERV_DATA(t *testing.T) {
+	data := testutil.DataDir(t, "SHA256SUMS")
+	env := []string{"PARAMSERV_DATA=" + data}
+	for _, ds := range []string{"mnist", "fashion-mnist", "a9a", "ml-100k", "ap"} {
+		// Every file is there and valid: nothing is downloaded.
+		code, out, errOut := runCLI(t, env, "data", "fetch", ds)
+		if code != 0 || out != ds+" is in "+data+"\n" || strings.Contains(errOut, "downloading") {
+			t.Errorf("data fetch %s: exit %d, stdout %q, stderr:\n%s", ds, code, out, errOut)
+		}
+	}
+	code, out, errOut := runCLI(t, env, "local", "--workers=1", "--model=sparse_lr", "--train_data=a9a/a9a", "--test_data=a9a/a9a.t", "--train_steps=10")
+	if code != 0 {
+		t.Errorf("sparse_lr with --train_data=a9a/a9a under PARAMSERV_DATA: exit %d\n%s%s", code, out, errOut)
+	}
+}

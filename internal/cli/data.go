@@ -35,7 +35,9 @@ func Data(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 var dataUsage = `Usage: paramserv data <command>
 
 Commands:
-  fetch mnist|fashion-mnist [--dir DIR]   download from the public mirrors and verify SHA-256 checksums
+  fetch DATASET [--dir=DIR]                download DATASET (` + strings.Join(fetch.Datasets(), ", ") + `) into DIR/DATASET/
+                                           and verify SHA-256 checksums; DIR defaults to $PARAMSERV_DATA, else
+                                           the user's cache (~/.cache/paramserv/data), where --data_dir looks too
   synth-ctr --rows=N --fields=F --out=DIR  write a reproducible CTR-like data set with a planted model
 `
 

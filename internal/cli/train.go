@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/data/fetch"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/version"
@@ -162,6 +163,11 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	}
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
+	if cfg.Data.DataDir == "" {
+		// Where paramserv data fetch writes: $PARAMSERV_DATA, else the
+		// cache; --train_data=a9a/a9a is looked for there too.
+		cfg.Data.DataDir, _ = fetch.DefaultDir()
+	}
 	cfg.Data.TrainData, cfg.Data.TestData, cfg.Data.InputFormat = f.trainData, f.testData, f.inputFormat
 	cfg.Data.NumFeatures, cfg.Data.SkipBadLines = f.numFeatures, f.skipBad
 	cfg.Data.MinCount, cfg.Data.EvictAfterSteps = f.minCount, f.evictAfter

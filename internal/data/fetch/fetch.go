@@ -1,5 +1,6 @@
-// Package fetch downloads the public datasets the examples train on (MNIST
-// and Fashion-MNIST) and checks them against their published SHA-256 sums.
+// Package fetch downloads the public datasets the examples and tests train
+// on (MNIST, Fashion-MNIST, a9a, MovieLens 100K, the AP corpus) and checks
+// them against their SHA-256 sums.
 //
 // Fetch(ctx, "mnist", dir, nil) leaves the four files of MNIST in
 // dir/mnist/, the layout of the shared data directory, which a model's
@@ -74,6 +75,56 @@ var datasets = map[string]dataset{
 			{"train-labels-idx1-ubyte.gz", 29515, "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"},
 			{"t10k-images-idx3-ubyte.gz", 4422102, "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"},
 			{"t10k-labels-idx1-ubyte.gz", 5148, "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"},
+		},
+	},
+	// LIBSVM's a9a (UCI Adult, binarised): training and test files.
+	"a9a": {
+		mirrors: []string{
+			"https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/",
+		},
+		files: []File{
+			{"a9a", 2329875, "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906"},
+			{"a9a.t", 1164628, "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9"},
+		},
+	},
+	// MovieLens 100K (GroupLens; research use, not to be redistributed):
+	// the unpacked files of ml-100k.zip.
+	"ml-100k": {
+		mirrors: []string{
+			"https://files.grouplens.org/datasets/movielens/ml-100k/",
+		},
+		files: []File{
+			{"README", 6750, "4883b8cf340ed0059971b33f56ad3adc88a40792108ebca3d24aafc4c82e8b52"},
+			{"u.data", 1979173, "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490"},
+			{"u.item", 236344, "553841ebc7de3a0fd0d6b62a204ea30c1e651aacfb2814c7a6584ac52f2c5701"},
+			{"u.user", 22628, "f120e114da2e8cf314fd28f99417c94ae9ddf1cb6db8ce0e4b5995d40e90e62c"},
+			{"u.genre", 202, "9757e0d3e6b298159a80dd48eaf938114690e911e39af97a76949ef1663610bb"},
+			{"u.occupation", 193, "cd5fbec9afe345d993a62fc7817df1a4a9079c4feb267b3118763b8fd942137d"},
+			{"u.info", 36, "5b0a40b2e47a729ee6203063f6dcf8790c2e63f5a18663e6ee318a72c5f3c27b"},
+			{"u1.base", 1586544, "ce253ec86c448b44fb3ba9a30d12dcfc2e9210cbde71efada3730c22e9ac212a"},
+			{"u1.test", 392629, "18c6014a4b2c7324f250a63f8904a7b16b2b19f911129e346141507b0cbac950"},
+			{"u2.base", 1583948, "6c06f0b5df4b256da1a994f3ac66edc8da4d3f09bc9282df6b14d893366d703e"},
+			{"u2.test", 395225, "4de658d1e04ed9104629509a2e2528fce833ac8e048280183f1df167632038c3"},
+			{"u3.base", 1582546, "afdc155c291c6edc41c0407e39d7462eb98d341e064f0b0a12175b80b3c4af5d"},
+			{"u3.test", 396627, "0f548b51c78327de4c156461d3e430b7e5579fe2b5681586a59416e48fd35f6d"},
+			{"u4.base", 1581878, "219f0f4d40dfe9c5141d425f53fa91ee23ed275f14e280bbf1b50117afb064ca"},
+			{"u4.test", 397295, "7c02ad0a1e7ab1083c8b9d4b627203a051dd7b5eab46d99fa44de33470de8db9"},
+			{"u5.base", 1581776, "a9574e59ce961eec2121627760b6e9b0974ce1637b3fe69ac32cb14a4bfab485"},
+			{"u5.test", 397397, "351cc52e0d15b6c721466276fc24671d40936899e3d01fadeaf312915b8c5634"},
+			{"ua.base", 1792501, "67b5bcdb380c29f85d56a012ecd88612ae020f30a6730d117a334ee8203b91f2"},
+			{"ua.test", 186672, "d0497e202417720f57a184ec8c66be2d1afa4ff41bb53787c57b28d6bf79bc42"},
+			{"ub.base", 1792476, "237254d253b6ad7de84f919d041055428646254f34ed8f562703c899430cd881"},
+			{"ub.test", 186697, "d54a72d05730d5892062734b2bec73e976f9b713d18c828a18b968d6cce442da"},
+		},
+	},
+	// The AP corpus of Blei's lda-c (ap.tgz), as bag-of-words and vocabulary.
+	"ap": {
+		mirrors: []string{
+			"https://raw.githubusercontent.com/cjrd/SimpleLDA-R/master/data/",
+		},
+		files: []File{
+			{"ap.dat", 1926195, "ef1003dad74df696cdd3bab85e7c1d20a3eb1494a9e847e899224894d5ccf6d9"},
+			{"vocab.txt", 85532, "fbf0d0f836cb2b0360bd3cae0f71c2f34b140b1dd8dd0d0bdb618a64704337f6"},
 		},
 	},
 }
