@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,4 +37,17 @@ func first(v []string) string {
 		return ""
 	}
 	return v[0]
+}
+
+// waitInit is the wait a Status call asks for (0: none), at most 10s.
+func waitInit(ctx context.Context) time.Duration {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(first(md.Get(version.WaitInitHeader)))
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return min(d, 10*time.Second)
 }

@@ -45,6 +45,12 @@ const (
 	SoftwareHeader = "paramserv-version"
 )
 
+// WaitInitHeader, in a Status call's metadata, asks the ps to answer once
+// it is initialised or after this long (a Go duration, at most 10s),
+// whichever is first: a worker waiting for the chief's Init starts at once
+// instead of at its next poll. A ps that does not know it answers at once.
+const WaitInitHeader = "paramserv-wait-init"
+
 // Info is what `paramserv version` prints.
 type Info struct {
 	Module   string // the main module's version: a tag, or (devel)
