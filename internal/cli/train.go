@@ -137,9 +137,6 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if !ok {
 		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(trainer.ModelNames(), ", "))
 	}
-	if err := f.checkModelFlags(); err != nil {
-		return trainer.Config{}, err
-	}
 	cfg := trainer.Config{
 		Cluster: cl,
 		Model:   f.model,
@@ -193,6 +190,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
 	if err := f.checkRanges(); err != nil {
+		return cfg, err
+	}
+	if err := f.checkModelFlags(); err != nil {
 		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {
