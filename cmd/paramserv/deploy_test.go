@@ -343,7 +343,7 @@ func trainFlagNames(t *testing.T) map[string]bool {
 	t.Helper()
 	out, _ := exec.Command(binary, "train", "--help").CombinedOutput()
 	names := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -(\w+)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^  --(\w+)`).FindAllStringSubmatch(string(out), -1) {
 		names[m[1]] = true
 	}
 	if !names["ps_hosts"] || !names["checkpoint_dir"] {

@@ -183,7 +183,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{[]string{"bench", "--split_bytes=-1"}, "--split_bytes=-1: want a number >= 0"},
 		{[]string{"ckpt", "inspect", t.TempDir(), "--step=-5"}, "--step=-5: want a step >= 0"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--rows=0"}, "rows 0: want >= 1"},
-		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--test-rows=-1"}, "test rows -1: want >= 0"},
+		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--test_rows=-1"}, "test rows -1: want >= 0"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--shards=0"}, "shards 0: want 1..100000"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--fields=0"}, "fields 0: want 1..1000"},
 		{[]string{"data", "synth-ctr", "--out=" + t.TempDir(), "--parallel=-1"}, "parallel -1: want >= 0"},

@@ -65,8 +65,14 @@ type proc struct {
 
 func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary, name, env, args...)
+}
+
+// startBinary is start with another build of paramserv.
+func startBinary(t *testing.T, bin, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pipe, err := p.cmd.StdoutPipe()
@@ -362,7 +368,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"port in use", nil, []string{"train", "--ps_hosts=" + busy.Addr().String(), "--worker_hosts=127.0.0.1:2", "--job_name=ps"}, "cannot listen on " + busy.Addr().String()},
 		{"unknown optimizer", nil, []string{"local", "--optimizer=adamw"}, `unknown optimizer "adamw"`},
 		{"unknown model", nil, []string{"local", "--model=gpt"}, `unknown model "gpt"`},
-		{"unknown flag", nil, []string{"train", "--nope=1"}, "flag provided but not defined: -nope"},
+		{"unknown flag", nil, []string{"train", "--nope=1"}, "unknown flag --nope"},
 		{"unknown command", nil, []string{"serve"}, `unknown command "serve"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -390,7 +396,7 @@ func TestLocalStopsEveryChild(t *testing.T) {
 			}
 			p.cmd.Process.Signal(sig)
 			code := p.wait(t, time.Minute)
-			if sig == syscall.SIGINT && (code != 1 || !strings.Contains(p.output(), "interrupted")) {
+			if sig == syscall.SIGINT && (code != 130 || !strings.Contains(p.output(), "interrupted")) {
 				t.Fatalf("after SIGINT: exit %d, output:\n%s", code, p.output())
 			}
 			deadline := time.Now().Add(10 * time.Second)

@@ -21,7 +21,6 @@ var benchHiddenFlags = map[string]bool{"cpuprofile": true, "baseline_server": tr
 // update was applied.
 func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	numPS := fs.Int("ps", 1, "number of ps processes")
 	numWorkers := fs.Int("workers", 1, "number of workers: this process is worker 0, the others are goroutines in it with their own clients")
 	denseBytes := fs.String("dense_bytes", "1M,16M,64M", "sizes of the dense case's variable, in bytes; K, M, G are binary (1M = 1048576)")
@@ -45,8 +44,8 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	auth := fs.String("auth", "none", "the ps's authentication, a comma-separated list to compare, each case run with each in turn: none, tls (mutual TLS, certificates made for the run), token, tls+token")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile here")
 	baselineServer := fs.Bool("baseline_server", false, "serve the TCP baseline until stdin ends (the baseline child process)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv bench [flags]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv bench [flags]
 
 Measures push, pull and pushpull of a tiny, a dense and a sparse case
 against --ps ps processes of this binary on loopback (fresh ones for each
@@ -56,17 +55,10 @@ process moving the same bytes. Gradients are all 1 with sgd at learning rate
 case that is not exits 1. Reports median, p90, min and max ms of worker 0,
 GB/s (payload bytes / median; push N, pull N, pushpull 2N for N dense bytes;
 GB = 1e9 bytes), keys/s, and the ratio to the baseline's median.
-
-Flags:
 `)
-		fs.VisitAll(func(f *flag.Flag) {
-			if benchHiddenFlags[f.Name] {
-				return
-			}
-			fmt.Fprintf(stderr, "  --%s (default %q)\n    \t%s\n", f.Name, f.DefValue, f.Usage)
-		})
+		printFlags(w, fs, false, benchHiddenFlags)
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	var err error

@@ -24,8 +24,8 @@ func Certs(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace a CA key already in --out (every certificate it signed stops being accepted)")
 	days := fs.Int("valid_days", 365, "days the CA and the certificates are valid")
 	secret := fs.String("secret_name", "paramserv-tls", "the name of the Kubernetes Secret in secret.yaml")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv certs --ps_hosts=H,... --worker_hosts=H,... --out=DIR
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv certs --ps_hosts=H,... --worker_hosts=H,... --out=DIR
 
 Makes a certificate authority and one certificate and key per task, ECDSA
 P-256, each naming its task's host (a DNS name or an IP address) and usable
@@ -42,9 +42,9 @@ existing ca.key without --force.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, false, nil)
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {

@@ -8,25 +8,36 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/models/sparselr"
+	"github.com/paramserv/paramserv/internal/version"
+	"github.com/paramserv/paramserv/internal/vfs"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
+
+// localHidden are train's flags that local chooses itself: its help leaves
+// them out (given, they are refused naming --ps and --workers).
+var localHidden = map[string]bool{"ps_hosts": true, "worker_hosts": true, "job_name": true, "task_index": true, "task_index_env": true}
 
 // Local is `paramserv local`: a whole cluster on this machine, as separate
 // processes, with the training flags passed on to every task.
 func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv local", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	numPS := fs.Int("ps", 1, "number of ps processes")
 	numWorkers := fs.Int("workers", 2, "number of worker processes")
 	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
 	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
 	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times (0: never)")
 	f := defineTrainFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
        paramserv local [--ps=N] [--workers=N] [flags] -- CMD [ARGS...]
 
 Starts a whole cluster on this machine: --ps ps processes and --workers
@@ -58,10 +69,8 @@ signal ended it: SIGKILL, or a SIGTERM or SIGINT sent from outside, after
 which a paramserv task that had not finished exits 143 or 130 (128 + the
 signal). Each at most --max_restarts times. The SIGTERM this command sends
 its own processes when it stops them all never restarts one.
-
-Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, true, localHidden)
 	}
 	var workerCmd []string
 	for i, a := range args {
@@ -74,7 +83,7 @@ Flags:
 			break
 		}
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {
@@ -101,7 +110,7 @@ Flags:
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
-		case "ps_hosts", "worker_hosts", "job_name", "task_index":
+		case "ps_hosts", "worker_hosts", "job_name", "task_index", "task_index_env":
 			clusterFlag = fl.Name
 		case "result_file":
 			chief = append(chief, "--result_file="+fl.Value.String())
@@ -136,6 +145,12 @@ Flags:
 			return 2
 		}
 	}
+	if f.resultFile != "" && len(workerCmd) == 0 {
+		if err := checkResultFile(f.resultFile); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 2
+		}
+	}
 	if f.checkpointDir != "" {
 		if err := checkCheckpointDir(f.checkpointDir); err != nil {
 			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
@@ -157,18 +172,26 @@ Flags:
 			return 2
 		}
 	}
+	logf("%s", version.Get().Short())
 	var psExit time.Duration // the default
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
-	out, stopProgress := startProgress(ctx, stdout, len(workerCmd) == 0 && (len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""), probeCfg.TrainSteps)
+	out, errOut, stopProgress := startProgress(ctx, stdout, stderr, len(workerCmd) == 0 && (len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""), probeCfg.TrainSteps)
+	stepAtStop := int64(-1)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(),
-		Out: out, Logf: logf,
+		Out: out, Err: errOut, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
+		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },
 	})
 	stopProgress()
+	var sig *SignalError
+	if err != nil && errors.As(context.Cause(ctx), &sig) {
+		logf("%s", interruptedLine(stepAtStop, f.checkpointDir))
+		return sig.ExitCode()
+	}
 	if err != nil {
 		logf("%v", err)
 		var f *local.Failure
@@ -179,4 +202,41 @@ Flags:
 	}
 	logf("all %d processes exited 0", *numPS+*numWorkers)
 	return 0
+}
+
+// globalStep asks the ps at addr for the job's global step; -1 if it does
+// not answer within a second.
+func globalStep(addr string) int64 {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return -1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := pb.NewParamServerClient(conn).Status(ctx, &pb.StatusRequest{})
+	if err != nil || !st.Initialized {
+		return -1
+	}
+	return st.GlobalStep
+}
+
+// interruptedLine is local's one line after Ctrl-C: where training stood
+// and the newest checkpoint to resume from.
+func interruptedLine(step int64, checkpointDir string) string {
+	at := "interrupted before training started"
+	if step >= 0 {
+		at = fmt.Sprintf("interrupted at global step %d", step)
+	}
+	switch {
+	case checkpointDir == "":
+		return at + "; no checkpoint (no --checkpoint_dir)"
+	default:
+		m, _, err := checkpoint.Latest(vfs.OS, checkpointDir)
+		if err != nil {
+			return fmt.Sprintf("%s; no valid checkpoint in %s", at, checkpointDir)
+		}
+		return fmt.Sprintf("%s; newest checkpoint %s (step %d): the same command resumes from it", at,
+			filepath.Join(checkpointDir, checkpoint.CheckpointName(m.Step)), m.Step)
+	}
 }

@@ -2,10 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 const usage = `paramserv: a parameter server for distributed machine-learning training.
@@ -21,6 +22,9 @@ Commands:
   certs   make a CA and per-task certificates for --tls_dir
   status  print each ps's step, mode, variables, tables, workers and checkpoints
   plot    draw runs' loss and metric curves (summary directories, result files) into a PNG
+  eval    evaluate a checkpoint: the metrics and result file of the end of training
+  export  write a checkpoint's model as one safetensors file (numpy, PyTorch)
+  version the paramserv version, commit, Go version and wire protocol version (also --version)
 
 Run 'paramserv <command> --help' for a command's flags.
 `
@@ -33,7 +37,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "train":
-		return Train(ctx, args[1:], stderr)
+		return Train(ctx, args[1:], stdout, stderr)
 	case "local":
 		return Local(ctx, args[1:], stdout, stderr)
 	case "bench":
@@ -48,26 +52,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Status(ctx, args[1:], stdout, stderr)
 	case "plot":
 		return Plot(ctx, args[1:], stdout, stderr)
+	case "eval":
+		return Eval(ctx, args[1:], stdout, stderr)
+	case "export":
+		return Export(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "paramserv version: takes no arguments, got %q\n", args[1])
+			return 2
+		}
+		fmt.Fprint(stdout, version.Get().String())
+		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
 	return 2
-}
-
-// parseFlags parses a subcommand's args into fs. done says the command is
-// over: after --help (code 0), or after a malformed flag, which fs has
-// reported with the usage (code 2).
-func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	}
-	return 2, true
 }
 
 // extraArg reports a positional argument left after the flags of a command

@@ -20,8 +20,8 @@ func Plot(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	width := fs.Int("width", 900, "image width in pixels")
 	height := fs.Int("height", 0, "image height in pixels (default: 360 per tag)")
 	smoothing := fs.Float64("smoothing", 0, "smooth each line as TensorBoard's slider does (an exponential moving average of this weight, 0 to below 1; 0: none)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv plot SUMMARY_DIR_OR_RESULT... -o out.png [--tags=loss,...]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv plot SUMMARY_DIR_OR_RESULT... -o out.png [--tags=loss,...]
 
 Draws the scalar summaries of one or more runs over the global step, one
 line per run (named by its directory or file) and one panel per tag: a
@@ -31,12 +31,12 @@ files, or a --result_file, whose final metrics are single points
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, false, nil)
 	}
 	// Flags may come before or after the inputs.
 	var inputs []string
 	for {
-		if code, done := parseFlags(fs, args); done {
+		if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 			return code
 		}
 		if fs.NArg() == 0 {

@@ -29,7 +29,7 @@ type progress struct {
 	now        func() time.Time
 
 	mu       sync.Mutex
-	partial  []byte
+	streams  []*progressStream
 	url      string
 	live     string
 	lastT    time.Time
@@ -51,15 +51,41 @@ func newProgress(out io.Writer, trainSteps int64) *progress {
 
 // Write passes whole lines through, clearing and redrawing the live line
 // around them on a terminal.
-func (p *progress) Write(b []byte) (int, error) {
+func (p *progress) Write(b []byte) (int, error) { return p.stream(p.out).Write(b) }
+
+// stream is a writer of one of the children's streams (their stdout or
+// their stderr) to dst, sharing the live line with the others: whole
+// lines go to dst with the live line cleared first and drawn again after,
+// and the chief's metrics address is picked up from whichever carries it.
+func (p *progress) stream(dst io.Writer) io.Writer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.partial = append(p.partial, b...)
-	i := strings.LastIndexByte(string(p.partial), '\n')
+	for _, s := range p.streams {
+		if s.dst == dst {
+			return s
+		}
+	}
+	s := &progressStream{p: p, dst: dst}
+	p.streams = append(p.streams, s)
+	return s
+}
+
+type progressStream struct {
+	p       *progress
+	dst     io.Writer
+	partial []byte // an unfinished line, held until its newline comes
+}
+
+func (s *progressStream) Write(b []byte) (int, error) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.partial = append(s.partial, b...)
+	i := strings.LastIndexByte(string(s.partial), '\n')
 	if i < 0 {
 		return len(b), nil
 	}
-	lines := p.partial[:i+1]
+	lines := s.partial[:i+1]
 	for _, line := range strings.Split(string(lines[:len(lines)-1]), "\n") {
 		if m := chiefMetrics.FindStringSubmatch(line); m != nil {
 			p.url = m[1]
@@ -67,11 +93,13 @@ func (p *progress) Write(b []byte) (int, error) {
 	}
 	var err error
 	if p.tty && p.live != "" {
-		_, err = fmt.Fprintf(p.out, "\r\033[K%s%s", lines, p.live)
+		fmt.Fprint(p.out, "\r\033[K")
+		_, err = s.dst.Write(lines)
+		fmt.Fprint(p.out, p.live)
 	} else {
-		_, err = p.out.Write(lines)
+		_, err = s.dst.Write(lines)
 	}
-	p.partial = append(p.partial[:0], p.partial[i+1:]...)
+	s.partial = append(s.partial[:0], s.partial[i+1:]...)
 	return len(b), err
 }
 
@@ -160,13 +188,13 @@ func (p *progress) line(step int64, loss float64, hasLoss bool) string {
 
 // startProgress wraps out with the progress of a local job whose chief
 // serves metrics (on), until stop.
-func startProgress(ctx context.Context, out io.Writer, on bool, trainSteps int64) (w io.Writer, stop func()) {
+func startProgress(ctx context.Context, out, errOut io.Writer, on bool, trainSteps int64) (w, errW io.Writer, stop func()) {
 	if !on {
-		return out, func() {}
+		return out, errOut, func() {}
 	}
 	p := newProgress(out, trainSteps)
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(pctx) }()
-	return p, func() { cancel(); <-done }
+	return p.stream(out), p.stream(errOut), func() { cancel(); <-done }
 }

@@ -26,8 +26,8 @@ func Status(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	psHosts := fs.String("ps_hosts", "", "the ps, HOST:PORT comma-separated (default: TF_CONFIG's cluster.ps)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for each ps")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv status [--ps_hosts=HOST:PORT,...]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv status [--ps_hosts=HOST:PORT,...]
 
 Prints each ps's state: global step, mode, pushes applied, dropped and
 rejected, its variables and tables with their sizes, every worker with
@@ -38,9 +38,9 @@ does not answer.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, false, nil)
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {

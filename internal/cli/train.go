@@ -12,13 +12,17 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/data/fetch"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 // trainFlags holds the flags of `paramserv train` (and `paramserv local`,
@@ -63,16 +67,16 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
 	f.tls = defineTLSFlags(fs)
-	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(modelNames(), ", "))
-	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
+	fs.StringVar(&f.model, "model", "linreg", "the model to train")
+	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default: $PARAMSERV_DATA, else the cache paramserv data fetch writes to)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
-	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this (default: the model's, linreg 3000)")
-	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps, and on the chief of a model with validation data (mnist) validate and log and summarise the metrics (default: the model's)")
+	fs.Int64Var(&f.trainSteps, "train_steps", 0, "stop when the global step reaches this")
+	fs.Int64Var(&f.stepsToValidate, "steps_to_validate", 0, "log progress every this many local steps; the chief of a model with validation data (mnist) also validates and logs and summarises the metrics")
 	fs.IntVar(&f.batchSize, "batch_size", 100, "examples per batch on each worker")
 	fs.IntVar(&f.hiddenUnits, "hidden_units", 100, "hidden layer width (mnist)")
 	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")
-	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps: "+strings.Join(optim.Names(), ", ")+" (default: the model's, linreg sgd)")
-	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate (default: the model's, linreg 0.01); FTRL's alpha")
+	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps")
+	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate; FTRL's alpha")
 	fs.Float64Var(&f.momentum, "momentum", 0, "momentum coefficient (momentum; default 0.9)")
 	fs.BoolVar(&f.nesterov, "use_nesterov", false, "Nesterov momentum (momentum)")
 	fs.Float64Var(&f.beta1, "beta1", 0, "Adam beta1 (default 0.9)")
@@ -167,6 +171,11 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	}
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
+	if cfg.Data.DataDir == "" {
+		// Where paramserv data fetch writes: $PARAMSERV_DATA, else the
+		// cache; --train_data=a9a/a9a is looked for there too.
+		cfg.Data.DataDir, _ = fetch.DefaultDir()
+	}
 	cfg.Data.TrainData, cfg.Data.TestData, cfg.Data.InputFormat = f.trainData, f.testData, f.inputFormat
 	cfg.Data.NumFeatures, cfg.Data.SkipBadLines = f.numFeatures, f.skipBad
 	cfg.Data.MinCount, cfg.Data.EvictAfterSteps = f.minCount, f.evictAfter
@@ -192,6 +201,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
 	if err := f.checkRanges(); err != nil {
+		return cfg, err
+	}
+	if err := f.checkModelFlags(); err != nil {
 		return cfg, err
 	}
 	if err := f.telemetry.check(); err != nil {
@@ -221,6 +233,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	case f.maxStale > 0 && f.sync:
 		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
+	cfg.ResultRecord, cfg.Version = f.record(cfg), version.Get().Short()
 	if _, err := optim.New(cfg.Optimizer); err != nil {
 		var oe *optim.ConfigError
 		if errors.As(err, &oe) {
@@ -306,12 +319,11 @@ func newLogger(w io.Writer) func(string, ...any) {
 }
 
 // Train is `paramserv train`: run one task.
-func Train(ctx context.Context, args []string, stderr io.Writer) int {
+func Train(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	f := defineTrainFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: paramserv train [flags]
+	help := func(w io.Writer) {
+		fmt.Fprint(w, `Usage: paramserv train [flags]
 
 Runs one task of a training job: a ps or a worker. The cluster comes from
 --ps_hosts, --worker_hosts, --job_name and --task_index, or from the
@@ -322,12 +334,10 @@ Exit status: 0 when the task's work is done (a ps: every worker has
 finished); 1 for a failure while running; 2 for input to fix; 143 or 130
 (128 + the signal) when SIGTERM or SIGINT stopped it before its work was
 done, which paramserv local treats as a death by signal and restarts.
-
-Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(w, fs, true, nil)
 	}
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
 	if code, bad := extraArg(fs, stderr); bad {
@@ -346,6 +356,12 @@ Flags:
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
 	}
+	if cfg.ResultFile != "" && cfg.Cluster.IsChief() {
+		if err := checkResultFile(cfg.ResultFile); err != nil {
+			fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+			return 2
+		}
+	}
 	// The ps and the chief write checkpoints; other workers never do.
 	if cfg.CheckpointDir != "" && (cfg.Cluster.Task.Job == cluster.JobPS || cfg.Cluster.IsChief()) {
 		if err := checkCheckpointDir(cfg.CheckpointDir); err != nil {
@@ -354,10 +370,10 @@ Flags:
 		}
 	}
 	if !f.perf.standalone {
-		logf("%s at %s: cluster of %d ps and %d workers", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers))
+		logf("%s at %s: cluster of %d ps and %d workers; %s", cfg.Cluster.Task, cfg.Cluster.Addr(), len(cfg.Cluster.Spec.PS), len(cfg.Cluster.Spec.Workers), version.Get().Short())
 		// In a pod, peers' DNS names may not resolve yet: wait, saying what
 		// is awaited, up to --startup_timeout.
-		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, TimeoutFlag: "--startup_timeout", LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
 			logf("failed: %v", err)
 			return 1
 		}
@@ -469,4 +485,82 @@ func checkCheckpointDir(dir string) error {
 		return fmt.Errorf("--checkpoint_dir=%s: cannot remove a file from the directory: %v", dir, err)
 	}
 	return nil
+}
+
+// modelOnlyFlags are the flags that only some models use, and modelUses says
+// which of them each built-in model uses. Such a flag given with a model
+// that does not use it is refused rather than silently ignored. A model
+// not in modelUses (one added elsewhere) is not checked.
+var (
+	modelOnlyFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
+		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps"}
+	modelUses = map[string][]string{
+		"linreg": nil,
+		"mnist":  {"hidden_units", "dataset", "data_dir"},
+		"sparse_lr": {"data_dir", "train_data", "test_data", "input_format", "num_features", "fields",
+			"skip_bad_lines", "min_count", "evict_after_steps"},
+	}
+)
+
+// checkModelFlags refuses a flag the chosen model does not use, naming the
+// models that do.
+func (f *trainFlags) checkModelFlags() error {
+	uses, known := modelUses[f.model]
+	if !known {
+		return nil
+	}
+	for _, name := range modelOnlyFlags {
+		if !f.set(name) || slices.Contains(uses, name) {
+			continue
+		}
+		var users []string
+		for _, m := range trainer.ModelNames() {
+			if slices.Contains(modelUses[m], name) {
+				users = append(users, m)
+			}
+		}
+		return fmt.Errorf("--%s: --model=%s does not use it (it is for %s); drop it or choose another --model", name, f.model, strings.Join(users, ", "))
+	}
+	return nil
+}
+
+// record is what the result file keeps of the command line so that the run
+// can be reproduced: every flag but the cluster's and TensorFlow's no-ops,
+// with the model's defaults filled in.
+func (f *trainFlags) record(cfg trainer.Config) map[string]string {
+	r := map[string]string{}
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		if flagGroups[fl.Name] == groupCluster || slices.Contains(ignoredTFFlags, fl.Name) {
+			return
+		}
+		r[fl.Name] = fl.Value.String()
+	})
+	r["train_steps"] = strconv.FormatInt(cfg.TrainSteps, 10)
+	r["steps_to_validate"] = strconv.FormatInt(cfg.StepsToValidate, 10)
+	r["optimizer"] = cfg.Optimizer.Name
+	r["learning_rate"] = strconv.FormatFloat(cfg.Optimizer.LearningRate, 'g', -1, 64)
+	return r
+}
+
+// checkResultFile makes sure the result file can be written before any
+// training: its directory must exist and take a new file, and the path
+// must not be a directory.
+func checkResultFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("--result_file=%s: is a directory, want a file name", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--result_file=%s: its directory %s: %v", path, dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return fmt.Errorf("--result_file=%s: %s is not a directory", path, dir)
+	}
+	tmp, err := os.CreateTemp(dir, ".paramserv-write-probe-*")
+	if err != nil {
+		return fmt.Errorf("--result_file=%s: cannot write in %s: %v", path, dir, errors.Unwrap(err))
+	}
+	tmp.Close()
+	return os.Remove(tmp.Name())
 }

@@ -24,10 +24,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/placement"
+	"github.com/paramserv/paramserv/internal/version"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -131,6 +133,7 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 			grpc.WithInitialWindowSize(64<<20),
 			grpc.WithInitialConnWindowSize(64<<20),
+			grpc.WithChainUnaryInterceptor(versionCheck()),
 			grpc.WithReadBufferSize(256<<10),
 			grpc.WithWriteBufferSize(256<<10),
 			// A ps that restarts is back in seconds; gRPC's default
@@ -191,15 +194,29 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 	lastLog := time.Now()
 	for {
 		var waiting []string
+		onlyInit := true // every ps waited for answers: the next round's calls wait for Init
 		for i, ps := range c.ps {
 			if statuses[i] != nil && (!needInit || statuses[i].Initialized) {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			longPoll := statuses[i] != nil
+			if longPoll {
+				// The ps answers but waits for the chief's Init: it
+				// answers this call as soon as that comes.
+				cctx = metadata.AppendToOutgoingContext(cctx, version.WaitInitHeader, "1500ms")
+			}
+			called := time.Now()
 			st, err := ps.Status(cctx, &pb.StatusRequest{})
 			cancel()
+			if err == nil && longPoll && !st.Initialized && time.Since(called) < time.Second {
+				onlyInit = false // a ps that does not wait: poll it
+			}
 			switch {
+			case errors.Is(err, ErrVersion):
+				return nil, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
 			case err != nil:
+				onlyInit = false
 				waiting = append(waiting, fmt.Sprintf("ps %d at %s (%s)", i, c.addrs[i], shortErr(err)))
 			case needInit && !st.Initialized:
 				statuses[i] = st
@@ -221,10 +238,14 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 			c.opts.Logf("waiting for %s", joinWaits(waiting))
 			lastLog = time.Now()
 		}
+		pause := 200 * time.Millisecond
+		if onlyInit {
+			pause = 0
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("gave up waiting for %s: %w", joinWaits(waiting), context.Cause(ctx))
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 }

@@ -70,7 +70,7 @@ func withKind(kind, err error) *kindError { return &kindError{kind: kind, err: e
 // ps), rather than one that ends the job (ErrLayout, a malformed request,
 // a synchronous step that timed out with --sync_on_timeout=fail).
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, ErrLayout) {
+	if err == nil || errors.Is(err, ErrLayout) || errors.Is(err, ErrVersion) {
 		return false
 	}
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReady)
@@ -80,7 +80,7 @@ func Retryable(err error) bool {
 // reply) its kind. The ps's messages for a layout it does not hold become
 // a LayoutError.
 func (c *Client) classify(i int, err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReady) || errors.Is(err, ErrLayout) {
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReady) || errors.Is(err, ErrLayout) || errors.Is(err, ErrVersion) {
 		return err
 	}
 	st, ok := status.FromError(err)

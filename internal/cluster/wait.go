@@ -43,7 +43,10 @@ type WaitOptions struct {
 	Timeout  time.Duration // give up after this long (5m if 0; --startup_timeout)
 	LogEvery time.Duration // how often to say what is awaited (5s if 0; --wait_log_every)
 	Retry    time.Duration // pause between lookups of a name that failed (500ms if 0)
-	Logf     func(format string, args ...any)
+	// TimeoutFlag names the flag Timeout came from ("--startup_timeout"),
+	// for the line logged at a name's first failed lookup.
+	TimeoutFlag string
+	Logf        func(format string, args ...any)
 }
 
 // Peer is one task whose host name a task needs, with where its address
@@ -130,7 +133,7 @@ func WaitResolvable(ctx context.Context, peers []Peer, o WaitOptions) error {
 		seen[host] = true
 		todo = append(todo, &pending{Peer: p, host: host})
 	}
-	start := o.Clock.Now()
+	start, first := o.Clock.Now(), true
 	for _, p := range todo {
 		p.lastLog = start
 	}
@@ -149,6 +152,17 @@ func WaitResolvable(ctx context.Context, peers []Peer, o WaitOptions) error {
 			return nil
 		}
 		now := o.Clock.Now()
+		if first && o.Logf != nil {
+			// Say at once, once, what does not resolve and what happens.
+			until := o.Timeout.String()
+			if o.TimeoutFlag != "" {
+				until = fmt.Sprintf("%s (%v)", o.TimeoutFlag, o.Timeout)
+			}
+			for _, p := range todo {
+				o.Logf("cannot resolve %s (%s, the address of %s); retrying until %s: %v", p.host, p.From, taskName(p.Task), until, p.err)
+			}
+		}
+		first = false
 		waited := now.Sub(start)
 		if waited >= o.Timeout {
 			p := todo[0]

@@ -84,6 +84,8 @@ func TestWaitResolvableLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"cannot resolve h0 (TF_CONFIG cluster.ps[0], the address of ps 0); retrying until 5m0s: lookup h0: no such host",
+		"cannot resolve h1 (TF_CONFIG cluster.ps[1], the address of ps 1); retrying until 5m0s: lookup h1: no such host",
 		"waiting for h0 (ps 0) to resolve: lookup h0: no such host (10s so far)",
 		"waiting for h0 (ps 0) to resolve: lookup h0: no such host (20s so far)",
 		"waiting for h0 (ps 0) to resolve: lookup h0: no such host (30s so far)",
@@ -101,10 +103,12 @@ func TestWaitResolvableLogsEachAwaited(t *testing.T) {
 	dns, clock := newFakeDNS(map[string]time.Duration{"h0": 6 * time.Second, "h1": 6 * time.Second})
 	var log logLines
 	if err := c.WaitResolvable(context.Background(), WaitOptions{
-		Resolver: dns, Clock: clock, Logf: log.logf, LogEvery: 5 * time.Second, Retry: time.Second}); err != nil {
+		Resolver: dns, Clock: clock, Logf: log.logf, LogEvery: 5 * time.Second, Retry: time.Second, TimeoutFlag: "--startup_timeout"}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
+		"cannot resolve h0 (TF_CONFIG cluster.ps[0], the address of ps 0); retrying until --startup_timeout (5m0s): lookup h0: no such host",
+		"cannot resolve h1 (TF_CONFIG cluster.ps[1], the address of ps 1); retrying until --startup_timeout (5m0s): lookup h1: no such host",
 		"waiting for h0 (ps 0) to resolve: lookup h0: no such host (5s so far)",
 		"waiting for h1 (ps 1) to resolve: lookup h1: no such host (5s so far)",
 	}
@@ -140,8 +144,8 @@ func TestWaitResolvableTimeout(t *testing.T) {
 			if got := clock.now.Sub(dns.start); got != time.Minute {
 				t.Errorf("gave up after %v, want 1m", got)
 			}
-			if len(log) != 11 {
-				t.Errorf("%d log lines in a minute at the default 5s, want 11 (5s..55s; at 1m the error):\n%s", len(log), strings.Join(log, "\n"))
+			if len(log) != 12 || !strings.HasPrefix(log[0], "cannot resolve ") {
+				t.Errorf("%d log lines in a minute at the default 5s, want 12 (cannot resolve at once, then 5s..55s; at 1m the error):\n%s", len(log), strings.Join(log, "\n"))
 			}
 			if dns.lookups["p0"] > 1 {
 				t.Errorf("p0 resolved at once but was looked up %d times", dns.lookups["p0"])

@@ -41,8 +41,13 @@ type Config struct {
 	WorkerCmd []string
 	// WorkerEnv is added to the environment of each WorkerCmd worker.
 	WorkerEnv []string
-	// Out receives every child's prefixed output lines.
-	Out io.Writer
+	// Out receives the prefixed lines of every child's stdout; Err those of
+	// its stderr (Out if nil).
+	Out, Err io.Writer
+	// Interrupted, if set, is called when ctx ends (Ctrl-C), after the
+	// workers have stopped and before the ps are stopped, with the ps's
+	// addresses: the moment to ask the ps where training stands.
+	Interrupted func(ps []string)
 	// Logf receives the launcher's own lines.
 	Logf func(format string, args ...any)
 	// Grace is how long a child has to exit after SIGTERM before SIGKILL (5s if 0).
@@ -56,6 +61,8 @@ type Config struct {
 	// Each process is restarted at most MaxRestarts times (3 if 0).
 	RestartPS, RestartWorkers bool
 	MaxRestarts               int
+
+	psAddrs []string // chosen by Run
 }
 
 type child struct {
@@ -115,6 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for i, p := range ports {
 		hosts[i] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
+	cfg.psAddrs = hosts[:cfg.NumPS]
 	psHosts := strings.Join(hosts[:cfg.NumPS], ",")
 	workerHosts := strings.Join(hosts[cfg.NumPS:], ",")
 	cfg.Logf("local cluster: ps %s; workers %s", psHosts, workerHosts)
@@ -160,20 +168,35 @@ func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 	if err != nil {
 		return err
 	}
-	c.cmd.Stderr = c.cmd.Stdout // one stream, so lines keep their order
+	errOut := cfg.Err
+	var stderr io.Reader
+	if errOut == nil {
+		c.cmd.Stderr = c.cmd.Stdout // one stream, so lines keep their order
+	} else if stderr, err = c.cmd.StderrPipe(); err != nil {
+		return err
+	}
 	if err := c.cmd.Start(); err != nil {
 		return fmt.Errorf("local: starting %s: %w", c.name, err)
 	}
 	done := c.done
-	go func() {
-		sc := bufio.NewScanner(out)
+	prefix := "[" + c.name + "] "
+	copyLines := func(r io.Reader, w io.Writer) {
+		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		prefix := "[" + c.name + "] "
 		for sc.Scan() {
 			outMu.Lock()
-			fmt.Fprintf(cfg.Out, "%s%s\n", prefix, sc.Bytes())
+			fmt.Fprintf(w, "%s%s\n", prefix, sc.Bytes())
 			outMu.Unlock()
 		}
+	}
+	var copied sync.WaitGroup
+	if stderr != nil {
+		copied.Add(1)
+		go func() { defer copied.Done(); copyLines(stderr, errOut) }()
+	}
+	go func() {
+		copyLines(out, cfg.Out)
+		copied.Wait()
 		c.err = c.cmd.Wait()
 		close(done)
 	}()
@@ -266,8 +289,22 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 			stopAll(children, cfg.Grace)
 			return fmt.Errorf("local: every worker finished but %s did not exit within %s", strings.Join(running, ", "), cfg.PSExitTimeout)
 		case <-ctx.Done():
-			cfg.Logf("interrupted (%v); stopping every process", context.Cause(ctx))
-			stopAll(children, cfg.Grace)
+			// The workers first, so that none is left waiting for a ps;
+			// then the ps.
+			cfg.Logf("interrupted (%v); stopping the workers, then the ps", context.Cause(ctx))
+			var workers, ps []*child
+			for _, c := range children {
+				if c.job == "worker" {
+					workers = append(workers, c)
+				} else {
+					ps = append(ps, c)
+				}
+			}
+			stopAll(workers, cfg.Grace)
+			if cfg.Interrupted != nil {
+				cfg.Interrupted(cfg.psAddrs)
+			}
+			stopAll(ps, cfg.Grace)
 			return fmt.Errorf("local: interrupted: %w", context.Cause(ctx))
 		}
 	}

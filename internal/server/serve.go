@@ -50,7 +50,7 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 
 // ServeListener is Serve on an existing listener.
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
-	g := grpc.NewServer(GRPCOptions()...)
+	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)))...)
 	pb.RegisterParamServerServer(g, s)
 	// One port for both: data-path connections are served by s, every
 	// other one by gRPC (mux.go).

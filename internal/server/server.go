@@ -466,9 +466,30 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 	return resp, nil
 }
 
-// Status reports the shard's state.
-func (s *Server) Status(_ context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+// Status reports the shard's state (with details, its variables, workers
+// and checkpoint directory too). A call whose metadata asks to wait for
+// the chief (version.WaitInitHeader, a duration) is answered as soon as the shard
+// is initialised, or when that duration has passed, so that a worker
+// waiting for the chief's Init starts at once rather than at its next poll.
+func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s.mu.Lock()
+	if wait := waitInit(ctx); wait > 0 && !s.shard.Status().Initialized {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		for waiting := true; waiting && !s.shard.Status().Initialized; {
+			ch := s.stepCh
+			s.stepWaited = true
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-timer.C:
+				waiting = false
+			case <-ctx.Done():
+				waiting = false
+			}
+			s.mu.Lock()
+		}
+	}
 	st := s.shard.Status()
 	var details *pb.StatusResponse
 	if req.GetDetails() {

@@ -43,7 +43,12 @@ type Config struct {
 	StartupTimeout  time.Duration
 	SplitBytes      int
 	ResultFile      string
-	PSWaitForever   bool
+	// ResultRecord, if set, is written into the result file beside the
+	// figures as "flags" (what reproduces the run: every training flag) and
+	// Version as "version".
+	ResultRecord  map[string]string
+	Version       string
+	PSWaitForever bool
 
 	// Checkpoints: the chief saves every SaveSteps global steps and/or every
 	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
@@ -304,33 +309,42 @@ func missingWorkers(n int, done []int) []int {
 
 // Result is what the chief writes to --result_file.
 type Result struct {
-	Model               string             `json:"model"`
-	Mode                string             `json:"mode"`
-	GlobalStep          int64              `json:"global_step"`
-	LocalSteps          int64              `json:"local_steps"`
-	ElapsedS            float64            `json:"elapsed_s"`
-	StaleDropped        int64              `json:"stale_dropped"`
-	RejectedPushes      int64              `json:"rejected_pushes"`
-	Loss                float64            `json:"loss"`
-	TrainLoss           float64            `json:"train_loss"`
-	Workers             int                `json:"workers"`
-	PS                  int                `json:"ps"`
-	ReplicasToAggregate int                `json:"replicas_to_aggregate,omitempty"`
-	Optimizer           string             `json:"optimizer"`
-	LearningRate        float64            `json:"learning_rate"`
-	ExamplesPerS        float64            `json:"examples_per_s"`
-	ComputeS            float64            `json:"compute_s"`
-	PushPullS           float64            `json:"push_pull_s"`
-	Metrics             map[string]float64 `json:"metrics"`
-	Weight              *float64           `json:"weight,omitempty"`
-	Bias                *float64           `json:"bias,omitempty"`
-	ValCrossEntropy     *float64           `json:"val_cross_entropy,omitempty"`
-	ValAccuracy         *float64           `json:"val_accuracy,omitempty"`
-	TestAccuracy        *float64           `json:"test_accuracy,omitempty"`
-	TestLogLoss         *float64           `json:"test_log_loss,omitempty"`
-	TestAUC             *float64           `json:"test_auc,omitempty"`
-	Tables              []TableShard       `json:"tables,omitempty"`
-	Standalone          bool               `json:"standalone,omitempty"` // trained by RunStandalone: no ps
+	Model               string  `json:"model"`
+	Mode                string  `json:"mode"`
+	GlobalStep          int64   `json:"global_step"`
+	LocalSteps          int64   `json:"local_steps"`
+	ElapsedS            float64 `json:"elapsed_s"`
+	StaleDropped        int64   `json:"stale_dropped"`
+	RejectedPushes      int64   `json:"rejected_pushes"`
+	Loss                float64 `json:"loss"`
+	TrainLoss           float64 `json:"train_loss"`
+	Workers             int     `json:"workers"`
+	PS                  int     `json:"ps"`
+	ReplicasToAggregate int     `json:"replicas_to_aggregate,omitempty"`
+	Optimizer           string  `json:"optimizer"`
+	LearningRate        float64 `json:"learning_rate"`
+	// ExamplesPerS is the job's rate: every worker's examples (the pushes
+	// ps 0 received, applied or dropped, times the batch size) over the
+	// chief's training wall time. ChiefExamplesPerS is the chief's own:
+	// its local steps times the batch size over the same time.
+	ExamplesPerS      float64            `json:"examples_per_s"`
+	ChiefExamplesPerS float64            `json:"chief_examples_per_s"`
+	BatchSize         int                `json:"batch_size"`
+	TrainingS         float64            `json:"training_s"`
+	ComputeS          float64            `json:"compute_s"`
+	PushPullS         float64            `json:"push_pull_s"`
+	Metrics           map[string]float64 `json:"metrics"`
+	Weight            *float64           `json:"weight,omitempty"`
+	Bias              *float64           `json:"bias,omitempty"`
+	ValCrossEntropy   *float64           `json:"val_cross_entropy,omitempty"`
+	ValAccuracy       *float64           `json:"val_accuracy,omitempty"`
+	TestAccuracy      *float64           `json:"test_accuracy,omitempty"`
+	TestLogLoss       *float64           `json:"test_log_loss,omitempty"`
+	TestAUC           *float64           `json:"test_auc,omitempty"`
+	Tables            []TableShard       `json:"tables,omitempty"`
+	Version           string             `json:"version,omitempty"`
+	Flags             map[string]string  `json:"flags,omitempty"`
+	Standalone        bool               `json:"standalone,omitempty"` // trained by RunStandalone: no ps
 }
 
 // TableShard is one sparse table's state on one ps at the end.
@@ -348,8 +362,9 @@ type TableShard struct {
 func RunWorker(ctx context.Context, cfg Config) error {
 	err := runWorker(ctx, cfg)
 	var ce *ConfigError
-	if errors.Is(err, client.ErrLayout) && !errors.As(err, &ce) {
-		// Another model on the ps: not a ps to wait for, an input to fix.
+	if (errors.Is(err, client.ErrLayout) || errors.Is(err, client.ErrVersion)) && !errors.As(err, &ce) {
+		// Another model or paramserv version on the ps: not a ps to wait
+		// for, an input to fix.
 		return &ConfigError{Err: err}
 	}
 	return err
@@ -462,7 +477,8 @@ func runWorker(ctx context.Context, cfg Config) error {
 	}
 	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
 	elapsed := time.Since(trainStart)
-	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", worker, step, local, dropped)
+	ownRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
+	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, ownRate)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
 
 	if cfg.Cluster.IsChief() {
@@ -470,7 +486,8 @@ func runWorker(ctx context.Context, cfg Config) error {
 			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
 			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
 			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
-			ExamplesPerS: float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
+			ChiefExamplesPerS: ownRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
+			Version: cfg.Version, Flags: cfg.ResultRecord,
 		}); err != nil {
 			return err
 		}
@@ -932,6 +949,13 @@ func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params m
 	r.GlobalStep = step
 	r.Mode = statuses[0].Mode
 	r.StaleDropped = statuses[0].StaleDropped
+	// Every push reaches ps 0 (it holds a part of every model), so its
+	// counts are the job's batches; a ps that restarted counts from its
+	// restart, so never less than the chief's own.
+	pushes := max(statuses[0].AppliedPushes+statuses[0].StaleDropped, r.LocalSteps)
+	if r.TrainingS > 0 {
+		r.ExamplesPerS = float64(pushes) * float64(r.BatchSize) / r.TrainingS
+	}
 	for i, st := range statuses {
 		r.RejectedPushes += st.RejectedPushes
 		for _, t := range st.Tables {

@@ -1,6 +1,6 @@
-// Package fetch downloads the public datasets the examples train on (MNIST,
-// Fashion-MNIST and MovieLens 100K) and checks them against their
-// SHA-256 sums.
+// Package fetch downloads the public datasets the examples and tests train
+// on (MNIST, Fashion-MNIST, a9a, MovieLens 100K, the AP corpus) and checks
+// them against their SHA-256 sums.
 //
 // Fetch(ctx, "mnist", dir, nil) leaves the four files of MNIST in
 // dir/mnist/, the layout of the shared data directory, which a model's
@@ -116,6 +116,26 @@ var datasets = map[string]dataset{
 			{"train-labels-idx1-ubyte.gz", 29515, "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"},
 			{"t10k-images-idx3-ubyte.gz", 4422102, "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"},
 			{"t10k-labels-idx1-ubyte.gz", 5148, "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"},
+		},
+	},
+	// LIBSVM's a9a (UCI Adult, binarised): training and test files.
+	"a9a": {
+		mirrors: []string{
+			"https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/",
+		},
+		files: []File{
+			{"a9a", 2329875, "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906"},
+			{"a9a.t", 1164628, "1f448a153f0320399a7e40836eb207655b0bde0f21fc941cc472193daa9f5de9"},
+		},
+	},
+	// The AP corpus of Blei's lda-c (ap.tgz), as bag-of-words and vocabulary.
+	"ap": {
+		mirrors: []string{
+			"https://raw.githubusercontent.com/cjrd/SimpleLDA-R/master/data/",
+		},
+		files: []File{
+			{"ap.dat", 1926195, "ef1003dad74df696cdd3bab85e7c1d20a3eb1494a9e847e899224894d5ccf6d9"},
+			{"vocab.txt", 85532, "fbf0d0f836cb2b0360bd3cae0f71c2f34b140b1dd8dd0d0bdb618a64704337f6"},
 		},
 	},
 }

@@ -238,7 +238,7 @@ func TestFetchCanceled(t *testing.T) {
 
 func TestUnknownDataset(t *testing.T) {
 	err := fetch.Fetch(context.Background(), "cifar10", t.TempDir(), nil)
-	if !errors.Is(err, fetch.ErrUnknownDataset) || !strings.Contains(err.Error(), "fashion-mnist, ml-100k, mnist") {
+	if !errors.Is(err, fetch.ErrUnknownDataset) || !strings.Contains(err.Error(), "a9a, ap, fashion-mnist, ml-100k, mnist") {
 		t.Fatalf("err = %v", err)
 	}
 }

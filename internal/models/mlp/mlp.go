@@ -165,6 +165,9 @@ func NewWithData(cfg model.Config, data *mnist.Data) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mlp: %w", err)
 	}
+	if cfg.BatchSize > part.Len() { // a batch size given, not the default
+		return nil, fmt.Errorf("mlp: --batch_size=%d is larger than worker %d's part of the training data (%d of %d examples over %d workers)", batch, cfg.Worker, part.Len(), data.Train.Len(), workers)
+	}
 	// Each worker shuffles its part with its own stream.
 	seed := uint64(cfg.Seed) ^ (uint64(cfg.Worker)+1)*0x9e3779b97f4a7c15
 	batches, err := mnist.NewBatches(part, batch, seed)

@@ -95,6 +95,9 @@ func New(cfg model.Config) (*Model, error) {
 	if ds.Len() == 0 {
 		return nil, fmt.Errorf("sparse_lr: worker %d got no training examples from %s", cfg.Worker, strings.Join(paths, ", "))
 	}
+	if cfg.BatchSize > ds.Len() {
+		return nil, fmt.Errorf("sparse_lr: --batch_size=%d is larger than worker %d's part of the training data (%d examples of %s over %d workers)", cfg.BatchSize, cfg.Worker, ds.Len(), strings.Join(paths, ", "), cfg.NumWorkers)
+	}
 	if st.Skipped > 0 {
 		cfg.Logf("sparse_lr: skipped %d malformed lines of %d", st.Skipped, st.Lines)
 	}
