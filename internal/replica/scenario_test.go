@@ -24,6 +24,7 @@ import (
 //	pull shard=S to=P                  the state ps P serves, or why it does not
 //	kill P                             ps P dies: no ticks, nothing in or out
 //	cut P / heal P                     messages between ps P and the other ps are lost / delivered again (workers still reach it)
+//	cut P Q / heal P Q                 the same for the link between ps P and ps Q only
 //	status                             every ps's view, lease, roles and copies
 //
 // Output lines are what happened: events, acknowledgements, takeovers
@@ -86,11 +87,14 @@ func TestScenarios(t *testing.T) {
 			case "kill":
 				c.dead[int(cmd.Arg(t, 0))] = true
 				return "", nil
-			case "cut":
-				c.cut[int(cmd.Arg(t, 0))] = true
-				return "", nil
-			case "heal":
-				c.cut[int(cmd.Arg(t, 0))] = false
+			case "cut", "heal":
+				a := int(cmd.Arg(t, 0))
+				if len(cmd.Args) == 1 {
+					c.cut[a] = cmd.Name == "cut"
+					return "", nil
+				}
+				b := int(cmd.Arg(t, 1))
+				c.links[[2]int{min(a, b), max(a, b)}] = cmd.Name == "cut"
 				return "", nil
 			case "status":
 				return c.status(), nil
@@ -124,6 +128,7 @@ type cluster struct {
 	state   []map[int]*toy
 	dead    []bool
 	cut     []bool
+	links   map[[2]int]bool // links cut
 	queue   []Message
 	out     []string
 	acked   map[int]uint64 // per shard: highest seq acknowledged
@@ -132,7 +137,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, n, r int, timeout time.Duration) (*cluster, error) {
 	c := &cluster{t: t, n: n, r: r, timeout: timeout, dead: make([]bool, n), cut: make([]bool, n),
-		acked: map[int]uint64{}, maxStep: map[int]int64{}}
+		acked: map[int]uint64{}, maxStep: map[int]int64{}, links: map[[2]int]bool{}}
 	c.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c.now = c.start
 	for id := 0; id < n; id++ {
@@ -197,7 +202,7 @@ func (c *cluster) deliver() {
 		q := c.queue
 		c.queue = nil
 		for _, m := range q {
-			if c.up(m.From) && c.up(m.To) {
+			if c.up(m.From) && c.up(m.To) && !c.links[[2]int{min(m.From, m.To), max(m.From, m.To)}] {
 				c.nodes[m.To].Step(m)
 			}
 		}

@@ -1,0 +1,316 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/shard"
+)
+
+// TestSyncJobSurvivesAKilledPrimaryBitIdentical runs a synchronous job of
+// 2 workers on 3 ps with 2 copies of each shard, every copy a real
+// shard.Shard (Adam, so optimizer state counts too), through the protocol
+// core and a simulated network and clock. Mid-step, right after worker 0's
+// push reached ps 1 (primary of shard 1) and its backup, ps 1 is killed
+// before it acknowledges. The workers re-route after the failover timeout,
+// retry (recognised as duplicates), and the job ends with values
+// bit-identical to the same job undisturbed, at the same step.
+func TestSyncJobSurvivesAKilledPrimaryBitIdentical(t *testing.T) {
+	const steps = 12
+	calm := runSyncJob(t, steps, -1)
+	for _, killAt := range []int64{0, 5, steps - 1} {
+		t.Run(fmt.Sprintf("kill ps 1 at step %d", killAt), func(t *testing.T) {
+			hurt := runSyncJob(t, steps, killAt)
+			if !hurt.killed {
+				t.Fatalf("ps 1 was never killed")
+			}
+			for s := range calm.values {
+				if calm.steps[s] != hurt.steps[s] {
+					t.Errorf("shard %d ends at step %d, undisturbed %d", s, hurt.steps[s], calm.steps[s])
+				}
+				for i := range calm.values[s] {
+					if math.Float32bits(calm.values[s][i]) != math.Float32bits(hurt.values[s][i]) {
+						t.Fatalf("shard %d value %d: %v after the kill, %v undisturbed", s, i, hurt.values[s][i], calm.values[s][i])
+					}
+				}
+			}
+			if hurt.dups == 0 {
+				t.Errorf("no retry was recognised: the killed primary's last push should have reached its backup")
+			}
+			if hurt.tookOver == "" {
+				t.Errorf("no takeover logged")
+			}
+			t.Logf("%s; kill to the first push to shard 1 acknowledged: %v (failover timeout %v)", hurt.tookOver, hurt.killToAck, hurt.timeout)
+			if hurt.killToAck > hurt.timeout+time.Second {
+				t.Errorf("first push acknowledged %v after the kill, want within the timeout (%v) + 1s", hurt.killToAck, hurt.timeout)
+			}
+		})
+	}
+}
+
+type jobResult struct {
+	values    map[int][]float32
+	steps     map[int]int64
+	killed    bool
+	dups      int // pushes recognised as retries
+	tookOver  string
+	killToAck time.Duration
+	timeout   time.Duration
+}
+
+type pushData struct {
+	worker int
+	step   int64
+	grad   []float32
+}
+
+type simWorker struct {
+	id      int
+	step    int64
+	params  map[int][]float32
+	pushing bool
+	grads   map[int][]float32
+	acked   map[int]bool
+	sent    map[int]bool
+	target  map[int]int
+	since   map[int]time.Time // when the request to target was sent
+}
+
+// runSyncJob runs the job; killAt >= 0 kills ps 1 at that step, once
+// worker 0's push to shard 1 is held by both copies but not acknowledged.
+func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
+	const n, r, workers, size = 3, 2, 2, 5
+	timeout := time.Second
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
+	res := jobResult{values: map[int][]float32{}, steps: map[int]int64{}, timeout: timeout}
+
+	nodes := make([]*Node, n)
+	copies := make([]map[int]*shard.Shard, n)
+	dead := make([]bool, n)
+	dying := -1
+	var killedAt time.Time
+	for id := range nodes {
+		var err error
+		if nodes[id], err = New(Config{ID: id, N: n, R: r, Timeout: timeout}); err != nil {
+			t.Fatal(err)
+		}
+		copies[id] = map[int]*shard.Shard{}
+		for _, s := range Shards(id, n, r) {
+			inc := uint64(0)
+			sh := shard.New(shard.Config{Task: s, NumPS: n, NumWorkers: workers, Incarnation: func() uint64 { inc++; return inc }})
+			l := shard.Layout{
+				Vars:      []shard.VarSpec{{Name: fmt.Sprintf("v%d", s), Shape: []int64{size}}},
+				Optimizer: optim.Config{Name: "adam", LearningRate: 0.05},
+				Sync:      true, ReplicasToAggregate: workers, NumWorkers: workers,
+			}
+			init := make([]float32, size)
+			for i := range init {
+				init[i] = float32(s+1) + float32(i)/7
+			}
+			if _, err := sh.Init(l, [][]float32{init}); err != nil {
+				t.Fatal(err)
+			}
+			copies[id][s] = sh
+		}
+	}
+	acks := map[int]map[ReqID]bool{}
+	var queue []Message
+	handle := func(id int, rd Ready) {
+		for _, e := range rd.Apply {
+			d := e.Data.(pushData)
+			sh := copies[id][e.Shard]
+			p := shard.Push{Worker: d.worker, Step: d.step, Dense: []shard.DenseGrad{{Name: []byte(fmt.Sprintf("v%d", e.Shard)), Values: d.grad, Bad: shard.Unchecked}}}
+			if err := sh.Check(&p); err != nil {
+				t.Fatalf("ps %d shard %d: check of entry %d: %v", id, e.Shard, e.Seq, err)
+			}
+			if _, err := sh.Apply(&p, start, nil); err != nil {
+				t.Fatalf("ps %d shard %d: apply of entry %d: %v", id, e.Shard, e.Seq, err)
+			}
+		}
+		for _, s := range rd.TookOver {
+			res.tookOver = fmt.Sprintf("ps %d took over shards [%d] at step %d", id, s, copies[id][s].Step())
+		}
+		if id != dying {
+			for _, a := range rd.Acked {
+				if acks[a.Shard] == nil {
+					acks[a.Shard] = map[ReqID]bool{}
+				}
+				acks[a.Shard][a.Req] = true
+				if res.killed && res.killToAck == 0 && a.Shard == 1 {
+					res.killToAck = now.Sub(killedAt)
+				}
+			}
+		}
+		queue = append(queue, rd.Messages...)
+	}
+	deliver := func() {
+		for range 10000 {
+			for id, nd := range nodes {
+				if !dead[id] {
+					handle(id, nd.Ready())
+				}
+			}
+			if len(queue) == 0 {
+				return
+			}
+			q := queue
+			queue = nil
+			for _, m := range q {
+				if !dead[m.From] && !dead[m.To] {
+					nodes[m.To].Step(m)
+				}
+			}
+			if dying >= 0 { // its last messages went out; it hears nothing more
+				dead[dying], dying, res.killed, killedAt = true, -1, true, now
+			}
+		}
+		t.Fatal("messages still flowing after 10000 rounds")
+	}
+
+	ws := make([]*simWorker, workers)
+	for w := range ws {
+		ws[w] = &simWorker{id: w, params: map[int][]float32{}, target: map[int]int{}}
+		for s := 0; s < n; s++ {
+			ws[w].target[s] = s
+		}
+	}
+	// reroute picks the next copy after the target once it was silent for
+	// the timeout, or the primary a live ps names.
+	reroute := func(w *simWorker, s int, since time.Time) bool {
+		to := w.target[s]
+		if dead[to] {
+			if now.Sub(since) >= timeout {
+				m := Members(s, n, r)
+				for i, id := range m {
+					if id == to {
+						w.target[s] = m[(i+1)%len(m)]
+					}
+				}
+				return true
+			}
+			return false
+		}
+		if p := nodes[to].Primary(s); p != to && p >= 0 {
+			w.target[s] = p
+			return true
+		}
+		return false
+	}
+	for tick := 0; ; tick++ {
+		if tick > 100000 {
+			t.Fatalf("the job did not finish: workers at steps %d, %d", ws[0].step, ws[1].step)
+		}
+		now = now.Add(10 * time.Millisecond)
+		for id, nd := range nodes {
+			if !dead[id] {
+				nd.Tick(now)
+			}
+		}
+		deliver()
+		finished := true
+		for _, w := range ws {
+			if w.step >= steps {
+				continue
+			}
+			finished = false
+			if !w.pushing { // pull every shard at w.step
+				if w.since == nil {
+					w.since = map[int]time.Time{}
+				}
+				for s := 0; s < n; s++ {
+					if w.params[s] != nil {
+						continue
+					}
+					to := w.target[s]
+					if _, ok := w.since[s]; !ok {
+						w.since[s] = now
+					}
+					if !dead[to] && nodes[to].Serving(s) && copies[to][s].Step() >= w.step {
+						l := copies[to][s].Vars()[0].Lend()
+						w.params[s] = append([]float32(nil), l.Values()...)
+						l.Release()
+						delete(w.since, s)
+						continue
+					}
+					if reroute(w, s, w.since[s]) {
+						w.since[s] = now
+					}
+				}
+				if len(w.params) < n {
+					continue
+				}
+				w.pushing, w.grads, w.acked, w.sent, w.since = true, map[int][]float32{}, map[int]bool{}, map[int]bool{}, map[int]time.Time{}
+				for s, p := range w.params {
+					g := make([]float32, len(p))
+					for i, x := range p {
+						g[i] = x*x*0.3 - float32(w.id+1)*float32(i+1)*0.01 + float32(w.step)*0.001
+					}
+					w.grads[s] = g
+				}
+			}
+			for s := 0; s < n; s++ {
+				req := ReqID{Client: w.id, N: uint64(w.step + 1)}
+				if w.acked[s] || acks[s][req] {
+					w.acked[s] = true
+					continue
+				}
+				if w.sent[s] {
+					if reroute(w, s, w.since[s]) {
+						w.sent[s] = false
+					}
+					continue
+				}
+				to := w.target[s]
+				if dead[to] {
+					if _, ok := w.since[s]; !ok {
+						w.since[s] = now
+					}
+					w.sent[s] = true
+					continue
+				}
+				_, dup, err := nodes[to].Propose(s, req, pushData{worker: w.id, step: w.step, grad: w.grads[s]})
+				if dup {
+					res.dups++
+				}
+				var np *NotPrimaryError
+				switch {
+				case errors.As(err, &np) && np.Primary >= 0:
+					w.target[s] = np.Primary
+				case err != nil: // no lease yet, catching up: again next tick
+				default:
+					w.sent[s], w.since[s] = true, now
+					if killAt == w.step && w.id == 0 && s == 1 && !res.killed && to == 1 {
+						dying = 1 // its push reaches the backup; its ack never leaves
+					}
+				}
+			}
+			deliver()
+			if len(w.acked) == n {
+				w.step++
+				w.pushing, w.params, w.since = false, map[int][]float32{}, nil
+			}
+		}
+		if finished {
+			break
+		}
+	}
+	for s := 0; s < n; s++ {
+		for _, id := range Members(s, n, r) {
+			if !dead[id] && nodes[id].Serving(s) {
+				v := copies[id][s].Vars()[0].Lend()
+				res.values[s] = append([]float32(nil), v.Values()...)
+				v.Release()
+				res.steps[s] = copies[id][s].Step()
+			}
+		}
+		if res.values[s] == nil {
+			t.Fatalf("no ps serves shard %d at the end", s)
+		}
+	}
+	return res
+}
