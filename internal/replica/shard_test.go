@@ -21,10 +21,10 @@ import (
 // bit-identical to the same job undisturbed, at the same step.
 func TestSyncJobSurvivesAKilledPrimaryBitIdentical(t *testing.T) {
 	const steps = 12
-	calm := runSyncJob(t, steps, -1)
+	calm := runJob(t, job{sync: true, n: 3, r: 2, steps: steps})
 	for _, killAt := range []int64{0, 5, steps - 1} {
 		t.Run(fmt.Sprintf("kill ps 1 at step %d", killAt), func(t *testing.T) {
-			hurt := runSyncJob(t, steps, killAt)
+			hurt := runJob(t, job{sync: true, n: 3, r: 2, steps: steps, kills: []kill{{ps: 1, step: killAt}}})
 			if !hurt.killed {
 				t.Fatalf("ps 1 was never killed")
 			}
@@ -52,10 +52,44 @@ func TestSyncJobSurvivesAKilledPrimaryBitIdentical(t *testing.T) {
 	}
 }
 
+// TestAsyncJobSurvivesTwoKills runs an asynchronous job of 2 workers on 5
+// ps with 3 copies of each shard, and kills two ps one after the other,
+// each right after a push reached its copies unacknowledged. Every push
+// is applied exactly once (each shard's step ends at the number of pushes
+// the workers made), and the step a worker pulls never goes back.
+func TestAsyncJobSurvivesTwoKills(t *testing.T) {
+	const steps = 15
+	res := runJob(t, job{n: 5, r: 3, steps: steps, kills: []kill{{ps: 1, step: 3}, {ps: 3, step: 9}}})
+	if res.kills != 2 {
+		t.Fatalf("%d of 2 ps killed", res.kills)
+	}
+	for s, st := range res.steps {
+		if st != 2*steps {
+			t.Errorf("shard %d ends at step %d, want %d (2 workers × %d pushes, each applied once)", s, st, 2*steps, steps)
+		}
+	}
+	if res.dups == 0 {
+		t.Errorf("no retry was recognised")
+	}
+	t.Logf("%s; retries recognised: %d", res.tookOver, res.dups)
+}
+
+type kill struct {
+	ps   int
+	step int64 // when worker 0 pushes at this step to a shard ps serves
+}
+
+type job struct {
+	sync        bool
+	n, r, steps int
+	kills       []kill
+}
+
 type jobResult struct {
 	values    map[int][]float32
 	steps     map[int]int64
 	killed    bool
+	kills     int
 	dups      int // pushes recognised as retries
 	tookOver  string
 	killToAck time.Duration
@@ -71,6 +105,7 @@ type pushData struct {
 type simWorker struct {
 	id      int
 	step    int64
+	seen    map[int]int64 // per shard: the step last pulled
 	params  map[int][]float32
 	pushing bool
 	grads   map[int][]float32
@@ -80,10 +115,12 @@ type simWorker struct {
 	since   map[int]time.Time // when the request to target was sent
 }
 
-// runSyncJob runs the job; killAt >= 0 kills ps 1 at that step, once
-// worker 0's push to shard 1 is held by both copies but not acknowledged.
-func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
-	const n, r, workers, size = 3, 2, 2, 5
+// runJob runs the job, killing each of j.kills once worker 0's push at
+// that step to a shard the ps serves has reached the other copies but is
+// not yet acknowledged.
+func runJob(t *testing.T, j job) jobResult {
+	const workers, size = 2, 5
+	n, r, steps := j.n, j.r, int64(j.steps)
 	timeout := time.Second
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
@@ -106,7 +143,10 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 			l := shard.Layout{
 				Vars:      []shard.VarSpec{{Name: fmt.Sprintf("v%d", s), Shape: []int64{size}}},
 				Optimizer: optim.Config{Name: "adam", LearningRate: 0.05},
-				Sync:      true, ReplicasToAggregate: workers, NumWorkers: workers,
+				Sync:      j.sync, NumWorkers: workers,
+			}
+			if j.sync {
+				l.ReplicasToAggregate = workers
 			}
 			init := make([]float32, size)
 			for i := range init {
@@ -133,7 +173,10 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 			}
 		}
 		for _, s := range rd.TookOver {
-			res.tookOver = fmt.Sprintf("ps %d took over shards [%d] at step %d", id, s, copies[id][s].Step())
+			if res.tookOver != "" {
+				res.tookOver += "; "
+			}
+			res.tookOver += fmt.Sprintf("ps %d took over shards [%d] at step %d", id, s, copies[id][s].Step())
 		}
 		if id != dying {
 			for _, a := range rd.Acked {
@@ -141,7 +184,7 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 					acks[a.Shard] = map[ReqID]bool{}
 				}
 				acks[a.Shard][a.Req] = true
-				if res.killed && res.killToAck == 0 && a.Shard == 1 {
+				if res.killed && res.killToAck == 0 && a.Shard == j.kills[0].ps {
 					res.killToAck = now.Sub(killedAt)
 				}
 			}
@@ -166,7 +209,11 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 				}
 			}
 			if dying >= 0 { // its last messages went out; it hears nothing more
-				dead[dying], dying, res.killed, killedAt = true, -1, true, now
+				if !res.killed {
+					killedAt = now
+				}
+				dead[dying], dying, res.killed = true, -1, true
+				res.kills++
 			}
 		}
 		t.Fatal("messages still flowing after 10000 rounds")
@@ -174,7 +221,7 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 
 	ws := make([]*simWorker, workers)
 	for w := range ws {
-		ws[w] = &simWorker{id: w, params: map[int][]float32{}, target: map[int]int{}}
+		ws[w] = &simWorker{id: w, params: map[int][]float32{}, target: map[int]int{}, seen: map[int]int64{}}
 		for s := 0; s < n; s++ {
 			ws[w].target[s] = s
 		}
@@ -230,7 +277,11 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 					if _, ok := w.since[s]; !ok {
 						w.since[s] = now
 					}
-					if !dead[to] && nodes[to].Serving(s) && copies[to][s].Step() >= w.step {
+					if !dead[to] && nodes[to].Serving(s) && (!j.sync || copies[to][s].Step() >= w.step) {
+						if st := copies[to][s].Step(); st < w.seen[s] {
+							t.Errorf("worker %d pulled shard %d at step %d after step %d", w.id, s, st, w.seen[s])
+						}
+						w.seen[s] = copies[to][s].Step()
 						l := copies[to][s].Vars()[0].Lend()
 						w.params[s] = append([]float32(nil), l.Values()...)
 						l.Release()
@@ -284,8 +335,8 @@ func runSyncJob(t *testing.T, steps, killAt int64) jobResult {
 				case err != nil: // no lease yet, catching up: again next tick
 				default:
 					w.sent[s], w.since[s] = true, now
-					if killAt == w.step && w.id == 0 && s == 1 && !res.killed && to == 1 {
-						dying = 1 // its push reaches the backup; its ack never leaves
+					if k := res.kills; k < len(j.kills) && j.kills[k].step == w.step && w.id == 0 && to == j.kills[k].ps {
+						dying = to // its push reaches the backups; its ack never leaves
 					}
 				}
 			}
