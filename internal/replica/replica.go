@@ -180,6 +180,7 @@ type shardState struct {
 	primary  bool           // serving (caught up)
 	catching map[int]bool   // copies a takeover waits for
 	match    map[int]uint64 // per backup: entries it holds
+	beatAt   map[int]uint64 // per backup: match at the last heartbeat
 	pending  []Ack          // proposed here, not yet acknowledged
 	lost     bool
 }
@@ -480,9 +481,15 @@ func (n *Node) beat() {
 		for c := range ss.catching {
 			n.send(Message{Type: SyncReq, To: c, Shard: s, Seq: ss.applied})
 		}
-		if ss.primary {
+		if ss.primary { // a backup that made no progress since the last beat gets its entries again
+			if ss.beatAt == nil {
+				ss.beatAt = map[int]uint64{}
+			}
 			for _, b := range n.backups(ss) {
-				n.resend(ss, b, ss.match[b])
+				if m := ss.match[b]; m < ss.applied && m == ss.beatAt[b] {
+					n.resend(ss, b, m)
+				}
+				ss.beatAt[b] = ss.match[b]
 			}
 		}
 	}
