@@ -291,6 +291,11 @@ func (s *Shard) applyStep(count int) {
 		for j := range v.accum {
 			v.accum[j] *= scale
 		}
+	}
+	if s.cfg.Aggregated != nil {
+		s.aggregated()
+	}
+	for _, v := range st.order {
 		s.update(v, v.accum, nil)
 		clear(v.accum)
 	}
