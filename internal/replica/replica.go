@@ -24,6 +24,7 @@
 package replica
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -83,12 +84,13 @@ type ReqID struct {
 
 func (r ReqID) String() string { return fmt.Sprintf("%d:%d", r.Client, r.N) }
 
-// Entry is one push in a shard's log. Data is the caller's, opaque here
-// and never modified.
+// Entry is one update in a shard's log: one push (Propose), or a
+// synchronous step's aggregate covering the pushes it sums (ProposeHeld).
+// Data is the caller's, opaque here and never modified.
 type Entry struct {
 	Shard int
 	Seq   uint64
-	Req   ReqID
+	Reqs  []ReqID
 	Data  any
 }
 
@@ -181,7 +183,8 @@ type shardState struct {
 	catching map[int]bool   // copies a takeover waits for
 	match    map[int]uint64 // per backup: entries it holds
 	beatAt   map[int]uint64 // per backup: match at the last heartbeat
-	pending  []Ack          // proposed here, not yet acknowledged
+	pending  []Ack          // proposed here, not yet acknowledged (Seq 0: held)
+	held     map[ReqID]bool // pushes applied here, waiting for their step's aggregate
 	lost     bool
 }
 
@@ -287,45 +290,125 @@ func (n *Node) Applied(s int) uint64 {
 // every live copy holds it. A push already in the log (a retry) is not
 // appended again: it is acknowledged when durable, with dup true.
 func (n *Node) Propose(s int, req ReqID, data any) (seq uint64, dup bool, err error) {
-	ss := n.shards[s]
-	switch {
-	case n.stopped:
-		return 0, false, ErrRemoved
-	case n.lost[s]:
-		return 0, false, ErrLost
-	case ss == nil:
-		return 0, false, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
-	case ss.lost:
-		return 0, false, ErrLost
-	case ss.catching != nil:
-		return 0, false, ErrCatchingUp
-	case !ss.primary:
-		return 0, false, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
-	case !n.leased():
-		return 0, false, ErrNoLease
+	ss, err := n.primaryOf(s)
+	if err != nil {
+		return 0, false, err
 	}
-	if last, ok := ss.lastReq[req.Client]; ok && req.N <= last.n {
-		ss.pending = append(ss.pending, Ack{Shard: s, Req: req, Seq: last.seq})
-		n.advance(ss)
-		return last.seq, true, nil
+	if seq, ok := n.retry(ss, req); ok {
+		return seq, true, nil
 	}
-	e := Entry{Shard: s, Seq: ss.applied + 1, Req: req, Data: data}
-	n.apply(ss, e)
+	e := Entry{Shard: s, Seq: ss.applied + 1, Reqs: []ReqID{req}, Data: data}
+	n.apply(ss, e, true)
 	ss.pending = append(ss.pending, Ack{Shard: s, Req: req, Seq: e.Seq})
-	for _, b := range n.backups(ss) {
-		n.send(Message{Type: Append, To: b, Shard: s, Entries: []Entry{e}, Commit: ss.commit})
-	}
-	n.advance(ss)
+	n.ship(ss, e)
 	return e.Seq, false, nil
 }
 
-func (n *Node) apply(ss *shardState, e Entry) {
+// Hold is Propose for a push of a synchronous step replicated by
+// aggregate: the caller applied it to its state already, and it goes into
+// the log with its step's aggregate (ProposeHeld). Its Ack comes once that
+// entry is held by every live copy. A retry of a push held or logged is
+// recognised (dup true): the caller must not apply it again.
+func (n *Node) Hold(s int, req ReqID) (dup bool, err error) {
+	ss, err := n.primaryOf(s)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := n.retry(ss, req); ok {
+		return true, nil
+	}
+	if ss.held == nil {
+		ss.held = map[ReqID]bool{}
+	}
+	dup = ss.held[req]
+	ss.held[req] = true
+	ss.pending = append(ss.pending, Ack{Shard: s, Req: req})
+	return dup, nil
+}
+
+// ProposeHeld logs a synchronous step's aggregate, data, covering every
+// push held since the last one, and ships it to the backups. It is not in
+// Ready's Apply here: the caller's state holds it already.
+func (n *Node) ProposeHeld(s int, data any) (seq uint64, err error) {
+	ss, err := n.primaryOf(s)
+	if err != nil {
+		return 0, err
+	}
+	reqs := make([]ReqID, 0, len(ss.held))
+	for r := range ss.held {
+		reqs = append(reqs, r)
+	}
+	slices.SortFunc(reqs, func(a, b ReqID) int {
+		if c := cmp.Compare(a.Client, b.Client); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.N, b.N)
+	})
+	e := Entry{Shard: s, Seq: ss.applied + 1, Reqs: reqs, Data: data}
+	n.apply(ss, e, false)
+	for i, a := range ss.pending {
+		if a.Seq == 0 && ss.held[a.Req] {
+			ss.pending[i].Seq = e.Seq
+		}
+	}
+	ss.held = nil
+	n.ship(ss, e)
+	return e.Seq, nil
+}
+
+// primaryOf is shard s if this ps may take pushes for it now.
+func (n *Node) primaryOf(s int) (*shardState, error) {
+	ss := n.shards[s]
+	switch {
+	case n.stopped:
+		return nil, ErrRemoved
+	case n.lost[s]:
+		return nil, ErrLost
+	case ss == nil:
+		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
+	case ss.lost:
+		return nil, ErrLost
+	case ss.catching != nil:
+		return nil, ErrCatchingUp
+	case !ss.primary:
+		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
+	case !n.leased():
+		return nil, ErrNoLease
+	}
+	return ss, nil
+}
+
+// retry recognises a push already in the log: its Ack comes once the
+// entry holding it is durable.
+func (n *Node) retry(ss *shardState, req ReqID) (uint64, bool) {
+	last, ok := ss.lastReq[req.Client]
+	if !ok || req.N > last.n {
+		return 0, false
+	}
+	ss.pending = append(ss.pending, Ack{Shard: ss.id, Req: req, Seq: last.seq})
+	n.advance(ss)
+	return last.seq, true
+}
+
+func (n *Node) ship(ss *shardState, e Entry) {
+	for _, b := range n.backups(ss) {
+		n.send(Message{Type: Append, To: b, Shard: ss.id, Entries: []Entry{e}, Commit: ss.commit})
+	}
+	n.advance(ss)
+}
+
+// apply appends e to ss's log; out says the caller's state must apply it.
+func (n *Node) apply(ss *shardState, e Entry, out bool) {
 	ss.log = append(ss.log, e)
 	ss.applied = e.Seq
-	if e.Req.N > ss.lastReq[e.Req.Client].n {
-		ss.lastReq[e.Req.Client] = reqState{n: e.Req.N, seq: e.Seq}
+	for _, r := range e.Reqs {
+		if r.N > ss.lastReq[r.Client].n {
+			ss.lastReq[r.Client] = reqState{n: r.N, seq: e.Seq}
+		}
 	}
-	n.rd.Apply = append(n.rd.Apply, e)
+	if out {
+		n.rd.Apply = append(n.rd.Apply, e)
+	}
 }
 
 // backups are the copies of ss other than this ps not removed.
@@ -358,7 +441,7 @@ func (n *Node) advance(ss *shardState) {
 	}
 	keep := ss.pending[:0]
 	for _, a := range ss.pending {
-		if a.Seq <= ss.commit {
+		if a.Seq != 0 && a.Seq <= ss.commit {
 			n.rd.Acked = append(n.rd.Acked, a)
 			continue
 		}
@@ -591,7 +674,7 @@ func (n *Node) finishCatchUp(ss *shardState) {
 		return
 	}
 	ss.catching, ss.primary = nil, true
-	ss.pending = nil
+	ss.pending, ss.held = nil, nil
 	n.rd.TookOver = append(n.rd.TookOver, ss.id)
 	for _, b := range n.backups(ss) {
 		n.resend(ss, b, ss.match[b])
@@ -636,7 +719,7 @@ func (n *Node) Step(m Message) {
 		}
 		for _, e := range m.Entries {
 			if e.Seq == ss.applied+1 {
-				n.apply(ss, e)
+				n.apply(ss, e, true)
 			}
 		}
 		if m.Commit > ss.commit {
@@ -669,7 +752,7 @@ func (n *Node) Step(m Message) {
 		}
 		for _, e := range m.Entries {
 			if e.Seq == ss.applied+1 {
-				n.apply(ss, e)
+				n.apply(ss, e, true)
 			}
 		}
 		ss.match[m.From] = m.Seq

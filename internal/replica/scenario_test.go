@@ -217,10 +217,12 @@ func (c *cluster) stamp() string {
 func (c *cluster) handle(id int, rd Ready) {
 	for _, e := range rd.Apply {
 		st := c.state[id][e.Shard]
-		if st.seen[e.Req] {
-			c.t.Errorf("ps %d applied request %v of shard %d twice", id, e.Req, e.Shard)
+		for _, r := range e.Reqs {
+			if st.seen[r] {
+				c.t.Errorf("ps %d applied request %v of shard %d twice", id, r, e.Shard)
+			}
+			st.seen[r] = true
 		}
-		st.seen[e.Req] = true
 		st.sum += e.Data.(int64)
 		st.step++
 	}

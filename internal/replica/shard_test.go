@@ -52,6 +52,38 @@ func TestSyncJobSurvivesAKilledPrimaryBitIdentical(t *testing.T) {
 	}
 }
 
+// TestSyncJobByAggregateBitIdentical replicates each sync step's averaged
+// gradients once (replication after aggregation) instead of each worker's
+// push: the job ends bit-identical to the one replicating pushes, with
+// half the gradient values shipped (2 workers), and also when the primary
+// is killed right after shipping a step's aggregate, before acknowledging
+// it (both workers' retries are recognised).
+func TestSyncJobByAggregateBitIdentical(t *testing.T) {
+	const steps = 12
+	byPush := runJob(t, job{sync: true, n: 3, r: 2, steps: steps})
+	byAgg := runJob(t, job{sync: true, aggregate: true, n: 3, r: 2, steps: steps})
+	hurt := runJob(t, job{sync: true, aggregate: true, n: 3, r: 2, steps: steps, kills: []kill{{ps: 1, step: 5}}})
+	for name, got := range map[string]jobResult{"by aggregate": byAgg, "by aggregate, ps 1 killed": hurt} {
+		for s := range byPush.values {
+			if got.steps[s] != byPush.steps[s] {
+				t.Errorf("%s: shard %d ends at step %d, by push %d", name, s, got.steps[s], byPush.steps[s])
+			}
+			for i := range byPush.values[s] {
+				if math.Float32bits(byPush.values[s][i]) != math.Float32bits(got.values[s][i]) {
+					t.Fatalf("%s: shard %d value %d: %v, by push %v", name, s, i, got.values[s][i], byPush.values[s][i])
+				}
+			}
+		}
+	}
+	if !hurt.killed || hurt.dups < 2 {
+		t.Errorf("killed %v, retries recognised %d: want the kill after the aggregate shipped and both workers' retries recognised", hurt.killed, hurt.dups)
+	}
+	if 2*byAgg.shipped != byPush.shipped {
+		t.Errorf("gradient values shipped to backups: %d by aggregate, %d by push; want half", byAgg.shipped, byPush.shipped)
+	}
+	t.Logf("values shipped to backups: %d by push, %d by aggregate; %s; kill to the first push to shard 1 acknowledged: %v", byPush.shipped, byAgg.shipped, hurt.tookOver, hurt.killToAck)
+}
+
 // TestAsyncJobSurvivesTwoKills runs an asynchronous job of 2 workers on 5
 // ps with 3 copies of each shard, and kills two ps one after the other,
 // each right after a push reached its copies unacknowledged. Every push
@@ -81,6 +113,7 @@ type kill struct {
 
 type job struct {
 	sync        bool
+	aggregate   bool // sync: replicate each step's aggregate, not each push
 	n, r, steps int
 	kills       []kill
 }
@@ -90,10 +123,43 @@ type jobResult struct {
 	steps     map[int]int64
 	killed    bool
 	kills     int
+	shipped   int // gradient values sent to backups
 	dups      int // pushes recognised as retries
 	tookOver  string
 	killToAck time.Duration
 	timeout   time.Duration
+}
+
+// aggData is a sync step's averaged gradients, the entry of replication
+// after aggregation.
+type aggData struct {
+	step  int64
+	grads [][]float32
+}
+
+// holdAndApply is a primary's push in replication by aggregate: Hold it,
+// apply it to the primary's copy, and when it completes the step log the
+// step's aggregate (which the copy's Aggregated hook filled in agg).
+func holdAndApply(t *testing.T, nd *Node, sh *shard.Shard, s int, req ReqID, d pushData, agg *aggData, now time.Time) (dup, complete bool, err error) {
+	dup, err = nd.Hold(s, req)
+	if err != nil || dup {
+		return dup, false, err
+	}
+	p := shard.Push{Worker: d.worker, Step: d.step, Dense: []shard.DenseGrad{{Name: []byte(fmt.Sprintf("v%d", s)), Values: d.grad, Bad: shard.Unchecked}}}
+	if err := sh.Check(&p); err != nil {
+		t.Fatalf("shard %d: check: %v", s, err)
+	}
+	res, err := sh.Apply(&p, now, nil)
+	if err != nil {
+		t.Fatalf("shard %d: apply: %v", s, err)
+	}
+	if res.Verdict.String() != "complete" {
+		return false, false, nil
+	}
+	if _, err := nd.ProposeHeld(s, aggData{step: agg.step, grads: agg.grads}); err != nil {
+		t.Fatalf("shard %d: the step's aggregate: %v", s, err)
+	}
+	return false, true, nil
 }
 
 type pushData struct {
@@ -129,6 +195,10 @@ func runJob(t *testing.T, j job) jobResult {
 	nodes := make([]*Node, n)
 	copies := make([]map[int]*shard.Shard, n)
 	dead := make([]bool, n)
+	lastAgg := make([]map[int]*aggData, n)
+	for id := range lastAgg {
+		lastAgg[id] = map[int]*aggData{}
+	}
 	dying := -1
 	var killedAt time.Time
 	for id := range nodes {
@@ -139,7 +209,15 @@ func runJob(t *testing.T, j job) jobResult {
 		copies[id] = map[int]*shard.Shard{}
 		for _, s := range Shards(id, n, r) {
 			inc := uint64(0)
-			sh := shard.New(shard.Config{Task: s, NumPS: n, NumWorkers: workers, Incarnation: func() uint64 { inc++; return inc }})
+			agg := &aggData{}
+			lastAgg[id][s] = agg
+			sh := shard.New(shard.Config{Task: s, NumPS: n, NumWorkers: workers, Incarnation: func() uint64 { inc++; return inc },
+				Aggregated: func(step int64, grads [][]float32) {
+					agg.step, agg.grads = step, nil
+					for _, g := range grads {
+						agg.grads = append(agg.grads, append([]float32(nil), g...))
+					}
+				}})
 			l := shard.Layout{
 				Vars:      []shard.VarSpec{{Name: fmt.Sprintf("v%d", s), Shape: []int64{size}}},
 				Optimizer: optim.Config{Name: "adam", LearningRate: 0.05},
@@ -162,8 +240,14 @@ func runJob(t *testing.T, j job) jobResult {
 	var queue []Message
 	handle := func(id int, rd Ready) {
 		for _, e := range rd.Apply {
-			d := e.Data.(pushData)
 			sh := copies[id][e.Shard]
+			if a, ok := e.Data.(aggData); ok {
+				if err := sh.ApplyAggregate(a.step, a.grads); err != nil {
+					t.Fatalf("ps %d shard %d: aggregate of entry %d: %v", id, e.Shard, e.Seq, err)
+				}
+				continue
+			}
+			d := e.Data.(pushData)
 			p := shard.Push{Worker: d.worker, Step: d.step, Dense: []shard.DenseGrad{{Name: []byte(fmt.Sprintf("v%d", e.Shard)), Values: d.grad, Bad: shard.Unchecked}}}
 			if err := sh.Check(&p); err != nil {
 				t.Fatalf("ps %d shard %d: check of entry %d: %v", id, e.Shard, e.Seq, err)
@@ -204,6 +288,18 @@ func runJob(t *testing.T, j job) jobResult {
 			q := queue
 			queue = nil
 			for _, m := range q {
+				if m.Type == Append {
+					for _, e := range m.Entries {
+						switch d := e.Data.(type) {
+						case pushData:
+							res.shipped += len(d.grad)
+						case aggData:
+							for _, g := range d.grads {
+								res.shipped += len(g)
+							}
+						}
+					}
+				}
 				if !dead[m.From] && !dead[m.To] {
 					nodes[m.To].Step(m)
 				}
@@ -324,7 +420,13 @@ func runJob(t *testing.T, j job) jobResult {
 					w.sent[s] = true
 					continue
 				}
-				_, dup, err := nodes[to].Propose(s, req, pushData{worker: w.id, step: w.step, grad: w.grads[s]})
+				var dup, complete bool
+				var err error
+				if j.aggregate {
+					dup, complete, err = holdAndApply(t, nodes[to], copies[to][s], s, req, pushData{worker: w.id, step: w.step, grad: w.grads[s]}, lastAgg[to][s], start)
+				} else {
+					_, dup, err = nodes[to].Propose(s, req, pushData{worker: w.id, step: w.step, grad: w.grads[s]})
+				}
 				if dup {
 					res.dups++
 				}
@@ -335,8 +437,8 @@ func runJob(t *testing.T, j job) jobResult {
 				case err != nil: // no lease yet, catching up: again next tick
 				default:
 					w.sent[s], w.since[s] = true, now
-					if k := res.kills; k < len(j.kills) && j.kills[k].step == w.step && w.id == 0 && to == j.kills[k].ps {
-						dying = to // its push reaches the backups; its ack never leaves
+					if k := res.kills; k < len(j.kills) && j.kills[k].step == w.step && to == j.kills[k].ps && (j.aggregate && complete || !j.aggregate && w.id == 0) {
+						dying = to // its entry reaches the backups; its acks never leave
 					}
 				}
 			}
