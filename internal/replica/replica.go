@@ -190,19 +190,21 @@ type shardState struct {
 
 // Node is one ps's replication state. Not safe for concurrent use.
 type Node struct {
-	cfg       Config
-	now       time.Time
-	started   bool
-	stopped   bool
-	lastBeat  time.Time
-	lastHeard []time.Time
-	grants    []time.Time // per ps: Sent of the newest heartbeat it granted
-	lapsed    bool        // the lease ran out (logged once)
-	removed   map[int]bool
-	votes     map[int]map[int]bool // votes[x][voter]
-	shards    map[int]*shardState
-	lost      map[int]bool // shards with every copy removed, reported
-	rd        Ready
+	cfg                    Config
+	now                    time.Time
+	started                bool
+	stopped                bool
+	lastBeat               time.Time
+	lastHeard              []time.Time
+	grants                 []time.Time // per ps: Sent of the newest heartbeat it granted
+	lapsed                 bool        // the lease ran out (logged once)
+	removed                map[int]bool
+	votes                  map[int]map[int]bool // votes[x][voter]
+	shards                 map[int]*shardState
+	lost                   map[int]bool // shards with every copy removed, reported
+	dirty                  bool         // removed or votes changed since removedList, votesList
+	removedList, votesList []int
+	rd                     Ready
 }
 
 // New returns the node of ps cfg.ID at the start of a job: nobody removed,
@@ -214,7 +216,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, lastHeard: make([]time.Time, cfg.N), grants: make([]time.Time, cfg.N),
 		removed: map[int]bool{}, votes: map[int]map[int]bool{}, shards: map[int]*shardState{},
-		lost: map[int]bool{}, lapsed: true,
+		lost: map[int]bool{}, lapsed: true, dirty: true,
 	}
 	for _, s := range Shards(cfg.ID, cfg.N, cfg.R) {
 		ss := &shardState{id: s, members: Members(s, cfg.N, cfg.R), lastReq: map[int]reqState{}}
@@ -460,8 +462,10 @@ func (n *Node) trim(ss *shardState) {
 
 func (n *Node) send(m Message) {
 	m.From = n.cfg.ID
-	m.Removed = sortedKeys(n.removed)
-	m.Votes = n.myVotes()
+	if n.dirty { // shared by the messages until membership changes, never modified
+		n.removedList, n.votesList, n.dirty = sortedKeys(n.removed), n.myVotes(), false
+	}
+	m.Removed, m.Votes = n.removedList, n.votesList
 	n.rd.Messages = append(n.rd.Messages, m)
 }
 
@@ -604,6 +608,7 @@ func (n *Node) vote(x, voter int) {
 		n.votes[x] = map[int]bool{}
 	}
 	n.votes[x][voter] = true
+	n.dirty = true
 	n.count(x)
 }
 
@@ -627,6 +632,7 @@ func (n *Node) remove(x int) {
 		return
 	}
 	n.removed[x] = true
+	n.dirty = true
 	n.event("ps %d: ps %d removed (view %d)", n.cfg.ID, x, len(n.removed))
 	if x == n.cfg.ID {
 		n.stopped = true
