@@ -509,7 +509,16 @@ func (n *Node) Tick(now time.Time) {
 	if now.After(n.now) {
 		n.now = now
 	}
+	// A ps votes only while it hears a majority (itself included): one
+	// cut off from the rest would vote everyone out, and after a blip of
+	// the whole network every ps would have voted against every other.
+	heard := 1
 	for id := 0; id < n.cfg.N; id++ {
+		if id != n.cfg.ID && !n.removed[id] && n.now.Sub(n.lastHeard[id]) < n.cfg.Timeout {
+			heard++
+		}
+	}
+	for id := 0; id < n.cfg.N && heard >= n.majority(); id++ {
 		if id == n.cfg.ID || n.removed[id] || n.votes[id][n.cfg.ID] {
 			continue
 		}
