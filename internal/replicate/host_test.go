@@ -29,19 +29,31 @@ type cluster struct {
 	took     []chan []int
 }
 
-func start(t *testing.T, n, r int, timeout time.Duration) *cluster {
+// start starts n hosts over memnet, or over loopback TCP if tcp.
+func start(t *testing.T, n, r int, timeout time.Duration, tcp bool) *cluster {
 	t.Helper()
 	c := &cluster{net: memnet.New()}
 	var addrs []string
+	var ls []net.Listener
 	for id := 0; id < n; id++ {
-		addrs = append(addrs, fmt.Sprintf("ps%d:7000", id))
-	}
-	for id := 0; id < n; id++ {
-		l, err := c.net.Listen(addrs[id])
+		var l net.Listener
+		var err error
+		if tcp {
+			l, err = net.Listen("tcp", "127.0.0.1:0")
+		} else {
+			var ml *memnet.Listener
+			ml, err = c.net.Listen(fmt.Sprintf("ps%d:7000", id))
+			c.lis = append(c.lis, ml)
+			l = ml
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.lis = append(c.lis, l)
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	for id := 0; id < n; id++ {
+		l := ls[id]
 		c.sums = append(c.sums, map[int]int{})
 		took := make(chan []int, 16)
 		c.took = append(c.took, took)
@@ -51,6 +63,10 @@ func start(t *testing.T, n, r int, timeout time.Duration) *cluster {
 			Config: replica.Config{ID: id, N: n, R: r, Timeout: timeout},
 			Addrs:  addrs, Listener: l,
 			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+				if tcp {
+					var d net.Dialer
+					return d.DialContext(ctx, "tcp", addr)
+				}
 				conn, err := c.net.Dial(ctx, addr)
 				if err != nil {
 					return nil, err
@@ -136,9 +152,15 @@ func pushUntil(t *testing.T, h *Host, s int, req replica.ReqID, v byte) {
 // goroutines stopped) after its last push reached the backup. ps 1 takes
 // over after the failover timeout; the worker's retry of that
 // push is acknowledged without being applied again.
-func TestKilledPrimaryOverMemnet(t *testing.T) {
+func TestKilledPrimaryOverMemnet(t *testing.T) { testKilledPrimary(t, false) }
+
+// TestKilledPrimaryOverTCP is the same over loopback TCP: the killed ps's
+// listener and connections are closed, as its process's death would.
+func TestKilledPrimaryOverTCP(t *testing.T) { testKilledPrimary(t, true) }
+
+func testKilledPrimary(t *testing.T, tcp bool) {
 	const timeout = 300 * time.Millisecond
-	c := start(t, 3, 2, timeout)
+	c := start(t, 3, 2, timeout, tcp)
 	for i := 1; i <= 3; i++ {
 		pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: uint64(i)}, byte(i))
 	}
@@ -146,7 +168,9 @@ func TestKilledPrimaryOverMemnet(t *testing.T) {
 		t.Fatalf("backup ps 1 holds shard 0 sum %d after 3 acknowledged pushes, want 6", got)
 	}
 	killed := time.Now()
-	c.lis[0].Kill()
+	if !tcp {
+		c.lis[0].Kill()
+	}
 	c.hosts[0].Close()
 	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: 3}, 3) // the worker never heard its ack
 	took := time.Since(killed)
@@ -174,7 +198,7 @@ func TestKilledPrimaryOverMemnet(t *testing.T) {
 // pushes for good.
 func TestPartitionedPrimaryOverMemnet(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	c := start(t, 3, 2, timeout)
+	c := start(t, 3, 2, timeout, false)
 	pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: 1}, 1)
 	c.isolate(0, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
