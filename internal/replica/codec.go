@@ -27,6 +27,25 @@ var ErrCodec = errors.New("replica: malformed message")
 
 // MarshalBinary encodes m; every entry's Data must be a []byte (or nil).
 func (m Message) MarshalBinary() ([]byte, error) {
+	bufs, err := m.AppendBuffers(nil)
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	for _, p := range bufs {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
+	for _, p := range bufs {
+		b = append(b, p...)
+	}
+	return b, nil
+}
+
+// AppendBuffers is the wire form of m as pieces to write in order (with
+// one writev, net.Buffers): the entries' Data are pieces of their own, not
+// copied. Every entry's Data must be a []byte (or nil).
+func (m Message) AppendBuffers(bufs [][]byte) ([][]byte, error) {
 	b := make([]byte, 0, 64)
 	b = append(b, codecVersion, byte(m.Type), boolByte(m.Grant))
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.From))
@@ -59,9 +78,15 @@ func (m Message) MarshalBinary() ([]byte, error) {
 			b = binary.LittleEndian.AppendUint64(b, r.N)
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
-		b = append(b, data...)
+		if len(data) > 0 {
+			bufs = append(bufs, b, data)
+			b = make([]byte, 0, 64)
+		}
 	}
-	return b, nil
+	if len(b) > 0 {
+		bufs = append(bufs, b)
+	}
+	return bufs, nil
 }
 
 func boolByte(v bool) byte {
@@ -134,7 +159,13 @@ func (r *reader) count(what string, each int) int {
 
 // UnmarshalBinary decodes b into m. The entries' Data are copies, never
 // aliases of b.
-func (m *Message) UnmarshalBinary(b []byte) error {
+func (m *Message) UnmarshalBinary(b []byte) error { return m.decode(b, false) }
+
+// UnmarshalOwned is UnmarshalBinary for a b the caller gives up: the
+// entries' Data are slices of b, not copies.
+func (m *Message) UnmarshalOwned(b []byte) error { return m.decode(b, true) }
+
+func (m *Message) decode(b []byte, alias bool) error {
 	r := &reader{b: b}
 	if v := r.u8("version"); r.err == nil && v != codecVersion {
 		r.fail("version %d, want %d", v, codecVersion)
@@ -174,7 +205,11 @@ func (m *Message) UnmarshalBinary(b []byte) error {
 		}
 		size := r.count("data bytes", 1)
 		if p := r.take(size, "data"); p != nil {
-			e.Data = append([]byte{}, p...)
+			if alias {
+				e.Data = p[:len(p):len(p)]
+			} else {
+				e.Data = append([]byte{}, p...)
+			}
 		}
 		out.Entries = append(out.Entries, e)
 	}

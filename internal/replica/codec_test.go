@@ -134,3 +134,40 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendBuffersIsMarshalBinary(t *testing.T) {
+	m := Message{Type: SyncResp, From: 2, To: 1, Removed: []int{0}, Entries: []Entry{
+		{Shard: 1, Seq: 4, Reqs: []ReqID{{0, 3}, {1, 3}}, Data: []byte("aggregate")},
+		{Shard: 1, Seq: 5, Data: nil},
+		{Shard: 1, Seq: 6, Reqs: []ReqID{{0, 4}}, Data: []byte("push")},
+	}}
+	whole, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs, err := m.AppendBuffers(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.Join(bufs, nil); !bytes.Equal(got, whole) {
+		t.Fatalf("AppendBuffers joined:\n%x\nMarshalBinary:\n%x", got, whole)
+	}
+	if len(bufs) != 4 || &bufs[1][0] != &m.Entries[0].Data.([]byte)[0] {
+		t.Errorf("AppendBuffers gave %d pieces, want 4 with the entries' data not copied", len(bufs))
+	}
+	var owned, copied Message
+	if err := owned.UnmarshalOwned(whole); err != nil {
+		t.Fatal(err)
+	}
+	if err := copied.UnmarshalBinary(whole); err != nil {
+		t.Fatal(err)
+	}
+	d := owned.Entries[0].Data.([]byte)
+	if string(d) != "aggregate" || string(copied.Entries[0].Data.([]byte)) != "aggregate" {
+		t.Fatalf("decoded data %q and %q, want \"aggregate\"", d, copied.Entries[0].Data)
+	}
+	d[0] = 'A'
+	if whole[bytes.Index(whole, []byte("Aggregate"))] != 'A' || string(copied.Entries[0].Data.([]byte)) != "aggregate" {
+		t.Errorf("UnmarshalOwned must alias its input and UnmarshalBinary must not")
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/replica"
@@ -29,6 +30,10 @@ import (
 
 // MaxFrame bounds one message on the wire (a push's bytes plus headers).
 const MaxFrame = 1 << 30
+
+// MaxQueued bounds the bytes waiting to be sent to one peer; a message
+// beyond it is dropped (the protocol sends it again once the peer keeps up).
+const MaxQueued = 256 << 20
 
 // Config configures one ps's replication.
 type Config struct {
@@ -61,7 +66,8 @@ type Host struct {
 	queries  chan func(*replica.Node)
 	quit     chan struct{}
 	wg       sync.WaitGroup
-	peers    []chan []byte
+	peers    []chan [][]byte
+	queued   []atomic.Int64          // per peer: bytes in peers[id]
 	waiting  map[ackKey][]chan error // owned by the loop goroutine
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
@@ -112,14 +118,14 @@ func Start(cfg Config) (*Host, error) {
 	}
 	h := &Host{
 		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
-		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan []byte, cfg.N),
+		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
 		waiting: map[ackKey][]chan error{}, conns: map[net.Conn]bool{},
 	}
 	for id := range h.peers {
 		if id == cfg.ID {
 			continue
 		}
-		h.peers[id] = make(chan []byte, 1024)
+		h.peers[id] = make(chan [][]byte, 1024)
 		h.wg.Add(1)
 		go h.send(id)
 	}
@@ -246,14 +252,22 @@ func (h *Host) drain() {
 		delete(h.waiting, k)
 	}
 	for _, m := range rd.Messages {
-		b, err := m.MarshalBinary()
+		b, err := m.AppendBuffers(nil)
 		if err != nil {
 			h.cfg.Logf("replicate: %v message to ps %d not sent: %v", m.Type, m.To, err)
 			continue
 		}
+		size := int64(0)
+		for _, p := range b {
+			size += int64(len(p))
+		}
+		if h.queued[m.To].Load()+size > MaxQueued {
+			continue // the peer is slow or gone: the protocol sends again
+		}
 		select {
 		case h.peers[m.To] <- b:
-		default: // the peer is slow or gone: the protocol sends again
+			h.queued[m.To].Add(size)
+		default:
 		}
 	}
 }
@@ -263,20 +277,23 @@ func (h *Host) drain() {
 func (h *Host) send(id int) {
 	defer h.wg.Done()
 	var conn net.Conn
-	var w *bufio.Writer
 	defer func() {
 		if conn != nil {
 			conn.Close()
 		}
 	}()
-	var hdr [4]byte
 	for {
-		var b []byte
+		var b [][]byte
 		select {
 		case <-h.quit:
 			return
 		case b = <-h.peers[id]:
 		}
+		n := 0
+		for _, p := range b {
+			n += len(p)
+		}
+		h.queued[id].Add(-int64(n))
 		if conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Timeout/2)
 			c, err := h.cfg.Dial(ctx, h.cfg.Addrs[id])
@@ -284,18 +301,11 @@ func (h *Host) send(id int) {
 			if err != nil {
 				continue
 			}
-			conn, w = c, bufio.NewWriter(c)
+			conn = c
 		}
-		binary.LittleEndian.PutUint32(hdr[:], uint32(len(b)))
+		frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(n))}, b...))
 		conn.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
-		_, err := w.Write(hdr[:])
-		if err == nil {
-			_, err = w.Write(b)
-		}
-		if err == nil && len(h.peers[id]) == 0 {
-			err = w.Flush()
-		}
-		if err != nil {
+		if _, err := frame.WriteTo(conn); err != nil {
 			conn.Close()
 			conn = nil
 		}
@@ -358,7 +368,7 @@ func (h *Host) read(c net.Conn) {
 			return
 		}
 		var m replica.Message
-		if err := m.UnmarshalBinary(b); err != nil {
+		if err := m.UnmarshalOwned(b); err != nil {
 			h.cfg.Logf("replicate: from %v: %v: connection closed", c.RemoteAddr(), err)
 			return
 		}
