@@ -292,7 +292,7 @@ func (n *Node) Applied(s int) uint64 {
 // every live copy holds it. A push already in the log (a retry) is not
 // appended again: it is acknowledged when durable, with dup true.
 func (n *Node) Propose(s int, req ReqID, data any) (seq uint64, dup bool, err error) {
-	ss, err := n.primaryOf(s)
+	ss, err := n.primaryOf(s, true)
 	if err != nil {
 		return 0, false, err
 	}
@@ -312,7 +312,7 @@ func (n *Node) Propose(s int, req ReqID, data any) (seq uint64, dup bool, err er
 // entry is held by every live copy. A retry of a push held or logged is
 // recognised (dup true): the caller must not apply it again.
 func (n *Node) Hold(s int, req ReqID) (dup bool, err error) {
-	ss, err := n.primaryOf(s)
+	ss, err := n.primaryOf(s, true)
 	if err != nil {
 		return false, err
 	}
@@ -330,9 +330,11 @@ func (n *Node) Hold(s int, req ReqID) (dup bool, err error) {
 
 // ProposeHeld logs a synchronous step's aggregate, data, covering every
 // push held since the last one, and ships it to the backups. It is not in
-// Ready's Apply here: the caller's state holds it already.
+// Ready's Apply here: the caller's state holds it already. It needs no
+// lease (the caller applied the step already; acknowledgements still wait
+// for one), only that this ps is still the shard's primary.
 func (n *Node) ProposeHeld(s int, data any) (seq uint64, err error) {
-	ss, err := n.primaryOf(s)
+	ss, err := n.primaryOf(s, false)
 	if err != nil {
 		return 0, err
 	}
@@ -358,8 +360,9 @@ func (n *Node) ProposeHeld(s int, data any) (seq uint64, err error) {
 	return e.Seq, nil
 }
 
-// primaryOf is shard s if this ps may take pushes for it now.
-func (n *Node) primaryOf(s int) (*shardState, error) {
+// primaryOf is shard s if this ps may take pushes for it now; without
+// lease, whether it is its primary, lease or not.
+func (n *Node) primaryOf(s int, lease bool) (*shardState, error) {
 	ss := n.shards[s]
 	switch {
 	case n.stopped:
@@ -374,7 +377,7 @@ func (n *Node) primaryOf(s int) (*shardState, error) {
 		return nil, ErrCatchingUp
 	case !ss.primary:
 		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
-	case !n.leased():
+	case lease && !n.leased():
 		return nil, ErrNoLease
 	}
 	return ss, nil

@@ -21,6 +21,8 @@ import (
 //	cluster n=N r=R timeout=D          a fresh cluster; its first tick is at t=0
 //	tick D                             the clock moves by D in steps of timeout/10; every live ps ticks
 //	push W N V shard=S [to=P]          worker W's N-th push of V to shard S, sent to ps P (default: the primary as the lowest live ps sees it)
+//	hold W N V shard=S [to=P]          a sync push by aggregate: ps P holds it and adds V to its copy
+//	aggregate shard=S [to=P]           the step completes at ps P: its aggregate (what was held since the last) is logged
 //	pull shard=S to=P                  the state ps P serves, or why it does not
 //	kill P                             ps P dies: no ticks, nothing in or out
 //	cut P / heal P                     messages between ps P and the other ps are lost / delivered again (workers still reach it)
@@ -73,6 +75,36 @@ func TestScenarios(t *testing.T) {
 					what = "duplicate of"
 				}
 				return strings.TrimSpace(fmt.Sprintf("ps %d: %s seq=%d\n%s", to, what, seq, c.flush())), nil
+			case "hold":
+				w, k, v := cmd.Arg(t, 0), cmd.Arg(t, 1), cmd.Arg(t, 2)
+				s := int(cmd.Int(t, "shard", 0))
+				to := int(cmd.Int(t, "to", int64(c.guessPrimary(s))))
+				dup, err := c.nodes[to].Hold(s, ReqID{Client: int(w), N: uint64(k)})
+				if err == nil && !dup {
+					st := c.state[to][s]
+					st.held += v
+					st.seen[ReqID{Client: int(w), N: uint64(k)}] = true
+				}
+				c.deliver()
+				if err != nil {
+					return strings.TrimSpace(c.flush() + "\nps " + fmt.Sprint(to) + ": " + err.Error()), nil
+				}
+				return strings.TrimSpace(fmt.Sprintf("ps %d: held (duplicate %v)\n%s", to, dup, c.flush())), nil
+			case "aggregate":
+				s := int(cmd.Int(t, "shard", 0))
+				to := int(cmd.Int(t, "to", int64(c.guessPrimary(s))))
+				st := c.state[to][s]
+				seq, err := c.nodes[to].ProposeHeld(s, st.held)
+				if err == nil {
+					st.sum += st.held
+					st.step++
+					st.held = 0
+				}
+				c.deliver()
+				if err != nil {
+					return strings.TrimSpace(c.flush() + "\nps " + fmt.Sprint(to) + ": " + err.Error()), nil
+				}
+				return strings.TrimSpace(fmt.Sprintf("ps %d: aggregate seq=%d\n%s", to, seq, c.flush())), nil
 			case "pull":
 				s, to := int(cmd.Int(t, "shard", 0)), int(cmd.Int(t, "to", 0))
 				if c.dead[to] {
@@ -115,6 +147,7 @@ func duration(t *testing.T, cmd scenario.Cmd, s string) time.Duration {
 
 type toy struct {
 	sum, step int64
+	held      int64 // a primary's sum of the pushes held for the next aggregate
 	seen      map[ReqID]bool
 }
 
