@@ -1,12 +1,15 @@
 package replica
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/shard"
 )
@@ -38,6 +41,7 @@ func TestSyncJobSurvivesAKilledPrimaryBitIdentical(t *testing.T) {
 					}
 				}
 			}
+			sameCheckpoints(t, "after the kill", calm, hurt)
 			if hurt.dups == 0 {
 				t.Errorf("no retry was recognised: the killed primary's last push should have reached its backup")
 			}
@@ -75,6 +79,8 @@ func TestSyncJobByAggregateBitIdentical(t *testing.T) {
 			}
 		}
 	}
+	sameCheckpoints(t, "by aggregate", byPush, byAgg)
+	sameCheckpoints(t, "by aggregate, ps 1 killed", byPush, hurt)
 	if !hurt.killed || hurt.dups < 2 {
 		t.Errorf("killed %v, retries recognised %d: want the kill after the aggregate shipped and both workers' retries recognised", hurt.killed, hurt.dups)
 	}
@@ -106,6 +112,23 @@ func TestAsyncJobSurvivesTwoKills(t *testing.T) {
 	t.Logf("%s; retries recognised: %d", res.tookOver, res.dups)
 }
 
+// sameCheckpoints fails unless every shard's checkpoint (values, optimizer
+// slots, update counts, step) is byte for byte the same in both jobs.
+func sameCheckpoints(t *testing.T, name string, want, got jobResult) {
+	t.Helper()
+	for s, w := range want.snaps {
+		g := got.snaps[s]
+		if g.Step != w.Step || !maps.Equal(g.Meta, w.Meta) || len(g.Tensors) != len(w.Tensors) {
+			t.Fatalf("%s: shard %d checkpoint at step %d meta %v with %d tensors, want step %d meta %v with %d", name, s, g.Step, g.Meta, len(g.Tensors), w.Step, w.Meta, len(w.Tensors))
+		}
+		for i := range w.Tensors {
+			if g.Tensors[i].Name != w.Tensors[i].Name || !bytes.Equal(g.Tensors[i].Data, w.Tensors[i].Data) {
+				t.Fatalf("%s: shard %d tensor %s differs from the undisturbed job's", name, s, w.Tensors[i].Name)
+			}
+		}
+	}
+}
+
 type kill struct {
 	ps   int
 	step int64 // when worker 0 pushes at this step to a shard ps serves
@@ -121,6 +144,7 @@ type job struct {
 type jobResult struct {
 	values    map[int][]float32
 	steps     map[int]int64
+	snaps     map[int]checkpoint.Shard // what a checkpoint of the serving copy would hold
 	killed    bool
 	kills     int
 	shipped   int // gradient values sent to backups
@@ -190,7 +214,7 @@ func runJob(t *testing.T, j job) jobResult {
 	timeout := time.Second
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
-	res := jobResult{values: map[int][]float32{}, steps: map[int]int64{}, timeout: timeout}
+	res := jobResult{values: map[int][]float32{}, steps: map[int]int64{}, snaps: map[int]checkpoint.Shard{}, timeout: timeout}
 
 	nodes := make([]*Node, n)
 	copies := make([]map[int]*shard.Shard, n)
@@ -459,6 +483,7 @@ func runJob(t *testing.T, j job) jobResult {
 				res.values[s] = append([]float32(nil), v.Values()...)
 				v.Release()
 				res.steps[s] = copies[id][s].Step()
+				res.snaps[s] = copies[id][s].Snapshot()
 			}
 		}
 		if res.values[s] == nil {
