@@ -172,6 +172,43 @@ func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) 
 	}
 }
 
+// Hold is Push for a synchronous step replicated by aggregate
+// (replica.Node.Hold): if dup is false the caller applies the push to its
+// own copy, and when the step completes calls Aggregate. wait blocks until
+// the step holding the push is held by every live copy.
+func (h *Host) Hold(s int, req replica.ReqID) (dup bool, wait func(context.Context) error, err error) {
+	done := make(chan error, 1)
+	if !h.do(func(n *replica.Node) {
+		if dup, err = n.Hold(s, req); err == nil {
+			k := ackKey{s, req}
+			h.waiting[k] = append(h.waiting[k], done)
+		}
+	}) {
+		return false, nil, net.ErrClosed
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	return dup, func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, nil
+}
+
+// Aggregate logs a completed step's aggregate, data, covering the pushes
+// held since the last (replica.Node.ProposeHeld), and ships it.
+func (h *Host) Aggregate(s int, data []byte) error {
+	var err error
+	if !h.do(func(n *replica.Node) { _, err = n.ProposeHeld(s, data) }) {
+		return net.ErrClosed
+	}
+	return err
+}
+
 // Serving reports whether this ps may answer pulls of shard s now.
 func (h *Host) Serving(s int) bool {
 	var ok bool
@@ -186,12 +223,18 @@ func (h *Host) Primary(s int) int {
 	return p
 }
 
-func (h *Host) query(f func(*replica.Node)) {
+func (h *Host) query(f func(*replica.Node)) { h.do(f) }
+
+// do runs f on the loop goroutine, then what the node asks; false if the
+// host is closed.
+func (h *Host) do(f func(*replica.Node)) bool {
 	done := make(chan struct{})
 	select {
 	case h.queries <- func(n *replica.Node) { f(n); close(done) }:
 		<-done
+		return true
 	case <-h.quit:
+		return false
 	}
 }
 
@@ -223,7 +266,6 @@ func (h *Host) loop() {
 			h.waiting[k] = append(h.waiting[k], c.done)
 		case f := <-h.queries:
 			f(h.node)
-			continue
 		}
 		h.drain()
 	}

@@ -269,3 +269,73 @@ func pushUntilB(b *testing.B, h *Host, req replica.ReqID, data []byte) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestAggregateOverMemnet: a sync step by aggregate. The primary holds two
+// pushes (applying them to its own copy), logs the step's aggregate, and
+// both are acknowledged once the backup holds it. Then ps 0 dies mid-step:
+// the push it held but never logged is applied at ps 1, the one logged is
+// recognised.
+func TestAggregateOverMemnet(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, false)
+	hold := func(id int, req replica.ReqID, v int) (dup bool, wait func(context.Context) error) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			dup, wait, err := c.hosts[id].Hold(0, req)
+			if err == nil {
+				if !dup {
+					c.mu.Lock()
+					c.sums[id][0] += v // the primary's own copy
+					c.mu.Unlock()
+				}
+				return dup, wait
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hold %v at ps %d: %v", req, id, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, w1 := hold(0, replica.ReqID{Client: 0, N: 1}, 5)
+	_, w2 := hold(0, replica.ReqID{Client: 1, N: 1}, 7)
+	if err := c.hosts[0].Aggregate(0, []byte{12}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []func(context.Context) error{w1, w2} {
+		if err := w(ctx); err != nil {
+			t.Fatalf("the step's acknowledgement: %v", err)
+		}
+	}
+	if got := c.sum(1, 0); got != 12 {
+		t.Fatalf("backup ps 1 holds shard 0 sum %d, want 12 (the aggregate)", got)
+	}
+	hold(0, replica.ReqID{Client: 0, N: 2}, 1) // held, never logged
+	c.lis[0].Kill()
+	c.hosts[0].Close()
+	deadline := time.Now().Add(time.Minute)
+	for !c.hosts[1].Serving(0) {
+		if time.Now().After(deadline) {
+			t.Fatal("ps 1 did not take shard 0 over within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if dup, _ := hold(1, replica.ReqID{Client: 1, N: 1}, 7); !dup {
+		t.Errorf("a retry of a push logged with its aggregate was not recognised")
+	}
+	if dup, _ := hold(1, replica.ReqID{Client: 0, N: 2}, 1); dup {
+		t.Errorf("a push held at the dead primary but never logged was taken for a retry")
+	}
+	_, w3 := hold(1, replica.ReqID{Client: 1, N: 2}, 2)
+	if err := c.hosts[1].Aggregate(0, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w3(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.sum(1, 0); got != 15 {
+		t.Errorf("ps 1 holds shard 0 sum %d, want 15", got)
+	}
+}
