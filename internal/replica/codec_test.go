@@ -171,3 +171,31 @@ func TestAppendBuffersIsMarshalBinary(t *testing.T) {
 		t.Errorf("UnmarshalOwned must alias its input and UnmarshalBinary must not")
 	}
 }
+
+// FuzzStep: whatever a peer sends, decoded, a node takes without a panic,
+// and its removed set and view stay within the cluster.
+func FuzzStep(f *testing.F) {
+	for _, b := range codecCluster(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m Message
+		if m.UnmarshalBinary(b) != nil {
+			return
+		}
+		nd, _ := New(Config{ID: 1, N: 3, R: 2, Timeout: time.Second})
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		nd.Tick(now)
+		nd.Step(m)
+		nd.Tick(now.Add(time.Second))
+		nd.Ready()
+		if nd.View() > 3 {
+			t.Fatalf("view %d with 3 ps", nd.View())
+		}
+		for x := range nd.removed {
+			if x < 0 || x >= 3 {
+				t.Fatalf("ps %d removed, in a cluster of 3", x)
+			}
+		}
+	})
+}

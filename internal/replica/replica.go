@@ -709,11 +709,15 @@ func (n *Node) Step(m Message) {
 	}
 	n.lastHeard[m.From] = n.now
 	for _, x := range m.Removed {
-		n.remove(x)
+		if x >= 0 && x < n.cfg.N {
+			n.remove(x)
+		}
 	}
 	if !n.removed[m.From] {
 		for _, x := range m.Votes {
-			n.vote(x, m.From)
+			if x >= 0 && x < n.cfg.N && x != m.From {
+				n.vote(x, m.From)
+			}
 		}
 	}
 	if n.stopped {
