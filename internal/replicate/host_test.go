@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -234,11 +235,60 @@ func TestPartitionedPrimaryOverMemnet(t *testing.T) {
 	}
 }
 
+// benchTCP16MiB is the baseline: 16 MiB written on a loopback TCP
+// connection and a byte answered, the least any shipping to a backup costs.
+func benchTCP16MiB(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	const size = 16 << 20
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, size)
+	var ack [1]byte
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, ack[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	<-done
+}
+
 // BenchmarkPush16MiB: one 16 MiB push acknowledged by ps 0 over loopback
 // TCP, with 1 copy (no replication: acknowledged at once) and 2 (shipped
 // to the backup, decoded, applied, answered). The difference is what
 // replication adds to a dense 16 MiB push in this shell.
 func BenchmarkPush16MiB(b *testing.B) {
+	b.Run("tcp", benchTCP16MiB)
 	for _, r := range []int{1, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", r), func(b *testing.B) {
 			c := start(b, 3, r, time.Second, true)
