@@ -289,10 +289,18 @@ func benchTCP16MiB(b *testing.B) {
 // replication adds to a dense 16 MiB push in this shell.
 func BenchmarkPush16MiB(b *testing.B) {
 	b.Run("tcp", benchTCP16MiB)
+	benchPush(b, 16<<20)
+}
+
+// BenchmarkPush1KiB is the same for a small push: what replication adds
+// to each push's latency (a round trip to the backup and the loop's hops).
+func BenchmarkPush1KiB(b *testing.B) { benchPush(b, 1<<10) }
+
+func benchPush(b *testing.B, size int) {
 	for _, r := range []int{1, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", r), func(b *testing.B) {
 			c := start(b, 3, r, time.Second, true)
-			data := make([]byte, 16<<20)
+			data := make([]byte, size)
 			data[0] = 1
 			pushUntilB(b, c.hosts[0], replica.ReqID{Client: 0, N: 1}, data)
 			b.SetBytes(int64(len(data)))
