@@ -93,7 +93,7 @@ Flags:
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
-		case "ps_hosts", "worker_hosts", "job_name", "task_index":
+		case "ps_hosts", "worker_hosts", "job_name", "task_index", "replica_hosts":
 			clusterFlag = fl.Name
 		case "result_file":
 			chief = append(chief, "--result_file="+fl.Value.String())
@@ -151,6 +151,7 @@ Flags:
 		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd,
 		Out: stdout, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
+		Replicas: f.rep.replicas,
 	})
 	if err != nil {
 		logf("%v", err)

@@ -48,6 +48,7 @@ type trainFlags struct {
 	saveEvery, recoveryTimeout, syncTimeout  time.Duration
 	keep                                     int
 	ignored                                  map[string]*string
+	rep                                      *replicaFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -58,6 +59,7 @@ var ignoredTFFlags = []string{"num_gpus", "download_only", "existing_servers", "
 func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
+	f.rep = defineReplicaFlags(fs)
 	fs.StringVar(&f.model, "model", "linreg", "the model to train: "+strings.Join(trainer.ModelNames(), ", "))
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default for mnist: the download cache, see `paramserv data fetch`)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
@@ -181,6 +183,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
 	if err := f.checkRanges(); err != nil {
+		return cfg, err
+	}
+	if err := f.rep.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.Optimizer.Name == "" {

@@ -80,6 +80,9 @@ type Config struct {
 	// while others have finished (RunPS); 30m if 0.
 	WorkerTimeout time.Duration
 
+	// Replication replicates each shard on several ps (--replicas).
+	Replication Replication
+
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
 	probeAfter, probeTimeout time.Duration
@@ -126,6 +129,9 @@ func (c *Config) defaults() {
 // --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	if cfg.Replication.Enabled() {
+		return runReplicatedPS(ctx, cfg)
+	}
 	s := server.New(server.Config{
 		Task:          cfg.Cluster.Task.Index,
 		NumPS:         len(cfg.Cluster.Spec.PS),
@@ -375,10 +381,15 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if isSparse {
 		tables = sm.Tables()
 	}
+	if err := replicatedWorker(&cfg, isSparse); err != nil {
+		return err
+	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
 		Dial:       cfg.Dial,
 		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
+		// Replicated shards fail over by gRPC to the next copy.
+		GRPCOnly: cfg.Replication.Enabled(),
 	})
 	if err != nil {
 		return err
@@ -590,6 +601,13 @@ func denseLoop(ctx context.Context, cfg Config, c *client.Client, m model.Model,
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
+		if err != nil && cfg.Replication.Enabled() {
+			step, err = resendAfterFailover(ctx, cfg, step, err, func() (int64, error) {
+				return st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+					return c.PushPullAsync(ctx, step, grads, minStep, params)
+				})
+			})
+		}
 		if err != nil {
 			return err
 		}
