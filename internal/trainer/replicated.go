@@ -96,6 +96,52 @@ type replicatedCopy struct {
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
+	conns   map[net.Conn]bool          // the workers' connections to this copy
+}
+
+// accepted tracks the connections l accepts, so that a copy that is not
+// the primary can send its workers back to it (dropConns).
+func (c *replicatedCopy) accepted(l net.Listener) net.Listener { return &trackingListener{l, c} }
+
+type trackingListener struct {
+	net.Listener
+	c *replicatedCopy
+}
+
+func (t *trackingListener) Accept() (net.Conn, error) {
+	conn, err := t.Listener.Accept()
+	if err == nil {
+		t.c.mu.Lock()
+		t.c.conns[conn] = true
+		t.c.mu.Unlock()
+		conn = &trackedConn{conn, t.c}
+	}
+	return conn, err
+}
+
+type trackedConn struct {
+	net.Conn
+	c *replicatedCopy
+}
+
+func (t *trackedConn) Close() error {
+	t.c.mu.Lock()
+	delete(t.c.conns, t.Conn)
+	t.c.mu.Unlock()
+	return t.Conn.Close()
+}
+
+// dropConns closes the workers' connections to this copy: a worker that
+// reached a copy while its primary was only slow (at start, or under
+// load) dials again, and its dialler tries the primary first.
+func (c *replicatedCopy) dropConns() {
+	c.mu.Lock()
+	conns := c.conns
+	c.conns = map[net.Conn]bool{}
+	c.mu.Unlock()
+	for conn := range conns {
+		conn.Close()
+	}
 }
 
 type applied struct {
@@ -147,7 +193,11 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 	deadline := time.Now().Add(3 * c.timeout)
 	for !c.host.Serving(c.shard) {
 		if time.Now().After(deadline) {
-			return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, c.host.Primary(c.shard))
+			p := c.host.Primary(c.shard)
+			if p >= 0 {
+				go c.dropConns() // after this answer: the worker goes back to the primary
+			}
+			return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
 		}
 		select {
 		case <-ctx.Done():
@@ -315,7 +365,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
 	for _, s := range shards {
-		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{},
+		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{},
 			Server: server.New(server.Config{
 				Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
 				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
@@ -374,11 +424,9 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	errc := make(chan error, len(shards))
 	var gs []*grpc.Server
 	for _, s := range shards {
-		addr := psAddrs[s]
+		addr := cfg.Cluster.Addr()
 		if s != me {
 			addr = rc.copyAddr(me, s, n)
-		} else {
-			addr = cfg.Cluster.Addr()
 		}
 		l, err := open(addr)
 		if err != nil {
@@ -387,7 +435,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		g := grpc.NewServer(server.GRPCOptions()...)
 		pb.RegisterParamServerServer(g, copies[s])
 		gs = append(gs, g)
-		go func() { errc <- g.Serve(l) }()
+		go func() { errc <- g.Serve(copies[s].accepted(l)) }()
 		cfg.Logf("ps %d: serving shard %d on %s (%d copies, failover after %s)", me, s, l.Addr(), rc.Replicas, rc.FailoverTimeout)
 	}
 	defer func() {
@@ -460,8 +508,10 @@ func waitPeers(ctx context.Context, cfg Config, addrs []string) error {
 
 // failoverDial is a worker's dialler under --replicas: the connection for
 // ps s goes to the first copy of shard s that accepts it; a later copy is
-// tried only once the earlier have refused for the failover timeout (at
-// start every ps may not listen yet).
+// tried only once the earlier have refused for the failover timeout. A
+// copy reached while its primary lives (a ps slow to start) answers
+// Unavailable after three timeouts and drops the connection, and the next
+// dial tries the primary first again.
 func failoverDial(cfg Config) func(ctx context.Context, addr string) (net.Conn, error) {
 	rc := cfg.Replication
 	base := cfg.Dial
@@ -503,8 +553,13 @@ func failoverDial(cfg Config) func(ctx context.Context, addr string) (net.Conn, 
 			if firstErr == nil {
 				firstErr = err
 			}
-			if time.Since(t) < rc.FailoverTimeout {
-				break // not yet given up on this copy
+			if i+1 < len(cs) {
+				// Give this copy the failover timeout before the next: a
+				// copy takes over only after it (and answers meanwhile by
+				// waiting for the takeover).
+				if err := sleepCtx(ctx, time.Until(t.Add(rc.FailoverTimeout))); err != nil {
+					return nil, firstErr
+				}
 			}
 		}
 		return nil, firstErr
