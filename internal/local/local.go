@@ -57,7 +57,8 @@ type Config struct {
 	// Replicas > 1 replicates each ps's shard on that many ps
 	// (--replicas): Run chooses the --replica_hosts of every task, and a
 	// ps that dies is neither restarted nor a failure of the job, since
-	// its shards fail over to their copies.
+	// its shards fail over to their copies (one that exits with status 2,
+	// input to fix, ends the job as without replicas).
 	Replicas int
 }
 
@@ -233,7 +234,7 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 	for remaining := len(children); remaining > 0; {
 		select {
 		case c := <-exited:
-			if c.err != nil && c.job == "ps" && cfg.Replicas > 1 {
+			if c.err != nil && c.job == "ps" && cfg.Replicas > 1 && !exitedTwo(c.err) {
 				cfg.Logf("%s exited (%s); not restarted: its shards fail over to their copies (--replicas=%d)", c.name, DescribeExit(c.err), cfg.Replicas)
 				remaining--
 				continue
@@ -453,4 +454,10 @@ func replicaHosts(cfg Config) ([]string, error) {
 		hosts[i] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
 	return []string{"--replica_hosts=" + strings.Join(hosts, ",")}, nil
+}
+
+// exitedTwo reports whether err is an exit with status 2 (input to fix).
+func exitedTwo(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 2
 }

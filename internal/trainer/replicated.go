@@ -327,8 +327,9 @@ func incarnations(psAddrs []string, s int) func() uint64 {
 // runReplicatedPS is RunPS with --replicas > 1: this ps serves its own
 // shard and a copy of each of the Replicas-1 shards before it, each at
 // its own address, and replicates through a replicate.Host. A ps that
-// learns it was removed exits with status 2, so that `paramserv local`
-// does not restart it into a cluster that has moved on.
+// learns it was removed exits (status 1); `paramserv local` restarts no
+// ps under --replicas, since a restarted ps would not be let back in
+// (re-replication is not built).
 func runReplicatedPS(ctx context.Context, cfg Config) error {
 	rc := cfg.Replication
 	psAddrs := cfg.Cluster.Spec.PS
@@ -395,9 +396,10 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 				cfg.Logf("ps %d took over shard %d at global step %d (failover)", me, s, st.GetGlobalStep())
 			}
 		},
-		Logf: func(format string, args ...any) {
-			cfg.Logf(format, args...)
+		Lost: func(ss []int) {
+			cfg.Logf("ps %d: every copy of shards %v is lost: the job cannot go on without them; the workers give up after --recovery_timeout, and a new job restores the last checkpoint", me, ss)
 		},
+		Logf: cfg.Logf,
 	})
 	if err != nil {
 		return err
@@ -462,7 +464,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		time.Sleep(rc.FailoverTimeout / 2) // let the last acknowledgements reach the copies
 		return nil
 	case <-removed:
-		return &ConfigError{Err: fmt.Errorf("ps %d was removed from the cluster (its shards failed over to their copies); exiting without serving", me)}
+		return fmt.Errorf("ps %d was removed from the cluster (its shards failed over to their copies); exiting without serving", me)
 	case <-ctx.Done():
 		return &StoppedError{Task: me, Cause: context.Cause(ctx), Workers: len(cfg.Cluster.Spec.Workers)}
 	}
