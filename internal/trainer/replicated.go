@@ -466,7 +466,8 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	case <-removed:
 		return fmt.Errorf("ps %d was removed from the cluster (its shards failed over to their copies); exiting without serving", me)
 	case <-ctx.Done():
-		return &StoppedError{Task: me, Cause: context.Cause(ctx), Workers: len(cfg.Cluster.Spec.Workers)}
+		st, _ := copies[me].Server.Status(context.Background(), &pb.StatusRequest{})
+		return &StoppedError{Task: me, Cause: context.Cause(ctx), Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(cfg.Cluster.Spec.Workers)}
 	}
 }
 
