@@ -274,25 +274,9 @@ func (h *Host) loop() {
 // drain does what the node's Ready asks.
 func (h *Host) drain() {
 	rd := h.node.Ready()
-	for _, e := range rd.Apply {
-		h.cfg.Apply(e)
-	}
-	for _, ev := range rd.Events {
-		h.cfg.Logf("%s", ev)
-	}
-	if len(rd.TookOver) > 0 {
-		h.cfg.TookOver(rd.TookOver)
-	}
-	if len(rd.Lost) > 0 {
-		h.cfg.Lost(rd.Lost)
-	}
-	for _, a := range rd.Acked {
-		k := ackKey{a.Shard, a.Req}
-		for _, w := range h.waiting[k] {
-			w <- nil
-		}
-		delete(h.waiting, k)
-	}
+	// Send first: a backup's answer and a primary's appends need only
+	// the node's log, so the copies apply in parallel, not one after the
+	// other (nothing is answered to a worker before its Apply below).
 	for _, m := range rd.Messages {
 		b, err := m.AppendBuffers(nil)
 		if err != nil {
@@ -311,6 +295,25 @@ func (h *Host) drain() {
 			h.queued[m.To].Add(size)
 		default:
 		}
+	}
+	for _, e := range rd.Apply {
+		h.cfg.Apply(e)
+	}
+	for _, ev := range rd.Events {
+		h.cfg.Logf("%s", ev)
+	}
+	if len(rd.TookOver) > 0 {
+		h.cfg.TookOver(rd.TookOver)
+	}
+	if len(rd.Lost) > 0 {
+		h.cfg.Lost(rd.Lost)
+	}
+	for _, a := range rd.Acked {
+		k := ackKey{a.Shard, a.Req}
+		for _, w := range h.waiting[k] {
+			w <- nil
+		}
+		delete(h.waiting, k)
 	}
 }
 
