@@ -41,7 +41,7 @@ func (f *perfFlags) apply(cfg *trainer.Config) error {
 
 // clusterFlagNames are the flags that name a cluster, which --standalone
 // has none of.
-var clusterFlagNames = []string{"ps_hosts", "worker_hosts", "job_name", "task_index"}
+var clusterFlagNames = []string{"ps_hosts", "worker_hosts", "job_name", "task_index", "task_index_env", "replicas", "replica_hosts"}
 
 // standaloneCluster checks that a --standalone command line names no
 // cluster and gives it the stand-in one of a single worker (never

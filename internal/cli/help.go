@@ -54,6 +54,7 @@ var flagGroups = map[string]string{
 
 	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
+	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
 
 	"tls_cert": groupSecurity, "tls_key": groupSecurity, "tls_ca": groupSecurity, "tls_dir": groupSecurity,
 	"auth_token_file": groupSecurity,

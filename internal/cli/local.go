@@ -110,7 +110,7 @@ its own processes when it stops them all never restarts one.
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
-		case "ps_hosts", "worker_hosts", "job_name", "task_index", "task_index_env":
+		case "ps_hosts", "worker_hosts", "job_name", "task_index", "task_index_env", "replica_hosts":
 			clusterFlag = fl.Name
 		case "result_file":
 			chief = append(chief, "--result_file="+fl.Value.String())
@@ -185,6 +185,7 @@ its own processes when it stops them all never restarts one.
 		Out: out, Err: errOut, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },
+		Replicas:    f.rep.replicas,
 	})
 	stopProgress()
 	var sig *SignalError

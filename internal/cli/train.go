@@ -56,6 +56,7 @@ type trainFlags struct {
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
 	telemetry                                *telemetryFlags
 	perf                                     *perfFlags
+	rep                                      *replicaFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -67,6 +68,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f := &trainFlags{fs: fs, ignored: map[string]*string{}}
 	f.cluster = cluster.BindFlags(fs)
 	f.tls = defineTLSFlags(fs)
+	f.rep = defineReplicaFlags(fs)
 	fs.StringVar(&f.model, "model", "linreg", "the model to train")
 	fs.StringVar(&f.dataDir, "data_dir", "", "directory of the model's data files (default: $PARAMSERV_DATA, else the cache paramserv data fetch writes to)")
 	fs.StringVar(&f.dataset, "dataset", "", "dataset of the model when it has several (mnist: mnist or fashion-mnist)")
@@ -210,6 +212,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.rep.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.telemetry.checkSummaries(); err != nil {

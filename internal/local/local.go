@@ -61,6 +61,12 @@ type Config struct {
 	// Each process is restarted at most MaxRestarts times (3 if 0).
 	RestartPS, RestartWorkers bool
 	MaxRestarts               int
+	// Replicas > 1 replicates each ps's shard on that many ps
+	// (--replicas): Run chooses the --replica_hosts of every task, and a
+	// ps that dies is neither restarted nor a failure of the job, since
+	// its shards fail over to their copies (one that exits with status 2,
+	// input to fix, ends the job as without replicas).
+	Replicas int
 
 	psAddrs []string // chosen by Run
 }
@@ -126,6 +132,10 @@ func Run(ctx context.Context, cfg Config) error {
 	psHosts := strings.Join(hosts[:cfg.NumPS], ",")
 	workerHosts := strings.Join(hosts[cfg.NumPS:], ",")
 	cfg.Logf("local cluster: ps %s; workers %s", psHosts, workerHosts)
+	replicaArgs, err := replicaHosts(cfg)
+	if err != nil {
+		return err
+	}
 
 	var outMu sync.Mutex
 	var children []*child
@@ -142,6 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 				c.args = []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
 					"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}
 				c.args = append(c.args, cfg.Args...)
+				c.args = append(c.args, replicaArgs...)
 				if role.job == "worker" && i == 0 {
 					c.args = append(c.args, cfg.ChiefArgs...)
 				}
@@ -248,6 +259,11 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 	for remaining := len(children); remaining > 0; {
 		select {
 		case c := <-exited:
+			if c.err != nil && c.job == "ps" && cfg.Replicas > 1 && !exitedTwo(c.err) {
+				cfg.Logf("%s exited (%s); not restarted: its shards fail over to their copies (--replicas=%d)", c.name, DescribeExit(c.err), cfg.Replicas)
+				remaining--
+				continue
+			}
 			if c.err != nil {
 				if restartable(cfg, c, workersLeft) {
 					c.restarts++
@@ -460,4 +476,27 @@ func signalGroup(c *child, sig syscall.Signal) {
 	if c.cmd.Process != nil {
 		_ = syscall.Kill(-c.cmd.Process.Pid, sig)
 	}
+}
+
+// replicaHosts chooses the replication and copy ports of every ps under
+// --replicas > 1: the --replica_hosts flag every task is given.
+func replicaHosts(cfg Config) ([]string, error) {
+	if cfg.Replicas <= 1 {
+		return nil, nil
+	}
+	ports, err := FreePorts(cfg.NumPS * cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	hosts := make([]string, len(ports))
+	for i, p := range ports {
+		hosts[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return []string{"--replica_hosts=" + strings.Join(hosts, ",")}, nil
+}
+
+// exitedTwo reports whether err is an exit with status 2 (input to fix).
+func exitedTwo(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 2
 }

@@ -57,6 +57,10 @@ type Config struct {
 	FS vfs.FS
 	// Observer, if set, is told what the ps does (metrics).
 	Observer Observer
+	// Incarnation, if set, gives the shard its incarnation ids (random if
+	// nil): the copies of a replicated shard share theirs, so a failover
+	// is not taken for a restart (docs/REPLICATION.md).
+	Incarnation func() uint64
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -92,7 +96,7 @@ func New(cfg Config) *Server {
 		cfg.Observer = nopObserver{}
 	}
 	sh := shard.New(shard.Config{
-		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf,
+		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf, Incarnation: cfg.Incarnation,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {

@@ -282,14 +282,27 @@ func (s *Shard) stream(p *Push, stream *Stream) {
 	}
 }
 
+func scaleBy(x []float32, k float32) {
+	for j := range x {
+		x[j] *= k
+	}
+}
+
 // applyStep applies the average of a completed synchronous step's sum of
 // count gradients, after the tracker advanced.
 func (s *Shard) applyStep(count int) {
 	st := s.st
 	scale := 1 / float32(count)
+	hook := s.cfg.Aggregated != nil
+	if hook { // the whole step's average first, for the replicas
+		for _, v := range st.order {
+			scaleBy(v.accum, scale)
+		}
+		s.aggregated()
+	}
 	for _, v := range st.order {
-		for j := range v.accum {
-			v.accum[j] *= scale
+		if !hook {
+			scaleBy(v.accum, scale)
 		}
 		s.update(v, v.accum, nil)
 		clear(v.accum)

@@ -28,6 +28,12 @@ type Config struct {
 	// Incarnation returns a new incarnation id (random if nil); tests pass
 	// a counter to make runs repeatable.
 	Incarnation func() uint64
+	// Aggregated, if set, receives each completed synchronous step's
+	// averaged dense gradients, one per variable in layout order, just
+	// before the rule applies them; step is the step they were computed
+	// at. The slices are valid only during the call. A backup copy applies
+	// them with ApplyAggregate (replication after aggregation).
+	Aggregated func(step int64, grads [][]float32)
 }
 
 // VarSpec is a dense variable of a shard: its name there (a variable split
@@ -117,6 +123,7 @@ type Shard struct {
 	rejected     int64     // pushes refused as malformed
 	done         map[int]bool
 	scratch      [][]float32 // state slot views of a streamed update
+	aggBuf       [][]float32 // the averaged gradients handed to Config.Aggregated
 }
 
 // New returns an uninitialised shard; Init or Install gives it state.

@@ -94,6 +94,8 @@ type Config struct {
 	// Overlap says whether a worker overlaps a step's round trip with the
 	// next step's compute in asynchronous modes (see overlaps).
 	Overlap Overlap
+	// Replication replicates each shard on several ps (--replicas).
+	Replication Replication
 
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
@@ -144,6 +146,9 @@ func (c *Config) defaults() {
 // --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	if cfg.Replication.Enabled() {
+		return runReplicatedPS(ctx, cfg)
+	}
 	s := server.New(server.Config{
 		Task:          cfg.Cluster.Task.Index,
 		NumPS:         len(cfg.Cluster.Spec.PS),
@@ -408,10 +413,15 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if isSparse {
 		tables = sm.Tables()
 	}
+	if err := replicatedWorker(&cfg, isSparse); err != nil {
+		return err
+	}
 	c, err := client.New(cfg.Cluster.Spec.PS, m.Variables(), client.Options{
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
 		Dial:       cfg.Dial,
 		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
+		// Replicated shards fail over by gRPC to the next copy.
+		GRPCOnly: cfg.Replication.Enabled(),
 	})
 	if err != nil {
 		return err
@@ -633,6 +643,13 @@ func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, param
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
+		if err != nil && cfg.Replication.Enabled() {
+			step, err = resendAfterFailover(ctx, cfg, step, err, func() (int64, error) {
+				return st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+					return c.PushPullAsync(ctx, step, grads, minStep, params)
+				})
+			})
+		}
 		if err != nil {
 			return err
 		}
@@ -666,6 +683,10 @@ const (
 func overlaps(cfg Config, numWorkers int) bool {
 	switch {
 	case cfg.Sync || cfg.Overlap == OverlapOff:
+		return false
+	case cfg.Replication.Enabled():
+		// A step resent after a failover must be the same push; the
+		// overlap's two pushes in flight are not resent (REPLICATION.md).
 		return false
 	case cfg.MaxStaleness > 0 && cfg.MaxStaleness < int64(2*numWorkers-1):
 		return false

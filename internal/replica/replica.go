@@ -1,0 +1,792 @@
+// Package replica is the protocol core of replicated shards with hot
+// failover (docs/REPLICATION.md), as a thread-unsafe state machine in the
+// manner of etcd-io/raft's RawNode: one Node per ps, fed messages (Step),
+// time (Tick) and workers' pushes (Propose), and asked what to do next
+// (Ready: messages to send, log entries to apply to the local state, pushes
+// now safe to acknowledge, shards taken over or lost). It has no
+// goroutines, sockets, clocks or locks; the caller does the I/O and applies
+// the entries to its own deterministic state machine (a shard.Shard).
+//
+// Placement is a ring: with N ps and R copies, shard s lives on ps s, s+1,
+// …, s+R−1 (mod N), in order of succession. Membership only shrinks: a ps
+// is removed once a majority of the N ps voted it out (each votes out a ps
+// it has heard nothing from for Config.Timeout), and the view number is the
+// number of removals. A primary applies, acknowledges and serves pulls only
+// while it holds a lease granted by a majority; since a voter grants no
+// lease after it votes and votes only once its last grant ran out, a
+// primary cut off from the majority stops before anyone takes over.
+//
+// A push is an Entry of the shard's log, numbered by the primary and
+// applied in order by every copy; it is acknowledged once every copy not
+// removed holds it. Every push carries a request id (client, n); the last n
+// applied per client is part of the replicated state, so a retry after a
+// failover is recognised and not applied twice.
+package replica
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Config is one ps's place in the replicated cluster.
+type Config struct {
+	ID      int           // this ps's index, 0..N-1
+	N       int           // ps in the cluster
+	R       int           // copies of each shard, 1..N
+	Timeout time.Duration // nothing heard for this long: vote the ps out; also the lease's length
+}
+
+// Validate says what is wrong with c, or nil.
+func (c Config) Validate() error {
+	switch {
+	case c.N < 1:
+		return fmt.Errorf("replica: %d ps: want at least 1", c.N)
+	case c.ID < 0 || c.ID >= c.N:
+		return fmt.Errorf("replica: ps %d out of range 0..%d", c.ID, c.N-1)
+	case c.R < 1 || c.R > c.N:
+		return fmt.Errorf("replica: %d replicas with %d ps: want 1..%d (no two copies of a shard on one ps)", c.R, c.N, c.N)
+	case c.Timeout <= 0:
+		return fmt.Errorf("replica: failover timeout %v: want > 0", c.Timeout)
+	}
+	return nil
+}
+
+// Members are the ps holding shard s, primary first: the ring s, s+1, …
+// s+R−1 (mod N).
+func Members(s, n, r int) []int {
+	m := make([]int, r)
+	for i := range m {
+		m[i] = (s + i) % n
+	}
+	return m
+}
+
+// Shards are the shards ps id holds a copy of, in ascending order.
+func Shards(id, n, r int) []int {
+	var out []int
+	for s := 0; s < n; s++ {
+		if slices.Contains(Members(s, n, r), id) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ReqID names a push: the client's n-th to this shard (n from 1).
+type ReqID struct {
+	Client int
+	N      uint64
+}
+
+func (r ReqID) String() string { return fmt.Sprintf("%d:%d", r.Client, r.N) }
+
+// Entry is one update in a shard's log: one push (Propose), or a
+// synchronous step's aggregate covering the pushes it sums (ProposeHeld).
+// Data is the caller's, opaque here and never modified.
+type Entry struct {
+	Shard int
+	Seq   uint64
+	Reqs  []ReqID
+	Data  any
+}
+
+// MsgType is what a Message is.
+type MsgType int
+
+const (
+	Heartbeat     MsgType = iota // lease request and liveness
+	HeartbeatResp                // Grant: a lease until Sent+Timeout
+	Append                       // primary → backup: Entries, Commit
+	AppendResp                   // backup → primary: Seq held
+	SyncReq                      // new primary → copy: entries after Seq?
+	SyncResp                     // copy → new primary: Seq held, Entries after the asked Seq
+)
+
+var msgNames = [...]string{"heartbeat", "heartbeat-resp", "append", "append-resp", "sync", "sync-resp"}
+
+func (t MsgType) String() string { return msgNames[t] }
+
+// Message is what one ps sends another. Every message carries the
+// sender's removed set and votes, so membership spreads with any traffic.
+type Message struct {
+	Type     MsgType
+	From, To int
+	Removed  []int // ps the sender knows removed
+	Votes    []int // ps the sender votes out
+	Sent     time.Time
+	Grant    bool
+	Shard    int
+	Seq      uint64
+	Commit   uint64
+	Entries  []Entry
+}
+
+// Ack is a push now held by every live copy: the worker may be answered.
+type Ack struct {
+	Shard int
+	Req   ReqID
+	Seq   uint64
+}
+
+// Ready is what the caller must do next: send Messages, apply Apply to
+// its state in order (before answering anything), answer the Acked
+// pushes, and report TookOver (shards this ps now serves as primary, after
+// applying Apply) and Lost (shards with no copy left: checkpoint recovery).
+type Ready struct {
+	Messages []Message
+	Apply    []Entry
+	Acked    []Ack
+	TookOver []int
+	Lost     []int
+	Events   []string // what happened, for the log
+}
+
+// Errors of Propose.
+var (
+	ErrNotPrimary = errors.New("replica: not the primary")
+	ErrNoLease    = errors.New("replica: no lease (no majority heard within the timeout)")
+	ErrCatchingUp = errors.New("replica: taking over, catching up with the other copies")
+	ErrLost       = errors.New("replica: every copy of the shard is lost")
+	ErrRemoved    = errors.New("replica: this ps was removed from the cluster")
+)
+
+// NotPrimaryError says who this ps believes is the primary.
+type NotPrimaryError struct {
+	Shard, Primary int // Primary -1 if none is left
+}
+
+func (e *NotPrimaryError) Error() string {
+	return fmt.Sprintf("replica: shard %d: this ps is not its primary (ps %d is)", e.Shard, e.Primary)
+}
+func (e *NotPrimaryError) Unwrap() error { return ErrNotPrimary }
+
+type reqState struct {
+	n   uint64
+	seq uint64
+}
+
+// shardState is this ps's copy of one shard.
+type shardState struct {
+	id      int
+	members []int
+	log     []Entry // entries after trimmed, kept until every live copy holds them
+	applied uint64  // last entry applied here
+	commit  uint64  // every live copy holds the entries up to here
+	lastReq map[int]reqState
+
+	// As primary.
+	primary  bool           // serving (caught up)
+	catching map[int]bool   // copies a takeover waits for
+	match    map[int]uint64 // per backup: entries it holds
+	beatAt   map[int]uint64 // per backup: match at the last heartbeat
+	pending  []Ack          // proposed here, not yet acknowledged (Seq 0: held)
+	held     map[ReqID]bool // pushes applied here, waiting for their step's aggregate
+	lost     bool
+}
+
+// Node is one ps's replication state. Not safe for concurrent use.
+type Node struct {
+	cfg                    Config
+	now                    time.Time
+	started                bool
+	stopped                bool
+	lastBeat               time.Time
+	lastHeard              []time.Time
+	grants                 []time.Time // per ps: Sent of the newest heartbeat it granted
+	lapsed                 bool        // the lease ran out (logged once)
+	removed                map[int]bool
+	votes                  map[int]map[int]bool // votes[x][voter]
+	shards                 map[int]*shardState
+	lost                   map[int]bool // shards with every copy removed, reported
+	dirty                  bool         // removed or votes changed since removedList, votesList
+	removedList, votesList []int
+	rd                     Ready
+}
+
+// New returns the node of ps cfg.ID at the start of a job: nobody removed,
+// no lease yet (the first Tick asks for one), every shard's log empty.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg: cfg, lastHeard: make([]time.Time, cfg.N), grants: make([]time.Time, cfg.N),
+		removed: map[int]bool{}, votes: map[int]map[int]bool{}, shards: map[int]*shardState{},
+		lost: map[int]bool{}, lapsed: true, dirty: true,
+	}
+	for _, s := range Shards(cfg.ID, cfg.N, cfg.R) {
+		ss := &shardState{id: s, members: Members(s, cfg.N, cfg.R), lastReq: map[int]reqState{}}
+		if ss.members[0] == cfg.ID {
+			ss.primary, ss.match = true, map[int]uint64{}
+		}
+		n.shards[s] = ss
+	}
+	return n, nil
+}
+
+func (n *Node) majority() int { return n.cfg.N/2 + 1 }
+
+// View is the number of ps removed so far: it only grows.
+func (n *Node) View() int { return len(n.removed) }
+
+// Removed reports whether ps id has been removed.
+func (n *Node) Removed(id int) bool { return n.removed[id] }
+
+// Stopped reports whether this ps learnt it was removed (it then does nothing).
+func (n *Node) Stopped() bool { return n.stopped }
+
+// Primary is the ps this node believes serves shard s, or -1 if every copy
+// is removed.
+func (n *Node) Primary(s int) int {
+	for _, m := range Members(s, n.cfg.N, n.cfg.R) {
+		if !n.removed[m] {
+			return m
+		}
+	}
+	return -1
+}
+
+// LeaseUntil is when this ps's lease runs out: a margin of Timeout/8
+// before the time the majority's grants run out.
+func (n *Node) LeaseUntil() time.Time {
+	times := make([]time.Time, 0, n.cfg.N)
+	for id, g := range n.grants {
+		if id == n.cfg.ID {
+			g = n.now // its own grant is always fresh
+		}
+		times = append(times, g)
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i].After(times[j]) })
+	k := times[n.majority()-1]
+	if k.IsZero() {
+		return time.Time{}
+	}
+	return k.Add(n.cfg.Timeout - n.cfg.Timeout/8)
+}
+
+func (n *Node) leased() bool { return n.cfg.N == 1 || n.now.Before(n.LeaseUntil()) }
+
+// Serving reports whether this ps may answer pulls of shard s now: it is
+// its caught-up primary, holds a lease, and every live copy holds all it
+// applied. A pull never sees a push that is not yet acknowledgeable, so no
+// later primary can answer with an older step.
+func (n *Node) Serving(s int) bool {
+	ss := n.shards[s]
+	return !n.stopped && ss != nil && ss.primary && !ss.lost && n.leased() && ss.commit == ss.applied
+}
+
+// Applied is the last entry of shard s applied here.
+func (n *Node) Applied(s int) uint64 {
+	if ss := n.shards[s]; ss != nil {
+		return ss.applied
+	}
+	return 0
+}
+
+// Propose offers a worker's push to shard s. On success the entry is in
+// Ready's Apply (to apply now) and its Ack comes in a later Ready, once
+// every live copy holds it. A push already in the log (a retry) is not
+// appended again: it is acknowledged when durable, with dup true.
+func (n *Node) Propose(s int, req ReqID, data any) (seq uint64, dup bool, err error) {
+	ss, err := n.primaryOf(s, true)
+	if err != nil {
+		return 0, false, err
+	}
+	if seq, ok := n.retry(ss, req); ok {
+		return seq, true, nil
+	}
+	e := Entry{Shard: s, Seq: ss.applied + 1, Reqs: []ReqID{req}, Data: data}
+	n.apply(ss, e, true)
+	ss.pending = append(ss.pending, Ack{Shard: s, Req: req, Seq: e.Seq})
+	n.ship(ss, e)
+	return e.Seq, false, nil
+}
+
+// Hold is Propose for a push of a synchronous step replicated by
+// aggregate: the caller applied it to its state already, and it goes into
+// the log with its step's aggregate (ProposeHeld). Its Ack comes once that
+// entry is held by every live copy. A retry of a push held or logged is
+// recognised (dup true): the caller must not apply it again.
+func (n *Node) Hold(s int, req ReqID) (dup bool, err error) {
+	ss, err := n.primaryOf(s, true)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := n.retry(ss, req); ok {
+		return true, nil
+	}
+	if ss.held == nil {
+		ss.held = map[ReqID]bool{}
+	}
+	dup = ss.held[req]
+	ss.held[req] = true
+	ss.pending = append(ss.pending, Ack{Shard: s, Req: req})
+	return dup, nil
+}
+
+// ProposeHeld logs a synchronous step's aggregate, data, covering every
+// push held since the last one, and ships it to the backups. It is not in
+// Ready's Apply here: the caller's state holds it already. It needs no
+// lease (the caller applied the step already; acknowledgements still wait
+// for one), only that this ps is still the shard's primary.
+func (n *Node) ProposeHeld(s int, data any) (seq uint64, err error) {
+	ss, err := n.primaryOf(s, false)
+	if err != nil {
+		return 0, err
+	}
+	reqs := make([]ReqID, 0, len(ss.held))
+	for r := range ss.held {
+		reqs = append(reqs, r)
+	}
+	slices.SortFunc(reqs, func(a, b ReqID) int {
+		if c := cmp.Compare(a.Client, b.Client); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.N, b.N)
+	})
+	e := Entry{Shard: s, Seq: ss.applied + 1, Reqs: reqs, Data: data}
+	n.apply(ss, e, false)
+	for i, a := range ss.pending {
+		if a.Seq == 0 && ss.held[a.Req] {
+			ss.pending[i].Seq = e.Seq
+		}
+	}
+	ss.held = nil
+	n.ship(ss, e)
+	return e.Seq, nil
+}
+
+// primaryOf is shard s if this ps may take pushes for it now; without
+// lease, whether it is its primary, lease or not.
+func (n *Node) primaryOf(s int, lease bool) (*shardState, error) {
+	ss := n.shards[s]
+	switch {
+	case n.stopped:
+		return nil, ErrRemoved
+	case n.lost[s]:
+		return nil, ErrLost
+	case ss == nil:
+		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
+	case ss.lost:
+		return nil, ErrLost
+	case ss.catching != nil:
+		return nil, ErrCatchingUp
+	case !ss.primary:
+		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
+	case lease && !n.leased():
+		return nil, ErrNoLease
+	}
+	return ss, nil
+}
+
+// retry recognises a push already in the log: its Ack comes once the
+// entry holding it is durable.
+func (n *Node) retry(ss *shardState, req ReqID) (uint64, bool) {
+	last, ok := ss.lastReq[req.Client]
+	if !ok || req.N > last.n {
+		return 0, false
+	}
+	ss.pending = append(ss.pending, Ack{Shard: ss.id, Req: req, Seq: last.seq})
+	n.advance(ss)
+	return last.seq, true
+}
+
+func (n *Node) ship(ss *shardState, e Entry) {
+	for _, b := range n.backups(ss) {
+		n.send(Message{Type: Append, To: b, Shard: ss.id, Entries: []Entry{e}, Commit: ss.commit})
+	}
+	n.advance(ss)
+}
+
+// apply appends e to ss's log; out says the caller's state must apply it.
+func (n *Node) apply(ss *shardState, e Entry, out bool) {
+	ss.log = append(ss.log, e)
+	ss.applied = e.Seq
+	for _, r := range e.Reqs {
+		if r.N > ss.lastReq[r.Client].n {
+			ss.lastReq[r.Client] = reqState{n: r.N, seq: e.Seq}
+		}
+	}
+	if out {
+		n.rd.Apply = append(n.rd.Apply, e)
+	}
+}
+
+// backups are the copies of ss other than this ps not removed.
+func (n *Node) backups(ss *shardState) []int {
+	var out []int
+	for _, m := range ss.members {
+		if m != n.cfg.ID && !n.removed[m] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// advance moves a primary's commit to what every live copy holds and
+// acknowledges what it covers (while leased).
+func (n *Node) advance(ss *shardState) {
+	if !ss.primary {
+		return
+	}
+	c := ss.applied
+	for _, b := range n.backups(ss) {
+		c = min(c, ss.match[b])
+	}
+	if c > ss.commit {
+		ss.commit = c
+		n.trim(ss)
+	}
+	if !n.leased() {
+		return
+	}
+	keep := ss.pending[:0]
+	for _, a := range ss.pending {
+		if a.Seq != 0 && a.Seq <= ss.commit {
+			n.rd.Acked = append(n.rd.Acked, a)
+			continue
+		}
+		keep = append(keep, a)
+	}
+	ss.pending = keep
+}
+
+func (n *Node) trim(ss *shardState) {
+	i := 0
+	for i < len(ss.log) && ss.log[i].Seq <= ss.commit {
+		i++
+	}
+	ss.log = slices.Delete(ss.log, 0, i)
+}
+
+func (n *Node) send(m Message) {
+	m.From = n.cfg.ID
+	if n.dirty { // shared by the messages until membership changes, never modified
+		n.removedList, n.votesList, n.dirty = sortedKeys(n.removed), n.myVotes(), false
+	}
+	m.Removed, m.Votes = n.removedList, n.votesList
+	n.rd.Messages = append(n.rd.Messages, m)
+}
+
+func (n *Node) myVotes() []int {
+	var out []int
+	for x, v := range n.votes {
+		if v[n.cfg.ID] {
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys(m map[int]bool) []int {
+	var out []int
+	for k, v := range m {
+		if v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Tick moves the clock: heartbeats every Timeout/4 (with entries and
+// catch-up requests sent again to copies that lag), votes against ps
+// unheard for Timeout, and acknowledgements held back while the lease was
+// lapsed.
+func (n *Node) Tick(now time.Time) {
+	if n.stopped {
+		return
+	}
+	if !n.started {
+		n.started = true
+		for i := range n.lastHeard {
+			n.lastHeard[i] = now
+		}
+		n.lastBeat = now.Add(-n.cfg.Timeout)
+	}
+	if now.After(n.now) {
+		n.now = now
+	}
+	// A ps votes only while it hears a majority (itself included): one
+	// cut off from the rest would vote everyone out, and after a blip of
+	// the whole network every ps would have voted against every other.
+	heard := 1
+	for id := 0; id < n.cfg.N; id++ {
+		if id != n.cfg.ID && !n.removed[id] && n.now.Sub(n.lastHeard[id]) < n.cfg.Timeout {
+			heard++
+		}
+	}
+	for id := 0; id < n.cfg.N && heard >= n.majority(); id++ {
+		if id == n.cfg.ID || n.removed[id] || n.votes[id][n.cfg.ID] {
+			continue
+		}
+		if n.now.Sub(n.lastHeard[id]) >= n.cfg.Timeout {
+			n.event("ps %d votes ps %d out: nothing heard for %v", n.cfg.ID, id, n.now.Sub(n.lastHeard[id]))
+			n.vote(id, n.cfg.ID)
+			n.lastBeat = time.Time{} // tell the others at once
+		}
+	}
+	if n.stopped {
+		return
+	}
+	if n.now.Sub(n.lastBeat) >= n.cfg.Timeout/4 {
+		n.lastBeat = n.now
+		n.beat()
+	}
+	lapsed := !n.leased()
+	if lapsed && !n.lapsed && n.primaryOfAny() {
+		n.event("ps %d: lease lapsed (no majority heard): not acknowledging", n.cfg.ID)
+	}
+	n.lapsed = lapsed
+	for _, s := range n.shardIDs() {
+		n.advance(n.shards[s])
+	}
+}
+
+func (n *Node) primaryOfAny() bool {
+	for _, ss := range n.shards {
+		if ss.primary && !ss.lost {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) shardIDs() []int {
+	ids := make([]int, 0, len(n.shards))
+	for s := range n.shards {
+		ids = append(ids, s)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (n *Node) beat() {
+	for id := 0; id < n.cfg.N; id++ {
+		if id != n.cfg.ID && !n.removed[id] {
+			n.send(Message{Type: Heartbeat, To: id, Sent: n.now})
+		}
+	}
+	for _, s := range n.shardIDs() {
+		ss := n.shards[s]
+		if ss.lost {
+			continue
+		}
+		for c := range ss.catching {
+			n.send(Message{Type: SyncReq, To: c, Shard: s, Seq: ss.applied})
+		}
+		if ss.primary { // a backup that made no progress since the last beat gets its entries again
+			if ss.beatAt == nil {
+				ss.beatAt = map[int]uint64{}
+			}
+			for _, b := range n.backups(ss) {
+				if m := ss.match[b]; m < ss.applied && m == ss.beatAt[b] {
+					n.resend(ss, b, m)
+				}
+				ss.beatAt[b] = ss.match[b]
+			}
+		}
+	}
+}
+
+// resend sends backup b the entries after seq, if any.
+func (n *Node) resend(ss *shardState, b int, seq uint64) {
+	var es []Entry
+	for _, e := range ss.log {
+		if e.Seq > seq {
+			es = append(es, e)
+		}
+	}
+	if len(es) > 0 {
+		n.send(Message{Type: Append, To: b, Shard: ss.id, Entries: es, Commit: ss.commit})
+	}
+}
+
+func (n *Node) event(format string, args ...any) {
+	n.rd.Events = append(n.rd.Events, fmt.Sprintf(format, args...))
+}
+
+// vote records voter's vote against x and removes x on a majority.
+func (n *Node) vote(x, voter int) {
+	if n.removed[x] {
+		return
+	}
+	if n.votes[x] == nil {
+		n.votes[x] = map[int]bool{}
+	}
+	n.votes[x][voter] = true
+	n.dirty = true
+	n.count(x)
+}
+
+// count removes x if a majority of the N ps voted it out, counting no
+// vote of a ps itself removed (its view is stale).
+func (n *Node) count(x int) {
+	c := 0
+	for v := range n.votes[x] {
+		if !n.removed[v] {
+			c++
+		}
+	}
+	if c >= n.majority() {
+		n.remove(x)
+	}
+}
+
+// remove makes x removed for good and gives its shards to their next copies.
+func (n *Node) remove(x int) {
+	if n.removed[x] {
+		return
+	}
+	n.removed[x] = true
+	n.dirty = true
+	n.event("ps %d: ps %d removed (view %d)", n.cfg.ID, x, len(n.removed))
+	if x == n.cfg.ID {
+		n.stopped = true
+		n.event("ps %d: removed from the cluster by a majority: stops serving", n.cfg.ID)
+		return
+	}
+	for s := 0; s < n.cfg.N; s++ {
+		if !n.lost[s] && n.Primary(s) == -1 {
+			n.lost[s] = true
+			n.rd.Lost = append(n.rd.Lost, s)
+			n.event("ps %d: all copies of shard %d lost (ps %v removed): falling back to checkpoint", n.cfg.ID, s, Members(s, n.cfg.N, n.cfg.R))
+		}
+	}
+	for _, s := range n.shardIDs() {
+		ss := n.shards[s]
+		if ss.lost || !slices.Contains(ss.members, x) {
+			continue
+		}
+		if n.lost[s] {
+			ss.lost, ss.primary, ss.catching = true, false, nil
+			continue
+		}
+		delete(ss.match, x)
+		delete(ss.catching, x)
+		if n.Primary(s) == n.cfg.ID && !ss.primary && ss.catching == nil {
+			n.takeover(ss)
+		}
+		n.finishCatchUp(ss)
+		n.advance(ss)
+	}
+}
+
+// takeover starts serving ss as primary: first the entries the other live
+// copies hold beyond this one's.
+func (n *Node) takeover(ss *shardState) {
+	ss.catching, ss.match = map[int]bool{}, map[int]uint64{}
+	for _, b := range n.backups(ss) {
+		ss.catching[b] = true
+		n.send(Message{Type: SyncReq, To: b, Shard: ss.id, Seq: ss.applied})
+	}
+}
+
+func (n *Node) finishCatchUp(ss *shardState) {
+	if ss.catching == nil || len(ss.catching) > 0 {
+		return
+	}
+	ss.catching, ss.primary = nil, true
+	ss.pending, ss.held = nil, nil
+	n.rd.TookOver = append(n.rd.TookOver, ss.id)
+	for _, b := range n.backups(ss) {
+		n.resend(ss, b, ss.match[b])
+	}
+}
+
+// Step feeds a message from another ps.
+func (n *Node) Step(m Message) {
+	if n.stopped || m.To != n.cfg.ID || m.From < 0 || m.From >= n.cfg.N || m.From == n.cfg.ID {
+		return
+	}
+	if m.Type == Heartbeat && m.Sent.After(n.now) {
+		m.Sent = n.now // a sender's clock ahead of ours grants no more than ours
+	}
+	n.lastHeard[m.From] = n.now
+	for _, x := range m.Removed {
+		if x >= 0 && x < n.cfg.N {
+			n.remove(x)
+		}
+	}
+	if !n.removed[m.From] {
+		for _, x := range m.Votes {
+			if x >= 0 && x < n.cfg.N && x != m.From {
+				n.vote(x, m.From)
+			}
+		}
+	}
+	if n.stopped {
+		return
+	}
+	ss := n.shards[m.Shard]
+	switch m.Type {
+	case Heartbeat:
+		grant := !n.votes[m.From][n.cfg.ID] && !n.removed[m.From]
+		n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent, Grant: grant})
+	case HeartbeatResp:
+		if m.Grant && m.Sent.After(n.grants[m.From]) {
+			n.grants[m.From] = m.Sent
+		}
+		for _, s := range n.shardIDs() {
+			n.advance(n.shards[s])
+		}
+	case Append:
+		if ss == nil || ss.lost || n.Primary(m.Shard) != m.From {
+			return // not its primary by this ps's view: the sender learns from Removed
+		}
+		for _, e := range m.Entries {
+			if e.Seq == ss.applied+1 {
+				n.apply(ss, e, true)
+			}
+		}
+		if m.Commit > ss.commit {
+			ss.commit = min(m.Commit, ss.applied)
+			n.trim(ss)
+		}
+		n.send(Message{Type: AppendResp, To: m.From, Shard: m.Shard, Seq: ss.applied})
+	case AppendResp:
+		if ss == nil || !ss.primary || n.removed[m.From] {
+			return
+		}
+		if m.Seq > ss.match[m.From] {
+			ss.match[m.From] = m.Seq
+		}
+		n.advance(ss)
+	case SyncReq:
+		if ss == nil || n.Primary(m.Shard) != m.From {
+			return
+		}
+		var es []Entry
+		for _, e := range ss.log {
+			if e.Seq > m.Seq {
+				es = append(es, e)
+			}
+		}
+		n.send(Message{Type: SyncResp, To: m.From, Shard: m.Shard, Seq: ss.applied, Entries: es})
+	case SyncResp:
+		if ss == nil || ss.catching == nil || !ss.catching[m.From] {
+			return
+		}
+		for _, e := range m.Entries {
+			if e.Seq == ss.applied+1 {
+				n.apply(ss, e, true)
+			}
+		}
+		ss.match[m.From] = m.Seq
+		delete(ss.catching, m.From)
+		n.finishCatchUp(ss)
+		n.advance(ss)
+	}
+}
+
+// Ready returns what to do since the last call, and forgets it.
+func (n *Node) Ready() Ready {
+	rd := n.rd
+	n.rd = Ready{}
+	return rd
+}

@@ -1,0 +1,360 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/scenario"
+)
+
+// TestScenarios runs the scripts in testdata/ through the project's one
+// scenario driver. A cluster of Nodes is wired by a network in the test that
+// delivers every message at once, in order, unless an end is killed or cut
+// off. Each copy of a shard is a toy state machine: the sum of the values
+// pushed and a step that counts the pushes applied. Time is a fake clock
+// that only "tick" moves. Commands:
+//
+//	cluster n=N r=R timeout=D          a fresh cluster; its first tick is at t=0
+//	tick D                             the clock moves by D in steps of timeout/10; every live ps ticks
+//	push W N V shard=S [to=P]          worker W's N-th push of V to shard S, sent to ps P (default: the primary as the lowest live ps sees it)
+//	hold W N V shard=S [to=P]          a sync push by aggregate: ps P holds it and adds V to its copy
+//	aggregate shard=S [to=P]           the step completes at ps P: its aggregate (what was held since the last) is logged
+//	pull shard=S to=P                  the state ps P serves, or why it does not
+//	kill P                             ps P dies: no ticks, nothing in or out
+//	cut P / heal P                     messages between ps P and the other ps are lost / delivered again (workers still reach it)
+//	cut P Q / heal P Q                 the same for the link between ps P and ps Q only
+//	status                             every ps's view, lease, roles and copies
+//
+// Output lines are what happened: events, acknowledgements, takeovers
+// (with the new primary's step), lost shards. Throughout, the harness
+// checks the guarantees: no copy applies a request twice, a shard's step as
+// served never goes back, and every acknowledged push is held by the
+// primary that takes over.
+func TestScenarios(t *testing.T) {
+	scenario.Run(t, func() scenario.Runner {
+		var c *cluster
+		return func(t *testing.T, cmd scenario.Cmd) (string, error) {
+			if cmd.Name != "cluster" && c == nil {
+				t.Fatalf("%s: %s before cluster", cmd.Where, cmd.Name)
+			}
+			switch cmd.Name {
+			case "cluster":
+				d := duration(t, cmd, cmd.KV["timeout"])
+				var err error
+				c, err = newCluster(t, int(cmd.Int(t, "n", 3)), int(cmd.Int(t, "r", 2)), d)
+				if err != nil {
+					return "", err
+				}
+				c.tick(0)
+				return c.flush(), nil
+			case "tick":
+				d := duration(t, cmd, cmd.Args[0])
+				step := c.timeout / 10
+				for end := c.now.Add(d); c.now.Before(end); {
+					c.tick(min(step, end.Sub(c.now)))
+				}
+				return c.flush(), nil
+			case "push":
+				w, k, v := cmd.Arg(t, 0), cmd.Arg(t, 1), cmd.Arg(t, 2)
+				s := int(cmd.Int(t, "shard", 0))
+				to := int(cmd.Int(t, "to", int64(c.guessPrimary(s))))
+				if c.dead[to] {
+					return fmt.Sprintf("ps %d: unreachable", to), nil
+				}
+				seq, dup, err := c.nodes[to].Propose(s, ReqID{Client: int(w), N: uint64(k)}, v)
+				c.deliver()
+				if err != nil {
+					return strings.TrimSpace(c.flush() + "\nps " + fmt.Sprint(to) + ": " + err.Error()), nil
+				}
+				what := "appended"
+				if dup {
+					what = "duplicate of"
+				}
+				return strings.TrimSpace(fmt.Sprintf("ps %d: %s seq=%d\n%s", to, what, seq, c.flush())), nil
+			case "hold":
+				w, k, v := cmd.Arg(t, 0), cmd.Arg(t, 1), cmd.Arg(t, 2)
+				s := int(cmd.Int(t, "shard", 0))
+				to := int(cmd.Int(t, "to", int64(c.guessPrimary(s))))
+				dup, err := c.nodes[to].Hold(s, ReqID{Client: int(w), N: uint64(k)})
+				if err == nil && !dup {
+					st := c.state[to][s]
+					st.held += v
+					st.seen[ReqID{Client: int(w), N: uint64(k)}] = true
+				}
+				c.deliver()
+				if err != nil {
+					return strings.TrimSpace(c.flush() + "\nps " + fmt.Sprint(to) + ": " + err.Error()), nil
+				}
+				return strings.TrimSpace(fmt.Sprintf("ps %d: held (duplicate %v)\n%s", to, dup, c.flush())), nil
+			case "aggregate":
+				s := int(cmd.Int(t, "shard", 0))
+				to := int(cmd.Int(t, "to", int64(c.guessPrimary(s))))
+				st := c.state[to][s]
+				seq, err := c.nodes[to].ProposeHeld(s, st.held)
+				if err == nil {
+					st.sum += st.held
+					st.step++
+					st.held = 0
+				}
+				c.deliver()
+				if err != nil {
+					return strings.TrimSpace(c.flush() + "\nps " + fmt.Sprint(to) + ": " + err.Error()), nil
+				}
+				return strings.TrimSpace(fmt.Sprintf("ps %d: aggregate seq=%d\n%s", to, seq, c.flush())), nil
+			case "pull":
+				s, to := int(cmd.Int(t, "shard", 0)), int(cmd.Int(t, "to", 0))
+				if c.dead[to] {
+					return fmt.Sprintf("ps %d: unreachable", to), nil
+				}
+				if !c.nodes[to].Serving(s) {
+					return fmt.Sprintf("ps %d: not serving shard %d (primary by its view: ps %d; applied %d, held by every copy %d)", to, s, c.nodes[to].Primary(s), c.nodes[to].Applied(s), c.nodes[to].shards[s].commit), nil
+				}
+				st := c.state[to][s]
+				c.served(s, st.step)
+				return fmt.Sprintf("ps %d: shard %d sum=%d step=%d", to, s, st.sum, st.step), nil
+			case "kill":
+				c.dead[int(cmd.Arg(t, 0))] = true
+				return "", nil
+			case "cut", "heal":
+				a := int(cmd.Arg(t, 0))
+				if len(cmd.Args) == 1 {
+					c.cut[a] = cmd.Name == "cut"
+					return "", nil
+				}
+				b := int(cmd.Arg(t, 1))
+				c.links[[2]int{min(a, b), max(a, b)}] = cmd.Name == "cut"
+				return "", nil
+			case "status":
+				return c.status(), nil
+			}
+			t.Fatalf("%s: unknown command %q", cmd.Where, cmd.Name)
+			return "", nil
+		}
+	})
+}
+
+func duration(t *testing.T, cmd scenario.Cmd, s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s: duration %q: %v", cmd.Where, s, err)
+	}
+	return d
+}
+
+type toy struct {
+	sum, step int64
+	held      int64 // a primary's sum of the pushes held for the next aggregate
+	seen      map[ReqID]bool
+}
+
+type cluster struct {
+	t       *testing.T
+	n, r    int
+	timeout time.Duration
+	start   time.Time
+	now     time.Time
+	nodes   []*Node
+	state   []map[int]*toy
+	dead    []bool
+	cut     []bool
+	links   map[[2]int]bool // links cut
+	queue   []Message
+	out     []string
+	acked   map[int]uint64 // per shard: highest seq acknowledged
+	maxStep map[int]int64  // per shard: highest step served
+}
+
+func newCluster(t *testing.T, n, r int, timeout time.Duration) (*cluster, error) {
+	c := &cluster{t: t, n: n, r: r, timeout: timeout, dead: make([]bool, n), cut: make([]bool, n),
+		acked: map[int]uint64{}, maxStep: map[int]int64{}, links: map[[2]int]bool{}}
+	c.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = c.start
+	for id := 0; id < n; id++ {
+		nd, err := New(Config{ID: id, N: n, R: r, Timeout: timeout})
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = append(c.nodes, nd)
+		st := map[int]*toy{}
+		for _, s := range Shards(id, n, r) {
+			st[s] = &toy{seen: map[ReqID]bool{}}
+		}
+		c.state = append(c.state, st)
+	}
+	return c, nil
+}
+
+func (c *cluster) up(id int) bool { return !c.dead[id] && !c.cut[id] }
+
+// guessPrimary is the primary of s as the lowest-numbered live ps sees it.
+func (c *cluster) guessPrimary(s int) int {
+	for id, nd := range c.nodes {
+		if !c.dead[id] && !nd.Stopped() {
+			return nd.Primary(s)
+		}
+	}
+	return 0
+}
+
+func (c *cluster) tick(d time.Duration) {
+	c.now = c.now.Add(d)
+	for id, nd := range c.nodes {
+		if !c.dead[id] {
+			nd.Tick(c.now)
+		}
+	}
+	c.deliver()
+	for s := 0; s < c.n; s++ {
+		var serving []int
+		for id, nd := range c.nodes {
+			if !c.dead[id] && nd.Serving(s) {
+				serving = append(serving, id)
+			}
+		}
+		if len(serving) > 1 {
+			c.t.Errorf("%s: shard %d has two primaries serving: ps %v", c.stamp(), s, serving)
+		}
+	}
+}
+
+// deliver runs every live node's Ready and delivers messages until quiet.
+func (c *cluster) deliver() {
+	for range 100000 {
+		for id, nd := range c.nodes {
+			if !c.dead[id] {
+				c.handle(id, nd.Ready())
+			}
+		}
+		if len(c.queue) == 0 {
+			return
+		}
+		q := c.queue
+		c.queue = nil
+		for _, m := range q {
+			if c.up(m.From) && c.up(m.To) && !c.links[[2]int{min(m.From, m.To), max(m.From, m.To)}] {
+				c.nodes[m.To].Step(m)
+			}
+		}
+	}
+	c.t.Fatalf("messages still flowing after 100000 rounds")
+}
+
+func (c *cluster) stamp() string {
+	return fmt.Sprintf("t=%.2fs", c.now.Sub(c.start).Seconds())
+}
+
+func (c *cluster) handle(id int, rd Ready) {
+	for _, e := range rd.Apply {
+		st := c.state[id][e.Shard]
+		for _, r := range e.Reqs {
+			if st.seen[r] {
+				c.t.Errorf("ps %d applied request %v of shard %d twice", id, r, e.Shard)
+			}
+			st.seen[r] = true
+		}
+		st.sum += e.Data.(int64)
+		st.step++
+	}
+	for _, ev := range rd.Events {
+		c.out = append(c.out, c.stamp()+" "+ev)
+	}
+	for _, s := range rd.TookOver {
+		st := c.state[id][s]
+		c.out = append(c.out, fmt.Sprintf("%s ps %d took over shards [%d] at step %d", c.stamp(), id, s, st.step))
+		if c.nodes[id].Applied(s) < c.acked[s] {
+			c.t.Errorf("ps %d took over shard %d holding seq %d, but seq %d was acknowledged", id, s, c.nodes[id].Applied(s), c.acked[s])
+		}
+		c.served(s, st.step)
+	}
+	for _, s := range rd.Lost {
+		c.out = append(c.out, fmt.Sprintf("%s ps %d: shard %d lost", c.stamp(), id, s))
+	}
+	for _, a := range rd.Acked {
+		c.out = append(c.out, fmt.Sprintf("%s ps %d acked shard %d req %v seq=%d", c.stamp(), id, a.Shard, a.Req, a.Seq))
+		c.acked[a.Shard] = max(c.acked[a.Shard], a.Seq)
+	}
+	c.queue = append(c.queue, rd.Messages...)
+}
+
+func (c *cluster) served(s int, step int64) {
+	if step < c.maxStep[s] {
+		c.t.Errorf("shard %d went back from step %d to %d", s, c.maxStep[s], step)
+	}
+	c.maxStep[s] = max(c.maxStep[s], step)
+}
+
+func (c *cluster) flush() string {
+	out := strings.Join(c.out, "\n")
+	c.out = nil
+	return out
+}
+
+func (c *cluster) status() string {
+	var lines []string
+	for id, nd := range c.nodes {
+		switch {
+		case c.dead[id]:
+			lines = append(lines, fmt.Sprintf("ps %d: dead", id))
+			continue
+		case nd.Stopped():
+			lines = append(lines, fmt.Sprintf("ps %d: stopped (removed)", id))
+			continue
+		}
+		lease := "none"
+		if nd.leased() {
+			lease = "held"
+		}
+		var prim, parts []string
+		for _, s := range nd.shardIDs() {
+			if nd.Serving(s) {
+				prim = append(prim, fmt.Sprint(s))
+			}
+			st := c.state[id][s]
+			parts = append(parts, fmt.Sprintf("s%d=%d/%d", s, st.sum, st.step))
+		}
+		removed := sortedKeys(nd.removed)
+		cut := ""
+		if c.cut[id] {
+			cut = " (cut off)"
+		}
+		lines = append(lines, fmt.Sprintf("ps %d%s: view=%d removed=%v lease=%s serving=[%s] copies %s",
+			id, cut, nd.View(), removed, lease, strings.Join(prim, " "), strings.Join(parts, " ")))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{ID: 0, N: 0, R: 1, Timeout: time.Second}, "0 ps"},
+		{Config{ID: 3, N: 3, R: 1, Timeout: time.Second}, "ps 3 out of range 0..2"},
+		{Config{ID: 0, N: 3, R: 4, Timeout: time.Second}, "4 replicas with 3 ps: want 1..3"},
+		{Config{ID: 0, N: 3, R: 0, Timeout: time.Second}, "0 replicas"},
+		{Config{ID: 0, N: 3, R: 2}, "failover timeout 0s"},
+	} {
+		_, err := New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestRing(t *testing.T) {
+	if got := Members(2, 3, 2); !slices.Equal(got, []int{2, 0}) {
+		t.Errorf("Members(2, 3, 2) = %v, want [2 0]", got)
+	}
+	if got := Shards(0, 3, 2); !slices.Equal(got, []int{0, 2}) {
+		t.Errorf("Shards(0, 3, 2) = %v, want [0 2]", got)
+	}
+	var np *NotPrimaryError
+	err := error(&NotPrimaryError{Shard: 1, Primary: 2})
+	if !errors.As(err, &np) || !errors.Is(err, ErrNotPrimary) {
+		t.Errorf("NotPrimaryError does not unwrap to ErrNotPrimary")
+	}
+}

@@ -1,0 +1,426 @@
+// Package replicate is the goroutine shell around a replica.Node: the part
+// of a ps that ticks the node on a real clock, carries its messages to the
+// other ps over connections (TCP, or memnet in tests) in the wire form of
+// replica.Message, applies its entries through a callback, and blocks a
+// push until it is acknowledged. It is the ps event loop of
+// docs/REPLICATION.md's wiring plan; the ps (package server) does not use
+// it yet.
+//
+// Concurrency: one goroutine, the loop, owns the Node; everything else
+// talks to it over channels. Apply and TookOver are called on the loop
+// goroutine, in log order. Each peer has a sender goroutine (dialling on
+// demand, dropping what it cannot send: the protocol sends again) and each
+// accepted connection a reader goroutine. Close stops them all.
+package replicate
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/replica"
+)
+
+// MaxFrame bounds one message on the wire (a push's bytes plus headers).
+const MaxFrame = 1 << 30
+
+// MaxQueued bounds the bytes waiting to be sent to one peer; a message
+// beyond it is dropped (the protocol sends it again once the peer keeps up).
+const MaxQueued = 256 << 20
+
+// Config configures one ps's replication.
+type Config struct {
+	replica.Config
+	// Addrs are the replication addresses of the ps, by index.
+	Addrs []string
+	// Listener accepts the other ps's connections (at Addrs[ID]).
+	Listener net.Listener
+	// Dial connects to another ps (net.Dialer's if nil).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Apply applies a log entry to this ps's copy of its shard, in order.
+	Apply func(e replica.Entry)
+	// TookOver is told the shards this ps now serves as primary, after
+	// their entries were applied; nil logs them.
+	TookOver func(shards []int)
+	// Lost is told the shards with no copy left; nil logs them.
+	Lost func(shards []int)
+	// Logf receives log lines; nil discards them.
+	Logf func(format string, args ...any)
+	// TickEvery is how often the node ticks (Timeout/10 if 0).
+	TickEvery time.Duration
+}
+
+// Host runs one ps's replica.Node. Create it with Start.
+type Host struct {
+	cfg      Config
+	node     *replica.Node // owned by the loop goroutine
+	inbox    chan replica.Message
+	calls    chan call
+	queries  chan func(*replica.Node)
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	peers    []chan [][]byte
+	queued   []atomic.Int64          // per peer: bytes in peers[id]
+	waiting  map[ackKey][]chan error // owned by the loop goroutine
+	connsMu  sync.Mutex
+	conns    map[net.Conn]bool
+	stopOnce sync.Once
+}
+
+type ackKey struct {
+	shard int
+	req   replica.ReqID
+}
+
+type call struct {
+	shard int
+	req   replica.ReqID
+	data  []byte
+	done  chan error
+}
+
+// Start starts the loop, the listener's accept loop and the senders.
+func Start(cfg Config) (*Host, error) {
+	node, err := replica.New(cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Addrs) != cfg.N {
+		return nil, fmt.Errorf("replicate: %d addresses for %d ps", len(cfg.Addrs), cfg.N)
+	}
+	if cfg.Apply == nil || cfg.Listener == nil {
+		return nil, errors.New("replicate: Config.Apply and Config.Listener are required")
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.Dial == nil {
+		var d net.Dialer
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if cfg.TickEvery <= 0 {
+		cfg.TickEvery = cfg.Timeout / 10
+	}
+	if cfg.TookOver == nil {
+		cfg.TookOver = func(s []int) { cfg.Logf("ps %d took over shards %v", cfg.ID, s) }
+	}
+	if cfg.Lost == nil {
+		cfg.Lost = func(s []int) {
+			cfg.Logf("ps %d: every copy of shards %v is lost: falling back to checkpoint recovery", cfg.ID, s)
+		}
+	}
+	h := &Host{
+		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
+		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
+		waiting: map[ackKey][]chan error{}, conns: map[net.Conn]bool{},
+	}
+	for id := range h.peers {
+		if id == cfg.ID {
+			continue
+		}
+		h.peers[id] = make(chan [][]byte, 1024)
+		h.wg.Add(1)
+		go h.send(id)
+	}
+	h.wg.Add(2)
+	go h.accept()
+	go h.loop()
+	return h, nil
+}
+
+// Close stops every goroutine and closes the listener and connections; a
+// push waiting for its acknowledgement gets net.ErrClosed.
+func (h *Host) Close() error {
+	h.stopOnce.Do(func() {
+		close(h.quit)
+		h.cfg.Listener.Close()
+		h.connsMu.Lock()
+		for c := range h.conns {
+			c.Close()
+		}
+		h.connsMu.Unlock()
+	})
+	h.wg.Wait()
+	return nil
+}
+
+// Push offers a push to shard s and waits until every live copy holds it
+// (nil), the node refuses it (replica's errors, such as a
+// *replica.NotPrimaryError naming the primary), or ctx ends. A retry with
+// the same request id after a failover is recognised, not applied again.
+func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) error {
+	c := call{shard: s, req: req, data: data, done: make(chan error, 1)}
+	select {
+	case h.calls <- c:
+	case <-h.quit:
+		return net.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Hold is Push for a synchronous step replicated by aggregate
+// (replica.Node.Hold): if dup is false the caller applies the push to its
+// own copy, and when the step completes calls Aggregate. wait blocks until
+// the step holding the push is held by every live copy.
+func (h *Host) Hold(s int, req replica.ReqID) (dup bool, wait func(context.Context) error, err error) {
+	done := make(chan error, 1)
+	if !h.do(func(n *replica.Node) {
+		if dup, err = n.Hold(s, req); err == nil {
+			k := ackKey{s, req}
+			h.waiting[k] = append(h.waiting[k], done)
+		}
+	}) {
+		return false, nil, net.ErrClosed
+	}
+	if err != nil {
+		return false, nil, err
+	}
+	return dup, func(ctx context.Context) error {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}, nil
+}
+
+// Aggregate logs a completed step's aggregate, data, covering the pushes
+// held since the last (replica.Node.ProposeHeld), and ships it.
+func (h *Host) Aggregate(s int, data []byte) error {
+	var err error
+	if !h.do(func(n *replica.Node) { _, err = n.ProposeHeld(s, data) }) {
+		return net.ErrClosed
+	}
+	return err
+}
+
+// Serving reports whether this ps may answer pulls of shard s now.
+func (h *Host) Serving(s int) bool {
+	var ok bool
+	h.query(func(n *replica.Node) { ok = n.Serving(s) })
+	return ok
+}
+
+// Primary is the ps this one believes serves shard s (-1: none left).
+func (h *Host) Primary(s int) int {
+	p := -1
+	h.query(func(n *replica.Node) { p = n.Primary(s) })
+	return p
+}
+
+func (h *Host) query(f func(*replica.Node)) { h.do(f) }
+
+// do runs f on the loop goroutine, then what the node asks; false if the
+// host is closed.
+func (h *Host) do(f func(*replica.Node)) bool {
+	done := make(chan struct{})
+	select {
+	case h.queries <- func(n *replica.Node) { f(n); close(done) }:
+		<-done
+		return true
+	case <-h.quit:
+		return false
+	}
+}
+
+func (h *Host) loop() {
+	defer h.wg.Done()
+	tick := time.NewTicker(h.cfg.TickEvery)
+	defer tick.Stop()
+	h.node.Tick(time.Now())
+	h.drain()
+	for {
+		select {
+		case <-h.quit:
+			for _, ws := range h.waiting {
+				for _, w := range ws {
+					w <- net.ErrClosed
+				}
+			}
+			return
+		case <-tick.C:
+			h.node.Tick(time.Now())
+		case m := <-h.inbox:
+			h.node.Step(m)
+		case c := <-h.calls:
+			if _, _, err := h.node.Propose(c.shard, c.req, c.data); err != nil {
+				c.done <- err
+				break
+			}
+			k := ackKey{c.shard, c.req}
+			h.waiting[k] = append(h.waiting[k], c.done)
+		case f := <-h.queries:
+			f(h.node)
+		}
+		h.drain()
+	}
+}
+
+// drain does what the node's Ready asks.
+func (h *Host) drain() {
+	rd := h.node.Ready()
+	// Send first: a backup's answer and a primary's appends need only
+	// the node's log, so the copies apply in parallel, not one after the
+	// other (nothing is answered to a worker before its Apply below).
+	for _, m := range rd.Messages {
+		b, err := m.AppendBuffers(nil)
+		if err != nil {
+			h.cfg.Logf("replicate: %v message to ps %d not sent: %v", m.Type, m.To, err)
+			continue
+		}
+		size := int64(0)
+		for _, p := range b {
+			size += int64(len(p))
+		}
+		if h.queued[m.To].Load()+size > MaxQueued {
+			continue // the peer is slow or gone: the protocol sends again
+		}
+		select {
+		case h.peers[m.To] <- b:
+			h.queued[m.To].Add(size)
+		default:
+		}
+	}
+	for _, e := range rd.Apply {
+		h.cfg.Apply(e)
+	}
+	for _, ev := range rd.Events {
+		h.cfg.Logf("%s", ev)
+	}
+	if len(rd.TookOver) > 0 {
+		h.cfg.TookOver(rd.TookOver)
+	}
+	if len(rd.Lost) > 0 {
+		h.cfg.Lost(rd.Lost)
+	}
+	for _, a := range rd.Acked {
+		k := ackKey{a.Shard, a.Req}
+		for _, w := range h.waiting[k] {
+			w <- nil
+		}
+		delete(h.waiting, k)
+	}
+}
+
+// send writes ps id's messages, dialling when needed; a message that
+// cannot be written is dropped.
+func (h *Host) send(id int) {
+	defer h.wg.Done()
+	var conn net.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for {
+		var b [][]byte
+		select {
+		case <-h.quit:
+			return
+		case b = <-h.peers[id]:
+		}
+		n := 0
+		for _, p := range b {
+			n += len(p)
+		}
+		h.queued[id].Add(-int64(n))
+		if conn == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Timeout/2)
+			c, err := h.cfg.Dial(ctx, h.cfg.Addrs[id])
+			cancel()
+			if err != nil {
+				continue
+			}
+			conn = c
+		}
+		frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(n))}, b...))
+		conn.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
+		if _, err := frame.WriteTo(conn); err != nil {
+			conn.Close()
+			conn = nil
+		}
+	}
+}
+
+func (h *Host) accept() {
+	defer h.wg.Done()
+	for {
+		c, err := h.cfg.Listener.Accept()
+		if err != nil {
+			select {
+			case <-h.quit:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		h.connsMu.Lock()
+		select {
+		case <-h.quit:
+			h.connsMu.Unlock()
+			c.Close()
+			return
+		default:
+		}
+		h.conns[c] = true
+		h.connsMu.Unlock()
+		h.wg.Add(1)
+		go h.read(c)
+	}
+}
+
+// read decodes one connection's frames into the inbox.
+func (h *Host) read(c net.Conn) {
+	defer h.wg.Done()
+	defer func() {
+		c.Close()
+		h.connsMu.Lock()
+		delete(h.conns, c)
+		h.connsMu.Unlock()
+	}()
+	r := bufio.NewReader(c)
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(hdr[:])
+		if n > MaxFrame {
+			h.cfg.Logf("replicate: a %d-byte message from %v, more than %d: connection closed", n, c.RemoteAddr(), MaxFrame)
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return
+		}
+		var m replica.Message
+		if err := m.UnmarshalOwned(b); err != nil {
+			h.cfg.Logf("replicate: from %v: %v: connection closed", c.RemoteAddr(), err)
+			return
+		}
+		select {
+		case h.inbox <- m:
+		case <-h.quit:
+			return
+		}
+	}
+}

@@ -1,0 +1,399 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/paramserv/paramserv/internal/memnet"
+	"github.com/paramserv/paramserv/internal/replica"
+)
+
+// TestMain fails the run if a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type cluster struct {
+	net      *memnet.Network
+	isolated []*atomic.Bool // per ps: what it writes to others is lost
+	hosts    []*Host
+	lis      []*memnet.Listener
+	mu       sync.Mutex
+	sums     []map[int]int // per ps, per shard: the sum of the bytes applied
+	took     []chan []int
+}
+
+// start starts n hosts over memnet, or over loopback TCP if tcp.
+func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
+	t.Helper()
+	c := &cluster{net: memnet.New()}
+	var addrs []string
+	var ls []net.Listener
+	for id := 0; id < n; id++ {
+		var l net.Listener
+		var err error
+		if tcp {
+			l, err = net.Listen("tcp", "127.0.0.1:0")
+		} else {
+			var ml *memnet.Listener
+			ml, err = c.net.Listen(fmt.Sprintf("ps%d:7000", id))
+			c.lis = append(c.lis, ml)
+			l = ml
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	for id := 0; id < n; id++ {
+		l := ls[id]
+		c.sums = append(c.sums, map[int]int{})
+		took := make(chan []int, 16)
+		c.took = append(c.took, took)
+		iso := new(atomic.Bool)
+		c.isolated = append(c.isolated, iso)
+		h, err := Start(Config{
+			Config: replica.Config{ID: id, N: n, R: r, Timeout: timeout},
+			Addrs:  addrs, Listener: l,
+			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+				if tcp {
+					var d net.Dialer
+					return d.DialContext(ctx, "tcp", addr)
+				}
+				conn, err := c.net.Dial(ctx, addr)
+				if err != nil {
+					return nil, err
+				}
+				return lossy{conn, iso}, nil
+			},
+			Apply: func(e replica.Entry) {
+				c.mu.Lock()
+				c.sums[id][e.Shard] += int(e.Data.([]byte)[0])
+				c.mu.Unlock()
+			},
+			TookOver: func(s []int) { took <- s },
+			Logf:     logf(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts = append(c.hosts, h)
+	}
+	t.Cleanup(func() {
+		for _, h := range c.hosts {
+			h.Close()
+		}
+	})
+	return c
+}
+
+func logf(t testing.TB) func(string, ...any) {
+	if _, ok := t.(*testing.B); ok {
+		return nil
+	}
+	return t.Logf
+}
+
+// lossy loses what is written while its ps is isolated.
+type lossy struct {
+	net.Conn
+	isolated *atomic.Bool
+}
+
+func (l lossy) Write(b []byte) (int, error) {
+	if l.isolated.Load() {
+		return len(b), nil
+	}
+	return l.Conn.Write(b)
+}
+
+// isolate cuts ps id off from the others both ways (or heals it).
+func (c *cluster) isolate(id int, on bool) {
+	c.isolated[id].Store(on)
+	addr := fmt.Sprintf("ps%d:7000", id)
+	if on {
+		c.net.Partition(addr)
+	} else {
+		c.net.Heal(addr)
+	}
+}
+
+func (c *cluster) sum(id, s int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sums[id][s]
+}
+
+// pushUntil pushes to ps id until it is acknowledged, retrying what a
+// worker retries (not the primary yet, catching up, no lease), and fails
+// the test after a minute.
+func pushUntil(t *testing.T, h *Host, s int, req replica.ReqID, v byte) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := h.Push(ctx, s, req, []byte{v})
+		cancel()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, replica.ErrNotPrimary) && !errors.Is(err, replica.ErrCatchingUp) && !errors.Is(err, replica.ErrNoLease) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("push %v to shard %d: %v", req, s, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("push %v to shard %d not acknowledged within a minute: last %v", req, s, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestKilledPrimaryOverMemnet: three ps over the in-memory network, two
+// copies; ps 0, primary of shard 0, dies (its listener killed, its
+// goroutines stopped) after its last push reached the backup. ps 1 takes
+// over after the failover timeout; the worker's retry of that
+// push is acknowledged without being applied again.
+func TestKilledPrimaryOverMemnet(t *testing.T) { testKilledPrimary(t, false) }
+
+// TestKilledPrimaryOverTCP is the same over loopback TCP: the killed ps's
+// listener and connections are closed, as its process's death would.
+func TestKilledPrimaryOverTCP(t *testing.T) { testKilledPrimary(t, true) }
+
+func testKilledPrimary(t *testing.T, tcp bool) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, tcp)
+	for i := 1; i <= 3; i++ {
+		pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: uint64(i)}, byte(i))
+	}
+	if got := c.sum(1, 0); got != 6 {
+		t.Fatalf("backup ps 1 holds shard 0 sum %d after 3 acknowledged pushes, want 6", got)
+	}
+	killed := time.Now()
+	if !tcp {
+		c.lis[0].Kill()
+	}
+	c.hosts[0].Close()
+	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: 3}, 3) // the worker never heard its ack
+	took := time.Since(killed)
+	select {
+	case s := <-c.took[1]:
+		if len(s) != 1 || s[0] != 0 {
+			t.Errorf("ps 1 took over shards %v, want [0]", s)
+		}
+	default:
+		t.Errorf("ps 1 acknowledged a push to shard 0 without taking it over")
+	}
+	if got := c.sum(1, 0); got != 6 {
+		t.Errorf("after the retry ps 1 holds shard 0 sum %d, want 6 (the retry applied once)", got)
+	}
+	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: 4}, 4)
+	if got := c.sum(1, 0); got != 10 {
+		t.Errorf("after a new push ps 1 holds shard 0 sum %d, want 10", got)
+	}
+	// Logged, not asserted: a wall-clock bound would fail on a loaded machine.
+	t.Logf("kill to the first acknowledged push: %v (failover timeout %v)", took.Round(time.Millisecond), timeout)
+}
+
+// TestPartitionedPrimaryOverMemnet: ps 0 is cut off from the network; it
+// stops acknowledging, ps 1 takes over, and once healed ps 0 refuses
+// pushes for good.
+func TestPartitionedPrimaryOverMemnet(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, false)
+	pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: 1}, 1)
+	c.isolate(0, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
+	err := c.hosts[0].Push(ctx, 0, replica.ReqID{Client: 0, N: 2}, []byte{2})
+	cancel()
+	if err == nil {
+		t.Fatalf("a partitioned primary acknowledged a push")
+	}
+	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: 2}, 2)
+	if got := c.sum(1, 0); got != 3 {
+		t.Errorf("ps 1 holds shard 0 sum %d, want 3", got)
+	}
+	c.isolate(0, false)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.hosts[0].Push(ctx, 0, replica.ReqID{Client: 0, N: 3}, []byte{3})
+		cancel()
+		if errors.Is(err, replica.ErrRemoved) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ps 0 healed still answers %v, want %v", err, replica.ErrRemoved)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// benchTCP16MiB is the baseline: 16 MiB written on a loopback TCP
+// connection and a byte answered, the least any shipping to a backup costs.
+func benchTCP16MiB(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	const size = 16 << 20
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, size)
+	var ack [1]byte
+	b.SetBytes(size)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, ack[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	<-done
+}
+
+// BenchmarkPush16MiB: one 16 MiB push acknowledged by ps 0 over loopback
+// TCP, with 1 copy (no replication: acknowledged at once) and 2 (shipped
+// to the backup, decoded, applied, answered). The difference is what
+// replication adds to a dense 16 MiB push in this shell.
+func BenchmarkPush16MiB(b *testing.B) {
+	b.Run("tcp", benchTCP16MiB)
+	benchPush(b, 16<<20)
+}
+
+// BenchmarkPush1KiB is the same for a small push: what replication adds
+// to each push's latency (a round trip to the backup and the loop's hops).
+func BenchmarkPush1KiB(b *testing.B) { benchPush(b, 1<<10) }
+
+func benchPush(b *testing.B, size int) {
+	for _, r := range []int{1, 2} {
+		b.Run(fmt.Sprintf("replicas=%d", r), func(b *testing.B) {
+			c := start(b, 3, r, time.Second, true)
+			data := make([]byte, size)
+			data[0] = 1
+			pushUntilB(b, c.hosts[0], replica.ReqID{Client: 0, N: 1}, data)
+			b.SetBytes(int64(len(data)))
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.hosts[0].Push(context.Background(), 0, replica.ReqID{Client: 0, N: uint64(i + 2)}, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			for _, h := range c.hosts {
+				h.Close()
+			}
+		})
+	}
+}
+
+func pushUntilB(b *testing.B, h *Host, req replica.ReqID, data []byte) {
+	deadline := time.Now().Add(time.Minute)
+	for h.Push(context.Background(), 0, req, data) != nil {
+		if time.Now().After(deadline) {
+			b.Fatal("no lease within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAggregateOverMemnet: a sync step by aggregate. The primary holds two
+// pushes (applying them to its own copy), logs the step's aggregate, and
+// both are acknowledged once the backup holds it. Then ps 0 dies mid-step:
+// the push it held but never logged is applied at ps 1, the one logged is
+// recognised.
+func TestAggregateOverMemnet(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, false)
+	hold := func(id int, req replica.ReqID, v int) (dup bool, wait func(context.Context) error) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			dup, wait, err := c.hosts[id].Hold(0, req)
+			if err == nil {
+				if !dup {
+					c.mu.Lock()
+					c.sums[id][0] += v // the primary's own copy
+					c.mu.Unlock()
+				}
+				return dup, wait
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hold %v at ps %d: %v", req, id, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, w1 := hold(0, replica.ReqID{Client: 0, N: 1}, 5)
+	_, w2 := hold(0, replica.ReqID{Client: 1, N: 1}, 7)
+	if err := c.hosts[0].Aggregate(0, []byte{12}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []func(context.Context) error{w1, w2} {
+		if err := w(ctx); err != nil {
+			t.Fatalf("the step's acknowledgement: %v", err)
+		}
+	}
+	if got := c.sum(1, 0); got != 12 {
+		t.Fatalf("backup ps 1 holds shard 0 sum %d, want 12 (the aggregate)", got)
+	}
+	hold(0, replica.ReqID{Client: 0, N: 2}, 1) // held, never logged
+	c.lis[0].Kill()
+	c.hosts[0].Close()
+	deadline := time.Now().Add(time.Minute)
+	for !c.hosts[1].Serving(0) {
+		if time.Now().After(deadline) {
+			t.Fatal("ps 1 did not take shard 0 over within a minute")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if dup, _ := hold(1, replica.ReqID{Client: 1, N: 1}, 7); !dup {
+		t.Errorf("a retry of a push logged with its aggregate was not recognised")
+	}
+	if dup, _ := hold(1, replica.ReqID{Client: 0, N: 2}, 1); dup {
+		t.Errorf("a push held at the dead primary but never logged was taken for a retry")
+	}
+	_, w3 := hold(1, replica.ReqID{Client: 1, N: 2}, 2)
+	if err := c.hosts[1].Aggregate(0, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w3(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.sum(1, 0); got != 15 {
+		t.Errorf("ps 1 holds shard 0 sum %d, want 15", got)
+	}
+}

@@ -1,0 +1,60 @@
+package shard
+
+import "fmt"
+
+// Replication after aggregation (docs/REPLICATION.md): in synchronous mode
+// a primary copy of a shard reports each completed step's averaged dense
+// gradients (Config.Aggregated), and a backup copy applies them with
+// ApplyAggregate instead of every worker's push. The rule then runs on the
+// same bytes at the same update count, so both copies hold the same bytes,
+// optimizer state included.
+
+func (s *Shard) aggregated() {
+	st := s.st
+	if cap(s.aggBuf) < len(st.order) {
+		s.aggBuf = make([][]float32, len(st.order))
+	}
+	grads := s.aggBuf[:len(st.order)]
+	for i, v := range st.order {
+		grads[i] = v.accum
+	}
+	s.cfg.Aggregated(st.tracker.Step()-1, grads)
+	clear(grads)
+}
+
+// ApplyAggregate applies a synchronous step's averaged dense gradients, one
+// per variable in layout order, as the primary copy's Aggregated reported
+// them for step, and moves to step+1. The shard must be synchronous, hold
+// no sparse tables (their aggregates are not replicated yet), be at step,
+// and have no gradients of that step accumulated.
+func (s *Shard) ApplyAggregate(step int64, grads [][]float32) error {
+	if s.st == nil {
+		return &Error{Kind: NotReady, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, ErrNotInitialized), Err: ErrNotInitialized}
+	}
+	st := s.st
+	switch {
+	case !st.layout.Sync:
+		return errorf(Invalid, "ps %d: an aggregate of step %d for an asynchronous shard: aggregates are replicated in sync mode only", s.cfg.Task, step)
+	case len(st.tableOrd) > 0:
+		return errorf(Invalid, "ps %d: an aggregate of step %d for a shard with %d sparse tables: not replicated by aggregate yet", s.cfg.Task, step, len(st.tableOrd))
+	case step != st.tracker.Step():
+		return errorf(Invalid, "ps %d: an aggregate of step %d, but this copy is at step %d", s.cfg.Task, step, st.tracker.Step())
+	case len(grads) != len(st.order):
+		return errorf(Invalid, "ps %d: an aggregate of %d variables, this shard holds %d", s.cfg.Task, len(grads), len(st.order))
+	}
+	if have, _, _ := st.tracker.Waiting(); have > 0 {
+		return errorf(Invalid, "ps %d: an aggregate of step %d, but %d gradients of it are accumulated here", s.cfg.Task, step, have)
+	}
+	for i, v := range st.order {
+		if len(grads[i]) != len(v.value) {
+			return errorf(Invalid, "ps %d: aggregate of %q has %d values, want %d", s.cfg.Task, v.name, len(grads[i]), len(v.value))
+		}
+	}
+	st.tracker.SetStep(step + 1)
+	for i, v := range st.order {
+		s.update(v, grads[i], nil)
+	}
+	s.maybeEvict()
+	s.version++
+	return nil
+}

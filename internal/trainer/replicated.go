@@ -1,0 +1,626 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/paramserv/paramserv/internal/replica"
+	"github.com/paramserv/paramserv/internal/replicate"
+	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// Replication configures replicated shards (--replicas, docs/REPLICATION.md).
+// Replicas <= 1 is today's cluster: none of this runs.
+type Replication struct {
+	Replicas        int
+	FailoverTimeout time.Duration
+	// Hosts are, for each ps p in order, Replicas addresses: where p's
+	// replication peer listens, then where p serves its copy of shard
+	// p-1, p-2, … (mod the number of ps).
+	Hosts []string
+}
+
+// Enabled reports whether shards are replicated.
+func (r Replication) Enabled() bool { return r.Replicas > 1 }
+
+// Check says what is wrong with r for a cluster of n ps.
+func (r Replication) Check(n int) error {
+	if !r.Enabled() {
+		return nil
+	}
+	if r.Replicas > n {
+		return fmt.Errorf("--replicas=%d with %d ps: want 1 to %d (no two copies of a shard on one ps)", r.Replicas, n, n)
+	}
+	if r.FailoverTimeout <= 0 {
+		return fmt.Errorf("--failover_timeout=%v: want > 0", r.FailoverTimeout)
+	}
+	if len(r.Hosts) != n*r.Replicas {
+		return fmt.Errorf("--replica_hosts: %d addresses, want %d (%d per ps: replication, then a copy of each earlier shard)", len(r.Hosts), n*r.Replicas, r.Replicas)
+	}
+	return nil
+}
+
+// copyAddr is where ps q serves its copy of shard s ("" for q's own shard,
+// which it serves at its ps address).
+func (r Replication) copyAddr(q, s, n int) string {
+	k := ((q-s)%n + n) % n
+	return r.Hosts[q*r.Replicas+k]
+}
+
+// copies are the addresses of shard s's copies in order of succession.
+func (r Replication) copies(s int, psAddrs []string) []string {
+	n := len(psAddrs)
+	out := []string{psAddrs[s]}
+	for _, q := range replica.Members(s, n, r.Replicas)[1:] {
+		out = append(out, r.copyAddr(q, s, n))
+	}
+	return out
+}
+
+// Entry kinds of the replicated log: a request applied by every copy.
+const (
+	entryInit byte = iota + 1
+	entryPush
+	entryDone
+)
+
+// Request ids: a push is (worker, step+1), since a worker's pushes to a
+// shard carry strictly increasing steps; Init and Done use clients of
+// their own, numbered by time.
+const (
+	initClient = 1 << 20
+	doneClient = 2 << 20
+)
+
+// replicatedCopy is one ps's copy of one shard, served at its own address:
+// the ps's own shard at its ps address, a copy of an earlier shard at its
+// copy address. Init, Push and Done go through the shard's log, so every
+// copy applies them in the same order; Pull is answered only by the
+// primary. Every other call is the copy's own (server.Server's).
+type replicatedCopy struct {
+	*server.Server
+	shard   int
+	host    *replicate.Host
+	timeout time.Duration
+
+	mu      sync.Mutex
+	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
+	conns   map[net.Conn]bool          // the workers' connections to this copy
+}
+
+// accepted tracks the connections l accepts, so that a copy that is not
+// the primary can send its workers back to it (dropConns).
+func (c *replicatedCopy) accepted(l net.Listener) net.Listener { return &trackingListener{l, c} }
+
+type trackingListener struct {
+	net.Listener
+	c *replicatedCopy
+}
+
+func (t *trackingListener) Accept() (net.Conn, error) {
+	conn, err := t.Listener.Accept()
+	if err == nil {
+		t.c.mu.Lock()
+		t.c.conns[conn] = true
+		t.c.mu.Unlock()
+		conn = &trackedConn{conn, t.c}
+	}
+	return conn, err
+}
+
+type trackedConn struct {
+	net.Conn
+	c *replicatedCopy
+}
+
+func (t *trackedConn) Close() error {
+	t.c.mu.Lock()
+	delete(t.c.conns, t.Conn)
+	t.c.mu.Unlock()
+	return t.Conn.Close()
+}
+
+// dropConns closes the workers' connections to this copy: a worker that
+// reached a copy while its primary was only slow (at start, or under
+// load) dials again, and its dialler tries the primary first.
+func (c *replicatedCopy) dropConns() {
+	c.mu.Lock()
+	conns := c.conns
+	c.conns = map[net.Conn]bool{}
+	c.mu.Unlock()
+	for conn := range conns {
+		conn.Close()
+	}
+}
+
+type applied struct {
+	resp proto.Message
+	err  error
+	done bool
+}
+
+// apply applies a log entry to this copy, in log order (the host's loop).
+func (c *replicatedCopy) apply(e replica.Entry) {
+	data, _ := e.Data.([]byte)
+	if len(data) == 0 {
+		return
+	}
+	ctx := context.Background()
+	var resp proto.Message
+	var err error
+	switch data[0] {
+	case entryInit:
+		req := &pb.InitRequest{}
+		if err = proto.Unmarshal(data[1:], req); err == nil {
+			resp, err = c.Server.Init(ctx, req)
+		}
+	case entryPush:
+		req := &pb.PushRequest{}
+		if err = proto.Unmarshal(data[1:], req); err == nil {
+			resp, err = c.Server.Push(ctx, req)
+		}
+	case entryDone:
+		req := &pb.DoneRequest{}
+		if err = proto.Unmarshal(data[1:], req); err == nil {
+			resp, err = c.Server.Done(ctx, req)
+		}
+	default:
+		err = fmt.Errorf("shard %d: log entry %d of unknown kind %d", c.shard, e.Seq, data[0])
+	}
+	c.mu.Lock()
+	for _, r := range e.Reqs {
+		if a := c.pending[r]; a != nil {
+			a.resp, a.err, a.done = resp, err, true
+		}
+	}
+	c.mu.Unlock()
+}
+
+// waitServing waits until this ps serves the shard as primary, for at
+// most three failover timeouts.
+func (c *replicatedCopy) waitServing(ctx context.Context) error {
+	deadline := time.Now().Add(3 * c.timeout)
+	for !c.host.Serving(c.shard) {
+		if time.Now().After(deadline) {
+			p := c.host.Primary(c.shard)
+			if p >= 0 {
+				go c.dropConns() // after this answer: the worker goes back to the primary
+			}
+			return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// propose logs a request and waits until every live copy holds it; it
+// returns this copy's result (nil, nil for a retry applied before).
+func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqID, req proto.Message) (proto.Message, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	a := &applied{}
+	c.mu.Lock()
+	c.pending[id] = a
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}()
+	if err := c.host.Push(ctx, c.shard, id, append([]byte{kind}, b...)); err != nil {
+		var np *replica.NotPrimaryError
+		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) {
+			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
+		}
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, status.Errorf(codes.Unavailable, "shard %d: replicating: %v", c.shard, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !a.done {
+		return nil, nil
+	}
+	return a.resp, a.err
+}
+
+func timeID(client int) replica.ReqID {
+	return replica.ReqID{Client: client, N: uint64(time.Now().UnixNano())}
+}
+
+func (c *replicatedCopy) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
+	resp, err := c.propose(ctx, entryInit, timeID(initClient+int(req.Worker)), req)
+	if err != nil || resp == nil {
+		if err == nil {
+			return c.Server.Init(ctx, req) // applied before: a repeated Init changes nothing
+		}
+		return nil, err
+	}
+	return resp.(*pb.InitResponse), nil
+}
+
+func (c *replicatedCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
+	resp, err := c.propose(ctx, entryDone, timeID(doneClient+int(req.Worker)), req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return &pb.DoneResponse{}, nil
+	}
+	return resp.(*pb.DoneResponse), nil
+}
+
+func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	resp, err := c.propose(ctx, entryPush, replica.ReqID{Client: int(req.Worker), N: uint64(req.Step) + 1}, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil { // a retry the log already holds
+		st, err := c.Server.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return &pb.PushResponse{GlobalStep: st.GlobalStep, Incarnation: st.Incarnation}, nil
+	}
+	return resp.(*pb.PushResponse), nil
+}
+
+func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	return c.Server.Pull(ctx, req)
+}
+
+func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
+	if req.Push == nil || req.Pull == nil {
+		return nil, status.Error(codes.InvalidArgument, "PushPull needs both push and pull")
+	}
+	pr, err := c.Push(ctx, req.Push)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Pull(ctx, req.Pull)
+	if err != nil {
+		return nil, err
+	}
+	resp.Push = pr
+	return resp, nil
+}
+
+// incarnations gives every copy of shard s the same incarnation ids: a
+// hash of the cluster and the shard, then one more per restore (restores
+// at start happen on every copy alike).
+func incarnations(psAddrs []string, s int) func() uint64 {
+	h := fnv.New64a()
+	for _, a := range psAddrs {
+		h.Write([]byte(a))
+		h.Write([]byte{0})
+	}
+	fmt.Fprintf(h, "shard %d", s)
+	base := h.Sum64() | 1
+	var k uint64
+	return func() uint64 { k++; return base + k }
+}
+
+// runReplicatedPS is RunPS with --replicas > 1: this ps serves its own
+// shard and a copy of each of the Replicas-1 shards before it, each at
+// its own address, and replicates through a replicate.Host. A ps that
+// learns it was removed exits (status 1); `paramserv local` restarts no
+// ps under --replicas, since a restarted ps would not be let back in
+// (re-replication is not built).
+func runReplicatedPS(ctx context.Context, cfg Config) error {
+	rc := cfg.Replication
+	psAddrs := cfg.Cluster.Spec.PS
+	n, me := len(psAddrs), cfg.Cluster.Task.Index
+	if err := rc.Check(n); err != nil {
+		return &ConfigError{Err: err}
+	}
+	listen := cfg.Listen
+	if listen == nil {
+		listen = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	var lis []net.Listener
+	defer func() {
+		for _, l := range lis {
+			l.Close()
+		}
+	}()
+	open := func(addr string) (net.Listener, error) {
+		l, err := listen(addr)
+		if err != nil {
+			return nil, &ConfigError{Err: &server.ListenError{Addr: addr, Err: err}}
+		}
+		lis = append(lis, l)
+		return l, nil
+	}
+	replAddrs := make([]string, n)
+	for q := range n {
+		replAddrs[q] = rc.Hosts[q*rc.Replicas]
+	}
+	replLis, err := open(replAddrs[me])
+	if err != nil {
+		return err
+	}
+	shards := replica.Shards(me, n, rc.Replicas)
+	copies := map[int]*replicatedCopy{}
+	for _, s := range shards {
+		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{},
+			Server: server.New(server.Config{
+				Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
+				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
+			})}
+		if _, err := copies[s].RestoreLatest(); err != nil {
+			return fmt.Errorf("ps %d: restoring shard %d from %s: %w", me, s, cfg.CheckpointDir, err)
+		}
+	}
+	// Start the node only once every peer listens, so that a slow start is
+	// not taken for a silence.
+	if err := waitPeers(ctx, cfg, replAddrs); err != nil {
+		return err
+	}
+	removed := make(chan struct{})
+	var removedOnce sync.Once
+	host, err := replicate.Start(replicate.Config{
+		Config: replica.Config{ID: me, N: n, R: rc.Replicas, Timeout: rc.FailoverTimeout},
+		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
+		Apply: func(e replica.Entry) {
+			if c := copies[e.Shard]; c != nil {
+				c.apply(e)
+			}
+		},
+		TookOver: func(ss []int) {
+			for _, s := range ss {
+				st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
+				cfg.Logf("ps %d took over shard %d at global step %d (failover)", me, s, st.GetGlobalStep())
+			}
+		},
+		Lost: func(ss []int) {
+			cfg.Logf("ps %d: every copy of shards %v is lost: the job cannot go on without them; the workers give up after --recovery_timeout, and a new job restores the last checkpoint", me, ss)
+		},
+		Logf: cfg.Logf,
+	})
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	for _, c := range copies {
+		c.host = host
+	}
+	go func() { // a removed ps stops serving for good
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(rc.FailoverTimeout / 4):
+			}
+			if removedFrom(host, me) {
+				removedOnce.Do(func() { close(removed) })
+				return
+			}
+		}
+	}()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(shards))
+	var gs []*grpc.Server
+	for _, s := range shards {
+		addr := cfg.Cluster.Addr()
+		if s != me {
+			addr = rc.copyAddr(me, s, n)
+		}
+		l, err := open(addr)
+		if err != nil {
+			return err
+		}
+		g := grpc.NewServer(server.GRPCOptions()...)
+		pb.RegisterParamServerServer(g, copies[s])
+		gs = append(gs, g)
+		go func() { errc <- g.Serve(copies[s].accepted(l)) }()
+		cfg.Logf("ps %d: serving shard %d on %s (%d copies, failover after %s)", me, s, l.Addr(), rc.Replicas, rc.FailoverTimeout)
+	}
+	defer func() {
+		for _, g := range gs {
+			g.Stop()
+		}
+	}()
+	allDone := make(chan struct{})
+	go func() {
+		for _, s := range shards {
+			select {
+			case <-copies[s].AllDone():
+			case <-sctx.Done():
+				return
+			}
+		}
+		close(allDone)
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("ps %d: grpc server: %w", me, err)
+	case <-allDone:
+		cfg.Logf("every worker has finished; shutting down")
+		time.Sleep(rc.FailoverTimeout / 2) // let the last acknowledgements reach the copies
+		return nil
+	case <-removed:
+		return fmt.Errorf("ps %d was removed from the cluster (its shards failed over to their copies); exiting without serving", me)
+	case <-ctx.Done():
+		st, _ := copies[me].Server.Status(context.Background(), &pb.StatusRequest{})
+		return &StoppedError{Task: me, Cause: context.Cause(ctx), Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(cfg.Cluster.Spec.Workers)}
+	}
+}
+
+// removedFrom reports whether this ps learned it was removed: it is no
+// longer the primary of its own shard while the ps it believes primary is
+// a later one.
+func removedFrom(h *replicate.Host, me int) bool {
+	p := h.Primary(me)
+	return p != me && p != -1
+}
+
+// waitPeers waits until every ps's replication address accepts a
+// connection, for at most --startup_timeout.
+func waitPeers(ctx context.Context, cfg Config, addrs []string) error {
+	dial := cfg.Dial
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
+	}
+	deadline := time.Now().Add(cfg.StartupTimeout)
+	for i, a := range addrs {
+		for {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			c, err := dial(dctx, a)
+			cancel()
+			if err == nil {
+				c.Close()
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("ps %d: ps %d's replication address %s did not answer within --startup_timeout=%s: %v", cfg.Cluster.Task.Index, i, a, cfg.StartupTimeout, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// failoverDial is a worker's dialler under --replicas: the connection for
+// ps s goes to the first copy of shard s that accepts it; a later copy is
+// tried only once the earlier have refused for the failover timeout. A
+// copy reached while its primary lives (a ps slow to start) answers
+// Unavailable after three timeouts and drops the connection, and the next
+// dial tries the primary first again.
+func failoverDial(cfg Config) func(ctx context.Context, addr string) (net.Conn, error) {
+	rc := cfg.Replication
+	base := cfg.Dial
+	if base == nil {
+		var d net.Dialer
+		base = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
+	}
+	byAddr := map[string][]string{}
+	for s, a := range cfg.Cluster.Spec.PS {
+		byAddr[a] = rc.copies(s, cfg.Cluster.Spec.PS)
+	}
+	var mu sync.Mutex
+	failingSince := map[string]time.Time{}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		cs := byAddr[addr]
+		if cs == nil {
+			return base(ctx, addr)
+		}
+		var firstErr error
+		for i, a := range cs {
+			dctx, cancel := context.WithTimeout(ctx, rc.FailoverTimeout)
+			c, err := base(dctx, a)
+			cancel()
+			mu.Lock()
+			if err == nil {
+				delete(failingSince, a)
+				mu.Unlock()
+				if i > 0 {
+					cfg.Logf("worker %d: shard %d: connected to its copy at %s (earlier copies do not answer)", cfg.Cluster.Task.Index, indexOf(cfg.Cluster.Spec.PS, addr), a)
+				}
+				return c, nil
+			}
+			t, ok := failingSince[a]
+			if !ok {
+				t = time.Now()
+				failingSince[a] = t
+			}
+			mu.Unlock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			if i+1 < len(cs) {
+				// Give this copy the failover timeout before the next: a
+				// copy takes over only after it (and answers meanwhile by
+				// waiting for the takeover).
+				if err := sleepCtx(ctx, time.Until(t.Add(rc.FailoverTimeout))); err != nil {
+					return nil, firstErr
+				}
+			}
+		}
+		return nil, firstErr
+	}
+}
+
+func indexOf(xs []string, x string) int {
+	for i, y := range xs {
+		if y == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// replicatedWorker prepares a worker's config for replicated shards:
+// dense models only for now, and connections that fail over.
+func replicatedWorker(cfg *Config, sparse bool) error {
+	if !cfg.Replication.Enabled() {
+		return nil
+	}
+	if sparse {
+		return &ConfigError{Err: fmt.Errorf("--replicas=%d: replicated shards hold dense variables only for now; model %s has sparse tables (use --replicas=1)", cfg.Replication.Replicas, cfg.Model)}
+	}
+	if err := cfg.Replication.Check(len(cfg.Cluster.Spec.PS)); err != nil {
+		return &ConfigError{Err: err}
+	}
+	cfg.Dial = failoverDial(*cfg)
+	return nil
+}
+
+func shardLogf(logf func(string, ...any), s int) func(string, ...any) {
+	return func(format string, args ...any) { logf("shard %d: "+format, append([]any{s}, args...)...) }
+}
+
+// resendAfterFailover sends a step's push and pull again, the same
+// gradients with the same request id, while the copies of a lost ps's
+// shards take over: a shard that applied the push recognises the resend,
+// the others apply it, so the step is applied once everywhere, as in the
+// job undisturbed. It gives up after --recovery_timeout, or on an error
+// no failover cures, returning the last error to the usual recovery.
+func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func() (int64, error)) (int64, error) {
+	start := time.Now()
+	lastLog := time.Time{}
+	for err != nil && retryable(err) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
+		if time.Since(lastLog) >= cfg.WaitLogEvery {
+			cfg.Logf("worker %d: at global step %d: %v; sending the step again while the shards fail over", cfg.Cluster.Task.Index, step, err)
+			lastLog = time.Now()
+		}
+		if serr := sleepCtx(ctx, 20*time.Millisecond); serr != nil {
+			return step, err
+		}
+		var s int64
+		s, err = send()
+		if err == nil {
+			cfg.Logf("worker %d: step %d acknowledged after failover, %s after the first failure", cfg.Cluster.Task.Index, step, time.Since(start).Round(time.Millisecond))
+			return s, nil
+		}
+	}
+	return step, err
+}

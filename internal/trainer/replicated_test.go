@@ -1,0 +1,51 @@
+package trainer
+
+import (
+	"slices"
+	"testing"
+)
+
+// The copies of each shard and where they are served: ps s at its ps
+// address, ps s+1 … at the copy addresses --replica_hosts gives them.
+func TestReplicationCopies(t *testing.T) {
+	ps := []string{"p0", "p1", "p2"}
+	r := Replication{Replicas: 2, FailoverTimeout: 1, Hosts: []string{"r0", "c0", "r1", "c1", "r2", "c2"}}
+	if err := r.Check(3); err != nil {
+		t.Fatal(err)
+	}
+	for s, want := range [][]string{{"p0", "c1"}, {"p1", "c2"}, {"p2", "c0"}} {
+		if got := r.copies(s, ps); !slices.Equal(got, want) {
+			t.Errorf("copies of shard %d: %v, want %v", s, got, want)
+		}
+	}
+	r3 := Replication{Replicas: 3, FailoverTimeout: 1, Hosts: []string{"r0", "a0", "b0", "r1", "a1", "b1", "r2", "a2", "b2"}}
+	// ps 1 holds shard 0 one after its primary (a1); ps 2 holds it two after (b2).
+	if got, want := r3.copies(0, ps), []string{"p0", "a1", "b2"}; !slices.Equal(got, want) {
+		t.Errorf("3 copies of shard 0: %v, want %v", got, want)
+	}
+	for _, bad := range []Replication{
+		{Replicas: 4, FailoverTimeout: 1, Hosts: make([]string, 12)},
+		{Replicas: 2, FailoverTimeout: 0, Hosts: make([]string, 6)},
+		{Replicas: 2, FailoverTimeout: 1, Hosts: make([]string, 5)},
+	} {
+		if bad.Check(3) == nil {
+			t.Errorf("%+v accepted for 3 ps", bad)
+		}
+	}
+	if (Replication{Replicas: 1}).Enabled() {
+		t.Error("--replicas=1 enabled replication")
+	}
+}
+
+// Every copy of a shard gets the same incarnations, in the same order;
+// another shard gets others.
+func TestReplicationIncarnations(t *testing.T) {
+	ps := []string{"a:1", "b:2"}
+	a, b, other := incarnations(ps, 0), incarnations(ps, 0), incarnations(ps, 1)
+	for range 3 {
+		x, y, z := a(), b(), other()
+		if x != y || x == z || x == 0 {
+			t.Fatalf("incarnations %d, %d (same shard), %d (other shard)", x, y, z)
+		}
+	}
+}
