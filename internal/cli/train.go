@@ -52,6 +52,7 @@ type trainFlags struct {
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
 	telemetry                                *telemetryFlags
 	perf                                     *perfFlags
+	data                                     *dataFlags // streamed data (flags_data.go)
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -113,6 +114,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.models = defineModelFlags(fs)
 	f.telemetry = defineTelemetryFlags(fs)
 	f.perf = definePerfFlags(fs)
+	f.data = defineDataFlags(fs)
 	return f
 }
 
@@ -198,6 +200,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.data.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.telemetry.checkSummaries(); err != nil {
