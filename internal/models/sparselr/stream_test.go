@@ -186,3 +186,22 @@ func TestStreamedEvaluateMatchesLoaded(t *testing.T) {
 		}
 	}
 }
+
+// A malformed line met while streaming stops training with its file and
+// line, as the loading reader does.
+func TestStreamedBadLineNamesFileAndLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "train.svm")
+	if err := os.WriteFile(path, []byte("+1 1:1\n-1 2:x\n+1 3:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := newStreamed(t, path, 2, 1)
+	var err error
+	for range 3 {
+		if _, err = m.NextBatch(); err != nil {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), path+":2:") {
+		t.Fatalf("got %v; want an error naming %s:2", err, path)
+	}
+}
