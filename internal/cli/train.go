@@ -50,9 +50,9 @@ type trainFlags struct {
 	ignored                                  map[string]*string
 	tls                                      *tlsFlags
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
+	data                                     *dataFlags  // streamed data (flags_data.go)
 	telemetry                                *telemetryFlags
 	perf                                     *perfFlags
-	data                                     *dataFlags // streamed data (flags_data.go)
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -196,13 +196,13 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.checkRanges(); err != nil {
 		return cfg, err
 	}
+	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
 	if err := f.telemetry.check(); err != nil {
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {
-		return cfg, err
-	}
-	if err := f.data.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.telemetry.checkSummaries(); err != nil {
