@@ -196,10 +196,10 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.checkRanges(); err != nil {
 		return cfg, err
 	}
-	if err := f.data.apply(&cfg); err != nil {
+	if err := f.telemetry.check(); err != nil {
 		return cfg, err
 	}
-	if err := f.telemetry.check(); err != nil {
+	if err := f.data.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {
