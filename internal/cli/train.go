@@ -54,6 +54,7 @@ type trainFlags struct {
 	ignored                                  map[string]*string
 	tls                                      *tlsFlags
 	models                                   *modelFlags // the public-API models' own (flags_models.go)
+	data                                     *dataFlags  // streamed data (flags_data.go)
 	telemetry                                *telemetryFlags
 	perf                                     *perfFlags
 	rep                                      *replicaFlags
@@ -119,6 +120,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.models = defineModelFlags(fs)
 	f.telemetry = defineTelemetryFlags(fs)
 	f.perf = definePerfFlags(fs)
+	f.data = defineDataFlags(fs)
 	return f
 }
 
@@ -209,6 +211,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.telemetry.check(); err != nil {
+		return cfg, err
+	}
+	if err := f.data.apply(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {

@@ -74,6 +74,10 @@ type Config struct {
 	SkipBadLines        bool   // skip and count malformed lines instead of failing
 	MinCount            int64  // sparse tables: admission threshold
 	EvictAfterSteps     int64  // sparse tables: eviction of idle rows
+	// ShuffleBuffer > 0 streams the training files (sparse_lr): rows are
+	// read in the background, pass after pass, and shuffled within a
+	// buffer of this many rows instead of loading the whole part.
+	ShuffleBuffer int
 	// Logf receives the model's own log lines (data loaded, skipped lines); nil discards.
 	Logf func(format string, args ...any)
 }

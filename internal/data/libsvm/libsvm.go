@@ -294,7 +294,13 @@ func ReadPart(path string, worker, numWorkers int, opts Options) (*sparse.Datase
 // ReadFiles reads this worker's examples of several files, in order, into
 // one Dataset. Lines are numbered for the partition across all the files.
 func ReadFiles(paths []string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	return sparse.LoadFiles(paths, func(r io.Reader, name string, first int64) (sparse.Source, error) {
+	return sparse.LoadFiles(paths, Opener(opts))
+}
+
+// Opener returns the sparse.Opener of files read with opts, for
+// sparse.LoadFiles and sparse.NewStream.
+func Opener(opts Options) sparse.Opener {
+	return func(r io.Reader, name string, first int64) (sparse.Source, error) {
 		return newReader(r, name, opts, first)
-	})
+	}
 }

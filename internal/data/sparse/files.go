@@ -32,20 +32,11 @@ func LoadFiles(paths []string, open Opener) (*Dataset, Stats, error) {
 }
 
 func loadFile(d *Dataset, path string, firstIndex int64, open Opener) (Stats, error) {
-	f, err := os.Open(path)
+	f, r, err := openFile(path)
 	if err != nil {
 		return Stats{}, err
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(path, ".gz") {
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			return Stats{}, fmt.Errorf("sparse: %s: %w", path, err)
-		}
-		defer zr.Close()
-		r = zr
-	}
 	src, err := open(r, path, firstIndex)
 	if err != nil {
 		return Stats{}, err
@@ -60,4 +51,35 @@ func loadFile(d *Dataset, path string, firstIndex int64, open Opener) (Stats, er
 		}
 		d.Append(ex)
 	}
+}
+
+// openFile opens path for reading, through gzip when its name ends in
+// ".gz". Closing the returned closer closes both.
+func openFile(path string) (io.Closer, io.Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !strings.HasSuffix(path, ".gz") {
+		return f, f, nil
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("sparse: %s: %w", path, err)
+	}
+	return gzCloser{zr, f}, zr, nil
+}
+
+type gzCloser struct {
+	zr *gzip.Reader
+	f  *os.File
+}
+
+func (c gzCloser) Close() error {
+	err := c.zr.Close()
+	if e := c.f.Close(); err == nil {
+		err = e
+	}
+	return err
 }

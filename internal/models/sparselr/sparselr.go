@@ -7,10 +7,12 @@ package sparselr
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +34,13 @@ type Model struct {
 	cfg   model.Config
 	train *sparse.Dataset
 	test  *sparse.Dataset // loaded by Evaluate, on the chief
+
+	// With --shuffle_buffer, the training part is streamed instead (train
+	// stays nil), from these files through this worker's partition.
+	stream *sparse.Stream
+	paths  []string
+	part   sparse.Partition
+
 	rng   *rand.Rand
 	order []int
 	next  int
@@ -43,7 +52,8 @@ type Model struct {
 }
 
 type batch struct {
-	examples []int
+	examples []int          // indices into train, when the data is loaded
+	rows     sparse.Dataset // the batch's own rows, when it is streamed
 	keys     []uint64
 	slots    []int32 // for each nonzero of each example, in order, its key's index in keys
 }
@@ -87,6 +97,22 @@ func New(cfg model.Config) (*Model, error) {
 			}
 		}
 		paths, part = mine, sparse.Partition{}
+	}
+	if cfg.ShuffleBuffer > 0 {
+		opener, err := openerPart(cfg, part)
+		if err != nil {
+			return nil, fmt.Errorf("sparse_lr: %w", err)
+		}
+		m.paths, m.part = paths, part
+		m.stream, err = sparse.NewStream(sparse.StreamConfig{
+			Paths: paths, Open: opener, ShuffleBuffer: cfg.ShuffleBuffer,
+			Seed: uint64(cfg.Seed)<<16 ^ uint64(cfg.Worker),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sparse_lr: %w", err)
+		}
+		cfg.Logf("sparse_lr: worker %d streams its part of %d file(s), pass after pass until --train_steps, shuffling within %d rows", cfg.Worker, len(paths), cfg.ShuffleBuffer)
+		return m, nil
 	}
 	ds, st, err := read(cfg, paths, part)
 	if err != nil {
@@ -213,6 +239,18 @@ func read(cfg model.Config, paths []string, part sparse.Partition) (*sparse.Data
 	return nil, sparse.Stats{}, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
 }
 
+// openerPart is read's opener of one file, for streaming.
+func openerPart(cfg model.Config, part sparse.Partition) (sparse.Opener, error) {
+	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
+	switch cfg.InputFormat {
+	case "", "libsvm":
+		return libsvm.Opener(libsvm.Options{NumFeatures: cfg.NumFeatures, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part}), nil
+	case "criteo":
+		return criteo.Opener(criteo.Options{IntFields: cfg.IntFields, CatFields: cfg.CatFields, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part}), nil
+	}
+	return nil, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
+}
+
 // Variables: the dense bias.
 func (m *Model) Variables() []model.Variable {
 	return []model.Variable{{Name: Bias, Shape: []int{1}}}
@@ -232,22 +270,34 @@ func (m *Model) ComputeGradients(model.Params, model.Params) (float64, error) {
 	return 0, errors.New("sparse_lr: a sparse model is trained through SparseGradients")
 }
 
-// NextBatch draws the next batch (shuffled order, a new shuffle each epoch)
-// and returns its distinct keys.
+// NextBatch draws the next batch (shuffled order, a new shuffle each epoch;
+// or, streaming, the next rows of the stream) and returns its distinct keys.
 func (m *Model) NextBatch() ([][]uint64, error) {
 	m.prev, m.cur = m.cur, m.prev
 	b := &m.cur
 	b.examples, b.keys, b.slots = b.examples[:0], b.keys[:0], b.slots[:0]
+	b.rows.Labels, b.rows.Offsets, b.rows.Keys, b.rows.Vals = b.rows.Labels[:0], b.rows.Offsets[:0], b.rows.Keys[:0], b.rows.Vals[:0]
 	clear(m.pos)
 	for range m.cfg.BatchSize {
-		if m.next == len(m.order) {
-			m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
-			m.next = 0
+		var keys []uint64
+		if m.stream != nil {
+			ex, err := m.stream.Next() // never io.EOF: the stream has no last pass
+			if err != nil {
+				return nil, fmt.Errorf("sparse_lr: %w", err)
+			}
+			b.rows.Append(ex)
+			keys = ex.Keys
+		} else {
+			if m.next == len(m.order) {
+				m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
+				m.next = 0
+			}
+			i := m.order[m.next]
+			m.next++
+			b.examples = append(b.examples, i)
+			keys = m.train.At(i).Keys
 		}
-		i := m.order[m.next]
-		m.next++
-		b.examples = append(b.examples, i)
-		for _, k := range m.train.At(i).Keys {
+		for _, k := range keys {
 			p, ok := m.pos[k]
 			if !ok {
 				p = int32(len(b.keys))
@@ -258,6 +308,28 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 		}
 	}
 	return [][]uint64{b.keys}, nil
+}
+
+// size is the number of examples of batch b, and at its n-th.
+func (m *Model) size(b *batch) int {
+	if m.stream != nil {
+		return b.rows.Len()
+	}
+	return len(b.examples)
+}
+
+func (m *Model) at(b *batch, n int) sparse.Example {
+	if m.stream != nil {
+		return b.rows.At(n)
+	}
+	return m.train.At(b.examples[n])
+}
+
+// Close stops the background reader of a streamed data set.
+func (m *Model) Close() {
+	if m.stream != nil {
+		m.stream.Close()
+	}
 }
 
 // SparseGradients: the batch's mean log loss, and the gradient of its
@@ -271,10 +343,10 @@ func (m *Model) SparseGradients(params, grads model.Params, rows, rowGrads [][]f
 	clear(gw)
 	bias := float64(params[Bias][0])
 	var loss, gb float64
-	n := float64(len(b.examples))
+	n := float64(m.size(b))
 	s := 0
-	for _, i := range b.examples {
-		ex := m.train.At(i)
+	for e := range m.size(b) {
+		ex := m.at(b, e)
 		z := bias
 		for j := range ex.Keys {
 			z += float64(w[b.slots[s+j]]) * float64(ex.Vals[j])
@@ -314,6 +386,9 @@ func (m *Model) Evaluate(model.Params) (map[string]float64, error) {
 // weights: log loss, accuracy and AUC. Without test data it scores this
 // worker's training part.
 func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
+	if m.stream != nil {
+		return m.evaluateStreamed(params, lookup)
+	}
 	ds := m.train
 	what := "train"
 	if m.cfg.TestData != "" {
@@ -365,5 +440,91 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 		"loss":             metrics.LogLoss(labels, probs),
 		what + "_examples": float64(ds.Len()),
 		"distinct_keys":    float64(len(keys)),
+	}, nil
+}
+
+// evaluateStreamed scores a streamed model: the test files, or this
+// worker's part of the training files, read once in chunks of rows, so
+// that no more than a chunk is held (beside one label and probability per
+// row, for the AUC). It reports no distinct_keys, which would need every
+// key at once.
+func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
+	paths, part, what := m.paths, m.part, "train"
+	if m.cfg.TestData != "" {
+		var err error
+		if paths, err = resolve(m.cfg.TestData, m.cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
+		}
+		part, what = sparse.Partition{}, "test"
+	}
+	opener, err := openerPart(m.cfg, part)
+	if err != nil {
+		return nil, fmt.Errorf("sparse_lr: %w", err)
+	}
+	const chunk = 1 << 16
+	st, err := sparse.NewStream(sparse.StreamConfig{Paths: paths, Open: opener, Epochs: 1, ShuffleBuffer: 1, ChunkRows: 4096})
+	if err != nil {
+		return nil, fmt.Errorf("sparse_lr: %w", err)
+	}
+	defer st.Close()
+	var (
+		labels []float32
+		probs  []float64
+		d      sparse.Dataset
+		keys   []uint64
+		w      []float32
+	)
+	pos := make(map[uint64]int32)
+	bias := float64(params[Bias][0])
+	score := func() error {
+		clear(pos)
+		keys = keys[:0]
+		for _, k := range d.Keys {
+			if _, ok := pos[k]; !ok {
+				pos[k] = int32(len(keys))
+				keys = append(keys, k)
+			}
+		}
+		w = slices.Grow(w[:0], len(keys))[:len(keys)]
+		if err := lookup(0, keys, w); err != nil {
+			return err
+		}
+		for i := range d.Len() {
+			ex := d.At(i)
+			z := bias
+			for j, k := range ex.Keys {
+				z += float64(w[pos[k]]) * float64(ex.Vals[j])
+			}
+			labels, probs = append(labels, ex.Label), append(probs, sigmoid(z))
+		}
+		d.Labels, d.Offsets, d.Keys, d.Vals = d.Labels[:0], d.Offsets[:0], d.Keys[:0], d.Vals[:0]
+		return nil
+	}
+	for {
+		ex, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sparse_lr: %w", err)
+		}
+		d.Append(ex)
+		if d.Len() == chunk {
+			if err := score(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if d.Len() > 0 {
+		if err := score(); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]float64{
+		what + "_log_loss": metrics.LogLoss(labels, probs),
+		what + "_accuracy": metrics.Accuracy(labels, probs),
+		what + "_auc":      metrics.AUC(labels, probs),
+		"loss":             metrics.LogLoss(labels, probs),
+		what + "_examples": float64(len(labels)),
 	}, nil
 }

@@ -27,8 +27,8 @@ func newModel(t *testing.T, lines string, batch int) *Model {
 func summedLoss(m *Model, bias float64, w []float32) float64 {
 	var loss float64
 	s := 0
-	for _, i := range m.cur.examples {
-		ex := m.train.At(i)
+	for e := range m.size(&m.cur) {
+		ex := m.at(&m.cur, e)
 		z := bias
 		for j := range ex.Keys {
 			z += float64(w[m.cur.slots[s+j]]) * float64(ex.Vals[j])
