@@ -73,7 +73,7 @@ func TestTrainHelpGroups(t *testing.T) {
 		last = i
 	}
 	for _, want := range []string{
-		"--train_steps=N\n      stop when the global step reaches this (default: the model's: ", "linreg 3000, mnist ", "mf 15000",
+		"--train_steps=N\n      stop when the global step reaches this (default: the model's: ", "linreg 3000", "mnist 10000", "mf 15000",
 		"--startup_timeout=DURATION\n", "(default 5m0s)",
 		"--save_model_secs=SECONDS|DURATION\n",
 		"--batch_size=N\n      examples per batch on each worker (default 100)",

@@ -228,8 +228,16 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 			}
 			r := readResultFile(t, res)
 			w, b := *r.Weight, *r.Bias
-			if r.GlobalStep < steps || (tc.sync && r.GlobalStep != steps) || math.Abs(w-2) > 0.05 || math.Abs(b-10) > 0.1 {
-				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±0.05, 10±0.1", r.GlobalStep, w, b, steps)
+			// Asynchronous steps of two workers leave the last iterate noisier
+			// (±0.07 seen under -race with both workers training from the
+			// start), so their weight bound is wider; a rollback to the
+			// initial values or a lost shard is still far outside it.
+			wtol := 0.05
+			if !tc.sync {
+				wtol = 0.1
+			}
+			if r.GlobalStep < steps || (tc.sync && r.GlobalStep != steps) || math.Abs(w-2) > wtol || math.Abs(b-10) > 0.1 {
+				t.Fatalf("global step %d, weight %.4f, bias %.4f; want %d, 2±%g, 10±0.1", r.GlobalStep, w, b, steps, wtol)
 			}
 		})
 	}
