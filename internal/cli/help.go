@@ -52,7 +52,7 @@ var flagGroups = map[string]string{
 	// local's own
 	"restart_ps": groupRecovery, "restart_workers": groupRecovery, "max_restarts": groupRecovery,
 
-	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel,
+	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel, "validation_data": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
 	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
 
@@ -90,7 +90,7 @@ var flagPlaceholders = map[string]string{
 	"ps_hosts": "HOST:PORT,...", "worker_hosts": "HOST:PORT,...", "job_name": "ps|worker",
 	"save_model_secs": "SECONDS|DURATION", "split_bytes": "BYTES",
 	"input_format": "libsvm|criteo", "sync_on_timeout": "fail|proceed",
-	"train_data": "FILE,...", "test_data": "FILE,...", "data_dir": "DIR", "checkpoint_dir": "DIR",
+	"train_data": "FILE,...", "test_data": "FILE,...", "validation_data": "FILE,...", "data_dir": "DIR", "checkpoint_dir": "DIR",
 	"result_file": "FILE", "dir": "DIR", "out": "DIR",
 	"tls_cert": "FILE", "tls_key": "FILE", "tls_ca": "FILE", "tls_dir": "DIR", "auth_token_file": "FILE",
 	"metrics_addr": "HOST:PORT", "summary_dir": "DIR", "log_format": "text|json",

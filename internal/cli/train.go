@@ -58,6 +58,7 @@ type trainFlags struct {
 	telemetry                                *telemetryFlags
 	perf                                     *perfFlags
 	rep                                      *replicaFlags
+	validation                               *validationFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -121,6 +122,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.telemetry = defineTelemetryFlags(fs)
 	f.perf = definePerfFlags(fs)
 	f.data = defineDataFlags(fs)
+	f.validation = defineValidationFlags(fs)
 	return f
 }
 
@@ -214,6 +216,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.validation.apply(&cfg, f.model); err != nil {
 		return cfg, err
 	}
 	if err := f.perf.apply(&cfg); err != nil {

@@ -78,6 +78,9 @@ type Config struct {
 	// read in the background, pass after pass, and shuffled within a
 	// buffer of this many rows instead of loading the whole part.
 	ShuffleBuffer int
+	// ValidationData (sparse_lr): files the chief scores every
+	// --steps_to_validate local steps; never a training or test file.
+	ValidationData string
 	// Logf receives the model's own log lines (data loaded, skipped lines); nil discards.
 	Logf func(format string, args ...any)
 }

@@ -9,3 +9,11 @@ type Validator interface {
 	// val_cross_entropy and val_accuracy.
 	Validate(params Params) (map[string]float64, error)
 }
+
+// SparseValidator is a SparseModel that can score its parameters on
+// validation data while training goes on, as a Validator: lookup reads
+// rows of table t (index into Tables) from the ps. A model with no
+// validation data returns no metrics and no error.
+type SparseValidator interface {
+	ValidateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
+}

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/paramserv/paramserv/internal/model"
 )
 
 // Observer is told what a worker's training loop does, for metrics and
@@ -48,12 +46,17 @@ func (nopObserver) Recovery(error)                                     {}
 func (nopObserver) Final(int64, map[string]float64)                    {}
 func (nopObserver) Validated(int64, map[string]float64)                {}
 
-// validate scores params on the model's validation data, logs the metrics
-// and tells the observer. A failure is logged: training goes on.
-func validate(cfg Config, v model.Validator, params model.Params, step int64) {
-	metrics, err := v.Validate(params)
+// validate scores the parameters on the model's validation data (score:
+// a Validator's or a SparseValidator's call), logs the metrics and tells
+// the observer. A failure is logged: training goes on. No metrics (no
+// validation data) log nothing.
+func validate(cfg Config, step int64, score func() (map[string]float64, error)) {
+	metrics, err := score()
 	if err != nil {
 		cfg.Logf("worker %d: validation at global step %d failed: %v", cfg.Cluster.Task.Index, step, err)
+		return
+	}
+	if len(metrics) == 0 {
 		return
 	}
 	keys := make([]string, 0, len(metrics))

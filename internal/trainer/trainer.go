@@ -617,6 +617,9 @@ type loopStats struct {
 	loss                 float64
 	compute, comm        time.Duration
 	lastCompute          time.Duration // the last step's computing
+	// lookup reads rows from the ps for a sparse model's validation (set
+	// by sparseLoop).
+	lookup func(t int, keys []uint64, out []float32) error
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
@@ -805,7 +808,10 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 	if st.local%cfg.StepsToValidate == 0 {
 		cfg.Logf("%s", m.Progress(st.local, st.step, params, st.loss))
 		if v, ok := m.(model.Validator); ok && cfg.Cluster.IsChief() {
-			validate(cfg, v, params, st.step)
+			validate(cfg, st.step, func() (map[string]float64, error) { return v.Validate(params) })
+		}
+		if v, ok := m.(model.SparseValidator); ok && cfg.Cluster.IsChief() && st.lookup != nil {
+			validate(cfg, st.step, func() (map[string]float64, error) { return v.ValidateSparse(params, st.lookup) })
 		}
 	}
 	return st.step, sv.maybe(ctx, st.step)
@@ -816,6 +822,10 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 // next batch's keys.
 func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel, params model.Params, sv *saver, st *loopStats) error {
 	tables := m.Tables()
+	st.lookup = func(t int, keys []uint64, out []float32) error {
+		_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)
+		return err
+	}
 	grads := model.NewParams(m.Variables())
 	keys, err := m.NextBatch()
 	if err != nil {

@@ -35,6 +35,11 @@ type Model struct {
 	train *sparse.Dataset
 	test  *sparse.Dataset // loaded by Evaluate, on the chief
 
+	// --validation_data: its files, and (loaded data) the data set, read
+	// by the chief's first validation.
+	valPaths []string
+	val      *sparse.Dataset
+
 	// With --shuffle_buffer, the training part is streamed instead (train
 	// stays nil), from these files through this worker's partition.
 	stream *sparse.Stream
@@ -85,7 +90,22 @@ func New(cfg model.Config) (*Model, error) {
 			return nil, err
 		}
 	}
-	m := &Model{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
+	var valPaths []string
+	if cfg.ValidationData != "" {
+		if valPaths, err = resolve(cfg.ValidationData, cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("sparse_lr: --validation_data: %w", err)
+		}
+		if err := disjointFrom("--train_data", cfg.TrainData, paths, "--validation_data", cfg.ValidationData, valPaths); err != nil {
+			return nil, err
+		}
+		if cfg.TestData != "" {
+			test, _ := resolve(cfg.TestData, cfg.DataDir)
+			if err := disjointFrom("--test_data", cfg.TestData, test, "--validation_data", cfg.ValidationData, valPaths); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m := &Model{cfg: cfg, valPaths: valPaths, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
 	// With at least as many files as workers, each worker takes whole files;
 	// otherwise every worker takes every NumWorkers-th line of all files.
 	part := sparse.Partition{Worker: cfg.Worker, NumWorkers: cfg.NumWorkers}
@@ -168,6 +188,25 @@ func disjoint(trainData, testData string, train, test []string) error {
 					same = trainAbs + ", the same file as " + testAbs
 				}
 				return fmt.Errorf("sparse_lr: --train_data=%s reads the --test_data=%s file (%s): a model must not be tested on data it trained on; name the training files alone (e.g. a9a/a9a, not the directory a9a, which holds a9a.t too)", trainData, testData, same)
+			}
+		}
+	}
+	return nil
+}
+
+// disjointFrom refuses validation files that are also training or test
+// files (os.SameFile): validation measures data the model never trained
+// on, and the test set is kept for the end.
+func disjointFrom(flagA, listA string, a []string, flagB, listB string, b []string) error {
+	for _, x := range b {
+		xi, err := os.Stat(x)
+		if err != nil {
+			continue
+		}
+		for _, y := range a {
+			if yi, err := os.Stat(y); err == nil && os.SameFile(xi, yi) {
+				abs, _ := filepath.Abs(x)
+				return fmt.Errorf("sparse_lr: %s=%s reads the %s=%s file %s: validation data must be a file of its own, neither trained nor tested on", flagB, listB, flagA, listA, abs)
 			}
 		}
 	}
@@ -405,7 +444,70 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 		}
 		ds, what = m.test, "test"
 	}
-	// The distinct keys of the data, pulled in chunks.
+	r, keys, err := score(ds, params, lookup)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{
+		what + "_log_loss": r.logLoss,
+		what + "_accuracy": r.accuracy,
+		what + "_auc":      r.auc,
+		"loss":             r.logLoss,
+		what + "_examples": float64(r.n),
+		"distinct_keys":    float64(keys),
+	}, nil
+}
+
+// ValidateSparse scores the --validation_data files (model.SparseValidator):
+// val_log_loss, val_accuracy and val_auc. Without them it returns nothing.
+// The rows are read from the ps as a training pull reads them, so with
+// --min_count or --evict_after_steps the reads count as touches.
+func (m *Model) ValidateSparse(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
+	if len(m.valPaths) == 0 {
+		return nil, nil
+	}
+	var r scores
+	if m.stream != nil {
+		// Streamed training: the validation files are streamed too, a
+		// chunk at a time, at every validation.
+		var err error
+		if r, err = m.scoreFiles(m.valPaths, sparse.Partition{}, params, lookup); err != nil {
+			return nil, err
+		}
+	} else {
+		if m.val == nil {
+			val, st, err := read(m.cfg, m.valPaths, sparse.Partition{})
+			if err != nil {
+				return nil, fmt.Errorf("sparse_lr: --validation_data: %w", err)
+			}
+			if val.Len() == 0 {
+				return nil, fmt.Errorf("sparse_lr: --validation_data=%s holds no examples", m.cfg.ValidationData)
+			}
+			m.cfg.Logf("sparse_lr: validating on %d examples of %s (%d lines skipped)", val.Len(), strings.Join(m.valPaths, ", "), st.Skipped)
+			m.val = val
+		}
+		var err error
+		if r, _, err = score(m.val, params, lookup); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]float64{"val_log_loss": r.logLoss, "val_accuracy": r.accuracy, "val_auc": r.auc}, nil
+}
+
+// scores are the metrics of a data set's predictions.
+type scores struct {
+	logLoss, accuracy, auc float64
+	n                      int
+}
+
+func scoresOf(labels []float32, probs []float64) scores {
+	return scores{logLoss: metrics.LogLoss(labels, probs), accuracy: metrics.Accuracy(labels, probs), auc: metrics.AUC(labels, probs), n: len(labels)}
+}
+
+// score predicts every example of ds with the weights of its distinct keys
+// (pulled in chunks) and params' bias; it also returns the number of
+// distinct keys.
+func score(ds *sparse.Dataset, params model.Params, lookup func(int, []uint64, []float32) error) (scores, int, error) {
 	pos := make(map[uint64]int32)
 	var keys []uint64
 	for _, k := range ds.Keys {
@@ -419,7 +521,7 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 	for lo := 0; lo < len(keys); lo += chunk {
 		hi := min(lo+chunk, len(keys))
 		if err := lookup(0, keys[lo:hi], w[lo:hi]); err != nil {
-			return nil, err
+			return scores{}, 0, err
 		}
 	}
 	labels := make([]float32, ds.Len())
@@ -433,21 +535,12 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 		}
 		labels[i], probs[i] = ex.Label, sigmoid(z)
 	}
-	return map[string]float64{
-		what + "_log_loss": metrics.LogLoss(labels, probs),
-		what + "_accuracy": metrics.Accuracy(labels, probs),
-		what + "_auc":      metrics.AUC(labels, probs),
-		"loss":             metrics.LogLoss(labels, probs),
-		what + "_examples": float64(ds.Len()),
-		"distinct_keys":    float64(len(keys)),
-	}, nil
+	return scoresOf(labels, probs), len(keys), nil
 }
 
 // evaluateStreamed scores a streamed model: the test files, or this
-// worker's part of the training files, read once in chunks of rows, so
-// that no more than a chunk is held (beside one label and probability per
-// row, for the AUC). It reports no distinct_keys, which would need every
-// key at once.
+// worker's part of the training files. It reports no distinct_keys, which
+// would need every key at once.
 func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
 	paths, part, what := m.paths, m.part, "train"
 	if m.cfg.TestData != "" {
@@ -457,14 +550,31 @@ func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64,
 		}
 		part, what = sparse.Partition{}, "test"
 	}
+	r, err := m.scoreFiles(paths, part, params, lookup)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{
+		what + "_log_loss": r.logLoss,
+		what + "_accuracy": r.accuracy,
+		what + "_auc":      r.auc,
+		"loss":             r.logLoss,
+		what + "_examples": float64(r.n),
+	}, nil
+}
+
+// scoreFiles scores part of the files, read once in chunks of rows, so
+// that no more than a chunk is held (beside one label and probability per
+// row, for the AUC).
+func (m *Model) scoreFiles(paths []string, part sparse.Partition, params model.Params, lookup func(int, []uint64, []float32) error) (scores, error) {
 	opener, err := openerPart(m.cfg, part)
 	if err != nil {
-		return nil, fmt.Errorf("sparse_lr: %w", err)
+		return scores{}, fmt.Errorf("sparse_lr: %w", err)
 	}
 	const chunk = 1 << 16
 	st, err := sparse.NewStream(sparse.StreamConfig{Paths: paths, Open: opener, Epochs: 1, ShuffleBuffer: 1, ChunkRows: 4096})
 	if err != nil {
-		return nil, fmt.Errorf("sparse_lr: %w", err)
+		return scores{}, fmt.Errorf("sparse_lr: %w", err)
 	}
 	defer st.Close()
 	var (
@@ -506,25 +616,19 @@ func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64,
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("sparse_lr: %w", err)
+			return scores{}, fmt.Errorf("sparse_lr: %w", err)
 		}
 		d.Append(ex)
 		if d.Len() == chunk {
 			if err := score(); err != nil {
-				return nil, err
+				return scores{}, err
 			}
 		}
 	}
 	if d.Len() > 0 {
 		if err := score(); err != nil {
-			return nil, err
+			return scores{}, err
 		}
 	}
-	return map[string]float64{
-		what + "_log_loss": metrics.LogLoss(labels, probs),
-		what + "_accuracy": metrics.Accuracy(labels, probs),
-		what + "_auc":      metrics.AUC(labels, probs),
-		"loss":             metrics.LogLoss(labels, probs),
-		what + "_examples": float64(len(labels)),
-	}, nil
+	return scoresOf(labels, probs), nil
 }
