@@ -89,6 +89,11 @@ import (
 type Variable struct {
 	Name  string
 	Shape []int
+	// Optimizer, if set, is the update rule the ps apply to this variable
+	// instead of Config.Optimizer (the job's): e.g. Adam for the dense
+	// layers of a model whose embedding tables train with FTRL. The ps keep
+	// the variable's state slots for its own rule, and checkpoints record it.
+	Optimizer *Optimizer
 }
 
 // Size is the number of values.
@@ -113,6 +118,9 @@ type Table struct {
 	// EvictAfterSteps drops rows not touched for that many global steps
 	// (0: never).
 	MinCount, EvictAfterSteps int64
+	// Optimizer, if set, is the update rule the ps apply to this table's
+	// rows instead of Config.Optimizer (the job's).
+	Optimizer *Optimizer
 }
 
 // Optimizer is the update rule the ps apply: Name is "sgd", "momentum",
@@ -403,10 +411,19 @@ func (o Optimizer) config() optim.Config {
 	}
 }
 
+// own is a variable's or table's own rule as the ps take it; nil: the job's.
+func (o *Optimizer) own() *optim.Config {
+	if o == nil {
+		return nil
+	}
+	c := o.config()
+	return &c
+}
+
 func modelVariables(vs []Variable) []model.Variable {
 	out := make([]model.Variable, len(vs))
 	for i, v := range vs {
-		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
+		out[i] = model.Variable{Name: v.Name, Shape: v.Shape, Optimizer: v.Optimizer.own()}
 	}
 	return out
 }
@@ -415,7 +432,7 @@ func modelTables(ts []Table) []model.Table {
 	var out []model.Table
 	for _, t := range ts {
 		out = append(out, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer.own()})
 	}
 	return out
 }
