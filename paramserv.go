@@ -244,6 +244,9 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 	sc.Dial = auth.Dialer(nil)
 	sc.Variables = modelVariables(cfg.Variables)
 	sc.Tables = modelTables(cfg.Tables)
+	if err := checkOwnRules(sc.Variables, sc.Tables); err != nil {
+		return nil, err
+	}
 	var mi model.Params
 	if init != nil {
 		mi = model.Params(init)
@@ -418,6 +421,26 @@ func (o *Optimizer) own() *optim.Config {
 	}
 	c := o.config()
 	return &c
+}
+
+// checkOwnRules refuses a variable's or table's own rule that the ps would
+// refuse, before any connection.
+func checkOwnRules(vs []model.Variable, ts []model.Table) error {
+	for _, v := range vs {
+		if v.Optimizer != nil {
+			if _, err := optim.New(*v.Optimizer); err != nil {
+				return fmt.Errorf("paramserv: variable %q: its Optimizer: %w", v.Name, err)
+			}
+		}
+	}
+	for _, t := range ts {
+		if t.Optimizer != nil {
+			if _, err := optim.New(*t.Optimizer); err != nil {
+				return fmt.Errorf("paramserv: table %q: its Optimizer: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 func modelVariables(vs []Variable) []model.Variable {
