@@ -53,6 +53,7 @@ var flagGroups = map[string]string{
 	"restart_ps": groupRecovery, "restart_workers": groupRecovery, "max_restarts": groupRecovery,
 
 	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel,
+	"dense_optimizer": groupModel, "dense_learning_rate": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
 	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
 
