@@ -53,9 +53,9 @@ var flagGroups = map[string]string{
 	"restart_ps": groupRecovery, "restart_workers": groupRecovery, "max_restarts": groupRecovery,
 
 	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel,
-	"dense_optimizer": groupModel, "dense_learning_rate": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
 	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
+	"dense_optimizer": groupModel, "dense_learning_rate": groupModel,
 
 	"tls_cert": groupSecurity, "tls_key": groupSecurity, "tls_ca": groupSecurity, "tls_dir": groupSecurity,
 	"auth_token_file": groupSecurity,
