@@ -89,6 +89,11 @@ import (
 type Variable struct {
 	Name  string
 	Shape []int
+	// Optimizer, if set, is the update rule the ps apply to this variable
+	// instead of Config.Optimizer (the job's): e.g. Adam for the dense
+	// layers of a model whose embedding tables train with FTRL. The ps keep
+	// the variable's state slots for its own rule, and checkpoints record it.
+	Optimizer *Optimizer
 }
 
 // Size is the number of values.
@@ -113,6 +118,9 @@ type Table struct {
 	// EvictAfterSteps drops rows not touched for that many global steps
 	// (0: never).
 	MinCount, EvictAfterSteps int64
+	// Optimizer, if set, is the update rule the ps apply to this table's
+	// rows instead of Config.Optimizer (the job's).
+	Optimizer *Optimizer
 }
 
 // Optimizer is the update rule the ps apply: Name is "sgd", "momentum",
@@ -236,6 +244,9 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 	sc.Dial = auth.Dialer(nil)
 	sc.Variables = modelVariables(cfg.Variables)
 	sc.Tables = modelTables(cfg.Tables)
+	if err := checkOwnRules(sc.Variables, sc.Tables); err != nil {
+		return nil, err
+	}
 	var mi model.Params
 	if init != nil {
 		mi = model.Params(init)
@@ -403,10 +414,39 @@ func (o Optimizer) config() optim.Config {
 	}
 }
 
+// own is a variable's or table's own rule as the ps take it; nil: the job's.
+func (o *Optimizer) own() *optim.Config {
+	if o == nil {
+		return nil
+	}
+	c := o.config()
+	return &c
+}
+
+// checkOwnRules refuses a variable's or table's own rule that the ps would
+// refuse, before any connection.
+func checkOwnRules(vs []model.Variable, ts []model.Table) error {
+	for _, v := range vs {
+		if v.Optimizer != nil {
+			if _, err := optim.New(*v.Optimizer); err != nil {
+				return fmt.Errorf("paramserv: variable %q: its Optimizer: %w", v.Name, err)
+			}
+		}
+	}
+	for _, t := range ts {
+		if t.Optimizer != nil {
+			if _, err := optim.New(*t.Optimizer); err != nil {
+				return fmt.Errorf("paramserv: table %q: its Optimizer: %w", t.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 func modelVariables(vs []Variable) []model.Variable {
 	out := make([]model.Variable, len(vs))
 	for i, v := range vs {
-		out[i] = model.Variable{Name: v.Name, Shape: v.Shape}
+		out[i] = model.Variable{Name: v.Name, Shape: v.Shape, Optimizer: v.Optimizer.own()}
 	}
 	return out
 }
@@ -415,7 +455,7 @@ func modelTables(ts []Table) []model.Table {
 	var out []model.Table
 	for _, t := range ts {
 		out = append(out, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer.own()})
 	}
 	return out
 }

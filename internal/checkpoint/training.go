@@ -28,6 +28,11 @@ type Training struct {
 	SyncTimeout         time.Duration
 	SyncProceed         bool
 	Tables              []TableSpec
+	// VarOptimizers holds the update rules of the variables that have
+	// their own, by variable name; the others use Optimizer. It is in Meta
+	// under "var_optimizers" (a JSON object), absent when empty, so a
+	// checkpoint without per-variable rules is written as before.
+	VarOptimizers map[string]*optim.Config
 }
 
 // TableSpec is a sparse table's specification as manifests record it.
@@ -39,6 +44,8 @@ type TableSpec struct {
 	Seed            uint64  `json:"seed,omitempty"`
 	MinCount        int64   `json:"min_count,omitempty"` // admission threshold; 0 admits at once
 	EvictAfterSteps int64   `json:"evict_after_steps,omitempty"`
+	// Optimizer is the table's own update rule; nil (absent): the job's.
+	Optimizer *optim.Config `json:"optimizer,omitempty"`
 }
 
 // The Meta keys that hold a Training's fields.
@@ -49,6 +56,7 @@ const (
 	metaSyncTimeout  = "sync_timeout_ms"
 	metaSyncProceed  = "sync_proceed"
 	metaTables       = "tables"
+	metaVarOptims    = "var_optimizers"
 )
 
 // Training reads the manifest's training record. A field a manifest lacks
@@ -99,6 +107,16 @@ func (m Manifest) Training() (Training, error) {
 			return Training{}, fmt.Errorf("checkpoint of step %d: table specs: %w", m.Step, err)
 		}
 	}
+	if s := m.Meta[metaVarOptims]; s != "" {
+		if err := json.Unmarshal([]byte(s), &t.VarOptimizers); err != nil {
+			return Training{}, fmt.Errorf("checkpoint of step %d: meta %s: %w", m.Step, metaVarOptims, err)
+		}
+		for name, o := range t.VarOptimizers {
+			if o == nil {
+				return Training{}, fmt.Errorf("checkpoint of step %d: meta %s: variable %q has a null rule, want an optimizer", m.Step, metaVarOptims, name)
+			}
+		}
+	}
 	return t, nil
 }
 
@@ -124,6 +142,14 @@ func (m *Manifest) SetTraining(t Training) error {
 			return err
 		}
 		m.Meta[metaTables] = string(b)
+	}
+	delete(m.Meta, metaVarOptims)
+	if len(t.VarOptimizers) > 0 {
+		b, err := json.Marshal(t.VarOptimizers)
+		if err != nil {
+			return err
+		}
+		m.Meta[metaVarOptims] = string(b)
 	}
 	return nil
 }

@@ -58,10 +58,42 @@ func TestTrainingRefusesMalformedFields(t *testing.T) {
 	for key, val := range map[string]string{
 		"replicas_to_aggregate": "two", "max_staleness": "1.5", "sync_timeout_ms": "x",
 		"sync_proceed": "yes", "tables": "[{", "split_bytes": "9999999999999999999999",
+		"var_optimizers": `{"w":null}`,
 	} {
 		m := Manifest{Step: 7, Meta: map[string]string{key: val}}
 		if _, err := m.Training(); err == nil || !strings.Contains(err.Error(), "step 7") {
 			t.Errorf("meta %s=%q: %v, want an error naming the checkpoint", key, val, err)
 		}
+	}
+}
+
+// Per-variable and per-table rules survive the manifest; a record without
+// them writes no var_optimizers key (TestTrainingOfGoldenCheckpoints: the
+// meta of old checkpoints is written back unchanged).
+func TestTrainingKeepsOwnRules(t *testing.T) {
+	adam := optim.Config{Name: "adam", LearningRate: 0.003}
+	ftrl := optim.Config{Name: "ftrl", LearningRate: 0.1, L1: 0.01}
+	want := Training{
+		Mode: "async", Optimizer: optim.Config{Name: "sgd", LearningRate: 0.5},
+		Tables:        []TableSpec{{Name: "emb", Dim: 8, Optimizer: &ftrl}, {Name: "wide", Dim: 1}},
+		VarOptimizers: map[string]*optim.Config{"hid_w": &adam, "hid_b": &adam},
+	}
+	var m Manifest
+	if err := m.SetTraining(want); err != nil {
+		t.Fatal(err)
+	}
+	if m.Meta["var_optimizers"] == "" || !strings.Contains(m.Meta["tables"], `"optimizer"`) {
+		t.Fatalf("meta %v records no per-variable or per-table rule", m.Meta)
+	}
+	got, err := m.Training()
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip = %+v, %v; want %+v", got, err, want)
+	}
+	want.VarOptimizers, want.Tables = nil, []TableSpec{{Name: "wide", Dim: 1}}
+	if err := m.SetTraining(want); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Meta["var_optimizers"]; ok || strings.Contains(m.Meta["tables"], "optimizer") {
+		t.Fatalf("a record without own rules left them in the meta: %v", m.Meta)
 	}
 }

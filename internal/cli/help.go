@@ -55,6 +55,7 @@ var flagGroups = map[string]string{
 	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel, "validation_data": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
 	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
+	"dense_optimizer": groupModel, "dense_learning_rate": groupModel,
 
 	"tls_cert": groupSecurity, "tls_key": groupSecurity, "tls_ca": groupSecurity, "tls_dir": groupSecurity,
 	"auth_token_file": groupSecurity,

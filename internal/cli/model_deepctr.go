@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/paramserv/paramserv"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/models/deepctr"
 )
@@ -31,7 +32,8 @@ func runDeepCTR(ctx context.Context, cfg trainer.Config, f *trainFlags) error {
 		Dim: f.models.dim, DeepScale: f.models.deepScale, BatchSize: f.batchSize, TrainSteps: cfg.TrainSteps,
 		MinCount: f.minCount, EvictAfterSteps: f.evictAfter,
 		Optimizer: publicOptimizer(cfg), Seed: f.seed, Sync: cfg.Sync,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, StepsToValidate: cfg.StepsToValidate,
+		DenseOptimizer: paramserv.Optimizer{Name: f.models.denseOptimizer, LearningRate: f.models.denseLearningRate},
+		CheckpointDir:  cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, StepsToValidate: cfg.StepsToValidate,
 		ResultFile: cfg.ResultFile, StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
 	}
 	// An explicit 0 turns admission or eviction off (deepctr's -1); unset

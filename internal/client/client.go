@@ -68,14 +68,15 @@ type Options struct {
 
 // Client talks to every ps of a cluster.
 type Client struct {
-	opts  Options
-	addrs []string
-	conns []*grpc.ClientConn
-	ps    []pb.ParamServerClient
-	plan  placement.Plan
-	varOf map[string]string         // variable name by part (shard-local) name
-	part  map[string]placement.Part // part by part name
-	byPS  [][]placement.Part
+	opts   Options
+	addrs  []string
+	conns  []*grpc.ClientConn
+	ps     []pb.ParamServerClient
+	plan   placement.Plan
+	varOf  map[string]string         // variable name by part (shard-local) name
+	varOpt map[string]*optim.Config  // a variable's own update rule, by name (nil: the job's)
+	part   map[string]placement.Part // part by part name
+	byPS   [][]placement.Part
 	// tableDim is the row width of each sparse table.
 	tableDim map[string]int
 
@@ -116,7 +117,9 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 		}
 		c.tableDim[t.Name] = t.Dim
 	}
+	c.varOpt = make(map[string]*optim.Config)
 	for _, v := range plan.Vars {
+		c.varOpt[v.Name] = v.Optimizer
 		for _, p := range v.Parts {
 			c.varOf[p.Name] = v.Name
 			c.part[p.Name] = p
@@ -295,13 +298,8 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 	steps := make([]int64, len(c.ps))
 	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
 		req := &pb.InitRequest{
-			Worker: int32(c.opts.Worker),
-			Optimizer: &pb.OptimizerConfig{
-				Name: o.Optimizer.Name, LearningRate: o.Optimizer.LearningRate, Momentum: o.Optimizer.Momentum,
-				Nesterov: o.Optimizer.Nesterov, InitialAccumulator: o.Optimizer.InitialAccumulator,
-				Beta1: o.Optimizer.Beta1, Beta2: o.Optimizer.Beta2, Epsilon: o.Optimizer.Epsilon,
-				FtrlBeta: o.Optimizer.FTRLBeta, L1: o.Optimizer.L1, L2: o.Optimizer.L2,
-			},
+			Worker:              int32(c.opts.Worker),
+			Optimizer:           pbOptimizer(&o.Optimizer),
 			Sync:                o.Sync,
 			ReplicasToAggregate: int32(o.ReplicasToAggregate),
 			NumWorkers:          int32(o.NumWorkers),
@@ -314,7 +312,7 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 		for _, t := range c.opts.Tables {
 			req.Tables = append(req.Tables, &pb.TableSpec{
 				Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev, Seed: t.Seed,
-				MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps,
+				MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: pbOptimizer(t.Optimizer),
 			})
 		}
 		for _, p := range c.byPS[i] {
@@ -323,7 +321,8 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 				shape[j] = int64(d)
 			}
 			full := values[c.varOf[p.Name]]
-			req.Vars = append(req.Vars, &pb.VarSpec{Name: p.Name, Shape: shape, Init: wire.Float32Bytes(full[p.Offset : p.Offset+p.Len])})
+			req.Vars = append(req.Vars, &pb.VarSpec{Name: p.Name, Shape: shape, Init: wire.Float32Bytes(full[p.Offset : p.Offset+p.Len]),
+				Optimizer: pbOptimizer(c.varOpt[c.varOf[p.Name]])})
 		}
 		var resp *pb.InitResponse
 		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
@@ -425,4 +424,17 @@ func shortErr(err error) string {
 		s = s[:160] + "..."
 	}
 	return s
+}
+
+// pbOptimizer is an update rule as Init sends it; nil stays nil (the job's).
+func pbOptimizer(o *optim.Config) *pb.OptimizerConfig {
+	if o == nil {
+		return nil
+	}
+	return &pb.OptimizerConfig{
+		Name: o.Name, LearningRate: o.LearningRate, Momentum: o.Momentum,
+		Nesterov: o.Nesterov, InitialAccumulator: o.InitialAccumulator,
+		Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
+		FtrlBeta: o.FTRLBeta, L1: o.L1, L2: o.L2,
+	}
 }

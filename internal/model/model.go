@@ -7,11 +7,16 @@
 // A Model is used by one goroutine at a time.
 package model
 
+import "github.com/paramserv/paramserv/internal/optim"
+
 // Variable describes one dense variable: its name (unique in the model) and
 // its shape, row-major. Its size is the product of the shape.
 type Variable struct {
 	Name  string
 	Shape []int
+	// Optimizer, if set, is the update rule the ps apply to this variable
+	// instead of the job's.
+	Optimizer *optim.Config
 }
 
 // Size is the number of float32 elements of v.
@@ -100,6 +105,9 @@ type Table struct {
 	// global steps (0: never).
 	MinCount        int64
 	EvictAfterSteps int64
+	// Optimizer, if set, is the update rule the ps apply to this table's
+	// rows instead of the job's.
+	Optimizer *optim.Config
 }
 
 // SparseModel is a Model whose batches also read and update rows of sparse

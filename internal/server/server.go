@@ -190,7 +190,7 @@ func layoutOf(req *pb.InitRequest) (shard.Layout, [][]float32, error) {
 	}
 	values := make([][]float32, len(req.Vars))
 	for i, v := range req.Vars {
-		l.Vars = append(l.Vars, shard.VarSpec{Name: v.Name, Shape: v.Shape})
+		l.Vars = append(l.Vars, shard.VarSpec{Name: v.Name, Shape: v.Shape, Optimizer: ownOptimizer(v.Optimizer)})
 		if len(v.Init)%4 != 0 {
 			return l, nil, fmt.Errorf("variable %q: %d bytes of initial values is not a whole number of float32", v.Name, len(v.Init))
 		}
@@ -208,7 +208,18 @@ func TableSpec(t *pb.TableSpec) shard.TableSpec {
 	return shard.TableSpec{
 		Name: t.Name, Dim: t.Dim, Initializer: t.Initializer, InitStddev: t.InitStddev,
 		Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps,
+		Optimizer: ownOptimizer(t.Optimizer),
 	}
+}
+
+// ownOptimizer is a variable's or table's own update rule; unset is nil
+// (the job's rule).
+func ownOptimizer(c *pb.OptimizerConfig) *optim.Config {
+	if c == nil {
+		return nil
+	}
+	o := optimConfig(c)
+	return &o
 }
 
 // Init creates the shard's variables and sets the mode. A repeated Init with

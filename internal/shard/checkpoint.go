@@ -67,7 +67,6 @@ func (s *Shard) Snapshot() checkpoint.Shard { return s.Cut().Shard() }
 // with no lock held, builds the checkpoint shard from it.
 type Cut struct {
 	step   int64
-	slots  []string
 	vars   []cutVar
 	tables []frozenTable
 }
@@ -77,27 +76,30 @@ type cutVar struct {
 	shape   []int64
 	value   []float32
 	state   [][]float32
+	slots   []string // the names of state's slots (its rule's)
 	updates int64
 }
 
 type frozenTable struct {
-	name string
-	t    *sparse.Table // a Frozen copy
+	name  string
+	t     *sparse.Table // a Frozen copy
+	slots []string      // its rule's slot names
 }
 
 // Cut copies the shard's state; see Cut.
 func (s *Shard) Cut() *Cut {
 	st := s.st
-	c := &Cut{step: st.tracker.Step(), slots: SlotNames(st.rule.Name(), st.rule.StateSlots())}
+	c := &Cut{step: st.tracker.Step()}
 	for _, v := range st.order {
-		cv := cutVar{name: baseName(v.name), shape: v.shape, value: slices.Clone(v.value), updates: v.updates}
+		cv := cutVar{name: baseName(v.name), shape: v.shape, value: slices.Clone(v.value), updates: v.updates,
+			slots: SlotNames(v.rule.Name(), v.rule.StateSlots())}
 		for _, state := range v.state {
 			cv.state = append(cv.state, slices.Clone(state))
 		}
 		c.vars = append(c.vars, cv)
 	}
 	for _, t := range st.tableOrd {
-		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.Frozen()})
+		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.Frozen(), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
 	}
 	return c
 }
@@ -110,11 +112,10 @@ func (c *Cut) Step() int64 { return c.step }
 // The tensors share the cut's memory, which nothing changes.
 func (c *Cut) Shard() checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}}
-	slots := c.slots
 	for _, v := range c.vars {
 		sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(v.name, v.shape, v.value))
 		for i, state := range v.state {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(v.name, slots[i]), v.shape, state))
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(v.name, v.slots[i]), v.shape, state))
 		}
 		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
 	}
@@ -125,7 +126,7 @@ func (c *Cut) Shard() checkpoint.Shard {
 			checkpoint.Uint64TensorOf(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
 			checkpoint.Float32TensorOf(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
 		for i, state := range snap.State {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(t.name, slots[i]), []int64{n, d}, state))
+			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(t.name, t.slots[i]), []int64{n, d}, state))
 		}
 		if snap.Updates != nil {
 			u := make([]int64, len(snap.Updates))
@@ -145,9 +146,15 @@ func (c *Cut) Shard() checkpoint.Shard {
 // shard of a cluster of numWorkers workers (the variables come from the
 // placement, see Restore).
 func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
+	l, _, err := layoutOf(m, numWorkers)
+	return l, err
+}
+
+// layoutOf is LayoutOf with the training record it read.
+func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Training, error) {
 	t, err := m.Training()
 	if err != nil {
-		return Layout{}, err
+		return Layout{}, t, err
 	}
 	return Layout{
 		Optimizer:           t.Optimizer,
@@ -160,7 +167,7 @@ func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
-	}, nil
+	}, t, nil
 }
 
 // Restore builds, as a pure function of the checkpoint m and its shard
@@ -170,7 +177,7 @@ func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
 // its share under the current placement (re-sharding). It takes no lock
 // and touches no shard: Install the result.
 func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
-	l, err := LayoutOf(m, numWorkers)
+	l, t, err := layoutOf(m, numWorkers)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +213,6 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		}
 		return shards[k], nil
 	}
-	slots := SlotNames(rule.Name(), rule.StateSlots())
 	// full assembles a tensor of variable v (its value or a slot) from the
 	// parts of every shard holding it, in row order.
 	full := func(v checkpoint.VariableInfo, name string) ([]float32, error) {
@@ -266,7 +272,11 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 				return nil, fmt.Errorf("checkpoint of step %d: variable %q has %d values for this ps, want %d", m.Step, v.Name, len(value), part.Len)
 			}
 			r := restored{value: value}
-			for _, slot := range slots {
+			vrule, err := ruleOf(rule, t.VarOptimizers[v.Name])
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
+			}
+			for _, slot := range SlotNames(vrule.Name(), vrule.StateSlots()) {
 				st, err := get(checkpoint.SlotName(v.Name, slot))
 				if err != nil {
 					return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
@@ -288,7 +298,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			for j, d := range part.Shape {
 				shape[j] = int64(d)
 			}
-			l.Vars = append(l.Vars, VarSpec{Name: part.Name, Shape: shape})
+			l.Vars = append(l.Vars, VarSpec{Name: part.Name, Shape: shape, Optimizer: t.VarOptimizers[v.Name]})
 			parts = append(parts, r)
 		}
 	}
@@ -317,7 +327,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		if reshard {
 			from = tb.Shards
 		}
-		snap, err := tableRows(cached, from, tb, slots, t.t.Dim(), reshard, task, numPS, m.Step)
+		snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
 		}

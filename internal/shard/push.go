@@ -251,7 +251,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 	if stream == nil {
 		v.updates++
 		v.writable()
-		s.cfg.Update(s.st.rule, v.value, grad, v.state, v.updates)
+		s.cfg.Update(v.rule, v.value, grad, v.state, v.updates)
 		return
 	}
 	if cap(s.scratch) < len(v.state) {
@@ -264,7 +264,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		for j := range st {
 			st[j] = v.state[j][lo:hi]
 		}
-		s.st.rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
+		v.rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
 		stream.Updated(v, lo, hi)
 	}
 }

@@ -41,6 +41,8 @@ type Config struct {
 type VarSpec struct {
 	Name  string  `json:"name"`
 	Shape []int64 `json:"shape"`
+	// Optimizer is the variable's own update rule; nil: the layout's.
+	Optimizer *optim.Config `json:"optimizer,omitempty"`
 }
 
 // TableSpec is a sparse table: the checkpoint manifest's record of one.
@@ -77,6 +79,7 @@ type Var struct {
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction
 	lent    lentBufs
+	rule    optim.Rule // the layout's rule or the variable's own
 }
 
 // Name is the variable's name on this shard.
@@ -307,9 +310,13 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	// Check every shape before allocating any, so that a bad request
 	// costs nothing.
 	sizes := make([]int, len(l.Vars))
+	rules := make([]optim.Rule, len(l.Vars))
 	for i, spec := range l.Vars {
 		n, err := NumValues(spec.Shape)
 		if err != nil {
+			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
+		}
+		if rules[i], err = ruleOf(rule, spec.Optimizer); err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
 		}
 		if _, dup := st.vars[spec.Name]; dup {
@@ -320,15 +327,15 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	}
 	for i, spec := range l.Vars {
 		n := sizes[i]
-		v := &Var{name: spec.Name, shape: slices.Clone(spec.Shape), value: hugemem.Float32s(n)}
+		v := &Var{name: spec.Name, shape: slices.Clone(spec.Shape), value: hugemem.Float32s(n), rule: rules[i]}
 		if err := fill(i, v.value); err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
 		}
-		v.state = make([][]float32, rule.StateSlots())
+		v.state = make([][]float32, v.rule.StateSlots())
 		for j := range v.state {
 			v.state[j] = hugemem.Float32s(n)
 		}
-		rule.InitState(v.state)
+		v.rule.InitState(v.state)
 		if l.Sync {
 			v.accum = hugemem.Float32s(n)
 		}
@@ -373,6 +380,9 @@ func sameLayout(have, want Layout) error {
 		if h.Name != w.Name || !slices.Equal(h.Shape, w.Shape) {
 			return fmt.Errorf("variable %d is %s%v here, asked for %s%v", i, h.Name, h.Shape, w.Name, w.Shape)
 		}
+		if !sameRule(h.Optimizer, w.Optimizer) {
+			return fmt.Errorf("variable %s has update rule %s here, asked for %s", h.Name, ruleString(h.Optimizer), ruleString(w.Optimizer))
+		}
 	}
 	if len(have.Tables) != len(want.Tables) {
 		return fmt.Errorf("have %d sparse tables, asked for %d", len(have.Tables), len(want.Tables))
@@ -382,8 +392,36 @@ func sameLayout(have, want Layout) error {
 		if h.Name != w.Name || h.Dim != w.Dim {
 			return fmt.Errorf("table %d is %s (dim %d) here, asked for %s (dim %d)", i, h.Name, h.Dim, w.Name, w.Dim)
 		}
+		if !sameRule(h.Optimizer, w.Optimizer) {
+			return fmt.Errorf("table %s has update rule %s here, asked for %s", h.Name, ruleString(h.Optimizer), ruleString(w.Optimizer))
+		}
 	}
 	return nil
+}
+
+// ruleOf is the rule of a variable or table: its own where it has one,
+// else the layout's.
+func ruleOf(layout optim.Rule, own *optim.Config) (optim.Rule, error) {
+	if own == nil {
+		return layout, nil
+	}
+	return optim.New(*own)
+}
+
+// sameRule reports whether two per-variable (or per-table) rules are the
+// same: both the job's, or equal configurations.
+func sameRule(a, b *optim.Config) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func ruleString(c *optim.Config) string {
+	if c == nil {
+		return "(the job's)"
+	}
+	return fmt.Sprintf("%+v", *c)
 }
 
 // Status is what a Status request reports.

@@ -13,6 +13,7 @@ type table struct {
 	name       string
 	spec       TableSpec
 	t          *sparse.Table
+	rule       optim.Rule // the layout's rule or the table's own
 	evictEvery int64
 
 	// sync accumulator: accKeys[i] has gradient acc[i*dim:(i+1)*dim].
@@ -28,7 +29,11 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if _, dup := tables[spec.Name]; dup {
 			return nil, nil, fmt.Errorf("table %q given twice", spec.Name)
 		}
-		cfg := sparse.Config{Dim: int(spec.Dim), Rule: rule, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps}
+		r, err := ruleOf(rule, spec.Optimizer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
+		}
+		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps}
 		switch spec.Initializer {
 		case "", "zeros":
 		case "normal":
@@ -40,7 +45,7 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
 		}
-		st := &table{name: spec.Name, spec: spec, t: t, evictEvery: max(1, spec.EvictAfterSteps/10)}
+		st := &table{name: spec.Name, spec: spec, t: t, rule: r, evictEvery: max(1, spec.EvictAfterSteps/10)}
 		if l.Sync {
 			st.accPos = make(map[uint64]int)
 		}

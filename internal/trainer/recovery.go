@@ -319,6 +319,15 @@ func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.M
 	}
 	for _, v := range s.c.Plan().Vars {
 		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}
+		if v.Optimizer != nil {
+			if vi.Slots, err = ownSlots(*v.Optimizer); err != nil {
+				return m, fmt.Errorf("variable %q: %w", v.Name, err)
+			}
+			if tr.VarOptimizers == nil {
+				tr.VarOptimizers = map[string]*optim.Config{}
+			}
+			tr.VarOptimizers[v.Name] = v.Optimizer
+		}
 		for _, d := range v.Shape {
 			vi.Shape = append(vi.Shape, int64(d))
 		}
@@ -337,15 +346,29 @@ func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.M
 	}
 	for _, t := range s.c.Tables() {
 		ti := checkpoint.TableInfo{Name: t.Name, Dim: int64(t.Dim), Slots: slots}
+		if t.Optimizer != nil {
+			if ti.Slots, err = ownSlots(*t.Optimizer); err != nil {
+				return m, fmt.Errorf("table %q: %w", t.Name, err)
+			}
+		}
 		for k := range s.c.NumPS() {
 			ti.Shards = append(ti.Shards, k)
 		}
 		m.Tables = append(m.Tables, ti)
 		tr.Tables = append(tr.Tables, checkpoint.TableSpec{Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer})
 	}
 	if err := m.SetTraining(tr); err != nil {
 		return m, err
 	}
 	return m, nil
+}
+
+// ownSlots names the state slots of a variable's or table's own rule.
+func ownSlots(c optim.Config) ([]string, error) {
+	r, err := optim.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return shard.SlotNames(r.Name(), r.StateSlots()), nil
 }

@@ -59,14 +59,14 @@ func newLocalPS(cfg Config, vars []model.Variable, tables []model.Table, init mo
 		for j, d := range v.Shape {
 			shape[j] = int64(d)
 		}
-		l.Vars = append(l.Vars, shard.VarSpec{Name: v.Name, Shape: shape})
+		l.Vars = append(l.Vars, shard.VarSpec{Name: v.Name, Shape: shape, Optimizer: v.Optimizer})
 		values[i] = init[v.Name]
 		p.names = append(p.names, []byte(v.Name))
 	}
 	for _, t := range tables {
 		l.Tables = append(l.Tables, shard.TableSpec{
 			Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev, Seed: t.Seed,
-			MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps,
+			MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer,
 		})
 		p.tables[t.Name] = []byte(t.Name)
 	}

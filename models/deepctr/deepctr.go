@@ -72,12 +72,15 @@ type Config struct {
 	DeepScale  float64
 	BatchSize  int   // examples per step on each worker: 100
 	TrainSteps int64 // global steps: 3000
-	// Optimizer runs on the ps, on every variable and table: FTRL at 0.1
-	// by default, as for sparse_lr (the ps apply one rule to a job; Adam,
-	// better for the dense layers alone, is worse for the wide weights).
+	// Optimizer runs on the ps on the tables (wide weights and embeddings)
+	// and the wide bias: FTRL at 0.1 by default.
 	Optimizer paramserv.Optimizer
-	Seed      int64
-	Sync      bool
+	// DenseOptimizer is the MLP's layers' own rule (paramserv.Variable's
+	// Optimizer): Adam by default, at LearningRate 0.001 if unset. Name
+	// "job" gives them Optimizer, as the tables.
+	DenseOptimizer paramserv.Optimizer
+	Seed           int64
+	Sync           bool
 
 	CheckpointDir   string
 	SaveSteps       int64
@@ -123,6 +126,12 @@ func (cfg Config) Defaults() Config {
 	if cfg.Optimizer.LearningRate == 0 {
 		cfg.Optimizer.LearningRate = 0.1
 	}
+	if cfg.DenseOptimizer.Name == "" {
+		cfg.DenseOptimizer.Name = "adam"
+	}
+	if cfg.DenseOptimizer.LearningRate == 0 && cfg.DenseOptimizer.Name != "job" {
+		cfg.DenseOptimizer.LearningRate = 0.001
+	}
 	if cfg.StepsToValidate == 0 {
 		cfg.StepsToValidate = 500
 	}
@@ -146,6 +155,9 @@ type Result struct {
 	Metrics      map[string]float64 `json:"metrics"`
 	Optimizer    string             `json:"optimizer"`
 	LearningRate float64            `json:"learning_rate"`
+	// The dense layers' rule: "job" when they train with Optimizer.
+	DenseOptimizer    string  `json:"dense_optimizer"`
+	DenseLearningRate float64 `json:"dense_learning_rate,omitempty"`
 }
 
 // Examples are rows of a data set: Keys holds Fields keys per row (0 for
@@ -296,7 +308,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			MinCount: cfg.MinCount, EvictAfterSteps: cfg.EvictAfterSteps})
 	}
 	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig: cfg.TFConfig, Variables: m.variables(), Tables: tables,
+		TFConfig: cfg.TFConfig, Variables: m.variables(cfg.DenseOptimizer), Tables: tables,
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
@@ -353,7 +365,8 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	}
 	elapsed := time.Since(start)
 	res := Result{Model: "deep_ctr", GlobalStep: w.Step(), LocalSteps: local, Workers: w.NumWorkers(),
-		ElapsedS: elapsed.Seconds(), Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate}
+		ElapsedS: elapsed.Seconds(), Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
+		DenseOptimizer: cfg.DenseOptimizer.Name, DenseLearningRate: cfg.DenseOptimizer.LearningRate}
 	if elapsed > 0 {
 		res.ExamplesPerS = float64(local) * float64(cfg.BatchSize) * float64(w.NumWorkers()) / elapsed.Seconds()
 	}
@@ -434,12 +447,18 @@ func newModel(cfg Config, fields int) *model {
 	return m
 }
 
-func (m *model) variables() []paramserv.Variable {
+// variables are the wide bias (the job's rule, as the tables) and the
+// MLP's layers (dense, their own rule unless it is "job").
+func (m *model) variables(dense paramserv.Optimizer) []paramserv.Variable {
+	var own *paramserv.Optimizer
+	if dense.Name != "job" {
+		own = &dense
+	}
 	vs := []paramserv.Variable{{Name: "bias", Shape: []int{1}}}
 	for l := 0; l+1 < len(m.layers); l++ {
 		vs = append(vs,
-			paramserv.Variable{Name: fmt.Sprintf("w%d", l), Shape: []int{m.layers[l], m.layers[l+1]}},
-			paramserv.Variable{Name: fmt.Sprintf("b%d", l), Shape: []int{m.layers[l+1]}})
+			paramserv.Variable{Name: fmt.Sprintf("w%d", l), Shape: []int{m.layers[l], m.layers[l+1]}, Optimizer: own},
+			paramserv.Variable{Name: fmt.Sprintf("b%d", l), Shape: []int{m.layers[l+1]}, Optimizer: own})
 	}
 	return vs
 }

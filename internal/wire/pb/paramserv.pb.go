@@ -159,7 +159,8 @@ type VarSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // shard-local name, e.g. "hid_w" or "hid_w/part_1"
 	Shape         []int64                `protobuf:"varint,2,rep,packed,name=shape,proto3" json:"shape,omitempty"`
-	Init          []byte                 `protobuf:"bytes,3,opt,name=init,proto3" json:"init,omitempty"` // initial values, raw little-endian float32
+	Init          []byte                 `protobuf:"bytes,3,opt,name=init,proto3" json:"init,omitempty"`           // initial values, raw little-endian float32
+	Optimizer     *OptimizerConfig       `protobuf:"bytes,4,opt,name=optimizer,proto3" json:"optimizer,omitempty"` // this variable's own update rule; unset: the job's
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -215,6 +216,13 @@ func (x *VarSpec) GetInit() []byte {
 	return nil
 }
 
+func (x *VarSpec) GetOptimizer() *OptimizerConfig {
+	if x != nil {
+		return x.Optimizer
+	}
+	return nil
+}
+
 // A sparse table: rows of dim float32 keyed by uint64.
 type TableSpec struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -225,6 +233,7 @@ type TableSpec struct {
 	Seed            uint64                 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
 	MinCount        int64                  `protobuf:"varint,6,opt,name=min_count,json=minCount,proto3" json:"min_count,omitempty"` // admission threshold; 0 admits at once
 	EvictAfterSteps int64                  `protobuf:"varint,7,opt,name=evict_after_steps,json=evictAfterSteps,proto3" json:"evict_after_steps,omitempty"`
+	Optimizer       *OptimizerConfig       `protobuf:"bytes,8,opt,name=optimizer,proto3" json:"optimizer,omitempty"` // this table's own update rule; unset: the job's
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -306,6 +315,13 @@ func (x *TableSpec) GetEvictAfterSteps() int64 {
 		return x.EvictAfterSteps
 	}
 	return 0
+}
+
+func (x *TableSpec) GetOptimizer() *OptimizerConfig {
+	if x != nil {
+		return x.Optimizer
+	}
+	return nil
 }
 
 type InitRequest struct {
@@ -1660,11 +1676,12 @@ const file_paramserv_proto_rawDesc = "" +
 	"\tftrl_beta\x18\t \x01(\x01R\bftrlBeta\x12\x0e\n" +
 	"\x02l1\x18\n" +
 	" \x01(\x01R\x02l1\x12\x0e\n" +
-	"\x02l2\x18\v \x01(\x01R\x02l2\"G\n" +
+	"\x02l2\x18\v \x01(\x01R\x02l2\"\x84\x01\n" +
 	"\aVarSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x12\n" +
-	"\x04init\x18\x03 \x01(\fR\x04init\"\xd1\x01\n" +
+	"\x04init\x18\x03 \x01(\fR\x04init\x12;\n" +
+	"\toptimizer\x18\x04 \x01(\v2\x1d.paramserv.v1.OptimizerConfigR\toptimizer\"\x8e\x02\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12 \n" +
@@ -1673,7 +1690,8 @@ const file_paramserv_proto_rawDesc = "" +
 	"initStddev\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1b\n" +
 	"\tmin_count\x18\x06 \x01(\x03R\bminCount\x12*\n" +
-	"\x11evict_after_steps\x18\a \x01(\x03R\x0fevictAfterSteps\"\xd9\x03\n" +
+	"\x11evict_after_steps\x18\a \x01(\x03R\x0fevictAfterSteps\x12;\n" +
+	"\toptimizer\x18\b \x01(\v2\x1d.paramserv.v1.OptimizerConfigR\toptimizer\"\xd9\x03\n" +
 	"\vInitRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12)\n" +
 	"\x04vars\x18\x02 \x03(\v2\x15.paramserv.v1.VarSpecR\x04vars\x12/\n" +
@@ -1835,41 +1853,43 @@ var file_paramserv_proto_goTypes = []any{
 	(*RestoreResponse)(nil),    // 22: paramserv.v1.RestoreResponse
 }
 var file_paramserv_proto_depIdxs = []int32{
-	1,  // 0: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
-	2,  // 1: paramserv.v1.InitRequest.tables:type_name -> paramserv.v1.TableSpec
-	0,  // 2: paramserv.v1.InitRequest.optimizer:type_name -> paramserv.v1.OptimizerConfig
-	5,  // 3: paramserv.v1.PushRequest.grads:type_name -> paramserv.v1.DenseTensor
-	6,  // 4: paramserv.v1.PushRequest.sparse:type_name -> paramserv.v1.SparseRows
-	6,  // 5: paramserv.v1.PullRequest.sparse:type_name -> paramserv.v1.SparseRows
-	5,  // 6: paramserv.v1.PullResponse.vars:type_name -> paramserv.v1.DenseTensor
-	6,  // 7: paramserv.v1.PullResponse.sparse:type_name -> paramserv.v1.SparseRows
-	8,  // 8: paramserv.v1.PullResponse.push:type_name -> paramserv.v1.PushResponse
-	7,  // 9: paramserv.v1.PushPullRequest.push:type_name -> paramserv.v1.PushRequest
-	9,  // 10: paramserv.v1.PushPullRequest.pull:type_name -> paramserv.v1.PullRequest
-	15, // 11: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
-	13, // 12: paramserv.v1.StatusResponse.vars:type_name -> paramserv.v1.VarStatus
-	14, // 13: paramserv.v1.StatusResponse.workers:type_name -> paramserv.v1.WorkerActivity
-	3,  // 14: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
-	7,  // 15: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
-	9,  // 16: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
-	11, // 17: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
-	12, // 18: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
-	17, // 19: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
-	19, // 20: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
-	21, // 21: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
-	4,  // 22: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	8,  // 23: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	10, // 24: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	10, // 25: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	16, // 26: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	18, // 27: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	20, // 28: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
-	22, // 29: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 0: paramserv.v1.VarSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
+	0,  // 1: paramserv.v1.TableSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
+	1,  // 2: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
+	2,  // 3: paramserv.v1.InitRequest.tables:type_name -> paramserv.v1.TableSpec
+	0,  // 4: paramserv.v1.InitRequest.optimizer:type_name -> paramserv.v1.OptimizerConfig
+	5,  // 5: paramserv.v1.PushRequest.grads:type_name -> paramserv.v1.DenseTensor
+	6,  // 6: paramserv.v1.PushRequest.sparse:type_name -> paramserv.v1.SparseRows
+	6,  // 7: paramserv.v1.PullRequest.sparse:type_name -> paramserv.v1.SparseRows
+	5,  // 8: paramserv.v1.PullResponse.vars:type_name -> paramserv.v1.DenseTensor
+	6,  // 9: paramserv.v1.PullResponse.sparse:type_name -> paramserv.v1.SparseRows
+	8,  // 10: paramserv.v1.PullResponse.push:type_name -> paramserv.v1.PushResponse
+	7,  // 11: paramserv.v1.PushPullRequest.push:type_name -> paramserv.v1.PushRequest
+	9,  // 12: paramserv.v1.PushPullRequest.pull:type_name -> paramserv.v1.PullRequest
+	15, // 13: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
+	13, // 14: paramserv.v1.StatusResponse.vars:type_name -> paramserv.v1.VarStatus
+	14, // 15: paramserv.v1.StatusResponse.workers:type_name -> paramserv.v1.WorkerActivity
+	3,  // 16: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
+	7,  // 17: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
+	9,  // 18: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
+	11, // 19: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
+	12, // 20: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
+	17, // 21: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
+	19, // 22: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
+	21, // 23: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
+	4,  // 24: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	8,  // 25: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	10, // 26: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	10, // 27: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	16, // 28: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	18, // 29: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	20, // 30: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	22, // 31: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_paramserv_proto_init() }
