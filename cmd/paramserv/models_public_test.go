@@ -37,9 +37,10 @@ func metric(t *testing.T, r map[string]any, key string) float64 {
 	return v
 }
 
-// mfFullRunRMSE is the bound the full MF run (the defaults) must beat; it
-// measured 0.913 on u1, ±0.003 from run to run (README).
-const mfFullRunRMSE = 0.92
+// mfFullRunRMSE is the bound the full MF run (the defaults) must beat: the
+// issue's goal is 0.91 on u1, where it measured 0.905–0.909 (README); the
+// bound leaves room for the run-to-run spread of about ±0.002.
+const mfFullRunRMSE = 0.912
 
 // Matrix factorisation of MovieLens 100K's u1 split, 1 ps and 2 workers.
 // Under -short a short run must beat 1.0 (the global mean alone scores
