@@ -224,10 +224,10 @@ func TestFlagsTheModelDoesNotUse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"local", "--model=linreg", "--hidden_units=50"}, "paramserv local: --hidden_units: --model=linreg does not use it (it is for mnist); drop it or choose another --model\n"},
+		{[]string{"local", "--model=linreg", "--hidden_units=50"}, "paramserv local: --hidden_units: --model=linreg does not use it (it is for deep_ctr, mnist); drop it or choose another --model\n"},
 		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=ps", "--model=linreg", "--train_data=a9a/a9a"},
-			"paramserv train: --train_data: --model=linreg does not use it (it is for sparse_lr); drop it or choose another --model\n"},
-		{[]string{"local", "--model=mnist", "--min_count=2"}, "paramserv local: --min_count: --model=mnist does not use it (it is for sparse_lr); drop it or choose another --model\n"},
+			"paramserv train: --train_data: --model=linreg does not use it (it is for deep_ctr, lda, logreg_lbfgs, mf, sparse_lr); drop it or choose another --model\n"},
+		{[]string{"local", "--model=mnist", "--min_count=2"}, "paramserv local: --min_count: --model=mnist does not use it (it is for deep_ctr, sparse_lr); drop it or choose another --model\n"},
 	} {
 		code, out, errOut := runCLI(t, nil, c.args...)
 		if code != 2 || out != "" || errOut != c.want {

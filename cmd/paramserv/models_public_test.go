@@ -37,9 +37,10 @@ func metric(t *testing.T, r map[string]any, key string) float64 {
 	return v
 }
 
-// mfFullRunRMSE is the bound the full MF run (the defaults) must beat; it
-// measured 0.913 on u1, ±0.003 from run to run (README).
-const mfFullRunRMSE = 0.92
+// mfFullRunRMSE is the bound the full MF run (the defaults) must beat: the
+// issue's goal is 0.91 on u1, where it measured 0.905–0.909 (README); the
+// bound leaves room for the run-to-run spread of about ±0.002.
+const mfFullRunRMSE = 0.912
 
 // Matrix factorisation of MovieLens 100K's u1 split, 1 ps and 2 workers.
 // Under -short a short run must beat 1.0 (the global mean alone scores
@@ -137,5 +138,53 @@ func TestPublicModelsBadInputExitTwo(t *testing.T) {
 				t.Errorf("output does not name %q", c.want)
 			}
 		})
+	}
+}
+
+// The public models refuse the model-only flags they do not use, as the
+// built-in ones do (exit 2, naming the flag and the models that use it),
+// and lda and logreg_lbfgs, which pick their own update rule, refuse the
+// optimizer's flags; the built-in models refuse the public ones' flags.
+func TestPublicModelsRefuseFlagsTheyDoNotUse(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model=mf", "--hidden_units=50"}, "--hidden_units: --model=mf does not use it (it is for deep_ctr, mnist)"},
+		{[]string{"--model=mf", "--deep_scale=0.5"}, "--deep_scale: --model=mf does not use it (it is for deep_ctr)"},
+		{[]string{"--model=deep_ctr", "--num_features=10"}, "--num_features: --model=deep_ctr does not use it (it is for logreg_lbfgs, sparse_lr)"},
+		{[]string{"--model=deep_ctr", "--input_format=criteo"}, "--input_format: --model=deep_ctr does not use it (it is for logreg_lbfgs, sparse_lr)"},
+		{[]string{"--model=lda", "--test_data=x"}, "--test_data: --model=lda does not use it (it is for deep_ctr, logreg_lbfgs, mf, sparse_lr)"},
+		{[]string{"--model=logreg_lbfgs", "--dim=8"}, "--dim: --model=logreg_lbfgs does not use it (it is for deep_ctr, mf)"},
+		{[]string{"--model=logreg_lbfgs", "--min_count=2"}, "--min_count: --model=logreg_lbfgs does not use it (it is for deep_ctr, sparse_lr)"},
+		{[]string{"--model=sparse_lr", "--reg=0.1"}, "--reg: --model=sparse_lr does not use it (it is for mf)"},
+		{[]string{"--model=lda", "--learning_rate=0.1"}, "--learning_rate: --model=lda adds the Gibbs sampler's count deltas on the ps, so it takes no optimizer, learning rate or batch size; drop it"},
+		{[]string{"--model=lda", "--batch_size=10"}, "--batch_size: --model=lda adds"},
+		{[]string{"--model=logreg_lbfgs", "--optimizer=adam"}, "--optimizer: --model=logreg_lbfgs sums full-batch gradients on the ps and steps by L-BFGS with a line search, so it takes no optimizer"},
+		{[]string{"--model=logreg_lbfgs", "--initial_accumulator_value=1"}, "--initial_accumulator_value: --model=logreg_lbfgs sums"},
+	} {
+		code, out, errOut := runCLI(t, nil, append([]string{"local", "--ps=1", "--workers=1"}, c.args...)...)
+		if code != 2 || out != "" || !strings.HasPrefix(errOut, "paramserv local: "+c.want) {
+			t.Errorf("%v: exit %d (want 2), stdout %q, stderr:\n%s\nwant it to start with:\nparamserv local: %s", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+// logreg_lbfgs always trains synchronously, so --sync_replicas asks for
+// what it does anyway: accepted, and the run reaches its optimum.
+func TestLBFGSAcceptsSyncReplicas(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "train.svm")
+	if err := os.WriteFile(data, []byte(strings.Repeat("1 1:1 3:1\n0 2:1\n1 1:1\n0 2:1 3:1\n", 5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=logreg_lbfgs", "--sync_replicas",
+		"--train_data="+data, "--num_features=3", "--result_file="+res)
+	if code := p.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0:\n%s", code, p.output())
+	}
+	if f, ok := readJSON(t, res)["objective"].(float64); !ok || !(f > 0) {
+		t.Errorf("result %v: want a positive objective", readJSON(t, res))
 	}
 }

@@ -503,12 +503,13 @@ func checkCheckpointDir(dir string) error {
 }
 
 // modelOnlyFlags are the flags that only some models use, and modelUses says
-// which of them each built-in model uses. Such a flag given with a model
-// that does not use it is refused rather than silently ignored. A model
-// not in modelUses (one added elsewhere) is not checked.
+// which of them each built-in model uses (publicModels say it of theirs).
+// Such a flag given with a model that does not use it is refused rather
+// than silently ignored. A model in neither (one added elsewhere) is not
+// checked.
 var (
 	modelOnlyFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
-		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps"}
+		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps", "dim", "reg", "deep_scale"}
 	modelUses = map[string][]string{
 		"linreg": nil,
 		"mnist":  {"hidden_units", "dataset", "data_dir"},
@@ -518,9 +519,10 @@ var (
 )
 
 // checkModelFlags refuses a flag the chosen model does not use, naming the
-// models that do.
+// models that do, and the update-rule flags (updateRuleFlags) given to a
+// public model that picks its own.
 func (f *trainFlags) checkModelFlags() error {
-	uses, known := modelUses[f.model]
+	uses, known := modelFlagUses(f.model)
 	if !known {
 		return nil
 	}
@@ -529,14 +531,14 @@ func (f *trainFlags) checkModelFlags() error {
 			continue
 		}
 		var users []string
-		for _, m := range trainer.ModelNames() {
-			if slices.Contains(modelUses[m], name) {
+		for _, m := range modelNames() {
+			if u, _ := modelFlagUses(m); slices.Contains(u, name) {
 				users = append(users, m)
 			}
 		}
 		return fmt.Errorf("--%s: --model=%s does not use it (it is for %s); drop it or choose another --model", name, f.model, strings.Join(users, ", "))
 	}
-	return nil
+	return f.checkUpdateRuleFlags()
 }
 
 // record is what the result file keeps of the command line so that the run

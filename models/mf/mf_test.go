@@ -91,3 +91,80 @@ func TestRegWeighedByCount(t *testing.T) {
 		t.Errorf("RegExponent -1: penalty %v, want Reg", got)
 	}
 }
+
+// With implicit feedback the gradient of every row (users', items' and
+// the implicit rows y_j of the items the batch's users rated) is that of
+// the objective gradients documents, checked by central differences.
+func TestImplicitGradients(t *testing.T) {
+	const reg, biasReg = 0.1, 0.01
+	m := newModel(Config{Dim: 2, Reg: reg, BiasReg: biasReg}.Defaults())
+	train := []Rating{{1, 10, 4}, {1, 11, 3}, {2, 10, 5}}
+	m.rateds(train)
+	batch := []Rating{{1, 10, 4}, {2, 11, 2}, {1, 11, 3}}
+	m.gather(batch)
+	copy(m.uRows, []float32{0.3, -0.2, 0.1, 0.5, 0.4, -0.1})
+	copy(m.iRows, []float32{0.2, 0.6, 0.05, -0.3, 0.1, 0.2})
+	if len(m.implKeys) != 2 {
+		t.Fatalf("implicit rows %v, want the 2 items users 1 and 2 rated", m.implKeys)
+	}
+	copy(m.yRows, []float32{0.7, -0.4, 0.25, 0.9})
+	const mu = 3.5
+	rated := map[uint64][]uint64{1: {10, 11}, 2: {10}}
+	// loss is the objective, computed here from its definition.
+	loss := func() float64 {
+		row := func(rows []float32, keys []uint64, key uint64, n int) []float32 {
+			for i, k := range keys {
+				if k == key {
+					return rows[i*n : (i+1)*n]
+				}
+			}
+			t.Fatalf("no row %d", key)
+			return nil
+		}
+		var l float64
+		for _, r := range batch {
+			p, q := row(m.uRows, m.users.keys, r.User, 3), row(m.iRows, m.items.keys, r.Item, 3)
+			n := rated[r.User]
+			sc := 1 / math.Sqrt(float64(len(n)))
+			z := make([]float64, 2)
+			var ySq float64
+			for _, j := range n {
+				y := row(m.yRows, m.implKeys, j, 2)
+				for c := range z {
+					z[c] += sc * float64(y[c])
+					ySq += float64(y[c]) * float64(y[c])
+				}
+			}
+			pred := mu + float64(p[2]+q[2])
+			var pSq, qSq float64
+			for c := range 2 {
+				pred += (float64(p[c]) + z[c]) * float64(q[c])
+				pSq += float64(p[c]) * float64(p[c])
+				qSq += float64(q[c]) * float64(q[c])
+			}
+			e := pred - float64(r.Value)
+			l += e*e/2 + reg/2*(pSq+qSq) + biasReg/2*float64(p[2]*p[2]+q[2]*q[2]) + reg/2*sc*ySq
+		}
+		return l
+	}
+	g := map[string][]float32{"mu": {0}}
+	m.gradients(batch, mu, g)
+	for _, c := range []struct {
+		name       string
+		rows, grad []float32
+	}{{"user", m.uRows, m.uGrad}, {"item", m.iRows, m.iGrad}, {"implicit", m.yRows, m.yGrad}} {
+		for i := range c.rows {
+			const h = 1e-3
+			v, vu, vd := c.rows[i], c.rows[i]+h, c.rows[i]-h
+			c.rows[i] = vu
+			up := loss()
+			c.rows[i] = vd
+			down := loss()
+			c.rows[i] = v
+			want := (up - down) / (float64(vu) - float64(vd))
+			if d := float64(c.grad[i]) - want; math.Abs(d) > 1e-3*max(1, math.Abs(want)) {
+				t.Errorf("%s row value %d: gradient %v, central difference %v", c.name, i, c.grad[i], want)
+			}
+		}
+	}
+}
