@@ -107,7 +107,7 @@ func TestSparseValidationDuringTraining(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model=sparse_lr", "--train_data=" + train, "--test_data=" + test, "--validation_data=" + test}, "reads the --test_data"},
-		{[]string{"--model=linreg", "--validation_data=" + val}, "--validation_data is read by --model=sparse_lr only"},
+		{[]string{"--model=linreg", "--validation_data=" + val}, "--validation_data: --model=linreg does not use it (it is for sparse_lr)"},
 	} {
 		p := start(t, "local bad", nil, append([]string{"local", "--ps=1", "--workers=1", "--train_steps=10", "--metrics_addr="}, c.args...)...)
 		if code := p.wait(t, time.Minute); code != 2 || !strings.Contains(p.output(), c.want) {

@@ -509,12 +509,13 @@ func checkCheckpointDir(dir string) error {
 // checked.
 var (
 	modelOnlyFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
-		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps", "dim", "reg", "deep_scale"}
+		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps", "dim", "reg", "deep_scale",
+		"dense_optimizer", "dense_learning_rate", "shuffle_buffer", "validation_data"}
 	modelUses = map[string][]string{
 		"linreg": nil,
 		"mnist":  {"hidden_units", "dataset", "data_dir"},
 		"sparse_lr": {"data_dir", "train_data", "test_data", "input_format", "num_features", "fields",
-			"skip_bad_lines", "min_count", "evict_after_steps"},
+			"skip_bad_lines", "min_count", "evict_after_steps", "shuffle_buffer", "validation_data"},
 	}
 )
 
