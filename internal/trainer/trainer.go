@@ -405,7 +405,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
-	if err := checkEpochs(cfg, numWorkers); err != nil {
+	if err := CheckEpochs(cfg); err != nil {
 		return &ConfigError{Err: err}
 	}
 	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
@@ -615,12 +615,13 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 	}
 }
 
-// checkEpochs refuses --epochs with synchronous training of several
+// CheckEpochs refuses --epochs with synchronous training of several
 // workers that could hang: a worker whose data ends stops pushing, so a
 // step the others push after that completes only when --sync_timeout
 // passes and the ps proceeds without it. Equal parts end on the same step
 // and never wait; unequal ones finish their extra steps one timeout each.
-func checkEpochs(cfg Config, numWorkers int) error {
+func CheckEpochs(cfg Config) error {
+	numWorkers := len(cfg.Cluster.Spec.Workers)
 	if cfg.Data.Epochs <= 0 || !cfg.Sync || numWorkers <= 1 {
 		return nil
 	}
