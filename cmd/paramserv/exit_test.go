@@ -157,6 +157,8 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{"--ftrl_beta=-1", "--ftrl_beta=-1: want >= 0"},
 		{"--l1=-1", "--l1=-1: want >= 0"},
 		{"--l2=-1", "--l2=-1: want >= 0"},
+		{"--epochs=-1", "--epochs=-1: want 0"},
+		{"--epochs=1", "--model=linreg reads its data until --train_steps; only sparse_lr counts passes"},
 	}
 	type tc struct {
 		args []string
@@ -171,6 +173,8 @@ func TestBadNumbersExitTwo(t *testing.T) {
 	}
 	cases = append(cases, []tc{
 		{[]string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=worker", "--task_index=-1"}, "task_index"},
+		{append(append([]string{"train"}, cluster...), "--model=sparse_lr", "--train_data=x.svm", "--epochs=1", "--sync_replicas"), "--epochs=1 with --sync_replicas and 2 workers needs --sync_on_timeout=proceed"},
+		{[]string{"local", "--workers=2", "--model=sparse_lr", "--train_data=x.svm", "--epochs=1", "--sync_replicas"}, "--epochs=1 with --sync_replicas and 2 workers needs --sync_on_timeout=proceed"},
 		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
 		{[]string{"local", "--max_restarts=-1"}, "--max_restarts=-1: want a number >= 0"},

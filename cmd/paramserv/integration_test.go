@@ -515,6 +515,35 @@ func TestSparseLRBadDataLine(t *testing.T) {
 	}
 }
 
+// --epochs=1: each worker reads its part once (101 rows split by line:
+// 51 and 50, batches of 10: 6 and 5 steps) and is done far below
+// --train_steps; the job exits 0 and the chief's result holds every step.
+func TestSparseLREpochs(t *testing.T) {
+	var b strings.Builder
+	for i := range 101 {
+		fmt.Fprintf(&b, "%s %d:1 %d:0.5\n", []string{"-1", "+1"}[i/2%2], i%40+1, 41+i%7)
+	}
+	dir := t.TempDir()
+	train, res := filepath.Join(dir, "train.svm"), filepath.Join(dir, "result.json")
+	if err := os.WriteFile(train, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, buffer := range []string{"--shuffle_buffer=0", "--shuffle_buffer=16"} {
+		p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--optimizer=ftrl", "--train_data="+train,
+			"--epochs=1", "--train_steps=1000000", "--batch_size=10", buffer, "--result_file="+res)
+		if code := p.wait(t, time.Minute); code != 0 {
+			t.Fatalf("%s: exit %d:\n%s", buffer, code, p.output())
+		}
+		out := p.output()
+		if !strings.Contains(out, "worker 0: end of data after 1 epochs at global step") || !strings.Contains(out, "worker 1: end of data after 1 epochs at global step") {
+			t.Fatalf("%s: the workers do not say their data ended:\n%s", buffer, out)
+		}
+		if r := readResult(t, res); r.GlobalStep != 11 {
+			t.Fatalf("%s: global step %d, want 11 (6 + 5 steps)", buffer, r.GlobalStep)
+		}
+	}
+}
+
 type mnistResult struct {
 	Mode         string  `json:"mode"`
 	GlobalStep   int64   `json:"global_step"`

@@ -52,7 +52,7 @@ var flagGroups = map[string]string{
 	// local's own
 	"restart_ps": groupRecovery, "restart_workers": groupRecovery, "max_restarts": groupRecovery,
 
-	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel, "validation_data": groupModel,
+	"dim": groupModel, "reg": groupModel, "deep_scale": groupModel, "shuffle_buffer": groupModel, "validation_data": groupModel, "epochs": groupModel,
 	"standalone": groupTraining, "overlap": groupTraining,
 	"replicas": groupRecovery, "failover_timeout": groupRecovery, "replica_hosts": groupCluster,
 	"dense_optimizer": groupModel, "dense_learning_rate": groupModel,

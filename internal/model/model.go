@@ -7,7 +7,11 @@
 // A Model is used by one goroutine at a time.
 package model
 
-import "github.com/paramserv/paramserv/internal/optim"
+import (
+	"errors"
+
+	"github.com/paramserv/paramserv/internal/optim"
+)
 
 // Variable describes one dense variable: its name (unique in the model) and
 // its shape, row-major. Its size is the product of the shape.
@@ -86,6 +90,10 @@ type Config struct {
 	// ValidationData (sparse_lr): files the chief scores every
 	// --steps_to_validate local steps; never a training or test file.
 	ValidationData string
+	// Epochs > 0 ends the training data after this many passes over the
+	// worker's part: NextBatch then returns ErrEndOfData (sparse_lr).
+	// 0: no end, the data is read pass after pass until --train_steps.
+	Epochs int
 	// Logf receives the model's own log lines (data loaded, skipped lines); nil discards.
 	Logf func(format string, args ...any)
 }
@@ -110,6 +118,11 @@ type Table struct {
 	Optimizer *optim.Config
 }
 
+// ErrEndOfData is what NextBatch returns once the worker's data has ended
+// (after Config.Epochs passes): the worker is done, as one that reached
+// --train_steps.
+var ErrEndOfData = errors.New("end of the training data")
+
 // SparseModel is a Model whose batches also read and update rows of sparse
 // tables. The trainer pulls the rows of the keys a batch touches along with
 // the dense variables, and pushes their gradients back.
@@ -120,7 +133,9 @@ type SparseModel interface {
 	// NextBatch reads the next batch and returns, for each table (in the
 	// order of Tables), the distinct keys it touches. The slices stay valid
 	// until the call after next, so the trainer can push one batch's
-	// gradients while it pulls the next batch's rows.
+	// gradients while it pulls the next batch's rows. Once the data has
+	// ended (Config.Epochs passes) it returns ErrEndOfData; the batch
+	// before may hold fewer than BatchSize examples.
 	NextBatch() ([][]uint64, error)
 	// SparseGradients computes the loss of the batch NextBatch last returned,
 	// at the dense params and the rows of its keys (rows[t] holds

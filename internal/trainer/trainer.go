@@ -405,6 +405,9 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
+	if err := CheckEpochs(cfg); err != nil {
+		return &ConfigError{Err: err}
+	}
 	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
 		return &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
 	}
@@ -454,6 +457,11 @@ func runWorker(ctx context.Context, cfg Config) error {
 		} else {
 			err = denseLoop(ctx, cfg, c, m, params, sv, &st, overlaps(cfg, numWorkers))
 		}
+		if err == nil && st.ended && cfg.Cluster.IsChief() && numWorkers > 1 {
+			// The chief's data ended: the result is the job's once the
+			// others have trained theirs.
+			err = waitForWorkers(ctx, cfg, c)
+		}
 		if err == nil && sv != nil && cfg.CheckpointDir != "" && sv.lastStep != st.step {
 			// A ps that dies during the final checkpoint restores an
 			// older one: recovery rolls the cluster back to it, and the
@@ -462,7 +470,10 @@ func runWorker(ctx context.Context, cfg Config) error {
 				err = fmt.Errorf("final checkpoint: %w", err)
 			}
 		}
-		if err == nil && lingers(cfg) {
+		if err == nil && lingers(cfg) && !st.ended {
+			// (A worker whose data ended has nothing to train again
+			// after a roll back: it leaves at once, and the chief, which
+			// waits for it (waitForWorkers), goes on.)
 			// Wait for the chief before leaving: if a ps fails its final
 			// checkpoint, the cluster rolls back and the synchronous steps
 			// since need this worker again.
@@ -604,6 +615,70 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 	}
 }
 
+// CheckEpochs refuses --epochs with synchronous training of several
+// workers that could hang: a worker whose data ends stops pushing, so a
+// step the others push after that completes only when --sync_timeout
+// passes and the ps proceeds without it. Equal parts end on the same step
+// and never wait; unequal ones finish their extra steps one timeout each.
+func CheckEpochs(cfg Config) error {
+	numWorkers := len(cfg.Cluster.Spec.Workers)
+	if cfg.Data.Epochs <= 0 || !cfg.Sync || numWorkers <= 1 {
+		return nil
+	}
+	if !cfg.SyncProceed || cfg.SyncTimeout <= 0 {
+		return fmt.Errorf("--epochs=%d with --sync_replicas and %d workers needs --sync_on_timeout=proceed and a --sync_timeout (have %s, %s): a worker whose data ends stops pushing, and the synchronous steps of the others then complete only when the ps proceed without it",
+			cfg.Data.Epochs, numWorkers, map[bool]string{true: "proceed", false: "fail"}[cfg.SyncProceed], cfg.SyncTimeout)
+	}
+	return nil
+}
+
+// waitForWorkers is the wait of a chief whose data ended (--epochs) while
+// other workers may still train theirs: until every other worker has told
+// a ps it is done (its data ended, or it reached the goal and left), or a
+// ps is at the goal (the workers still there linger for the chief), or
+// --worker_timeout passes. A ps that does not answer is waited for. It
+// logs every --wait_log_every.
+func waitForWorkers(ctx context.Context, cfg Config, c *client.Client) error {
+	others := len(cfg.Cluster.Spec.Workers) - 1
+	start := time.Now()
+	lastLog := start
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		statuses, err := c.Status(sctx)
+		cancel()
+		var waitingFor string
+		switch {
+		case err != nil && !retryable(err):
+			return err
+		case err != nil:
+			waitingFor = fmt.Sprintf("a ps to answer (%v)", err)
+		default:
+			done := 0
+			for _, st := range statuses {
+				if st.Initialized && st.GlobalStep >= cfg.TrainSteps {
+					return nil
+				}
+				done = max(done, int(st.WorkersDone))
+			}
+			if done >= others {
+				return nil
+			}
+			waitingFor = fmt.Sprintf("the other workers to end their data (%d of %d done, global step %d)", done, others, statuses[0].GlobalStep)
+		}
+		if time.Since(start) >= cfg.WorkerTimeout {
+			cfg.Logf("chief: data ended, waited --worker_timeout=%s for %s; going on", cfg.WorkerTimeout, waitingFor)
+			return nil
+		}
+		if time.Since(lastLog) >= cfg.WaitLogEvery {
+			cfg.Logf("chief: data ended; waiting for %s (waited %s)", waitingFor, time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 func modeName(sync bool) string {
 	if sync {
 		return "synchronously"
@@ -620,6 +695,9 @@ type loopStats struct {
 	// lookup reads rows from the ps for a sparse model's validation (set
 	// by sparseLoop).
 	lookup func(t int, keys []uint64, out []float32) error
+	// ended: the loop stopped because the worker's data ended (--epochs),
+	// not at the goal.
+	ended bool
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
@@ -828,6 +906,14 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 	}
 	grads := model.NewParams(m.Variables())
 	keys, err := m.NextBatch()
+	if errors.Is(err, model.ErrEndOfData) {
+		// Back in the loop after a recovery, with nothing left to train.
+		if st.step, err = c.Pull(ctx, 0, params); err != nil {
+			return fmt.Errorf("pull: %w", err)
+		}
+		endOfData(cfg, st)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -869,11 +955,15 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		for t, tb := range tables {
 			pushed[t] = client.Rows{Table: tb.Name, Keys: cur[t].Keys, Values: rowGrads[t]}
 		}
+		var nextRows []client.Rows // none after the last batch: only the push and the dense pull
 		next, err := m.NextBatch()
-		if err != nil {
+		ended := errors.Is(err, model.ErrEndOfData)
+		if err != nil && !ended {
 			return fmt.Errorf("step %d: next batch: %w", step, err)
 		}
-		nextRows := rowsFor(i, next)
+		if !ended {
+			nextRows = rowsFor(i, next)
+		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
@@ -885,9 +975,21 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		if err != nil {
 			return err
 		}
+		if ended {
+			endOfData(cfg, st)
+			return nil
+		}
 		cur = nextRows
 	}
 	return nil
+}
+
+// endOfData marks and logs a loop that stopped because the worker's data
+// ended (--epochs) before the goal.
+func endOfData(cfg Config, st *loopStats) {
+	st.ended = true
+	cfg.Logf("worker %d: end of data after %d epochs at global step %d (%d local steps; --train_steps=%d)",
+		cfg.Cluster.Task.Index, cfg.Data.Epochs, st.step, st.local, cfg.TrainSteps)
 }
 
 // zeroed returns n zeros in buf's memory if it has room, else in a new

@@ -46,9 +46,11 @@ type Model struct {
 	paths  []string
 	part   sparse.Partition
 
-	rng   *rand.Rand
-	order []int
-	next  int
+	rng    *rand.Rand
+	order  []int
+	next   int
+	passes int  // shuffles of order begun: passes over the loaded part
+	ended  bool // the data has ended (Epochs passes)
 
 	// The current batch, and the one before it (its keys stay valid for the
 	// trainer's push while the next batch's rows are pulled).
@@ -73,6 +75,9 @@ func New(cfg model.Config) (*Model, error) {
 	}
 	if cfg.NumWorkers <= 0 {
 		cfg.NumWorkers = 1
+	}
+	if cfg.Epochs < 0 {
+		return nil, fmt.Errorf("sparse_lr: epochs must not be negative, got %d", cfg.Epochs)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -125,13 +130,13 @@ func New(cfg model.Config) (*Model, error) {
 		}
 		m.paths, m.part = paths, part
 		m.stream, err = sparse.NewStream(sparse.StreamConfig{
-			Paths: paths, Open: opener, ShuffleBuffer: cfg.ShuffleBuffer,
+			Paths: paths, Open: opener, ShuffleBuffer: cfg.ShuffleBuffer, Epochs: cfg.Epochs,
 			Seed: uint64(cfg.Seed)<<16 ^ uint64(cfg.Worker),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("sparse_lr: %w", err)
 		}
-		cfg.Logf("sparse_lr: worker %d streams its part of %d file(s), pass after pass until --train_steps, shuffling within %d rows", cfg.Worker, len(paths), cfg.ShuffleBuffer)
+		cfg.Logf("sparse_lr: worker %d streams its part of %d file(s), %s, shuffling within %d rows", cfg.Worker, len(paths), passesText(cfg.Epochs), cfg.ShuffleBuffer)
 		return m, nil
 	}
 	ds, st, err := read(cfg, paths, part)
@@ -147,7 +152,7 @@ func New(cfg model.Config) (*Model, error) {
 	if st.Skipped > 0 {
 		cfg.Logf("sparse_lr: skipped %d malformed lines of %d", st.Skipped, st.Lines)
 	}
-	cfg.Logf("sparse_lr: worker %d has %d training examples (%d nonzeros) from %d file(s)", cfg.Worker, ds.Len(), ds.NNZ(), len(paths))
+	cfg.Logf("sparse_lr: worker %d has %d training examples (%d nonzeros) from %d file(s), %s", cfg.Worker, ds.Len(), ds.NNZ(), len(paths), passesText(cfg.Epochs))
 	m.train = ds
 	m.order = make([]int, ds.Len())
 	for i := range m.order {
@@ -155,6 +160,14 @@ func New(cfg model.Config) (*Model, error) {
 	}
 	m.next = len(m.order) // shuffle on the first batch
 	return m, nil
+}
+
+// passesText says how many passes a worker makes over its part.
+func passesText(epochs int) string {
+	if epochs == 0 {
+		return "pass after pass until --train_steps"
+	}
+	return fmt.Sprintf("%d pass(es) (--epochs) or until --train_steps", epochs)
 }
 
 // CheckDisjoint returns an error if the training files named by trainData
@@ -311,7 +324,13 @@ func (m *Model) ComputeGradients(model.Params, model.Params) (float64, error) {
 
 // NextBatch draws the next batch (shuffled order, a new shuffle each epoch;
 // or, streaming, the next rows of the stream) and returns its distinct keys.
+// With Epochs, batches run on across the passes, the last one holds what
+// is left, and then it returns model.ErrEndOfData: a worker whose part
+// holds n rows makes ceil(Epochs·n/BatchSize) batches.
 func (m *Model) NextBatch() ([][]uint64, error) {
+	if m.ended {
+		return nil, model.ErrEndOfData
+	}
 	m.prev, m.cur = m.cur, m.prev
 	b := &m.cur
 	b.examples, b.keys, b.slots = b.examples[:0], b.keys[:0], b.slots[:0]
@@ -320,7 +339,11 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 	for range m.cfg.BatchSize {
 		var keys []uint64
 		if m.stream != nil {
-			ex, err := m.stream.Next() // never io.EOF: the stream has no last pass
+			ex, err := m.stream.Next() // io.EOF only after Epochs passes
+			if err == io.EOF {
+				m.ended = true
+				break
+			}
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: %w", err)
 			}
@@ -328,6 +351,11 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 			keys = ex.Keys
 		} else {
 			if m.next == len(m.order) {
+				if m.cfg.Epochs > 0 && m.passes == m.cfg.Epochs {
+					m.ended = true
+					break
+				}
+				m.passes++
 				m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
 				m.next = 0
 			}
@@ -345,6 +373,9 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 			}
 			b.slots = append(b.slots, p)
 		}
+	}
+	if m.size(b) == 0 {
+		return nil, model.ErrEndOfData
 	}
 	return [][]uint64{b.keys}, nil
 }

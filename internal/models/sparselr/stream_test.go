@@ -205,3 +205,57 @@ func TestStreamedBadLineNamesFileAndLine(t *testing.T) {
 		t.Fatalf("got %v; want an error naming %s:2", err, path)
 	}
 }
+
+// With Epochs, a worker's part is read that many times, in batches that run
+// on across the passes, the last holding what is left; then NextBatch
+// returns model.ErrEndOfData, and goes on returning it. Loaded and streamed
+// alike.
+func TestEpochsEndTheData(t *testing.T) {
+	var b strings.Builder
+	const rows = 10
+	for i := range rows {
+		fmt.Fprintf(&b, "%s %d:1\n", []string{"-1", "+1"}[i%2], i+1)
+	}
+	path := filepath.Join(t.TempDir(), "train.svm")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, buffer := range []int{0, 1, 4} {
+		for _, epochs := range []int{1, 2} {
+			t.Run(fmt.Sprintf("buffer=%d/epochs=%d", buffer, epochs), func(t *testing.T) {
+				m, err := New(model.Config{TrainData: path, BatchSize: 3, Seed: 1, ShuffleBuffer: buffer, Epochs: epochs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(m.Close)
+				seen := make(map[uint64]int)
+				var sizes []int
+				for range 100 {
+					_, err := m.NextBatch()
+					if err == model.ErrEndOfData {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					sizes = append(sizes, m.size(&m.cur))
+					for n := range m.size(&m.cur) {
+						seen[m.at(&m.cur, n).Keys[0]]++
+					}
+				}
+				want := (epochs*rows + 2) / 3 // ceil(epochs·rows / batch)
+				if len(sizes) != want || sizes[len(sizes)-1] != epochs*rows-3*(want-1) {
+					t.Fatalf("batch sizes %v: want %d batches, the last of %d rows", sizes, want, epochs*rows-3*(want-1))
+				}
+				for k := range uint64(rows) {
+					if seen[k] != epochs {
+						t.Fatalf("row of key %d read %d times in %d epochs (all: %v)", k, seen[k], epochs, seen)
+					}
+				}
+				if _, err := m.NextBatch(); err != model.ErrEndOfData {
+					t.Fatalf("NextBatch after the end: %v, want model.ErrEndOfData", err)
+				}
+			})
+		}
+	}
+}
