@@ -197,8 +197,12 @@ func TestStreamHoldsBoundedRows(t *testing.T) {
 		held[n] = s.MaxHeld()
 		s.Close()
 	}
+	// The reader may run ahead of the consumer by its chunks in flight or
+	// not, as the scheduler has it, so the two counts differ run to run;
+	// what must hold is one bound, the buffer and the chunks in flight,
+	// whatever the number of rows (loading would hold all 20000).
 	const bound = 256 + (2+2)*64
-	if held[20000] > bound || float64(held[20000]) > 1.2*float64(held[2000]) {
+	if held[2000] > bound || held[20000] > bound {
 		t.Fatalf("rows held at most: %d for 2000 rows, %d for 20000; want the same bound (≤ %d) for both", held[2000], held[20000], bound)
 	}
 }
