@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -175,18 +174,7 @@ sparse table's key the checkpoint lacks reads as zeros.
 	if v, ok := metrics["val_cross_entropy"]; ok {
 		r["loss"] = v
 	}
-	b, _ := json.MarshalIndent(r, "", "  ")
-	tmp, err := os.CreateTemp(filepath.Dir(cfg.ResultFile), ".result-*")
-	if err == nil {
-		_, err = tmp.Write(append(b, '\n'))
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), cfg.ResultFile)
-		}
-		os.Remove(tmp.Name())
-	}
+	err = trainer.WriteJSON(cfg.ResultFile, r)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv eval: --result_file=%s: %v\n", cfg.ResultFile, err)
 		return 1

@@ -1121,7 +1121,7 @@ func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params m
 	if cfg.ResultFile == "" {
 		return nil
 	}
-	return writeJSON(cfg.ResultFile, r)
+	return WriteJSON(cfg.ResultFile, r)
 }
 
 func fmtMetrics(m map[string]float64) string {
@@ -1129,8 +1129,10 @@ func fmtMetrics(m map[string]float64) string {
 	return string(b)
 }
 
-// writeJSON writes v to path atomically (temp file, rename).
-func writeJSON(path string, v any) error {
+// WriteJSON writes v to path as indented JSON, atomically: a temporary
+// file beside it, then a rename, so a reader never sees half a file. Every
+// result file (trainer, eval, the public models) is written through it.
+func WriteJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err

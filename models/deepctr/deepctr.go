@@ -395,7 +395,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	if w.IsChief() && cfg.ResultFile != "" {
-		if err := writeJSON(cfg.ResultFile, res); err != nil {
+		if err := paramserv.WriteResultFile(cfg.ResultFile, res); err != nil {
 			return res, err
 		}
 	}
@@ -729,26 +729,4 @@ func AUC(scores []float64, labels []float32) float64 {
 		return math.NaN()
 	}
 	return (rankSum - pos*(pos+1)/2) / (pos * neg)
-}
-
-// writeJSON writes v to path through a temporary file, so a reader never
-// sees half a result.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".result-*")
-	if err != nil {
-		return fmt.Errorf("result file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("result file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("result file: %w", err)
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -29,7 +29,6 @@ package lbfgs
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -386,7 +385,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if !math.IsNaN(res.TestAccuracy) {
 			r["test_accuracy"] = res.TestAccuracy
 		}
-		if err := writeResult(cfg.ResultFile, r); err != nil {
+		if err := paramserv.WriteResultFile(cfg.ResultFile, r); err != nil {
 			return nil, err
 		}
 	}
@@ -567,17 +566,4 @@ func toFloat64(dst []float64, src []float32) {
 	for i, v := range src {
 		dst[i] = float64(v)
 	}
-}
-
-// writeResult writes the result JSON (temp file, then rename).
-func writeResult(path string, r map[string]any) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("lbfgs: result file: %w", err)
-	}
-	return os.Rename(tmp, path)
 }

@@ -28,7 +28,6 @@ package lda
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -349,7 +348,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		err = fmt.Errorf("lda: the ps hold %d word-topic counts and %d topic totals, want both %d (the training tokens)", countSum, topicSum, trainTokens)
 	}
 	if cfg.ResultFile != "" {
-		if werr := writeResult(cfg.ResultFile, map[string]any{
+		if werr := paramserv.WriteResultFile(cfg.ResultFile, map[string]any{
 			"model": "lda", "mode": "async", "perplexity": res.Perplexity, "perplexity_estimator": "document completion",
 			"train_tokens": trainTokens, "count_sum": countSum, "topic_count_sum": topicSum,
 			"topics": K, "sweeps": cfg.Sweeps, "train_docs": len(train), "test_docs": len(test),
@@ -610,17 +609,4 @@ func topWords(phi []float64, vocab []string, n int) []string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// writeResult writes the result JSON (temp file, then rename).
-func writeResult(path string, r map[string]any) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("lda: result file: %w", err)
-	}
-	return os.Rename(tmp, path)
 }
