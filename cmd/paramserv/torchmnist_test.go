@@ -60,7 +60,13 @@ func TestTorchMNISTExample(t *testing.T) {
 			t.Fatalf("%s: exit %d\n%s", mode, code, p.output())
 		}
 		out := p.output()
-		for _, want := range []string{"[worker1] Worker 1: training step 100 done", "Training elapsed time: ", "validation cross entropy = ", "all 3 processes exited 0"} {
+		wants := []string{"[worker1] Worker 1: finished at global step", "Training elapsed time: ", "validation cross entropy = ", "all 3 processes exited 0"}
+		if mode != "" {
+			// Asynchronous: a worker 1 slow to load its data may find the
+			// chief done with every step; synchronous steps need both.
+			wants = append(wants, "[worker1] Worker 1: training step 100 done")
+		}
+		for _, want := range wants {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: output lacks %q", mode, want)
 			}

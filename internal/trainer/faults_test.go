@@ -192,7 +192,7 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
 				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync,
 				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 400,
-				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
 			})
 			var once sync.Once
 			struck := make(chan struct{})
@@ -564,7 +564,7 @@ func TestBusyPSIsNotSilent(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
 		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
 		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, Sync: true,
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 5 * time.Second,
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
 		probeAfter: 50 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
 	})
 	cl.startPS(0)

@@ -36,6 +36,7 @@ type retrier struct {
 	started  bool
 	lastLog  time.Time
 	quiet    int // retries since the last line
+	max      time.Duration
 	sleep    func(ctx context.Context, d time.Duration) error
 	now      func() time.Time
 }
@@ -46,7 +47,18 @@ const (
 )
 
 func newRetrier(cfg Config, bound string) *retrier {
-	return &retrier{cfg: cfg, bound: bound, sleep: sleepCtx, now: time.Now}
+	return &retrier{cfg: cfg, bound: bound, max: maxBackoff(cfg), sleep: sleepCtx, now: time.Now}
+}
+
+// maxBackoff is the longest pause between retries: retryMax, but in sync
+// mode at most a tenth of --sync_timeout, so that a worker asleep in its
+// backoff while a ps comes back is not the worker a synchronous step times
+// out waiting for.
+func maxBackoff(cfg Config) time.Duration {
+	if cfg.Sync && cfg.SyncTimeout > 0 {
+		return max(retryMin, min(retryMax, cfg.SyncTimeout/10))
+	}
+	return retryMax
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -72,7 +84,7 @@ func (r *retrier) pause(ctx context.Context, step int64, err error) error {
 			return err
 		}
 	}
-	r.backoff = min(max(2*r.backoff, retryMin), retryMax)
+	r.backoff = min(max(2*r.backoff, retryMin), r.max)
 	return nil
 }
 
@@ -125,7 +137,7 @@ func recoverCluster(ctx context.Context, cfg Config, c *client.Client, lastStep 
 		if err := sleepCtx(rctx, backoff); err != nil {
 			return fmt.Errorf("chief: recovery after %v: %w", cause, err)
 		}
-		backoff = min(2*backoff, retryMax)
+		backoff = min(2*backoff, maxBackoff(cfg))
 	}
 }
 
