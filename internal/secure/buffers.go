@@ -1,7 +1,6 @@
 package secure
 
 import (
-	"crypto/tls"
 	"net"
 	"sync"
 )
@@ -66,25 +65,14 @@ func (g *gatherer) writeBuffers(w interface{ Write([]byte) (int, error) }, bufs 
 	return n, err
 }
 
-// clientTLS is a client's TLS connection that writes frames gathered
-// (wire.BuffersWriter).
-type clientTLS struct {
-	*tls.Conn
-	g gatherer
-}
-
-func (c *clientTLS) WriteBuffers(bufs net.Buffers) (int64, error) {
-	return c.g.writeBuffers(c.Conn, bufs)
-}
-
 // WriteBuffers writes a frame's buffers (wire.BuffersWriter): over TLS
 // gathered into few records, over plain TCP with one writev.
 func (c *conn) WriteBuffers(bufs net.Buffers) (int64, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
 	}
-	if tc, ok := c.sec.(*tls.Conn); ok {
-		return c.g.writeBuffers(tc, bufs)
+	if tc, ok := c.sec.(*tlsConn); ok {
+		return tc.WriteBuffers(bufs)
 	}
 	return bufs.WriteTo(c.sec)
 }

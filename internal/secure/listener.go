@@ -1,7 +1,6 @@
 package secure
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -40,8 +39,6 @@ type conn struct {
 	sec  net.Conn // after the handshake: the TLS connection, or Conn
 	err  error    // the handshake's failure
 	ok   atomic.Bool
-
-	g gatherer // WriteBuffers' scratch
 
 	mu              sync.Mutex // guards readDL and writeDL
 	readDL, writeDL time.Time  // the caller's deadlines, restored after the handshake
@@ -117,7 +114,7 @@ func (l *listener) serverHandshake(raw net.Conn) (net.Conn, error) {
 	cc := &countConn{Conn: raw}
 	var c net.Conn = cc
 	if p.TLS() {
-		tc := tls.Server(cc, p.server)
+		tc := newTLSConn(cc, true, p.server)
 		if err := tc.Handshake(); err != nil {
 			l.refuse(cc, "TLS", err)
 			return nil, ErrRefused

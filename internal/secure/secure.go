@@ -241,11 +241,11 @@ func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string)
 		}
 		cfg := p.client.Clone()
 		cfg.ServerName = host
-		tc := tls.Client(raw, cfg)
+		tc := newTLSConn(raw, false, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, &HandshakeError{Addr: addr, Step: "TLS", Why: tlsWhy(err), Err: err}
 		}
-		c = &clientTLS{Conn: tc}
+		c = tc
 	}
 	if p.Token() {
 		if err := clientToken(c, p.token); err != nil {
