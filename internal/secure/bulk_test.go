@@ -36,7 +36,7 @@ func bulkServer(b *testing.B, p *Policy, size int) string {
 					if _, err := io.ReadFull(br, req); err != nil {
 						return
 					}
-					if _, err := writeBufs(c, net.Buffers{rep[:16], rep[16:]}); err != nil {
+					if _, err := writeBuffersTo(c, net.Buffers{rep[:16], rep[16:]}); err != nil {
 						return
 					}
 				}
@@ -46,7 +46,7 @@ func bulkServer(b *testing.B, p *Policy, size int) string {
 	return raw.Addr().String()
 }
 
-func writeBufs(c net.Conn, bufs net.Buffers) (int64, error) {
+func writeBuffersTo(c net.Conn, bufs net.Buffers) (int64, error) {
 	if bw, ok := c.(interface {
 		WriteBuffers(net.Buffers) (int64, error)
 	}); ok {
@@ -116,7 +116,7 @@ func BenchmarkBulk(b *testing.B) {
 			cpu0 := cpuTime()
 			one := func(j int) error {
 				q, r := req[j*size/k:(j+1)*size/k], rep[j*size/k:(j+1)*size/k]
-				if _, err := writeBufs(cs[j].c, net.Buffers{q[:16], q[16:]}); err != nil {
+				if _, err := writeBuffersTo(cs[j].c, net.Buffers{q[:16], q[16:]}); err != nil {
 					return err
 				}
 				_, err := io.ReadFull(cs[j].br, r)
