@@ -44,6 +44,7 @@ type recordConn struct {
 	read     int64   // bytes read, up to bulkRead
 	rbuf     *[]byte // lent while it holds bytes not read
 	rpos, rn int     // rbuf[rpos:rn] is not read yet
+	rerr     error   // the error read with them, returned after them
 
 	mu       sync.Mutex
 	batching bool
@@ -54,11 +55,13 @@ type recordConn struct {
 func (r *recordConn) Read(p []byte) (int, error) {
 	if r.rbuf != nil {
 		n := copy(p, (*r.rbuf)[r.rpos:r.rn])
+		var err error
 		if r.rpos += n; r.rpos == r.rn {
 			readBufs.Put(r.rbuf)
 			r.rbuf = nil
+			err, r.rerr = r.rerr, nil
 		}
-		return n, nil
+		return n, err
 	}
 	if r.read < bulkRead || len(p) >= readBytes {
 		n, err := r.Conn.Read(p)
@@ -69,10 +72,11 @@ func (r *recordConn) Read(p []byte) (int, error) {
 	n, err := r.Conn.Read(*b)
 	m := copy(p, (*b)[:n])
 	if m < n {
-		r.rbuf, r.rpos, r.rn = b, m, n
-	} else {
-		readBufs.Put(b)
+		// The error comes after the bytes read with it.
+		r.rbuf, r.rpos, r.rn, r.rerr = b, m, n, err
+		return m, nil
 	}
+	readBufs.Put(b)
 	return m, err
 }
 

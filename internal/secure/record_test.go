@@ -163,3 +163,43 @@ func TestRecordConnWriteErrorSticks(t *testing.T) {
 		t.Errorf("%d writes reached the connection after it failed, want none", fc.writes-1)
 	}
 }
+
+// oneRead returns all its bytes and io.EOF in one read.
+type oneRead struct {
+	net.Conn
+	b []byte
+}
+
+func (c *oneRead) Read(p []byte) (int, error) {
+	n := copy(p, c.b)
+	c.b = c.b[n:]
+	return n, io.EOF
+}
+
+// TestRecordConnBufferedRead reads a bulk connection in small pieces: every
+// byte comes, in order, and an error read with them only after them.
+func TestRecordConnBufferedRead(t *testing.T) {
+	want := make([]byte, 100_000)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	r := &recordConn{Conn: &oneRead{b: want}, read: bulkRead}
+	var got []byte
+	p := make([]byte, 17_000)
+	for {
+		n, err := r.Read(p)
+		got = append(got, p[:n]...)
+		if err != nil {
+			if err != io.EOF {
+				t.Fatalf("read: %v", err)
+			}
+			break
+		}
+		if n == 0 {
+			t.Fatal("a read returned nothing and no error")
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("read %d bytes, not the %d sent in order", len(got), len(want))
+	}
+}
