@@ -15,8 +15,8 @@ import (
 // system call. secure's BenchmarkBulk (16 MiB each way on one connection,
 // both sides in one process): 39.1 against 45.6 ms of CPU a round trip,
 // medians of 10 runs alternating with the code before; 64 KiB buffers
-// saved half as much, 1 MiB ones no more. Only ciphertext is buffered: no byte reaches the caller
-// before TLS has authenticated it.
+// saved half as much, 1 MiB ones no more. Only ciphertext is buffered: no
+// byte reaches the caller before TLS has authenticated it.
 const (
 	batchMin   = 32 << 10  // writes of fewer bytes go out record by record
 	batchBytes = 256 << 10 // the most bytes of records gathered per write
