@@ -139,6 +139,7 @@ func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (
 			w.Next = summaries
 		}
 		cfg.Observer = w
+		cfg.Data.LoadProgress = w.DataLoad
 	}
 	srv, err := telemetry.Serve(f.metricsAddr, reg, page, logf)
 	if err != nil {
