@@ -175,6 +175,26 @@ type Config struct {
 	// Auth authenticates the connections to the ps, as the ps's own
 	// flags do.
 	Auth Auth
+
+	// MetricsAddr, if set (HOST:PORT; port 0: a free one), serves the
+	// worker's Prometheus metrics at http://MetricsAddr/metrics and a
+	// status page at / from Start to Close, logged once through Logf as
+	// "metrics: URL" (see Metrics in the package doc). Empty reads the
+	// environment variable PARAMSERV_METRICS_ADDR, which `paramserv local
+	// -- CMD` sets for each worker; "off" serves none whatever it says.
+	MetricsAddr string
+}
+
+// metricsAddr is the address to serve the metrics at, "" for none.
+func (c Config) metricsAddr() string {
+	a := c.MetricsAddr
+	if a == "" {
+		a = os.Getenv("PARAMSERV_METRICS_ADDR")
+	}
+	if a == "off" {
+		return ""
+	}
+	return a
 }
 
 // Auth names the files that authenticate a task's connections: mutual TLS
@@ -236,6 +256,7 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: cfg.metricsAddr(),
 	}
 	auth, err := cfg.Auth.policy(cl)
 	if err != nil {
@@ -335,11 +356,24 @@ func (w *Worker) Done(ctx context.Context) error {
 	return w.s.Done(ctx)
 }
 
-// Close closes the connections to the ps.
+// Close closes the connections to the ps and the metrics endpoint.
 func (w *Worker) Close() error {
 	w.settle()
 	return w.s.Close()
 }
+
+// ReportLoss tells the worker's metrics the training loss of the batch the
+// program computed last, at the global step of the values it pulled last,
+// and the batch's examples (0: not counted): paramserv_worker_loss,
+// paramserv_worker_examples_total, the status page's loss curve, and the
+// progress line of paramserv local. Without metrics it does nothing. It
+// may be called while an …Async call is in flight.
+func (w *Worker) ReportLoss(loss float64, examples int) { w.s.ReportLoss(loss, examples) }
+
+// MetricsAddr is the address the worker's metrics are served at
+// (HOST:PORT, with the port chosen when the one asked for was 0), or ""
+// when it serves none.
+func (w *Worker) MetricsAddr() string { return w.s.MetricsAddr() }
 
 // PSConfig is one ps task: the cluster and its index in TF_CONFIG's form
 // ("" reads TF_CONFIG), and the checkpoint directory it restores from and
