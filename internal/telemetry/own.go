@@ -15,12 +15,12 @@ import (
 // progress line and the status page read it as they read the built-in
 // loop's.
 type Calls struct {
-	w                      *Worker
-	calls, errors          *prometheus.CounterVec
-	seconds                *prometheus.HistogramVec
-	pushDense, pushSparse  prometheus.Counter
-	pullDense, pullSparse  prometheus.Counter
-	step                   atomic.Int64 // the global step of the values last pulled
+	w                     *Worker
+	calls, errors         *prometheus.CounterVec
+	seconds               *prometheus.HistogramVec
+	pushDense, pushSparse prometheus.Counter
+	pullDense, pullSparse prometheus.Counter
+	step                  atomic.Int64 // the global step of the values last pulled
 }
 
 // Bytes are the bytes of one call: gradients pushed and values pulled,
