@@ -64,7 +64,30 @@
 // only when training cannot go on: a ps that does not come back, or a
 // model whose variables differ from those the ps hold (ErrLayout).
 //
-// A Worker is used by one goroutine at a time.
+// # Metrics
+//
+// With MetricsAddr, or the environment variable PARAMSERV_METRICS_ADDR
+// that paramserv local -- CMD sets for each worker, the worker serves
+// Prometheus metrics at http://HOST:PORT/metrics and a status page with
+// its loss curve at /, as the built-in workers do: every call counted
+// (paramserv_worker_calls_total by call), timed as the program waits for it
+// (paramserv_worker_call_seconds) and its bytes
+// (paramserv_worker_push_bytes_total, paramserv_worker_pull_bytes_total);
+// each PushPull a step (paramserv_worker_steps_total,
+// paramserv_worker_global_step, push_pull_seconds, and compute_seconds, the
+// program's own time since its previous call returned). ReportLoss gives the
+// batch's loss (paramserv_worker_loss, examples_total), which paramserv
+// local's progress line and the status page show (see
+// ExampleWorker_ReportLoss):
+//
+//	for w.Step() < 2000 {
+//		loss := computeGradients(params, grads)
+//		w.ReportLoss(loss, batchSize)
+//		w.PushPull(ctx, grads, params)
+//	}
+//
+// A Worker is used by one goroutine at a time (ReportLoss may run beside
+// an …Async call in flight).
 package paramserv
 
 import (
