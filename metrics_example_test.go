@@ -59,8 +59,9 @@ func ExampleWorker_ReportLoss() {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		for _, name := range []string{"paramserv_worker_calls_total", "paramserv_worker_global_step", "paramserv_worker_examples_total", "paramserv_worker_push_bytes_total"} {
-			if strings.HasPrefix(sc.Text(), name) {
+		for _, series := range []string{`paramserv_worker_calls_total{call="pull"}`, `paramserv_worker_calls_total{call="push_pull"}`,
+			"paramserv_worker_examples_total", "paramserv_worker_global_step", `paramserv_worker_push_bytes_total{kind="dense"}`} {
+			if strings.HasPrefix(sc.Text(), series+" ") {
 				fmt.Println(sc.Text())
 			}
 		}
@@ -74,5 +75,4 @@ func ExampleWorker_ReportLoss() {
 	// paramserv_worker_examples_total 50
 	// paramserv_worker_global_step 50
 	// paramserv_worker_push_bytes_total{kind="dense"} 200
-	// paramserv_worker_push_bytes_total{kind="sparse"} 0
 }

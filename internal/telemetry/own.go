@@ -21,7 +21,17 @@ type Calls struct {
 	pushDense, pushSparse prometheus.Counter
 	pullDense, pullSparse prometheus.Counter
 	step                  atomic.Int64 // the global step of the values last pulled
+	known                 map[string]callMetrics
 }
+
+// callMetrics are one call's series, looked up once.
+type callMetrics struct {
+	calls, errors prometheus.Counter
+	seconds       prometheus.Observer
+}
+
+// callKinds are the calls session counts (Calls.Call's call).
+var callKinds = []string{"pull", "push_pull", "pull_rows", "push_rows", "pull_tables", "done"}
 
 // Bytes are the bytes of one call: gradients pushed and values pulled,
 // dense values or sparse rows (keys and values pushed, values pulled).
@@ -43,15 +53,27 @@ func NewCalls(reg *prometheus.Registry, w *Worker) *Calls {
 	pull := f.counterVec("pull_bytes_total", "Bytes of values the program pulled: dense values, or sparse rows.", "kind")
 	c.pushDense, c.pushSparse = push.WithLabelValues("dense"), push.WithLabelValues("sparse")
 	c.pullDense, c.pullSparse = pull.WithLabelValues("dense"), pull.WithLabelValues("sparse")
+	c.known = map[string]callMetrics{}
+	for _, k := range callKinds {
+		c.known[k] = c.metrics(k)
+	}
 	return c
+}
+
+func (c *Calls) metrics(call string) callMetrics {
+	return callMetrics{calls: c.calls.WithLabelValues(call), errors: c.errors.WithLabelValues(call), seconds: c.seconds.WithLabelValues(call)}
 }
 
 // Call counts one call of the program: its kind, bytes, time and error.
 func (c *Calls) Call(call string, b Bytes, took time.Duration, err error) {
-	c.calls.WithLabelValues(call).Inc()
-	c.seconds.WithLabelValues(call).Observe(took.Seconds())
+	m, ok := c.known[call]
+	if !ok {
+		m = c.metrics(call)
+	}
+	m.calls.Inc()
+	m.seconds.Observe(took.Seconds())
 	if err != nil {
-		c.errors.WithLabelValues(call).Inc()
+		m.errors.Inc()
 		return
 	}
 	add := func(ctr prometheus.Counter, n int64) {
