@@ -64,7 +64,30 @@
 // only when training cannot go on: a ps that does not come back, or a
 // model whose variables differ from those the ps hold (ErrLayout).
 //
-// A Worker is used by one goroutine at a time.
+// # Metrics
+//
+// With MetricsAddr, or the environment variable PARAMSERV_METRICS_ADDR
+// that paramserv local -- CMD sets for each worker, the worker serves
+// Prometheus metrics at http://HOST:PORT/metrics and a status page with
+// its loss curve at /, as the built-in workers do: every call counted
+// (paramserv_worker_calls_total by call), timed as the program waits for it
+// (paramserv_worker_call_seconds) and its bytes
+// (paramserv_worker_push_bytes_total, paramserv_worker_pull_bytes_total);
+// each PushPull a step (paramserv_worker_steps_total,
+// paramserv_worker_global_step, push_pull_seconds, and compute_seconds, the
+// program's own time since its previous call returned). ReportLoss gives the
+// batch's loss (paramserv_worker_loss, examples_total), which paramserv
+// local's progress line and the status page show (see
+// ExampleWorker_ReportLoss):
+//
+//	for w.Step() < 2000 {
+//		loss := computeGradients(params, grads)
+//		w.ReportLoss(loss, batchSize)
+//		w.PushPull(ctx, grads, params)
+//	}
+//
+// A Worker is used by one goroutine at a time (ReportLoss may run beside
+// an …Async call in flight).
 package paramserv
 
 import (
@@ -175,6 +198,26 @@ type Config struct {
 	// Auth authenticates the connections to the ps, as the ps's own
 	// flags do.
 	Auth Auth
+
+	// MetricsAddr, if set (HOST:PORT; port 0: a free one), serves the
+	// worker's Prometheus metrics at http://MetricsAddr/metrics and a
+	// status page at / from Start to Close, logged once through Logf as
+	// "metrics: URL" (see Metrics in the package doc). Empty reads the
+	// environment variable PARAMSERV_METRICS_ADDR, which `paramserv local
+	// -- CMD` sets for each worker; "off" serves none whatever it says.
+	MetricsAddr string
+}
+
+// metricsAddr is the address to serve the metrics at, "" for none.
+func (c Config) metricsAddr() string {
+	a := c.MetricsAddr
+	if a == "" {
+		a = os.Getenv("PARAMSERV_METRICS_ADDR")
+	}
+	if a == "off" {
+		return ""
+	}
+	return a
 }
 
 // Auth names the files that authenticate a task's connections: mutual TLS
@@ -236,6 +279,7 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: cfg.metricsAddr(),
 	}
 	auth, err := cfg.Auth.policy(cl)
 	if err != nil {
@@ -335,11 +379,24 @@ func (w *Worker) Done(ctx context.Context) error {
 	return w.s.Done(ctx)
 }
 
-// Close closes the connections to the ps.
+// Close closes the connections to the ps and the metrics endpoint.
 func (w *Worker) Close() error {
 	w.settle()
 	return w.s.Close()
 }
+
+// ReportLoss tells the worker's metrics the training loss of the batch the
+// program computed last, at the global step of the values it pulled last,
+// and the batch's examples (0: not counted): paramserv_worker_loss,
+// paramserv_worker_examples_total, the status page's loss curve, and the
+// progress line of paramserv local. Without metrics it does nothing. It
+// may be called while an …Async call is in flight.
+func (w *Worker) ReportLoss(loss float64, examples int) { w.s.ReportLoss(loss, examples) }
+
+// MetricsAddr is the address the worker's metrics are served at
+// (HOST:PORT, with the port chosen when the one asked for was 0), or ""
+// when it serves none.
+func (w *Worker) MetricsAddr() string { return w.s.MetricsAddr() }
 
 // PSConfig is one ps task: the cluster and its index in TF_CONFIG's form
 // ("" reads TF_CONFIG), and the checkpoint directory it restores from and

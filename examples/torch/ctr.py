@@ -157,6 +157,7 @@ def main():
         at += args.batch_size
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))
         loss.backward()
+        model.report_loss(loss / len(idx), len(idx))  # the mean log loss, for the metrics and progress line
         t = time.time()
         step = model.step()
         comm += time.time() - t

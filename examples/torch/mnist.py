@@ -175,6 +175,7 @@ def main():
         idx = next_batch(batches)
         loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[idx])), torch.from_numpy(y[idx]))
         loss.backward()
+        model.report_loss(loss, len(idx))  # the metrics, status page and local's progress line
         t = time.time()
         step = model.step()
         comm += time.time() - t

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/tfevents"
@@ -92,6 +93,33 @@ func (f *telemetryFlags) localArgs(given bool, processes int) ([]string, error) 
 	return nil, nil // passed on with the other flags
 }
 
+// ownLoopEnvs returns, for `paramserv local -- CMD`, each worker's
+// PARAMSERV_METRICS_ADDR (a free loopback port of its own, or one on the
+// host of --metrics_addr, which the public Go API and the Python binding
+// serve their metrics at) and worker 0's metrics URL for the progress
+// line; nothing when --metrics_addr= turned metrics off.
+func (f *telemetryFlags) ownLoopEnvs(given bool, numWorkers int) (envs [][]string, chiefURL string, err error) {
+	host := "127.0.0.1"
+	if given {
+		if f.metricsAddr == "" {
+			return nil, "", nil
+		}
+		host, _, _ = net.SplitHostPort(f.metricsAddr) // checked by localArgs
+	}
+	ports, err := local.FreePorts(numWorkers)
+	if err != nil {
+		return nil, "", err
+	}
+	for i, p := range ports {
+		addr := net.JoinHostPort(host, strconv.Itoa(p))
+		envs = append(envs, []string{"PARAMSERV_METRICS_ADDR=" + addr})
+		if i == 0 {
+			chiefURL = "http://" + addr + "/metrics"
+		}
+	}
+	return envs, chiefURL, nil
+}
+
 // start serves the task's metrics if --metrics_addr is set, and hooks the
 // ps's server or the worker's loop to them in cfg. stop ends the endpoint.
 func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (stop func(), err error) {
@@ -139,6 +167,7 @@ func (f *telemetryFlags) start(cfg *trainer.Config, logf func(string, ...any)) (
 			w.Next = summaries
 		}
 		cfg.Observer = w
+		cfg.Data.LoadProgress = w.DataLoad
 	}
 	srv, err := telemetry.Serve(f.metricsAddr, reg, page, logf)
 	if err != nil {

@@ -177,11 +177,20 @@ its own processes when it stops them all never restarts one.
 	if len(workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
-	out, errOut, stopProgress := startProgress(ctx, stdout, stderr, len(workerCmd) == 0 && (len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""), probeCfg.TrainSteps)
+	progressOn, trainSteps, chiefURL := len(telemetryArgs) > 0 || f.telemetry.metricsAddr != "", probeCfg.TrainSteps, ""
+	var workerEnvs [][]string
+	if len(workerCmd) > 0 {
+		if workerEnvs, chiefURL, err = f.telemetry.ownLoopEnvs(f.set("metrics_addr"), *numWorkers); err != nil {
+			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+			return 1
+		}
+		progressOn, trainSteps = chiefURL != "", 0 // the program's own goal
+	}
+	out, errOut, stopProgress := startProgress(ctx, stdout, stderr, progressOn, trainSteps, chiefURL)
 	stepAtStop := int64(-1)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
-		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(),
+		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(), WorkerEnvs: workerEnvs,
 		Out: out, Err: errOut, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },

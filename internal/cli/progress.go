@@ -187,12 +187,14 @@ func (p *progress) line(step int64, loss float64, hasLoss bool) string {
 }
 
 // startProgress wraps out with the progress of a local job whose chief
-// serves metrics (on), until stop.
-func startProgress(ctx context.Context, out, errOut io.Writer, on bool, trainSteps int64) (w, errW io.Writer, stop func()) {
+// serves metrics (on), until stop: at chiefURL (a program's own loop,
+// whose port local chose), or at the URL the chief logs.
+func startProgress(ctx context.Context, out, errOut io.Writer, on bool, trainSteps int64, chiefURL string) (w, errW io.Writer, stop func()) {
 	if !on {
 		return out, errOut, func() {}
 	}
 	p := newProgress(out, trainSteps)
+	p.url = chiefURL
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); p.run(pctx) }()

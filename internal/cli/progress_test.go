@@ -69,3 +69,43 @@ func TestProgressLiveLine(t *testing.T) {
 		t.Errorf("output\n%q\nwant\n%q", out.String(), want)
 	}
 }
+
+// `paramserv local -- CMD` gives each worker a metrics port of its own in
+// PARAMSERV_METRICS_ADDR, and the progress line reads worker 0's at once,
+// with no train_steps to count against (the program's own goal); an
+// empty --metrics_addr gives none.
+func TestOwnLoopMetricsAndProgress(t *testing.T) {
+	f := &telemetryFlags{}
+	envs, url, err := f.ownLoopEnvs(false, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(envs) != 2 || len(envs[0]) != 1 || len(envs[1]) != 1 || envs[0][0] == envs[1][0] ||
+		!strings.HasPrefix(envs[0][0], "PARAMSERV_METRICS_ADDR=127.0.0.1:") {
+		t.Fatalf("envs %q, want a PARAMSERV_METRICS_ADDR=127.0.0.1:PORT of its own for each worker", envs)
+	}
+	if want := "http://" + strings.TrimPrefix(envs[0][0], "PARAMSERV_METRICS_ADDR=") + "/metrics"; url != want {
+		t.Fatalf("chief URL %q, want %q", url, want)
+	}
+	if envs, url, _ := (&telemetryFlags{metricsAddr: ""}).ownLoopEnvs(true, 2); envs != nil || url != "" {
+		t.Fatalf("--metrics_addr= gave %q %q, want no metrics", envs, url)
+	}
+
+	var out bytes.Buffer
+	chief := &fakeChief{step: 30, loss: 0.75}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, _, stop := startProgress(ctx, &out, &out, true, 0, url)
+	p := w.(*progressStream).p
+	p.mu.Lock()
+	p.scrape = chief.scrape
+	p.mu.Unlock()
+	p.tick(ctx)
+	stop()
+	if got, want := out.String(), "progress: global step 30, loss 0.75\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+	if len(chief.scraped) != 1 || chief.scraped[0] != url {
+		t.Errorf("scraped %v, want %s", chief.scraped, url)
+	}
+}

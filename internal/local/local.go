@@ -39,8 +39,11 @@ type Config struct {
 	// exited 0, ps that do not exit by themselves (a program that never
 	// told them it was done) are stopped, and that is not a failure.
 	WorkerCmd []string
-	// WorkerEnv is added to the environment of each WorkerCmd worker.
-	WorkerEnv []string
+	// WorkerEnv is added to the environment of each WorkerCmd worker;
+	// WorkerEnvs[i], if there is one, after it to worker i's (its metrics
+	// address).
+	WorkerEnv  []string
+	WorkerEnvs [][]string
 	// Out receives the prefixed lines of every child's stdout; Err those of
 	// its stderr (Out if nil).
 	Out, Err io.Writer
@@ -148,6 +151,9 @@ func Run(ctx context.Context, cfg Config) error {
 			if role.job == "worker" && len(cfg.WorkerCmd) > 0 {
 				c.exe, c.args = cfg.WorkerCmd[0], cfg.WorkerCmd[1:]
 				c.env = append([]string{"TF_CONFIG=" + TFConfig(hosts[:cfg.NumPS], hosts[cfg.NumPS:], role.job, i)}, cfg.WorkerEnv...)
+				if i < len(cfg.WorkerEnvs) {
+					c.env = append(c.env, cfg.WorkerEnvs[i]...)
+				}
 			} else {
 				c.args = []string{cfg.Subcommand, "--job_name=" + role.job, fmt.Sprintf("--task_index=%d", i),
 					"--ps_hosts=" + psHosts, "--worker_hosts=" + workerHosts}

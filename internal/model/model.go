@@ -9,6 +9,7 @@ package model
 
 import (
 	"errors"
+	"github.com/paramserv/paramserv/internal/progress"
 
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -96,6 +97,10 @@ type Config struct {
 	Epochs int
 	// Logf receives the model's own log lines (data loaded, skipped lines); nil discards.
 	Logf func(format string, args ...any)
+	// LoadProgress, if set, is told how far the loading of a data file has
+	// come (sparse_lr: data is "training", "validation" or "test"), as the
+	// model's progress lines say it, for metrics.
+	LoadProgress func(data string, u progress.Update)
 }
 
 // Table describes a sparse table: rows of Dim float32 keyed by uint64 ids,

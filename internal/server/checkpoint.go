@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/progress"
 	"github.com/paramserv/paramserv/internal/shard"
+	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -80,7 +84,9 @@ func (s *Server) RestoreLatest() (bool, error) {
 	if s.cfg.CheckpointDir == "" {
 		return false, nil
 	}
-	m, skipped, err := checkpoint.LatestSetAside(s.cfg.FS, s.cfg.CheckpointDir)
+	verify := s.meter("checkpoint: verifying the newest checkpoint", 0)
+	m, skipped, err := checkpoint.LatestSetAside(meteredFS{s.cfg.FS, verify}, s.cfg.CheckpointDir)
+	verify.done()
 	for _, sk := range skipped {
 		s.cfg.Logf("checkpoint: %s; trying an older one", sk)
 	}
@@ -122,14 +128,19 @@ func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.Restore
 func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error {
 	start := time.Now()
 	var bytes int64
+	meter := s.meter(fmt.Sprintf("checkpoint: restoring step %d", m.Step), restoreSize(m, s.cfg.Task, s.cfg.NumPS))
+	fsys := meteredFS{s.cfg.FS, meter}
 	read := func(k int) (*checkpoint.Shard, error) {
-		sh, err := checkpoint.ReadShard(s.cfg.FS, dir, m, k)
+		sh, err := checkpoint.ReadShard(fsys, dir, m, k)
 		if err == nil && k < len(m.Shards) {
 			bytes += m.Shards[k].Size
 		}
 		return &sh, err
 	}
 	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers)
+	if err == nil {
+		meter.done()
+	}
 	s.cfg.Observer.CheckpointRestored(atStart, bytes, time.Since(start), err)
 	if err != nil {
 		return err
@@ -144,4 +155,90 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 	}
 	s.cfg.Logf("restored checkpoint of step %d from %s%s in %s: %s", m.Step, dir, how, time.Since(start).Round(time.Millisecond), st.Describe())
 	return nil
+}
+
+// restoreSize is the bytes ps task of numPS reads to restore m (the
+// total of its progress): re-sharding, every file; else its own shard's
+// file and the files of the other parts of the variables split onto it
+// (read for their update counts).
+func restoreSize(m checkpoint.Manifest, task, numPS int) int64 {
+	read := map[int]bool{}
+	if m.NumPS != numPS {
+		for k := range m.Shards {
+			read[k] = true
+		}
+	} else {
+		read[task] = true
+		for _, v := range m.Variables {
+			mine := false
+			for _, p := range v.Parts {
+				mine = mine || p.Shard == task
+			}
+			for _, p := range v.Parts {
+				read[p.Shard] = read[p.Shard] || mine
+			}
+		}
+	}
+	var n int64
+	for k, sh := range m.Shards {
+		if read[k] {
+			n += sh.Size
+		}
+	}
+	return n
+}
+
+// meter returns the progress of one read of checkpoint files: a line every
+// ProgressEvery while it lasts (none for a quick one: the caller logs its
+// own summary), every update told to the observer.
+func (s *Server) meter(what string, total int64) *syncMeter {
+	m := &progress.Meter{What: what, Total: total, Every: s.cfg.ProgressEvery, Now: s.cfg.Clock, Logf: s.cfg.Logf,
+		Observe: s.cfg.Observer.RestoreProgress, QuietIfQuick: true}
+	m.Start()
+	return &syncMeter{m: m}
+}
+
+// syncMeter is a progress.Meter several goroutines may read files into.
+type syncMeter struct {
+	mu sync.Mutex // guards m
+	m  *progress.Meter
+}
+
+func (s *syncMeter) add(n int64) {
+	s.mu.Lock()
+	s.m.Add(n)
+	s.mu.Unlock()
+}
+
+func (s *syncMeter) done() {
+	s.mu.Lock()
+	s.m.Done()
+	s.mu.Unlock()
+}
+
+// meteredFS counts the bytes read from checkpoint shard files into m.
+type meteredFS struct {
+	vfs.FS
+	m *syncMeter
+}
+
+func (f meteredFS) Open(name string) (vfs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil || !strings.HasSuffix(name, ".safetensors") {
+		return file, err
+	}
+	return meteredFile{file, f.m}, nil
+}
+
+type meteredFile struct {
+	vfs.File
+	m *syncMeter
+}
+
+func (f meteredFile) Read(p []byte) (int, error) {
+	n, err := f.File.Read(p)
+	if n > 0 {
+		f.m.add(int64(n))
+	}
+	return n, err
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"github.com/paramserv/paramserv/internal/progress"
 	"github.com/paramserv/paramserv/internal/shard"
 )
 
@@ -31,6 +32,11 @@ type Observer interface {
 	// CheckpointRestored: this ps restored a checkpoint, at start
 	// (atStart) or at the chief's request (a recovery's rollback).
 	CheckpointRestored(atStart bool, bytes int64, took time.Duration, err error)
+	// RestoreProgress: how far the reading of a checkpoint's shard files
+	// has come, as they are read: u.What names the phase (verifying the
+	// newest checkpoint at start, then restoring it); u.Total is 0 when
+	// not known. A new read starts from 0 bytes.
+	RestoreProgress(u progress.Update)
 }
 
 type nopObserver struct{}
@@ -41,6 +47,7 @@ func (nopObserver) Pulled(int, int, time.Duration)                       {}
 func (nopObserver) SyncWaited(time.Duration)                             {}
 func (nopObserver) CheckpointSaved(int64, time.Duration, error)          {}
 func (nopObserver) CheckpointRestored(bool, int64, time.Duration, error) {}
+func (nopObserver) RestoreProgress(progress.Update)                      {}
 
 // pushBytes counts the bytes of a push's gradients: dense values, and the
 // rows' keys and values.

@@ -57,6 +57,10 @@ type Config struct {
 	FS vfs.FS
 	// Observer, if set, is told what the ps does (metrics).
 	Observer Observer
+	// ProgressEvery is how often a long restore logs how far it has come
+	// (progress.DefaultEvery if 0); Clock is its clock (time.Now if nil).
+	ProgressEvery time.Duration
+	Clock         func() time.Time
 	// Incarnation, if set, gives the shard its incarnation ids (random if
 	// nil): the copies of a replicated shard share theirs, so a failover
 	// is not taken for a restart (docs/REPLICATION.md).

@@ -30,6 +30,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -74,6 +75,13 @@ type Config struct {
 	// Dial, if set, replaces TCP for the connections to the ps (tests run
 	// clusters over package memnet).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	// MetricsAddr, if set (HOST:PORT; port 0: a free one), serves the
+	// worker's Prometheus metrics at http://MetricsAddr/metrics and its
+	// status page at /, from Start to Close, and logs "metrics: URL" once:
+	// every call counted and timed with its bytes, the steps, and the
+	// losses the program reports (ReportLoss); the chief's checkpoints.
+	MetricsAddr string
 }
 
 // Session is a started worker.
@@ -83,6 +91,14 @@ type Session struct {
 	w      *trainer.Worker
 	step   int64
 	worker int
+
+	// With Config.MetricsAddr: the endpoint and the metrics; local counts
+	// the steps, returned when the last call returned (the program's own
+	// time is from then to its next push).
+	srv      *telemetry.Server
+	calls    *telemetry.Calls
+	local    int64
+	returned time.Time
 }
 
 func (cfg *Config) defaults() {
@@ -126,6 +142,36 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 			}
 		}
 	}
+	var srv *telemetry.Server
+	var calls *telemetry.Calls
+	var observer trainer.Observer
+	if cfg.MetricsAddr != "" {
+		reg := telemetry.NewRegistry()
+		mw := telemetry.NewWorker(reg)
+		calls = telemetry.NewCalls(reg, mw)
+		var err error
+		if srv, err = telemetry.Serve(cfg.MetricsAddr, reg, mw.Page(), cfg.Logf); err != nil {
+			return nil, fmt.Errorf("session: worker %d: %w", worker, err)
+		}
+		observer = mw
+	}
+	s, err := start(ctx, cfg, init, observer)
+	if err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		return nil, err
+	}
+	s.srv, s.calls, s.returned = srv, calls, time.Now()
+	if calls != nil {
+		calls.At(s.step)
+	}
+	return s, nil
+}
+
+func start(ctx context.Context, cfg Config, init model.Params, observer trainer.Observer) (*Session, error) {
+	worker := cfg.Cluster.Task.Index
+	chief := cfg.Cluster.IsChief()
 	c, err := client.New(cfg.Cluster.Spec.PS, cfg.Variables, client.Options{
 		Worker: worker, Tables: cfg.Tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Dial: cfg.Dial,
 	})
@@ -136,7 +182,7 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 		Cluster: cfg.Cluster, Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		MaxStaleness: cfg.MaxStaleness, SplitBytes: cfg.SplitBytes, StartupTimeout: cfg.StartupTimeout,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
-		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery,
+		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: observer,
 	}
 	if tcfg.CheckpointDir != "" && tcfg.SaveSteps <= 0 && tcfg.SaveEvery <= 0 {
 		tcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
@@ -175,6 +221,16 @@ func (s *Session) NumWorkers() int { return len(s.cfg.Cluster.Spec.Workers) }
 // Pull reads every variable into params (which holds a slice of the right
 // size per variable) and returns the global step of the values read.
 func (s *Session) Pull(ctx context.Context, params model.Params) (int64, error) {
+	start := time.Now()
+	step, err := s.pull(ctx, params)
+	s.observe("pull", telemetry.Bytes{PullDense: denseBytes(params)}, start, err)
+	if err == nil && s.calls != nil {
+		s.calls.At(step)
+	}
+	return step, err
+}
+
+func (s *Session) pull(ctx context.Context, params model.Params) (int64, error) {
 	for {
 		step, err := s.c.Pull(ctx, 0, params)
 		if err == nil {
@@ -209,6 +265,22 @@ type Rows struct {
 // PushRows of its own is a push of its own: in sync mode it would take the
 // worker's place in the step). Each table appears once in rowGrads.
 func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
+	start := time.Now()
+	compute := start.Sub(s.returned)
+	step, dropped, err := s.pushPullRows(ctx, grads, params, rowGrads)
+	b := telemetry.Bytes{PushDense: denseBytes(grads), PullDense: denseBytes(params)}
+	for _, r := range rowGrads {
+		b.PushSparse += 8*int64(len(r.Keys)) + 4*int64(len(r.Values))
+	}
+	s.observe("push_pull", b, start, err)
+	if err == nil && s.calls != nil {
+		s.local++
+		s.calls.Stepped(s.worker, step, s.local, compute, s.returned.Sub(start), dropped)
+	}
+	return step, err
+}
+
+func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, dropped bool, err error) {
 	var minStep int64
 	if s.c.IsSync() {
 		minStep = s.step + 1
@@ -218,7 +290,7 @@ func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, 
 		for _, prev := range rowGrads[:i] {
 			if prev.Table == r.Table {
 				// An asynchronous ps would apply the two as two updates.
-				return s.step, fmt.Errorf("session: worker %d: table %q twice in one push: give each table once, the gradients of a key summed", s.worker, r.Table)
+				return s.step, false, fmt.Errorf("session: worker %d: table %q twice in one push: give each table once, the gradients of a key summed", s.worker, r.Table)
 			}
 		}
 		if len(r.Keys) > 0 {
@@ -230,19 +302,27 @@ func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, 
 	if err == nil {
 		s.step = newStep
 		if err := s.w.Stepped(ctx, newStep); err != nil {
-			return newStep, fmt.Errorf("session: worker %d: checkpoint of step %d: %w", s.worker, newStep, err)
+			return newStep, call.Dropped, fmt.Errorf("session: worker %d: checkpoint of step %d: %w", s.worker, newStep, err)
 		}
-		return newStep, nil
+		return newStep, call.Dropped, nil
 	}
 	if err := s.recover(ctx, err); err != nil {
-		return s.step, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
+		return s.step, false, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
 	}
-	return s.Pull(ctx, params)
+	step, err = s.pull(ctx, params)
+	return step, false, err
 }
 
 // PullRows reads the rows of keys (distinct) of table into out
 // (len(keys)×dim values, row i for keys[i]).
 func (s *Session) PullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
+	start := time.Now()
+	err := s.pullRows(ctx, table, keys, out)
+	s.observe("pull_rows", telemetry.Bytes{PullSparse: 4 * int64(len(out))}, start, err)
+	return err
+}
+
+func (s *Session) pullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
 	for {
 		_, err := s.c.PullRows(ctx, 0, table, keys, out)
 		if err == nil {
@@ -260,16 +340,25 @@ func (s *Session) PullRows(ctx context.Context, table string, keys []uint64, out
 // PushPullRows to push rows along with the dense gradients). After a ps
 // failure it recovers and the gradients are lost.
 func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, grads []float32) error {
+	start := time.Now()
 	_, _, err := s.c.PushRows(ctx, s.step, table, keys, grads)
-	if err == nil {
-		return nil
+	if err != nil {
+		err = s.recover(ctx, err)
 	}
-	return s.recover(ctx, err)
+	s.observe("push_rows", telemetry.Bytes{PushSparse: 8*int64(len(keys)) + 4*int64(len(grads))}, start, err)
+	return err
 }
 
 // Done ends this worker's training: the chief saves the final checkpoint,
 // then every ps is told this worker has finished.
 func (s *Session) Done(ctx context.Context) error {
+	start := time.Now()
+	err := s.done(ctx)
+	s.observe("done", telemetry.Bytes{}, start, err)
+	return err
+}
+
+func (s *Session) done(ctx context.Context) error {
 	if err := s.w.Finish(ctx, s.step); err != nil {
 		return fmt.Errorf("session: worker %d: %w", s.worker, err)
 	}
@@ -279,14 +368,65 @@ func (s *Session) Done(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connections.
-func (s *Session) Close() error { return s.c.Close() }
+// Close closes the connections and the metrics endpoint.
+func (s *Session) Close() error {
+	err := s.c.Close()
+	if s.srv != nil {
+		_ = s.srv.Close()
+		s.srv = nil
+	}
+	return err
+}
+
+// MetricsAddr is the address the metrics are served at (HOST:PORT, the
+// port chosen when Config.MetricsAddr's was 0), or "" without metrics.
+func (s *Session) MetricsAddr() string {
+	if s.srv == nil {
+		return ""
+	}
+	return s.srv.Addr
+}
+
+// ReportLoss records the training loss of the program's latest batch, at
+// the global step of the values last pulled, and the batch's examples (0:
+// not counted), for the metrics (paramserv_worker_loss,
+// paramserv_worker_examples_total), the status page's loss curve and
+// paramserv local's progress line. It does nothing without metrics. Unlike
+// the other methods it may be called while another call is in flight.
+func (s *Session) ReportLoss(loss float64, examples int) {
+	if s.calls != nil {
+		s.calls.Loss(loss, examples)
+	}
+}
+
+// observe counts a call that started at start, with metrics; the program's
+// own time runs from now to its next push.
+func (s *Session) observe(call string, b telemetry.Bytes, start time.Time, err error) {
+	now := time.Now()
+	s.returned = now
+	if s.calls != nil {
+		s.calls.Call(call, b, now.Sub(start), err)
+	}
+}
+
+// denseBytes is the bytes of dense values in p.
+func denseBytes(p model.Params) int64 {
+	var n int64
+	for _, v := range p {
+		n += 4 * int64(len(v))
+	}
+	return n
+}
 
 // recover returns cause itself when it is not a failure the session
 // recovers from; otherwise it waits for the ps to come back as the built-in
 // loop does (trainer.Worker.Recover), up to RecoveryTimeout.
 func (s *Session) recover(ctx context.Context, cause error) error {
-	if err := s.w.Recover(ctx, s.step, cause); err != nil {
+	err := s.w.Recover(ctx, s.step, cause)
+	if err == nil && s.calls != nil {
+		s.calls.Recovered()
+	}
+	if err != nil {
 		if err == cause {
 			return err
 		}

@@ -2,8 +2,10 @@ package session
 
 import (
 	"context"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/telemetry"
 )
 
 // PullTables reads the rows of several tables in one round trip per ps:
@@ -11,6 +13,17 @@ import (
 // (len(r.Keys)×dim values, row i for r.Keys[i]). A model with a table per
 // field pulls its batch's rows with one call instead of one per table.
 func (s *Session) PullTables(ctx context.Context, rows []Rows) error {
+	start := time.Now()
+	err := s.pullTables(ctx, rows)
+	var n int64
+	for _, r := range rows {
+		n += 4 * int64(len(r.Values))
+	}
+	s.observe("pull_tables", telemetry.Bytes{PullSparse: n}, start, err)
+	return err
+}
+
+func (s *Session) pullTables(ctx context.Context, rows []Rows) error {
 	req := &client.Request{Pull: true}
 	for _, r := range rows {
 		if len(r.Keys) > 0 {

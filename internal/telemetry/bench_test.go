@@ -26,3 +26,18 @@ func BenchmarkWorkerStep(b *testing.B) {
 		w.Step(s)
 	}
 }
+
+// BenchmarkOwnLoopStep is what the metrics add to one push+pull of a
+// program's own loop and its reported loss (session's two time.Now calls
+// aside).
+func BenchmarkOwnLoopStep(b *testing.B) {
+	reg := NewRegistry()
+	c := NewCalls(reg, NewWorker(reg))
+	var step int64
+	for b.Loop() {
+		step++
+		c.Loss(0.5, 100)
+		c.Call("push_pull", Bytes{PushDense: 16 << 20, PullDense: 16 << 20}, time.Millisecond, nil)
+		c.Stepped(0, step, step, time.Millisecond, time.Millisecond, false)
+	}
+}

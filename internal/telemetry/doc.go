@@ -11,7 +11,11 @@
 // workers done and the age of each worker's last request). A worker's
 // metrics (prefix paramserv_worker_) come from the training loop's
 // Observer (Worker implements trainer.Observer): steps, examples, loss,
-// compute and push+pull time, drops, checkpoints of the chief, recoveries.
+// compute and push+pull time, drops, checkpoints of the chief, recoveries,
+// and the progress of its data loads (DataLoad, from the model's
+// LoadProgress). A program with its own loop (package session) adds Calls:
+// each call counted and timed with its bytes, its steps, the losses it
+// reports. A ps's restores report their progress too (RestoreProgress).
 // Both add the Go runtime's and the process's collectors (go_*,
 // process_*: memory, CPU, file descriptors).
 //

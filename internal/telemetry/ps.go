@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paramserv/paramserv/internal/progress"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -33,9 +34,12 @@ type PS struct {
 	saveFailures                prometheus.Counter
 	restores                    *prometheus.CounterVec
 	restoreFailures             prometheus.Counter
+	restoreRead                 prometheus.Counter
+	restoreProgress             prometheus.Gauge
 
-	mu    sync.Mutex
-	state func() PSState
+	mu          sync.Mutex
+	state       func() PSState
+	restoreLast progress.Update // the latest RestoreProgress, guarded by mu
 }
 
 var _ server.Observer = (*PS)(nil)
@@ -73,6 +77,8 @@ func NewPS(reg *prometheus.Registry) *PS {
 	p.restoreBytes = f.counter("checkpoint_restore_bytes_total", "Bytes of checkpoint shard files read by restores.")
 	p.restores = f.counterVec("restores_total", "Checkpoints restored: at start (a restarted ps) or at the chief's request (a rollback in recovery).", "trigger")
 	p.restoreFailures = f.counter("checkpoint_restore_failures_total", "Restores that failed.")
+	p.restoreRead = f.counter("restore_read_bytes_total", "Bytes of checkpoint shard files read by restores as they are read (at start, the newest checkpoint's verification too).")
+	p.restoreProgress = f.gauge("restore_progress_ratio", "How far the latest restore has come: bytes read of the shard files it reads, 1 once restored.")
 	return p
 }
 
@@ -142,6 +148,23 @@ func (p *PS) CheckpointRestored(atStart bool, bytes int64, took time.Duration, e
 	p.restores.WithLabelValues(trigger).Inc()
 	p.restoreSeconds.Observe(took.Seconds())
 	p.restoreBytes.Add(float64(bytes))
+}
+
+// RestoreProgress implements server.Observer.
+func (p *PS) RestoreProgress(u progress.Update) {
+	p.mu.Lock()
+	prev := p.restoreLast
+	if u.Bytes < prev.Bytes || prev.Done || u.What != prev.What {
+		prev = progress.Update{}
+	}
+	p.restoreLast = u
+	p.mu.Unlock()
+	if d := u.Bytes - prev.Bytes; d > 0 {
+		p.restoreRead.Add(float64(d))
+	}
+	if u.Total > 0 || u.Done {
+		p.restoreProgress.Set(u.Fraction())
+	}
 }
 
 // Watch registers the metrics read from the ps at each scrape: state

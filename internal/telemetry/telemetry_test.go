@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/paramserv/paramserv/internal/progress"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -115,5 +118,60 @@ func TestServeRefusesBusyPort(t *testing.T) {
 	var le *ListenError
 	if !errors.As(err, &le) || !strings.Contains(err.Error(), "--metrics_addr="+l.Addr().String()) {
 		t.Errorf("Serve on a busy port: %v, want a ListenError naming the flag", err)
+	}
+}
+
+// gather reads reg's metrics as a scrape would.
+func gather(t *testing.T, reg interface {
+	Gather() ([]*dto.MetricFamily, error)
+}) Families {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := Families{}
+	for _, m := range mfs {
+		f[m.GetName()] = m
+	}
+	return f
+}
+
+// The progress of data loads and restores: counters of what was read,
+// from the cumulative updates, and a gauge of the latest load's share.
+func TestLoadAndRestoreProgress(t *testing.T) {
+	reg := NewRegistry()
+	w, ps := NewWorker(reg), NewPS(reg)
+	w.DataLoad("training", progress.Update{Bytes: 100, Rows: 10, Total: 400})
+	w.DataLoad("training", progress.Update{Bytes: 300, Rows: 30, Total: 400})
+	f := gather(t, reg)
+	if v, _ := f.Value("paramserv_worker_data_load_progress_ratio", "data", "training"); v != 0.75 {
+		t.Errorf("training load progress %g, want 0.75", v)
+	}
+	w.DataLoad("training", progress.Update{Bytes: 400, Rows: 40, Total: 400, Done: true})
+	w.DataLoad("test", progress.Update{Bytes: 50, Rows: 5, Total: 100})
+	w.DataLoad("test", progress.Update{Bytes: 100, Rows: 10, Total: 100, Done: true})
+	w.DataLoad("test", progress.Update{Bytes: 20, Rows: 2, Total: 100}) // loaded again
+	ps.RestoreProgress(progress.Update{What: "verifying", Bytes: 1000})
+	ps.RestoreProgress(progress.Update{What: "verifying", Bytes: 3000, Done: true})
+	ps.RestoreProgress(progress.Update{What: "restoring", Bytes: 500, Total: 2000})
+	f = gather(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"paramserv_worker_data_rows_loaded_total", []string{"data", "training"}, 40},
+		{"paramserv_worker_data_read_bytes_total", []string{"data", "training"}, 400},
+		{"paramserv_worker_data_load_progress_ratio", []string{"data", "training"}, 1},
+		{"paramserv_worker_data_rows_loaded_total", []string{"data", "test"}, 12},
+		{"paramserv_worker_data_read_bytes_total", []string{"data", "test"}, 120},
+		{"paramserv_worker_data_load_progress_ratio", []string{"data", "test"}, 0.2},
+		{"paramserv_ps_restore_read_bytes_total", nil, 3500},
+		{"paramserv_ps_restore_progress_ratio", nil, 0.25},
+	} {
+		if got, ok := f.Value(c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %g (found %v), want %g", c.name, c.labels, got, ok, c.want)
+		}
 	}
 }

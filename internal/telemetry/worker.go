@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paramserv/paramserv/internal/progress"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -22,12 +23,15 @@ type Worker struct {
 	lastSaveBytes            prometheus.Gauge
 	recoveries               prometheus.Counter
 	final, validation        *prometheus.GaugeVec
+	dataRows, dataBytes      *prometheus.CounterVec
+	dataProgress             *prometheus.GaugeVec
 
 	curve    curve
 	mu       sync.Mutex
 	last     trainer.StepStats
 	droppedN int64
 	started  time.Time
+	loads    map[string]progress.Update // the latest update of each data's load, guarded by mu
 }
 
 var _ trainer.Observer = (*Worker)(nil)
@@ -51,7 +55,30 @@ func NewWorker(reg *prometheus.Registry) *Worker {
 		recoveries:    f.counter("recoveries_total", "Times this worker lost the ps (one died, restarted or moved on) and recovered."),
 		final:         f.gaugeVec("final_metric", "The chief's final evaluation, by metric (accuracy, test_auc, ...).", "metric"),
 		validation:    f.gaugeVec("validation_metric", "The chief's latest validation (every --steps_to_validate local steps), by metric (val_accuracy, ...).", "metric"),
+		dataRows:      f.counterVec("data_rows_loaded_total", "Rows (examples of this worker's part) loaded from data files, as they are read, by data (training, validation, test).", "data"),
+		dataBytes:     f.counterVec("data_read_bytes_total", "Bytes of data files read while loading them (before decompression), by data.", "data"),
+		dataProgress:  f.gaugeVec("data_load_progress_ratio", "How far the latest load of the data has come: bytes read of the files' size, 1 once loaded.", "data"),
+		loads:         map[string]progress.Update{},
 	}
+}
+
+// DataLoad is told how far a load of data files has come (model.Config's
+// LoadProgress).
+func (w *Worker) DataLoad(data string, u progress.Update) {
+	w.mu.Lock()
+	prev := w.loads[data]
+	if u.Bytes < prev.Bytes || u.Rows < prev.Rows || prev.Done {
+		prev = progress.Update{} // a new load of the same data
+	}
+	w.loads[data] = u
+	w.mu.Unlock()
+	if d := u.Rows - prev.Rows; d > 0 {
+		w.dataRows.WithLabelValues(data).Add(float64(d))
+	}
+	if d := u.Bytes - prev.Bytes; d > 0 {
+		w.dataBytes.WithLabelValues(data).Add(float64(d))
+	}
+	w.dataProgress.WithLabelValues(data).Set(u.Fraction())
 }
 
 // Step implements trainer.Observer.

@@ -31,6 +31,7 @@ import (
 	"log"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -81,6 +82,9 @@ type jsonConfig struct {
 	TLSKey        string `json:"tls_key"`
 	TLSCA         string `json:"tls_ca"`
 	AuthTokenFile string `json:"auth_token_file"`
+	// MetricsAddr serves the worker's metrics there (session.Config);
+	// the Python side fills it from PARAMSERV_METRICS_ADDR when not given.
+	MetricsAddr string `json:"metrics_addr"`
 }
 
 // handle is one session and its last error.
@@ -90,6 +94,10 @@ type handle struct {
 	s    *session.Session
 	err  *C.char // the last error's message, owned by the handle
 	dims map[string]int
+	// live is s once started, for ps_report_loss, which runs without mu
+	// (beside a push_pull in flight); addr is the metrics address.
+	live atomic.Pointer[session.Session]
+	addr *C.char
 }
 
 var (
@@ -141,7 +149,8 @@ func parseConfig(text string) (session.Config, error) {
 		StartupTimeout:  time.Duration(jc.StartupTimeoutS * float64(time.Second)),
 		RecoveryTimeout: time.Duration(jc.RecoveryTimeoutS * float64(time.Second)),
 		CheckpointDir:   jc.CheckpointDir, SaveSteps: jc.SaveSteps,
-		SaveEvery: time.Duration(jc.SaveSecs * float64(time.Second)),
+		SaveEvery:   time.Duration(jc.SaveSecs * float64(time.Second)),
+		MetricsAddr: jc.MetricsAddr,
 	}
 	auth, err := secure.Load(secure.Files{Dir: jc.TLSDir, Cert: jc.TLSCert, Key: jc.TLSKey, CA: jc.TLSCA, TokenFile: jc.AuthTokenFile}, string(cl.Task.Job), cl.Task.Index, "")
 	if err != nil {
@@ -296,6 +305,42 @@ func ps_start(hd C.int64_t, init **C.float, n C.int) C.int {
 		return h.fail(err)
 	}
 	h.s = s
+	h.live.Store(s)
+	if a := s.MetricsAddr(); a != "" {
+		h.addr = C.CString(a)
+	}
+	return 0
+}
+
+// ps_metrics_addr returns the address the worker's metrics are served at
+// (HOST:PORT), or NULL when none (or before start). The string belongs to
+// the handle and lives until ps_close.
+//
+//export ps_metrics_addr
+func ps_metrics_addr(hd C.int64_t) *C.char {
+	h, _ := lock(hd, true)
+	if h == nil {
+		return nil
+	}
+	defer h.mu.Unlock()
+	return h.addr
+}
+
+// ps_report_loss records the loss of the program's latest batch and its
+// examples (0: not counted) for the metrics; it does nothing without them.
+// It does not wait for a call in flight.
+//
+//export ps_report_loss
+func ps_report_loss(hd C.int64_t, loss C.double, examples C.int64_t) C.int {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	s := h.live.Load()
+	if s == nil {
+		return -1
+	}
+	s.ReportLoss(float64(loss), int(examples))
 	return 0
 }
 
@@ -498,9 +543,14 @@ func ps_close(hd C.int64_t) C.int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var err error
+	h.live.Store(nil)
 	if h.s != nil {
 		err = h.s.Close()
 		h.s = nil
+	}
+	if h.addr != nil {
+		C.free(unsafe.Pointer(h.addr))
+		h.addr = nil
 	}
 	if h.err != nil {
 		C.free(unsafe.Pointer(h.err))

@@ -69,6 +69,8 @@ def _load():
             "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                         ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_metrics_addr": (ctypes.c_char_p, [i64]),
+            "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
             "ps_close": (i32, [i64]),
         }
@@ -157,6 +159,7 @@ class Client:
         tls_key: Optional[str] = None,
         tls_ca: Optional[str] = None,
         auth_token_file: Optional[str] = None,
+        metrics_addr: Optional[str] = None,
     ) -> None:
         """Checks the declaration and reads the cluster; connects nothing yet.
 
@@ -173,7 +176,13 @@ class Client:
         the flags of the same names do on the ps; when not given they are
         read from PARAMSERV_TLS_DIR, PARAMSERV_TLS_CERT, PARAMSERV_TLS_KEY,
         PARAMSERV_TLS_CA and PARAMSERV_AUTH_TOKEN_FILE, which ``paramserv
-        local -- CMD`` sets from its own flags. Raises ValueError for a bad
+        local -- CMD`` sets from its own flags. ``metrics_addr`` (HOST:PORT,
+        port 0 for a free one) serves this worker's Prometheus metrics at
+        http://HOST:PORT/metrics and a status page at / from start() to
+        close(): every call counted and timed with its bytes, the steps,
+        and the losses given to report_loss(); when not given it is read
+        from PARAMSERV_METRICS_ADDR, which ``paramserv local -- CMD`` sets
+        for each worker ("off": none). Raises ValueError for a bad
         declaration and ParamservError for a bad cluster or unreadable
         certificates.
         """
@@ -230,6 +239,11 @@ class Client:
             if val is None:
                 val = os.environ.get("PARAMSERV_" + key.upper(), "")
             cfg[key] = os.path.abspath(val) if val else ""
+        if metrics_addr is None:
+            metrics_addr = os.environ.get("PARAMSERV_METRICS_ADDR", "")
+        if not isinstance(metrics_addr, str):
+            raise ValueError(f"paramserv: metrics_addr {metrics_addr!r}: want \"HOST:PORT\", \"off\" or None")
+        cfg["metrics_addr"] = "" if metrics_addr == "off" else metrics_addr
         self._lib = _load()
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
@@ -276,6 +290,15 @@ class Client:
         """Whether the cluster trains synchronously (as the ps say, after start)."""
         self._need_started()
         return self._lib.ps_is_sync(self._h) == 1
+
+    @property
+    def metrics_addr(self) -> Optional[str]:
+        """The address (HOST:PORT) this worker's metrics are served at after
+        start(), or None when it serves none."""
+        self._need_started()
+        with self._lock:
+            a = self._lib.ps_metrics_addr(self._h)
+        return a.decode() if a else None
 
     # -- helpers ----------------------------------------------------------
 
@@ -433,6 +456,22 @@ class Client:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paramserv")
             executor = self._executor
         return executor.submit(self.push_pull, grads, params, rows)
+
+    def report_loss(self, loss: float, examples: int = 0) -> None:
+        """Gives the training loss of the batch computed last (at the global
+        step of the values pulled last) and its number of examples (0: not
+        counted) to this worker's metrics (paramserv_worker_loss,
+        paramserv_worker_examples_total), its status page's loss curve and
+        the progress line of ``paramserv local``. Without metrics it does
+        nothing. It does not wait for a push_pull_async in flight."""
+        self._need_started()
+        try:
+            loss = float(loss)
+        except (TypeError, ValueError):
+            raise ValueError(f"paramserv: report_loss: loss {loss!r}: want a number") from None
+        if not isinstance(examples, (int, np.integer)) or isinstance(examples, bool) or examples < 0:
+            raise ValueError(f"paramserv: report_loss: examples {examples!r}: want an int >= 0")
+        self._lib.ps_report_loss(self._h, loss, int(examples))
 
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every

@@ -233,6 +233,14 @@ class DistributedModule(torch.nn.Module):
             fut, self._future = self._future, None
             self._step = fut.result()
 
+    def report_loss(self, loss: Any, examples: int = 0) -> None:
+        """Gives the batch's loss (a number or a 0-d tensor) and its number
+        of examples to the worker's metrics, status page and ``paramserv
+        local``'s progress line (Client.report_loss)."""
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach().item()
+        self.client.report_loss(loss, examples)
+
     def done(self) -> None:
         """Tells the ps this worker has finished (after the push in flight)."""
         self._settle()

@@ -135,3 +135,20 @@ def _double():
     m = torch.nn.Module()
     m.lin = torch.nn.Linear(2, 1).double()
     return m
+
+
+def test_report_loss_reaches_the_metrics(make_cluster):
+    import urllib.request
+    cl = make_cluster(num_ps=1, num_workers=1)
+    m = pst.DistributedModule(torch.nn.Linear(2, 1), optimizer="sgd", learning_rate=0.1,
+                              tf_config=cl.tf_config(0), startup_timeout=60, quiet=True, metrics_addr="127.0.0.1:0")
+    m(torch.ones(3, 2)).sum().backward()
+    m.report_loss(torch.tensor(0.375), 3)
+    m.step()
+    text = urllib.request.urlopen(f"http://{m.client.metrics_addr}/metrics", timeout=30).read().decode()
+    for line in ("paramserv_worker_loss 0.375", "paramserv_worker_examples_total 3", "paramserv_worker_steps_total 1"):
+        assert line in text.splitlines(), line
+    with pytest.raises(ValueError, match="examples"):
+        m.report_loss(1.0, -1)
+    m.done()
+    m.close()

@@ -62,9 +62,11 @@ func main() {
 		logger.Fatal(err)
 	}
 	for w.Step() < *steps {
-		if _, err := m.ComputeGradients(params, grads); err != nil {
+		loss, err := m.ComputeGradients(params, grads)
+		if err != nil {
 			logger.Fatal(err)
 		}
+		w.ReportLoss(loss, 0) // for the metrics and paramserv local's progress line
 		if _, err := w.PushPull(ctx, grads, params); err != nil {
 			logger.Fatal(err)
 		}

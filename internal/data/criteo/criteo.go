@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/progress"
 )
 
 // The layout of the Criteo Display Advertising Challenge data.
@@ -34,6 +35,10 @@ type Options struct {
 	MaxLineBytes int
 	// Partition selects this worker's lines; the zero value takes all.
 	Partition sparse.Partition
+	// Progress, if set, is told how far ReadFiles has come (bytes of the
+	// files read, examples, the files' total size) and logs it; the
+	// readers of one file (Opener, sparse.NewStream) do not use it.
+	Progress *progress.Meter
 }
 
 // layout resolves the defaults and checks o.
@@ -316,7 +321,7 @@ func ReadPart(path string, worker, numWorkers int, opts Options) (*sparse.Datase
 // ReadFiles reads this worker's examples of several files, in order, into
 // one Dataset. Lines are numbered for the partition across all the files.
 func ReadFiles(paths []string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	return sparse.LoadFiles(paths, Opener(opts))
+	return sparse.LoadFilesMeter(paths, Opener(opts), opts.Progress)
 }
 
 // Opener returns the sparse.Opener of files read with opts, for

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/progress"
 )
 
 // Options configure a Reader. The zero Options read a whole 1-based file
@@ -28,6 +29,10 @@ type Options struct {
 	MaxLineBytes int
 	// Partition selects this worker's lines; the zero value takes all.
 	Partition sparse.Partition
+	// Progress, if set, is told how far ReadFiles has come (bytes of the
+	// files read, examples, the files' total size) and logs it; the
+	// readers of one file (Opener, sparse.NewStream) do not use it.
+	Progress *progress.Meter
 }
 
 // Reader streams the examples of one LIBSVM file. It is used by one
@@ -294,7 +299,7 @@ func ReadPart(path string, worker, numWorkers int, opts Options) (*sparse.Datase
 // ReadFiles reads this worker's examples of several files, in order, into
 // one Dataset. Lines are numbered for the partition across all the files.
 func ReadFiles(paths []string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	return sparse.LoadFiles(paths, Opener(opts))
+	return sparse.LoadFilesMeter(paths, Opener(opts), opts.Progress)
 }
 
 // Opener returns the sparse.Opener of files read with opts, for

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/paramserv/paramserv/internal/progress"
 )
 
 // Opener makes a Source over r, named name in errors, whose first line has
@@ -19,20 +21,40 @@ type Opener func(r io.Reader, name string, firstIndex int64) (Source, error)
 // small. A name ending in ".gz" is decompressed. It returns the Stats of
 // all files; on error, the examples read so far and the error.
 func LoadFiles(paths []string, open Opener) (*Dataset, Stats, error) {
+	return LoadFilesMeter(paths, open, nil)
+}
+
+// LoadFilesMeter is LoadFiles that reports its progress through m, if not
+// nil: the bytes of the files as they come off the disk (before any
+// decompression) and this worker's examples as rows, with m.Total the
+// files' sizes, and m.Done once every file is read (not after an error).
+func LoadFilesMeter(paths []string, open Opener, m *progress.Meter) (*Dataset, Stats, error) {
 	d := &Dataset{}
 	var total Stats
+	if m != nil {
+		m.Total = 0
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil {
+				m.Total += fi.Size()
+			}
+		}
+		m.Start()
+	}
 	for _, p := range paths {
-		st, err := loadFile(d, p, total.Lines, open)
+		st, err := loadFile(d, p, total.Lines, open, m)
 		total = total.Add(st)
 		if err != nil {
 			return d, total, err
 		}
 	}
+	if m != nil {
+		m.Done()
+	}
 	return d, total, nil
 }
 
-func loadFile(d *Dataset, path string, firstIndex int64, open Opener) (Stats, error) {
-	f, r, err := openFile(path)
+func loadFile(d *Dataset, path string, firstIndex int64, open Opener, m *progress.Meter) (Stats, error) {
+	f, r, err := openFileMeter(path, m)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -50,20 +72,31 @@ func loadFile(d *Dataset, path string, firstIndex int64, open Opener) (Stats, er
 			return src.Stats(), err
 		}
 		d.Append(ex)
+		if m != nil {
+			m.AddRows(1)
+		}
 	}
 }
 
 // openFile opens path for reading, through gzip when its name ends in
 // ".gz". Closing the returned closer closes both.
-func openFile(path string) (io.Closer, io.Reader, error) {
+func openFile(path string) (io.Closer, io.Reader, error) { return openFileMeter(path, nil) }
+
+// openFileMeter is openFile counting the file's bytes into m (if not nil)
+// as they are read.
+func openFileMeter(path string, m *progress.Meter) (io.Closer, io.Reader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !strings.HasSuffix(path, ".gz") {
-		return f, f, nil
+	var raw io.Reader = f
+	if m != nil {
+		raw = m.Reader(f)
 	}
-	zr, err := gzip.NewReader(f)
+	if !strings.HasSuffix(path, ".gz") {
+		return f, raw, nil
+	}
+	zr, err := gzip.NewReader(raw)
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("sparse: %s: %w", path, err)

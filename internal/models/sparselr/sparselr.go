@@ -21,6 +21,7 @@ import (
 	"github.com/paramserv/paramserv/internal/data/sparse"
 	"github.com/paramserv/paramserv/internal/metrics"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/progress"
 )
 
 // Table is the name of the weight table; Bias the dense bias.
@@ -139,7 +140,7 @@ func New(cfg model.Config) (*Model, error) {
 		cfg.Logf("sparse_lr: worker %d streams its part of %d file(s), %s, shuffling within %d rows", cfg.Worker, len(paths), passesText(cfg.Epochs), cfg.ShuffleBuffer)
 		return m, nil
 	}
-	ds, st, err := read(cfg, paths, part)
+	ds, st, err := read(cfg, "training", paths, part)
 	if err != nil {
 		return nil, fmt.Errorf("sparse_lr: %w", err)
 	}
@@ -280,13 +281,19 @@ func resolve(list, dataDir string) ([]string, error) {
 	return out, nil
 }
 
-func read(cfg model.Config, paths []string, part sparse.Partition) (*sparse.Dataset, sparse.Stats, error) {
+// read loads data ("training", "validation" or "test") from paths,
+// logging its progress every few seconds and telling cfg.LoadProgress.
+func read(cfg model.Config, data string, paths []string, part sparse.Partition) (*sparse.Dataset, sparse.Stats, error) {
 	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
+	m := &progress.Meter{What: fmt.Sprintf("sparse_lr: worker %d loading %s data", cfg.Worker, data), Logf: cfg.Logf, QuietIfQuick: true}
+	if cfg.LoadProgress != nil {
+		m.Observe = func(u progress.Update) { cfg.LoadProgress(data, u) }
+	}
 	switch cfg.InputFormat {
 	case "", "libsvm":
-		return libsvm.ReadFiles(paths, libsvm.Options{NumFeatures: cfg.NumFeatures, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part})
+		return libsvm.ReadFiles(paths, libsvm.Options{NumFeatures: cfg.NumFeatures, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part, Progress: m})
 	case "criteo":
-		return criteo.ReadFiles(paths, criteo.Options{IntFields: cfg.IntFields, CatFields: cfg.CatFields, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part})
+		return criteo.ReadFiles(paths, criteo.Options{IntFields: cfg.IntFields, CatFields: cfg.CatFields, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part, Progress: m})
 	}
 	return nil, sparse.Stats{}, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
 }
@@ -467,7 +474,7 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
 			}
-			test, _, err := read(m.cfg, paths, sparse.Partition{})
+			test, _, err := read(m.cfg, "test", paths, sparse.Partition{})
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: %w", err)
 			}
@@ -507,7 +514,7 @@ func (m *Model) ValidateSparse(params model.Params, lookup func(int, []uint64, [
 		}
 	} else {
 		if m.val == nil {
-			val, st, err := read(m.cfg, m.valPaths, sparse.Partition{})
+			val, st, err := read(m.cfg, "validation", m.valPaths, sparse.Partition{})
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: --validation_data: %w", err)
 			}
