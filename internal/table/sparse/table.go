@@ -124,6 +124,7 @@ type page struct {
 	touch []uint32 // last-touched step minus Table.base; nil when eviction is off
 	count []uint32 // updates applied (saturating); nil when the rule ignores step
 	live  []uint64 // bitmap: row in use
+	dirty []uint64 // bitmap: row created or changed since the last ResetChanges (changes.go)
 }
 
 // Table is not safe for concurrent use: it holds no lock, and the server
@@ -183,6 +184,13 @@ type Table struct {
 	gen     uint64
 	mark    []uint64
 	scratch []float32
+
+	// Changes (changes.go): the keys Evict dropped since the last
+	// ResetChanges, recorded once tracking is on; changesLost when more
+	// were dropped than the list keeps.
+	tracking    bool
+	deleted     []uint64
+	changesLost bool
 }
 
 // New returns an empty table for cfg.
@@ -447,6 +455,7 @@ func (t *Table) allocRow(key uint64) int {
 	o := r & t.pageMask
 	p.keys[o] = key
 	p.live[o>>6] |= 1 << (o & 63)
+	p.dirty[o>>6] |= 1 << (o & 63)
 	return r
 }
 
@@ -476,6 +485,8 @@ func (t *Table) freeRow(r int) {
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	p.live[o>>6] &^= 1 << (o & 63)
+	p.dirty[o>>6] &^= 1 << (o & 63)
+	t.recordDeleted(p.keys[o])
 	p.keys[o] = uint64(t.freeHead + 1)
 	t.freeHead = r
 	t.live--
@@ -504,6 +515,7 @@ func (t *Table) ensurePage(r int) {
 	copy(np.touch, p.touch)
 	copy(np.count, p.count)
 	copy(np.live, p.live)
+	copy(np.dirty, p.dirty)
 	*p = np
 }
 
@@ -511,7 +523,8 @@ func (t *Table) newPage(rows int) page {
 	p := page{
 		keys: make([]uint64, rows),
 		data: make([]float32, rows*t.stride),
-		live: make([]uint64, (rows+63)/64),
+		live:  make([]uint64, (rows+63)/64),
+		dirty: make([]uint64, (rows+63)/64),
 	}
 	if t.keepTouch {
 		p.touch = make([]uint32, rows)
