@@ -521,8 +521,8 @@ func (t *Table) ensurePage(r int) {
 
 func (t *Table) newPage(rows int) page {
 	p := page{
-		keys: make([]uint64, rows),
-		data: make([]float32, rows*t.stride),
+		keys:  make([]uint64, rows),
+		data:  make([]float32, rows*t.stride),
 		live:  make([]uint64, (rows+63)/64),
 		dirty: make([]uint64, (rows+63)/64),
 	}
