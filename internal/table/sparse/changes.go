@@ -15,7 +15,9 @@ func popcount(x uint64) int { return bits.OnesCount64(x) }
 
 // maxDeleted bounds the evicted keys remembered between two cuts: at least
 // 1<<16, or one per four live rows.
-func (t *Table) maxDeleted() int { return max(1<<16, t.live/4) }
+func (t *Table) maxDeleted() int { return max(maxDeletedFloor, t.live/4) }
+
+const maxDeletedFloor = 1 << 16
 
 // recordDeleted remembers that key's row was dropped, once tracking is on.
 func (t *Table) recordDeleted(key uint64) {
