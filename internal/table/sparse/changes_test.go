@@ -30,8 +30,8 @@ func TestFrozenChanges(t *testing.T) {
 	}
 	tb.ResetChanges()
 	tb.Push([]uint64{3, 200}, []float32{1, 1, 1, 1}, 10) // a change and an admission
-	tb.Pull([]uint64{201}, make([]float32, 2))            // an admission by a pull
-	tb.Evict(10)                                          // rows touched at step 1 go
+	tb.Pull([]uint64{201}, make([]float32, 2))           // an admission by a pull
+	tb.Evict(10)                                         // rows touched at step 1 go
 	rows, deleted, ok := tb.FrozenChanges()
 	if !ok {
 		t.Fatal("changes not known")
