@@ -350,6 +350,10 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	}
 	st.restored = m.Step
 	st.resetChanges(m.Step)
+	if reshard {
+		// A delta is taken against a checkpoint of this cluster's shape.
+		st.lastCut = -1
+	}
 	return st, nil
 }
 

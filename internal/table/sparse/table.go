@@ -137,8 +137,8 @@ type page struct {
 // Memory. Keys, values and state live in flat arrays in pages of up to 8192
 // rows (keys []uint64; values and state interleaved in one []float32), with
 // an optional uint32 last-touched step and uint32 update count per row, and
-// a one-bit liveness bitmap. An open-addressing index of uint32 slots, in
-// buckets of 16 (one cache line), maps a key's hash to its row; each slot
+// one-bit liveness and dirty bitmaps (changes.go). An open-addressing
+// index of uint32 slots, in buckets of 16 (one cache line), maps a key's hash to its row; each slot
 // holds the row id in its low bits and spare hash bits (a tag) in its high
 // bits, so a probe reads a key only on a tag match. The index is kept
 // between 72% and 90% full and is rebuilt from the rows when it grows (by
@@ -284,7 +284,7 @@ func (t *Table) MemoryBytes() int64 {
 	for i := range t.pages {
 		p := &t.pages[i]
 		n += 8*int64(cap(p.keys)) + 4*int64(cap(p.data)) + 4*int64(cap(p.touch)) +
-			4*int64(cap(p.count)) + 8*int64(cap(p.live))
+			4*int64(cap(p.count)) + 8*int64(cap(p.live)) + 8*int64(cap(p.dirty))
 	}
 	if t.sketch != nil {
 		n += int64(unsafe.Sizeof(*t.sketch)) + int64(cap(t.sketch.cells))
