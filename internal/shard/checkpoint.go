@@ -249,6 +249,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		updates int64
 	}
 	var parts []restored
+	moved := reshard // a variable is not where the checkpoint put it
 	for i, pv := range plan.Vars {
 		v := m.Variables[i]
 		// A ps reads its own shard file when the checkpoint placed the
@@ -256,6 +257,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		// ps, or a placement that changed since) it assembles the variable
 		// from the parts the manifest lists and takes its share.
 		direct := !reshard && samePlacement(v, pv)
+		moved = moved || !direct
 		for _, part := range pv.Parts {
 			if part.PS != task {
 				continue
@@ -350,8 +352,9 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	}
 	st.restored = m.Step
 	st.resetChanges(m.Step)
-	if reshard {
-		// A delta is taken against a checkpoint of this cluster's shape.
+	if moved {
+		// A delta is taken against a checkpoint whose files hold what
+		// this ps holds: not one re-sharded or re-placed.
 		st.lastCut = -1
 	}
 	return st, nil

@@ -284,3 +284,27 @@ func TestCutIncrementalFallsBackToFull(t *testing.T) {
 		t.Fatal("a restored shard's cut against the checkpoint it restored is not a delta")
 	}
 }
+
+// A ps restored from a checkpoint whose files do not hold what it now
+// holds (the golden v1 files place a variable on another ps than today's
+// placement) takes no delta against it.
+func TestNoDeltaOnReplacedRestore(t *testing.T) {
+	golden, err := checkpoint.Load(vfs.OS, goldenDir, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task := range golden.NumPS {
+		st, err := Restore(golden, func(k int) (*checkpoint.Shard, error) {
+			sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, golden, k)
+			return &sh, err
+		}, task, golden.NumPS, golden.NumWorkers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(Config{Task: task, NumPS: golden.NumPS, NumWorkers: golden.NumWorkers, Incarnation: func() uint64 { return 1 }})
+		s.Install(st)
+		if c := s.CutIncremental(300, 200); c.Delta() {
+			t.Fatalf("ps %d: a delta against a checkpoint whose variables it re-placed", task)
+		}
+	}
+}
