@@ -106,3 +106,21 @@ func TestIncrementalCheckpoints(t *testing.T) {
 		t.Fatalf("the third job does not restore the chain onto 1 ps:\n%s", out)
 	}
 }
+
+// The incremental checkpoint flags refuse what would do nothing, exit 2.
+func TestIncrementalCheckpointFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--incremental_checkpoints"}, "--incremental_checkpoints needs --checkpoint_dir"},
+		{[]string{"--checkpoint_dir=" + dir, "--full_checkpoint_every=3"}, "--full_checkpoint_every is read only with --incremental_checkpoints"},
+		{[]string{"--checkpoint_dir=" + dir, "--incremental_checkpoints", "--full_checkpoint_every=0"}, "--full_checkpoint_every=0: want a number >= 1"},
+	} {
+		code, _, errOut := runCLI(t, nil, append([]string{"local", "--ps=1", "--workers=1", "--train_steps=5"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("local %v: exit %d, stderr:\n%s\nwant 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
