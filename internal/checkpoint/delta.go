@@ -129,18 +129,21 @@ func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 	if err != nil {
 		return Shard{}, fmt.Errorf("checkpoint: read %s: %w", filepath.Join(dir, CheckpointName(m.Step)), err)
 	}
-	s, err := ReadShardFile(fsys, dir, links[0], k)
+	base, err := ReadShardFile(fsys, dir, links[0], k)
 	if err != nil {
 		return Shard{}, err
 	}
+	var ds []Shard
 	for _, l := range links[1:] {
 		d, err := ReadShardFile(fsys, dir, l, k)
 		if err != nil {
 			return Shard{}, err
 		}
-		if s, err = ApplyDelta(s, d, l.Tables); err != nil {
-			return Shard{}, fmt.Errorf("checkpoint: read %s: applying %s on %s: %w", filepath.Join(dir, CheckpointName(m.Step)), CheckpointName(l.Step), CheckpointName(l.Parent), err)
-		}
+		ds = append(ds, d)
+	}
+	s, err := applyDeltas(base, ds, m.Tables)
+	if err != nil {
+		return Shard{}, fmt.Errorf("checkpoint: read %s: applying the deltas since %s: %w", filepath.Join(dir, CheckpointName(m.Step)), CheckpointName(links[0].Step), err)
 	}
 	return s, nil
 }
@@ -153,17 +156,31 @@ func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 // ("<table>/..."); Meta is base's overlaid with d's. base and d are not
 // changed.
 func ApplyDelta(base, d Shard, tables []TableInfo) (Shard, error) {
-	if !d.Delta {
-		return Shard{}, fmt.Errorf("%w: applying a shard that is not a delta", ErrInvalid)
+	return applyDeltas(base, []Shard{d}, tables)
+}
+
+// applyDeltas applies the deltas ds, oldest first, to base in one pass:
+// each row is copied once, from the newest shard that has it.
+func applyDeltas(base Shard, ds []Shard, tables []TableInfo) (Shard, error) {
+	if len(ds) == 0 {
+		return Shard{}, fmt.Errorf("%w: no delta to apply", ErrInvalid)
 	}
-	out := Shard{Step: d.Step, Meta: map[string]string{}}
-	for k, v := range base.Meta {
-		out.Meta[k] = v
+	for _, d := range ds {
+		if !d.Delta {
+			return Shard{}, fmt.Errorf("%w: applying a shard that is not a delta", ErrInvalid)
+		}
 	}
-	for k, v := range d.Meta {
-		out.Meta[k] = v
+	last := ds[len(ds)-1]
+	out := Shard{Step: last.Step, Meta: map[string]string{}}
+	for _, s := range append([]Shard{base}, ds...) {
+		for k, v := range s.Meta {
+			out.Meta[k] = v
+		}
 	}
-	dt := d.ByName()
+	dts := make([]map[string]Tensor, len(ds))
+	for i, d := range ds {
+		dts[i] = d.ByName()
+	}
 	isTable := map[string]bool{}
 	for _, tb := range tables {
 		isTable[tb.Name] = true
@@ -176,14 +193,23 @@ func ApplyDelta(base, d Shard, tables []TableInfo) (Shard, error) {
 	}
 	merged := map[string]map[string]Tensor{}
 	for _, tb := range tables {
-		if _, ok := dt[KeysName(tb.Name)]; !ok {
+		if _, ok := dts[0][KeysName(tb.Name)]; !ok {
 			continue // the table is not on this shard
 		}
-		m, err := mergeTable(base, dt, tb.Name)
+		m, err := mergeTable(base, dts, tb.Name)
 		if err != nil {
 			return Shard{}, fmt.Errorf("table %q: %w", tb.Name, err)
 		}
 		merged[tb.Name] = m
+	}
+	// newest is the newest version of a dense tensor.
+	newest := func(name string) (Tensor, bool) {
+		for i := len(dts) - 1; i >= 0; i-- {
+			if t, ok := dts[i][name]; ok {
+				return t, true
+			}
+		}
+		return Tensor{}, false
 	}
 	seen := map[string]bool{}
 	for _, t := range base.Tensors {
@@ -192,24 +218,28 @@ func ApplyDelta(base, d Shard, tables []TableInfo) (Shard, error) {
 			out.Tensors = append(out.Tensors, merged[tb][t.Name])
 			continue
 		}
-		if n, ok := dt[t.Name]; ok {
+		if n, ok := newest(t.Name); ok {
 			if n.DType != t.DType {
-				return Shard{}, fmt.Errorf("%w: %q is %s in the delta, %s in its base", ErrMismatch, t.Name, n.DType, t.DType)
+				return Shard{}, fmt.Errorf("%w: %q is %s in a delta, %s in its base", ErrMismatch, t.Name, n.DType, t.DType)
 			}
 			t = n
 		}
 		out.Tensors = append(out.Tensors, t)
 	}
-	for _, t := range d.Tensors {
-		if !seen[t.Name] && tableOf(t.Name) == "" {
-			out.Tensors = append(out.Tensors, t)
+	for _, d := range ds {
+		for _, t := range d.Tensors {
+			if !seen[t.Name] && tableOf(t.Name) == "" {
+				seen[t.Name] = true
+				n, _ := newest(t.Name)
+				out.Tensors = append(out.Tensors, n)
+			}
 		}
 	}
 	return out, nil
 }
 
-// mergeTable applies the delta's rows of table to base's.
-func mergeTable(base Shard, dt map[string]Tensor, table string) (map[string]Tensor, error) {
+// mergeTable applies the deltas' rows of table to base's.
+func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]Tensor, error) {
 	bt := map[string]Tensor{}
 	for _, t := range base.Tensors {
 		if strings.HasPrefix(t.Name, table+"/") {
@@ -225,74 +255,106 @@ func mergeTable(base Shard, dt map[string]Tensor, table string) (map[string]Tens
 		if err != nil {
 			return nil, fmt.Errorf("%s %q: %w", where, name, err)
 		}
-		return k, nil
-	}
-	bkeys, err := keysOf("base", bt, KeysName(table))
-	if err != nil {
-		return nil, err
-	}
-	dkeys, err := keysOf("delta", dt, KeysName(table))
-	if err != nil {
-		return nil, err
-	}
-	del, err := keysOf("delta", dt, DeletedName(table))
-	if err != nil {
-		return nil, err
-	}
-	for _, ks := range [][]uint64{bkeys, dkeys, del} {
-		for i := 1; i < len(ks); i++ {
-			if ks[i] <= ks[i-1] {
-				return nil, fmt.Errorf("%w: keys not strictly ascending at %d", ErrFormat, i)
+		for i := 1; i < len(k); i++ {
+			if k[i] <= k[i-1] {
+				return nil, fmt.Errorf("%w: %s %q: keys not strictly ascending at %d", ErrFormat, where, name, i)
 			}
 		}
+		return k, nil
 	}
-	// The rows of the result: from base (src 0) or the delta (src 1).
+	// Source 0 is base, source j the delta dts[j-1].
+	n := len(dts)
+	keys := make([][]uint64, n+1)
+	del := make([][]uint64, n+1)
+	var err error
+	if keys[0], err = keysOf("base", bt, KeysName(table)); err != nil {
+		return nil, err
+	}
+	for j := 1; j <= n; j++ {
+		where := fmt.Sprintf("delta %d", j)
+		if keys[j], err = keysOf(where, dts[j-1], KeysName(table)); err != nil {
+			return nil, err
+		}
+		if del[j], err = keysOf(where, dts[j-1], DeletedName(table)); err != nil {
+			return nil, err
+		}
+	}
+	// The rows of the result, in key order: each key's newest event wins,
+	// a delta's row, or its deletion (a delta deletes before it adds);
+	// with no event, base's row.
 	type from struct {
-		src int
-		i   int
+		src int32
+		i   int32
 	}
-	rows := make([]from, 0, len(bkeys)+len(dkeys))
-	i, j, x := 0, 0, 0
-	for i < len(bkeys) || j < len(dkeys) {
-		switch {
-		case j == len(dkeys) || (i < len(bkeys) && bkeys[i] < dkeys[j]):
-			k := bkeys[i]
-			for x < len(del) && del[x] < k {
-				x++
+	total := 0
+	for _, k := range keys {
+		total += len(k)
+	}
+	rows := make([]from, 0, len(keys[0])+total/8)
+	pos, dpos := make([]int, n+1), make([]int, n+1)
+	for {
+		var k uint64
+		found := false
+		for s := range keys {
+			if pos[s] < len(keys[s]) && (!found || keys[s][pos[s]] < k) {
+				k, found = keys[s][pos[s]], true
 			}
-			if x == len(del) || del[x] != k {
-				rows = append(rows, from{0, i})
+		}
+		if !found {
+			break
+		}
+		winner := -1
+		for s := n; s >= 1 && winner == -1; s-- {
+			if pos[s] < len(keys[s]) && keys[s][pos[s]] == k {
+				winner = s
+				break
 			}
-			i++
-		case i == len(bkeys) || dkeys[j] < bkeys[i]:
-			rows = append(rows, from{1, j})
-			j++
-		default: // the same key: the delta's row
-			rows = append(rows, from{1, j})
-			i++
-			j++
+			for dpos[s] < len(del[s]) && del[s][dpos[s]] < k {
+				dpos[s]++
+			}
+			if dpos[s] < len(del[s]) && del[s][dpos[s]] == k {
+				winner = -2 // deleted
+			}
+		}
+		if winner == -1 && pos[0] < len(keys[0]) && keys[0][pos[0]] == k {
+			winner = 0
+		}
+		if winner >= 0 {
+			rows = append(rows, from{int32(winner), int32(pos[winner])})
+		}
+		for s := range keys {
+			if pos[s] < len(keys[s]) && keys[s][pos[s]] == k {
+				pos[s]++
+			}
 		}
 	}
 	out := map[string]Tensor{}
 	for name, b := range bt {
-		dn, ok := dt[name]
-		if !ok {
-			return nil, fmt.Errorf("%w: %q is in the base but not in the delta", ErrNoTensor, name)
+		if len(b.Shape) == 0 || b.Shape[0] != int64(len(keys[0])) {
+			return nil, fmt.Errorf("%w: %q has shape %v in the base, for %d keys", ErrMismatch, name, b.Shape, len(keys[0]))
 		}
-		if dn.DType != b.DType || len(dn.Shape) != len(b.Shape) || len(b.Shape) == 0 || !slices.Equal(dn.Shape[1:], b.Shape[1:]) {
-			return nil, fmt.Errorf("%w: %q is %s %v in the delta, %s %v in the base", ErrMismatch, name, dn.DType, dn.Shape, b.DType, b.Shape)
+		w := b.DType.Size() // bytes per row
+		for _, d := range b.Shape[1:] {
+			w *= int(d)
 		}
-		if b.Shape[0] != int64(len(bkeys)) || dn.Shape[0] != int64(len(dkeys)) {
-			return nil, fmt.Errorf("%w: %q has %d and %d rows for %d and %d keys", ErrMismatch, name, b.Shape[0], dn.Shape[0], len(bkeys), len(dkeys))
+		src := make([][]byte, n+1)
+		src[0] = b.Data
+		for j := 1; j <= n; j++ {
+			dn, ok := dts[j-1][name]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%w: %q is in the base but not in delta %d", ErrNoTensor, name, j)
+			case dn.DType != b.DType || len(dn.Shape) != len(b.Shape) || !slices.Equal(dn.Shape[1:], b.Shape[1:]) || dn.Shape[0] != int64(len(keys[j])):
+				return nil, fmt.Errorf("%w: %q is %s %v in delta %d (of %d keys), %s %v in the base", ErrMismatch, name, dn.DType, dn.Shape, j, len(keys[j]), b.DType, b.Shape)
+			}
+			src[j] = dn.Data
 		}
-		w := 0 // bytes per row
-		if len(bkeys) > 0 {
-			w = len(b.Data) / len(bkeys)
-		} else if len(dkeys) > 0 {
-			w = len(dn.Data) / len(dkeys)
+		for j, d := range src {
+			if len(d) != w*len(keys[j]) {
+				return nil, fmt.Errorf("%w: %q has %d bytes for %d rows of %d", ErrMismatch, name, len(d), len(keys[j]), w)
+			}
 		}
 		data := make([]byte, 0, w*len(rows))
-		src := [2][]byte{b.Data, dn.Data}
 		// Copy runs of consecutive rows of one source at once.
 		for r := 0; r < len(rows); {
 			e := r + 1
@@ -300,7 +362,7 @@ func mergeTable(base Shard, dt map[string]Tensor, table string) (map[string]Tens
 				e++
 			}
 			s := rows[r]
-			data = append(data, src[s.src][s.i*w:(s.i+e-r)*w]...)
+			data = append(data, src[s.src][int(s.i)*w:(int(s.i)+e-r)*w]...)
 			r = e
 		}
 		shape := append([]int64{int64(len(rows))}, b.Shape[1:]...)

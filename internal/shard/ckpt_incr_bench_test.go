@@ -24,6 +24,9 @@ import (
 //	full_pause_ms,         the longest a push waited for the ps's lock
 //	incr_pause_ms          during a save
 //	incr_lock_held_ms      how long the incremental cut held the lock
+//	read_full_s,           ReadShard of the last full save, and of the
+//	read_chain_s           last incremental one: its full base and b.N
+//	                       deltas applied (the files in the page cache)
 //
 //	go test -run - -bench CheckpointIncremental -benchtime 5x ./internal/shard/
 func BenchmarkCheckpointIncremental(b *testing.B) {
@@ -81,7 +84,7 @@ func benchIncremental(b *testing.B, keys, dim int) {
 	pushKeys := all[:100]
 	// save writes checkpoint id while a worker pushes, and reports the
 	// bytes, the time, the longest push wait and the lock hold.
-	save := func(id int64, cut func() *Cut) (size int64, took, pause, held time.Duration) {
+	save := func(id int64, cut func() *Cut) (info checkpoint.ShardInfo, took, pause, held time.Duration) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -122,8 +125,14 @@ func benchIncremental(b *testing.B, keys, dim int) {
 		took = time.Since(start)
 		close(stop)
 		wg.Wait()
-		return info.Size, took, pause, held
+		return info, took, pause, held
 	}
+	// The saves to read back at the end: the last full one, and the
+	// incremental chain.
+	var fullID int64
+	var fullInfo checkpoint.ShardInfo
+	var chainIDs []int64
+	var chainInfos []checkpoint.ShardInfo
 	var fullB, incrB int64
 	var fullT, incrT, fullP, incrP, incrH time.Duration
 	id := int64(0)
@@ -139,14 +148,16 @@ func benchIncremental(b *testing.B, keys, dim int) {
 		// checkpoints writes it (and as every full_checkpoint_every-th
 		// save does)...
 		id++
-		size, took, pause, _ := save(id, func() *Cut { return s.Cut() })
-		fullB, fullT, fullP = fullB+size, fullT+took, max(fullP, pause)
+		info, took, pause, _ := save(id, func() *Cut { return s.Cut() })
+		fullB, fullT, fullP = fullB+info.Size, fullT+took, max(fullP, pause)
+		fullID, fullInfo = id, info
 		// ...then the incremental save of the same interval: the first
 		// one is full, and starts the chain.
 		if parent < 0 {
 			id++
 			parent = id
-			save(id, func() *Cut { return s.CutIncremental(parent, -1) })
+			info, _, _, _ := save(id, func() *Cut { return s.CutIncremental(parent, -1) })
+			chainIDs, chainInfos = append(chainIDs, id), append(chainInfos, info)
 			b.StopTimer()
 			mu.Lock()
 			touch()
@@ -155,14 +166,48 @@ func benchIncremental(b *testing.B, keys, dim int) {
 		}
 		id++
 		p := parent
-		size, took, pause, held := save(id, func() *Cut { return s.CutIncremental(id, p) })
-		if !s.st.tables["emb"].t.ChangesKnown() {
-			b.Fatal("changes lost")
+		info, took, pause, held := save(id, func() *Cut { return s.CutIncremental(id, p) })
+		if !info.Delta {
+			b.Fatal("an incremental save after the first is full")
 		}
+		chainIDs, chainInfos = append(chainIDs, id), append(chainInfos, info)
 		parent = id
-		incrB, incrT, incrP, incrH = incrB+size, incrT+took, max(incrP, pause), max(incrH, held)
+		incrB, incrT, incrP, incrH = incrB+info.Size, incrT+took, max(incrP, pause), max(incrH, held)
 	}
 	b.StopTimer()
+	write := func(step int64, info checkpoint.ShardInfo) checkpoint.Manifest {
+		m := checkpoint.Manifest{Step: step, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info},
+			Tables: []checkpoint.TableInfo{{Name: "emb", Dim: int64(dim), Slots: []string{"ftrl_n", "ftrl_z"}, Shards: []int{0}}}}
+		if info.Delta {
+			m.Kind, m.Parent, m.Base = checkpoint.KindDelta, info.Parent, chainIDs[0]
+		}
+		if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
+	var last checkpoint.Manifest
+	for i, info := range chainInfos {
+		last = write(chainIDs[i], info)
+	}
+	full := write(fullID, fullInfo)
+	t0 := time.Now()
+	want, err := checkpoint.ReadShard(vfs.OS, dir, full, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	readFull := time.Since(t0)
+	t0 = time.Now()
+	got, err := checkpoint.ReadShard(vfs.OS, dir, last, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	readChain := time.Since(t0)
+	// The chain's last link holds the pushes made during its save, the
+	// full save before it not: compare the keys only.
+	if g, w := got.ByName()["emb/keys"], want.ByName()["emb/keys"]; len(g.Data) != len(w.Data) {
+		b.Fatalf("the chain has %d bytes of keys, the full save %d", len(g.Data), len(w.Data))
+	}
 	n := float64(b.N)
 	b.ReportMetric(float64(fullB)/n/1e6, "full_MB")
 	b.ReportMetric(float64(incrB)/n/1e6, "incr_MB")
@@ -172,4 +217,6 @@ func benchIncremental(b *testing.B, keys, dim int) {
 	b.ReportMetric(float64(fullP.Microseconds())/1000, "full_pause_ms")
 	b.ReportMetric(float64(incrP.Microseconds())/1000, "incr_pause_ms")
 	b.ReportMetric(float64(incrH.Microseconds())/1000, "incr_lock_held_ms")
+	b.ReportMetric(readFull.Seconds(), "read_full_s")
+	b.ReportMetric(readChain.Seconds(), "read_chain_s")
 }
