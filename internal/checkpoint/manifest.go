@@ -143,7 +143,8 @@ type TableInfo struct {
 }
 
 // Rows is the total number of rows of table name across the shards, from
-// the shapes recorded in the manifest.
+// the shapes recorded in the manifest. For a delta checkpoint it counts the
+// rows its own files hold (those that changed), not the table's.
 func (m Manifest) Rows(table string) int64 {
 	var n int64
 	for _, s := range m.Shards {
