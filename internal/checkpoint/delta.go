@@ -279,54 +279,69 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 			return nil, err
 		}
 	}
-	// The rows of the result, in key order: each key's newest event wins,
-	// a delta's row, or its deletion (a delta deletes before it adds);
-	// with no event, base's row.
+	// The rows of the result, in key order. First the deltas' events
+	// (small: the rows that changed), each key's newest winning: a
+	// delta's row, or its deletion (a delta deletes before it adds).
+	// Then one pass over base's rows, the events replacing or removing.
 	type from struct {
-		src int32
+		src int32 // 0: base; j: delta j; -1: deleted
 		i   int32
 	}
-	total := 0
-	for _, k := range keys {
-		total += len(k)
+	type event struct {
+		key uint64
+		from
 	}
-	rows := make([]from, 0, len(keys[0])+total/8)
+	var events []event
 	pos, dpos := make([]int, n+1), make([]int, n+1)
 	for {
 		var k uint64
 		found := false
-		for s := range keys {
+		for s := 1; s <= n; s++ {
 			if pos[s] < len(keys[s]) && (!found || keys[s][pos[s]] < k) {
 				k, found = keys[s][pos[s]], true
+			}
+			if dpos[s] < len(del[s]) && (!found || del[s][dpos[s]] < k) {
+				k, found = del[s][dpos[s]], true
 			}
 		}
 		if !found {
 			break
 		}
-		winner := -1
-		for s := n; s >= 1 && winner == -1; s-- {
+		e := event{key: k, from: from{src: -1}}
+		for s := n; s >= 1; s-- {
 			if pos[s] < len(keys[s]) && keys[s][pos[s]] == k {
-				winner = s
+				e.from = from{int32(s), int32(pos[s])}
 				break
 			}
-			for dpos[s] < len(del[s]) && del[s][dpos[s]] < k {
-				dpos[s]++
-			}
 			if dpos[s] < len(del[s]) && del[s][dpos[s]] == k {
-				winner = -2 // deleted
+				break // deleted
 			}
 		}
-		if winner == -1 && pos[0] < len(keys[0]) && keys[0][pos[0]] == k {
-			winner = 0
-		}
-		if winner >= 0 {
-			rows = append(rows, from{int32(winner), int32(pos[winner])})
-		}
-		for s := range keys {
+		events = append(events, e)
+		for s := 1; s <= n; s++ {
 			if pos[s] < len(keys[s]) && keys[s][pos[s]] == k {
 				pos[s]++
 			}
+			if dpos[s] < len(del[s]) && del[s][dpos[s]] == k {
+				dpos[s]++
+			}
 		}
+	}
+	rows := make([]from, 0, len(keys[0])+len(events))
+	bk := keys[0]
+	for i, o := 0, 0; i < len(bk) || o < len(events); {
+		switch {
+		case o == len(events) || (i < len(bk) && bk[i] < events[o].key):
+			rows = append(rows, from{0, int32(i)})
+			i++
+			continue
+		case i < len(bk) && bk[i] == events[o].key:
+			i++
+		}
+		if events[o].src > 0 {
+			rows = append(rows, events[o].from)
+		}
+		o++
 	}
 	out := map[string]Tensor{}
 	for name, b := range bt {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -164,5 +165,56 @@ func TestDeltaFormatVersion(t *testing.T) {
 	m.Parent = 20
 	if err := m.Validate(); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a delta that is its own parent: %v", err)
+	}
+}
+
+// Applying a chain in one pass gives what applying its deltas one by one
+// gives, and both what a plain map of the rows holds: random rows, random
+// deletions, keys deleted and added again in one delta and across deltas.
+func TestApplyDeltasMatchesOneByOne(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tables := []TableInfo{{Name: "t", Dim: 2}}
+	for trial := range 50 {
+		rows := map[uint64]float32{}
+		for range rng.IntN(30) {
+			rows[rng.Uint64N(40)] = rng.Float32()
+		}
+		base := tableShard(0, 1, rows)
+		var ds []Shard
+		for j := range 1 + rng.IntN(5) {
+			var deleted []uint64
+			for range rng.IntN(8) {
+				k := rng.Uint64N(40)
+				if !slices.Contains(deleted, k) {
+					deleted = append(deleted, k)
+				}
+				delete(rows, k)
+			}
+			slices.Sort(deleted)
+			changed := map[uint64]float32{}
+			for range rng.IntN(8) {
+				k := rng.Uint64N(40)
+				changed[k] = rng.Float32()
+				rows[k] = changed[k]
+			}
+			w := float32(j)
+			ds = append(ds, deltaOf(int64(j+1), int64(j), &w, changed, deleted...))
+		}
+		want := tableShard(int64(len(ds)), float32(len(ds)-1), rows)
+		got, err := applyDeltas(base, ds, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one := base
+		for _, d := range ds {
+			if one, err = ApplyDelta(one, d, tables); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for what, s := range map[string]Shard{"in one pass": got, "one by one": one} {
+			if err := DiffTensors(s, want); err != nil {
+				t.Fatalf("trial %d: the chain applied %s: %v", trial, what, err)
+			}
+		}
 	}
 }
