@@ -2,8 +2,8 @@ package checkpoint
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
