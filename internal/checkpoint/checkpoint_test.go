@@ -463,9 +463,9 @@ func TestDamaged(t *testing.T) {
 		want: "ckpt-500 damaged: manifest.json: unexpected end of JSON input",
 	}, {
 		name:   "manifest of a newer format",
-		damage: editManifest(func(m *Manifest) { m.FormatVersion = 2 }),
+		damage: editManifest(func(m *Manifest) { m.FormatVersion = 3 }),
 		kind:   ErrVersion,
-		want:   "ckpt-500 damaged: manifest.json: format_version 2 is newer than this program reads (1)",
+		want:   "ckpt-500 damaged: manifest.json: format_version 3 is newer than this program reads (2)",
 	}, {
 		name:   "manifest in the wrong directory",
 		damage: editManifest(func(m *Manifest) { m.Step = 501 }),
@@ -521,7 +521,9 @@ func TestDamaged(t *testing.T) {
 						}
 					}
 				}
-				if !failed && strings.Contains(tc.name, "shard") {
+				// (A damaged manifest leaves the files readable through
+				// the original one.)
+				if !failed && strings.Contains(tc.name, "shard") && !strings.HasPrefix(tc.name, "manifest") {
 					t.Errorf("ReadShard of a damaged shard succeeded")
 				}
 			})

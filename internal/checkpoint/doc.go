@@ -79,6 +79,21 @@
 // List and Inspect produce the reports of `paramserv ckpt ls` and
 // `paramserv ckpt inspect`.
 //
+// # Incremental checkpoints
+//
+// A delta checkpoint (Manifest.Kind "delta", format version 2) holds in
+// some or all of its shards (ShardInfo.Delta) only what changed since the
+// checkpoint at Manifest.Parent: the dense variables that changed, whole;
+// for each sparse table the rows created or changed, in the tensors a full
+// shard has, and "<table>/deleted" (U64 [m]), the keys dropped. A chain
+// starts at a full checkpoint (Manifest.Base). ReadShard follows a shard's
+// chain and applies it (ApplyDelta: deletions first, then the delta's rows,
+// in key order), so callers get the whole shard, byte for byte what a full
+// checkpoint at the same cut holds; ReadShardFile reads one file as it is.
+// A checkpoint counts as valid only with its whole chain (ErrChain names
+// the broken link), and Prune keeps every checkpoint a kept one needs. Full
+// checkpoints stay format version 1.
+//
 // # One job per directory, and only that directory
 //
 // The chief holds Lock on its checkpoint directory for the whole job (the

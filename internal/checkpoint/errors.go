@@ -33,6 +33,10 @@ var (
 	ErrNotFound = errors.New("checkpoint: no valid checkpoint")
 	// ErrNoTensor: a shard has no tensor of the name asked for.
 	ErrNoTensor = errors.New("checkpoint: no such tensor")
+	// ErrChain: a delta checkpoint whose chain of parents back to its
+	// base is broken (a parent missing, incomplete or damaged), so it
+	// cannot be restored although its own files are intact.
+	ErrChain = errors.New("checkpoint: broken chain")
 	// ErrDType: a tensor was read as a type it does not have.
 	ErrDType = errors.New("checkpoint: wrong dtype")
 )

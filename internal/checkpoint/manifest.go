@@ -12,9 +12,21 @@ import (
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
-// FormatVersion is the checkpoint format this package writes and the newest
-// it reads.
+// FormatVersion is the format of a full checkpoint, which every version of
+// this package reads.
 const FormatVersion = 1
+
+// DeltaFormatVersion is the format of a checkpoint with delta shards (see
+// Manifest.Kind), and the newest this package reads. A program that reads
+// only FormatVersion refuses such a checkpoint (ErrVersion) instead of
+// restoring a delta as if it were the whole state.
+const DeltaFormatVersion = 2
+
+// Checkpoint kinds (Manifest.Kind).
+const (
+	KindFull  = "full"
+	KindDelta = "delta"
+)
 
 // MaxManifestSize bounds the manifest a reader accepts.
 const MaxManifestSize = 64 << 20
@@ -46,6 +58,26 @@ type Manifest struct {
 	Tables    []TableInfo    `json:"tables,omitempty"`
 	// Meta is free-form.
 	Meta map[string]string `json:"meta,omitempty"`
+
+	// Kind is KindDelta for an incremental checkpoint: one whose shards
+	// (some or all) hold only what changed since the checkpoint at Parent,
+	// the previous link of a chain that starts at the full checkpoint at
+	// Base. Empty or KindFull: every shard holds the whole state, and
+	// Parent and Base are unused. Readers (ReadShard) apply the chain.
+	Kind   string `json:"kind,omitempty"`
+	Parent int64  `json:"parent,omitempty"`
+	Base   int64  `json:"base,omitempty"`
+}
+
+// IsDelta reports whether m is an incremental checkpoint.
+func (m Manifest) IsDelta() bool { return m.Kind == KindDelta }
+
+// KindName is m's kind as reports print it: "full" or "delta".
+func (m Manifest) KindName() string {
+	if m.IsDelta() {
+		return KindDelta
+	}
+	return KindFull
 }
 
 // ShardInfo describes one shard file, as WriteShard returns it.
@@ -61,6 +93,18 @@ type ShardInfo struct {
 	Step int64 `json:"step"`
 	// Tensors lists the file's tensors in file order.
 	Tensors []TensorInfo `json:"tensors"`
+	// Delta: the file holds only what changed since the same shard of the
+	// checkpoint at Parent (see Shard.Delta for its tensors).
+	Delta  bool  `json:"delta,omitempty"`
+	Parent int64 `json:"parent,omitempty"`
+}
+
+// version is the format version of the shard's file.
+func (s ShardInfo) version() int {
+	if s.Delta {
+		return DeltaFormatVersion
+	}
+	return FormatVersion
 }
 
 // VariableInfo places a dense variable. Its values are the tensor named
@@ -99,7 +143,8 @@ type TableInfo struct {
 }
 
 // Rows is the total number of rows of table name across the shards, from
-// the shapes recorded in the manifest.
+// the shapes recorded in the manifest. For a delta checkpoint it counts the
+// rows its own files hold (those that changed), not the table's.
 func (m Manifest) Rows(table string) int64 {
 	var n int64
 	for _, s := range m.Shards {
@@ -137,10 +182,30 @@ func (m Manifest) validate() error {
 	if len(m.Optimizer) > 0 && !json.Valid(m.Optimizer) {
 		return bad("optimizer is not valid JSON")
 	}
+	deltas := 0
+	for _, s := range m.Shards {
+		if s.Delta {
+			deltas++
+		}
+	}
+	switch {
+	case m.Kind != "" && m.Kind != KindFull && m.Kind != KindDelta:
+		return bad("kind %q (want %q or %q)", m.Kind, KindFull, KindDelta)
+	case m.IsDelta() && deltas == 0:
+		return bad("kind %q but no shard is a delta", m.Kind)
+	case !m.IsDelta() && deltas > 0:
+		return bad("%d delta shards in a checkpoint of kind %q", deltas, m.KindName())
+	case m.IsDelta() && (m.Parent < 0 || m.Parent >= m.Step || m.Base < 0 || m.Base > m.Parent):
+		return bad("delta of step %d has parent %d and base %d (want 0 <= base <= parent < step)", m.Step, m.Parent, m.Base)
+	case m.IsDelta() && m.FormatVersion != 0 && m.FormatVersion < DeltaFormatVersion:
+		return bad("delta checkpoint of format_version %d (want %d)", m.FormatVersion, DeltaFormatVersion)
+	}
 	n := len(m.Shards)
 	tensors := make([]map[string]TensorInfo, n)
 	for k, s := range m.Shards {
 		switch {
+		case s.Delta && s.Parent != m.Parent:
+			return bad("shards[%d] is a delta of step %d, the manifest's parent is %d", k, s.Parent, m.Parent)
 		case s.Index != k:
 			return bad("shards[%d] has index %d", k, s.Index)
 		case s.File != ShardFileName(k, n):
@@ -190,6 +255,12 @@ func (m Manifest) validate() error {
 				want = append([]int64{p.Rows[1] - p.Rows[0]}, v.Shape[1:]...)
 			}
 			for _, name := range append([]string{v.Name}, slotNames(v.Name, v.Slots)...) {
+				if p.Shard >= 0 && p.Shard < n && m.Shards[p.Shard].Delta {
+					// A delta holds the variables that changed.
+					if _, ok := tensors[p.Shard][name]; !ok {
+						continue
+					}
+				}
 				t, err := find(what, p.Shard, name)
 				if err != nil {
 					return err
@@ -237,6 +308,15 @@ func (m Manifest) validate() error {
 					return bad("%s: %s tensor %q has shape %v, want %d rows", what, m.Shards[k].File, name, t.Shape, rows)
 				}
 			}
+			if m.Shards[k].Delta {
+				del, err := find(what, k, DeletedName(tb.Name))
+				if err != nil {
+					return err
+				}
+				if del.DType != U64 || len(del.Shape) != 1 {
+					return bad("%s: %s deleted keys are %s %v, want U64 [n]", what, m.Shards[k].File, del.DType, del.Shape)
+				}
+			}
 		}
 	}
 	return nil
@@ -261,11 +341,15 @@ func slotNames(base string, slots []string) []string {
 // the checkpoint may still have become visible (the rename happened but the
 // directory fsync failed); it is complete and correct if so.
 func WriteManifest(fsys vfs.FS, dir string, m Manifest) error {
-	if m.FormatVersion == 0 {
-		m.FormatVersion = FormatVersion
+	want := FormatVersion
+	if m.IsDelta() {
+		want = DeltaFormatVersion
 	}
-	if m.FormatVersion != FormatVersion {
-		return fmt.Errorf("%w: format version %d (this writer writes %d)", ErrInvalid, m.FormatVersion, FormatVersion)
+	if m.FormatVersion == 0 {
+		m.FormatVersion = want
+	}
+	if m.FormatVersion != want {
+		return fmt.Errorf("%w: format version %d (this writer writes %d for a %s checkpoint)", ErrInvalid, m.FormatVersion, want, m.KindName())
 	}
 	if err := m.Validate(); err != nil {
 		return err
@@ -317,8 +401,8 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 	switch {
 	case m.FormatVersion == 0:
 		return Manifest{}, errorf(ErrFormat, "%s: no format_version", ManifestName)
-	case m.FormatVersion > FormatVersion:
-		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, FormatVersion)
+	case m.FormatVersion > DeltaFormatVersion:
+		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, DeltaFormatVersion)
 	case m.Step != step:
 		return Manifest{}, errorf(ErrMismatch, "%s: step %d in the directory for step %d", ManifestName, m.Step, step)
 	}

@@ -104,6 +104,9 @@ func check(fsys vfs.FS, dir string, step int64, full bool) (Manifest, error) {
 			return m, errorf(ErrSize, "%s: %d bytes on disk, manifest says %d", s.File, fi.Size(), s.Size)
 		}
 	}
+	if err := checkChain(fsys, dir, m, full); err != nil {
+		return m, err
+	}
 	return m, nil
 }
 
@@ -160,7 +163,10 @@ const DefaultKeep = 5
 // ones older than those, and deletes any incomplete or damaged checkpoint
 // directory older than the newest complete one. Directories newer than the
 // newest complete checkpoint are left alone: they may be saves in progress.
-// It returns the names of the directories it deleted.
+// It returns the names of the directories it deleted. It never deletes a
+// checkpoint that a kept delta checkpoint is built on (its parent, the
+// parent's parent, ... back to its base): those are kept besides the keep
+// newest.
 //
 // "Complete" here means the manifest is intact and every shard file has its
 // recorded size; Prune does not re-read the shards to verify checksums, so
@@ -180,11 +186,23 @@ func Prune(fsys vfs.FS, dir string, keep int) (removed []string, err error) {
 	}
 	kept := 0
 	var errs []error
+	// needed: the checkpoints that a kept delta is built on.
+	needed := map[int64]bool{}
 	for _, e := range ents {
-		_, cerr := check(fsys, dir, e.step, false)
+		m, cerr := check(fsys, dir, e.step, false)
 		switch {
+		case needed[e.step]:
+			continue
 		case cerr == nil && kept < keep:
 			kept++
+			for cur := m; cur.IsDelta() && !needed[cur.Parent]; {
+				needed[cur.Parent] = true
+				p, err := readManifest(fsys, filepath.Join(dir, CheckpointName(cur.Parent)), cur.Parent)
+				if err != nil {
+					break
+				}
+				cur = p
+			}
 			continue
 		case cerr != nil && kept == 0:
 			continue // newer than every complete checkpoint

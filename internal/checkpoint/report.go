@@ -99,8 +99,12 @@ func diskSize(fsys vfs.FS, dir string) int64 {
 
 // String renders the listing as a table:
 //
-//	CHECKPOINT  STEP  TIME                  SIZE     VARS  TABLES  STATUS
-//	ckpt-500    500   2026-01-02T03:04:05Z  1.2 MiB  4     2       damaged: shard-1-of-2.safetensors: checksum mismatch: ...
+//	CHECKPOINT  STEP  TIME                  SIZE     KIND   PARENT    BASE      VARS  TABLES  STATUS
+//	ckpt-600    600   2026-01-02T03:05:05Z  12 KiB   delta  ckpt-500  ckpt-400  4     2       ok
+//	ckpt-500    500   2026-01-02T03:04:05Z  1.2 MiB  full   -         -         4     2       damaged: shard-1-of-2.safetensors: checksum mismatch: ...
+//
+// SIZE is the bytes of the directory itself: a delta's own files, not its
+// chain's.
 func (l Listing) String() string {
 	var b strings.Builder
 	if len(l.Entries) == 0 {
@@ -108,15 +112,19 @@ func (l Listing) String() string {
 		return b.String()
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tSTEP\tTIME\tSIZE\tVARS\tTABLES\tSTATUS")
+	fmt.Fprintln(tw, "CHECKPOINT\tSTEP\tTIME\tSIZE\tKIND\tPARENT\tBASE\tVARS\tTABLES\tSTATUS")
 	for _, e := range l.Entries {
-		tm, vars, tables := "-", "-", "-"
+		tm, kind, parent, base, vars, tables := "-", "-", "-", "-", "-", "-"
 		if e.Manifest.FormatVersion != 0 {
 			tm = formatTime(e.Manifest.Time)
+			kind = e.Manifest.KindName()
+			if e.Manifest.IsDelta() {
+				parent, base = CheckpointName(e.Manifest.Parent), CheckpointName(e.Manifest.Base)
+			}
 			vars = fmt.Sprint(len(e.Manifest.Variables))
 			tables = fmt.Sprint(len(e.Manifest.Tables))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Step, tm, formatBytes(e.Size), vars, tables, e.Status())
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Step, tm, formatBytes(e.Size), kind, parent, base, vars, tables, e.Status())
 	}
 	tw.Flush()
 	return b.String()
@@ -244,6 +252,10 @@ func (in Inspection) String() string {
 	}
 	fmt.Fprintf(&b, "%s in %s: step %d, time %s, mode %s, %d ps, %d workers, format %d\n",
 		CheckpointName(m.Step), in.Dir, m.Step, formatTime(m.Time), orDash(m.Mode), m.NumPS, m.NumWorkers, m.FormatVersion)
+	if m.IsDelta() {
+		fmt.Fprintf(&b, "kind delta: changes since %s, in a chain from the full %s; the tensors below are the state with the chain applied\n",
+			CheckpointName(m.Parent), CheckpointName(m.Base))
+	}
 	if len(m.Optimizer) > 0 {
 		var opt bytes.Buffer
 		if json.Compact(&opt, m.Optimizer) != nil {
@@ -252,7 +264,11 @@ func (in Inspection) String() string {
 		fmt.Fprintf(&b, "optimizer: %s\n", opt.Bytes())
 	}
 	for _, s := range m.Shards {
-		fmt.Fprintf(&b, "shard %d: %s, %s, step %d, sha256 %s\n", s.Index, s.File, formatBytes(s.Size), s.Step, abbrev(s.SHA256))
+		kind := ""
+		if s.Delta {
+			kind = ", delta of " + CheckpointName(s.Parent)
+		}
+		fmt.Fprintf(&b, "shard %d: %s, %s, step %d%s, sha256 %s\n", s.Index, s.File, formatBytes(s.Size), s.Step, kind, abbrev(s.SHA256))
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tTENSOR\tDTYPE\tSHAPE\tSTATS")

@@ -68,7 +68,7 @@ func damaged(err error) bool {
 	if errors.Is(err, ErrIncomplete) {
 		return false
 	}
-	for _, kind := range []error{ErrChecksum, ErrSize, ErrFormat, ErrMismatch, ErrVersion, fs.ErrNotExist} {
+	for _, kind := range []error{ErrChain, ErrChecksum, ErrSize, ErrFormat, ErrMismatch, ErrVersion, fs.ErrNotExist} {
 		if errors.Is(err, kind) {
 			return true
 		}

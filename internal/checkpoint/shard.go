@@ -39,6 +39,17 @@ type Shard struct {
 	// Meta is saved in the file's __metadata__. Keys beginning with
 	// "paramserv." are reserved.
 	Meta map[string]string
+
+	// Delta marks a shard of an incremental checkpoint: it holds only what
+	// changed since the same shard of the checkpoint at Parent. A dense
+	// variable that changed is there whole (values and slots), one that
+	// did not is absent; a sparse table has the rows created or changed
+	// (keys, values, per-row state, as in a full shard) and the tensor
+	// DeletedName(table), U64 [m], of the keys dropped (evicted) since.
+	// Meta is whole. ReadShard applies a chain of them to its base and
+	// returns a shard with Delta false.
+	Delta  bool
+	Parent int64
 }
 
 // Reserved __metadata__ keys, written by WriteShard and checked by
@@ -49,6 +60,7 @@ const (
 	metaStep      = metaPrefix + "step"
 	metaShard     = metaPrefix + "shard"
 	metaNumShards = metaPrefix + "num_shards"
+	metaParent    = metaPrefix + "parent" // delta shards only
 )
 
 // Lookup returns the tensor called name, or an error wrapping ErrNoTensor.
@@ -105,6 +117,10 @@ func SlotName(base, slot string) string { return base + "/" + slot }
 // KeysName is the tensor name of a sparse table's keys.
 func KeysName(table string) string { return SlotName(table, "keys") }
 
+// DeletedName is the tensor name of the keys a delta shard drops from a
+// sparse table.
+func DeletedName(table string) string { return SlotName(table, "deleted") }
+
 // ValuesName is the tensor name of a sparse table's values.
 func ValuesName(table string) string { return SlotName(table, "values") }
 
@@ -155,6 +171,8 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		return ShardInfo{}, fmt.Errorf("%w: shard %d of %d", ErrInvalid, k, n)
 	case s.Step < 0:
 		return ShardInfo{}, fmt.Errorf("%w: shard step %d is negative", ErrInvalid, s.Step)
+	case s.Delta && (s.Parent < 0 || s.Parent >= step):
+		return ShardInfo{}, fmt.Errorf("%w: a delta of checkpoint %d on checkpoint %d", ErrInvalid, step, s.Parent)
 	}
 	if err := checkTensors(s.Tensors); err != nil {
 		return ShardInfo{}, err
@@ -166,7 +184,12 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		}
 		meta[key] = v
 	}
-	meta[metaVersion] = strconv.Itoa(FormatVersion)
+	info := ShardInfo{Index: k, Step: s.Step, Delta: s.Delta}
+	if s.Delta {
+		info.Parent = s.Parent
+		meta[metaParent] = strconv.FormatInt(s.Parent, 10)
+	}
+	meta[metaVersion] = strconv.Itoa(info.version())
 	meta[metaStep] = strconv.FormatInt(s.Step, 10)
 	meta[metaShard] = strconv.Itoa(k)
 	meta[metaNumShards] = strconv.Itoa(n)
@@ -189,14 +212,8 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 	if err != nil {
 		return ShardInfo{}, err
 	}
-	info := ShardInfo{
-		Index:   k,
-		File:    name,
-		Size:    size,
-		SHA256:  hex.EncodeToString(h.Sum(nil)),
-		Step:    s.Step,
-		Tensors: make([]TensorInfo, len(s.Tensors)),
-	}
+	info.File, info.Size, info.SHA256 = name, size, hex.EncodeToString(h.Sum(nil))
+	info.Tensors = make([]TensorInfo, len(s.Tensors))
 	for i, t := range fileOrder(s.Tensors) {
 		info.Tensors[i] = t.Info()
 	}
@@ -279,12 +296,13 @@ func mkdirAllDurable(fsys vfs.FS, dir string) error {
 	return nil
 }
 
-// ReadShard reads shard k of the checkpoint m describes, from
-// dir/ckpt-<m.Step>. It checks the file's size and SHA-256 against the
+// ReadShardFile reads the file of shard k of the checkpoint m describes,
+// from dir/ckpt-<m.Step>. It checks the file's size and SHA-256 against the
 // manifest and its tensors and self-description against the ShardInfo, and
 // returns an error, never partial data, if any differ. Meta holds the
-// file's metadata less the reserved keys.
-func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
+// file's metadata less the reserved keys. The shard of a delta checkpoint
+// may be a delta (Shard.Delta); ReadShard applies it.
+func ReadShardFile(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 	if k < 0 || k >= len(m.Shards) {
 		return Shard{}, fmt.Errorf("%w: shard %d of a %d-shard checkpoint", ErrInvalid, k, len(m.Shards))
 	}
@@ -370,10 +388,15 @@ func abbrev(sum string) string {
 func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shard, error) {
 	si := m.Shards[k]
 	want := map[string]string{
-		metaVersion:   strconv.Itoa(m.FormatVersion),
+		metaVersion:   strconv.Itoa(si.version()),
 		metaStep:      strconv.FormatInt(si.Step, 10),
 		metaShard:     strconv.Itoa(k),
 		metaNumShards: strconv.Itoa(len(m.Shards)),
+	}
+	if si.Delta {
+		want[metaParent] = strconv.FormatInt(si.Parent, 10)
+	} else if p, ok := hdr.Meta[metaParent]; ok {
+		return Shard{}, errorf(ErrMismatch, "metadata %s is %q in a full shard", metaParent, p)
 	}
 	for key, v := range want {
 		if got, ok := hdr.Meta[key]; !ok || got != v {
@@ -389,7 +412,7 @@ func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shar
 			return Shard{}, errorf(ErrMismatch, "tensor %d is %q %s %v in the file, %q %s %v in the manifest", i, e.Name, e.DType, e.Shape, w.Name, w.DType, w.Shape)
 		}
 	}
-	s := Shard{Step: si.Step, Tensors: tensors}
+	s := Shard{Step: si.Step, Tensors: tensors, Delta: si.Delta, Parent: si.Parent}
 	for key, v := range hdr.Meta {
 		if !strings.HasPrefix(key, metaPrefix) {
 			if s.Meta == nil {

@@ -59,6 +59,7 @@ type trainFlags struct {
 	perf                                     *perfFlags
 	rep                                      *replicaFlags
 	validation                               *validationFlags
+	ckptIncr                                 *ckptIncrFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -123,6 +124,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.perf = definePerfFlags(fs)
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
+	f.ckptIncr = defineCkptIncrFlags(fs)
 	return f
 }
 
@@ -216,6 +218,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
 	if err := f.validation.apply(&cfg, f.model); err != nil {

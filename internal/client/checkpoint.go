@@ -74,11 +74,19 @@ func (c *Client) StatusSameIncarnations(ctx context.Context) ([]*pb.StatusRespon
 // CheckpointShards asks every ps, in parallel, to write its shard of the
 // checkpoint of step into dir, and returns what each wrote.
 func (c *Client) CheckpointShards(ctx context.Context, dir string, step int64) ([]checkpoint.ShardInfo, error) {
+	return c.CheckpointShardsIncremental(ctx, dir, step, false, -1)
+}
+
+// CheckpointShardsIncremental is CheckpointShards for a job that saves
+// incremental checkpoints (incremental true): each ps writes a delta
+// against the checkpoint at parent when it can (its ShardInfo says Delta),
+// and a full shard otherwise; parent < 0 asks for a full checkpoint.
+func (c *Client) CheckpointShardsIncremental(ctx context.Context, dir string, step int64, incremental bool, parent int64) ([]checkpoint.ShardInfo, error) {
 	infos := make([]checkpoint.ShardInfo, len(c.ps))
 	err := c.each(func(i int) error {
 		var resp *pb.CheckpointResponse
 		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
-			resp, err = c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps))})
+			resp, err = c.ps[i].Checkpoint(ctx, &pb.CheckpointRequest{Dir: dir, Step: step, NumShards: int32(len(c.ps)), Incremental: incremental, Parent: parent})
 			return err
 		})
 		if err != nil {

@@ -56,9 +56,15 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.Aborted, "ps %d is at step %d, not %d: a synchronous checkpoint must cut every shard at the same step", s.cfg.Task, step, req.Step)
 	}
-	// Under the lock only a memory copy of the state; pushes go on while
-	// it is sorted, encoded and written.
-	cut := s.shard.Cut()
+	// Under the lock only a memory copy of the state (of what changed
+	// since the parent, for a delta); pushes go on while it is sorted,
+	// encoded and written.
+	var cut *shard.Cut
+	if req.Incremental {
+		cut = s.shard.CutIncremental(req.Step, req.Parent)
+	} else {
+		cut = s.shard.Cut()
+	}
 	s.mu.Unlock()
 
 	start := time.Now()
@@ -73,7 +79,13 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.cfg.Logf("checkpoint: wrote %s of step %d (cut at step %d, %d bytes) in %s", info.File, req.Step, sh.Step, info.Size, time.Since(start).Round(time.Millisecond))
+	kind := ""
+	if info.Delta {
+		kind = fmt.Sprintf(", a delta of %s", checkpoint.CheckpointName(info.Parent))
+	} else if req.Incremental && req.Parent >= 0 {
+		kind = fmt.Sprintf(", full: this ps holds no cut of %s to take a delta against", checkpoint.CheckpointName(req.Parent))
+	}
+	s.cfg.Logf("checkpoint: wrote %s of step %d (cut at step %d, %d bytes%s) in %s", info.File, req.Step, sh.Step, info.Size, kind, time.Since(start).Round(time.Millisecond))
 	return &pb.CheckpointResponse{ShardInfo: b, CutStep: sh.Step}, nil
 }
 
@@ -150,8 +162,11 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 	s.notify()
 	s.mu.Unlock()
 	how := ""
+	if m.IsDelta() {
+		how = fmt.Sprintf(", a delta of %s in a chain from the full %s", checkpoint.CheckpointName(m.Parent), checkpoint.CheckpointName(m.Base))
+	}
 	if m.NumPS != s.cfg.NumPS {
-		how = fmt.Sprintf(", re-sharded from %d ps to %d", m.NumPS, s.cfg.NumPS)
+		how += fmt.Sprintf(", re-sharded from %d ps to %d", m.NumPS, s.cfg.NumPS)
 	}
 	s.cfg.Logf("restored checkpoint of step %d from %s%s in %s: %s", m.Step, dir, how, time.Since(start).Round(time.Millisecond), st.Describe())
 	return nil

@@ -69,6 +69,11 @@ type Cut struct {
 	step   int64
 	vars   []cutVar
 	tables []frozenTable
+	// A delta cut (ckpt_incr.go): vars holds only the variables changed
+	// since the parent, tables only their changed rows and deleted keys.
+	delta   bool
+	parent  int64
+	updates map[string]int64 // every variable's update count
 }
 
 type cutVar struct {
@@ -81,9 +86,10 @@ type cutVar struct {
 }
 
 type frozenTable struct {
-	name  string
-	t     *sparse.Table // a Frozen copy
-	slots []string      // its rule's slot names
+	name    string
+	t       *sparse.Table // a Frozen copy
+	slots   []string      // its rule's slot names
+	deleted []uint64      // delta: keys dropped, unsorted
 }
 
 // Cut copies the shard's state; see Cut.
@@ -111,7 +117,10 @@ func (c *Cut) Step() int64 { return c.step }
 // every tensor encoded. It may run concurrently with the shard's training.
 // The tensors share the cut's memory, which nothing changes.
 func (c *Cut) Shard() checkpoint.Shard {
-	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}}
+	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
+	for name, n := range c.updates {
+		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)
+	}
 	for _, v := range c.vars {
 		sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(v.name, v.shape, v.value))
 		for i, state := range v.state {
@@ -137,6 +146,10 @@ func (c *Cut) Shard() checkpoint.Shard {
 		}
 		if snap.LastTouch != nil {
 			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
+		}
+		if c.delta {
+			del := slices.Compact(slices.Sorted(slices.Values(t.deleted)))
+			sh.Tensors = append(sh.Tensors, checkpoint.Uint64TensorOf(checkpoint.DeletedName(t.name), []int64{int64(len(del))}, del))
 		}
 	}
 	return sh
@@ -236,6 +249,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		updates int64
 	}
 	var parts []restored
+	moved := reshard // a variable is not where the checkpoint put it
 	for i, pv := range plan.Vars {
 		v := m.Variables[i]
 		// A ps reads its own shard file when the checkpoint placed the
@@ -243,6 +257,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		// ps, or a placement that changed since) it assembles the variable
 		// from the parts the manifest lists and takes its share.
 		direct := !reshard && samePlacement(v, pv)
+		moved = moved || !direct
 		for _, part := range pv.Parts {
 			if part.PS != task {
 				continue
@@ -336,6 +351,12 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		}
 	}
 	st.restored = m.Step
+	st.resetChanges(m.Step)
+	if moved {
+		// A delta is taken against a checkpoint whose files hold what
+		// this ps holds: not one re-sharded or re-placed.
+		st.lastCut = -1
+	}
 	return st, nil
 }
 

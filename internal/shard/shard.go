@@ -78,6 +78,7 @@ type Var struct {
 	state   [][]float32
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction
+	cutAt   int64     // updates at the last incremental cut (ckpt_incr.go)
 	lent    lentBufs
 	rule    optim.Rule // the layout's rule or the variable's own
 }
@@ -100,6 +101,7 @@ type State struct {
 	rule     optim.Rule
 	tracker  *consistency.Tracker
 	restored int64 // the checkpoint step it came from, or -1
+	lastCut  int64 // the checkpoint the last incremental cut was for, or -1 (ckpt_incr.go)
 }
 
 // Describe is a one-line account of the state for the log.
@@ -306,7 +308,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{layout: l, vars: make(map[string]*Var, len(l.Vars)), rule: rule, tracker: tracker, restored: -1}
+	st := &State{layout: l, vars: make(map[string]*Var, len(l.Vars)), rule: rule, tracker: tracker, restored: -1, lastCut: -1}
 	// Check every shape before allocating any, so that a bad request
 	// costs nothing.
 	sizes := make([]int, len(l.Vars))

@@ -236,10 +236,24 @@ type saver struct {
 	lastStep int64
 	lastTime time.Time
 	force    bool // save at the next step (a restarted chief)
+	// Incremental checkpoints: the checkpoint this chief saved last (-1:
+	// none; the next save is full), the full one its chain starts from,
+	// and the deltas saved since.
+	parent, base int64
+	deltas       int
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
-	return &saver{cfg: cfg, c: c, fs: vfs.OS, lastStep: step, lastTime: time.Now()}
+	return &saver{cfg: cfg, c: c, fs: vfs.OS, lastStep: step, lastTime: time.Now(), parent: -1, base: -1}
+}
+
+// nextParent is the checkpoint the next save is a delta of, or -1 for a
+// full one: the first save of this chief, and every FullCheckpointEvery-th.
+func (s *saver) nextParent() int64 {
+	if !s.cfg.IncrementalCheckpoints || s.parent < 0 || s.deltas+1 >= max(1, s.cfg.FullCheckpointEvery) {
+		return -1
+	}
+	return s.parent
 }
 
 // due reports whether a checkpoint is due at step.
@@ -275,11 +289,13 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 		// Saved by a chief before this one (which died after it).
 		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
 		s.lastStep, s.lastTime, s.force = step, time.Now(), false
+		s.parent = -1 // the ps may not have cut it: the next save is full
 		return nil
 	}
 	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
 	testHook("save", step)
-	infos, err := s.c.CheckpointShards(ctx, cfg.CheckpointDir, step)
+	parent := s.nextParent()
+	infos, err := s.c.CheckpointShardsIncremental(ctx, cfg.CheckpointDir, step, cfg.IncrementalCheckpoints, parent)
 	if err == nil {
 		// A ps that restarted since the chief last heard from it wrote
 		// the state it restored, not that of step: no manifest for it.
@@ -292,6 +308,11 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 	if err != nil {
 		return err
 	}
+	for _, in := range infos {
+		if in.Delta {
+			m.Kind, m.Parent, m.Base = checkpoint.KindDelta, parent, s.base
+		}
+	}
 	if err := checkpoint.WriteManifest(s.fs, cfg.CheckpointDir, m); err != nil && !errors.Is(err, checkpoint.ErrExists) {
 		return fmt.Errorf("checkpoint of step %d: %w", step, err)
 	}
@@ -302,8 +323,21 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 	for _, in := range infos {
 		size += in.Size
 	}
-	cfg.Logf("chief: saved checkpoint of step %d in %s (%d shards, %.1f MiB, %s; removed %d old)", step, cfg.CheckpointDir, len(infos), float64(size)/(1<<20), time.Since(start).Round(time.Millisecond), len(removed))
+	kind := ""
+	if cfg.IncrementalCheckpoints {
+		kind = "full, "
+		if m.IsDelta() {
+			kind = fmt.Sprintf("a delta of %s on %s, ", checkpoint.CheckpointName(m.Parent), checkpoint.CheckpointName(m.Base))
+		}
+	}
+	cfg.Logf("chief: saved checkpoint of step %d in %s (%s%d shards, %.1f MiB, %s; removed %d old)", step, cfg.CheckpointDir, kind, len(infos), float64(size)/(1<<20), time.Since(start).Round(time.Millisecond), len(removed))
 	s.lastStep, s.lastTime, s.force = step, time.Now(), false
+	if m.IsDelta() {
+		s.deltas++
+	} else {
+		s.base, s.deltas = step, 0
+	}
+	s.parent = step
 	return nil
 }
 

@@ -57,6 +57,11 @@ type Config struct {
 	SaveSteps       int64
 	SaveEvery       time.Duration
 	KeepCheckpoints int
+	// IncrementalCheckpoints: between full checkpoints, every
+	// FullCheckpointEvery saves, each ps writes only what changed since
+	// the previous checkpoint (a delta chained to it).
+	IncrementalCheckpoints bool
+	FullCheckpointEvery    int
 	// RecoveryTimeout bounds how long a worker waits for the ps to come back
 	// after a failure.
 	RecoveryTimeout time.Duration

@@ -173,6 +173,7 @@ func (t *Table) updateRow(r int, g []float32, touch uint32) {
 	if p.touch != nil {
 		p.touch[o] = touch
 	}
+	p.dirty[o>>6] |= 1 << (o & 63)
 }
 
 // batchRows is how many values pushBatched updates with one Update call.
@@ -204,6 +205,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 				if p.touch != nil {
 					setAll(p.touch[o:o+hi-lo], touch)
 				}
+				markDirty(p.dirty, o, o+hi-lo)
 				continue
 			}
 		}
@@ -271,6 +273,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 			if p.touch != nil {
 				p.touch[o] = touch
 			}
+			p.dirty[o>>6] |= 1 << (o & 63)
 			n++
 		}
 	}

@@ -175,6 +175,7 @@ func (t *Table) Import(s Snapshot) error {
 		}
 		p := &t.pages[r>>t.pageShift]
 		o := r & t.pageMask
+		p.dirty[o>>6] |= 1 << (o & 63)
 		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
 		copy(row[:d], s.Values[i*d:(i+1)*d])
 		for j, st := range s.State {

@@ -124,6 +124,7 @@ type page struct {
 	touch []uint32 // last-touched step minus Table.base; nil when eviction is off
 	count []uint32 // updates applied (saturating); nil when the rule ignores step
 	live  []uint64 // bitmap: row in use
+	dirty []uint64 // bitmap: row created or changed since the last ResetChanges (changes.go)
 }
 
 // Table is not safe for concurrent use: it holds no lock, and the server
@@ -136,8 +137,8 @@ type page struct {
 // Memory. Keys, values and state live in flat arrays in pages of up to 8192
 // rows (keys []uint64; values and state interleaved in one []float32), with
 // an optional uint32 last-touched step and uint32 update count per row, and
-// a one-bit liveness bitmap. An open-addressing index of uint32 slots, in
-// buckets of 16 (one cache line), maps a key's hash to its row; each slot
+// one-bit liveness and dirty bitmaps (changes.go). An open-addressing
+// index of uint32 slots, in buckets of 16 (one cache line), maps a key's hash to its row; each slot
 // holds the row id in its low bits and spare hash bits (a tag) in its high
 // bits, so a probe reads a key only on a tag match. The index is kept
 // between 72% and 90% full and is rebuilt from the rows when it grows (by
@@ -183,6 +184,13 @@ type Table struct {
 	gen     uint64
 	mark    []uint64
 	scratch []float32
+
+	// Changes (changes.go): the keys Evict dropped since the last
+	// ResetChanges, recorded once tracking is on; changesLost when more
+	// were dropped than the list keeps.
+	tracking    bool
+	deleted     []uint64
+	changesLost bool
 }
 
 // New returns an empty table for cfg.
@@ -276,7 +284,7 @@ func (t *Table) MemoryBytes() int64 {
 	for i := range t.pages {
 		p := &t.pages[i]
 		n += 8*int64(cap(p.keys)) + 4*int64(cap(p.data)) + 4*int64(cap(p.touch)) +
-			4*int64(cap(p.count)) + 8*int64(cap(p.live))
+			4*int64(cap(p.count)) + 8*int64(cap(p.live)) + 8*int64(cap(p.dirty))
 	}
 	if t.sketch != nil {
 		n += int64(unsafe.Sizeof(*t.sketch)) + int64(cap(t.sketch.cells))
@@ -447,6 +455,7 @@ func (t *Table) allocRow(key uint64) int {
 	o := r & t.pageMask
 	p.keys[o] = key
 	p.live[o>>6] |= 1 << (o & 63)
+	p.dirty[o>>6] |= 1 << (o & 63)
 	return r
 }
 
@@ -476,6 +485,8 @@ func (t *Table) freeRow(r int) {
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	p.live[o>>6] &^= 1 << (o & 63)
+	p.dirty[o>>6] &^= 1 << (o & 63)
+	t.recordDeleted(p.keys[o])
 	p.keys[o] = uint64(t.freeHead + 1)
 	t.freeHead = r
 	t.live--
@@ -504,14 +515,16 @@ func (t *Table) ensurePage(r int) {
 	copy(np.touch, p.touch)
 	copy(np.count, p.count)
 	copy(np.live, p.live)
+	copy(np.dirty, p.dirty)
 	*p = np
 }
 
 func (t *Table) newPage(rows int) page {
 	p := page{
-		keys: make([]uint64, rows),
-		data: make([]float32, rows*t.stride),
-		live: make([]uint64, (rows+63)/64),
+		keys:  make([]uint64, rows),
+		data:  make([]float32, rows*t.stride),
+		live:  make([]uint64, (rows+63)/64),
+		dirty: make([]uint64, (rows+63)/64),
 	}
 	if t.keepTouch {
 		p.touch = make([]uint32, rows)

@@ -1444,10 +1444,15 @@ func (*DoneResponse) Descriptor() ([]byte, []int) {
 }
 
 type CheckpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
-	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the checkpoint's step (its directory is ckpt-<step>)
-	NumShards     int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Dir       string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Step      int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the checkpoint's step (its directory is ckpt-<step>)
+	NumShards int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
+	// An incremental job's save: the ps writes a delta against the
+	// checkpoint at parent when its previous incremental cut was that one,
+	// and a full shard otherwise (always when parent < 0).
+	Incremental   bool  `protobuf:"varint,4,opt,name=incremental,proto3" json:"incremental,omitempty"`
+	Parent        int64 `protobuf:"varint,5,opt,name=parent,proto3" json:"parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1499,6 +1504,20 @@ func (x *CheckpointRequest) GetStep() int64 {
 func (x *CheckpointRequest) GetNumShards() int32 {
 	if x != nil {
 		return x.NumShards
+	}
+	return 0
+}
+
+func (x *CheckpointRequest) GetIncremental() bool {
+	if x != nil {
+		return x.Incremental
+	}
+	return false
+}
+
+func (x *CheckpointRequest) GetParent() int64 {
+	if x != nil {
+		return x.Parent
 	}
 	return 0
 }
@@ -1786,12 +1805,14 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0echeckpoint_dir\x18f \x01(\tR\rcheckpointDir\"%\n" +
 	"\vDoneRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\"\x0e\n" +
-	"\fDoneResponse\"X\n" +
+	"\fDoneResponse\"\x92\x01\n" +
 	"\x11CheckpointRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x1d\n" +
 	"\n" +
-	"num_shards\x18\x03 \x01(\x05R\tnumShards\"N\n" +
+	"num_shards\x18\x03 \x01(\x05R\tnumShards\x12 \n" +
+	"\vincremental\x18\x04 \x01(\bR\vincremental\x12\x16\n" +
+	"\x06parent\x18\x05 \x01(\x03R\x06parent\"N\n" +
 	"\x12CheckpointResponse\x12\x1d\n" +
 	"\n" +
 	"shard_info\x18\x01 \x01(\fR\tshardInfo\x12\x19\n" +
