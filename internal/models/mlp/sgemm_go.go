@@ -11,8 +11,12 @@ import (
 const BLAS = "gonum (pure Go)"
 
 // scratch holds float64 copies of sgemm's operands, kept from call to
-// call (a workspace has one).
-type scratch [3][]float64
+// call (a workspace has one), and whether its products may be spread over
+// goroutines (Model.SetParallel).
+type scratch struct {
+	buf      [3][]float64
+	parallel bool
+}
 
 // sgemm sets c (m×n, row stride ldc) to op(a)·op(b), where op transposes
 // when tA, tB say; a is m×k (k×m if transposed) with row stride lda, b is
@@ -43,10 +47,25 @@ func sgemm(s *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 	if m == 0 || n == 0 {
 		return
 	}
-	a64 := widen(&s[0], a[:(ar-1)*lda+ac])
-	b64 := widen(&s[1], b[:(br-1)*ldb+bc])
-	c64 := grow(&s[2], (m-1)*ldc+n)
-	gemmTiles(tA, tB, m, n, k, a64, lda, b64, ldb, c64, ldc)
+	a64 := widen(&s.buf[0], a[:(ar-1)*lda+ac])
+	b64 := widen(&s.buf[1], b[:(br-1)*ldb+bc])
+	c64 := grow(&s.buf[2], (m-1)*ldc+n)
+	if s.parallel {
+		ta, tb := blas.NoTrans, blas.NoTrans
+		if tA {
+			ta = blas.Trans
+		}
+		if tB {
+			tb = blas.Trans
+		}
+		blas64.Gemm(ta, tb, 1,
+			blas64.General{Rows: ar, Cols: ac, Data: a64, Stride: lda},
+			blas64.General{Rows: br, Cols: bc, Data: b64, Stride: ldb},
+			0,
+			blas64.General{Rows: m, Cols: n, Data: c64, Stride: ldc})
+	} else {
+		gemmTiles(tA, tB, m, n, k, a64, lda, b64, ldb, c64, ldc)
+	}
 	for r := range m {
 		row := c[r*ldc : r*ldc+n]
 		for j, v := range c64[r*ldc : r*ldc+n] {

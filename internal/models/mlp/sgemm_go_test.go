@@ -61,3 +61,37 @@ func TestGemmTilesMatchesNaive(t *testing.T) {
 		}
 	}
 }
+
+// SetParallel's multiply (gonum's Dgemm over goroutines) and the default
+// one give the same products, for every transpose the network uses.
+func TestParallelSgemmMatchesSerial(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 1))
+	const m, n, k = 130, 100, 300
+	for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}} {
+		a, b := make([]float32, m*k), make([]float32, k*n)
+		for i := range a {
+			a[i] = float32(rng.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(rng.NormFloat64())
+		}
+		lda, ldb := k, n
+		if tr[0] {
+			lda = m
+		}
+		if tr[1] {
+			ldb = k
+		}
+		var got [2][]float32
+		for i, par := range []bool{false, true} {
+			s := &scratch{parallel: par}
+			got[i] = make([]float32, m*n)
+			sgemm(s, tr[0], tr[1], m, n, k, a, lda, b, ldb, got[i], n)
+		}
+		for i := range got[0] {
+			if d := math.Abs(float64(got[0][i] - got[1][i])); d > 1e-4 {
+				t.Fatalf("tA=%v tB=%v: element %d serial %v, parallel %v", tr[0], tr[1], i, got[0][i], got[1][i])
+			}
+		}
+	}
+}
