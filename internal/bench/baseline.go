@@ -13,14 +13,29 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // The baseline protocol, over one TCP connection: the client first sends
-// 16 bytes, the request size Q and the reply size A as little-endian
-// uint64 (each 1..MaxBytes); then, for every repetition, it writes Q bytes
-// and the server, once it has read all Q, writes A bytes. The connection
-// ends when the client closes it.
-const baselineHeader = 16
+// 24 bytes, the request size Q, the reply size A (each 1..MaxBytes) and the
+// work W as little-endian uint64; then, for every repetition, it writes Q
+// bytes and the server, once it has read all Q, writes A bytes. The
+// connection ends when the client closes it.
+//
+// W is 0 (baselineMove: the bytes are only moved) or 1 (baselineApply:
+// with Q of 4 bytes or more, the server reads the request as Q/4 float32
+// gradients and applies them to Q/4 values of its own with the ps's sgd
+// rule at learning rate 1, and when A equals Q it answers with those values:
+// the update a ps must make, done the simplest way, whole after the read
+// and before the write).
+const baselineHeader = 24
+
+const (
+	baselineMove  = 0
+	baselineApply = 1
+)
 
 // ServeBaseline answers baseline connections on lis, each on its own
 // goroutine, until lis is closed; it then returns the Accept error. A
@@ -43,16 +58,31 @@ func serveBaselineConn(conn net.Conn) error {
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
 		return err
 	}
-	q, a := binary.LittleEndian.Uint64(hdr[:8]), binary.LittleEndian.Uint64(hdr[8:])
-	if q < 1 || q > MaxBytes || a < 1 || a > MaxBytes {
-		return fmt.Errorf("bench: baseline header asks for %d request and %d reply bytes, want 1..%d", q, a, MaxBytes)
+	q, a, w := binary.LittleEndian.Uint64(hdr[:8]), binary.LittleEndian.Uint64(hdr[8:16]), binary.LittleEndian.Uint64(hdr[16:])
+	if q < 1 || q > MaxBytes || a < 1 || a > MaxBytes || w > baselineApply {
+		return fmt.Errorf("bench: baseline header asks for %d request and %d reply bytes and work %d, want 1..%d bytes and work 0 or 1", q, a, w, MaxBytes)
 	}
 	// Every byte is written once, as a ps's values are: memory that was
 	// never written reads as the kernel's one shared zero page, which stays
-	// in cache and makes the copy into the socket unfairly cheap.
-	buf := make([]byte, max(q, a))
+	// in cache and makes the copy into the socket unfairly cheap. Float32s,
+	// so that the request can be read as gradients.
+	mem := make([]float32, (max(q, a)+3)/4)
+	buf := wire.Float32Bytes(mem)[:max(q, a)]
 	for i := range buf {
 		buf[i] = byte(i)
+	}
+	var rule optim.Rule
+	var vals []float32
+	if w == baselineApply && q >= 4 {
+		rule, _ = optim.New(optim.Config{Name: "sgd", LearningRate: 1})
+		vals = make([]float32, q/4)
+		for i := range vals {
+			vals[i] = float32(i % 7)
+		}
+	}
+	reply := buf[:a]
+	if vals != nil && a == q {
+		reply = wire.Float32Bytes(vals)
 	}
 	for {
 		if _, err := io.ReadFull(conn, buf[:q]); err != nil {
@@ -61,7 +91,10 @@ func serveBaselineConn(conn net.Conn) error {
 			}
 			return err
 		}
-		if _, err := conn.Write(buf[:a]); err != nil {
+		if vals != nil {
+			rule.Update(vals, mem[:len(vals)], nil, 1)
+		}
+		if _, err := conn.Write(reply); err != nil {
 			return err
 		}
 	}
@@ -75,8 +108,11 @@ type BaselineConn struct {
 }
 
 // DialBaseline connects to a baseline server at addr for round trips of
-// request bytes out and reply bytes back.
-func DialBaseline(ctx context.Context, addr string, request, reply int64) (*BaselineConn, error) {
+// request bytes out and reply bytes back. With apply the server also
+// applies each request to values of its own as sgd does, and answers a
+// request as long as the reply with those values; the request then carries
+// float32 gradients of 1, as the ps's operations do.
+func DialBaseline(ctx context.Context, addr string, request, reply int64, apply bool) (*BaselineConn, error) {
 	if request < 1 || request > MaxBytes || reply < 1 || reply > MaxBytes {
 		return nil, fmt.Errorf("bench: baseline round trip of %d bytes out and %d back: each must be 1..%d", request, reply, MaxBytes)
 	}
@@ -87,7 +123,10 @@ func DialBaseline(ctx context.Context, addr string, request, reply int64) (*Base
 	}
 	var hdr [baselineHeader]byte
 	binary.LittleEndian.PutUint64(hdr[:8], uint64(request))
-	binary.LittleEndian.PutUint64(hdr[8:], uint64(reply))
+	binary.LittleEndian.PutUint64(hdr[8:16], uint64(reply))
+	if apply {
+		binary.LittleEndian.PutUint64(hdr[16:], baselineApply)
+	}
 	if _, err := conn.Write(hdr[:]); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("bench: baseline server at %s: %w", addr, err)
@@ -95,6 +134,9 @@ func DialBaseline(ctx context.Context, addr string, request, reply int64) (*Base
 	b := &BaselineConn{conn: conn, req: make([]byte, request), rep: make([]byte, reply)}
 	for i := range b.req {
 		b.req[i] = byte(i)
+		if apply {
+			b.req[i] = one32[i%4]
+		}
 	}
 	return b, nil
 }
@@ -116,11 +158,14 @@ func (b *BaselineConn) Reply() []byte { return b.rep }
 // Close closes the connection.
 func (b *BaselineConn) Close() error { return b.conn.Close() }
 
+// one32 is float32(1) in little-endian bytes.
+var one32 = [4]byte{0, 0, 0x80, 0x3f}
+
 // MeasureBaseline runs warmup and then reps timed round trips of request
-// bytes out and reply bytes back against the server at addr, and returns
-// the timed durations.
-func MeasureBaseline(ctx context.Context, addr string, request, reply int64, warmup, reps int) ([]time.Duration, error) {
-	b, err := DialBaseline(ctx, addr, request, reply)
+// bytes out and reply bytes back against the server at addr (applied, with
+// apply, as DialBaseline says), and returns the timed durations.
+func MeasureBaseline(ctx context.Context, addr string, request, reply int64, apply bool, warmup, reps int) ([]time.Duration, error) {
+	b, err := DialBaseline(ctx, addr, request, reply, apply)
 	if err != nil {
 		return nil, err
 	}

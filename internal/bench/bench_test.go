@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -135,7 +136,7 @@ func TestBaselineEcho(t *testing.T) {
 	addr := startBaseline(t)
 	ctx := context.Background()
 	for _, shape := range [][2]int64{{1, 1}, {1 << 20, 1}, {1, 1 << 20}, {100_000, 100_000}, {5000, 3000}} {
-		b, err := DialBaseline(ctx, addr, shape[0], shape[1])
+		b, err := DialBaseline(ctx, addr, shape[0], shape[1], false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,12 +153,35 @@ func TestBaselineEcho(t *testing.T) {
 		}
 		b.Close()
 	}
-	ds, err := MeasureBaseline(ctx, addr, 4096, 4096, 2, 5)
+	ds, err := MeasureBaseline(ctx, addr, 4096, 4096, false, 2, 5)
 	if err != nil || len(ds) != 5 {
 		t.Fatalf("MeasureBaseline: %d durations, %v", len(ds), err)
 	}
-	if _, err := DialBaseline(ctx, addr, 0, 1); err == nil {
+	if _, err := DialBaseline(ctx, addr, 0, 1, false); err == nil {
 		t.Error("DialBaseline of an empty request succeeded")
+	}
+}
+
+// With apply the baseline server applies each request, gradients of 1, to
+// its values as sgd at learning rate 1 does, and answers with them.
+func TestBaselineApplies(t *testing.T) {
+	addr := startBaseline(t)
+	const n = 1000
+	b, err := DialBaseline(context.Background(), addr, 4*n, 4*n, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for rep := 1; rep <= 3; rep++ {
+		if err := b.RoundTrip(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(b.Reply()[4*i:]))
+			if want := float32(i%7 - rep); got != want {
+				t.Fatalf("after %d round trips: value %d = %v, want %v", rep, i, got, want)
+			}
+		}
 	}
 }
 
@@ -189,7 +213,7 @@ func TestBaselineServerProcessBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := strings.TrimSpace(string(line[:n]))
-	if _, err := MeasureBaseline(context.Background(), addr, 10, 10, 0, 2); err != nil {
+	if _, err := MeasureBaseline(context.Background(), addr, 10, 10, false, 0, 2); err != nil {
 		t.Fatal(err)
 	}
 	stdinW.Close() // ends the server

@@ -39,7 +39,7 @@ func BenchmarkTCPBaseline(b *testing.B) {
 		for _, op := range Ops {
 			b.Run(FormatBytes(n)+"/"+string(op), func(b *testing.B) {
 				q, a, payload := c.Shape(op)
-				conn, err := DialBaseline(context.Background(), addr, q, a)
+				conn, err := DialBaseline(context.Background(), addr, q, a, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -90,7 +90,7 @@ func benchCaseWith(b *testing.B, c Case, grpcOnly bool) {
 			if c.hasSparse() {
 				b.ReportMetric(float64(c.Keys)/perOp.Seconds(), "keys/s")
 			}
-			ds, err := MeasureBaseline(ctx, addr, q, a, 1, max(3, min(b.N, 200)))
+			ds, err := MeasureBaseline(ctx, addr, q, a, false, 1, max(3, min(b.N, 200)))
 			if err != nil {
 				b.Fatal(err)
 			}

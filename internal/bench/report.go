@@ -25,7 +25,11 @@ func WriteTable(w io.Writer, results []Result) error {
 		return nil
 	}
 	first := results[0]
-	fmt.Fprintf(w, "ps=%d workers=%d; times of worker 0; GB/s = payload bytes / median (GB = 1e9 B); ratio = median / TCP baseline median; cpu ratio = ps CPU / baseline server CPU per op\n", first.PS, first.Workers)
+	base := "TCP baseline"
+	if first.BaselineApplies {
+		base = "TCP baseline applying the gradients with sgd (dense)"
+	}
+	fmt.Fprintf(w, "ps=%d workers=%d; times of worker 0; GB/s = payload bytes / median (GB = 1e9 B); ratio = median / %s median; cpu ratio = ps CPU / baseline server CPU per op\n", first.PS, first.Workers, base)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := []string{"case", "op", "size", "payload", "median ms", "p90 ms", "min ms", "max ms", "GB/s", "keys/s"}
 	if first.Workers > 1 {

@@ -20,6 +20,11 @@ type Config struct {
 	// otherwise), for the CPU comparison.
 	BaselineAddr string
 	BaselinePID  int
+	// BaselineApply makes the baseline server apply each dense push's
+	// gradients to values of its own as sgd does before it answers (see
+	// DialBaseline): the same work as the ps, where the plain baseline
+	// only moves the bytes. Sparse cases' baselines only move bytes.
+	BaselineApply bool
 	// MemOps > 0 adds the memory case: that many timed pushpulls (and a
 	// tenth as many warm-up ones) of a dense variable of MemBytes and
 	// MemKeys keys of a table of width MemDim.
@@ -55,6 +60,7 @@ type Result struct {
 	AggGBPerS  float64 `json:"agg_gb_per_s"`  // every worker's timed payload over the timed phase's wall time
 	AggOpsPerS float64 `json:"agg_ops_per_s"` // every worker's timed operations over the same time
 
+	BaselineApplies  bool    `json:"baseline_applies,omitempty"` // the baseline server applied the gradients (Config.BaselineApply)
 	BaselineMedianMS float64 `json:"baseline_median_ms"`
 	BaselineP90MS    float64 `json:"baseline_p90_ms"`
 	RatioToBaseline  float64 `json:"ratio_to_baseline"`
@@ -266,12 +272,13 @@ func measure(ctx context.Context, cfg Config, s *Session, op Op) (Result, error)
 	if cfg.BaselineAddr != "" {
 		request, reply, _ := c.Shape(op)
 		bctx, bcancel := phase("baseline")
-		bds, err := MeasureBaseline(bctx, cfg.BaselineAddr, request, reply, c.Warmup, c.Reps)
+		bds, err := MeasureBaseline(bctx, cfg.BaselineAddr, request, reply, cfg.baselineApplies(c), c.Warmup, c.Reps)
 		bcancel()
 		if err != nil {
 			return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
 		}
 		r.setBaseline(bds)
+		r.BaselineApplies = cfg.baselineApplies(c)
 	}
 	return r, nil
 }
@@ -287,7 +294,7 @@ func measureInterleaved(ctx context.Context, cfg Config, s *Session, op Op) (Res
 		fmt.Errorf("bench: %s %s: the operations and baseline round trips did not finish within %s", c, op, cfg.PhaseTimeout))
 	defer cancel()
 	request, reply, _ := c.Shape(op)
-	b, err := DialBaseline(ctx, cfg.BaselineAddr, request, reply)
+	b, err := DialBaseline(ctx, cfg.BaselineAddr, request, reply, cfg.baselineApplies(c))
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %s %s baseline: %w", c, op, err)
 	}
@@ -334,6 +341,7 @@ func measureInterleaved(ctx context.Context, cfg Config, s *Session, op Op) (Res
 	cpu1 := readCPU(s, cfg.BaselinePID)
 	r := newResult(s, op, ds, busy)
 	r.setBaseline(bds)
+	r.BaselineApplies = cfg.baselineApplies(c)
 	if cpu0.ok && cpu1.ok && c.Reps > 0 {
 		r.PSCPUMSPerOp = ms(cpu1.ps-cpu0.ps) / float64(c.Reps)
 		r.BaselineCPUMSPerOp = ms(cpu1.baseline-cpu0.baseline) / float64(c.Reps)
@@ -460,4 +468,11 @@ func (b memPoint) report(a memPoint, reps, workers int) *MemReport {
 		r.PSRSSGrowthKB = append(r.PSRSSGrowthKB, (a.ps[i].RSS-b.ps[i].RSS)>>10)
 	}
 	return r
+}
+
+// baselineApplies reports whether case c's baseline applies gradients:
+// with BaselineApply, for the dense cases (tiny included), whose requests
+// are the gradients alone.
+func (cfg *Config) baselineApplies(c Case) bool {
+	return cfg.BaselineApply && (c.Kind == Dense || c.Kind == Tiny)
 }

@@ -37,6 +37,7 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	memDim := fs.Int("mem_dim", 8, "row width of the memory case's table")
 	splitBytes := fs.Int("split_bytes", 0, "split dense variables larger than this across all ps (default: 1 with --ps > 1, so the dense variable is always split)")
 	baseline := fs.Bool("baseline", true, "measure the plain TCP baseline (a child process) next to every operation")
+	baselineApply := fs.Bool("baseline_apply", false, "the baseline server also applies each dense push's gradients to values of its own with sgd, as the ps must, whole between reading the request and writing the reply; the plain baseline only moves the bytes")
 	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
 	grpcOnly := fs.Bool("grpc_only", false, "send pushes and pulls by gRPC instead of the data path, to compare the two")
 	keyCache := fs.Bool("key_cache", true, "name a sparse key set sent in a recent call by its cache slot; false sends the keys in full every call, to compare with systems that cache no keys")
@@ -182,6 +183,7 @@ GB = 1e9 bytes), keys/s, and the ratio to the baseline's median.
 		Cases: list, Ops: opList,
 		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),
 	}
+	cfg.BaselineApply = *baselineApply
 	modes, err := benchAuthModes(*auth)
 	if err != nil {
 		return bad("%v", err)

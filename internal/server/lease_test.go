@@ -5,10 +5,12 @@ import (
 	"context"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -208,3 +210,49 @@ func TestDataPathSteadyStateAllocatesNothing(t *testing.T) {
 }
 
 func newReader(c net.Conn) *bufio.Reader { return bufio.NewReaderSize(c, 64<<10) }
+
+// Which dense pushes are pipelined: a push alone from pipeMin values (its
+// acknowledgement goes before the update), a push+pull only from more than
+// one chunk (with one, nothing would overlap the writing).
+func TestPipelinable(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		op   wire.Op
+		want bool
+	}{
+		{pipeMin - 1, wire.OpPush, false},
+		{pipeMin, wire.OpPush, true},
+		{pipeMin, wire.OpPushPull, false},
+		{pipeChunk, wire.OpPushPull, false},
+		{pipeChunk + 1, wire.OpPushPull, true},
+	} {
+		s := New(Config{NumWorkers: 1})
+		if _, err := s.Init(context.Background(), &pb.InitRequest{
+			Vars:       []*pb.VarSpec{{Name: "w", Shape: []int64{int64(tc.n)}, Init: make([]byte, 4*tc.n)}},
+			Optimizer:  &pb.OptimizerConfig{Name: "sgd", LearningRate: 1},
+			NumWorkers: 1,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		dc := &dataConn{}
+		dc.req.Op, dc.req.PullDense = tc.op, tc.op.Pull()
+		dc.push.Dense = []shard.DenseGrad{{Name: []byte("w"), Values: make([]float32, tc.n)}}
+		got := s.pipelinable(dc)
+		s.mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%d values, op %d: pipelined %v, want %v", tc.n, tc.op, got, tc.want)
+		}
+	}
+}
+
+// A variable's update is spread over the cores only from parallelMin
+// values: below, one goroutine does it.
+func TestUpdateWorkers(t *testing.T) {
+	if got := updateWorkers(256 << 10); got != 1 {
+		t.Errorf("a 1 MiB variable is updated by %d goroutines, want 1", got)
+	}
+	if got, want := updateWorkers(parallelMin), runtime.GOMAXPROCS(0); got != want {
+		t.Errorf("a variable of parallelMin values is updated by %d goroutines, want GOMAXPROCS = %d", got, want)
+	}
+}

@@ -23,7 +23,9 @@ import (
 // standalone: the trainer's loop over its in-process ps, the baseline), and
 // through a ps on loopback with 1 and 2 workers.
 // Everything runs in this process, so the workers and the ps share the
-// machine's cores as a local cluster would.
+// machine's cores as a local cluster would. The single process and
+// standalone multiply on every core (Model.SetParallel, as RunStandalone
+// sets it), a worker of a ps on one goroutine.
 //
 //	go test -run ^$ -bench MNIST -benchtime 500x ./internal/trainer/
 func BenchmarkMNIST(b *testing.B) {
@@ -43,6 +45,7 @@ func BenchmarkMNIST(b *testing.B) {
 
 	b.Run("single-process", func(b *testing.B) {
 		m := newModel(b, 0, 1)
+		m.SetParallel(true)
 		rule, _ := optim.New(adam)
 		p, g := m.Init(1), model.NewParams(m.Variables())
 		state := map[string][][]float32{}
@@ -72,6 +75,7 @@ func BenchmarkMNIST(b *testing.B) {
 	// localPS): the baseline of the figures below.
 	b.Run("standalone", func(b *testing.B) {
 		m := newModel(b, 0, 1)
+		m.SetParallel(true) // as RunStandalone does
 		cfg := Config{Optimizer: adam, TrainSteps: int64(b.N), StepsToValidate: 1 << 62}
 		cfg.defaults()
 		ps, err := newLocalPS(cfg, m.Variables(), nil, m.Init(1))
@@ -101,6 +105,7 @@ func BenchmarkMNIST(b *testing.B) {
 		defer cancel()
 		go server.ServeListener(ctx, lis, server.New(server.Config{NumWorkers: 1}))
 		mPS, mSA := newModel(b, 0, 1), newModel(b, 0, 1)
+		mSA.SetParallel(true) // as RunStandalone does
 		c, err := client.New([]string{lis.Addr().String()}, mPS.Variables(), client.Options{})
 		if err != nil {
 			b.Fatal(err)

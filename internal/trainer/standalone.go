@@ -208,6 +208,11 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return &ConfigError{Err: err}
 	}
+	// No ps shares this process's cores: a model that can spread a step's
+	// arithmetic over them (the pure-Go MLP's matrix multiply) may.
+	if p, ok := m.(interface{ SetParallel(bool) }); ok {
+		p.SetParallel(true)
+	}
 	sm, isSparse := m.(model.SparseModel)
 	var tables []model.Table
 	if isSparse {

@@ -70,6 +70,30 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 	}
 }
 
+// parallelModel records what SetParallel was told.
+type parallelModel struct {
+	model.Model
+	parallel bool
+}
+
+func (m *parallelModel) SetParallel(on bool) { m.parallel = on }
+
+// Standalone has the machine's cores to itself: a model that can spread its
+// arithmetic over them (the pure-Go MLP) is told it may.
+func TestStandaloneLetsTheModelUseEveryCore(t *testing.T) {
+	var pm *parallelModel
+	cfg := Config{Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 7}, Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 5,
+		NewModel: func(c model.Config) (model.Model, error) {
+			m, err := NewModel("linreg", c)
+			pm = &parallelModel{Model: m}
+			return pm, err
+		}}
+	runStandalone(t, cfg)
+	if pm == nil || !pm.parallel {
+		t.Error("RunStandalone did not call the model's SetParallel(true)")
+	}
+}
+
 func TestStandaloneRefusesCheckpoints(t *testing.T) {
 	err := RunStandalone(context.Background(), Config{Model: "linreg", CheckpointDir: t.TempDir(), TrainSteps: 10})
 	var ce *ConfigError

@@ -110,6 +110,14 @@ type Model struct {
 	evalWS *workspace // evalRows-sized, made by the first Evaluate
 }
 
+// SetParallel lets the pure-Go build's matrix multiply spread each large
+// product of a training step over GOMAXPROCS goroutines (gonum's Dgemm),
+// for a process that has the machine's cores to itself; by default it runs
+// on the calling goroutine, as a worker that shares the cores with its ps
+// should. The OpenBLAS build runs on OPENBLAS_NUM_THREADS threads (one
+// unless set) either way.
+func (m *Model) SetParallel(on bool) { m.ws.s.parallel = on }
+
 // New loads the dataset cfg names and returns the model of worker
 // cfg.Worker of cfg.NumWorkers. cfg.DataDir is the folder holding the four
 // files of cfg.Dataset ("mnist", the default, or "fashion-mnist"), or its

@@ -88,11 +88,12 @@ func TestComputeGradientsAllocations(t *testing.T) {
 		step()
 	}
 	runtime.ReadMemStats(&after)
-	// The buffers alone (x, activations) are over 200 kB. What remains is
-	// gonum's Sgemm starting its worker goroutines.
+	// The buffers alone (x, activations) are over 200 kB. The matrix
+	// multiply runs on the calling goroutine (gonum's Dgemm spreading a
+	// product over goroutines allocated about 6 kB a step).
 	perStep := (after.TotalAlloc - before.TotalAlloc) / steps
 	t.Logf("%d bytes, %.0f allocations per step", perStep, float64(after.Mallocs-before.Mallocs)/steps)
-	if perStep > 16<<10 {
+	if perStep > 1<<10 {
 		t.Errorf("ComputeGradients allocates %d bytes a step; its buffers should be reused", perStep)
 	}
 }

@@ -32,8 +32,9 @@ func init() {
 	}
 }
 
-// scratch is the pure-Go build's; OpenBLAS needs none.
-type scratch struct{}
+// scratch is the pure-Go build's; OpenBLAS needs none, and runs on
+// OPENBLAS_NUM_THREADS threads whatever Model.SetParallel says.
+type scratch struct{ parallel bool }
 
 // sgemm sets c (m×n, row stride ldc) to op(a)·op(b), where op transposes
 // when tA, tB say; a is m×k (k×m if transposed) with row stride lda, b is
