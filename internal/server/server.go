@@ -61,6 +61,11 @@ type Config struct {
 	// nil): the copies of a replicated shard share theirs, so a failover
 	// is not taken for a restart (docs/REPLICATION.md).
 	Incarnation func() uint64
+	// Replicated, if set, is the replicated shard this server is a copy
+	// of (--replicas): the data path hands it each push, to be logged and
+	// applied by every copy in log order, and asks it before each pull
+	// whether this copy serves (replicated.go).
+	Replicated Replicated
 }
 
 // Server implements pb.ParamServerServer. Create it with New.

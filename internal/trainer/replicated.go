@@ -148,6 +148,14 @@ type applied struct {
 	resp proto.Message
 	err  error
 	done bool
+
+	// The request itself, while its call waits: this copy applies it
+	// from here rather than from the log entry's bytes (no decoding, and
+	// the data path's gradients stay in its connection's buffers). use
+	// is held while it is applied; the call takes it before returning, so
+	// nothing reads the request after.
+	use sync.Mutex
+	req proto.Message
 }
 
 // apply applies a log entry to this copy, in log order (the host's loop).
@@ -159,16 +167,30 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	ctx := context.Background()
 	var resp proto.Message
 	var err error
+	var own *applied // this copy's own call, with its request
+	if len(e.Reqs) == 1 {
+		c.mu.Lock()
+		own = c.pending[e.Reqs[0]]
+		c.mu.Unlock()
+	}
+	if own != nil {
+		own.use.Lock()
+		defer own.use.Unlock()
+	}
 	switch data[0] {
+	case entryPush:
+		req, _ := own.request().(*pb.PushRequest)
+		if req == nil {
+			req = &pb.PushRequest{}
+			err = proto.Unmarshal(data[1:], req)
+		}
+		if err == nil {
+			resp, err = c.Server.Push(ctx, req)
+		}
 	case entryInit:
 		req := &pb.InitRequest{}
 		if err = proto.Unmarshal(data[1:], req); err == nil {
 			resp, err = c.Server.Init(ctx, req)
-		}
-	case entryPush:
-		req := &pb.PushRequest{}
-		if err = proto.Unmarshal(data[1:], req); err == nil {
-			resp, err = c.Server.Push(ctx, req)
 		}
 	case entryDone:
 		req := &pb.DoneRequest{}
@@ -187,25 +209,33 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	c.mu.Unlock()
 }
 
+// request is the request of this copy's own call, nil if none.
+func (a *applied) request() proto.Message {
+	if a == nil {
+		return nil
+	}
+	return a.req
+}
+
 // waitServing waits until this ps serves the shard as primary, for at
 // most three failover timeouts.
 func (c *replicatedCopy) waitServing(ctx context.Context) error {
-	deadline := time.Now().Add(3 * c.timeout)
-	for !c.host.Serving(c.shard) {
-		if time.Now().After(deadline) {
-			p := c.host.Primary(c.shard)
-			if p >= 0 {
-				go c.dropConns() // after this answer: the worker goes back to the primary
-			}
-			return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
+	wctx, cancel := context.WithTimeout(ctx, 3*c.timeout)
+	defer cancel()
+	err := c.host.WaitServing(wctx, c.shard)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		p := c.host.Primary(c.shard)
+		if p >= 0 {
+			go c.dropConns() // after this answer: the worker goes back to the primary
 		}
-		select {
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+		return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
 	}
-	return nil
+	return status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
 }
 
 // propose logs a request and waits until every live copy holds it; it
@@ -214,20 +244,27 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 	if err := c.waitServing(ctx); err != nil {
 		return nil, err
 	}
-	b, err := proto.Marshal(req)
+	// One copy of the request's bytes: the entry is the kind, then the
+	// request marshalled after it.
+	b := make([]byte, 1, 1+proto.Size(req))
+	b[0] = kind
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	a := &applied{}
+	a := &applied{req: req}
 	c.mu.Lock()
 	c.pending[id] = a
 	c.mu.Unlock()
 	defer func() {
+		a.use.Lock() // an apply of the request in progress ends first
+		a.req = nil
+		a.use.Unlock()
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.host.Push(ctx, c.shard, id, append([]byte{kind}, b...)); err != nil {
+	if err := c.host.Push(ctx, c.shard, id, b); err != nil {
 		var np *replica.NotPrimaryError
 		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
@@ -285,6 +322,15 @@ func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.Pus
 	}
 	return resp.(*pb.PushResponse), nil
 }
+
+// ReplicatedPush is Push for the data path (server.Replicated).
+func (c *replicatedCopy) ReplicatedPush(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	return c.Push(ctx, req)
+}
+
+// ReplicatedServing waits until this copy may answer a pull
+// (server.Replicated).
+func (c *replicatedCopy) ReplicatedServing(ctx context.Context) error { return c.waitServing(ctx) }
 
 func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
 	if err := c.waitServing(ctx); err != nil {
@@ -366,11 +412,13 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
 	for _, s := range shards {
-		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{},
-			Server: server.New(server.Config{
-				Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
-				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
-			})}
+		c := &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
+		c.Server = server.New(server.Config{
+			Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
+			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
+			Replicated: c, // the data path's pushes go through the shard's log
+		})
+		copies[s] = c
 		if _, err := copies[s].RestoreLatest(); err != nil {
 			return fmt.Errorf("ps %d: restoring shard %d from %s: %w", me, s, cfg.CheckpointDir, err)
 		}
@@ -437,7 +485,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		g := grpc.NewServer(server.GRPCOptions()...)
 		pb.RegisterParamServerServer(g, copies[s])
 		gs = append(gs, g)
-		go func() { errc <- g.Serve(copies[s].accepted(l)) }()
+		// gRPC and the data path share the address, as on a ps without
+		// replicas.
+		gl, stopMux := copies[s].Mux(copies[s].accepted(l))
+		defer stopMux()
+		go func() { errc <- g.Serve(gl) }()
 		cfg.Logf("ps %d: serving shard %d on %s (%d copies, failover after %s)", me, s, l.Addr(), rc.Replicas, rc.FailoverTimeout)
 	}
 	defer func() {
