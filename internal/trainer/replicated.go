@@ -93,6 +93,7 @@ type replicatedCopy struct {
 	shard   int
 	host    *replicate.Host
 	timeout time.Duration
+	applier *applier // applies the log's entries to the copy, off the loop
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
@@ -223,6 +224,11 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 3*c.timeout)
 	defer cancel()
 	err := c.host.WaitServing(wctx, c.shard)
+	if err == nil {
+		// Serving counts the entries handed to the applier: read the
+		// copy once they are applied.
+		err = c.applier.wait(wctx, c.applier.mark())
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -273,6 +279,16 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 			return nil, err
 		}
 		return nil, status.Errorf(codes.Unavailable, "shard %d: replicating: %v", c.shard, err)
+	}
+	// Acknowledged: the entry, if this copy logged it, was handed to the
+	// applier before the acknowledgement; its result comes once applied.
+	ownDone := func() bool { // its own entry applied (mu is the applier's, not c.mu)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return a.done
+	}
+	if err := c.applier.waitFor(ctx, c.applier.mark(), ownDone); err != nil {
+		return nil, status.FromContextError(err).Err()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -418,6 +434,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
 			Replicated: c, // the data path's pushes go through the shard's log
 		})
+		c.applier = newApplier(c.apply)
 		copies[s] = c
 		if _, err := copies[s].RestoreLatest(); err != nil {
 			return fmt.Errorf("ps %d: restoring shard %d from %s: %w", me, s, cfg.CheckpointDir, err)
@@ -435,11 +452,13 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
 		Apply: func(e replica.Entry) {
 			if c := copies[e.Shard]; c != nil {
-				c.apply(e)
+				c.applier.add(e)
 			}
 		},
 		TookOver: func(ss []int) {
 			for _, s := range ss {
+				a := copies[s].applier
+				_ = a.wait(context.Background(), a.mark())
 				st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
 				cfg.Logf("ps %d took over shard %d at global step %d (failover)", me, s, st.GetGlobalStep())
 			}
@@ -453,6 +472,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer host.Close()
+	stopApply := make(chan struct{})
+	defer close(stopApply)
+	for _, c := range copies {
+		go c.applier.run(stopApply)
+	}
 	for _, c := range copies {
 		c.host = host
 	}
