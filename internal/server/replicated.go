@@ -92,3 +92,21 @@ func (s *Server) Mux(lis net.Listener) (grpcLis net.Listener, stop func()) {
 	go m.run()
 	return m.grpcListener(), m.close
 }
+
+// Sync reports whether the shard trains synchronously (false before Init).
+func (s *Server) Sync() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shard.Sync()
+}
+
+// ApplyAggregate applies a synchronous step's averaged gradients, as the
+// primary copy's Config.Aggregated reported them (a backup copy's side of
+// replication after aggregation, shard.ApplyAggregate).
+func (s *Server) ApplyAggregate(step int64, grads [][]float32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.shard.ApplyAggregate(step, grads)
+	s.notify()
+	return err
+}

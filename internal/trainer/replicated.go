@@ -91,9 +91,12 @@ const (
 type replicatedCopy struct {
 	*server.Server
 	shard   int
+	me      int // this ps
 	host    *replicate.Host
 	timeout time.Duration
 	applier *applier // applies the log's entries to the copy, off the loop
+	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
+	logf    func(string, ...any)
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
@@ -192,6 +195,11 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 		req := &pb.InitRequest{}
 		if err = proto.Unmarshal(data[1:], req); err == nil {
 			resp, err = c.Server.Init(ctx, req)
+		}
+	case entryAggregate:
+		err = c.applyAggregate(data[1:])
+		if err != nil {
+			c.logf("log entry %d: %v", e.Seq, err)
 		}
 	case entryDone:
 		req := &pb.DoneRequest{}
@@ -325,6 +333,9 @@ func (c *replicatedCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.Don
 }
 
 func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	if c.Server.Sync() {
+		return c.pushHeld(ctx, req) // replication after aggregation
+	}
 	resp, err := c.propose(ctx, entryPush, replica.ReqID{Client: int(req.Worker), N: uint64(req.Step) + 1}, req)
 	if err != nil {
 		return nil, err
@@ -337,6 +348,20 @@ func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.Pus
 		return &pb.PushResponse{GlobalStep: st.GlobalStep, Incarnation: st.Incarnation}, nil
 	}
 	return resp.(*pb.PushResponse), nil
+}
+
+// Status is the copy's own. A connection to a copy whose primary is
+// another ps (a worker reached it while the primary was slow to start) is
+// dropped after the answer, so that the worker's next call dials the
+// primary first: its pushes and pulls go by the data path, on connections
+// of their own, and without this its gRPC connection (Init, Done) would
+// stay on the copy.
+func (c *replicatedCopy) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	resp, err := c.Server.Status(ctx, req)
+	if p := c.host.Primary(c.shard); p >= 0 && p != c.me {
+		go c.dropConns()
+	}
+	return resp, err
 }
 
 // ReplicatedPush is Push for the data path (server.Replicated).
@@ -428,12 +453,14 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
 	for _, s := range shards {
-		c := &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
+		c := &replicatedCopy{shard: s, me: me, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
 		c.Server = server.New(server.Config{
 			Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
 			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
 			Replicated: c, // the data path's pushes go through the shard's log
+			Aggregated: c.aggregated,
 		})
+		c.logf = shardLogf(cfg.Logf, s)
 		c.applier = newApplier(c.apply)
 		copies[s] = c
 		if _, err := copies[s].RestoreLatest(); err != nil {
