@@ -94,7 +94,7 @@ type replicatedCopy struct {
 	me      int // this ps
 	host    *replicate.Host
 	timeout time.Duration
-	applier *applier // applies the log's entries to the copy, off the loop
+	applier *applier   // applies the log's entries to the copy, off the loop
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
 	logf    func(string, ...any)
 
