@@ -28,59 +28,8 @@ func BenchmarkReplicatedDensePushPull(b *testing.B) {
 }
 
 func benchReplicated(b *testing.B, numPS, replicas int, bytes int) {
-	n := numPS + 1
-	if replicas > 1 {
-		n += numPS * replicas
-	}
-	ports, err := local.FreePorts(n)
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	var spec cluster.Spec
-	for i := range numPS {
-		spec.PS = append(spec.PS, addr(i))
-	}
-	spec.Workers = []string{addr(numPS)}
-	rep := Replication{Replicas: replicas, FailoverTimeout: time.Second}
-	if replicas > 1 {
-		for i := numPS + 1; i < n; i++ {
-			rep.Hosts = append(rep.Hosts, addr(i))
-		}
-	}
-	base := Config{Replication: rep, StartupTimeout: time.Minute}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, numPS)
-	defer func() {
-		cancel()
-		for range numPS {
-			<-done
-		}
-	}()
-	for i := range numPS {
-		cfg := base
-		cfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: i}}
-		go func() { done <- RunPS(ctx, cfg) }()
-	}
-	// Every primary listens before the worker dials, so that it does not
-	// start on a copy (which would send it back after three timeouts).
-	for _, a := range spec.PS {
-		for {
-			conn, err := net.DialTimeout("tcp", a, time.Second)
-			if err == nil {
-				conn.Close()
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	wcfg := base
-	wcfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
-	wcfg.defaults()
-	var dial func(context.Context, string) (net.Conn, error)
-	if replicas > 1 {
-		dial = failoverDial(wcfg)
-	}
+	spec, dial := startReplicated(b, numPS, replicas)
+	ctx := context.Background()
 	vars := []model.Variable{{Name: "w", Shape: []int{bytes / 4}}}
 	c, err := client.New(spec.PS, vars, client.Options{Worker: 0, SplitBytes: 1, Dial: dial})
 	if err != nil {
@@ -114,4 +63,68 @@ func benchReplicated(b *testing.B, numPS, replicas int, bytes int) {
 	if got, want := params["w"][0], -float32(step); got != want {
 		b.Fatalf("after %d pushes w[0] = %v, want %v", step, got, want)
 	}
+}
+
+// startReplicated starts numPS ps with --replicas=replicas in this process
+// on loopback, waits until every primary listens, and returns the cluster
+// and worker 0's dialler (nil without replicas); the ps stop at the end of
+// tb.
+func startReplicated(tb testing.TB, numPS, replicas int) (cluster.Spec, func(context.Context, string) (net.Conn, error)) {
+	n := numPS + 1
+	if replicas > 1 {
+		n += numPS * replicas
+	}
+	ports, err := local.FreePorts(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	var spec cluster.Spec
+	for i := range numPS {
+		spec.PS = append(spec.PS, addr(i))
+	}
+	spec.Workers = []string{addr(numPS)}
+	rep := Replication{Replicas: replicas, FailoverTimeout: time.Second}
+	if replicas > 1 {
+		for i := numPS + 1; i < n; i++ {
+			rep.Hosts = append(rep.Hosts, addr(i))
+		}
+	}
+	base := Config{Replication: rep, StartupTimeout: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, numPS)
+	tb.Cleanup(func() {
+		cancel()
+		for range numPS {
+			<-done
+		}
+	})
+	for i := range numPS {
+		cfg := base
+		cfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: i}}
+		go func() { done <- RunPS(ctx, cfg) }()
+	}
+	// Every primary listens before the worker dials, so that it does not
+	// start on a copy (which would send it back after three timeouts).
+	deadline := time.Now().Add(time.Minute)
+	for _, a := range spec.PS {
+		for {
+			conn, err := net.DialTimeout("tcp", a, time.Second)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("ps at %s does not listen after a minute: %v", a, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if replicas == 1 {
+		return spec, nil
+	}
+	wcfg := base
+	wcfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
+	wcfg.defaults()
+	return spec, failoverDial(wcfg)
 }
