@@ -69,6 +69,7 @@ type Host struct {
 	peers    []chan [][]byte
 	queued   []atomic.Int64          // per peer: bytes in peers[id]
 	waiting  map[ackKey][]chan error // owned by the loop goroutine
+	serving  map[int][]chan struct{} // owned by the loop goroutine: WaitServing's waiters, by shard
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
 	stopOnce sync.Once
@@ -119,7 +120,7 @@ func Start(cfg Config) (*Host, error) {
 	h := &Host{
 		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
 		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
-		waiting: map[ackKey][]chan error{}, conns: map[net.Conn]bool{},
+		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{},
 	}
 	for id := range h.peers {
 		if id == cfg.ID {
@@ -214,6 +215,32 @@ func (h *Host) Serving(s int) bool {
 	var ok bool
 	h.query(func(n *replica.Node) { ok = n.Serving(s) })
 	return ok
+}
+
+// WaitServing waits until this ps may answer pulls of shard s (Serving),
+// ctx ends (its error) or the host closes (net.ErrClosed). It is woken by
+// the loop as soon as that holds, not by polling.
+func (h *Host) WaitServing(ctx context.Context, s int) error {
+	var ch chan struct{}
+	if !h.do(func(n *replica.Node) {
+		if !n.Serving(s) {
+			ch = make(chan struct{})
+			h.serving[s] = append(h.serving[s], ch)
+		}
+	}) {
+		return net.ErrClosed
+	}
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.quit:
+		return net.ErrClosed
+	}
 }
 
 // Primary is the ps this one believes serves shard s (-1: none left).
@@ -314,6 +341,14 @@ func (h *Host) drain() {
 			w <- nil
 		}
 		delete(h.waiting, k)
+	}
+	for s, ws := range h.serving {
+		if h.node.Serving(s) {
+			for _, w := range ws {
+				close(w)
+			}
+			delete(h.serving, s)
+		}
 	}
 }
 

@@ -149,6 +149,10 @@ func (dc *dataConn) errorReply(err error) {
 // step and makes the reply (dc.reply, or a pipelined one, dc.piped), all
 // under mu; the caller writes the reply after.
 func (s *Server) handleData(ctx context.Context, dc *dataConn) {
+	if s.cfg.Replicated != nil {
+		s.handleReplicatedData(ctx, dc)
+		return
+	}
 	start := time.Now()
 	r := &dc.req
 	s.mu.Lock()

@@ -65,6 +65,16 @@ type Config struct {
 	// nil): the copies of a replicated shard share theirs, so a failover
 	// is not taken for a restart (docs/REPLICATION.md).
 	Incarnation func() uint64
+	// Replicated, if set, is the replicated shard this server is a copy
+	// of (--replicas): the data path hands it each push, to be logged and
+	// applied by every copy in log order, and asks it before each pull
+	// whether this copy serves (replicated.go).
+	Replicated Replicated
+	// Aggregated, if set, is told each completed synchronous step's
+	// averaged dense gradients, before they are applied
+	// (shard.Config.Aggregated): a replicated shard's primary logs them
+	// for its backups, which apply them with ApplyAggregate.
+	Aggregated func(step int64, grads [][]float32)
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -116,6 +126,7 @@ func New(cfg Config) *Server {
 	}
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf, Incarnation: cfg.Incarnation,
+		Aggregated: cfg.Aggregated,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {

@@ -91,8 +91,12 @@ const (
 type replicatedCopy struct {
 	*server.Server
 	shard   int
+	me      int // this ps
 	host    *replicate.Host
 	timeout time.Duration
+	applier *applier   // applies the log's entries to the copy, off the loop
+	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
+	logf    func(string, ...any)
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
@@ -148,6 +152,14 @@ type applied struct {
 	resp proto.Message
 	err  error
 	done bool
+
+	// The request itself, while its call waits: this copy applies it
+	// from here rather than from the log entry's bytes (no decoding, and
+	// the data path's gradients stay in its connection's buffers). use
+	// is held while it is applied; the call takes it before returning, so
+	// nothing reads the request after.
+	use sync.Mutex
+	req proto.Message
 }
 
 // apply applies a log entry to this copy, in log order (the host's loop).
@@ -159,16 +171,35 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	ctx := context.Background()
 	var resp proto.Message
 	var err error
+	var own *applied // this copy's own call, with its request
+	if len(e.Reqs) == 1 {
+		c.mu.Lock()
+		own = c.pending[e.Reqs[0]]
+		c.mu.Unlock()
+	}
+	if own != nil {
+		own.use.Lock()
+		defer own.use.Unlock()
+	}
 	switch data[0] {
+	case entryPush:
+		req, _ := own.request().(*pb.PushRequest)
+		if req == nil {
+			req = &pb.PushRequest{}
+			err = proto.Unmarshal(data[1:], req)
+		}
+		if err == nil {
+			resp, err = c.Server.Push(ctx, req)
+		}
 	case entryInit:
 		req := &pb.InitRequest{}
 		if err = proto.Unmarshal(data[1:], req); err == nil {
 			resp, err = c.Server.Init(ctx, req)
 		}
-	case entryPush:
-		req := &pb.PushRequest{}
-		if err = proto.Unmarshal(data[1:], req); err == nil {
-			resp, err = c.Server.Push(ctx, req)
+	case entryAggregate:
+		err = c.applyAggregate(data[1:])
+		if err != nil {
+			c.logf("log entry %d: %v", e.Seq, err)
 		}
 	case entryDone:
 		req := &pb.DoneRequest{}
@@ -187,25 +218,38 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	c.mu.Unlock()
 }
 
+// request is the request of this copy's own call, nil if none.
+func (a *applied) request() proto.Message {
+	if a == nil {
+		return nil
+	}
+	return a.req
+}
+
 // waitServing waits until this ps serves the shard as primary, for at
 // most three failover timeouts.
 func (c *replicatedCopy) waitServing(ctx context.Context) error {
-	deadline := time.Now().Add(3 * c.timeout)
-	for !c.host.Serving(c.shard) {
-		if time.Now().After(deadline) {
-			p := c.host.Primary(c.shard)
-			if p >= 0 {
-				go c.dropConns() // after this answer: the worker goes back to the primary
-			}
-			return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
-		}
-		select {
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+	wctx, cancel := context.WithTimeout(ctx, 3*c.timeout)
+	defer cancel()
+	err := c.host.WaitServing(wctx, c.shard)
+	if err == nil {
+		// Serving counts the entries handed to the applier: read the
+		// copy once they are applied.
+		err = c.applier.wait(wctx, c.applier.mark())
 	}
-	return nil
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		p := c.host.Primary(c.shard)
+		if p >= 0 {
+			go c.dropConns() // after this answer: the worker goes back to the primary
+		}
+		return status.Errorf(codes.Unavailable, "this ps does not serve shard %d now (its primary is ps %d)", c.shard, p)
+	}
+	return status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
 }
 
 // propose logs a request and waits until every live copy holds it; it
@@ -214,20 +258,27 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 	if err := c.waitServing(ctx); err != nil {
 		return nil, err
 	}
-	b, err := proto.Marshal(req)
+	// One copy of the request's bytes: the entry is the kind, then the
+	// request marshalled after it.
+	b := make([]byte, 1, 1+proto.Size(req))
+	b[0] = kind
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	a := &applied{}
+	a := &applied{req: req}
 	c.mu.Lock()
 	c.pending[id] = a
 	c.mu.Unlock()
 	defer func() {
+		a.use.Lock() // an apply of the request in progress ends first
+		a.req = nil
+		a.use.Unlock()
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.host.Push(ctx, c.shard, id, append([]byte{kind}, b...)); err != nil {
+	if err := c.host.Push(ctx, c.shard, id, b); err != nil {
 		var np *replica.NotPrimaryError
 		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
@@ -236,6 +287,16 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 			return nil, err
 		}
 		return nil, status.Errorf(codes.Unavailable, "shard %d: replicating: %v", c.shard, err)
+	}
+	// Acknowledged: the entry, if this copy logged it, was handed to the
+	// applier before the acknowledgement; its result comes once applied.
+	ownDone := func() bool { // its own entry applied (mu is the applier's, not c.mu)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return a.done
+	}
+	if err := c.applier.waitFor(ctx, c.applier.mark(), ownDone); err != nil {
+		return nil, status.FromContextError(err).Err()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,6 +333,9 @@ func (c *replicatedCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.Don
 }
 
 func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	if c.Server.Sync() {
+		return c.pushHeld(ctx, req) // replication after aggregation
+	}
 	resp, err := c.propose(ctx, entryPush, replica.ReqID{Client: int(req.Worker), N: uint64(req.Step) + 1}, req)
 	if err != nil {
 		return nil, err
@@ -285,6 +349,29 @@ func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.Pus
 	}
 	return resp.(*pb.PushResponse), nil
 }
+
+// Status is the copy's own. A connection to a copy whose primary is
+// another ps (a worker reached it while the primary was slow to start) is
+// dropped after the answer, so that the worker's next call dials the
+// primary first: its pushes and pulls go by the data path, on connections
+// of their own, and without this its gRPC connection (Init, Done) would
+// stay on the copy.
+func (c *replicatedCopy) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	resp, err := c.Server.Status(ctx, req)
+	if p := c.host.Primary(c.shard); p >= 0 && p != c.me {
+		go c.dropConns()
+	}
+	return resp, err
+}
+
+// ReplicatedPush is Push for the data path (server.Replicated).
+func (c *replicatedCopy) ReplicatedPush(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	return c.Push(ctx, req)
+}
+
+// ReplicatedServing waits until this copy may answer a pull
+// (server.Replicated).
+func (c *replicatedCopy) ReplicatedServing(ctx context.Context) error { return c.waitServing(ctx) }
 
 func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
 	if err := c.waitServing(ctx); err != nil {
@@ -366,11 +453,16 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
 	for _, s := range shards {
-		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{},
-			Server: server.New(server.Config{
-				Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
-				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
-			})}
+		c := &replicatedCopy{shard: s, me: me, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
+		c.Server = server.New(server.Config{
+			Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
+			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
+			Replicated: c, // the data path's pushes go through the shard's log
+			Aggregated: c.aggregated,
+		})
+		c.logf = shardLogf(cfg.Logf, s)
+		c.applier = newApplier(c.apply)
+		copies[s] = c
 		if _, err := copies[s].RestoreLatest(); err != nil {
 			return fmt.Errorf("ps %d: restoring shard %d from %s: %w", me, s, cfg.CheckpointDir, err)
 		}
@@ -387,11 +479,13 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
 		Apply: func(e replica.Entry) {
 			if c := copies[e.Shard]; c != nil {
-				c.apply(e)
+				c.applier.add(e)
 			}
 		},
 		TookOver: func(ss []int) {
 			for _, s := range ss {
+				a := copies[s].applier
+				_ = a.wait(context.Background(), a.mark())
 				st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
 				cfg.Logf("ps %d took over shard %d at global step %d (failover)", me, s, st.GetGlobalStep())
 			}
@@ -405,6 +499,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer host.Close()
+	stopApply := make(chan struct{})
+	defer close(stopApply)
+	for _, c := range copies {
+		go c.applier.run(stopApply)
+	}
 	for _, c := range copies {
 		c.host = host
 	}
@@ -437,7 +536,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		g := grpc.NewServer(server.GRPCOptions()...)
 		pb.RegisterParamServerServer(g, copies[s])
 		gs = append(gs, g)
-		go func() { errc <- g.Serve(copies[s].accepted(l)) }()
+		// gRPC and the data path share the address, as on a ps without
+		// replicas.
+		gl, stopMux := copies[s].Mux(copies[s].accepted(l))
+		defer stopMux()
+		go func() { errc <- g.Serve(gl) }()
 		cfg.Logf("ps %d: serving shard %d on %s (%d copies, failover after %s)", me, s, l.Addr(), rc.Replicas, rc.FailoverTimeout)
 	}
 	defer func() {

@@ -1,8 +1,15 @@
 package trainer
 
 import (
+	"io"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // The copies of each shard and where they are served: ps s at its ps
@@ -46,6 +53,60 @@ func TestReplicationIncarnations(t *testing.T) {
 		x, y, z := a(), b(), other()
 		if x != y || x == z || x == 0 {
 			t.Fatalf("incarnations %d, %d (same shard), %d (other shard)", x, y, z)
+		}
+	}
+}
+
+// Under --replicas the copies serve the binary data path on their
+// addresses (next to gRPC), and a worker's pushes and pulls through it are
+// applied once each.
+func TestReplicatedCopiesServeTheDataPath(t *testing.T) {
+	spec, dial := startReplicated(t, 3, 2)
+	ctx := withDeadline(t, time.Minute)
+	for _, a := range spec.PS {
+		conn, err := dial(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		var hb [wire.HelloLen]byte
+		if _, err := conn.Write(wire.Preface()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadFull(conn, hb[:])
+		conn.Close()
+		if err != nil {
+			t.Fatalf("ps at %s: no answer to the data path's preface: %v", a, err)
+		}
+		if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloOK {
+			t.Fatalf("ps at %s: data path hello %+v, %v; want status OK", a, h, err)
+		}
+	}
+	vars := []model.Variable{{Name: "w", Shape: []int{3000}}}
+	c, err := client.New(spec.PS, vars, client.Options{Worker: 0, SplitBytes: 1, Dial: dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	params, grads := model.NewParams(vars), model.NewParams(vars)
+	for i := range grads["w"] {
+		grads["w"][i] = 1
+	}
+	step, err := c.Init(ctx, params, client.InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if step, _, err = c.PushPull(ctx, step, grads, 0, params); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if step != 5 {
+		t.Errorf("global step %d after 5 pushes", step)
+	}
+	for i, v := range params["w"] {
+		if v != -5 {
+			t.Fatalf("w[%d] = %v after 5 pushes of 1 (sgd, rate 1), want -5", i, v)
 		}
 	}
 }

@@ -428,8 +428,6 @@ func runWorker(ctx context.Context, cfg Config) error {
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
 		Dial:       cfg.Dial,
 		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
-		// Replicated shards fail over by gRPC to the next copy.
-		GRPCOnly: cfg.Replication.Enabled(),
 	})
 	if err != nil {
 		return err
