@@ -138,10 +138,10 @@ func FuzzUnmarshal(f *testing.F) {
 func TestAppendBuffersIsMarshalBinary(t *testing.T) {
 	m := Message{Type: SyncResp, From: 2, To: 1, Removed: []int{0}, Boot: 7, Gens: []uint64{1, 0, 0}, Boots: []uint64{9, 8, 7},
 		Admits: []Admit{{PS: 0, Boot: 11}}, Entries: []Entry{
-		{Shard: 1, Seq: 4, Reqs: []ReqID{{0, 3}, {1, 3}}, Data: []byte("aggregate")},
-		{Shard: 1, Seq: 5, Data: nil},
-		{Shard: 1, Seq: 6, Reqs: []ReqID{{0, 4}}, Data: []byte("push")},
-	}}
+			{Shard: 1, Seq: 4, Reqs: []ReqID{{0, 3}, {1, 3}}, Data: []byte("aggregate")},
+			{Shard: 1, Seq: 5, Data: nil},
+			{Shard: 1, Seq: 6, Reqs: []ReqID{{0, 4}}, Data: []byte("push")},
+		}}
 	whole, err := m.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
