@@ -232,6 +232,7 @@ type shardState struct {
 
 // joiner is a rejoining copy as its primary sees it.
 type joiner struct {
+	heard       bool      // it was heard as its new incarnation (it takes a snapshot)
 	asked, sent bool      // a snapshot was asked of the caller, sent
 	snap        uint64    // the seq of the snapshot sent
 	sentAt      time.Time // when
@@ -876,7 +877,7 @@ func (n *Node) askSnapshots(ss *shardState) {
 	for _, b := range sortedKeys(func() map[int]bool {
 		m := map[int]bool{}
 		for b, j := range ss.joiners {
-			m[b] = !j.asked
+			m[b] = j.heard && !j.asked
 		}
 		return m
 	}()) {
@@ -941,6 +942,12 @@ func (n *Node) Step(m Message) {
 		n.bootOf[m.From], n.dirty = m.Boot, true
 	}
 	n.lastHeard[m.From] = n.now
+	for _, s := range n.shardIDs() { // a readmitted ps heard: it can take its snapshot now
+		if j := n.shards[s].joiners[m.From]; j != nil && !j.heard {
+			j.heard = true
+			n.askSnapshots(n.shards[s])
+		}
+	}
 	n.learn(m)
 	if n.stopped || n.joining {
 		return
@@ -1063,7 +1070,7 @@ func (n *Node) Step(m Message) {
 			if ss.joiners == nil {
 				ss.joiners = map[int]*joiner{}
 			}
-			ss.joiners[m.From] = &joiner{}
+			ss.joiners[m.From] = &joiner{heard: true}
 		}
 		delete(ss.catching, m.From)
 		n.finishCatchUp(ss)
