@@ -323,16 +323,26 @@ func (n *Node) Stopped() bool { return n.stopped }
 
 // Primary is the ps this node believes serves shard s, or -1 if every copy
 // is removed. The order of succession is the ring's among the copies of
-// the oldest incarnation, then the next: a readmitted ps ranks after the
-// copies that stayed, so its return changes no primary.
+// the first incarnation, then the readmitted ones by incarnation and, in a
+// tie, by process (Boot: the later started ranks later), so that a ps's
+// return changes no primary.
 func (n *Node) Primary(s int) int {
 	best := -1
 	for _, m := range Members(s, n.cfg.N, n.cfg.R) {
-		if !n.removed[m] && (best < 0 || n.gen[m] < n.gen[best]) {
+		if !n.removed[m] && (best < 0 || n.ranksBefore(m, best)) {
 			best = m
 		}
 	}
 	return best
+}
+
+// ranksBefore reports whether copy a comes before copy b in succession,
+// both after the ring's first copy of a shard (Members order breaks ties).
+func (n *Node) ranksBefore(a, b int) bool {
+	if n.gen[a] != n.gen[b] {
+		return n.gen[a] < n.gen[b]
+	}
+	return n.gen[a] > 0 && n.bootOf[a] < n.bootOf[b]
 }
 
 // LeaseUntil is when this ps's lease runs out: a margin of Timeout/8

@@ -375,7 +375,7 @@ func (h *Host) drain() {
 				copies++
 			}
 		}
-		h.cfg.Logf("ps %d: re-replicated shard %d from ps %d: %d bytes in %s (%.1f MB/s), %d copies again", h.cfg.ID, c.Shard, c.From, h.installed[c.Shard], d.Round(time.Millisecond), float64(h.installed[c.Shard])/d.Seconds()/1e6, copies)
+		h.cfg.Logf("ps %d: re-replicated shard %d from ps %d: %d bytes in %s (%.3g MB/s), %d copies again", h.cfg.ID, c.Shard, c.From, h.installed[c.Shard], d.Round(time.Millisecond), float64(h.installed[c.Shard])/d.Seconds()/1e6, copies)
 	}
 	if len(rd.TookOver) > 0 {
 		h.cfg.TookOver(rd.TookOver)

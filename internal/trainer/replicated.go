@@ -382,12 +382,31 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 	removed := make(chan struct{})
 	var removedOnce sync.Once
+	joining := make(chan struct{}, 1)
 	host, err := replicate.Start(replicate.Config{
 		Config: replica.Config{ID: me, N: n, R: rc.Replicas, Timeout: rc.FailoverTimeout},
 		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
 		Apply: func(e replica.Entry) {
 			if c := copies[e.Shard]; c != nil {
 				c.apply(e)
+			}
+		},
+		Snapshot: func(s int) ([]byte, error) {
+			if c := copies[s]; c != nil {
+				return c.Server.EncodeCopy()
+			}
+			return nil, fmt.Errorf("ps %d holds no copy of shard %d", me, s)
+		},
+		Install: func(s int, b []byte) error {
+			if c := copies[s]; c != nil {
+				return c.Server.InstallCopy(b)
+			}
+			return fmt.Errorf("ps %d holds no copy of shard %d", me, s)
+		},
+		Joining: func() { // on the host's loop: the work is done below
+			select {
+			case joining <- struct{}{}:
+			default:
 			}
 		},
 		TookOver: func(ss []int) {
@@ -408,16 +427,34 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	for _, c := range copies {
 		c.host = host
 	}
+	own, err := openReopenable(cfg.Cluster.Addr(), listen)
+	if err != nil {
+		return &ConfigError{Err: &server.ListenError{Addr: cfg.Cluster.Addr(), Err: err}}
+	}
+	defer own.Close()
 	go func() { // a removed ps stops serving for good
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-joining:
+				// Started again: the others know this ps as its old
+				// process. Its own shard has another primary now, so it
+				// refuses the workers at its address (their dialler then
+				// goes on to the copy that serves) until it serves it again.
+				cfg.Logf("ps %d: started again while the job runs: rejoining as a new copy of shards %v (they are copied from their primaries)", me, shards)
+				own.pause()
+				copies[me].dropConns()
 			case <-time.After(rc.FailoverTimeout / 4):
 			}
-			if removedFrom(host, me) {
+			if host.Stopped() {
 				removedOnce.Do(func() { close(removed) })
 				return
+			}
+			if own.paused() && host.Primary(me) == me && !host.Joining() {
+				if err := own.resume(); err != nil {
+					cfg.Logf("ps %d: listening again at %s for shard %d: %v", me, cfg.Cluster.Addr(), me, err)
+				}
 			}
 		}
 	}()
@@ -426,13 +463,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	errc := make(chan error, len(shards))
 	var gs []*grpc.Server
 	for _, s := range shards {
-		addr := cfg.Cluster.Addr()
+		var l net.Listener = own
 		if s != me {
-			addr = rc.copyAddr(me, s, n)
-		}
-		l, err := open(addr)
-		if err != nil {
-			return err
+			if l, err = open(rc.copyAddr(me, s, n)); err != nil {
+				return err
+			}
 		}
 		g := grpc.NewServer(server.GRPCOptions()...)
 		pb.RegisterParamServerServer(g, copies[s])
@@ -471,12 +506,94 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 }
 
-// removedFrom reports whether this ps learned it was removed: it is no
-// longer the primary of its own shard while the ps it believes primary is
-// a later one.
-func removedFrom(h *replicate.Host, me int) bool {
-	p := h.Primary(me)
-	return p != me && p != -1
+// reopenable is a listener that can stop listening for a while (pause:
+// connections are refused) and listen again at the same address (resume),
+// while its Accept simply waits: the ps address of a ps that rejoins,
+// whose own shard is served by another copy meanwhile.
+type reopenable struct {
+	addr   string
+	listen func(string) (net.Listener, error)
+	conns  chan net.Conn
+	done   chan struct{}
+	once   sync.Once
+
+	mu  sync.Mutex
+	cur net.Listener
+	at  net.Addr
+}
+
+func openReopenable(addr string, listen func(string) (net.Listener, error)) (*reopenable, error) {
+	r := &reopenable{addr: addr, listen: listen, conns: make(chan net.Conn), done: make(chan struct{})}
+	return r, r.resume()
+}
+
+func (r *reopenable) resume() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		return nil
+	}
+	select {
+	case <-r.done:
+		return net.ErrClosed
+	default:
+	}
+	l, err := r.listen(r.addr)
+	if err != nil {
+		return err
+	}
+	r.cur, r.at = l, l.Addr()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case r.conns <- c:
+			case <-r.done:
+				c.Close()
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (r *reopenable) pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		r.cur.Close()
+		r.cur = nil
+	}
+}
+
+func (r *reopenable) paused() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur == nil
+}
+
+func (r *reopenable) Accept() (net.Conn, error) {
+	select {
+	case c := <-r.conns:
+		return c, nil
+	case <-r.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (r *reopenable) Close() error {
+	r.once.Do(func() { close(r.done) })
+	r.pause()
+	return nil
+}
+
+func (r *reopenable) Addr() net.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at
 }
 
 // waitPeers waits until every ps's replication address accepts a
