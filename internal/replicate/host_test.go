@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,13 +36,19 @@ type cluster struct {
 	tcp     bool
 	addrs   []string
 	pad     int // bytes a copy carries beyond its sum (re-replication speed)
-	logs    chan string
+	padOnly int // only shard padOnly's copy is padded, if >= 0
+	logs    chan logLine
+}
+
+type logLine struct {
+	at   time.Time
+	line string
 }
 
 // start starts n hosts over memnet, or over loopback TCP if tcp.
 func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 	t.Helper()
-	c := &cluster{net: memnet.New(), n: n, r: r, timeout: timeout, tcp: tcp, logs: make(chan string, 1024)}
+	c := &cluster{net: memnet.New(), n: n, r: r, timeout: timeout, tcp: tcp, logs: make(chan logLine, 8192), padOnly: -1}
 	var addrs []string
 	var ls []net.Listener
 	for id := 0; id < n; id++ {
@@ -101,13 +108,13 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 			c.mu.Unlock()
 		},
 		Snapshot: func(s int) ([]byte, error) {
-			b := make([]byte, 8+c.pad)
+			b := make([]byte, 8+c.padOf(s))
 			binary.LittleEndian.PutUint64(b, uint64(c.sum(id, s)))
 			return b, nil
 		},
 		Install: func(s int, b []byte) error {
-			if len(b) != 8+c.pad {
-				return fmt.Errorf("a copy of %d bytes, want %d", len(b), 8+c.pad)
+			if len(b) != 8+c.padOf(s) {
+				return fmt.Errorf("a copy of %d bytes, want %d", len(b), 8+c.padOf(s))
 			}
 			c.mu.Lock()
 			c.sums[id][s] = int(binary.LittleEndian.Uint64(b))
@@ -118,7 +125,7 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 		Logf: func(format string, args ...any) {
 			line := fmt.Sprintf(format, args...)
 			select {
-			case c.logs <- line:
+			case c.logs <- logLine{time.Now(), line}:
 			default:
 			}
 			if tlog != nil {
@@ -130,6 +137,13 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 		t.Fatal(err)
 	}
 	return h
+}
+
+func (c *cluster) padOf(s int) int {
+	if c.padOnly >= 0 && s != c.padOnly {
+		return 0
+	}
+	return c.pad
 }
 
 func logf(t testing.TB) func(string, ...any) {
@@ -476,7 +490,8 @@ func TestRejoinOverTCP(t *testing.T) {
 		push(c.hosts[2], 1, n)
 		for more := true; more; {
 			select {
-			case line := <-c.logs:
+			case l := <-c.logs:
+				line := l.line
 				var s, from, bytes int
 				if _, err := fmt.Sscanf(line, "ps 1: re-replicated shard %d from ps %d: %d bytes", &s, &from, &bytes); err == nil {
 					rejoined[s] = line
@@ -505,5 +520,77 @@ func TestRejoinOverTCP(t *testing.T) {
 	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: n}, byte(n%7+1)) // a retry: already held
 	if got := c.sum(1, 0); got != want[0] {
 		t.Errorf("ps 1 took over shard 0 holding %d, want %d (every acknowledged push, once)", got, want[0])
+	}
+}
+
+// TestRejoinSpeed measures re-replication against the wire (not with
+// -short): a ps rejoins and takes a copy of 64 MiB of its shard 0 from
+// ps 0 over loopback TCP; the time from the primary's "sending its copy"
+// to the rejoined ps's "re-replicated" line, against 64 MiB written
+// through a loopback TCP connection and read on the other side.
+func TestRejoinSpeed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement: not with -short")
+	}
+	const size = 64 << 20
+	wire := func() time.Duration {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		done := make(chan time.Time)
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				close(done)
+				return
+			}
+			io.Copy(io.Discard, c)
+			done <- time.Now()
+		}()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		c.Write(make([]byte, size))
+		c.Close()
+		return (<-done).Sub(start)
+	}
+	for round := range 3 {
+		const timeout = 300 * time.Millisecond
+		c := start(t, 3, 2, timeout, true)
+		c.pad, c.padOnly = size, 0
+		pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: 1}, 1)
+		c.hosts[1].Close()
+		time.Sleep(2 * timeout)
+		l, err := net.Listen("tcp", c.addrs[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts[1] = c.startHost(t, 1, l)
+		var sent, got time.Time
+		deadline := time.After(time.Minute)
+		for got.IsZero() {
+			select {
+			case l := <-c.logs:
+				switch {
+				case strings.HasPrefix(l.line, "ps 0: sending its copy of shard 0"):
+					sent = l.at
+				case strings.HasPrefix(l.line, "ps 1: re-replicated shard 0"):
+					got = l.at
+				}
+			case <-deadline:
+				t.Fatal("no re-replication of shard 0 within a minute")
+			}
+		}
+		w := min(wire(), wire(), wire())
+		d := got.Sub(sent)
+		t.Logf("round %d: re-replicated %d MiB in %s (%.0f MB/s); the wire: %s (%.0f MB/s); ratio %.2f",
+			round, size>>20, d.Round(time.Millisecond), size/d.Seconds()/1e6, w.Round(time.Millisecond), size/w.Seconds()/1e6, w.Seconds()/d.Seconds())
+		for _, h := range c.hosts {
+			h.Close()
+		}
 	}
 }
