@@ -16,7 +16,7 @@ import (
 //	version u8 (1) | type u8 | grant u8 | from u32 | to u32 | shard u32
 //	seq u64 | commit u64 | sent i64 (Unix ns; math.MinInt64 for none)
 //	removed: n u32, n × u32 | votes: n u32, n × u32
-//	boot u64 | gens: n u32, n × u64 | boots: n u32, n × u64
+//	boot u64 | epoch u64 | gens: n u32, n × u64 | boots: n u32, n × u64
 //	admits: n u32, n × (ps u32 | boot u64)
 //	entries: n u32, n × (shard u32 | seq u64 | reqs: n u32, n × (client u32 | n u64) | data: n u32, n bytes)
 
@@ -67,6 +67,7 @@ func (m Message) AppendBuffers(bufs [][]byte) ([][]byte, error) {
 		}
 	}
 	b = binary.LittleEndian.AppendUint64(b, m.Boot)
+	b = binary.LittleEndian.AppendUint64(b, m.Epoch)
 	for _, l := range [][]uint64{m.Gens, m.Boots} {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(l)))
 		for _, x := range l {
@@ -211,6 +212,7 @@ func (m *Message) decode(b []byte, alias bool) error {
 		}
 	}
 	out.Boot = r.u64("boot")
+	out.Epoch = r.u64("epoch")
 	for _, l := range []*[]uint64{&out.Gens, &out.Boots} {
 		n := r.count("incarnations", 8)
 		for range n {

@@ -125,6 +125,7 @@ type Message struct {
 	Removed  []int // ps whose incarnation (Gens) the sender knows removed
 	Votes    []int // ps the sender votes out (their incarnation in Gens)
 	Boot     uint64
+	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a message of a later one re-forms the receiver
 	Gens     []uint64 // each ps's incarnation as the sender knows it (none: all 0)
 	Boots    []uint64 // the process each incarnation is, where known (0: not known)
 	Admits   []Admit  // removed ps the sender votes to readmit as their next incarnation
@@ -148,6 +149,19 @@ type Admit struct {
 type SnapshotReq struct {
 	Shard, To int
 	Seq       uint64
+}
+
+// Reform is a re-formation of the cluster from the processes up now, when
+// the old membership cannot go on: a majority of the ps died at once (no
+// removal can be voted), or every copy of a shard is lost. Every ps's
+// copies then fall back to the newest checkpoint, as a cluster without
+// replicas does. Lost and Dead are known only to the ps that started it
+// (empty elsewhere).
+type Reform struct {
+	Epoch uint64
+	By    int
+	Lost  []int // shards whose every copy died
+	Dead  []int // ps whose old process died
 }
 
 // CaughtUp is a shard this rejoining ps now holds a full copy of again:
@@ -178,6 +192,7 @@ type Ready struct {
 	Snapshots []SnapshotReq // copies to send to rejoining ps (SendSnapshot), after Apply
 	CaughtUp  []CaughtUp
 	Joining   bool     // this process learnt it is not the member its peers know: it holds nothing and asks to be readmitted
+	Reformed  *Reform  // the cluster re-formed: every copy falls back to the newest checkpoint
 	Admitted  bool     // this process was readmitted (as Gen())
 	Events    []string // what happened, for the log
 }
@@ -267,7 +282,13 @@ type Node struct {
 	gen     []uint64
 	bootOf  []uint64               // the process of gen[x], where known
 	admits  map[int]map[int]uint64 // admits[x][voter] = the boot voted for as gen[x]+1
-	rd      Ready
+
+	// Re-formation (checkpoint fallback).
+	epoch           uint64
+	strangerAt      []time.Time // per ps: when a process other than its member was last heard
+	strangerBoot    []uint64
+	noMajoritySince time.Time
+	rd              Ready
 }
 
 // New returns the node of ps cfg.ID at the start of a job: nobody removed,
@@ -284,6 +305,7 @@ func New(cfg Config) (*Node, error) {
 		removed: map[int]bool{}, votes: map[int]map[int]bool{}, shards: map[int]*shardState{},
 		lost: map[int]bool{}, lapsed: true, dirty: true,
 		boot: cfg.Boot, gen: make([]uint64, cfg.N), bootOf: make([]uint64, cfg.N), admits: map[int]map[int]uint64{},
+		strangerAt: make([]time.Time, cfg.N), strangerBoot: make([]uint64, cfg.N),
 	}
 	n.bootOf[cfg.ID] = cfg.Boot
 	for _, s := range Shards(cfg.ID, cfg.N, cfg.R) {
@@ -573,7 +595,7 @@ func (n *Node) trim(ss *shardState) {
 }
 
 func (n *Node) send(m Message) {
-	m.From, m.Boot = n.cfg.ID, n.boot
+	m.From, m.Boot, m.Epoch = n.cfg.ID, n.boot, n.epoch
 	if n.dirty { // shared by the messages until membership changes, never modified
 		n.removedList, n.votesList, n.dirty = sortedKeys(n.removed), n.myVotes(), false
 		n.gensList, n.bootsList, n.admitsList = nil, nil, nil
@@ -663,6 +685,15 @@ func (n *Node) Tick(now time.Time) {
 			heard++
 		}
 	}
+	if heard >= n.majority() {
+		n.noMajoritySince = time.Time{}
+	} else if n.noMajoritySince.IsZero() {
+		n.noMajoritySince = n.now
+	}
+	if (len(n.lost) > 0 || (!n.noMajoritySince.IsZero() && n.now.Sub(n.noMajoritySince) >= 2*n.cfg.Timeout)) && n.allUp() {
+		n.startReform()
+		return
+	}
 	for id := 0; id < n.cfg.N && heard >= n.majority(); id++ {
 		if id == n.cfg.ID || n.removed[id] || n.votes[id][n.cfg.ID] {
 			continue
@@ -687,6 +718,76 @@ func (n *Node) Tick(now time.Time) {
 	n.lapsed = lapsed
 	for _, s := range n.shardIDs() {
 		n.advance(n.shards[s])
+	}
+}
+
+// allUp reports whether every other ps is heard: its member, or a process
+// started again in its place.
+func (n *Node) allUp() bool {
+	for id := 0; id < n.cfg.N; id++ {
+		if id != n.cfg.ID && n.now.Sub(n.lastHeard[id]) >= n.cfg.Timeout && (n.strangerAt[id].IsZero() || n.now.Sub(n.strangerAt[id]) >= n.cfg.Timeout) {
+			return false
+		}
+	}
+	return true
+}
+
+// startReform re-forms the cluster from the processes up now: the old
+// membership cannot go on (no majority of it is alive, or a shard has no
+// copy left), and every ps is up again. The epoch names this one, by this
+// ps; a later one, or one of a higher-numbered ps, wins.
+func (n *Node) startReform() {
+	var dead, lost []int
+	boots := make([]uint64, n.cfg.N)
+	for id := 0; id < n.cfg.N; id++ {
+		switch {
+		case id == n.cfg.ID:
+			boots[id] = n.boot
+		case n.now.Sub(n.lastHeard[id]) < n.cfg.Timeout && !n.removed[id]:
+			boots[id] = n.bootOf[id]
+		default:
+			boots[id] = n.strangerBoot[id]
+			dead = append(dead, id)
+		}
+	}
+	for s := 0; s < n.cfg.N; s++ {
+		all := true
+		for _, m := range Members(s, n.cfg.N, n.cfg.R) {
+			all = all && slices.Contains(dead, m)
+		}
+		if all || n.lost[s] {
+			lost = append(lost, s)
+		}
+	}
+	epoch := (n.epoch>>8+1)<<8 | uint64(n.cfg.ID)
+	n.event("ps %d: every copy of shards %v lost (ps %v died): re-forming the cluster from the processes up now (epoch %d); every copy falls back to the newest checkpoint", n.cfg.ID, lost, dead, epoch>>8)
+	n.reform(epoch, boots, &Reform{Epoch: epoch, By: n.cfg.ID, Lost: lost, Dead: dead})
+}
+
+// reform starts membership epoch afresh with the processes boots: every ps
+// a member of incarnation 0, every copy empty and in (the caller restores
+// the newest checkpoint into each).
+func (n *Node) reform(epoch uint64, boots []uint64, r *Reform) {
+	n.epoch, n.dirty = epoch, true
+	n.rd.Reformed = r
+	n.removed, n.votes, n.admits, n.lost = map[int]bool{}, map[int]map[int]bool{}, map[int]map[int]uint64{}, map[int]bool{}
+	for id := 0; id < n.cfg.N; id++ {
+		n.gen[id], n.bootOf[id] = 0, boots[id]
+		n.lastHeard[id], n.grants[id], n.strangerAt[id] = n.now, time.Time{}, time.Time{}
+	}
+	n.myGen, n.noMajoritySince, n.lastBeat = 0, time.Time{}, time.Time{}
+	n.joining = boots[n.cfg.ID] != n.boot
+	for _, ss := range n.shards {
+		*ss = shardState{id: ss.id, members: ss.members, lastReq: map[int]reqState{}, in: !n.joining, snapped: !n.joining}
+		if !n.joining && ss.members[0] == n.cfg.ID {
+			ss.primary, ss.match = true, map[int]uint64{}
+		}
+	}
+	if n.joining {
+		n.rd.Joining = true
+	}
+	if r.By != n.cfg.ID {
+		n.event("ps %d: the cluster re-formed (epoch %d, by ps %d): every copy falls back to the newest checkpoint", n.cfg.ID, epoch>>8, r.By)
 	}
 }
 
@@ -934,6 +1035,15 @@ func (n *Node) Step(m Message) {
 	if m.Type == Heartbeat && m.Sent.After(n.now) {
 		m.Sent = n.now // a sender's clock ahead of ours grants no more than ours
 	}
+	switch {
+	case m.Epoch > n.epoch && m.Boots != nil:
+		n.reform(m.Epoch, m.Boots, &Reform{Epoch: m.Epoch, By: m.From})
+	case m.Epoch < n.epoch: // of a membership that re-formed since: it learns from the answer
+		if m.Type == Heartbeat {
+			n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent})
+		}
+		return
+	}
 	if n.joining {
 		n.learn(m)
 		return
@@ -942,6 +1052,7 @@ func (n *Node) Step(m Message) {
 	// started again, or one removed): it is heard only as asking to be
 	// readmitted, once its old incarnation is removed.
 	if b := n.bootOf[m.From]; (b != 0 && m.Boot != b) || (b == 0 && n.removed[m.From]) || gen(m.Gens, m.From) < n.gen[m.From] {
+		n.strangerAt[m.From], n.strangerBoot[m.From] = n.now, m.Boot
 		if m.Type == Heartbeat {
 			n.admit(m.From, m.Boot, n.cfg.ID)
 			n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent})

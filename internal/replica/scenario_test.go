@@ -292,6 +292,16 @@ func (c *cluster) stamp() string {
 }
 
 func (c *cluster) handle(id int, rd Ready) {
+	if r := rd.Reformed; r != nil {
+		// Every copy falls back to the checkpoint: here, the empty state.
+		// The served steps and acknowledgements start again with it.
+		for _, s := range Shards(id, c.n, c.r) {
+			c.state[id][s] = &toy{seen: map[ReqID]bool{}}
+		}
+		c.out = append(c.out, fmt.Sprintf("%s ps %d: restored its copies from the checkpoint (epoch %d)", c.stamp(), id, r.Epoch>>8))
+		clear(c.maxStep)
+		clear(c.acked)
+	}
 	for _, e := range rd.Install {
 		snap := e.Data.(*toy)
 		c.state[id][e.Shard] = &toy{sum: snap.sum, step: snap.step, seen: maps.Clone(snap.seen)}
