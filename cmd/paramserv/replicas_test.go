@@ -134,6 +134,45 @@ func TestReplicasPSRejoins(t *testing.T) {
 	}
 }
 
+// Checkpoint fallback: ps 0 and ps 1 are killed with kill -9 at once
+// under --replicas=2 on 3 ps. Shard 0 had both its copies on them, and
+// ps 2 alone is no majority. local starts both again; once they are up,
+// ps 2 re-forms the cluster, every copy restores the newest checkpoint,
+// the log says which shard was lost and how many steps, and the job ends
+// with exit 0 at its goal.
+func TestReplicasTwoKilledFallBack(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2",
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=3000",
+		"--checkpoint_dir="+filepath.Join(dir, "ck"), "--save_steps=200", "--result_file="+res)
+	p.waitFor(t, "chief: saved checkpoint of step 200", time.Minute)
+	pid0, pid1 := findChild(t, p.cmd.Process.Pid, "ps", 0), findChild(t, p.cmd.Process.Pid, "ps", 1)
+	for _, pid := range []int{pid0, pid1} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	out := p.output()
+	re := regexp.MustCompile(`ps 2: every copy of shard 0 lost \(ps 0 and 1\); falling back to the checkpoint of step (\d+); (\d+) steps lost`)
+	if m := re.FindStringSubmatch(out); m == nil {
+		t.Errorf("no line matching %q:\n%s", re, out)
+	} else if n, _ := strconv.Atoi(m[1]); n < 200 {
+		t.Errorf("fell back to the checkpoint of step %d, want the one of step 200 or later:\n%s", n, out)
+	}
+	if os.Getenv("PARAMSERV_TEST_SHOW") != "" {
+		t.Log(out)
+	}
+	r := readResult(t, res)
+	checkLinreg(t, r)
+	if r.GlobalStep < 3000 {
+		t.Errorf("global step %d, want >= 3000", r.GlobalStep)
+	}
+}
+
 // Synchronous training with a fixed seed: a job whose ps 1 is killed with
 // kill -9 ends with a final checkpoint byte for byte the same as the job
 // undisturbed (every step applied once, each worker's gradient sent again

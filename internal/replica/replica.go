@@ -204,6 +204,7 @@ var (
 	ErrCatchingUp = errors.New("replica: taking over, catching up with the other copies")
 	ErrLost       = errors.New("replica: every copy of the shard is lost")
 	ErrRemoved    = errors.New("replica: this ps was removed from the cluster")
+	ErrReformed   = errors.New("replica: the cluster re-formed from the newest checkpoint (every copy of a shard was lost)")
 )
 
 // NotPrimaryError says who this ps believes is the primary.
@@ -770,6 +771,8 @@ func (n *Node) startReform() {
 func (n *Node) reform(epoch uint64, boots []uint64, r *Reform) {
 	n.epoch, n.dirty = epoch, true
 	n.rd.Reformed = r
+	// Nothing of the old membership is applied or answered any more.
+	n.rd.Apply, n.rd.Install, n.rd.Acked, n.rd.Snapshots, n.rd.CaughtUp, n.rd.TookOver = nil, nil, nil, nil, nil, nil
 	n.removed, n.votes, n.admits, n.lost = map[int]bool{}, map[int]map[int]bool{}, map[int]map[int]uint64{}, map[int]bool{}
 	for id := 0; id < n.cfg.N; id++ {
 		n.gen[id], n.bootOf[id] = 0, boots[id]

@@ -57,6 +57,10 @@ type Config struct {
 	// gets no copy from this one (and never counts again).
 	Snapshot func(shard int) ([]byte, error)
 	Install  func(shard int, data []byte) error
+	// Reformed is told that the cluster re-formed (replica.Reform): every
+	// copy of this ps must fall back to the newest checkpoint now, before
+	// anything else is applied. Pushes waiting get replica.ErrReformed.
+	Reformed func(r replica.Reform)
 	// Joining is told that this process is not the member the others know
 	// (a ps started again): it holds nothing until readmitted and copied.
 	Joining func()
@@ -325,6 +329,17 @@ func (h *Host) drain() {
 		case h.peers[m.To] <- b:
 			h.queued[m.To].Add(size)
 		default:
+		}
+	}
+	if rd.Reformed != nil {
+		if h.cfg.Reformed != nil {
+			h.cfg.Reformed(*rd.Reformed)
+		}
+		for k, ws := range h.waiting {
+			for _, w := range ws {
+				w <- replica.ErrReformed
+			}
+			delete(h.waiting, k)
 		}
 	}
 	if rd.Joining && h.cfg.Joining != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/replica"
 	"github.com/paramserv/paramserv/internal/replicate"
 	"github.com/paramserv/paramserv/internal/server"
@@ -229,7 +231,7 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 	}()
 	if err := c.host.Push(ctx, c.shard, id, append([]byte{kind}, b...)); err != nil {
 		var np *replica.NotPrimaryError
-		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) {
+		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) || errors.Is(err, replica.ErrReformed) {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
 		}
 		if _, ok := status.FromError(err); ok {
@@ -243,6 +245,22 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 		return nil, nil
 	}
 	return a.resp, a.err
+}
+
+// andList is "0 and 1", "0, 1 and 2".
+func andList(xs []int) string {
+	var b strings.Builder
+	for i, x := range xs {
+		switch {
+		case i == 0:
+		case i == len(xs)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, x)
+	}
+	return b.String()
 }
 
 func timeID(client int) replica.ReqID {
@@ -311,17 +329,36 @@ func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) 
 
 // incarnations gives every copy of shard s the same incarnation ids: a
 // hash of the cluster and the shard, then one more per restore (restores
-// at start happen on every copy alike).
-func incarnations(psAddrs []string, s int) func() uint64 {
+// at start happen on every copy alike), counted afresh in each epoch of
+// the membership (a re-formation, where every copy restores the newest
+// checkpoint once: newEpoch).
+type incarnations struct {
+	base uint64
+	mu   sync.Mutex
+	e, k uint64
+}
+
+func newIncarnations(psAddrs []string, s int) *incarnations {
 	h := fnv.New64a()
 	for _, a := range psAddrs {
 		h.Write([]byte(a))
 		h.Write([]byte{0})
 	}
 	fmt.Fprintf(h, "shard %d", s)
-	base := h.Sum64() | 1
-	var k uint64
-	return func() uint64 { k++; return base + k }
+	return &incarnations{base: h.Sum64() | 1}
+}
+
+func (in *incarnations) next() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.k++
+	return in.base + in.e<<20 + in.k
+}
+
+func (in *incarnations) newEpoch(e uint64) {
+	in.mu.Lock()
+	in.e, in.k = e, 0
+	in.mu.Unlock()
 }
 
 // runReplicatedPS is RunPS with --replicas > 1: this ps serves its own
@@ -365,11 +402,13 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
+	incs := map[int]*incarnations{}
 	for _, s := range shards {
+		incs[s] = newIncarnations(psAddrs, s)
 		copies[s] = &replicatedCopy{shard: s, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{},
 			Server: server.New(server.Config{
 				Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
-				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
+				WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incs[s].next,
 			})}
 		if _, err := copies[s].RestoreLatest(); err != nil {
 			return fmt.Errorf("ps %d: restoring shard %d from %s: %w", me, s, cfg.CheckpointDir, err)
@@ -402,6 +441,31 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 				return c.Server.InstallCopy(b)
 			}
 			return fmt.Errorf("ps %d holds no copy of shard %d", me, s)
+		},
+		Reformed: func(r replica.Reform) { // every copy falls back to the newest checkpoint
+			before, after := int64(-1), int64(-1)
+			for _, s := range shards {
+				st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
+				before = max(before, st.GetGlobalStep())
+				incs[s].newEpoch(r.Epoch)
+				ok, err := copies[s].RestoreLatest()
+				switch {
+				case err != nil:
+					cfg.Logf("ps %d: shard %d: restoring the newest checkpoint of %s: %v", me, s, cfg.CheckpointDir, err)
+				case !ok:
+					cfg.Logf("ps %d: shard %d: no checkpoint in %q to fall back to: the job cannot go on (run with --checkpoint_dir and --save_steps)", me, s, cfg.CheckpointDir)
+				default:
+					st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
+					after = st.GetGlobalStep()
+				}
+			}
+			if r.By == me {
+				for _, s := range r.Lost {
+					cfg.Logf("ps %d: every copy of shard %d lost (ps %s); falling back to the checkpoint of step %d; %d steps lost", me, s, andList(replica.Members(s, n, rc.Replicas)), after, max(0, before-after))
+				}
+			} else {
+				cfg.Logf("ps %d: the cluster re-formed (by ps %d) from the checkpoint of step %d (this ps was at step %d)", me, r.By, after, before)
+			}
 		},
 		Joining: func() { // on the host's loop: the work is done below
 			select {
@@ -724,7 +788,8 @@ func shardLogf(logf func(string, ...any), s int) func(string, ...any) {
 func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func() (int64, error)) (int64, error) {
 	start := time.Now()
 	lastLog := time.Time{}
-	for err != nil && retryable(err) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
+	var restarted *client.RestartedError // a ps restored a checkpoint (the cluster re-formed): the usual recovery
+	for err != nil && retryable(err) && !errors.As(err, &restarted) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
 		if time.Since(lastLog) >= cfg.WaitLogEvery {
 			cfg.Logf("worker %d: at global step %d: %v; sending the step again while the shards fail over", cfg.Cluster.Task.Index, step, err)
 			lastLog = time.Now()
