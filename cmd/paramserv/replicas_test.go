@@ -218,3 +218,32 @@ func TestReplicasRefused(t *testing.T) {
 		}
 	}
 }
+
+// --replicas with --tls_dir: the copies' listeners and the ps's
+// replication connections go through the same TLS seam as the rest. ps 1
+// is killed with kill -9; its shards fail over, it is started again and
+// re-replicates over TLS, and the job ends with exit 0.
+func TestReplicasWithTLS(t *testing.T) {
+	certs := makeCerts(t, []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, []string{"127.0.0.1"})
+	dir := t.TempDir()
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2", "--tls_dir="+certs,
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=3000", "--result_file="+res)
+	p.waitFor(t, "step: ", time.Minute)
+	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	out := p.output()
+	for _, want := range []string{"connections require", "ps 2 took over shard 1 at global step", "ps 1: re-replicated shard 0 from ps 0", "ps 1: re-replicated shard 1 from ps 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "steps lost") || strings.Contains(out, "restoring") {
+		t.Errorf("the job rolled back:\n%s", out)
+	}
+	checkLinreg(t, readResult(t, res))
+}

@@ -661,13 +661,12 @@ func (r *reopenable) Addr() net.Addr {
 }
 
 // waitPeers waits until every ps's replication address accepts a
-// connection, for at most --startup_timeout.
+// connection, for at most --startup_timeout. It checks the port only, with
+// a plain TCP connection that sends nothing: a handshake (--tls_dir) would
+// wait for the peer's replication to start, which waits for this check.
 func waitPeers(ctx context.Context, cfg Config, addrs []string) error {
-	dial := cfg.Dial
-	if dial == nil {
-		var d net.Dialer
-		dial = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
-	}
+	var d net.Dialer
+	dial := func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
 	deadline := time.Now().Add(cfg.StartupTimeout)
 	for i, a := range addrs {
 		for {
