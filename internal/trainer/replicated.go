@@ -311,6 +311,24 @@ func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.Pul
 	return c.Server.Pull(ctx, req)
 }
 
+// Status and Checkpoint are answered by the primary only, as pulls are:
+// a copy that does not serve (a ps started again, before it learns it is
+// to rejoin; a backup) would report, or write, a state the workers never
+// saw (with replicas a checkpoint is taken from primaries only).
+func (c *replicatedCopy) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	return c.Server.Status(ctx, req)
+}
+
+func (c *replicatedCopy) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	return c.Server.Checkpoint(ctx, req)
+}
+
 func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
 	if req.Push == nil || req.Pull == nil {
 		return nil, status.Error(codes.InvalidArgument, "PushPull needs both push and pull")
