@@ -73,8 +73,8 @@ func TestReplicasPSKilledAsync(t *testing.T) {
 			if want := fmt.Sprintf("ps %d took over shard %d at global step", (v+1)%3, v); !strings.Contains(out, want) {
 				t.Errorf("no line %q:\n%s", want, out)
 			}
-			if want := fmt.Sprintf("ps%d exited (killed by signal killed); not restarted", v); !strings.Contains(out, want) {
-				t.Errorf("ps %d was restarted or its death not reported:\n%s", v, out)
+			if want := fmt.Sprintf("ps%d exited (killed by signal killed); its shards fail over to their copies", v); !strings.Contains(out, want) {
+				t.Errorf("ps %d's death not reported:\n%s", v, out)
 			}
 			checkStepsNeverBack(t, out)
 			r := readResult(t, res)
@@ -83,6 +83,93 @@ func TestReplicasPSKilledAsync(t *testing.T) {
 				t.Errorf("global step %d, want >= 3000", r.GlobalStep)
 			}
 		})
+	}
+}
+
+// Re-replication: ps 1 is killed with kill -9 under --replicas=2; local
+// starts it again, and it copies its two shards back from their primaries
+// while training goes on (the log says so, with the bytes and the rate).
+// Then ps 0 is killed, the primary of shard 0, which ps 1 backs again: ps 1
+// takes it over and the job ends with exit 0 and no rollback, which it
+// could not if the copy had not been restored (shard 0 would have none
+// left).
+func TestReplicasPSRejoins(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2",
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=4000", "--result_file="+res)
+	p.waitFor(t, "step: ", time.Minute)
+	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor(t, "ps 1: re-replicated shard 0 from ps 0", time.Minute)
+	p.waitFor(t, "ps 1: re-replicated shard 1 from ps 2", time.Minute)
+	if strings.Contains(p.output(), "exited 0") {
+		t.Fatalf("the job ended before the second kill: give it more steps\n%s", p.output())
+	}
+	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 0), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	out := p.output()
+	for _, re := range []string{
+		`ps1 exited \(killed by signal killed\); .*restarting it to copy them back`,
+		`ps 1: re-replicated shard [01] from ps [02]: \d+ bytes in \S+ \([\d.]+ MB/s\), 2 copies again`,
+		`ps 1 took over shard 0 at global step \d+`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no line matching %q:\n%s", re, out)
+		}
+	}
+	if strings.Contains(out, "steps lost") || strings.Contains(out, "restoring") || strings.Contains(out, "every copy") {
+		t.Errorf("the job rolled back or lost a shard:\n%s", out)
+	}
+	checkStepsNeverBack(t, out)
+	r := readResult(t, res)
+	checkLinreg(t, r)
+	if r.GlobalStep < 4000 {
+		t.Errorf("global step %d, want >= 4000", r.GlobalStep)
+	}
+}
+
+// Checkpoint fallback: ps 0 and ps 1 are killed with kill -9 at once
+// under --replicas=2 on 3 ps. Shard 0 had both its copies on them, and
+// ps 2 alone is no majority. local starts both again; once they are up,
+// ps 2 re-forms the cluster, every copy restores the newest checkpoint,
+// the log says which shard was lost and how many steps, and the job ends
+// with exit 0 at its goal.
+func TestReplicasTwoKilledFallBack(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2",
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=3000",
+		"--checkpoint_dir="+filepath.Join(dir, "ck"), "--save_steps=200", "--result_file="+res)
+	p.waitFor(t, "chief: saved checkpoint of step 200", time.Minute)
+	pid0, pid1 := findChild(t, p.cmd.Process.Pid, "ps", 0), findChild(t, p.cmd.Process.Pid, "ps", 1)
+	for _, pid := range []int{pid0, pid1} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	out := p.output()
+	re := regexp.MustCompile(`ps 2: every copy of shard 0 lost \(ps 0 and 1\); falling back to the checkpoint of step (\d+); (\d+) steps lost`)
+	if m := re.FindStringSubmatch(out); m == nil {
+		t.Errorf("no line matching %q:\n%s", re, out)
+	} else if n, _ := strconv.Atoi(m[1]); n < 200 {
+		t.Errorf("fell back to the checkpoint of step %d, want the one of step 200 or later:\n%s", n, out)
+	}
+	if os.Getenv("PARAMSERV_TEST_SHOW") != "" {
+		t.Log(out)
+	}
+	r := readResult(t, res)
+	checkLinreg(t, r)
+	if r.GlobalStep < 3000 {
+		t.Errorf("global step %d, want >= 3000", r.GlobalStep)
 	}
 }
 
@@ -148,4 +235,33 @@ func TestReplicasRefused(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2\n%s", args, code, p.output())
 		}
 	}
+}
+
+// --replicas with --tls_dir: the copies' listeners and the ps's
+// replication connections go through the same TLS seam as the rest. ps 1
+// is killed with kill -9; its shards fail over, it is started again and
+// re-replicates over TLS, and the job ends with exit 0.
+func TestReplicasWithTLS(t *testing.T) {
+	certs := makeCerts(t, []string{"127.0.0.1", "127.0.0.1", "127.0.0.1"}, []string{"127.0.0.1"})
+	dir := t.TempDir()
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2", "--tls_dir="+certs,
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=3000", "--result_file="+res)
+	p.waitFor(t, "step: ", time.Minute)
+	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 1), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", code, p.output())
+	}
+	out := p.output()
+	for _, want := range []string{"connections require", "ps 2 took over shard 1 at global step", "ps 1: re-replicated shard 0 from ps 0", "ps 1: re-replicated shard 1 from ps 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "steps lost") || strings.Contains(out, "restoring") {
+		t.Errorf("the job rolled back:\n%s", out)
+	}
+	checkLinreg(t, readResult(t, res))
 }

@@ -66,7 +66,8 @@ type Config struct {
 	MaxRestarts               int
 	// Replicas > 1 replicates each ps's shard on that many ps
 	// (--replicas): Run chooses the --replica_hosts of every task, and a
-	// ps that dies is neither restarted nor a failure of the job, since
+	// ps that dies is not a failure of the job (restarted under RestartPS,
+	// it rejoins and copies its shards back), since
 	// its shards fail over to their copies (one that exits with status 2,
 	// input to fix, ends the job as without replicas).
 	Replicas int
@@ -266,7 +267,20 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 		select {
 		case c := <-exited:
 			if c.err != nil && c.job == "ps" && cfg.Replicas > 1 && !exitedTwo(c.err) {
-				cfg.Logf("%s exited (%s); not restarted: its shards fail over to their copies (--replicas=%d)", c.name, DescribeExit(c.err), cfg.Replicas)
+				// Its shards fail over to their copies; started again, it
+				// rejoins as a new copy of them (re-replication).
+				if restartable(cfg, c, workersLeft) {
+					c.restarts++
+					cfg.Logf("%s exited (%s); its shards fail over to their copies (--replicas=%d); restarting it to copy them back (restart %d of %d)", c.name, DescribeExit(c.err), cfg.Replicas, c.restarts, cfg.MaxRestarts)
+					if err := c.start(cfg, outMu); err == nil {
+						watch(c)
+						continue
+					} else {
+						cfg.Logf("%v", err)
+					}
+				} else {
+					cfg.Logf("%s exited (%s); not restarted: its shards fail over to their copies (--replicas=%d)", c.name, DescribeExit(c.err), cfg.Replicas)
+				}
 				remaining--
 				continue
 			}

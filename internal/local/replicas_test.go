@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// Under --replicas a ps that dies is neither restarted nor the end of the
-// job (its shards fail over), every task is given --replica_hosts, and a
-// ps that exits 2 (input to fix) still ends the job.
+// Under --replicas a ps that dies is not the end of the job (its shards
+// fail over): it is restarted to rejoin, up to MaxRestarts times, every
+// task is given --replica_hosts, and a ps that exits 2 (input to fix)
+// still ends the job.
 func TestReplicasPSDeathTolerated(t *testing.T) {
 	run := func(body string) (string, error) {
 		exe := fakeTask(t, body)
@@ -26,16 +27,21 @@ func TestReplicasPSDeathTolerated(t *testing.T) {
 		}
 		return out.b.String(), err
 	}
-	// ps 1 dies at once; the others and the worker end well once the worker is done.
+	// ps 1 dies at once, each time; the others and the worker end well
+	// once the worker is done.
 	out, err := run(`case "$*" in *--replica_hosts=*) ;; *) echo "no --replica_hosts"; exit 1 ;; esac
 [ "$job" = ps ] && [ "$index" = 1 ] && exit 1
 [ "$job" = ps ] && exec sleep 1
-sleep 0.3; exit 0`)
+sleep 0.5; exit 0`)
 	if err != nil {
 		t.Fatalf("Run: %v, want the job to go on without ps 1\n%s", err, out)
 	}
-	if !strings.Contains(out, "ps1 exited (exit status 1); not restarted") || strings.Contains(out, "restarting it") {
-		t.Errorf("ps 1 restarted or its death not reported:\n%s", out)
+	for _, want := range []string{
+		"ps1 exited (exit status 1); its shards fail over to their copies (--replicas=2); restarting it to copy them back (restart 1 of 3)",
+		"restart 3 of 3", "ps1 exited (exit status 1); not restarted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 	out, err = run(`[ "$job" = ps ] && [ "$index" = 1 ] && exit 2
 exec sleep 30`)

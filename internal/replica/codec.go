@@ -16,9 +16,11 @@ import (
 //	version u8 (1) | type u8 | grant u8 | from u32 | to u32 | shard u32
 //	seq u64 | commit u64 | sent i64 (Unix ns; math.MinInt64 for none)
 //	removed: n u32, n × u32 | votes: n u32, n × u32
+//	boot u64 | epoch u64 | gens: n u32, n × u64 | boots: n u32, n × u64
+//	admits: n u32, n × (ps u32 | boot u64)
 //	entries: n u32, n × (shard u32 | seq u64 | reqs: n u32, n × (client u32 | n u64) | data: n u32, n bytes)
 
-const codecVersion = 1
+const codecVersion = 2
 
 const noTime = -1 << 63
 
@@ -63,6 +65,19 @@ func (m Message) AppendBuffers(bufs [][]byte) ([][]byte, error) {
 		for _, x := range l {
 			b = binary.LittleEndian.AppendUint32(b, uint32(x))
 		}
+	}
+	b = binary.LittleEndian.AppendUint64(b, m.Boot)
+	b = binary.LittleEndian.AppendUint64(b, m.Epoch)
+	for _, l := range [][]uint64{m.Gens, m.Boots} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(l)))
+		for _, x := range l {
+			b = binary.LittleEndian.AppendUint64(b, x)
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Admits)))
+	for _, a := range m.Admits {
+		b = binary.LittleEndian.AppendUint32(b, uint32(a.PS))
+		b = binary.LittleEndian.AppendUint64(b, a.Boot)
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.Entries)))
 	for i, e := range m.Entries {
@@ -195,6 +210,18 @@ func (m *Message) decode(b []byte, alias bool) error {
 		for range n {
 			*l = append(*l, int(int32(r.u32("ps id"))))
 		}
+	}
+	out.Boot = r.u64("boot")
+	out.Epoch = r.u64("epoch")
+	for _, l := range []*[]uint64{&out.Gens, &out.Boots} {
+		n := r.count("incarnations", 8)
+		for range n {
+			*l = append(*l, r.u64("incarnation"))
+		}
+	}
+	na := r.count("admissions", 4+8)
+	for range na {
+		out.Admits = append(out.Admits, Admit{PS: int(int32(r.u32("admitted ps"))), Boot: r.u64("admitted boot")})
 	}
 	n := r.count("entries", 4+8+4+4)
 	for range n {

@@ -96,9 +96,9 @@ func TestCodecRefuses(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "version needs 1 bytes, 0 left"},
-		{"version", append([]byte{2}, good[1:]...), "version 2, want 1"},
-		{"type", append([]byte{1, 9}, good[2:]...), "message type 9, want 0..5"},
-		{"grant", append([]byte{1, 2, 7}, good[3:]...), "grant 7, want 0 or 1"},
+		{"version", append([]byte{1}, good[1:]...), "version 1, want 2"},
+		{"type", append([]byte{2, 9}, good[2:]...), "message type 9, want 0..6"},
+		{"grant", append([]byte{2, 2, 7}, good[3:]...), "grant 7, want 0 or 1"},
 		{"cut short", good[:len(good)-1], "data bytes: 1 claimed (at least 1 bytes each), 0 bytes left"},
 		{"trailing", append(append([]byte(nil), good...), 0), "1 bytes after the message"},
 		{"huge data", huge, "data bytes: 2147483647 claimed (at least 1 bytes each), 1 bytes left"},
@@ -136,11 +136,12 @@ func FuzzUnmarshal(f *testing.F) {
 }
 
 func TestAppendBuffersIsMarshalBinary(t *testing.T) {
-	m := Message{Type: SyncResp, From: 2, To: 1, Removed: []int{0}, Entries: []Entry{
-		{Shard: 1, Seq: 4, Reqs: []ReqID{{0, 3}, {1, 3}}, Data: []byte("aggregate")},
-		{Shard: 1, Seq: 5, Data: nil},
-		{Shard: 1, Seq: 6, Reqs: []ReqID{{0, 4}}, Data: []byte("push")},
-	}}
+	m := Message{Type: SyncResp, From: 2, To: 1, Removed: []int{0}, Boot: 7, Gens: []uint64{1, 0, 0}, Boots: []uint64{9, 8, 7},
+		Admits: []Admit{{PS: 0, Boot: 11}}, Entries: []Entry{
+			{Shard: 1, Seq: 4, Reqs: []ReqID{{0, 3}, {1, 3}}, Data: []byte("aggregate")},
+			{Shard: 1, Seq: 5, Data: nil},
+			{Shard: 1, Seq: 6, Reqs: []ReqID{{0, 4}}, Data: []byte("push")},
+		}}
 	whole, err := m.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,11 @@ type Config struct {
 	N       int           // ps in the cluster
 	R       int           // copies of each shard, 1..N
 	Timeout time.Duration // nothing heard for this long: vote the ps out; also the lease's length
+	// Boot names this process of the ps (the shell uses its start time):
+	// a ps started again has another, so the others know it holds
+	// nothing and readmit it as a new incarnation (docs/REPLICATION.md,
+	// re-replication). 0 is taken as 1.
+	Boot uint64
 }
 
 // Validate says what is wrong with c, or nil.
@@ -103,26 +108,67 @@ const (
 	Append                       // primary → backup: Entries, Commit
 	AppendResp                   // backup → primary: Seq held
 	SyncReq                      // new primary → copy: entries after Seq?
-	SyncResp                     // copy → new primary: Seq held, Entries after the asked Seq
+	SyncResp                     // copy → new primary: Seq held, Entries after the asked Seq; Grant: a full copy
+	Snapshot                     // primary → rejoining copy: the shard's state at Seq (one entry)
 )
 
-var msgNames = [...]string{"heartbeat", "heartbeat-resp", "append", "append-resp", "sync", "sync-resp"}
+var msgNames = [...]string{"heartbeat", "heartbeat-resp", "append", "append-resp", "sync", "sync-resp", "snapshot"}
 
 func (t MsgType) String() string { return msgNames[t] }
 
 // Message is what one ps sends another. Every message carries the
-// sender's removed set and votes, so membership spreads with any traffic.
+// sender's membership (each ps's incarnation, which are removed) and
+// votes, so membership spreads with any traffic.
 type Message struct {
 	Type     MsgType
 	From, To int
-	Removed  []int // ps the sender knows removed
-	Votes    []int // ps the sender votes out
+	Removed  []int // ps whose incarnation (Gens) the sender knows removed
+	Votes    []int // ps the sender votes out (their incarnation in Gens)
+	Boot     uint64
+	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a message of a later one re-forms the receiver
+	Gens     []uint64 // each ps's incarnation as the sender knows it (none: all 0)
+	Boots    []uint64 // the process each incarnation is, where known (0: not known)
+	Admits   []Admit  // removed ps the sender votes to readmit as their next incarnation
 	Sent     time.Time
-	Grant    bool
+	Grant    bool // HeartbeatResp: a lease; Append: the backup counts; SyncResp: a full copy
 	Shard    int
 	Seq      uint64
 	Commit   uint64
 	Entries  []Entry
+}
+
+// Admit is a vote to readmit a removed ps as its next incarnation, the
+// process Boot.
+type Admit struct {
+	PS   int
+	Boot uint64
+}
+
+// SnapshotReq asks the caller for its copy of Shard as it is now (at Seq,
+// after Ready's Apply), to pass to SendSnapshot for ps To.
+type SnapshotReq struct {
+	Shard, To int
+	Seq       uint64
+}
+
+// Reform is a re-formation of the cluster from the processes up now, when
+// the old membership cannot go on: a majority of the ps died at once (no
+// removal can be voted), or every copy of a shard is lost. Every ps's
+// copies then fall back to the newest checkpoint, as a cluster without
+// replicas does. Lost and Dead are known only to the ps that started it
+// (empty elsewhere).
+type Reform struct {
+	Epoch uint64
+	By    int
+	Lost  []int // shards whose every copy died
+	Dead  []int // ps whose old process died
+}
+
+// CaughtUp is a shard this rejoining ps now holds a full copy of again:
+// its primary From counts it.
+type CaughtUp struct {
+	Shard, From int
+	Seq         uint64
 }
 
 // Ack is a push now held by every live copy: the worker may be answered.
@@ -137,12 +183,18 @@ type Ack struct {
 // pushes, and report TookOver (shards this ps now serves as primary, after
 // applying Apply) and Lost (shards with no copy left: checkpoint recovery).
 type Ready struct {
-	Messages []Message
-	Apply    []Entry
-	Acked    []Ack
-	TookOver []int
-	Lost     []int
-	Events   []string // what happened, for the log
+	Messages  []Message
+	Install   []Entry // rejoining: replace the copy of Shard by Data, the state at Seq (before Apply)
+	Apply     []Entry
+	Acked     []Ack
+	TookOver  []int
+	Lost      []int
+	Snapshots []SnapshotReq // copies to send to rejoining ps (SendSnapshot), after Apply
+	CaughtUp  []CaughtUp
+	Joining   bool     // this process learnt it is not the member its peers know: it holds nothing and asks to be readmitted
+	Reformed  *Reform  // the cluster re-formed: every copy falls back to the newest checkpoint
+	Admitted  bool     // this process was readmitted (as Gen())
+	Events    []string // what happened, for the log
 }
 
 // Errors of Propose.
@@ -152,6 +204,7 @@ var (
 	ErrCatchingUp = errors.New("replica: taking over, catching up with the other copies")
 	ErrLost       = errors.New("replica: every copy of the shard is lost")
 	ErrRemoved    = errors.New("replica: this ps was removed from the cluster")
+	ErrReformed   = errors.New("replica: the cluster re-formed from the newest checkpoint (every copy of a shard was lost)")
 )
 
 // NotPrimaryError says who this ps believes is the primary.
@@ -186,6 +239,20 @@ type shardState struct {
 	pending  []Ack          // proposed here, not yet acknowledged (Seq 0: held)
 	held     map[ReqID]bool // pushes applied here, waiting for their step's aggregate
 	lost     bool
+	joiners  map[int]*joiner // as primary: copies rejoining, not counted yet
+
+	// As a copy: in is true while its primary counts it (a full copy);
+	// a rejoining ps holds nothing until a snapshot is installed.
+	in, snapped bool
+}
+
+// joiner is a rejoining copy as its primary sees it.
+type joiner struct {
+	heard       bool      // it was heard as its new incarnation (it takes a snapshot)
+	asked, sent bool      // a snapshot was asked of the caller, sent
+	snap        uint64    // the seq of the snapshot sent
+	sentAt      time.Time // when
+	held        bool      // the copy said it installed it
 }
 
 // Node is one ps's replication state. Not safe for concurrent use.
@@ -204,7 +271,25 @@ type Node struct {
 	lost                   map[int]bool // shards with every copy removed, reported
 	dirty                  bool         // removed or votes changed since removedList, votesList
 	removedList, votesList []int
-	rd                     Ready
+	gensList, bootsList    []uint64
+	admitsList             []Admit
+
+	// Incarnations (re-replication). gen[x] is ps x's incarnation: a
+	// removed ps comes back as the next one, once a majority votes to
+	// admit that process (boot). Like removals, it only grows.
+	boot    uint64
+	myGen   uint64
+	joining bool // this process is not (yet) a member: it asks to be admitted
+	gen     []uint64
+	bootOf  []uint64               // the process of gen[x], where known
+	admits  map[int]map[int]uint64 // admits[x][voter] = the boot voted for as gen[x]+1
+
+	// Re-formation (checkpoint fallback).
+	epoch           uint64
+	strangerAt      []time.Time // per ps: when a process other than its member was last heard
+	strangerBoot    []uint64
+	noMajoritySince time.Time
+	rd              Ready
 }
 
 // New returns the node of ps cfg.ID at the start of a job: nobody removed,
@@ -213,13 +298,19 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Boot == 0 {
+		cfg.Boot = 1
+	}
 	n := &Node{
 		cfg: cfg, lastHeard: make([]time.Time, cfg.N), grants: make([]time.Time, cfg.N),
 		removed: map[int]bool{}, votes: map[int]map[int]bool{}, shards: map[int]*shardState{},
 		lost: map[int]bool{}, lapsed: true, dirty: true,
+		boot: cfg.Boot, gen: make([]uint64, cfg.N), bootOf: make([]uint64, cfg.N), admits: map[int]map[int]uint64{},
+		strangerAt: make([]time.Time, cfg.N), strangerBoot: make([]uint64, cfg.N),
 	}
+	n.bootOf[cfg.ID] = cfg.Boot
 	for _, s := range Shards(cfg.ID, cfg.N, cfg.R) {
-		ss := &shardState{id: s, members: Members(s, cfg.N, cfg.R), lastReq: map[int]reqState{}}
+		ss := &shardState{id: s, members: Members(s, cfg.N, cfg.R), lastReq: map[int]reqState{}, in: true, snapped: true}
 		if ss.members[0] == cfg.ID {
 			ss.primary, ss.match = true, map[int]uint64{}
 		}
@@ -230,8 +321,22 @@ func New(cfg Config) (*Node, error) {
 
 func (n *Node) majority() int { return n.cfg.N/2 + 1 }
 
-// View is the number of ps removed so far: it only grows.
-func (n *Node) View() int { return len(n.removed) }
+// View counts the membership changes so far (removals, and two per
+// readmission): it only grows.
+func (n *Node) View() int {
+	v := len(n.removed)
+	for _, g := range n.gen {
+		v += 2 * int(g)
+	}
+	return v
+}
+
+// Gen is ps id's incarnation as this ps knows it (0 at the start of a
+// job, one more each time it is readmitted).
+func (n *Node) Gen(id int) uint64 { return n.gen[id] }
+
+// Joining reports whether this process waits to be readmitted.
+func (n *Node) Joining() bool { return n.joining }
 
 // Removed reports whether ps id has been removed.
 func (n *Node) Removed(id int) bool { return n.removed[id] }
@@ -240,14 +345,27 @@ func (n *Node) Removed(id int) bool { return n.removed[id] }
 func (n *Node) Stopped() bool { return n.stopped }
 
 // Primary is the ps this node believes serves shard s, or -1 if every copy
-// is removed.
+// is removed. The order of succession is the ring's among the copies of
+// the first incarnation, then the readmitted ones by incarnation and, in a
+// tie, by process (Boot: the later started ranks later), so that a ps's
+// return changes no primary.
 func (n *Node) Primary(s int) int {
+	best := -1
 	for _, m := range Members(s, n.cfg.N, n.cfg.R) {
-		if !n.removed[m] {
-			return m
+		if !n.removed[m] && (best < 0 || n.ranksBefore(m, best)) {
+			best = m
 		}
 	}
-	return -1
+	return best
+}
+
+// ranksBefore reports whether copy a comes before copy b in succession,
+// both after the ring's first copy of a shard (Members order breaks ties).
+func (n *Node) ranksBefore(a, b int) bool {
+	if n.gen[a] != n.gen[b] {
+		return n.gen[a] < n.gen[b]
+	}
+	return n.gen[a] > 0 && n.bootOf[a] < n.bootOf[b]
 }
 
 // LeaseUntil is when this ps's lease runs out: a margin of Timeout/8
@@ -276,7 +394,7 @@ func (n *Node) leased() bool { return n.cfg.N == 1 || n.now.Before(n.LeaseUntil(
 // later primary can answer with an older step.
 func (n *Node) Serving(s int) bool {
 	ss := n.shards[s]
-	return !n.stopped && ss != nil && ss.primary && !ss.lost && n.leased() && ss.commit == ss.applied
+	return !n.stopped && !n.joining && ss != nil && ss.primary && !ss.lost && n.leased() && ss.commit == ss.applied
 }
 
 // Applied is the last entry of shard s applied here.
@@ -367,6 +485,8 @@ func (n *Node) primaryOf(s int, lease bool) (*shardState, error) {
 	switch {
 	case n.stopped:
 		return nil, ErrRemoved
+	case n.joining:
+		return nil, &NotPrimaryError{Shard: s, Primary: n.Primary(s)}
 	case n.lost[s]:
 		return nil, ErrLost
 	case ss == nil:
@@ -397,7 +517,10 @@ func (n *Node) retry(ss *shardState, req ReqID) (uint64, bool) {
 
 func (n *Node) ship(ss *shardState, e Entry) {
 	for _, b := range n.backups(ss) {
-		n.send(Message{Type: Append, To: b, Shard: ss.id, Entries: []Entry{e}, Commit: ss.commit})
+		if j := ss.joiners[b]; j != nil && j.snap == 0 {
+			continue // it takes nothing before its snapshot
+		}
+		n.send(Message{Type: Append, To: b, Shard: ss.id, Entries: []Entry{e}, Commit: ss.commit, Grant: ss.joiners[b] == nil})
 	}
 	n.advance(ss)
 }
@@ -435,12 +558,15 @@ func (n *Node) advance(ss *shardState) {
 	}
 	c := ss.applied
 	for _, b := range n.backups(ss) {
-		c = min(c, ss.match[b])
+		if ss.joiners[b] == nil {
+			c = min(c, ss.match[b])
+		}
 	}
 	if c > ss.commit {
 		ss.commit = c
 		n.trim(ss)
 	}
+	n.askSnapshots(ss)
 	if !n.leased() {
 		return
 	}
@@ -456,19 +582,47 @@ func (n *Node) advance(ss *shardState) {
 }
 
 func (n *Node) trim(ss *shardState) {
+	keep := ss.commit // a rejoining copy still needs what follows its snapshot
+	for b, j := range ss.joiners {
+		if j.sent {
+			keep = min(keep, max(j.snap, ss.match[b]))
+		}
+	}
 	i := 0
-	for i < len(ss.log) && ss.log[i].Seq <= ss.commit {
+	for i < len(ss.log) && ss.log[i].Seq <= keep {
 		i++
 	}
 	ss.log = slices.Delete(ss.log, 0, i)
 }
 
 func (n *Node) send(m Message) {
-	m.From = n.cfg.ID
+	m.From, m.Boot, m.Epoch = n.cfg.ID, n.boot, n.epoch
 	if n.dirty { // shared by the messages until membership changes, never modified
 		n.removedList, n.votesList, n.dirty = sortedKeys(n.removed), n.myVotes(), false
+		n.gensList, n.bootsList, n.admitsList = nil, nil, nil
+		if n.View() > len(n.removed) || n.joining {
+			n.gensList = slices.Clone(n.gen)
+		}
+		for x, b := range n.bootOf {
+			if b != 0 && (x != n.cfg.ID || !n.joining) {
+				n.bootsList = slices.Clone(n.bootOf)
+				if n.joining {
+					n.bootsList[n.cfg.ID] = 0
+				}
+				break
+			}
+		}
+		for _, x := range sortedKeys(n.removed) {
+			if b := n.admits[x][n.cfg.ID]; b != 0 {
+				n.admitsList = append(n.admitsList, Admit{PS: x, Boot: b})
+			}
+		}
 	}
-	m.Removed, m.Votes = n.removedList, n.votesList
+	if n.joining { // a process not admitted votes nothing
+		m.Removed, m.Gens = n.removedList, n.gensList
+	} else {
+		m.Removed, m.Votes, m.Gens, m.Boots, m.Admits = n.removedList, n.votesList, n.gensList, n.bootsList, n.admitsList
+	}
 	n.rd.Messages = append(n.rd.Messages, m)
 }
 
@@ -512,6 +666,17 @@ func (n *Node) Tick(now time.Time) {
 	if now.After(n.now) {
 		n.now = now
 	}
+	if n.joining { // not a member: it only asks to be readmitted
+		if n.now.Sub(n.lastBeat) >= n.cfg.Timeout/4 {
+			n.lastBeat = n.now
+			for id := 0; id < n.cfg.N; id++ {
+				if id != n.cfg.ID {
+					n.send(Message{Type: Heartbeat, To: id, Sent: n.now})
+				}
+			}
+		}
+		return
+	}
 	// A ps votes only while it hears a majority (itself included): one
 	// cut off from the rest would vote everyone out, and after a blip of
 	// the whole network every ps would have voted against every other.
@@ -520,6 +685,15 @@ func (n *Node) Tick(now time.Time) {
 		if id != n.cfg.ID && !n.removed[id] && n.now.Sub(n.lastHeard[id]) < n.cfg.Timeout {
 			heard++
 		}
+	}
+	if heard >= n.majority() {
+		n.noMajoritySince = time.Time{}
+	} else if n.noMajoritySince.IsZero() {
+		n.noMajoritySince = n.now
+	}
+	if (len(n.lost) > 0 || (!n.noMajoritySince.IsZero() && n.now.Sub(n.noMajoritySince) >= 2*n.cfg.Timeout)) && n.allUp() {
+		n.startReform()
+		return
 	}
 	for id := 0; id < n.cfg.N && heard >= n.majority(); id++ {
 		if id == n.cfg.ID || n.removed[id] || n.votes[id][n.cfg.ID] {
@@ -545,6 +719,78 @@ func (n *Node) Tick(now time.Time) {
 	n.lapsed = lapsed
 	for _, s := range n.shardIDs() {
 		n.advance(n.shards[s])
+	}
+}
+
+// allUp reports whether every other ps is heard: its member, or a process
+// started again in its place.
+func (n *Node) allUp() bool {
+	for id := 0; id < n.cfg.N; id++ {
+		if id != n.cfg.ID && n.now.Sub(n.lastHeard[id]) >= n.cfg.Timeout && (n.strangerAt[id].IsZero() || n.now.Sub(n.strangerAt[id]) >= n.cfg.Timeout) {
+			return false
+		}
+	}
+	return true
+}
+
+// startReform re-forms the cluster from the processes up now: the old
+// membership cannot go on (no majority of it is alive, or a shard has no
+// copy left), and every ps is up again. The epoch names this one, by this
+// ps; a later one, or one of a higher-numbered ps, wins.
+func (n *Node) startReform() {
+	var dead, lost []int
+	boots := make([]uint64, n.cfg.N)
+	for id := 0; id < n.cfg.N; id++ {
+		switch {
+		case id == n.cfg.ID:
+			boots[id] = n.boot
+		case n.now.Sub(n.lastHeard[id]) < n.cfg.Timeout && !n.removed[id]:
+			boots[id] = n.bootOf[id]
+		default:
+			boots[id] = n.strangerBoot[id]
+			dead = append(dead, id)
+		}
+	}
+	for s := 0; s < n.cfg.N; s++ {
+		all := true
+		for _, m := range Members(s, n.cfg.N, n.cfg.R) {
+			all = all && slices.Contains(dead, m)
+		}
+		if all || n.lost[s] {
+			lost = append(lost, s)
+		}
+	}
+	epoch := (n.epoch>>8+1)<<8 | uint64(n.cfg.ID)
+	n.event("ps %d: every copy of shards %v lost (ps %v died): re-forming the cluster from the processes up now (epoch %d); every copy falls back to the newest checkpoint", n.cfg.ID, lost, dead, epoch>>8)
+	n.reform(epoch, boots, &Reform{Epoch: epoch, By: n.cfg.ID, Lost: lost, Dead: dead})
+}
+
+// reform starts membership epoch afresh with the processes boots: every ps
+// a member of incarnation 0, every copy empty and in (the caller restores
+// the newest checkpoint into each).
+func (n *Node) reform(epoch uint64, boots []uint64, r *Reform) {
+	n.epoch, n.dirty = epoch, true
+	n.rd.Reformed = r
+	// Nothing of the old membership is applied or answered any more.
+	n.rd.Apply, n.rd.Install, n.rd.Acked, n.rd.Snapshots, n.rd.CaughtUp, n.rd.TookOver = nil, nil, nil, nil, nil, nil
+	n.removed, n.votes, n.admits, n.lost = map[int]bool{}, map[int]map[int]bool{}, map[int]map[int]uint64{}, map[int]bool{}
+	for id := 0; id < n.cfg.N; id++ {
+		n.gen[id], n.bootOf[id] = 0, boots[id]
+		n.lastHeard[id], n.grants[id], n.strangerAt[id] = n.now, time.Time{}, time.Time{}
+	}
+	n.myGen, n.noMajoritySince, n.lastBeat = 0, time.Time{}, time.Time{}
+	n.joining = boots[n.cfg.ID] != n.boot
+	for _, ss := range n.shards {
+		*ss = shardState{id: ss.id, members: ss.members, lastReq: map[int]reqState{}, in: !n.joining, snapped: !n.joining}
+		if !n.joining && ss.members[0] == n.cfg.ID {
+			ss.primary, ss.match = true, map[int]uint64{}
+		}
+	}
+	if n.joining {
+		n.rd.Joining = true
+	}
+	if r.By != n.cfg.ID {
+		n.event("ps %d: the cluster re-formed (epoch %d, by ps %d): every copy falls back to the newest checkpoint", n.cfg.ID, epoch>>8, r.By)
 	}
 }
 
@@ -585,11 +831,26 @@ func (n *Node) beat() {
 				ss.beatAt = map[int]uint64{}
 			}
 			for _, b := range n.backups(ss) {
-				if m := ss.match[b]; m < ss.applied && m == ss.beatAt[b] {
+				m := ss.match[b]
+				if j := ss.joiners[b]; j != nil {
+					switch {
+					case !j.sent:
+						continue
+					case m < j.snap || (m == j.snap && !j.held):
+						// Its snapshot was not installed: a new one after
+						// the timeout (a large one may take a while).
+						if n.now.Sub(j.sentAt) >= n.cfg.Timeout {
+							j.asked, j.sent = false, false
+						}
+						continue
+					}
+				}
+				if m < ss.applied && m == ss.beatAt[b] {
 					n.resend(ss, b, m)
 				}
-				ss.beatAt[b] = ss.match[b]
+				ss.beatAt[b] = m
 			}
+			n.askSnapshots(ss)
 		}
 	}
 }
@@ -645,12 +906,13 @@ func (n *Node) remove(x int) {
 	}
 	n.removed[x] = true
 	n.dirty = true
-	n.event("ps %d: ps %d removed (view %d)", n.cfg.ID, x, len(n.removed))
+	n.event("ps %d: ps %d removed (view %d)", n.cfg.ID, x, n.View())
 	if x == n.cfg.ID {
 		n.stopped = true
 		n.event("ps %d: removed from the cluster by a majority: stops serving", n.cfg.ID)
 		return
 	}
+	delete(n.admits, x)
 	for s := 0; s < n.cfg.N; s++ {
 		if !n.lost[s] && n.Primary(s) == -1 {
 			n.lost[s] = true
@@ -669,6 +931,7 @@ func (n *Node) remove(x int) {
 		}
 		delete(ss.match, x)
 		delete(ss.catching, x)
+		delete(ss.joiners, x)
 		if n.Primary(s) == n.cfg.ID && !ss.primary && ss.catching == nil {
 			n.takeover(ss)
 		}
@@ -680,7 +943,14 @@ func (n *Node) remove(x int) {
 // takeover starts serving ss as primary: first the entries the other live
 // copies hold beyond this one's.
 func (n *Node) takeover(ss *shardState) {
-	ss.catching, ss.match = map[int]bool{}, map[int]uint64{}
+	if !ss.in { // still copying it: no copy left that holds it all
+		ss.lost, ss.primary, ss.catching = true, false, nil
+		n.lost[ss.id] = true
+		n.rd.Lost = append(n.rd.Lost, ss.id)
+		n.event("ps %d: all full copies of shard %d lost (ps %v removed, ps %d was still copying it): falling back to checkpoint", n.cfg.ID, ss.id, n.removedOf(ss), n.cfg.ID)
+		return
+	}
+	ss.catching, ss.match, ss.joiners = map[int]bool{}, map[int]uint64{}, nil
 	for _, b := range n.backups(ss) {
 		ss.catching[b] = true
 		n.send(Message{Type: SyncReq, To: b, Shard: ss.id, Seq: ss.applied})
@@ -695,8 +965,66 @@ func (n *Node) finishCatchUp(ss *shardState) {
 	ss.pending, ss.held = nil, nil
 	n.rd.TookOver = append(n.rd.TookOver, ss.id)
 	for _, b := range n.backups(ss) {
-		n.resend(ss, b, ss.match[b])
+		if ss.joiners[b] == nil {
+			n.resend(ss, b, ss.match[b])
+		}
 	}
+	n.askSnapshots(ss)
+}
+
+func (n *Node) removedOf(ss *shardState) []int {
+	var out []int
+	for _, m := range ss.members {
+		if n.removed[m] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// askSnapshots asks the caller for a copy of ss for each rejoining copy
+// that has none on the way, at a step boundary (nothing held).
+func (n *Node) askSnapshots(ss *shardState) {
+	if !ss.primary || ss.lost || ss.catching != nil || len(ss.held) > 0 || n.stopped || n.joining {
+		return
+	}
+	for _, b := range sortedKeys(func() map[int]bool {
+		m := map[int]bool{}
+		for b, j := range ss.joiners {
+			m[b] = j.heard && !j.asked
+		}
+		return m
+	}()) {
+		ss.joiners[b].asked = true
+		n.rd.Snapshots = append(n.rd.Snapshots, SnapshotReq{Shard: ss.id, To: b, Seq: ss.applied})
+	}
+}
+
+// SendSnapshot sends ps to, rejoining, the caller's copy of shard s as it
+// is at seq (a SnapshotReq of Ready): data, with the table of requests
+// applied, after which the log follows. It fails if the shard moved on
+// or this ps no longer serves it (the node asks again).
+func (n *Node) SendSnapshot(s, to int, seq uint64, data any) error {
+	ss := n.shards[s]
+	if ss == nil || !ss.primary || ss.lost || n.stopped {
+		return fmt.Errorf("replica: snapshot of shard %d for ps %d: this ps no longer serves it", s, to)
+	}
+	j := ss.joiners[to]
+	if j == nil || seq != ss.applied || len(ss.held) > 0 {
+		if j != nil {
+			j.asked = false
+		}
+		return fmt.Errorf("replica: snapshot of shard %d at seq %d for ps %d: the shard is at seq %d now", s, seq, to, ss.applied)
+	}
+	reqs := make([]ReqID, 0, len(ss.lastReq))
+	for c, r := range ss.lastReq {
+		reqs = append(reqs, ReqID{Client: c, N: r.n})
+	}
+	slices.SortFunc(reqs, func(a, b ReqID) int { return cmp.Compare(a.Client, b.Client) })
+	j.sent, j.snap, j.sentAt, j.held = true, seq, n.now, false
+	ss.match[to] = 0
+	n.send(Message{Type: Snapshot, To: to, Shard: s, Seq: seq, Commit: ss.commit, Entries: []Entry{{Shard: s, Seq: seq, Reqs: reqs, Data: data}}})
+	return nil
 }
 
 // Step feeds a message from another ps.
@@ -704,23 +1032,63 @@ func (n *Node) Step(m Message) {
 	if n.stopped || m.To != n.cfg.ID || m.From < 0 || m.From >= n.cfg.N || m.From == n.cfg.ID {
 		return
 	}
+	if (m.Gens != nil && len(m.Gens) != n.cfg.N) || (m.Boots != nil && len(m.Boots) != n.cfg.N) {
+		return // not from a peer of this cluster
+	}
 	if m.Type == Heartbeat && m.Sent.After(n.now) {
 		m.Sent = n.now // a sender's clock ahead of ours grants no more than ours
 	}
-	n.lastHeard[m.From] = n.now
-	for _, x := range m.Removed {
-		if x >= 0 && x < n.cfg.N {
-			n.remove(x)
+	switch {
+	case m.Epoch > n.epoch && m.Boots != nil:
+		n.reform(m.Epoch, m.Boots, &Reform{Epoch: m.Epoch, By: m.From})
+	case m.Epoch < n.epoch: // of a membership that re-formed since: it learns from the answer
+		if m.Type == Heartbeat {
+			n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent})
 		}
+		return
+	}
+	if n.joining {
+		n.learn(m)
+		return
+	}
+	// A process other than the member this ps knows as m.From (a ps
+	// started again, or one removed): it is heard only as asking to be
+	// readmitted, once its old incarnation is removed.
+	if b := n.bootOf[m.From]; (b != 0 && m.Boot != b) || (b == 0 && n.removed[m.From]) || gen(m.Gens, m.From) < n.gen[m.From] {
+		n.strangerAt[m.From], n.strangerBoot[m.From] = n.now, m.Boot
+		if m.Type == Heartbeat {
+			n.admit(m.From, m.Boot, n.cfg.ID)
+			n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent})
+		}
+		return
+	}
+	if n.bootOf[m.From] == 0 {
+		n.bootOf[m.From], n.dirty = m.Boot, true
+	}
+	n.lastHeard[m.From] = n.now
+	for _, s := range n.shardIDs() { // a readmitted ps heard: it can take its snapshot now
+		if j := n.shards[s].joiners[m.From]; j != nil && !j.heard {
+			j.heard = true
+			n.askSnapshots(n.shards[s])
+		}
+	}
+	n.learn(m)
+	if n.stopped || n.joining {
+		return
 	}
 	if !n.removed[m.From] {
 		for _, x := range m.Votes {
-			if x >= 0 && x < n.cfg.N && x != m.From {
+			if x >= 0 && x < n.cfg.N && x != m.From && gen(m.Gens, x) == n.gen[x] {
 				n.vote(x, m.From)
 			}
 		}
+		for _, a := range m.Admits {
+			if a.PS >= 0 && a.PS < n.cfg.N && a.PS != m.From && gen(m.Gens, a.PS) == n.gen[a.PS] {
+				n.admit(a.PS, a.Boot, m.From)
+			}
+		}
 	}
-	if n.stopped {
+	if n.stopped || n.joining {
 		return
 	}
 	ss := n.shards[m.Shard]
@@ -739,18 +1107,59 @@ func (n *Node) Step(m Message) {
 		if ss == nil || ss.lost || n.Primary(m.Shard) != m.From {
 			return // not its primary by this ps's view: the sender learns from Removed
 		}
-		for _, e := range m.Entries {
-			if e.Seq == ss.applied+1 {
-				n.apply(ss, e, true)
+		if ss.snapped {
+			for _, e := range m.Entries {
+				if e.Seq == ss.applied+1 {
+					n.apply(ss, e, true)
+				}
+			}
+			if m.Commit > ss.commit {
+				ss.commit = min(m.Commit, ss.applied)
+				n.trim(ss)
+			}
+			if m.Grant && !ss.in {
+				ss.in = true
+				n.rd.CaughtUp = append(n.rd.CaughtUp, CaughtUp{Shard: ss.id, From: m.From, Seq: ss.applied})
+				n.event("ps %d holds a full copy of shard %d again (seq %d), counted by its primary ps %d", n.cfg.ID, ss.id, ss.applied, m.From)
 			}
 		}
-		if m.Commit > ss.commit {
-			ss.commit = min(m.Commit, ss.applied)
-			n.trim(ss)
+		n.send(Message{Type: AppendResp, To: m.From, Shard: m.Shard, Seq: ss.applied, Grant: ss.snapped})
+	case Snapshot:
+		if ss == nil || ss.lost || n.Primary(m.Shard) != m.From {
+			return
 		}
-		n.send(Message{Type: AppendResp, To: m.From, Shard: m.Shard, Seq: ss.applied})
+		if !ss.in && len(m.Entries) == 1 && m.Entries[0].Seq == m.Seq && (!ss.snapped || m.Seq > ss.applied) {
+			e := m.Entries[0]
+			e.Shard = ss.id
+			n.rd.Apply = slices.DeleteFunc(n.rd.Apply, func(a Entry) bool { return a.Shard == ss.id }) // superseded
+			ss.applied, ss.commit, ss.log, ss.snapped = m.Seq, m.Seq, nil, true
+			ss.lastReq = map[int]reqState{}
+			for _, r := range e.Reqs {
+				ss.lastReq[r.Client] = reqState{n: r.N, seq: m.Seq}
+			}
+			n.rd.Install = append(n.rd.Install, e)
+		}
+		n.send(Message{Type: AppendResp, To: m.From, Shard: m.Shard, Seq: ss.applied, Grant: ss.snapped})
 	case AppendResp:
 		if ss == nil || !ss.primary || n.removed[m.From] {
+			return
+		}
+		if j := ss.joiners[m.From]; j != nil {
+			if !j.sent || !m.Grant {
+				return // nothing it holds counts before its snapshot
+			}
+			j.held = true
+			if m.Seq > ss.match[m.From] {
+				ss.match[m.From] = m.Seq
+			}
+			// It holds every entry acknowledged so far: it counts from now
+			// on, so it holds every entry acknowledged later too.
+			if m.Seq >= ss.commit && ss.catching == nil {
+				delete(ss.joiners, m.From)
+				n.event("ps %d: ps %d holds a full copy of shard %d again (seq %d): %d copies", n.cfg.ID, m.From, ss.id, m.Seq, 1+len(n.backups(ss))-len(ss.joiners))
+				n.send(Message{Type: Append, To: m.From, Shard: ss.id, Commit: ss.commit, Grant: true})
+			}
+			n.advance(ss)
 			return
 		}
 		if m.Seq > ss.match[m.From] {
@@ -762,25 +1171,178 @@ func (n *Node) Step(m Message) {
 			return
 		}
 		var es []Entry
-		for _, e := range ss.log {
-			if e.Seq > m.Seq {
-				es = append(es, e)
+		if ss.in {
+			for _, e := range ss.log {
+				if e.Seq > m.Seq {
+					es = append(es, e)
+				}
 			}
 		}
-		n.send(Message{Type: SyncResp, To: m.From, Shard: m.Shard, Seq: ss.applied, Entries: es})
+		n.send(Message{Type: SyncResp, To: m.From, Shard: m.Shard, Seq: ss.applied, Entries: es, Grant: ss.in})
 	case SyncResp:
 		if ss == nil || ss.catching == nil || !ss.catching[m.From] {
 			return
 		}
-		for _, e := range m.Entries {
-			if e.Seq == ss.applied+1 {
-				n.apply(ss, e, true)
+		if m.Grant {
+			for _, e := range m.Entries {
+				if e.Seq == ss.applied+1 {
+					n.apply(ss, e, true)
+				}
 			}
+			ss.match[m.From] = m.Seq
+		} else { // a copy still rejoining: it gets a snapshot from this ps
+			if ss.joiners == nil {
+				ss.joiners = map[int]*joiner{}
+			}
+			ss.joiners[m.From] = &joiner{heard: true}
 		}
-		ss.match[m.From] = m.Seq
 		delete(ss.catching, m.From)
 		n.finishCatchUp(ss)
 		n.advance(ss)
+	}
+}
+
+func gen(gens []uint64, x int) uint64 {
+	if gens == nil {
+		return 0
+	}
+	return gens[x]
+}
+
+// learn merges a peer's membership: incarnations, the processes they are,
+// removals. This process learns so whether it is the member its peers
+// know, a new process to be readmitted, or readmitted.
+func (n *Node) learn(m Message) {
+	me := n.cfg.ID
+	for x := 0; x < n.cfg.N; x++ {
+		g, b := gen(m.Gens, x), uint64(0)
+		if m.Boots != nil {
+			b = m.Boots[x]
+		}
+		switch {
+		case g > n.gen[x] && x == me:
+			if b != n.boot {
+				n.stopped = true // a newer process is this ps
+				n.event("ps %d: another process was readmitted as ps %d (incarnation %d): this one stops", me, me, g)
+				return
+			}
+			n.admitted(g)
+		case g > n.gen[x]:
+			n.readmit(x, g, b)
+		case g == n.gen[x] && b != 0 && x == me && b != n.boot && !n.joining:
+			n.becomeJoiner(g)
+		case g == n.gen[x] && b != 0 && n.bootOf[x] == 0 && x != me:
+			n.bootOf[x], n.dirty = b, true
+		}
+	}
+	for _, x := range m.Removed {
+		if x < 0 || x >= n.cfg.N || gen(m.Gens, x) != n.gen[x] {
+			continue
+		}
+		if x == me && !n.joining {
+			var b uint64
+			if m.Boots != nil {
+				b = m.Boots[x]
+			}
+			if b != n.boot { // the removed one is another process (this one was started again)
+				n.becomeJoiner(n.gen[x])
+				n.removed[x], n.dirty = true, true
+				continue
+			}
+		}
+		if x == me && n.joining {
+			if !n.removed[x] {
+				n.removed[x], n.dirty = true, true
+			}
+			continue
+		}
+		n.remove(x)
+	}
+}
+
+// becomeJoiner makes this process a non-member: it holds nothing and asks
+// to be readmitted as ps ID's next incarnation.
+func (n *Node) becomeJoiner(g uint64) {
+	n.joining, n.dirty = true, true
+	n.rd.Joining = true
+	n.gen[n.cfg.ID] = g
+	n.event("ps %d: the others know ps %d (incarnation %d) as another process: this one holds nothing and asks to be readmitted", n.cfg.ID, n.cfg.ID, g)
+	for _, ss := range n.shards {
+		*ss = shardState{id: ss.id, members: ss.members, lastReq: map[int]reqState{}}
+	}
+}
+
+// admitted: this process is ps ID's incarnation g; its copies come from
+// their primaries (snapshots, then the log).
+func (n *Node) admitted(g uint64) {
+	if !n.joining {
+		n.becomeJoiner(n.gen[n.cfg.ID])
+	}
+	n.joining, n.myGen, n.dirty = false, g, true
+	n.gen[n.cfg.ID], n.bootOf[n.cfg.ID] = g, n.boot
+	delete(n.removed, n.cfg.ID)
+	delete(n.votes, n.cfg.ID)
+	delete(n.admits, n.cfg.ID)
+	n.rd.Admitted = true
+	for i := range n.lastHeard {
+		n.lastHeard[i] = n.now
+	}
+	n.event("ps %d: readmitted as incarnation %d: copying its shards from their primaries", n.cfg.ID, g)
+}
+
+// admit records voter's vote to readmit removed ps x as the process boot,
+// and readmits it on a majority.
+func (n *Node) admit(x int, boot uint64, voter int) {
+	if !n.removed[x] || boot == 0 || x == n.cfg.ID || n.removed[voter] {
+		return
+	}
+	if n.admits[x] == nil {
+		n.admits[x] = map[int]uint64{}
+	}
+	if _, ok := n.admits[x][voter]; ok {
+		return // one vote per voter and incarnation
+	}
+	n.admits[x][voter], n.dirty = boot, true
+	if voter == n.cfg.ID {
+		n.event("ps %d votes to readmit ps %d as incarnation %d", n.cfg.ID, x, n.gen[x]+1)
+	}
+	c := 0
+	for v, b := range n.admits[x] {
+		if b == boot && !n.removed[v] {
+			c++
+		}
+	}
+	if c >= n.majority() {
+		n.readmit(x, n.gen[x]+1, boot)
+	}
+}
+
+// readmit makes x's incarnation g (the process boot) a member: its
+// shards' primaries send it their copies.
+func (n *Node) readmit(x int, g, boot uint64) {
+	n.gen[x], n.bootOf[x], n.dirty = g, boot, true
+	delete(n.removed, x)
+	delete(n.votes, x)
+	delete(n.admits, x)
+	n.lastHeard[x], n.grants[x] = n.now, time.Time{}
+	n.event("ps %d: ps %d readmitted as incarnation %d (view %d)", n.cfg.ID, x, g, n.View())
+	for _, s := range n.shardIDs() {
+		ss := n.shards[s]
+		if !slices.Contains(ss.members, x) {
+			continue
+		}
+		delete(ss.match, x)
+		if ss.catching != nil {
+			delete(ss.catching, x)
+			n.finishCatchUp(ss)
+		}
+		if ss.primary && !ss.lost {
+			if ss.joiners == nil {
+				ss.joiners = map[int]*joiner{}
+			}
+			ss.joiners[x] = &joiner{}
+			n.askSnapshots(ss)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -18,13 +19,16 @@ import (
 // pushed and a step that counts the pushes applied. Time is a fake clock
 // that only "tick" moves. Commands:
 //
-//	cluster n=N r=R timeout=D          a fresh cluster; its first tick is at t=0
+//	cluster n=N r=R timeout=D [snapshots=manual]  a fresh cluster; its first tick is at t=0; manual: snapshots for rejoining ps wait for "snapshots"
+//	snapshots                          (manual) each primary sends the snapshots asked of it, of its copy as it is now
 //	tick D                             the clock moves by D in steps of timeout/10; every live ps ticks
 //	push W N V shard=S [to=P]          worker W's N-th push of V to shard S, sent to ps P (default: the primary as the lowest live ps sees it)
 //	hold W N V shard=S [to=P]          a sync push by aggregate: ps P holds it and adds V to its copy
 //	aggregate shard=S [to=P]           the step completes at ps P: its aggregate (what was held since the last) is logged
 //	pull shard=S to=P                  the state ps P serves, or why it does not
 //	kill P                             ps P dies: no ticks, nothing in or out
+//	restart P                          a new process of ps P starts (a fresh node, another boot, empty copies)
+//	same                               every shard's copies that hold a full copy are identical (sum, step, requests)
 //	cut P / heal P                     messages between ps P and the other ps are lost / delivered again (workers still reach it)
 //	cut P Q / heal P Q                 the same for the link between ps P and ps Q only
 //	status                             every ps's view, lease, roles and copies
@@ -49,6 +53,7 @@ func TestScenarios(t *testing.T) {
 				if err != nil {
 					return "", err
 				}
+				c.manual = cmd.KV["snapshots"] == "manual"
 				c.tick(0)
 				return c.flush(), nil
 			case "tick":
@@ -119,6 +124,36 @@ func TestScenarios(t *testing.T) {
 			case "kill":
 				c.dead[int(cmd.Arg(t, 0))] = true
 				return "", nil
+			case "restart":
+				id := int(cmd.Arg(t, 0))
+				c.boots++
+				nd, err := New(Config{ID: id, N: c.n, R: c.r, Timeout: c.timeout, Boot: uint64(100 + c.boots)})
+				if err != nil {
+					return "", err
+				}
+				c.nodes[id], c.dead[id], c.cut[id] = nd, false, false
+				for _, s := range Shards(id, c.n, c.r) {
+					c.state[id][s] = &toy{seen: map[ReqID]bool{}}
+				}
+				nd.Tick(c.now)
+				c.deliver()
+				return c.flush(), nil
+			case "snapshots":
+				asked := c.asked
+				c.asked = nil
+				for _, a := range asked {
+					st := c.state[a.from][a.Shard]
+					snap := &toy{sum: st.sum, step: st.step, seen: maps.Clone(st.seen)}
+					if err := c.nodes[a.from].SendSnapshot(a.Shard, a.To, c.nodes[a.from].Applied(a.Shard), snap); err != nil {
+						c.out = append(c.out, fmt.Sprintf("%s ps %d: %v", c.stamp(), a.from, err))
+					} else {
+						c.out = append(c.out, fmt.Sprintf("%s ps %d sent its copy of shard %d to ps %d (step %d)", c.stamp(), a.from, a.Shard, a.To, st.step))
+					}
+				}
+				c.deliver()
+				return c.flush(), nil
+			case "same":
+				return c.same(), nil
 			case "cut", "heal":
 				a := int(cmd.Arg(t, 0))
 				if len(cmd.Args) == 1 {
@@ -145,6 +180,11 @@ func duration(t *testing.T, cmd scenario.Cmd, s string) time.Duration {
 	return d
 }
 
+type askedSnap struct {
+	SnapshotReq
+	from int
+}
+
 type toy struct {
 	sum, step int64
 	held      int64 // a primary's sum of the pushes held for the next aggregate
@@ -163,6 +203,9 @@ type cluster struct {
 	cut     []bool
 	links   map[[2]int]bool // links cut
 	queue   []Message
+	boots   int
+	manual  bool
+	asked   []askedSnap
 	out     []string
 	acked   map[int]uint64 // per shard: highest seq acknowledged
 	maxStep map[int]int64  // per shard: highest step served
@@ -179,6 +222,7 @@ func newCluster(t *testing.T, n, r int, timeout time.Duration) (*cluster, error)
 			return nil, err
 		}
 		c.nodes = append(c.nodes, nd)
+		nd.boot = uint64(id + 1)
 		st := map[int]*toy{}
 		for _, s := range Shards(id, n, r) {
 			st[s] = &toy{seen: map[ReqID]bool{}}
@@ -248,6 +292,21 @@ func (c *cluster) stamp() string {
 }
 
 func (c *cluster) handle(id int, rd Ready) {
+	if r := rd.Reformed; r != nil {
+		// Every copy falls back to the checkpoint: here, the empty state.
+		// The served steps and acknowledgements start again with it.
+		for _, s := range Shards(id, c.n, c.r) {
+			c.state[id][s] = &toy{seen: map[ReqID]bool{}}
+		}
+		c.out = append(c.out, fmt.Sprintf("%s ps %d: restored its copies from the checkpoint (epoch %d)", c.stamp(), id, r.Epoch>>8))
+		clear(c.maxStep)
+		clear(c.acked)
+	}
+	for _, e := range rd.Install {
+		snap := e.Data.(*toy)
+		c.state[id][e.Shard] = &toy{sum: snap.sum, step: snap.step, seen: maps.Clone(snap.seen)}
+		c.out = append(c.out, fmt.Sprintf("%s ps %d installed a copy of shard %d at seq %d (step %d)", c.stamp(), id, e.Shard, e.Seq, snap.step))
+	}
 	for _, e := range rd.Apply {
 		st := c.state[id][e.Shard]
 		for _, r := range e.Reqs {
@@ -273,11 +332,52 @@ func (c *cluster) handle(id int, rd Ready) {
 	for _, s := range rd.Lost {
 		c.out = append(c.out, fmt.Sprintf("%s ps %d: shard %d lost", c.stamp(), id, s))
 	}
+	for _, sr := range rd.Snapshots {
+		if c.manual {
+			c.asked = append(c.asked, askedSnap{sr, id})
+			continue
+		}
+		st := c.state[id][sr.Shard]
+		snap := &toy{sum: st.sum, step: st.step, seen: maps.Clone(st.seen)}
+		if err := c.nodes[id].SendSnapshot(sr.Shard, sr.To, sr.Seq, snap); err != nil {
+			c.out = append(c.out, fmt.Sprintf("%s ps %d: %v", c.stamp(), id, err))
+		}
+	}
 	for _, a := range rd.Acked {
 		c.out = append(c.out, fmt.Sprintf("%s ps %d acked shard %d req %v seq=%d", c.stamp(), id, a.Shard, a.Req, a.Seq))
 		c.acked[a.Shard] = max(c.acked[a.Shard], a.Seq)
 	}
 	c.queue = append(c.queue, rd.Messages...)
+}
+
+// same checks that the copies of each shard held in full by live ps are
+// identical.
+func (c *cluster) same() string {
+	var lines []string
+	for s := 0; s < c.n; s++ {
+		var who []string
+		var first *toy
+		for _, id := range Members(s, c.n, c.r) {
+			nd := c.nodes[id]
+			ss := nd.shards[s]
+			if c.dead[id] || nd.Stopped() || nd.Joining() || nd.removed[id] || !ss.in || ss.lost {
+				continue
+			}
+			st := c.state[id][s]
+			if first == nil {
+				first = st
+			} else if st.sum != first.sum || st.step != first.step || !maps.Equal(st.seen, first.seen) {
+				c.t.Errorf("shard %d: copies differ: ps %s holds %d/%d, ps %d holds %d/%d", s, who[0], first.sum, first.step, id, st.sum, st.step)
+			}
+			who = append(who, fmt.Sprint(id))
+		}
+		if first != nil {
+			lines = append(lines, fmt.Sprintf("shard %d: %d full copies (ps %s): sum=%d step=%d", s, len(who), strings.Join(who, " "), first.sum, first.step))
+		} else {
+			lines = append(lines, fmt.Sprintf("shard %d: no full copy", s))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (c *cluster) served(s int, step int64) {
@@ -303,6 +403,9 @@ func (c *cluster) status() string {
 		case nd.Stopped():
 			lines = append(lines, fmt.Sprintf("ps %d: stopped (removed)", id))
 			continue
+		case nd.Joining():
+			lines = append(lines, fmt.Sprintf("ps %d: joining (a new process, not yet readmitted)", id))
+			continue
 		}
 		lease := "none"
 		if nd.leased() {
@@ -314,15 +417,23 @@ func (c *cluster) status() string {
 				prim = append(prim, fmt.Sprint(s))
 			}
 			st := c.state[id][s]
-			parts = append(parts, fmt.Sprintf("s%d=%d/%d", s, st.sum, st.step))
+			copying := ""
+			if ss := nd.shards[s]; !ss.in && !ss.lost {
+				copying = "(copying)"
+			}
+			parts = append(parts, fmt.Sprintf("s%d=%d/%d%s", s, st.sum, st.step, copying))
 		}
 		removed := sortedKeys(nd.removed)
 		cut := ""
 		if c.cut[id] {
 			cut = " (cut off)"
 		}
-		lines = append(lines, fmt.Sprintf("ps %d%s: view=%d removed=%v lease=%s serving=[%s] copies %s",
-			id, cut, nd.View(), removed, lease, strings.Join(prim, " "), strings.Join(parts, " ")))
+		inc := ""
+		if g := nd.Gen(id); g > 0 {
+			inc = fmt.Sprintf(" (incarnation %d)", g)
+		}
+		lines = append(lines, fmt.Sprintf("ps %d%s%s: view=%d removed=%v lease=%s serving=[%s] copies %s",
+			id, inc, cut, nd.View(), removed, lease, strings.Join(prim, " "), strings.Join(parts, " ")))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -51,6 +51,19 @@ type Config struct {
 	TookOver func(shards []int)
 	// Lost is told the shards with no copy left; nil logs them.
 	Lost func(shards []int)
+	// Snapshot returns this ps's copy of a shard as it is now (after every
+	// entry applied), for a ps that rejoins; Install replaces this ps's
+	// copy by one another ps's Snapshot made. Without them a rejoining ps
+	// gets no copy from this one (and never counts again).
+	Snapshot func(shard int) ([]byte, error)
+	Install  func(shard int, data []byte) error
+	// Reformed is told that the cluster re-formed (replica.Reform): every
+	// copy of this ps must fall back to the newest checkpoint now, before
+	// anything else is applied. Pushes waiting get replica.ErrReformed.
+	Reformed func(r replica.Reform)
+	// Joining is told that this process is not the member the others know
+	// (a ps started again): it holds nothing until readmitted and copied.
+	Joining func()
 	// Logf receives log lines; nil discards them.
 	Logf func(format string, args ...any)
 	// TickEvery is how often the node ticks (Timeout/10 if 0).
@@ -73,6 +86,10 @@ type Host struct {
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
 	stopOnce sync.Once
+
+	// Re-replication, owned by the loop goroutine.
+	admittedAt time.Time
+	installed  map[int]int64 // per shard: bytes of the copies installed
 }
 
 type ackKey struct {
@@ -89,6 +106,9 @@ type call struct {
 
 // Start starts the loop, the listener's accept loop and the senders.
 func Start(cfg Config) (*Host, error) {
+	if cfg.Boot == 0 {
+		cfg.Boot = uint64(time.Now().UnixNano())
+	}
 	node, err := replica.New(cfg.Config)
 	if err != nil {
 		return nil, err
@@ -120,7 +140,7 @@ func Start(cfg Config) (*Host, error) {
 	h := &Host{
 		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
 		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
-		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{},
+		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{}, installed: map[int]int64{},
 	}
 	for id := range h.peers {
 		if id == cfg.ID {
@@ -243,6 +263,21 @@ func (h *Host) WaitServing(ctx context.Context, s int) error {
 	}
 }
 
+// Stopped reports whether this ps learnt it was removed for good.
+func (h *Host) Stopped() bool {
+	var ok bool
+	h.query(func(n *replica.Node) { ok = n.Stopped() })
+	return ok
+}
+
+// Joining reports whether this process waits to be readmitted (it is a
+// ps started again that the others still know as its old process).
+func (h *Host) Joining() bool {
+	var ok bool
+	h.query(func(n *replica.Node) { ok = n.Joining() })
+	return ok
+}
+
 // Primary is the ps this one believes serves shard s (-1: none left).
 func (h *Host) Primary(s int) int {
 	p := -1
@@ -323,11 +358,66 @@ func (h *Host) drain() {
 		default:
 		}
 	}
+	if rd.Reformed != nil {
+		if h.cfg.Reformed != nil {
+			h.cfg.Reformed(*rd.Reformed)
+		}
+		for k, ws := range h.waiting {
+			for _, w := range ws {
+				w <- replica.ErrReformed
+			}
+			delete(h.waiting, k)
+		}
+	}
+	if rd.Joining && h.cfg.Joining != nil {
+		h.cfg.Joining()
+	}
+	if rd.Admitted {
+		h.admittedAt = time.Now()
+	}
+	for _, e := range rd.Install {
+		data, _ := e.Data.([]byte)
+		if h.cfg.Install == nil {
+			continue
+		}
+		if err := h.cfg.Install(e.Shard, data); err != nil {
+			h.cfg.Logf("ps %d: installing the copy of shard %d at seq %d: %v", h.cfg.ID, e.Shard, e.Seq, err)
+			continue
+		}
+		h.installed[e.Shard] += int64(len(data))
+	}
 	for _, e := range rd.Apply {
 		h.cfg.Apply(e)
 	}
 	for _, ev := range rd.Events {
 		h.cfg.Logf("%s", ev)
+	}
+	sent := false
+	for _, sr := range rd.Snapshots {
+		if h.cfg.Snapshot == nil {
+			break
+		}
+		start := time.Now()
+		b, err := h.cfg.Snapshot(sr.Shard)
+		if err == nil {
+			err = h.node.SendSnapshot(sr.Shard, sr.To, h.node.Applied(sr.Shard), b)
+		}
+		if err != nil {
+			h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)
+			continue
+		}
+		sent = true
+		h.cfg.Logf("ps %d: sending its copy of shard %d (%d bytes, taken in %s) to ps %d, rejoining", h.cfg.ID, sr.Shard, len(b), time.Since(start).Round(time.Microsecond), sr.To)
+	}
+	for _, c := range rd.CaughtUp {
+		d := time.Since(h.admittedAt)
+		copies := 0
+		for _, m := range replica.Members(c.Shard, h.cfg.N, h.cfg.R) {
+			if !h.node.Removed(m) {
+				copies++
+			}
+		}
+		h.cfg.Logf("ps %d: re-replicated shard %d from ps %d: %d bytes in %s (%.3g MB/s), %d copies again", h.cfg.ID, c.Shard, c.From, h.installed[c.Shard], d.Round(time.Millisecond), float64(h.installed[c.Shard])/d.Seconds()/1e6, copies)
 	}
 	if len(rd.TookOver) > 0 {
 		h.cfg.TookOver(rd.TookOver)
@@ -349,6 +439,9 @@ func (h *Host) drain() {
 			}
 			delete(h.serving, s)
 		}
+	}
+	if sent {
+		h.drain() // the snapshots' messages
 	}
 }
 

@@ -2,10 +2,12 @@ package replicate
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,12 +30,25 @@ type cluster struct {
 	mu       sync.Mutex
 	sums     []map[int]int // per ps, per shard: the sum of the bytes applied
 	took     []chan []int
+
+	n, r    int
+	timeout time.Duration
+	tcp     bool
+	addrs   []string
+	pad     int // bytes a copy carries beyond its sum (re-replication speed)
+	padOnly int // only shard padOnly's copy is padded, if >= 0
+	logs    chan logLine
+}
+
+type logLine struct {
+	at   time.Time
+	line string
 }
 
 // start starts n hosts over memnet, or over loopback TCP if tcp.
 func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 	t.Helper()
-	c := &cluster{net: memnet.New()}
+	c := &cluster{net: memnet.New(), n: n, r: r, timeout: timeout, tcp: tcp, logs: make(chan logLine, 8192), padOnly: -1}
 	var addrs []string
 	var ls []net.Listener
 	for id := 0; id < n; id++ {
@@ -53,39 +68,12 @@ func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 		ls = append(ls, l)
 		addrs = append(addrs, l.Addr().String())
 	}
+	c.addrs = addrs
 	for id := 0; id < n; id++ {
-		l := ls[id]
 		c.sums = append(c.sums, map[int]int{})
-		took := make(chan []int, 16)
-		c.took = append(c.took, took)
-		iso := new(atomic.Bool)
-		c.isolated = append(c.isolated, iso)
-		h, err := Start(Config{
-			Config: replica.Config{ID: id, N: n, R: r, Timeout: timeout},
-			Addrs:  addrs, Listener: l,
-			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-				if tcp {
-					var d net.Dialer
-					return d.DialContext(ctx, "tcp", addr)
-				}
-				conn, err := c.net.Dial(ctx, addr)
-				if err != nil {
-					return nil, err
-				}
-				return lossy{conn, iso}, nil
-			},
-			Apply: func(e replica.Entry) {
-				c.mu.Lock()
-				c.sums[id][e.Shard] += int(e.Data.([]byte)[0])
-				c.mu.Unlock()
-			},
-			TookOver: func(s []int) { took <- s },
-			Logf:     logf(t),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.hosts = append(c.hosts, h)
+		c.took = append(c.took, make(chan []int, 16))
+		c.isolated = append(c.isolated, new(atomic.Bool))
+		c.hosts = append(c.hosts, c.startHost(t, id, ls[id]))
 	}
 	t.Cleanup(func() {
 		for _, h := range c.hosts {
@@ -93,6 +81,69 @@ func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 		}
 	})
 	return c
+}
+
+// startHost starts ps id's host on l; its copies are sums, and a copy for
+// a rejoining ps is the sum in 8 bytes plus c.pad bytes.
+func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
+	t.Helper()
+	iso, took, tlog := c.isolated[id], c.took[id], logf(t)
+	h, err := Start(Config{
+		Config: replica.Config{ID: id, N: c.n, R: c.r, Timeout: c.timeout},
+		Addrs:  c.addrs, Listener: l,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			if c.tcp {
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}
+			conn, err := c.net.Dial(ctx, addr)
+			if err != nil {
+				return nil, err
+			}
+			return lossy{conn, iso}, nil
+		},
+		Apply: func(e replica.Entry) {
+			c.mu.Lock()
+			c.sums[id][e.Shard] += int(e.Data.([]byte)[0])
+			c.mu.Unlock()
+		},
+		Snapshot: func(s int) ([]byte, error) {
+			b := make([]byte, 8+c.padOf(s))
+			binary.LittleEndian.PutUint64(b, uint64(c.sum(id, s)))
+			return b, nil
+		},
+		Install: func(s int, b []byte) error {
+			if len(b) != 8+c.padOf(s) {
+				return fmt.Errorf("a copy of %d bytes, want %d", len(b), 8+c.padOf(s))
+			}
+			c.mu.Lock()
+			c.sums[id][s] = int(binary.LittleEndian.Uint64(b))
+			c.mu.Unlock()
+			return nil
+		},
+		TookOver: func(s []int) { took <- s },
+		Logf: func(format string, args ...any) {
+			line := fmt.Sprintf(format, args...)
+			select {
+			case c.logs <- logLine{time.Now(), line}:
+			default:
+			}
+			if tlog != nil {
+				tlog("%s", line)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (c *cluster) padOf(s int) int {
+	if c.padOnly >= 0 && s != c.padOnly {
+		return 0
+	}
+	return c.pad
 }
 
 func logf(t testing.TB) func(string, ...any) {
@@ -395,5 +446,151 @@ func TestAggregateOverMemnet(t *testing.T) {
 	}
 	if got := c.sum(1, 0); got != 15 {
 		t.Errorf("ps 1 holds shard 0 sum %d, want 15", got)
+	}
+}
+
+// TestRejoinOverTCP: ps 1 is killed and started again at its address
+// while pushes go on. The others readmit it, the primaries of its two
+// shards send it their copies (1 MiB each here) and then their logs; it
+// logs the re-replication, and then holds copies identical to the
+// primaries'. ps 0 is killed next: ps 1, now the only other copy of
+// shard 0, takes it over with every acknowledged push.
+func TestRejoinOverTCP(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, true)
+	c.pad = 1 << 20
+	want := map[int]int{}
+	push := func(h *Host, s int, n uint64) {
+		pushUntil(t, h, s, replica.ReqID{Client: 0, N: n}, byte(n%7+1))
+		want[s] += int(n%7 + 1)
+	}
+	n := uint64(0)
+	for range 3 {
+		n++
+		push(c.hosts[0], 0, n)
+		push(c.hosts[1], 1, n)
+	}
+	c.hosts[1].Close()
+	n++
+	push(c.hosts[0], 0, n)
+	push(c.hosts[2], 1, n) // after ps 2 took over shard 1
+	l, err := net.Listen("tcp", c.addrs[1])
+	if err != nil {
+		t.Fatalf("listening again at ps 1's address: %v", err)
+	}
+	c.mu.Lock()
+	c.sums[1] = map[int]int{}
+	c.mu.Unlock()
+	c.hosts[1] = c.startHost(t, 1, l)
+	rejoined := map[int]string{}
+	deadline := time.After(time.Minute)
+	for len(rejoined) < 2 {
+		n++
+		push(c.hosts[0], 0, n) // pushes go on while ps 1 copies
+		push(c.hosts[2], 1, n)
+		for more := true; more; {
+			select {
+			case l := <-c.logs:
+				line := l.line
+				var s, from, bytes int
+				if _, err := fmt.Sscanf(line, "ps 1: re-replicated shard %d from ps %d: %d bytes", &s, &from, &bytes); err == nil {
+					rejoined[s] = line
+					if bytes != 8+c.pad {
+						t.Errorf("%q: want %d bytes", line, 8+c.pad)
+					}
+				}
+			case <-deadline:
+				t.Fatalf("ps 1 did not re-replicate shards 0 and 1 within a minute: %v", rejoined)
+			default:
+				more = false
+			}
+		}
+	}
+	for range 3 {
+		n++
+		push(c.hosts[0], 0, n)
+		push(c.hosts[2], 1, n)
+	}
+	for s, p := range map[int]int{0: 0, 1: 2} {
+		if c.sum(p, s) != want[s] || c.sum(1, s) != want[s] {
+			t.Errorf("shard %d: primary ps %d holds %d, ps 1 (rejoined) %d; want %d on both", s, p, c.sum(p, s), c.sum(1, s), want[s])
+		}
+	}
+	c.hosts[0].Close()
+	pushUntil(t, c.hosts[1], 0, replica.ReqID{Client: 0, N: n}, byte(n%7+1)) // a retry: already held
+	if got := c.sum(1, 0); got != want[0] {
+		t.Errorf("ps 1 took over shard 0 holding %d, want %d (every acknowledged push, once)", got, want[0])
+	}
+}
+
+// TestRejoinSpeed measures re-replication against the wire (not with
+// -short): a ps rejoins and takes a copy of 64 MiB of its shard 0 from
+// ps 0 over loopback TCP; the time from the primary's "sending its copy"
+// to the rejoined ps's "re-replicated" line, against 64 MiB written
+// through a loopback TCP connection and read on the other side.
+func TestRejoinSpeed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement: not with -short")
+	}
+	const size = 64 << 20
+	wire := func() time.Duration {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		done := make(chan time.Time)
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				close(done)
+				return
+			}
+			io.Copy(io.Discard, c)
+			done <- time.Now()
+		}()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		c.Write(make([]byte, size))
+		c.Close()
+		return (<-done).Sub(start)
+	}
+	for round := range 3 {
+		const timeout = 300 * time.Millisecond
+		c := start(t, 3, 2, timeout, true)
+		c.pad, c.padOnly = size, 0
+		pushUntil(t, c.hosts[0], 0, replica.ReqID{Client: 0, N: 1}, 1)
+		c.hosts[1].Close()
+		time.Sleep(2 * timeout)
+		l, err := net.Listen("tcp", c.addrs[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts[1] = c.startHost(t, 1, l)
+		var sent, got time.Time
+		deadline := time.After(time.Minute)
+		for got.IsZero() {
+			select {
+			case l := <-c.logs:
+				switch {
+				case strings.HasPrefix(l.line, "ps 0: sending its copy of shard 0"):
+					sent = l.at
+				case strings.HasPrefix(l.line, "ps 1: re-replicated shard 0"):
+					got = l.at
+				}
+			case <-deadline:
+				t.Fatal("no re-replication of shard 0 within a minute")
+			}
+		}
+		w := min(wire(), wire(), wire())
+		d := got.Sub(sent)
+		t.Logf("round %d: re-replicated %d MiB in %s (%.0f MB/s); the wire: %s (%.0f MB/s); ratio %.2f",
+			round, size>>20, d.Round(time.Millisecond), size/d.Seconds()/1e6, w.Round(time.Millisecond), size/w.Seconds()/1e6, w.Seconds()/d.Seconds())
+		for _, h := range c.hosts {
+			h.Close()
+		}
 	}
 }

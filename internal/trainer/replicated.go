@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/replica"
 	"github.com/paramserv/paramserv/internal/replicate"
 	"github.com/paramserv/paramserv/internal/server"
@@ -218,6 +220,17 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	c.mu.Unlock()
 }
 
+// drainApplier waits until every entry handed to the copy's applier is
+// applied: what reads or replaces the whole copy on the replication loop
+// (a snapshot for a rejoining ps, installing one, a re-formation's
+// restore) must see the state at the log position the loop is at. The
+// applier never calls back into the loop, so waiting there is safe.
+func (c *replicatedCopy) drainApplier() {
+	if c.applier != nil {
+		c.applier.wait(context.Background(), c.applier.mark())
+	}
+}
+
 // request is the request of this copy's own call, nil if none.
 func (a *applied) request() proto.Message {
 	if a == nil {
@@ -280,7 +293,7 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 	}()
 	if err := c.host.Push(ctx, c.shard, id, b); err != nil {
 		var np *replica.NotPrimaryError
-		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) {
+		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) || errors.Is(err, replica.ErrReformed) {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
 		}
 		if _, ok := status.FromError(err); ok {
@@ -304,6 +317,22 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 		return nil, nil
 	}
 	return a.resp, a.err
+}
+
+// andList is "0 and 1", "0, 1 and 2".
+func andList(xs []int) string {
+	var b strings.Builder
+	for i, x := range xs {
+		switch {
+		case i == 0:
+		case i == len(xs)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, x)
+	}
+	return b.String()
 }
 
 func timeID(client int) replica.ReqID {
@@ -350,20 +379,6 @@ func (c *replicatedCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.Pus
 	return resp.(*pb.PushResponse), nil
 }
 
-// Status is the copy's own. A connection to a copy whose primary is
-// another ps (a worker reached it while the primary was slow to start) is
-// dropped after the answer, so that the worker's next call dials the
-// primary first: its pushes and pulls go by the data path, on connections
-// of their own, and without this its gRPC connection (Init, Done) would
-// stay on the copy.
-func (c *replicatedCopy) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
-	resp, err := c.Server.Status(ctx, req)
-	if p := c.host.Primary(c.shard); p >= 0 && p != c.me {
-		go c.dropConns()
-	}
-	return resp, err
-}
-
 // ReplicatedPush is Push for the data path (server.Replicated).
 func (c *replicatedCopy) ReplicatedPush(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
 	return c.Push(ctx, req)
@@ -378,6 +393,27 @@ func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.Pul
 		return nil, err
 	}
 	return c.Server.Pull(ctx, req)
+}
+
+// Status and Checkpoint are answered by the primary only, as pulls are:
+// a copy that does not serve (a ps started again, before it learns it is
+// to rejoin; a backup) would report, or write, a state the workers never
+// saw (with replicas a checkpoint is taken from primaries only).
+// A copy that does not serve drops its connections after refusing
+// (waitServing), so a worker's gRPC connection (Init, Done) goes back to
+// the primary.
+func (c *replicatedCopy) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	return c.Server.Status(ctx, req)
+}
+
+func (c *replicatedCopy) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	return c.Server.Checkpoint(ctx, req)
 }
 
 func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
@@ -398,17 +434,36 @@ func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) 
 
 // incarnations gives every copy of shard s the same incarnation ids: a
 // hash of the cluster and the shard, then one more per restore (restores
-// at start happen on every copy alike).
-func incarnations(psAddrs []string, s int) func() uint64 {
+// at start happen on every copy alike), counted afresh in each epoch of
+// the membership (a re-formation, where every copy restores the newest
+// checkpoint once: newEpoch).
+type incarnations struct {
+	base uint64
+	mu   sync.Mutex
+	e, k uint64
+}
+
+func newIncarnations(psAddrs []string, s int) *incarnations {
 	h := fnv.New64a()
 	for _, a := range psAddrs {
 		h.Write([]byte(a))
 		h.Write([]byte{0})
 	}
 	fmt.Fprintf(h, "shard %d", s)
-	base := h.Sum64() | 1
-	var k uint64
-	return func() uint64 { k++; return base + k }
+	return &incarnations{base: h.Sum64() | 1}
+}
+
+func (in *incarnations) next() uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.k++
+	return in.base + in.e<<20 + in.k
+}
+
+func (in *incarnations) newEpoch(e uint64) {
+	in.mu.Lock()
+	in.e, in.k = e, 0
+	in.mu.Unlock()
 }
 
 // runReplicatedPS is RunPS with --replicas > 1: this ps serves its own
@@ -452,11 +507,13 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 	shards := replica.Shards(me, n, rc.Replicas)
 	copies := map[int]*replicatedCopy{}
+	incs := map[int]*incarnations{}
 	for _, s := range shards {
+		incs[s] = newIncarnations(psAddrs, s)
 		c := &replicatedCopy{shard: s, me: me, timeout: rc.FailoverTimeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
 		c.Server = server.New(server.Config{
 			Task: s, NumPS: n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
-			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incarnations(psAddrs, s),
+			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: incs[s].next,
 			Replicated: c, // the data path's pushes go through the shard's log
 			Aggregated: c.aggregated,
 		})
@@ -474,12 +531,59 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 	removed := make(chan struct{})
 	var removedOnce sync.Once
+	joining := make(chan struct{}, 1)
 	host, err := replicate.Start(replicate.Config{
 		Config: replica.Config{ID: me, N: n, R: rc.Replicas, Timeout: rc.FailoverTimeout},
 		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
 		Apply: func(e replica.Entry) {
 			if c := copies[e.Shard]; c != nil {
 				c.applier.add(e)
+			}
+		},
+		Snapshot: func(s int) ([]byte, error) {
+			if c := copies[s]; c != nil {
+				c.drainApplier() // the snapshot is taken at the seq handed out last
+				return c.Server.EncodeCopy()
+			}
+			return nil, fmt.Errorf("ps %d holds no copy of shard %d", me, s)
+		},
+		Install: func(s int, b []byte) error {
+			if c := copies[s]; c != nil {
+				c.drainApplier() // nothing older lands on top of the copy
+				return c.Server.InstallCopy(b)
+			}
+			return fmt.Errorf("ps %d holds no copy of shard %d", me, s)
+		},
+		Reformed: func(r replica.Reform) { // every copy falls back to the newest checkpoint
+			before, after := int64(-1), int64(-1)
+			for _, s := range shards {
+				st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
+				before = max(before, st.GetGlobalStep())
+				incs[s].newEpoch(r.Epoch)
+				copies[s].drainApplier() // nothing of the old epoch lands on the restored state
+				ok, err := copies[s].RestoreLatest()
+				switch {
+				case err != nil:
+					cfg.Logf("ps %d: shard %d: restoring the newest checkpoint of %s: %v", me, s, cfg.CheckpointDir, err)
+				case !ok:
+					cfg.Logf("ps %d: shard %d: no checkpoint in %q to fall back to: the job cannot go on (run with --checkpoint_dir and --save_steps)", me, s, cfg.CheckpointDir)
+				default:
+					st, _ := copies[s].Server.Status(context.Background(), &pb.StatusRequest{})
+					after = st.GetGlobalStep()
+				}
+			}
+			if r.By == me {
+				for _, s := range r.Lost {
+					cfg.Logf("ps %d: every copy of shard %d lost (ps %s); falling back to the checkpoint of step %d; %d steps lost", me, s, andList(replica.Members(s, n, rc.Replicas)), after, max(0, before-after))
+				}
+			} else {
+				cfg.Logf("ps %d: the cluster re-formed (by ps %d) from the checkpoint of step %d (this ps was at step %d)", me, r.By, after, before)
+			}
+		},
+		Joining: func() { // on the host's loop: the work is done below
+			select {
+			case joining <- struct{}{}:
+			default:
 			}
 		},
 		TookOver: func(ss []int) {
@@ -507,16 +611,34 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	for _, c := range copies {
 		c.host = host
 	}
+	own, err := openReopenable(cfg.Cluster.Addr(), listen)
+	if err != nil {
+		return &ConfigError{Err: &server.ListenError{Addr: cfg.Cluster.Addr(), Err: err}}
+	}
+	defer own.Close()
 	go func() { // a removed ps stops serving for good
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-joining:
+				// Started again: the others know this ps as its old
+				// process. Its own shard has another primary now, so it
+				// refuses the workers at its address (their dialler then
+				// goes on to the copy that serves) until it serves it again.
+				cfg.Logf("ps %d: started again while the job runs: rejoining as a new copy of shards %v (they are copied from their primaries)", me, shards)
+				own.pause()
+				copies[me].dropConns()
 			case <-time.After(rc.FailoverTimeout / 4):
 			}
-			if removedFrom(host, me) {
+			if host.Stopped() {
 				removedOnce.Do(func() { close(removed) })
 				return
+			}
+			if own.paused() && host.Primary(me) == me && !host.Joining() {
+				if err := own.resume(); err != nil {
+					cfg.Logf("ps %d: listening again at %s for shard %d: %v", me, cfg.Cluster.Addr(), me, err)
+				}
 			}
 		}
 	}()
@@ -525,13 +647,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	errc := make(chan error, len(shards))
 	var gs []*grpc.Server
 	for _, s := range shards {
-		addr := cfg.Cluster.Addr()
+		var l net.Listener = own
 		if s != me {
-			addr = rc.copyAddr(me, s, n)
-		}
-		l, err := open(addr)
-		if err != nil {
-			return err
+			if l, err = open(rc.copyAddr(me, s, n)); err != nil {
+				return err
+			}
 		}
 		g := grpc.NewServer(server.GRPCOptions()...)
 		pb.RegisterParamServerServer(g, copies[s])
@@ -574,22 +694,103 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	}
 }
 
-// removedFrom reports whether this ps learned it was removed: it is no
-// longer the primary of its own shard while the ps it believes primary is
-// a later one.
-func removedFrom(h *replicate.Host, me int) bool {
-	p := h.Primary(me)
-	return p != me && p != -1
+// reopenable is a listener that can stop listening for a while (pause:
+// connections are refused) and listen again at the same address (resume),
+// while its Accept simply waits: the ps address of a ps that rejoins,
+// whose own shard is served by another copy meanwhile.
+type reopenable struct {
+	addr   string
+	listen func(string) (net.Listener, error)
+	conns  chan net.Conn
+	done   chan struct{}
+	once   sync.Once
+
+	mu  sync.Mutex
+	cur net.Listener
+	at  net.Addr
+}
+
+func openReopenable(addr string, listen func(string) (net.Listener, error)) (*reopenable, error) {
+	r := &reopenable{addr: addr, listen: listen, conns: make(chan net.Conn), done: make(chan struct{})}
+	return r, r.resume()
+}
+
+func (r *reopenable) resume() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		return nil
+	}
+	select {
+	case <-r.done:
+		return net.ErrClosed
+	default:
+	}
+	l, err := r.listen(r.addr)
+	if err != nil {
+		return err
+	}
+	r.cur, r.at = l, l.Addr()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case r.conns <- c:
+			case <-r.done:
+				c.Close()
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (r *reopenable) pause() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != nil {
+		r.cur.Close()
+		r.cur = nil
+	}
+}
+
+func (r *reopenable) paused() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur == nil
+}
+
+func (r *reopenable) Accept() (net.Conn, error) {
+	select {
+	case c := <-r.conns:
+		return c, nil
+	case <-r.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (r *reopenable) Close() error {
+	r.once.Do(func() { close(r.done) })
+	r.pause()
+	return nil
+}
+
+func (r *reopenable) Addr() net.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at
 }
 
 // waitPeers waits until every ps's replication address accepts a
-// connection, for at most --startup_timeout.
+// connection, for at most --startup_timeout. It checks the port only, with
+// a plain TCP connection that sends nothing: a handshake (--tls_dir) would
+// wait for the peer's replication to start, which waits for this check.
 func waitPeers(ctx context.Context, cfg Config, addrs []string) error {
-	dial := cfg.Dial
-	if dial == nil {
-		var d net.Dialer
-		dial = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
-	}
+	var d net.Dialer
+	dial := func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
 	deadline := time.Now().Add(cfg.StartupTimeout)
 	for i, a := range addrs {
 		for {
@@ -710,7 +911,8 @@ func shardLogf(logf func(string, ...any), s int) func(string, ...any) {
 func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func() (int64, error)) (int64, error) {
 	start := time.Now()
 	lastLog := time.Time{}
-	for err != nil && retryable(err) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
+	var restarted *client.RestartedError // a ps restored a checkpoint (the cluster re-formed): the usual recovery
+	for err != nil && retryable(err) && !errors.As(err, &restarted) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
 		if time.Since(lastLog) >= cfg.WaitLogEvery {
 			cfg.Logf("worker %d: at global step %d: %v; sending the step again while the shards fail over", cfg.Cluster.Task.Index, step, err)
 			lastLog = time.Now()

@@ -45,15 +45,24 @@ func TestReplicationCopies(t *testing.T) {
 }
 
 // Every copy of a shard gets the same incarnations, in the same order;
-// another shard gets others.
+// another shard gets others. After a re-formation every copy counts
+// afresh from the epoch, however many restores it made before.
 func TestReplicationIncarnations(t *testing.T) {
 	ps := []string{"a:1", "b:2"}
-	a, b, other := incarnations(ps, 0), incarnations(ps, 0), incarnations(ps, 1)
+	a, b, other := newIncarnations(ps, 0), newIncarnations(ps, 0), newIncarnations(ps, 1)
+	seen := map[uint64]bool{}
 	for range 3 {
-		x, y, z := a(), b(), other()
+		x, y, z := a.next(), b.next(), other.next()
 		if x != y || x == z || x == 0 {
 			t.Fatalf("incarnations %d, %d (same shard), %d (other shard)", x, y, z)
 		}
+		seen[x] = true
+	}
+	a.next() // a restored once more than b before the re-formation
+	a.newEpoch(1 << 8)
+	b.newEpoch(1 << 8)
+	if x, y := a.next(), b.next(); x != y || seen[x] {
+		t.Fatalf("after a re-formation: incarnations %d and %d, want one new id", x, y)
 	}
 }
 
