@@ -52,10 +52,12 @@ func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 		}
 		ls = append(ls, l)
 		addrs = append(addrs, l.Addr().String())
+		// Before any host starts: a started host applies entries
+		// (reading c.sums) while the next ones start.
+		c.sums = append(c.sums, map[int]int{})
 	}
 	for id := 0; id < n; id++ {
 		l := ls[id]
-		c.sums = append(c.sums, map[int]int{})
 		took := make(chan []int, 16)
 		c.took = append(c.took, took)
 		iso := new(atomic.Bool)
