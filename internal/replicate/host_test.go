@@ -67,12 +67,16 @@ func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 		}
 		ls = append(ls, l)
 		addrs = append(addrs, l.Addr().String())
+		// Before any host starts: a started host applies entries
+		// (reading c.sums) while the next ones start.
+		c.sums = append(c.sums, map[int]int{})
 	}
 	c.addrs = addrs
 	for id := 0; id < n; id++ {
-		c.sums = append(c.sums, map[int]int{})
 		c.took = append(c.took, make(chan []int, 16))
 		c.isolated = append(c.isolated, new(atomic.Bool))
+	}
+	for id := 0; id < n; id++ {
 		c.hosts = append(c.hosts, c.startHost(t, id, ls[id]))
 	}
 	t.Cleanup(func() {

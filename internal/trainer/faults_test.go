@@ -243,6 +243,84 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 	}
 }
 
+// A ps that restarts while the chief writes a checkpoint's manifest (its
+// shards written, the ps killed and back before the manifest is) found no
+// complete checkpoint at start and waits, uninitialised, for the chief.
+// The chief's recovery restores the checkpoint it completed meanwhile on
+// that ps and rolls the others back to it; it used to wait for a restore
+// only the chief could order until --recovery_timeout (seen as a hang of
+// cmd/paramserv's TestPSKilledAtCheckpoint/saving-sync). The hook restarts
+// the ps and waits for it to serve (it restores, or finds nothing to
+// restore, before it listens) before the manifest is written, every time.
+func TestPSRestartedBeforeTheManifest(t *testing.T) {
+	for _, syncMode := range []bool{true, false} {
+		t.Run(modeName(syncMode), func(t *testing.T) {
+			dir := t.TempDir()
+			res := filepath.Join(dir, "r.json")
+			cl := newTestCluster(t, 2, 2, Config{
+				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: syncMode,
+				TrainSteps: 300, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 1000,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: 30 * time.Second, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
+			})
+			var once sync.Once
+			struck := make(chan error, 1)
+			testHook = func(event string, step int64) {
+				if event != "manifest" || step != 0 {
+					return
+				}
+				once.Do(func() {
+					cl.kill(0)
+					cl.startPS(0)
+					struck <- waitListening(cl.spec.PS[0], time.Minute)
+				})
+			}
+			t.Cleanup(func() { testHook = func(string, int64) {} })
+			cl.startPS(0)
+			cl.startPS(1)
+			ctx := withDeadline(t, 2*time.Minute)
+			for w, err := range cl.runWorkers(ctx) {
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+				}
+			}
+			select {
+			case err := <-struck:
+				if err != nil {
+					t.Fatalf("ps 0 restarted at the manifest of step 0: %v", err)
+				}
+			default:
+				t.Fatal("the fault was never injected at the manifest of step 0")
+			}
+			if t.Failed() {
+				t.FailNow()
+			}
+			if cl.log.count("chief: ps [0] came up without state") == 0 {
+				t.Errorf("the chief never restored ps 0 from the checkpoint of step 0")
+			}
+			r := readResultFile(t, res)
+			if w, b := *r.Weight, *r.Bias; r.GlobalStep < 300 || math.Abs(w-2) > 0.1 || math.Abs(b-10) > 0.1 {
+				t.Fatalf("global step %d, weight %.4f, bias %.4f; want 300, 2±0.1, 10±0.1", r.GlobalStep, w, b)
+			}
+		})
+	}
+}
+
+// waitListening waits until addr accepts a connection.
+func waitListening(addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening after %s: %w", addr, limit, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // A ps whose workers never come says what it waits for every
 // --wait_log_every and gives up after --startup_timeout naming them.
 func TestPSGivesUpOnWorkersNeverSeen(t *testing.T) {

@@ -197,11 +197,21 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 		if cfg.CheckpointDir == "" {
 			return fmt.Errorf("ps %v restarted without its state and there is no checkpoint to restore it from: run with --checkpoint_dir (and --save_steps or --save_model_secs) to survive a ps failure", uninit)
 		}
-		return fmt.Errorf("%w: ps %v not initialised yet (restoring a checkpoint?)", client.ErrNotReady, uninit)
+		// A ps serves only once it has restored the newest complete
+		// checkpoint at start (RunPS), so one that answers uninitialised
+		// found none then. The chief may have completed one since: the
+		// ps restarted while the chief wrote its manifest. The ps then
+		// waits for the chief, which restores it there and rolls the
+		// others back to it.
+		m, _, err := checkpoint.Latest(vfs.OS, cfg.CheckpointDir)
+		if err != nil {
+			return fmt.Errorf("%w: ps %v not initialised, and no checkpoint to restore them from: %v", client.ErrNotReady, uninit, err)
+		}
+		target = max(target, m.Step)
 	}
 	var behind []int
 	for i, st := range statuses {
-		if st.RestoredStep != target {
+		if !st.Initialized || st.RestoredStep != target {
 			behind = append(behind, i)
 		}
 	}
@@ -218,8 +228,13 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 	if err := c.Restore(ctx, cfg.CheckpointDir, target, behind); err != nil {
 		return err
 	}
-	cfg.Logf("chief: ps %v restarted from the checkpoint of step %d while the cluster was at step %d: rolled ps %v back to it; %d steps lost",
-		restarted, target, lastStep, behind, max(0, lastStep-target))
+	if len(uninit) > 0 {
+		cfg.Logf("chief: ps %v came up without state (the checkpoint of step %d was completed after they started) while the cluster was at step %d: restored ps %v from it; %d steps lost",
+			uninit, target, lastStep, behind, max(0, lastStep-target))
+	} else {
+		cfg.Logf("chief: ps %v restarted from the checkpoint of step %d while the cluster was at step %d: rolled ps %v back to it; %d steps lost",
+			restarted, target, lastStep, behind, max(0, lastStep-target))
+	}
 	fresh, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -313,6 +328,7 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 			m.Kind, m.Parent, m.Base = checkpoint.KindDelta, parent, s.base
 		}
 	}
+	testHook("manifest", step)
 	if err := checkpoint.WriteManifest(s.fs, cfg.CheckpointDir, m); err != nil && !errors.Is(err, checkpoint.ErrExists) {
 		return fmt.Errorf("checkpoint of step %d: %w", step, err)
 	}

@@ -1056,7 +1056,8 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 
 // testHook is called at the moments a fault test strikes at: "init" just
 // before the chief's Init, "save" just before a checkpoint's shards are
-// written. It does nothing outside tests.
+// written, "manifest" just before its manifest is. It does nothing outside
+// tests.
 var testHook = func(event string, step int64) {}
 
 // finish is the chief's end: evaluate, log, write the result file.
