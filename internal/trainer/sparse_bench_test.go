@@ -125,5 +125,6 @@ func benchSparseVsStandalone(b *testing.B, data model.Config) {
 	b.ReportMetric(ps/sa, "ps/standalone")
 	b.ReportMetric(ms(stPS.compute, int(max(stPS.local, 1))), "ps-compute-ms/step")
 	b.ReportMetric(ms(stPS.comm, int(max(stPS.local, 1))), "ps-push-pull-ms/step")
+	b.ReportMetric(ms(stSA.compute, int(max(stSA.local, 1))), "standalone-compute-ms/step")
 	b.ReportMetric(ms(stSA.comm, int(max(stSA.local, 1))), "standalone-apply-ms/step")
 }
