@@ -46,7 +46,9 @@ func TestLocalPSReusesPulledKeys(t *testing.T) {
 		}
 		return rows[0].Values
 	}
-	got, want := pull(reuse, keys), pull(lookup, keys)
+	if got, want := pull(reuse, keys), pull(lookup, keys); !slices.Equal(got, want) {
+		t.Fatalf("first pull: %v, want %v", got, want)
+	}
 	const steps = 30
 	for step := range int64(steps) {
 		grads := make([]float32, 3*len(keys))
@@ -68,8 +70,7 @@ func TestLocalPSReusesPulledKeys(t *testing.T) {
 			}
 			return rows[0].Values
 		}
-		got, want = exchange(reuse, false), exchange(lookup, true)
-		if !slices.Equal(got, want) {
+		if got, want := exchange(reuse, false), exchange(lookup, true); !slices.Equal(got, want) {
 			t.Fatalf("step %d: rows after a push through the pulled key set\n%v\nwant (every key looked up)\n%v", step, got, want)
 		}
 		keys = next
