@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/shard"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -36,6 +38,13 @@ type localPS struct {
 	names  [][]byte // vars' names
 	tables map[string][]byte
 	push   shard.Push
+	// pulled holds, per table, the keys of its last pull with the rows
+	// they were found at: the next push of the same keys (sparseLoop
+	// pushes the gradients of the batch whose rows it pulled) reuses
+	// them, as a ps does with a worker's cached key set, instead of
+	// looking every key up again. reused counts such pushes.
+	pulled map[string]*sparse.KeySet
+	reused int
 }
 
 // newLocalPS builds and initialises a one-worker shard holding every
@@ -52,7 +61,7 @@ func newLocalPS(cfg Config, vars []model.Variable, tables []model.Table, init mo
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: 1, NumWorkers: 1,
 		MaxStaleness: cfg.MaxStaleness, SplitBytes: int64(cfg.SplitBytes),
 	}
-	p := &localPS{sh: sh, vars: vars, tables: map[string][]byte{}}
+	p := &localPS{sh: sh, vars: vars, tables: map[string][]byte{}, pulled: map[string]*sparse.KeySet{}}
 	values := make([][]float32, len(vars))
 	for i, v := range vars {
 		shape := make([]int64, len(v.Shape))
@@ -112,7 +121,12 @@ func (p *localPS) do(req *client.Request, call *client.Call) error {
 			}
 		}
 		for _, r := range req.SparseGrads {
-			push.Sparse = append(push.Sparse, shard.SparseGrad{Table: p.tableName(r.Table), Keys: r.Keys, Values: r.Values, Bad: shard.Unchecked})
+			g := shard.SparseGrad{Table: p.tableName(r.Table), Keys: r.Keys, Values: r.Values, Bad: shard.Unchecked}
+			if ks := p.pulled[r.Table]; ks != nil && slices.Equal(ks.Keys(), r.Keys) {
+				g.Keys, g.Set = nil, ks
+				p.reused++
+			}
+			push.Sparse = append(push.Sparse, g)
 		}
 		if err := p.sh.Check(push); err != nil {
 			return err
@@ -142,7 +156,15 @@ func (p *localPS) do(req *client.Request, call *client.Call) error {
 		}
 	}
 	for _, r := range req.SparseParams {
-		if err := p.sh.PullRows(p.tableName(r.Table), r.Keys, nil, false, r.Values); err != nil {
+		// A copy of the keys: the caller may reuse its slice before the
+		// push that names them again.
+		ks := p.pulled[r.Table]
+		if ks == nil {
+			ks = &sparse.KeySet{}
+			p.pulled[r.Table] = ks
+		}
+		ks.Reset(append(ks.Keys()[:0], r.Keys...))
+		if err := p.sh.PullRows(p.tableName(r.Table), nil, ks, false, r.Values); err != nil {
 			return err
 		}
 	}

@@ -872,7 +872,7 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 	if cfg.Sync {
 		minStep = step + 1
 	}
-	if err := waitCall(call, cfg, fmt.Sprintf("push of step %d and pull of step %d", step, minStep)); err != nil {
+	if err := waitCall(call, cfg, step, minStep); err != nil {
 		return step, fmt.Errorf("step %d: %w", step, err)
 	}
 	exchange := time.Since(t1)
@@ -1156,8 +1156,16 @@ func WriteJSON(path string, v any) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// waitCall waits for call, logging every WaitLogEvery what it waits for.
-func waitCall(call *client.Call, cfg Config, what string) error {
+// waitCall waits for call, the push of step and pull of minStep, logging
+// every WaitLogEvery that it waits.
+func waitCall(call *client.Call, cfg Config, step, minStep int64) error {
+	// Most calls have landed, or land before the first log is due: no
+	// ticker and no message for them (this runs every step).
+	select {
+	case <-call.Done:
+		return call.Err
+	default:
+	}
 	start := time.Now()
 	tick := time.NewTicker(cfg.WaitLogEvery)
 	defer tick.Stop()
@@ -1170,7 +1178,7 @@ func waitCall(call *client.Call, cfg Config, what string) error {
 			if cfg.Sync {
 				hint = " (synchronous: the step completes when enough workers have pushed)"
 			}
-			cfg.Logf("worker %d: %s has waited %s for the ps%s", cfg.Cluster.Task.Index, what, time.Since(start).Round(time.Second), hint)
+			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), hint)
 		}
 	}
 }
