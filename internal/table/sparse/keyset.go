@@ -135,6 +135,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(ks.keys), d, len(ks.keys)*d, len(grads))
 	}
 	t.clock = max(t.clock, step)
+	t.bump()
 	ks.setRows(t)
 	missing := t.resolve(ks, false)
 	touch := t.rel(t.clock)
@@ -174,6 +175,7 @@ func (t *Table) updateRow(r int, g []float32, touch uint32) {
 		p.touch[o] = touch
 	}
 	p.dirty[o>>6] |= 1 << (o & 63)
+	t.stamp(p, o, o+1)
 }
 
 // batchRows is how many values pushBatched updates with one Update call.
@@ -206,6 +208,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 					setAll(p.touch[o:o+hi-lo], touch)
 				}
 				markDirty(p.dirty, o, o+hi-lo)
+				t.stamp(p, o, o+hi-lo)
 				continue
 			}
 		}
@@ -274,6 +277,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 				p.touch[o] = touch
 			}
 			p.dirty[o>>6] |= 1 << (o & 63)
+			t.stamp(p, o, o+1)
 			n++
 		}
 	}

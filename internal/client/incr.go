@@ -1,0 +1,193 @@
+package client
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"github.com/paramserv/paramserv/internal/wire"
+)
+
+// Incremental pulls (Options.IncrementalPull, docs/WIRE.md): the worker
+// keeps, per ps and table, the rows it pulled and the version of the ps's
+// table they are of. A pull section names one version, the oldest among
+// the rows it holds of the section's keys, and marks the keys it holds no
+// row of; the ps answers the rows changed since that version and the
+// lacking ones, and the worker fills in the rest from what it keeps. Every
+// key of the section then holds the answer's version: a row the ps did not
+// send was unchanged up to it. The result is bit for bit a full pull's.
+
+// MaxHeldRows bounds the rows kept per table and ps; keys past it are
+// pulled in full every time.
+const MaxHeldRows = 1 << 22
+
+// rowStore is what the worker keeps of one ps's rows. mu is held for a
+// whole incremental round trip to the ps, so the rows change only with
+// whole answers.
+type rowStore struct {
+	mu     sync.Mutex
+	inc    uint64 // the ps's incarnation the versions are of; 0: none
+	tables map[string]*heldTable
+}
+
+// heldTable is the rows kept of one table: key at[k] has row vals[i*dim:]
+// of version ver[i].
+type heldTable struct {
+	dim  int
+	at   map[uint64]int32
+	ver  []uint64
+	vals []float32
+}
+
+func newRowStore() *rowStore { return &rowStore{tables: make(map[string]*heldTable)} }
+
+func (s *rowStore) table(name string, dim int) *heldTable {
+	t := s.tables[name]
+	if t == nil {
+		t = &heldTable{dim: dim, at: make(map[uint64]int32)}
+		s.tables[name] = t
+	}
+	return t
+}
+
+// incrScratch is a connection's per-request state of an incremental pull,
+// per pull section: the row each key holds (-1: none), the version named,
+// the lack bitmap, and the reply's bitmap and values.
+type incrScratch struct {
+	idx   [][]int32
+	since []uint64
+	lack  [][]uint64
+	sel   []uint64
+	vals  []float32
+}
+
+// ask fills the request's per-section state for ps i from s.
+func (x *incrScratch) ask(s *rowStore, cs *callState, i int, dims map[string]int) {
+	req := cs.req
+	n := len(req.SparseParams)
+	for len(x.idx) < n {
+		x.idx, x.lack = append(x.idx, nil), append(x.lack, nil)
+	}
+	x.since = x.since[:0]
+	for j, r := range req.SparseParams {
+		keys := cs.pull[j].keysOf(i)
+		t := s.table(r.Table, dims[r.Table])
+		idx := x.idx[j][:0]
+		lack := x.lack[j][:0]
+		lack = append(lack, make([]uint64, wire.BitmapWords(len(keys)))...)
+		since := uint64(0)
+		held := 0
+		for k, key := range keys {
+			at, ok := t.at[key]
+			if !ok || s.inc == 0 {
+				idx = append(idx, -1)
+				lack[k>>6] |= 1 << (k & 63)
+				continue
+			}
+			idx = append(idx, at)
+			if v := t.ver[at]; held == 0 || v < since {
+				since = v
+			}
+			held++
+		}
+		if held == 0 {
+			since = 0
+		}
+		x.idx[j], x.lack[j] = idx, lack
+		x.since = append(x.since, since)
+	}
+}
+
+// answer reads the reply's sparse sections (after its dense ones) into the
+// caller's rows and s. inc is the reply's incarnation.
+func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]int, inc uint64, body *wire.BodyReader) error {
+	req := cs.req
+	if inc != s.inc {
+		// Another ps (restarted or restored): what is kept is of no use,
+		// and the ps answered every row (the request named s.inc).
+		clear(s.tables)
+		s.inc = inc
+		for j := range req.SparseParams {
+			for k := range x.idx[j] {
+				x.idx[j][k] = -1
+			}
+		}
+	}
+	for j, r := range req.SparseParams {
+		e := cs.pull[j]
+		keys := e.keysOf(i)
+		nk := len(keys)
+		dim := dims[r.Table]
+		ver, err := body.Uint64("version")
+		if err != nil {
+			return err
+		}
+		cnt, err := body.Uint32("value count")
+		if err != nil {
+			return err
+		}
+		all := cnt == int64(nk*dim)
+		x.sel = x.sel[:0]
+		if !all {
+			if x.sel, err = body.Keys(x.sel, int64(wire.BitmapWords(nk)), "row bitmap"); err != nil {
+				return err
+			}
+			n := 0
+			for _, w := range x.sel {
+				n += bits.OnesCount64(w)
+			}
+			if int64(n*dim) != cnt {
+				return fmt.Errorf("table %q: the ps sent %d values for %d rows of dim %d", r.Table, cnt, n, dim)
+			}
+		}
+		if cap(x.vals) < int(cnt) {
+			x.vals = make([]float32, cnt)
+		}
+		vals := x.vals[:cnt]
+		if err := body.FloatsInto(vals, "rows"); err != nil {
+			return err
+		}
+		t := s.table(r.Table, dim)
+		idx := x.idx[j]
+		if !all {
+			for k := range nk {
+				if x.sel[k>>6]&(1<<(k&63)) == 0 && idx[k] < 0 {
+					return fmt.Errorf("table %q: the ps left out the row of key %d, which the worker does not hold", r.Table, keys[k])
+				}
+			}
+		}
+		w := 0
+		for k, key := range keys {
+			at := k
+			if e.perPS != nil {
+				at = int(e.pos[i][k])
+			}
+			dst := r.Values[at*dim : (at+1)*dim]
+			h := idx[k]
+			if all || x.sel[k>>6]&(1<<(k&63)) != 0 {
+				src := vals[w*dim : (w+1)*dim]
+				w++
+				copy(dst, src)
+				if h < 0 {
+					if len(t.ver) >= MaxHeldRows {
+						continue
+					}
+					if prev, ok := t.at[key]; ok {
+						h = prev // a key repeated in the section
+					} else {
+						h = int32(len(t.ver))
+						t.at[key] = h
+						t.ver = append(t.ver, 0)
+						t.vals = append(t.vals, src...)
+					}
+				}
+				copy(t.vals[int(h)*dim:(int(h)+1)*dim], src)
+				t.ver[h] = ver
+				continue
+			}
+			copy(dst, t.vals[int(h)*dim:(int(h)+1)*dim])
+			t.ver[h] = ver // unchanged up to the answer's version
+		}
+	}
+	return nil
+}

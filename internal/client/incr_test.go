@@ -1,0 +1,193 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// countConn counts the bytes a client reads.
+type countConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func countingDial(n *atomic.Int64) func(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return countConn{nc, n}, nil
+	}
+}
+
+// A worker pulling incrementally sees, after any sequence of pushes by
+// several workers (with admission and eviction on the table), bit for bit
+// what a full pull of the same keys reads at the same moment; and it reads
+// fewer bytes doing so.
+func TestIncrementalPullEqualsFullPull(t *testing.T) {
+	for _, numPS := range []int{1, 2} {
+		for _, dim := range []int{1, 3} {
+			t.Run(fmt.Sprintf("ps=%d/dim=%d", numPS, dim), func(t *testing.T) {
+				testIncrementalPull(t, numPS, dim, uint64(numPS*10+dim))
+			})
+		}
+	}
+}
+
+func testIncrementalPull(t *testing.T, numPS, dim int, seed uint64) {
+	const workers, keySpace = 3, 400
+	rounds := 300
+	if testing.Short() {
+		rounds = 120
+	}
+	addrs := startPS(t, numPS, workers)
+	vars := []model.Variable{{Name: "b", Shape: []int{2}}}
+	tables := []model.Table{
+		{Name: "emb", Dim: dim, Init: "normal", InitStddev: 0.1, Seed: 7, MinCount: 2, EvictAfterSteps: 20},
+		// sgd keeps no state: pushes to rows created together update
+		// them in place, in runs.
+		{Name: "plain", Dim: 2, Optimizer: &optim.Config{Name: "sgd", LearningRate: 0.1}},
+	}
+	ctx := context.Background()
+	var incrBytes, fullBytes atomic.Int64
+	newClient := func(worker int, incr bool, n *atomic.Int64) *Client {
+		opts := Options{Worker: worker, Tables: tables, IncrementalPull: incr}
+		if n != nil {
+			opts.Dial = countingDial(n)
+		}
+		c, err := New(addrs, vars, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.WaitReady(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	incr := newClient(0, true, &incrBytes)
+	if _, err := incr.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: optim.Config{Name: "adagrad", LearningRate: 0.1}, NumWorkers: workers}); err != nil {
+		t.Fatal(err)
+	}
+	full := newClient(1, false, &fullBytes)
+	other := newClient(2, false, nil)
+	pushers := []*Client{incr, full, other}
+
+	rng := rand.New(rand.NewPCG(seed, 99))
+	// Skewed keys: small ones far more often.
+	randKeys := func(n int) []uint64 {
+		seen := map[uint64]bool{}
+		var keys []uint64
+		for len(keys) < n {
+			k := uint64(rng.ExpFloat64() * keySpace / 6)
+			if k >= keySpace || seen[k] {
+				continue
+			}
+			seen[k] = true
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	grads := func(keys []uint64, d int) []float32 {
+		g := make([]float32, len(keys)*d)
+		for i := range g {
+			g[i] = float32(rng.NormFloat64())
+		}
+		return g
+	}
+	dims := map[string]int{"emb": dim, "plain": 2}
+	var lastKeys []uint64
+	step := int64(0)
+	compare := func(what string, keys []uint64, got []float32, table string) {
+		t.Helper()
+		want := make([]float32, len(got))
+		if _, err := full.PullRows(ctx, 0, table, keys, want); err != nil {
+			t.Fatalf("%s: full pull: %v", what, err)
+		}
+		for i := range got {
+			if got[i] != want[i] && !(got[i] != got[i] && want[i] != want[i]) {
+				k := keys[i/dims[table]]
+				t.Fatalf("%s: table %q key %d: incremental pull read %v, a full pull %v", what, table, k, got[i], want[i])
+			}
+		}
+	}
+	for round := range rounds {
+		// A few pushes by random workers to random keys.
+		for range 1 + rng.IntN(3) {
+			w := pushers[rng.IntN(len(pushers))]
+			keys := randKeys(1 + rng.IntN(30))
+			table := "emb"
+			if rng.IntN(4) == 0 {
+				table = "plain"
+			}
+			if _, _, err := w.PushRows(ctx, step, table, keys, grads(keys, dims[table])); err != nil {
+				t.Fatal(err)
+			}
+			step++
+		}
+		// An incremental pull: a fresh key set, or the last one again (a
+		// key set the ps keeps), or a push+pull of the same keys.
+		keys := randKeys(1 + rng.IntN(60))
+		if lastKeys != nil && rng.IntN(3) == 0 {
+			keys = lastKeys
+		}
+		lastKeys = keys
+		got := make([]float32, len(keys)*dim)
+		what := fmt.Sprintf("round %d", round)
+		switch rng.IntN(4) {
+		case 0:
+			call := incr.Do(ctx, &Request{Push: true, Pull: true, Step: step,
+				SparseGrads:  []Rows{{Table: "emb", Keys: keys, Values: grads(keys, dim)}},
+				SparseParams: []Rows{{Table: "emb", Keys: keys, Values: got}}})
+			if call.Err != nil {
+				t.Fatalf("%s: push+pull: %v", what, call.Err)
+			}
+			step++
+		case 1:
+			pg := make([]float32, len(keys)*2)
+			call := incr.Do(ctx, &Request{Push: true, Pull: true, Step: step,
+				SparseGrads:  []Rows{{Table: "plain", Keys: keys, Values: grads(keys, 2)}},
+				SparseParams: []Rows{{Table: "plain", Keys: keys, Values: pg}, {Table: "emb", Keys: keys, Values: got}}})
+			if call.Err != nil {
+				t.Fatalf("%s: push+pull: %v", what, call.Err)
+			}
+			step++
+			compare(what+" (table plain)", keys, pg, "plain")
+		default:
+			pk := slices.Clone(keys)
+			pg := make([]float32, len(pk)*2)
+			call := incr.Do(ctx, &Request{Pull: true, SparseParams: []Rows{
+				{Table: "emb", Keys: keys, Values: got},
+				{Table: "plain", Keys: pk, Values: pg},
+			}})
+			if call.Err != nil {
+				t.Fatalf("%s: pull: %v", what, call.Err)
+			}
+			compare(what+" (table plain)", pk, pg, "plain")
+		}
+		compare(what, keys, got, "emb")
+	}
+	// The full client also pulled everything the incremental one did (and
+	// pushed as much), so it read at least as much; the incremental one
+	// must have read clearly less.
+	t.Logf("bytes read: incremental %d, full %d", incrBytes.Load(), fullBytes.Load())
+	if incrBytes.Load()*10 > fullBytes.Load()*9 {
+		t.Errorf("the incremental worker read %d bytes, the full one %d: want at most 90%%", incrBytes.Load(), fullBytes.Load())
+	}
+}
