@@ -52,8 +52,8 @@ type connPool struct {
 	// with IncrementalPull until the ps refuses it, then DataVersion.
 	version atomic.Int32
 	mu      sync.Mutex // guards idle and shut
-	idle []*dataConn
-	shut bool
+	idle    []*dataConn
+	shut    bool
 }
 
 // maxIdle is the most idle connections kept per ps: more than the calls a
