@@ -101,6 +101,9 @@ type Config struct {
 	Overlap Overlap
 	// Replication replicates each shard on several ps (--replicas).
 	Replication Replication
+	// IncrementalPull makes a worker's sparse pulls incremental
+	// (client.Options.IncrementalPull, --incremental_pull).
+	IncrementalPull bool
 
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
@@ -429,7 +432,8 @@ func runWorker(ctx context.Context, cfg Config) error {
 		Dial:       cfg.Dial,
 		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
 		// Replicated shards fail over by gRPC to the next copy.
-		GRPCOnly: cfg.Replication.Enabled(),
+		GRPCOnly:        cfg.Replication.Enabled(),
+		IncrementalPull: cfg.IncrementalPull,
 	})
 	if err != nil {
 		return err
