@@ -511,10 +511,12 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 	incr := pull && d.incr && dp.held != nil && len(req.SparseParams) > 0
 	var held *rowStore
 	if incr {
+		held = dp.held[i]
 		// One incremental pull of this ps at a time: the rows it keeps
 		// change only with whole answers.
-		held = dp.held[i]
-		held.mu.Lock()
+		incr = held.want()
+	}
+	if incr {
 		defer held.mu.Unlock()
 		d.inc.ask(held, cs, i, c.tableDim)
 	}

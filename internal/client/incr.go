@@ -28,6 +28,55 @@ type rowStore struct {
 	mu     sync.Mutex
 	inc    uint64 // the ps's incarnation the versions are of; 0: none
 	tables map[string]*heldTable
+
+	// When nearly every row asked for comes anyway (a worker pushes every
+	// row it pulls, and most optimizers change every row they update),
+	// asking costs and saves nothing: after a window of pulls that sent
+	// at least wastedShare of the rows, the next skip pulls are full ones,
+	// skip doubling (up to maxSkip) while that lasts.
+	asked, sent, pulls int
+	skip, backoff      int
+}
+
+// The adaptive switch: windows of incrWindow pulls; a window that sent
+// at least wastedNum/wastedDen of the rows asked for turns incremental
+// pulls off for the next backoff pulls (8, doubling up to maxSkip).
+// alwaysIncremental turns the switch off (tests).
+var alwaysIncremental = false
+
+const (
+	incrWindow           = 8
+	wastedNum, wastedDen = 9, 10
+	maxSkip              = 256
+)
+
+// want reports whether the next pull of this ps is to be incremental; if
+// so the store is locked, to be unlocked by the caller once it is over.
+func (s *rowStore) want() bool {
+	s.mu.Lock()
+	if s.skip > 0 {
+		s.skip--
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// tally counts an answered pull's rows.
+func (s *rowStore) tally(asked, sent int) {
+	s.asked += asked
+	s.sent += sent
+	s.pulls++
+	if s.pulls < incrWindow {
+		return
+	}
+	if s.sent*wastedDen >= s.asked*wastedNum && !alwaysIncremental {
+		s.backoff = min(max(2*s.backoff, incrWindow), maxSkip)
+		s.skip = s.backoff
+	} else {
+		s.backoff = 0
+	}
+	s.asked, s.sent, s.pulls = 0, 0, 0
 }
 
 // heldTable is the rows kept of one table: key at[k] has row vals[i*dim:]
@@ -113,11 +162,13 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 			}
 		}
 	}
+	asked, sent := 0, 0
 	for j, r := range req.SparseParams {
 		e := cs.pull[j]
 		keys := e.keysOf(i)
 		nk := len(keys)
 		dim := dims[r.Table]
+		asked += nk
 		ver, err := body.Uint64("version")
 		if err != nil {
 			return err
@@ -127,6 +178,7 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 			return err
 		}
 		all := cnt == int64(nk*dim)
+		sent += int(cnt) / max(1, dim)
 		x.sel = x.sel[:0]
 		if !all {
 			if x.sel, err = body.Keys(x.sel, int64(wire.BitmapWords(nk)), "row bitmap"); err != nil {
@@ -149,6 +201,7 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 		}
 		t := s.table(r.Table, dim)
 		idx := x.idx[j]
+		}
 		if !all {
 			for k := range nk {
 				if x.sel[k>>6]&(1<<(k&63)) == 0 && idx[k] < 0 {
@@ -189,5 +242,7 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 			t.ver[h] = ver // unchanged up to the answer's version
 		}
 	}
+	s.tally(asked, sent)
 	return nil
 }
+

@@ -51,6 +51,8 @@ func TestIncrementalPullEqualsFullPull(t *testing.T) {
 }
 
 func testIncrementalPull(t *testing.T, numPS, dim int, seed uint64) {
+	alwaysIncremental = true
+	t.Cleanup(func() { alwaysIncremental = false })
 	const workers, keySpace = 3, 400
 	rounds := 300
 	if testing.Short() {
@@ -82,7 +84,13 @@ func testIncrementalPull(t *testing.T, numPS, dim int, seed uint64) {
 		return c
 	}
 	incr := newClient(0, true, &incrBytes)
-	if _, err := incr.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: optim.Config{Name: "adagrad", LearningRate: 0.1}, NumWorkers: workers}); err != nil {
+	// FTRL with a strong L1 keeps many weights at 0 while their state
+	// changes: rows updated but not changed.
+	opt := optim.Config{Name: "adagrad", LearningRate: 0.1}
+	if dim == 1 {
+		opt = optim.Config{Name: "ftrl", LearningRate: 0.1, L1: 2}
+	}
+	if _, err := incr.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: opt, NumWorkers: workers}); err != nil {
 		t.Fatal(err)
 	}
 	full := newClient(1, false, &fullBytes)
@@ -189,5 +197,47 @@ func testIncrementalPull(t *testing.T, numPS, dim int, seed uint64) {
 	t.Logf("bytes read: incremental %d, full %d", incrBytes.Load(), fullBytes.Load())
 	if incrBytes.Load()*10 > fullBytes.Load()*9 {
 		t.Errorf("the incremental worker read %d bytes, the full one %d: want at most 90%%", incrBytes.Load(), fullBytes.Load())
+	}
+}
+
+// A worker whose pulls send nearly every row anyway stops asking for a
+// while, longer each time, and asks again once a window saves.
+func TestIncrementalPullBacksOff(t *testing.T) {
+	s := newRowStore()
+	wasted := func() {
+		for range incrWindow {
+			if !s.want() {
+				t.Fatal("want false inside a window")
+			}
+			s.tally(100, 95)
+			s.mu.Unlock()
+		}
+	}
+	fulls := func() int {
+		n := 0
+		for !s.want() {
+			n++
+		}
+		s.mu.Unlock()
+		return n
+	}
+	wasted()
+	if n := fulls(); n != incrWindow {
+		t.Errorf("after one wasted window: %d full pulls, want %d", n, incrWindow)
+	}
+	wasted()
+	if n := fulls(); n != 2*incrWindow {
+		t.Errorf("after two wasted windows: %d full pulls, want %d", n, 2*incrWindow)
+	}
+	for range incrWindow {
+		if !s.want() {
+			t.Fatal("want false inside a window")
+		}
+		s.tally(100, 50)
+		s.mu.Unlock()
+	}
+	wasted()
+	if n := fulls(); n != incrWindow {
+		t.Errorf("after a saving window and a wasted one: %d full pulls, want %d", n, incrWindow)
 	}
 }

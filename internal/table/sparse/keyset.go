@@ -170,12 +170,19 @@ func (t *Table) updateRow(r int, g []float32, touch uint32) {
 		}
 		n = int64(c)
 	}
+	var old []float32
+	if p.ver != nil {
+		old = append(t.oldVal[:0], row[:d]...)
+		t.oldVal = old
+	}
 	t.rule.Update(row[:d:d], g, t.views, n)
 	if p.touch != nil {
 		p.touch[o] = touch
 	}
 	p.dirty[o>>6] |= 1 << (o & 63)
-	t.stamp(p, o, o+1)
+	if p.ver != nil && !sameBits(old, row[:d]) {
+		p.ver[o] = t.mod
+	}
 }
 
 // batchRows is how many values pushBatched updates with one Update call.
@@ -262,6 +269,9 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 			}
 			o := r & t.pageMask
 			row := p.data[o*stride:][:stride:stride]
+			if p.ver != nil && !sameBits(row[:d], val[n*d:(n+1)*d]) {
+				p.ver[o] = t.mod
+			}
 			if d == 1 {
 				row[0] = val[n]
 				for s := range slots {
@@ -277,7 +287,6 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 				p.touch[o] = touch
 			}
 			p.dirty[o>>6] |= 1 << (o & 63)
-			t.stamp(p, o, o+1)
 			n++
 		}
 	}

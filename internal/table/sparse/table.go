@@ -197,6 +197,7 @@ type Table struct {
 	// once versions are on; freeVer is mod when a row was last freed, floor
 	// mod at the last Import.
 	versions     bool
+	oldVal       []float32 // scratch: a row's value before an update
 	mod, freeVer uint64
 	floor        uint64
 }
@@ -466,7 +467,12 @@ func (t *Table) allocRow(key uint64) int {
 	p.keys[o] = key
 	p.live[o>>6] |= 1 << (o & 63)
 	p.dirty[o>>6] |= 1 << (o & 63)
-	t.stamp(p, o, o+1)
+	if p.ver != nil {
+		// A new row holds the key's initial value, which the key read
+		// before it had a row: unchanged since the last time a key could
+		// have lost a trained value (versions.go).
+		p.ver[o] = t.freeVer
+	}
 	return r
 }
 

@@ -1,6 +1,9 @@
 package sparse
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Row versions, for incremental pulls (a worker that keeps the rows it
 // pulled asks only for those changed since). They are a different thing
@@ -16,7 +19,12 @@ import "fmt"
 //   - it has a row whose stamp is at most v, and no Import came after v; or
 //   - it has no row, and no row was freed (Evict) and no Import came after
 //     v (a key with no row reads as its initial value, a pure function of
-//     the key; a row created by Pull holds that same value).
+//     the key; a row created by Pull or Push holds that same value until
+//     updated, so it is stamped with the version of the last freeing).
+//
+// Only the value counts: an update that changes a row's optimizer state
+// but leaves its value bit for bit as it was (FTRL keeps a weight at 0
+// while |z| is under its L1 strength) does not stamp it.
 //
 // ChangedSince answers that question for the keys of a KeySet. The cost is
 // 8 bytes per row, allocated only once versions are enabled.
@@ -49,11 +57,21 @@ func (t *Table) bump() {
 	}
 }
 
-// stamp records that row o of p changed at the current version.
+// stamp records that rows lo..hi of p changed at the current version.
 func (t *Table) stamp(p *page, lo, hi int) {
 	if p.ver != nil {
 		setAll(p.ver[lo:hi], t.mod)
 	}
+}
+
+// sameBits reports whether a and b hold the same float32 bits.
+func sameBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // ChangedSince sets, in sel (a bitmap of ks.Len() bits, cleared first), the
