@@ -201,7 +201,6 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 		}
 		t := s.table(r.Table, dim)
 		idx := x.idx[j]
-		}
 		if !all {
 			for k := range nk {
 				if x.sel[k>>6]&(1<<(k&63)) == 0 && idx[k] < 0 {
@@ -245,4 +244,3 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 	s.tally(asked, sent)
 	return nil
 }
-
