@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // countConn counts the bytes a client reads.
@@ -239,5 +241,92 @@ func TestIncrementalPullBacksOff(t *testing.T) {
 	wasted()
 	if n := fulls(); n != incrWindow {
 		t.Errorf("after a saving window and a wasted one: %d full pulls, want %d", n, incrWindow)
+	}
+}
+
+// oldPSDial dials the ps through a stand-in for an older ps, which
+// refuses data path version 2 as one would (a hello with status 1, then
+// the connection closes), and counts the refusals.
+func oldPSDial(refused *atomic.Int64) func(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		real, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		mine, theirs := net.Pipe()
+		go func() {
+			defer real.Close()
+			defer theirs.Close()
+			var head [4]byte
+			if _, err := io.ReadFull(theirs, head[:]); err != nil {
+				return
+			}
+			if string(head[:]) == wire.DataMagic {
+				pre := make([]byte, wire.PrefaceLen)
+				copy(pre, head[:])
+				if _, err := io.ReadFull(theirs, pre[4:]); err != nil {
+					return
+				}
+				if v, _ := wire.CheckPreface(pre); v != wire.DataVersion {
+					refused.Add(1)
+					var h [wire.HelloLen]byte
+					wire.Hello{Version: wire.DataVersion, Status: wire.HelloBadVersion}.Put(h[:])
+					_, _ = theirs.Write(h[:])
+					return
+				}
+				head = [4]byte{}
+				if _, err := real.Write(pre); err != nil {
+					return
+				}
+			} else if _, err := real.Write(head[:]); err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(theirs, real); theirs.Close() }()
+			_, _ = io.Copy(real, theirs)
+		}()
+		return mine, nil
+	}
+}
+
+// A ps that does not speak incremental pulls refuses the version; the
+// worker dials again and pulls in full, with the same values.
+func TestIncrementalPullFromOlderPS(t *testing.T) {
+	addrs := startPS(t, 1, 1)
+	vars := []model.Variable{{Name: "b", Shape: []int{1}}}
+	tables := []model.Table{{Name: "emb", Dim: 2}}
+	var refused atomic.Int64
+	c, err := New(addrs, vars, Options{Tables: tables, IncrementalPull: true, Dial: oldPSDial(&refused)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.WaitReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{1, 2, 3}
+	for step := range int64(3) {
+		if _, _, err := c.PushRows(ctx, step, "emb", keys, []float32{1, 1, 1, 1, 1, 1}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 6)
+		if _, err := c.PullRows(ctx, 0, "emb", keys, got); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range got {
+			if v != -float32(step+1) {
+				t.Fatalf("step %d: pulled %v, want every value %v", step, got, -float32(step+1))
+			}
+		}
+	}
+	if refused.Load() != 1 {
+		t.Errorf("the older ps refused version 2 %d times, want once (the client then asks for version 1)", refused.Load())
+	}
+	if c.dp.off.Load() {
+		t.Error("the client turned the data path off")
 	}
 }
