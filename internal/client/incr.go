@@ -224,14 +224,12 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 					if len(t.ver) >= MaxHeldRows {
 						continue
 					}
-					if prev, ok := t.at[key]; ok {
-						h = prev // a key repeated in the section
-					} else {
-						h = int32(len(t.ver))
-						t.at[key] = h
-						t.ver = append(t.ver, 0)
-						t.vals = append(t.vals, src...)
-					}
+					// (A key repeated in the section gets a row each
+					// time; the map names the last.)
+					h = int32(len(t.ver))
+					t.at[key] = h
+					t.ver = append(t.ver, 0)
+					t.vals = append(t.vals, src...)
 				}
 				copy(t.vals[int(h)*dim:(int(h)+1)*dim], src)
 				t.ver[h] = ver
