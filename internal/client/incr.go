@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 
+	"github.com/paramserv/paramserv/internal/mix"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -79,13 +80,66 @@ func (s *rowStore) tally(asked, sent int) {
 	s.asked, s.sent, s.pulls = 0, 0, 0
 }
 
-// heldTable is the rows kept of one table: key at[k] has row vals[i*dim:]
-// of version ver[i].
+// heldTable is the rows kept of one table: row i, of key find(k) == i,
+// is vals[i*dim:(i+1)*dim], of version ver[i]. The index is open
+// addressing with linear probing, at most half full (a Go map cost twice
+// as much here: a pull looks up every key).
 type heldTable struct {
-	dim  int
-	at   map[uint64]int32
-	ver  []uint64
-	vals []float32
+	dim   int
+	index []heldSlot // power-of-two length
+	ver   []uint64
+	vals  []float32
+}
+
+// heldSlot is an index entry: key, and 1 + its row (0: empty).
+type heldSlot struct {
+	key uint64
+	row int32
+}
+
+// find returns the row of key, or -1.
+func (t *heldTable) find(key uint64) int32 {
+	if len(t.index) == 0 {
+		return -1
+	}
+	mask := uint64(len(t.index) - 1)
+	for p := mix.Murmur3(key) & mask; ; p = (p + 1) & mask {
+		sl := &t.index[p]
+		if sl.row == 0 {
+			return -1
+		}
+		if sl.key == key {
+			return sl.row - 1
+		}
+	}
+}
+
+// add gives key a new row holding vals and returns it (key must not have
+// one).
+func (t *heldTable) add(key uint64, vals []float32) int32 {
+	r := int32(len(t.ver))
+	t.ver = append(t.ver, 0)
+	t.vals = append(t.vals, vals...)
+	if 2*len(t.ver) > len(t.index) {
+		old := t.index
+		t.index = make([]heldSlot, max(1024, 2*len(old)))
+		for _, sl := range old {
+			if sl.row != 0 {
+				t.put(sl)
+			}
+		}
+	}
+	t.put(heldSlot{key: key, row: r + 1})
+	return r
+}
+
+func (t *heldTable) put(sl heldSlot) {
+	mask := uint64(len(t.index) - 1)
+	p := mix.Murmur3(sl.key) & mask
+	for t.index[p].row != 0 && t.index[p].key != sl.key {
+		p = (p + 1) & mask
+	}
+	t.index[p] = sl
 }
 
 func newRowStore() *rowStore { return &rowStore{tables: make(map[string]*heldTable)} }
@@ -93,7 +147,7 @@ func newRowStore() *rowStore { return &rowStore{tables: make(map[string]*heldTab
 func (s *rowStore) table(name string, dim int) *heldTable {
 	t := s.tables[name]
 	if t == nil {
-		t = &heldTable{dim: dim, at: make(map[uint64]int32)}
+		t = &heldTable{dim: dim}
 		s.tables[name] = t
 	}
 	return t
@@ -127,8 +181,8 @@ func (x *incrScratch) ask(s *rowStore, cs *callState, i int, dims map[string]int
 		since := uint64(0)
 		held := 0
 		for k, key := range keys {
-			at, ok := t.at[key]
-			if !ok || s.inc == 0 {
+			at := t.find(key)
+			if at < 0 || s.inc == 0 {
 				idx = append(idx, -1)
 				lack[k>>6] |= 1 << (k & 63)
 				continue
@@ -224,12 +278,9 @@ func (x *incrScratch) answer(s *rowStore, cs *callState, i int, dims map[string]
 					if len(t.ver) >= MaxHeldRows {
 						continue
 					}
-					// (A key repeated in the section gets a row each
-					// time; the map names the last.)
-					h = int32(len(t.ver))
-					t.at[key] = h
-					t.ver = append(t.ver, 0)
-					t.vals = append(t.vals, src...)
+					if h = t.find(key); h < 0 { // not a key repeated in the section
+						h = t.add(key, src)
+					}
 				}
 				copy(t.vals[int(h)*dim:(int(h)+1)*dim], src)
 				t.ver[h] = ver

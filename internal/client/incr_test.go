@@ -330,3 +330,26 @@ func TestIncrementalPullFromOlderPS(t *testing.T) {
 		t.Error("the client turned the data path off")
 	}
 }
+
+// The worker's index of the rows it keeps finds every key added, through
+// its growth, and no other.
+func TestHeldTableIndex(t *testing.T) {
+	var h heldTable
+	h.dim = 1
+	const n = 5000
+	for i := range uint64(n) {
+		key := i * 0x9e3779b97f4a7c15 // spread, and one is 0
+		if r := h.add(key, []float32{float32(i)}); r != int32(i) {
+			t.Fatalf("key %d got row %d, want %d", key, r, i)
+		}
+	}
+	for i := range uint64(n) {
+		key := i * 0x9e3779b97f4a7c15
+		if r := h.find(key); r != int32(i) || h.vals[r] != float32(i) {
+			t.Fatalf("key %d: row %d, want %d", key, r, i)
+		}
+		if r := h.find(key + 1); r >= 0 {
+			t.Fatalf("key %d, never added, found at row %d", key+1, r)
+		}
+	}
+}
