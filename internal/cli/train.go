@@ -60,6 +60,7 @@ type trainFlags struct {
 	rep                                      *replicaFlags
 	validation                               *validationFlags
 	ckptIncr                                 *ckptIncrFlags
+	incrPull                                 *incrPullFlags
 }
 
 // ignoredTFFlags are flags of TensorFlow's PS examples that mean nothing
@@ -125,6 +126,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
 	f.ckptIncr = defineCkptIncrFlags(fs)
+	f.incrPull = defineIncrPullFlags(fs)
 	return f
 }
 
@@ -223,6 +225,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
+	f.incrPull.apply(&cfg)
 	if err := f.validation.apply(&cfg, f.model); err != nil {
 		return cfg, err
 	}

@@ -41,15 +41,19 @@ type dataPath struct {
 	off  atomic.Bool
 	ps   []*connPool
 	keys keyCache
+	held []*rowStore // per ps, the rows kept for incremental pulls; nil without IncrementalPull
 }
 
 // connPool holds the idle data connections to one ps.
 type connPool struct {
 	addr string
 	dial func(ctx context.Context, addr string) (net.Conn, error) // tests: nil dials TCP
-	mu   sync.Mutex                                               // guards idle and shut
-	idle []*dataConn
-	shut bool
+	// version is the data path version asked for: DataVersionIncremental
+	// with IncrementalPull until the ps refuses it, then DataVersion.
+	version atomic.Int32
+	mu      sync.Mutex // guards idle and shut
+	idle    []*dataConn
+	shut    bool
 }
 
 // maxIdle is the most idle connections kept per ps: more than the calls a
@@ -74,6 +78,8 @@ type dataConn struct {
 	used    [wire.CacheSlots]uint64
 	clock   uint64
 	scratch []float32 // rows gathered for or scattered from this ps
+	incr    bool      // the ps speaks incremental pulls on this connection
+	inc     incrScratch
 }
 
 // helloTimeout bounds the wait for a ps's answer to the preface; a ps that
@@ -86,7 +92,13 @@ var errNoDataPath = errors.New("the ps does not speak the data path")
 func newDataPath(c *Client) *dataPath {
 	dp := &dataPath{c: c}
 	for _, a := range c.addrs {
-		dp.ps = append(dp.ps, &connPool{addr: a, dial: c.opts.Dial})
+		p := &connPool{addr: a, dial: c.opts.Dial}
+		p.version.Store(wire.DataVersion)
+		if c.opts.IncrementalPull {
+			p.version.Store(wire.DataVersionIncremental)
+			dp.held = append(dp.held, newRowStore())
+		}
+		dp.ps = append(dp.ps, p)
 	}
 	return dp
 }
@@ -112,8 +124,18 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 		return d, nil
 	}
 	p.mu.Unlock()
-	return dial(ctx, p.addr, p.dial)
+	v := int(p.version.Load())
+	d, err := dial(ctx, p.addr, p.dial, v)
+	if errors.Is(err, errVersion) && v != wire.DataVersion {
+		// An older ps: full pulls from now on.
+		p.version.Store(wire.DataVersion)
+		return dial(ctx, p.addr, p.dial, wire.DataVersion)
+	}
+	return d, err
 }
+
+// errVersion: the ps refused the data path version asked for.
+var errVersion = errors.New("version not spoken")
 
 // put gives back a connection that is ready for the next request.
 func (p *connPool) put(d *dataConn) {
@@ -126,7 +148,7 @@ func (p *connPool) put(d *dataConn) {
 	p.idle = append(p.idle, d)
 }
 
-func dial(ctx context.Context, addr string, with func(context.Context, string) (net.Conn, error)) (*dataConn, error) {
+func dial(ctx context.Context, addr string, with func(context.Context, string) (net.Conn, error), version int) (*dataConn, error) {
 	if with == nil {
 		var dl net.Dialer
 		with = func(ctx context.Context, addr string) (net.Conn, error) { return dl.DialContext(ctx, "tcp", addr) }
@@ -141,7 +163,7 @@ func dial(ctx context.Context, addr string, with func(context.Context, string) (
 	}
 	_ = nc.SetDeadline(deadline)
 	d := &dataConn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), deadline: true}
-	if _, err := nc.Write(wire.Preface()); err != nil {
+	if _, err := nc.Write(wire.PrefaceVersion(version)); err != nil {
 		nc.Close()
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
@@ -154,13 +176,18 @@ func dial(ctx context.Context, addr string, with func(context.Context, string) (
 		return nil, fmt.Errorf("%w (no answer to its preface: %v)", errNoDataPath, err)
 	}
 	h, err := wire.ParseHello(hb[:])
-	if err == nil && (h.Status != wire.HelloOK || h.Version != wire.DataVersion || h.Slots < wire.CacheSlots || h.MaxCachedKeys < wire.MaxCachedKeys) {
+	if err == nil && h.Status == wire.HelloBadVersion && version != wire.DataVersion {
+		nc.Close()
+		return nil, errVersion
+	}
+	if err == nil && (h.Status != wire.HelloOK || h.Version != version || h.Slots < wire.CacheSlots || h.MaxCachedKeys < wire.MaxCachedKeys) {
 		err = fmt.Errorf("it answered version %d, status %d, %d key slots of %d keys", h.Version, h.Status, h.Slots, h.MaxCachedKeys)
 	}
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", errNoDataPath, err)
 	}
+	d.incr = version == wire.DataVersionIncremental
 	return d, nil
 }
 
@@ -481,19 +508,34 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			f.SparsePush(r.Table, mode, arg, len(keys), keys, vals)
 		}
 	}
+	incr := pull && d.incr && dp.held != nil && len(req.SparseParams) > 0
+	var held *rowStore
+	if incr {
+		held = dp.held[i]
+		// One incremental pull of this ps at a time: the rows it keeps
+		// change only with whole answers.
+		incr = held.want()
+	}
+	if incr {
+		defer held.mu.Unlock()
+		d.inc.ask(held, cs, i, c.tableDim)
+	}
 	if pull {
 		for j, r := range req.SparseParams {
 			e := cs.pull[j]
 			keys := e.keysOf(i)
-			if push && cs.asPush[j] >= 0 {
-				f.SparsePull(r.Table, wire.KeysAsPush, cs.asPush[j], len(keys), nil)
-				continue
+			mode, arg := wire.KeysAsPush, cs.asPush[j]
+			if !push || arg < 0 {
+				mode, arg = slotFor(e)
 			}
-			mode, arg := slotFor(e)
-			f.SparsePull(r.Table, mode, arg, len(keys), keys)
+			if incr {
+				f.SparsePullIncr(r.Table, mode, arg, len(keys), keys, held.inc, d.inc.since[j], d.inc.lack[j])
+			} else {
+				f.SparsePull(r.Table, mode, arg, len(keys), keys)
+			}
 		}
 	}
-	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
+	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
 
 	if err := d.setDeadline(ctx); err != nil {
 		return 0, false, err
@@ -567,7 +609,15 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			return 0, false, err
 		}
 	}
+	if incr {
+		if err := d.inc.answer(held, cs, i, c.tableDim, h.Incarnation, body); err != nil {
+			return 0, false, err
+		}
+	}
 	for j, r := range req.SparseParams {
+		if incr {
+			break
+		}
 		e := cs.pull[j]
 		dim := c.tableDim[r.Table]
 		cnt, err := body.Uint32("value count")

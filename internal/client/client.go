@@ -55,6 +55,14 @@ type Options struct {
 	// cache slot: to compare with systems that cache no keys (bench
 	// --key_cache=false).
 	NoKeyCache bool
+	// IncrementalPull keeps the sparse rows the worker pulled, with the
+	// version of the ps's table they are of, and asks each pull only for
+	// the rows changed since and those it does not hold (docs/WIRE.md,
+	// incremental pulls): the answer is bit for bit that of a full pull,
+	// with fewer bytes. Sparse tables only, on the data path only (a ps
+	// that does not speak it gets full pulls). It costs the worker memory
+	// for the rows it keeps (at most MaxHeldRows per table and ps).
+	IncrementalPull bool
 	// Dial, if set, makes the connections to the ps (gRPC's and the data
 	// path's) instead of TCP: the transport seam, through which tests run
 	// whole clusters over an in-memory network (package memnet).

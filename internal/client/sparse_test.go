@@ -13,7 +13,7 @@ import (
 )
 
 // startPS starts n ps on loopback in this process and returns their addresses.
-func startPS(t *testing.T, n, workers int) []string {
+func startPS(t testing.TB, n, workers int) []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -52,6 +52,7 @@ type dataConn struct {
 	stream   *shard.Stream // the hooks of a pipelined push, once needed
 	segs     [][]byte      // the pipelined reply's frame segments
 	cur      int           // the variable being updated
+	sel      []uint64      // incremental pulls: the bitmaps of the rows sent (incr_pull.go)
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -88,8 +89,11 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	version, err := wire.CheckPreface(pre[:])
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
-	if err != nil || version != wire.DataVersion {
+	switch {
+	case err != nil || (version != wire.DataVersion && version != wire.DataVersionIncremental):
 		h.Status = wire.HelloBadVersion
+	default:
+		h.Version = version
 	}
 	h.Put(hello[:])
 	if _, err := conn.Write(hello[:]); err != nil || h.Status != wire.HelloOK {
@@ -362,20 +366,35 @@ func (s *Server) dataPull(dc *dataConn, dropped bool, start time.Time) error {
 			dense += 4 * len(l.Values())
 		}
 	}
+	if r.Incremental {
+		dc.sizeSel()
+	}
+	sent := 0
 	for i := range r.SparsePull {
 		sec := &r.SparsePull[i]
 		l := dc.pullSets[i]
 		dim, _ := s.shard.TableDim(sec.Table)
 		dst := buf[off : off+l.set.Len()*dim]
-		if err := s.shard.PullRows(sec.Table, nil, l.set, l.slot != nil && l.slot.owned, dst); err != nil {
-			return err
+		owned := l.slot != nil && l.slot.owned
+		if r.Incremental {
+			n, err := s.pullIncr(dc, i, dim, owned, dst)
+			if err != nil {
+				return err
+			}
+			sent += n
+		} else {
+			if err := s.shard.PullRows(sec.Table, nil, l.set, owned, dst); err != nil {
+				return err
+			}
+			dc.reply.SparseValues(dst)
+			sent += len(dst)
 		}
 		if l.slot != nil {
 			l.slot.owned = true
 		}
-		dc.reply.SparseValues(dst)
 		off += len(dst)
 	}
+	off = sent
 	dc.reply.Reply(wire.RepHeader{Dropped: dropped, Step: s.shard.Step(), Incarnation: s.shard.Incarnation()})
 	s.cfg.Observer.Pulled(dense, 4*off, time.Since(start))
 	return nil

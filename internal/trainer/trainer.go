@@ -101,6 +101,9 @@ type Config struct {
 	Overlap Overlap
 	// Replication replicates each shard on several ps (--replicas).
 	Replication Replication
+	// IncrementalPull makes a worker's sparse pulls incremental
+	// (client.Options.IncrementalPull, --incremental_pull).
+	IncrementalPull bool
 
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
@@ -428,6 +431,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 		Worker: worker, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Tables: tables,
 		Dial:       cfg.Dial,
 		ProbeAfter: cfg.probeAfter, ProbeTimeout: cfg.probeTimeout,
+		IncrementalPull: cfg.IncrementalPull,
 	})
 	if err != nil {
 		return err

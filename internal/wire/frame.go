@@ -25,6 +25,11 @@ const (
 	DataMagic = "PSDP"
 	// DataVersion is the version of the frames below.
 	DataVersion = 1
+	// DataVersionIncremental is version 1 plus incremental pulls
+	// (FlagIncremental). A client that wants them asks for it in its
+	// preface; a ps that speaks it answers it, an older one refuses it and
+	// the client dials again asking for DataVersion.
+	DataVersionIncremental = 2
 	// PrefaceLen is the client preface: magic, u16 version, then zeros. It
 	// is as long as HTTP/2's, so that a ps that only speaks gRPC reads all
 	// of it, sees a bad preface and closes the connection at once (the
@@ -93,7 +98,8 @@ const (
 
 // Request header flags.
 const (
-	flagPullDense = 1 // the pull reads every dense variable of the ps
+	flagPullDense   = 1 // the pull reads every dense variable of the ps
+	flagIncremental = 2 // the sparse pull sections are incremental (FlagIncremental)
 )
 
 // Reply header flags.
@@ -113,10 +119,13 @@ func frameErr(format string, args ...any) error {
 }
 
 // Preface returns the client's preface.
-func Preface() []byte {
+func Preface() []byte { return PrefaceVersion(DataVersion) }
+
+// PrefaceVersion returns the client's preface asking for version v.
+func PrefaceVersion(v int) []byte {
 	b := make([]byte, PrefaceLen)
 	copy(b, DataMagic)
-	binary.LittleEndian.PutUint16(b[4:], DataVersion)
+	binary.LittleEndian.PutUint16(b[4:], uint16(v))
 	return b
 }
 
@@ -171,8 +180,12 @@ func ParseHello(b []byte) (Hello, error) {
 //	8  i32 worker
 //	12 u32 reserved, 0
 type ReqHeader struct {
-	Op                            Op
-	PullDense                     bool
+	Op        Op
+	PullDense bool
+	// Incremental: every sparse pull section names the version of the rows
+	// the worker holds, and the reply carries only the rows it needs
+	// (docs/WIRE.md, incremental pulls). Needs DataVersionIncremental.
+	Incremental                   bool
 	Dense, SparsePush, SparsePull int
 	Worker                        int32
 	Step, MinStep                 int64
@@ -186,6 +199,9 @@ func (h ReqHeader) Put(b []byte) {
 	b[1] = 0
 	if h.PullDense {
 		b[1] = flagPullDense
+	}
+	if h.Incremental {
+		b[1] |= flagIncremental
 	}
 	binary.LittleEndian.PutUint16(b[2:], uint16(h.Dense))
 	binary.LittleEndian.PutUint16(b[4:], uint16(h.SparsePush))
@@ -201,26 +217,27 @@ func (h ReqHeader) Put(b []byte) {
 func ParseReqHeader(b []byte) (ReqHeader, error) {
 	b = b[:ReqHeaderLen]
 	h := ReqHeader{
-		Op:         Op(b[0]),
-		PullDense:  b[1]&flagPullDense != 0,
-		Dense:      int(binary.LittleEndian.Uint16(b[2:])),
-		SparsePush: int(binary.LittleEndian.Uint16(b[4:])),
-		SparsePull: int(binary.LittleEndian.Uint16(b[6:])),
-		Worker:     int32(binary.LittleEndian.Uint32(b[8:])),
-		Step:       int64(binary.LittleEndian.Uint64(b[16:])),
-		MinStep:    int64(binary.LittleEndian.Uint64(b[24:])),
+		Op:          Op(b[0]),
+		PullDense:   b[1]&flagPullDense != 0,
+		Incremental: b[1]&flagIncremental != 0,
+		Dense:       int(binary.LittleEndian.Uint16(b[2:])),
+		SparsePush:  int(binary.LittleEndian.Uint16(b[4:])),
+		SparsePull:  int(binary.LittleEndian.Uint16(b[6:])),
+		Worker:      int32(binary.LittleEndian.Uint32(b[8:])),
+		Step:        int64(binary.LittleEndian.Uint64(b[16:])),
+		MinStep:     int64(binary.LittleEndian.Uint64(b[24:])),
 	}
 	body := binary.LittleEndian.Uint64(b[32:])
 	switch {
 	case h.Op != OpPush && h.Op != OpPull && h.Op != OpPushPull:
 		return h, frameErr("unknown op %d (want 1 push, 2 pull, 3 push+pull)", b[0])
-	case b[1]&^flagPullDense != 0 || binary.LittleEndian.Uint32(b[12:]) != 0:
+	case b[1]&^(flagPullDense|flagIncremental) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0:
 		return h, frameErr("unknown flags %#x or reserved bits set", b[1])
 	case h.Dense > MaxSections || h.SparsePush > MaxSections || h.SparsePull > MaxSections:
 		return h, frameErr("%d dense, %d sparse push and %d sparse pull sections: at most %d of each", h.Dense, h.SparsePush, h.SparsePull, MaxSections)
 	case !h.Op.Push() && (h.Dense > 0 || h.SparsePush > 0):
 		return h, frameErr("a pull carries %d dense and %d sparse push sections", h.Dense, h.SparsePush)
-	case !h.Op.Pull() && (h.PullDense || h.SparsePull > 0):
+	case !h.Op.Pull() && (h.PullDense || h.SparsePull > 0 || h.Incremental):
 		return h, frameErr("a push asks to pull")
 	case body > MaxBody:
 		return h, frameErr("body of %d bytes is over the limit of %d", body, MaxBody)
@@ -329,6 +346,15 @@ func (r *BodyReader) Uint16(what string) (int, error) {
 		return 0, err
 	}
 	return int(binary.LittleEndian.Uint16(b)), nil
+}
+
+// Uint64 reads a little-endian uint64.
+func (r *BodyReader) Uint64(what string) (uint64, error) {
+	b, err := r.fixed(8, what)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
 }
 
 // Uint32 reads a little-endian uint32.
@@ -508,7 +534,15 @@ type SparseSection struct {
 	Keys    []uint64  // KeysInline: the keys
 	Values  []float32 // push: the gradients
 	Bad     int       // push: the index of the first NaN or ±Inf in Values, or -1
+	// Incremental pull sections: the ps incarnation and table version of
+	// the rows the worker holds (Since 0: none), and a bitmap of the keys
+	// whose rows it lacks (BitmapWords(NumKeys) words; nil when Since is 0).
+	Incarnation, Since uint64
+	Lack               []uint64
 }
+
+// BitmapWords is the number of uint64 words of a bitmap of n bits.
+func BitmapWords(n int) int { return (n + 63) / 64 }
 
 // Request is a request as the ps reads it (ReadRequest). Its slices are
 // views of memory that the next ReadRequest reuses; the reply may reuse
@@ -532,6 +566,8 @@ type Request struct {
 type sectionOffs struct {
 	name, nameEnd   int
 	keys, keysEnd   int
+	lack, lackEnd   int
+	inc, since      uint64
 	floats, floatsE int
 	bad             int
 }
@@ -621,6 +657,21 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 			return frameErr("sparse section %d: unknown key mode %d", i, mode)
 		}
 		o.keysEnd = max(o.keysEnd, o.keys)
+		o.lack, o.lackEnd = len(r.keys), len(r.keys)
+		if !push && h.Incremental {
+			if o.inc, err = body.Uint64("incarnation"); err != nil {
+				return err
+			}
+			if o.since, err = body.Uint64("version"); err != nil {
+				return err
+			}
+			if o.since != 0 {
+				if r.keys, err = body.Keys(r.keys, int64(BitmapWords(int(nkeys))), "lack bitmap"); err != nil {
+					return err
+				}
+				o.lackEnd = len(r.keys)
+			}
+		}
 		o.floats, o.floatsE, o.bad = len(r.floats), len(r.floats), -1
 		if push {
 			n, err := body.Uint32("value count")
@@ -662,6 +713,10 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 		sec.Keys = r.keys[o.keys:o.keysEnd]
 		sec.Values = r.floats[o.floats:o.floatsE]
 		sec.Bad = o.bad
+		sec.Incarnation, sec.Since, sec.Lack = o.inc, o.since, nil
+		if o.since != 0 {
+			sec.Lack = r.keys[o.lack:o.lackEnd]
+		}
 	}
 	return nil
 }
@@ -753,6 +808,36 @@ func (f *Frame) SparsePull(table string, mode KeyMode, arg, numKeys int, keys []
 	f.sparse(table, mode, arg, numKeys, keys)
 	f.nsl++
 }
+
+// SparsePullIncr adds an incremental sparse pull section (a request with
+// Incremental): the rows held are of incarnation inc and version since
+// (0: none held), and lack (BitmapWords(numKeys) words) marks the keys
+// whose rows are not held; it is not sent when since is 0.
+func (f *Frame) SparsePullIncr(table string, mode KeyMode, arg, numKeys int, keys []uint64, inc, since uint64, lack []uint64) {
+	f.sparse(table, mode, arg, numKeys, keys)
+	f.u64(inc)
+	f.u64(since)
+	if since != 0 {
+		f.payload(Uint64Bytes(lack))
+	}
+	f.nsl++
+}
+
+// SparseValuesIncr adds a reply's sparse section answering an incremental
+// pull section: the table's version, the value count, then, unless every
+// row comes (sel nil), the bitmap of the keys whose rows come, then their
+// values in key order.
+func (f *Frame) SparseValuesIncr(version uint64, values []float32, sel []uint64) {
+	f.u64(version)
+	f.u32(len(values))
+	if sel != nil {
+		f.payload(Uint64Bytes(sel))
+	}
+	f.payload(Float32Bytes(values))
+	f.nsp++
+}
+
+func (f *Frame) u64(x uint64) { f.meta = binary.LittleEndian.AppendUint64(f.meta, x) }
 
 func (f *Frame) sparse(table string, mode KeyMode, arg, numKeys int, keys []uint64) {
 	f.name(table)

@@ -54,6 +54,17 @@ func sampleRequests(t testing.TB) [][]byte {
 	// An empty push (a ps that holds none of the pushed variables).
 	f.Reset(ReqHeaderLen)
 	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPush, Worker: 2, Step: 1})))
+	// Incremental pulls: rows held at version 17 but those of key 1 and
+	// 70 (of 70 keys), and none held.
+	f.Reset(ReqHeaderLen)
+	keys := make([]uint64, 70)
+	for i := range keys {
+		keys[i] = uint64(3 * i)
+	}
+	f.SparsePush("emb", KeysInline, 0, 2, []uint64{4, 5}, []float32{1, 2})
+	f.SparsePullIncr("emb", KeysInline, 3, 70, keys, 0xfeed, 17, []uint64{1 << 1, 1 << 5})
+	f.SparsePullIncr("bias", KeysAsPush, 0, 2, nil, 0xfeed, 0, nil)
+	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPushPull, Incremental: true, Worker: 1, Step: 8})))
 	return out
 }
 
@@ -69,6 +80,10 @@ func reencode(t testing.TB, r *Request) []byte {
 		f.SparsePush(string(s.Table), s.Mode, s.Arg, s.NumKeys, s.Keys, s.Values)
 	}
 	for _, s := range r.SparsePull {
+		if r.Incremental {
+			f.SparsePullIncr(string(s.Table), s.Mode, s.Arg, s.NumKeys, s.Keys, s.Incarnation, s.Since, s.Lack)
+			continue
+		}
 		f.SparsePull(string(s.Table), s.Mode, s.Arg, s.NumKeys, s.Keys)
 	}
 	return encode(t, f.Request(r.ReqHeader))

@@ -135,6 +135,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(ks.keys), d, len(ks.keys)*d, len(grads))
 	}
 	t.clock = max(t.clock, step)
+	t.bump()
 	ks.setRows(t)
 	missing := t.resolve(ks, false)
 	touch := t.rel(t.clock)
@@ -169,11 +170,19 @@ func (t *Table) updateRow(r int, g []float32, touch uint32) {
 		}
 		n = int64(c)
 	}
+	var old []float32
+	if p.ver != nil {
+		old = append(t.oldVal[:0], row[:d]...)
+		t.oldVal = old
+	}
 	t.rule.Update(row[:d:d], g, t.views, n)
 	if p.touch != nil {
 		p.touch[o] = touch
 	}
 	p.dirty[o>>6] |= 1 << (o & 63)
+	if p.ver != nil && !sameBits(old, row[:d]) {
+		p.ver[o] = t.mod
+	}
 }
 
 // batchRows is how many values pushBatched updates with one Update call.
@@ -206,6 +215,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 					setAll(p.touch[o:o+hi-lo], touch)
 				}
 				markDirty(p.dirty, o, o+hi-lo)
+				t.stamp(p, o, o+hi-lo)
 				continue
 			}
 		}
@@ -259,6 +269,9 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 			}
 			o := r & t.pageMask
 			row := p.data[o*stride:][:stride:stride]
+			if p.ver != nil && !sameBits(row[:d], val[n*d:(n+1)*d]) {
+				p.ver[o] = t.mod
+			}
 			if d == 1 {
 				row[0] = val[n]
 				for s := range slots {

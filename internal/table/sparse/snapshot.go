@@ -158,6 +158,8 @@ func (t *Table) Import(s Snapshot) error {
 	} else if t.live == 0 {
 		t.base = t.clock
 	}
+	t.bump()
+	t.floor = t.mod
 	if t.live+fresh > t.maxLive {
 		t.grow(t.live + fresh)
 	}

@@ -125,6 +125,7 @@ type page struct {
 	count []uint32 // updates applied (saturating); nil when the rule ignores step
 	live  []uint64 // bitmap: row in use
 	dirty []uint64 // bitmap: row created or changed since the last ResetChanges (changes.go)
+	ver   []uint64 // version of each row's last change (versions.go); nil until EnableVersions
 }
 
 // Table is not safe for concurrent use: it holds no lock, and the server
@@ -191,6 +192,14 @@ type Table struct {
 	tracking    bool
 	deleted     []uint64
 	changesLost bool
+
+	// Versions (versions.go): mod counts the calls that may change values
+	// once versions are on; freeVer is mod when a row was last freed, floor
+	// mod at the last Import.
+	versions     bool
+	oldVal       []float32 // scratch: a row's value before an update
+	mod, freeVer uint64
+	floor        uint64
 }
 
 // New returns an empty table for cfg.
@@ -336,6 +345,7 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(keys), d, len(keys)*d, len(grads))
 	}
 	t.clock = max(t.clock, step)
+	t.bump()
 	for i, k := range keys {
 		r := t.acquire(k, t.clock)
 		if r < 0 {
@@ -355,6 +365,7 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 // long as Evict runs at least once every 2^32 steps.
 func (t *Table) Evict(globalStep int64) int {
 	t.clock = max(t.clock, globalStep)
+	t.bump()
 	if t.evictAfter == 0 || t.live == 0 {
 		return 0
 	}
@@ -456,6 +467,12 @@ func (t *Table) allocRow(key uint64) int {
 	p.keys[o] = key
 	p.live[o>>6] |= 1 << (o & 63)
 	p.dirty[o>>6] |= 1 << (o & 63)
+	if p.ver != nil {
+		// A new row holds the key's initial value, which the key read
+		// before it had a row: unchanged since the last time a key could
+		// have lost a trained value (versions.go).
+		p.ver[o] = t.freeVer
+	}
 	return r
 }
 
@@ -491,6 +508,7 @@ func (t *Table) freeRow(r int) {
 	t.freeHead = r
 	t.live--
 	t.gen++
+	t.freeVer = t.mod
 }
 
 // ensurePage makes row r (== highWater-1) addressable: it allocates the
@@ -516,6 +534,7 @@ func (t *Table) ensurePage(r int) {
 	copy(np.count, p.count)
 	copy(np.live, p.live)
 	copy(np.dirty, p.dirty)
+	copy(np.ver, p.ver)
 	*p = np
 }
 
@@ -531,6 +550,9 @@ func (t *Table) newPage(rows int) page {
 	}
 	if t.keepCount {
 		p.count = make([]uint32, rows)
+	}
+	if t.versions {
+		p.ver = make([]uint64, rows)
 	}
 	return p
 }
