@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // Row is one row as All yields it. Value and State alias the table's
@@ -205,36 +208,80 @@ var bulkIndex = true
 // with the index grown for every key): it stores the rows in key order and
 // then builds the index in one pass in bucket order (see indexRows), which
 // writes the index sequentially where inserting key by key would miss the
-// cache at every key of a large table.
+// cache at every key of a large table. Into a table that never had a row
+// (a restore) it fills whole pages in parallel: the copy is memory
+// bandwidth and page faults of fresh memory, which the cores share.
 func (t *Table) importEmpty(s Snapshot) {
-	d := t.dim
 	rows := make([]hashedRow, len(s.Keys))
-	for i, k := range s.Keys {
-		r := t.allocRow(k)
-		t.stats.Imported++
-		p := &t.pages[r>>t.pageShift]
-		o := r & t.pageMask
-		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
-		copy(row[:d], s.Values[i*d:(i+1)*d])
-		for j, st := range s.State {
-			copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
+		for i, k := range s.Keys {
+			r := t.allocRow(k)
+			t.stats.Imported++
+			t.fillRow(s, i, r)
+			rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
 		}
-		if p.count != nil {
-			p.count[o] = 0
-			if s.Updates != nil {
-				p.count[o] = s.Updates[i]
-			}
-		}
-		if p.touch != nil {
-			step := t.clock
-			if s.LastTouch != nil {
-				step = s.LastTouch[i]
-			}
-			p.touch[o] = t.rel(step)
-		}
-		rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
+		t.indexRows(rows)
+		return
 	}
+	// Row i of s becomes row i of the table, page by page.
+	n := len(s.Keys)
+	pageRows := 1 << t.pageShift
+	t.pages = make([]page, (n+pageRows-1)/pageRows)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(t.pages)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				pi := int(next.Add(1) - 1)
+				if pi >= len(t.pages) {
+					return
+				}
+				t.pages[pi] = t.newPage(pageRows)
+				p := &t.pages[pi]
+				lo := pi << t.pageShift
+				for r := lo; r < min(n, lo+pageRows); r++ {
+					o := r - lo
+					p.keys[o] = s.Keys[r]
+					p.live[o>>6] |= 1 << (o & 63)
+					p.dirty[o>>6] |= 1 << (o & 63)
+					t.fillRow(s, r, r)
+					rows[r] = hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.highWater = n
+	t.live += n
+	t.stats.Imported += int64(n)
 	t.indexRows(rows)
+}
+
+// fillRow copies row i of s into the table's row r, allocated.
+func (t *Table) fillRow(s Snapshot, i, r int) {
+	d := t.dim
+	p := &t.pages[r>>t.pageShift]
+	o := r & t.pageMask
+	row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+	copy(row[:d], s.Values[i*d:(i+1)*d])
+	for j, st := range s.State {
+		copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+	}
+	if p.count != nil {
+		p.count[o] = 0
+		if s.Updates != nil {
+			p.count[o] = s.Updates[i]
+		}
+	}
+	if p.touch != nil {
+		step := t.clock
+		if s.LastTouch != nil {
+			step = s.LastTouch[i]
+		}
+		p.touch[o] = t.rel(step)
+	}
 }
 
 type hashedRow struct {
