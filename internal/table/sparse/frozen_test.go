@@ -1,8 +1,11 @@
 package sparse
 
 import (
+	"cmp"
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -118,7 +121,20 @@ func TestImportEmptyIndex(t *testing.T) {
 		}
 		cases = append(cases, keys)
 	}
+	// One range of buckets, and one per core (GOMAXPROCS at least 2 here):
+	// entries overflow from one range into the next and from the last
+	// bucket into the first.
+	defer func(old int, procs int) { parallelIndex = old; runtime.GOMAXPROCS(procs) }(parallelIndex, runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
+	for _, par := range []int{math.MaxInt, 0} {
+		parallelIndex = par
+		testImportEmptyIndex(t, rule, cases)
+	}
+}
+
+func testImportEmptyIndex(t *testing.T, rule optim.Rule, cases [][]uint64) {
 	for _, keys := range cases {
+		keys = slices.Clone(keys)
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
 		snap := Snapshot{Dim: 1, Keys: keys, Values: make([]float32, len(keys)), State: [][]float32{}}
@@ -188,8 +204,8 @@ func TestImportEmptyParallel(t *testing.T) {
 		snap.Updates[i], snap.LastTouch[i] = uint32(rng.IntN(50)), int64(100+rng.IntN(50))
 	}
 	build := func(bulk bool) *Table {
-		defer func(old bool) { bulkIndex = old }(bulkIndex)
-		bulkIndex = bulk
+		defer func(old bool, par int) { bulkIndex, parallelIndex = old, par }(bulkIndex, parallelIndex)
+		bulkIndex, parallelIndex = bulk, 0
 		tb, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -222,5 +238,58 @@ func TestImportEmptyParallel(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Export(), want.Export()) {
 		t.Fatal("after a push the parallel import differs from one built key by key")
+	}
+}
+
+// Export of a large table sorts and copies on every core; it must give the
+// snapshot the one-core loop gives, rows freed and reused included, and
+// the sort must merge any number of parts.
+func TestExportParallel(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := New(Config{Dim: 2, Rule: rule, EvictAfterSteps: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for step := range int64(20) {
+		keys := make([]uint64, 300)
+		for i := range keys {
+			keys[i] = rng.Uint64N(5000)
+		}
+		keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+		grads := make([]float32, 2*len(keys))
+		for i := range grads {
+			grads[i] = rng.Float32() - 0.5
+		}
+		if err := tb.Push(keys, grads, step); err != nil {
+			t.Fatal(err)
+		}
+		if step%7 == 6 {
+			tb.Evict(step)
+		}
+	}
+	defer func(old int) { parallelExport = old }(parallelExport)
+	parallelExport = math.MaxInt
+	want := tb.Export()
+	if len(want.Keys) < 100 || want.Updates == nil || want.LastTouch == nil {
+		t.Fatalf("%d rows: the table is too small or keeps no counts or steps to test with", len(want.Keys))
+	}
+	parallelExport = 0
+	if got := tb.Export(); !reflect.DeepEqual(got, want) {
+		t.Fatal("the parallel Export differs from the one-core loop")
+	}
+	for parts := range 9 {
+		rows := make([]keyRow, 1000+parts)
+		for i := range rows {
+			rows[i] = keyRow{key: rng.Uint64(), row: uint32(i)}
+		}
+		got := sortKeyRows(slices.Clone(rows), parts)
+		slices.SortFunc(rows, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
+		if !slices.Equal(got, rows) {
+			t.Fatalf("sortKeyRows in %d parts did not sort", parts)
+		}
 	}
 }

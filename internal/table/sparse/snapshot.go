@@ -87,6 +87,10 @@ func (t *Table) Export() Snapshot {
 	if t.keepTouch {
 		s.LastTouch = make([]int64, 0, n)
 	}
+	if n >= parallelExport {
+		t.exportParallel(&s)
+		return s
+	}
 	for r := range t.All() {
 		s.Keys = append(s.Keys, r.Key)
 		s.Values = append(s.Values, r.Value...)
@@ -101,6 +105,127 @@ func (t *Table) Export() Snapshot {
 		}
 	}
 	return s
+}
+
+// parallelExport is the number of rows from which Export sorts and copies
+// on every core.
+var parallelExport = 1 << 16
+
+// exportParallel is Export's loop for a large table: the live rows are
+// sorted by key in one part per core, the parts merged, and each core
+// copies its range of the sorted rows into s (allocated with capacity for
+// every row, empty).
+func (t *Table) exportParallel(s *Snapshot) {
+	n, d := t.live, t.dim
+	order := make([]keyRow, 0, n)
+	t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
+	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
+	order = sortKeyRows(order, procs)
+
+	s.Keys = s.Keys[:n]
+	s.Values = s.Values[:n*d]
+	for i := range s.State {
+		s.State[i] = s.State[i][:n*d]
+	}
+	if s.Updates != nil {
+		s.Updates = s.Updates[:n]
+	}
+	if s.LastTouch != nil {
+		s.LastTouch = s.LastTouch[:n]
+	}
+	var wg sync.WaitGroup
+	for c := range procs {
+		lo, hi := n*c/procs, n*(c+1)/procs
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				e := order[i]
+				r := int(e.row)
+				p := &t.pages[r>>t.pageShift]
+				o := r & t.pageMask
+				row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+				s.Keys[i] = e.key
+				copy(s.Values[i*d:(i+1)*d], row[:d])
+				for j := range s.State {
+					copy(s.State[j][i*d:(i+1)*d], row[(j+1)*d:(j+2)*d])
+				}
+				if s.Updates != nil && p.count != nil {
+					s.Updates[i] = p.count[o]
+				}
+				if s.LastTouch != nil && p.touch != nil {
+					s.LastTouch[i] = t.base + int64(p.touch[o])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+type keyRow struct {
+	key uint64
+	row uint32
+}
+
+// sortKeyRows sorts rows by key (keys are distinct): parts parts sorted
+// concurrently, then merged pairwise.
+func sortKeyRows(rows []keyRow, parts int) []keyRow {
+	byKey := func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }
+	if parts < 2 || len(rows) < 2*parts {
+		slices.SortFunc(rows, byKey)
+		return rows
+	}
+	bounds := make([]int, parts+1)
+	for i := range bounds {
+		bounds[i] = len(rows) * i / parts
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slices.SortFunc(rows[bounds[i]:bounds[i+1]], byKey)
+		}()
+	}
+	wg.Wait()
+	buf := make([]keyRow, len(rows))
+	for len(bounds) > 2 {
+		var next []int
+		for i := 0; i+1 < len(bounds); i += 2 {
+			if i+2 >= len(bounds) {
+				copy(buf[bounds[i]:bounds[i+1]], rows[bounds[i]:bounds[i+1]])
+				next = append(next, bounds[i])
+				continue
+			}
+			lo, mid, hi := bounds[i], bounds[i+1], bounds[i+2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mergeKeyRows(buf[lo:hi], rows[lo:mid], rows[mid:hi])
+			}()
+			next = append(next, lo)
+		}
+		wg.Wait()
+		bounds = append(next, len(rows))
+		rows, buf = buf, rows
+	}
+	return rows
+}
+
+func mergeKeyRows(dst, a, b []keyRow) {
+	i, j, k := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].key < b[j].key {
+			dst[k] = a[i]
+			i++
+		} else {
+			dst[k] = b[j]
+			j++
+		}
+		k++
+	}
+	k += copy(dst[k:], a[i:])
+	copy(dst[k:], b[j:])
 }
 
 // Import stores the rows of s, replacing rows the table already has for the
@@ -292,42 +417,73 @@ type hashedRow struct {
 // indexRows enters rows into an empty index. It sorts them by home bucket
 // (a counting sort) and fills the buckets from the first: an entry goes
 // into the first bucket from its home that is not full, as find would put
-// it, so the probing invariant holds. Entries that would run past the last
-// bucket wrap around through find.
+// it, so the probing invariant holds. A large index is filled in one range
+// of buckets per core; the entries that would run past the end of a range
+// (or past the last bucket) are entered after, through find, which puts
+// them where inserting them last would.
 func (t *Table) indexRows(rows []hashedRow) {
 	nb := t.nBuckets
-	start := make([]uint32, nb+1)
-	for _, e := range rows {
-		start[t.home(e.h)+1]++
+	parts := uint64(max(1, min(runtime.GOMAXPROCS(0), 8)))
+	if len(rows) < parallelIndex {
+		parts = 1
 	}
-	for b := uint64(1); b <= nb; b++ {
+	over := make([][]hashedRow, parts)
+	var wg sync.WaitGroup
+	for c := range parts {
+		// Range c is the buckets b with b*parts/nb == c.
+		lo, hi := (c*nb+parts-1)/parts, ((c+1)*nb+parts-1)/parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			over[c] = t.indexRange(rows, lo, hi)
+		}()
+	}
+	wg.Wait()
+	for _, o := range over {
+		for _, e := range o {
+			_, pos := t.find(t.keyAt(int(e.r)), e.h)
+			t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
+		}
+	}
+}
+
+// parallelIndex is the number of rows from which indexRows uses every core.
+var parallelIndex = 1 << 16
+
+// indexRange enters the rows whose home bucket is in [lo, hi) into those
+// buckets and returns the ones that did not fit before hi.
+func (t *Table) indexRange(rows []hashedRow, lo, hi uint64) (over []hashedRow) {
+	start := make([]uint32, hi-lo+1)
+	for _, e := range rows {
+		if b := t.home(e.h); b >= lo && b < hi {
+			start[b-lo+1]++
+		}
+	}
+	for b := 1; b < len(start); b++ {
 		start[b] += start[b-1]
 	}
-	sorted := make([]hashedRow, len(rows))
+	sorted := make([]hashedRow, start[len(start)-1])
 	for _, e := range rows {
-		b := t.home(e.h)
-		sorted[start[b]] = e
-		start[b]++
+		if b := t.home(e.h); b >= lo && b < hi {
+			sorted[start[b-lo]] = e
+			start[b-lo]++
+		}
 	}
-	var cur uint64
+	cur := lo
 	fill := 0
-	var over []hashedRow
 	for _, e := range sorted {
 		if b := t.home(e.h); b > cur {
 			cur, fill = b, 0
 		}
-		for fill == bucketSlots && cur < nb {
+		for fill == bucketSlots && cur < hi {
 			cur, fill = cur+1, 0
 		}
-		if cur >= nb {
+		if cur >= hi {
 			over = append(over, e)
 			continue
 		}
 		t.index[int(cur)*bucketSlots+fill] = uint32(e.h)&^t.rowMask | (e.r + 1)
 		fill++
 	}
-	for _, e := range over {
-		_, pos := t.find(t.keyAt(int(e.r)), e.h)
-		t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
-	}
+	return over
 }
