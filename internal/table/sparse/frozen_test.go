@@ -195,7 +195,7 @@ func TestImportEmptyParallel(t *testing.T) {
 		keys[i] = uint64(i)<<20 | rng.Uint64N(1<<20)
 	}
 	snap := Snapshot{Dim: dim, Keys: keys, Values: make([]float32, n*dim),
-		State: [][]float32{make([]float32, n*dim), make([]float32, n*dim)},
+		State:   [][]float32{make([]float32, n*dim), make([]float32, n*dim)},
 		Updates: make([]uint32, n), LastTouch: make([]int64, n)}
 	for i := range snap.Values {
 		snap.Values[i], snap.State[0][i], snap.State[1][i] = rng.Float32(), rng.Float32(), rng.Float32()
