@@ -337,8 +337,8 @@ var bulkIndex = true
 // (a restore) it fills whole pages in parallel: the copy is memory
 // bandwidth and page faults of fresh memory, which the cores share.
 func (t *Table) importEmpty(s Snapshot) {
-	rows := make([]hashedRow, len(s.Keys))
 	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
+		rows := make([]hashedRow, len(s.Keys))
 		for i, k := range s.Keys {
 			r := t.allocRow(k)
 			t.stats.Imported++
@@ -352,9 +352,17 @@ func (t *Table) importEmpty(s Snapshot) {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
+	// Each worker sorts the hashed rows it makes by range of home buckets
+	// (see indexParts), for the index to be built one range per core.
+	nr := indexRanges(n)
+	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
+	byRange := make([][][]hashedRow, nr) // [range][worker]
+	for c := range byRange {
+		byRange[c] = make([][]hashedRow, workers)
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(t.pages)) {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -372,7 +380,9 @@ func (t *Table) importEmpty(s Snapshot) {
 					p.live[o>>6] |= 1 << (o & 63)
 					p.dirty[o>>6] |= 1 << (o & 63)
 					t.fillRow(s, r, r)
-					rows[r] = hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
+					e := hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
+					c := t.home(e.h) * uint64(nr) / t.nBuckets
+					byRange[c][w] = append(byRange[c][w], e)
 				}
 			}
 		}()
@@ -381,7 +391,7 @@ func (t *Table) importEmpty(s Snapshot) {
 	t.highWater = n
 	t.live += n
 	t.stats.Imported += int64(n)
-	t.indexRows(rows)
+	t.indexParts(byRange)
 }
 
 // fillRow copies row i of s into the table's row r, allocated.
@@ -417,25 +427,53 @@ type hashedRow struct {
 // indexRows enters rows into an empty index. It sorts them by home bucket
 // (a counting sort) and fills the buckets from the first: an entry goes
 // into the first bucket from its home that is not full, as find would put
-// it, so the probing invariant holds. A large index is filled in one range
-// of buckets per core; the entries that would run past the end of a range
-// (or past the last bucket) are entered after, through find, which puts
-// them where inserting them last would.
+// it, so the probing invariant holds.
 func (t *Table) indexRows(rows []hashedRow) {
-	nb := t.nBuckets
-	parts := uint64(max(1, min(runtime.GOMAXPROCS(0), 8)))
-	if len(rows) < parallelIndex {
-		parts = 1
+	nr := indexRanges(len(rows))
+	byRange := make([][][]hashedRow, nr)
+	if nr == 1 {
+		byRange[0] = [][]hashedRow{rows}
+	} else {
+		for c := range byRange {
+			byRange[c] = make([][]hashedRow, 1)
+		}
+		for _, e := range rows {
+			c := t.home(e.h) * uint64(nr) / t.nBuckets
+			byRange[c][0] = append(byRange[c][0], e)
+		}
 	}
-	over := make([][]hashedRow, parts)
+	t.indexParts(byRange)
+}
+
+// parallelIndex is the number of rows from which the index is built on
+// every core.
+var parallelIndex = 1 << 16
+
+// indexRanges is the number of ranges of buckets an index of n rows is
+// built in: one per core (at most 8) for a large one.
+func indexRanges(n int) int {
+	if n < parallelIndex {
+		return 1
+	}
+	return max(1, min(runtime.GOMAXPROCS(0), 8))
+}
+
+// indexParts enters rows into an empty index, byRange[c] holding (in any
+// number of lists) the rows whose home bucket b has b*len(byRange)/nBuckets
+// == c. Each range of buckets is filled on a core of its own; the entries
+// that would run past the end of a range (or past the last bucket) are
+// entered after, through find, which puts them where inserting them last
+// would.
+func (t *Table) indexParts(byRange [][][]hashedRow) {
+	nb, nr := t.nBuckets, uint64(len(byRange))
+	over := make([][]hashedRow, nr)
 	var wg sync.WaitGroup
-	for c := range parts {
-		// Range c is the buckets b with b*parts/nb == c.
-		lo, hi := (c*nb+parts-1)/parts, ((c+1)*nb+parts-1)/parts
+	for c := range nr {
+		lo, hi := (c*nb+nr-1)/nr, ((c+1)*nb+nr-1)/nr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			over[c] = t.indexRange(rows, lo, hi)
+			over[c] = t.indexRange(byRange[c], lo, hi)
 		}()
 	}
 	wg.Wait()
@@ -447,26 +485,24 @@ func (t *Table) indexRows(rows []hashedRow) {
 	}
 }
 
-// parallelIndex is the number of rows from which indexRows uses every core.
-var parallelIndex = 1 << 16
-
-// indexRange enters the rows whose home bucket is in [lo, hi) into those
+// indexRange enters rows, whose home buckets are in [lo, hi), into those
 // buckets and returns the ones that did not fit before hi.
-func (t *Table) indexRange(rows []hashedRow, lo, hi uint64) (over []hashedRow) {
+func (t *Table) indexRange(rows [][]hashedRow, lo, hi uint64) (over []hashedRow) {
 	start := make([]uint32, hi-lo+1)
-	for _, e := range rows {
-		if b := t.home(e.h); b >= lo && b < hi {
-			start[b-lo+1]++
+	for _, l := range rows {
+		for _, e := range l {
+			start[t.home(e.h)-lo+1]++
 		}
 	}
 	for b := 1; b < len(start); b++ {
 		start[b] += start[b-1]
 	}
 	sorted := make([]hashedRow, start[len(start)-1])
-	for _, e := range rows {
-		if b := t.home(e.h); b >= lo && b < hi {
-			sorted[start[b-lo]] = e
-			start[b-lo]++
+	for _, l := range rows {
+		for _, e := range l {
+			b := t.home(e.h) - lo
+			sorted[start[b]] = e
+			start[b]++
 		}
 	}
 	cur := lo
