@@ -2,6 +2,7 @@ package sparse
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -178,11 +179,16 @@ func testImportEmptyIndex(t *testing.T, rule optim.Rule, cases [][]uint64) {
 // table must be the one Import builds key by key: the same rows, counts
 // and touch steps, the same stats, and the same behaviour after.
 func TestImportEmptyParallel(t *testing.T) {
+	for _, dim := range []int{1, 3} {
+		t.Run(fmt.Sprint("dim=", dim), func(t *testing.T) { testImportEmptyParallel(t, dim) })
+	}
+}
+
+func testImportEmptyParallel(t *testing.T, dim int) {
 	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const dim = 3
 	cfg := Config{Dim: dim, Rule: rule, EvictAfterSteps: 1000}
 	probe, err := New(cfg)
 	if err != nil {

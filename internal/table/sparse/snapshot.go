@@ -354,11 +354,16 @@ func (t *Table) importEmpty(s Snapshot) {
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
 	// Each worker sorts the hashed rows it makes by range of home buckets
 	// (see indexParts), for the index to be built one range per core.
-	nr := indexRanges(n)
+	rg := t.bucketRanges(indexRanges(n))
+	nr := len(rg.lo) - 1
 	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
 	byRange := make([][][]hashedRow, nr) // [range][worker]
+	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
 	for c := range byRange {
 		byRange[c] = make([][]hashedRow, workers)
+		for w := range workers {
+			byRange[c][w] = make([]hashedRow, 0, per)
+		}
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -372,16 +377,11 @@ func (t *Table) importEmpty(s Snapshot) {
 					return
 				}
 				t.pages[pi] = t.newPage(pageRows)
-				p := &t.pages[pi]
 				lo := pi << t.pageShift
+				t.fillPage(&t.pages[pi], s, lo, min(n, lo+pageRows))
 				for r := lo; r < min(n, lo+pageRows); r++ {
-					o := r - lo
-					p.keys[o] = s.Keys[r]
-					p.live[o>>6] |= 1 << (o & 63)
-					p.dirty[o>>6] |= 1 << (o & 63)
-					t.fillRow(s, r, r)
 					e := hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
-					c := t.home(e.h) * uint64(nr) / t.nBuckets
+					c := rg.of(t.home(e.h))
 					byRange[c][w] = append(byRange[c][w], e)
 				}
 			}
@@ -391,7 +391,47 @@ func (t *Table) importEmpty(s Snapshot) {
 	t.highWater = n
 	t.live += n
 	t.stats.Imported += int64(n)
-	t.indexParts(byRange)
+	t.indexParts(byRange, rg)
+}
+
+// fillPage copies rows [lo, hi) of s into p, a new page whose first row is
+// row lo, and marks them live (and changed).
+func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
+	m, d, stride := hi-lo, t.dim, t.stride
+	copy(p.keys, s.Keys[lo:hi])
+	for o := 0; o < m; o += 64 {
+		bits := ^uint64(0)
+		if m-o < 64 {
+			bits = 1<<(m-o) - 1
+		}
+		p.live[o>>6] |= bits
+		p.dirty[o>>6] |= bits
+	}
+	cols := append([][]float32{s.Values}, s.State...)
+	for j, col := range cols {
+		src := col[lo*d : hi*d]
+		if d == 1 {
+			for o, x := range src {
+				p.data[o*stride+j] = x
+			}
+			continue
+		}
+		for o := range m {
+			copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+		}
+	}
+	if p.count != nil && s.Updates != nil {
+		copy(p.count, s.Updates[lo:hi])
+	}
+	if p.touch != nil {
+		for o := range m {
+			step := t.clock
+			if s.LastTouch != nil {
+				step = s.LastTouch[lo+o]
+			}
+			p.touch[o] = t.rel(step)
+		}
+	}
 }
 
 // fillRow copies row i of s into the table's row r, allocated.
@@ -429,51 +469,82 @@ type hashedRow struct {
 // into the first bucket from its home that is not full, as find would put
 // it, so the probing invariant holds.
 func (t *Table) indexRows(rows []hashedRow) {
-	nr := indexRanges(len(rows))
-	byRange := make([][][]hashedRow, nr)
-	if nr == 1 {
+	rg := t.bucketRanges(indexRanges(len(rows)))
+	byRange := make([][][]hashedRow, len(rg.lo)-1)
+	if len(byRange) == 1 {
 		byRange[0] = [][]hashedRow{rows}
 	} else {
 		for c := range byRange {
 			byRange[c] = make([][]hashedRow, 1)
 		}
 		for _, e := range rows {
-			c := t.home(e.h) * uint64(nr) / t.nBuckets
+			c := rg.of(t.home(e.h))
 			byRange[c][0] = append(byRange[c][0], e)
 		}
 	}
-	t.indexParts(byRange)
+	t.indexParts(byRange, rg)
 }
+
+// bucketRanges divides the index's buckets into nr ranges (some may be
+// empty) by a multiply and a shift, cheaper per row than a division.
+type bucketRanges struct {
+	m  uint64   // bucket b is in range (b*m)>>32
+	lo []uint64 // range c is buckets [lo[c], lo[c+1])
+}
+
+func (t *Table) bucketRanges(nr int) bucketRanges {
+	nb := t.nBuckets
+	rg := bucketRanges{m: max(1, uint64(nr)<<32/nb), lo: make([]uint64, nr+1)}
+	for c := range nr + 1 {
+		// The first b with b*m >= c<<32.
+		rg.lo[c] = min(nb, (uint64(c)<<32+rg.m-1)/rg.m)
+	}
+	rg.lo[nr] = nb
+	return rg
+}
+
+func (rg bucketRanges) of(b uint64) int { return int((b * rg.m) >> 32) }
 
 // parallelIndex is the number of rows from which the index is built on
 // every core.
 var parallelIndex = 1 << 16
 
 // indexRanges is the number of ranges of buckets an index of n rows is
-// built in: one per core (at most 8) for a large one.
+// built in: for a large one, ranges of about rangeRows rows, so that a
+// range's counting sort stays in the cache, and at least one per core.
 func indexRanges(n int) int {
 	if n < parallelIndex {
 		return 1
 	}
-	return max(1, min(runtime.GOMAXPROCS(0), 8))
+	return max(runtime.GOMAXPROCS(0), n/rangeRows)
 }
 
+// rangeRows is the number of rows a range of the index is built for
+// (1 MiB of entries to sort).
+const rangeRows = 1 << 16
+
 // indexParts enters rows into an empty index, byRange[c] holding (in any
-// number of lists) the rows whose home bucket b has b*len(byRange)/nBuckets
-// == c. Each range of buckets is filled on a core of its own; the entries
+// number of lists) the rows whose home bucket is in range c of rg. The ranges of buckets are filled on every core; the entries
 // that would run past the end of a range (or past the last bucket) are
 // entered after, through find, which puts them where inserting them last
 // would.
-func (t *Table) indexParts(byRange [][][]hashedRow) {
-	nb, nr := t.nBuckets, uint64(len(byRange))
+func (t *Table) indexParts(byRange [][][]hashedRow, rg bucketRanges) {
+	nr := uint64(len(byRange))
 	over := make([][]hashedRow, nr)
+	var next atomic.Uint64
 	var wg sync.WaitGroup
-	for c := range nr {
-		lo, hi := (c*nb+nr-1)/nr, ((c+1)*nb+nr-1)/nr
+	for range min(uint64(runtime.GOMAXPROCS(0)), nr) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			over[c] = t.indexRange(byRange[c], lo, hi)
+			for {
+				c := next.Add(1) - 1
+				if c >= nr {
+					return
+				}
+				lo, hi := rg.lo[c], rg.lo[c+1]
+				over[c] = t.indexRange(byRange[c], lo, hi)
+			}
 		}()
 	}
 	wg.Wait()
