@@ -357,7 +357,7 @@ func (t *Table) importEmpty(s Snapshot) {
 	rg := t.bucketRanges(indexRanges(n))
 	nr := len(rg.lo) - 1
 	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
-	byRange := make([][][]hashedRow, nr) // [range][worker]
+	byRange := make([][][]hashedRow, nr)          // [range][worker]
 	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
 	for c := range byRange {
 		byRange[c] = make([][]hashedRow, workers)
