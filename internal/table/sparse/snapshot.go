@@ -146,9 +146,16 @@ func (t *Table) exportParallel(s *Snapshot) {
 				o := r & t.pageMask
 				row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
 				s.Keys[i] = e.key
-				copy(s.Values[i*d:(i+1)*d], row[:d])
-				for j := range s.State {
-					copy(s.State[j][i*d:(i+1)*d], row[(j+1)*d:(j+2)*d])
+				if d == 1 { // a copy call per float costs more than the float
+					s.Values[i] = row[0]
+					for j := range s.State {
+						s.State[j][i] = row[j+1]
+					}
+				} else {
+					copy(s.Values[i*d:(i+1)*d], row[:d])
+					for j := range s.State {
+						copy(s.State[j][i*d:(i+1)*d], row[(j+1)*d:(j+2)*d])
+					}
 				}
 				if s.Updates != nil && p.count != nil {
 					s.Updates[i] = p.count[o]
