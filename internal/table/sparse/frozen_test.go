@@ -251,11 +251,17 @@ func testImportEmptyParallel(t *testing.T, dim int) {
 // snapshot the one-core loop gives, rows freed and reused included, and
 // the sort must merge any number of parts.
 func TestExportParallel(t *testing.T) {
+	for _, dim := range []int{1, 2} {
+		t.Run(fmt.Sprint("dim=", dim), func(t *testing.T) { testExportParallel(t, dim) })
+	}
+}
+
+func testExportParallel(t *testing.T, dim int) {
 	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb, err := New(Config{Dim: 2, Rule: rule, EvictAfterSteps: 5})
+	tb, err := New(Config{Dim: dim, Rule: rule, EvictAfterSteps: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +272,7 @@ func TestExportParallel(t *testing.T) {
 			keys[i] = rng.Uint64N(5000)
 		}
 		keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-		grads := make([]float32, 2*len(keys))
+		grads := make([]float32, dim*len(keys))
 		for i := range grads {
 			grads[i] = rng.Float32() - 0.5
 		}
