@@ -226,6 +226,42 @@ func (t Tensor) Uint64s() ([]uint64, error) {
 	return v, nil
 }
 
+// Float32sView is Float32s without the copy where it can: on a
+// little-endian host, with Data aligned to 4 bytes, the result is Data's
+// memory, to be read only and not kept beyond Data's use. Elsewhere it is
+// Float32s. A restore reads a file of gigabytes through it once.
+func (t Tensor) Float32sView() ([]float32, error) {
+	if err := t.want(F32); err != nil {
+		return nil, err
+	}
+	if v, ok := viewOf[float32](t.Data); ok {
+		return v, nil
+	}
+	return t.Float32s()
+}
+
+// Uint64sView is Float32sView for U64.
+func (t Tensor) Uint64sView() ([]uint64, error) {
+	if err := t.want(U64); err != nil {
+		return nil, err
+	}
+	if v, ok := viewOf[uint64](t.Data); ok {
+		return v, nil
+	}
+	return t.Uint64s()
+}
+
+// viewOf is b's memory as elements of T, if the host is little-endian and
+// b is aligned to T's size (its length is a multiple, checked by want).
+func viewOf[T float32 | uint64](b []byte) ([]T, bool) {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if !littleEndian || len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%uintptr(size) != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), len(b)/size), true
+}
+
 // dataSize is the byte size of a tensor of this shape and type; ok is false
 // on a negative dimension or overflow.
 func dataSize(d DType, shape []int64) (int64, bool) {

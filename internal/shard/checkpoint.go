@@ -407,19 +407,21 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		if err != nil {
 			return sparse.Snapshot{}, err
 		}
-		keys, err := sh.Uint64s(checkpoint.KeysName(tb.Name))
+		// Keys, values and state are read in place (Import copies them);
+		// last_touch is copied, as it is changed below.
+		keys, err := uint64sView(sh, checkpoint.KeysName(tb.Name))
 		if err != nil {
 			return sparse.Snapshot{}, err
 		}
 		c := &cols{}
-		if c.values, err = sh.Float32s(checkpoint.ValuesName(tb.Name)); err != nil {
+		if c.values, err = float32sView(sh, checkpoint.ValuesName(tb.Name)); err != nil {
 			return sparse.Snapshot{}, err
 		}
 		if len(c.values) != len(keys)*dim {
 			return sparse.Snapshot{}, fmt.Errorf("shard %d: %d keys of dim %d need %d values, got %d", k, len(keys), dim, len(keys)*dim, len(c.values))
 		}
 		for _, slot := range slots {
-			st, err := sh.Float32s(checkpoint.SlotName(tb.Name, slot))
+			st, err := float32sView(sh, checkpoint.SlotName(tb.Name, slot))
 			if err != nil {
 				return sparse.Snapshot{}, err
 			}
@@ -499,6 +501,25 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		}
 	}
 	return snap, nil
+}
+
+// float32sView is the F32 tensor called name, read in place where it can
+// be (see checkpoint.Tensor.Float32sView): not to be changed.
+func float32sView(sh *checkpoint.Shard, name string) ([]float32, error) {
+	t, err := sh.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Float32sView()
+}
+
+// uint64sView is float32sView for U64.
+func uint64sView(sh *checkpoint.Shard, name string) ([]uint64, error) {
+	t, err := sh.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Uint64sView()
 }
 
 func strictlyAscending(keys []uint64) bool {

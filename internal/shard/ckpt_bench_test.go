@@ -157,6 +157,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	var saveT, restoreT, wT, rT, pause, held, heldCPU, saveCPU, restoreCPU time.Duration
 	var size int64
 	var pushes int
+	var saveRatios, restoreRatios []float64
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
@@ -165,6 +166,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		wT += w
 		rT += r
 		b.StartTimer()
+		save0, restore0 := saveT, restoreT
 
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -240,10 +242,25 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 			b.Fatalf("restored %d rows, want %d", got, keys)
 		}
 		b.StopTimer()
+		saveRatios = append(saveRatios, w.Seconds()/(saveT-save0).Seconds())
+		restoreRatios = append(restoreRatios, r.Seconds()/(restoreT-restore0).Seconds())
+		b.Logf("run %d: save_ratio %.3f (%.0f ms, disk %.0f ms), restore_ratio %.3f (%.0f ms, disk %.0f ms)", i,
+			saveRatios[i], (saveT-save0).Seconds()*1e3, w.Seconds()*1e3,
+			restoreRatios[i], (restoreT-restore0).Seconds()*1e3, r.Seconds()*1e3)
 		os.RemoveAll(cdir)
 		b.StartTimer()
 	}
 	b.StopTimer()
+	// Each run's ratio against the baseline measured just before it: the
+	// median and range say more than the ratio of sums on a shared machine.
+	slices.Sort(saveRatios)
+	slices.Sort(restoreRatios)
+	b.ReportMetric(saveRatios[len(saveRatios)/2], "save_ratio_med")
+	b.ReportMetric(saveRatios[0], "save_ratio_min")
+	b.ReportMetric(saveRatios[len(saveRatios)-1], "save_ratio_max")
+	b.ReportMetric(restoreRatios[len(restoreRatios)/2], "restore_ratio_med")
+	b.ReportMetric(restoreRatios[0], "restore_ratio_min")
+	b.ReportMetric(restoreRatios[len(restoreRatios)-1], "restore_ratio_max")
 	mb := float64(size) / 1e6
 	b.ReportMetric(mb, "MB/save")
 	b.ReportMetric(mb*float64(b.N)/wT.Seconds(), "disk_write_MB/s")

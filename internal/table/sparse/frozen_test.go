@@ -1,8 +1,12 @@
 package sparse
 
 import (
+	"cmp"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -118,7 +122,20 @@ func TestImportEmptyIndex(t *testing.T) {
 		}
 		cases = append(cases, keys)
 	}
+	// One range of buckets, and one per core (GOMAXPROCS at least 2 here):
+	// entries overflow from one range into the next and from the last
+	// bucket into the first.
+	defer func(old int, procs int) { parallelIndex = old; runtime.GOMAXPROCS(procs) }(parallelIndex, runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
+	for _, par := range []int{math.MaxInt, 0} {
+		parallelIndex = par
+		testImportEmptyIndex(t, rule, cases)
+	}
+}
+
+func testImportEmptyIndex(t *testing.T, rule optim.Rule, cases [][]uint64) {
 	for _, keys := range cases {
+		keys = slices.Clone(keys)
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
 		snap := Snapshot{Dim: 1, Keys: keys, Values: make([]float32, len(keys)), State: [][]float32{}}
@@ -154,6 +171,137 @@ func TestImportEmptyIndex(t *testing.T) {
 			if r, _ := tb.find(k, hashKey(k)); (r >= 0) != (i%2 == 1) {
 				t.Fatalf("%d keys: after deleting every other, key %d (index %d) found = %v", len(keys), k, i, r >= 0)
 			}
+		}
+	}
+}
+
+// A restore-sized Import into a new table fills its pages in parallel; the
+// table must be the one Import builds key by key: the same rows, counts
+// and touch steps, the same stats, and the same behaviour after.
+func TestImportEmptyParallel(t *testing.T) {
+	for _, dim := range []int{1, 3} {
+		t.Run(fmt.Sprint("dim=", dim), func(t *testing.T) { testImportEmptyParallel(t, dim) })
+	}
+}
+
+func testImportEmptyParallel(t *testing.T, dim int) {
+	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Dim: dim, Rule: rule, EvictAfterSteps: 1000}
+	probe, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 2<<probe.pageShift + 777 // three pages, the last partial
+	rng := rand.New(rand.NewPCG(5, 6))
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = uint64(i)<<20 | rng.Uint64N(1<<20)
+	}
+	snap := Snapshot{Dim: dim, Keys: keys, Values: make([]float32, n*dim),
+		State:   [][]float32{make([]float32, n*dim), make([]float32, n*dim)},
+		Updates: make([]uint32, n), LastTouch: make([]int64, n)}
+	for i := range snap.Values {
+		snap.Values[i], snap.State[0][i], snap.State[1][i] = rng.Float32(), rng.Float32(), rng.Float32()
+	}
+	for i := range keys {
+		snap.Updates[i], snap.LastTouch[i] = uint32(rng.IntN(50)), int64(100+rng.IntN(50))
+	}
+	build := func(bulk bool) *Table {
+		defer func(old bool, par int) { bulkIndex, parallelIndex = old, par }(bulkIndex, parallelIndex)
+		bulkIndex, parallelIndex = bulk, 0
+		tb, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Import(snap); err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	got, want := build(true), build(false)
+	if len(got.pages) != 3 || got.highWater != n {
+		t.Fatalf("%d pages, high water %d: the parallel fill did not run", len(got.pages), got.highWater)
+	}
+	// Bytes may differ by the spare capacity of the page list.
+	gs, ws := got.Stats(), want.Stats()
+	gs.Bytes, ws.Bytes = 0, 0
+	if !reflect.DeepEqual(got.Export(), snap) || gs != ws {
+		t.Fatalf("the parallel import differs: stats %+v, key by key %+v", gs, ws)
+	}
+	push := append(slices.Clone(keys[:50]), keys[n-50:]...)
+	push = append(push, 1<<62, 1<<63) // new rows after the imported ones
+	grads := make([]float32, len(push)*dim)
+	for i := range grads {
+		grads[i] = rng.Float32() - 0.5
+	}
+	for _, tb := range []*Table{got, want} {
+		if err := tb.Push(push, grads, 160); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got.Export(), want.Export()) {
+		t.Fatal("after a push the parallel import differs from one built key by key")
+	}
+}
+
+// Export of a large table sorts and copies on every core; it must give the
+// snapshot the one-core loop gives, rows freed and reused included, and
+// the sort must merge any number of parts.
+func TestExportParallel(t *testing.T) {
+	for _, dim := range []int{1, 2} {
+		t.Run(fmt.Sprint("dim=", dim), func(t *testing.T) { testExportParallel(t, dim) })
+	}
+}
+
+func testExportParallel(t *testing.T, dim int) {
+	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := New(Config{Dim: dim, Rule: rule, EvictAfterSteps: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for step := range int64(20) {
+		keys := make([]uint64, 300)
+		for i := range keys {
+			keys[i] = rng.Uint64N(5000)
+		}
+		keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+		grads := make([]float32, dim*len(keys))
+		for i := range grads {
+			grads[i] = rng.Float32() - 0.5
+		}
+		if err := tb.Push(keys, grads, step); err != nil {
+			t.Fatal(err)
+		}
+		if step%7 == 6 {
+			tb.Evict(step)
+		}
+	}
+	defer func(old int) { parallelExport = old }(parallelExport)
+	parallelExport = math.MaxInt
+	want := tb.Export()
+	if len(want.Keys) < 100 || want.Updates == nil || want.LastTouch == nil {
+		t.Fatalf("%d rows: the table is too small or keeps no counts or steps to test with", len(want.Keys))
+	}
+	parallelExport = 0
+	if got := tb.Export(); !reflect.DeepEqual(got, want) {
+		t.Fatal("the parallel Export differs from the one-core loop")
+	}
+	for parts := range 9 {
+		rows := make([]keyRow, 1000+parts)
+		for i := range rows {
+			rows[i] = keyRow{key: rng.Uint64(), row: uint32(i)}
+		}
+		got := sortKeyRows(slices.Clone(rows), parts)
+		slices.SortFunc(rows, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
+		if !slices.Equal(got, rows) {
+			t.Fatalf("sortKeyRows in %d parts did not sort", parts)
 		}
 	}
 }

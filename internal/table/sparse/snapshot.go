@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // Row is one row as All yields it. Value and State alias the table's
@@ -84,6 +87,10 @@ func (t *Table) Export() Snapshot {
 	if t.keepTouch {
 		s.LastTouch = make([]int64, 0, n)
 	}
+	if n >= parallelExport {
+		t.exportParallel(&s)
+		return s
+	}
 	for r := range t.All() {
 		s.Keys = append(s.Keys, r.Key)
 		s.Values = append(s.Values, r.Value...)
@@ -98,6 +105,134 @@ func (t *Table) Export() Snapshot {
 		}
 	}
 	return s
+}
+
+// parallelExport is the number of rows from which Export sorts and copies
+// on every core.
+var parallelExport = 1 << 16
+
+// exportParallel is Export's loop for a large table: the live rows are
+// sorted by key in one part per core, the parts merged, and each core
+// copies its range of the sorted rows into s (allocated with capacity for
+// every row, empty).
+func (t *Table) exportParallel(s *Snapshot) {
+	n, d := t.live, t.dim
+	order := make([]keyRow, 0, n)
+	t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
+	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
+	order = sortKeyRows(order, procs)
+
+	s.Keys = s.Keys[:n]
+	s.Values = s.Values[:n*d]
+	for i := range s.State {
+		s.State[i] = s.State[i][:n*d]
+	}
+	if s.Updates != nil {
+		s.Updates = s.Updates[:n]
+	}
+	if s.LastTouch != nil {
+		s.LastTouch = s.LastTouch[:n]
+	}
+	var wg sync.WaitGroup
+	for c := range procs {
+		lo, hi := n*c/procs, n*(c+1)/procs
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				e := order[i]
+				r := int(e.row)
+				p := &t.pages[r>>t.pageShift]
+				o := r & t.pageMask
+				row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+				s.Keys[i] = e.key
+				if d == 1 { // a copy call per float costs more than the float
+					s.Values[i] = row[0]
+					for j := range s.State {
+						s.State[j][i] = row[j+1]
+					}
+				} else {
+					copy(s.Values[i*d:(i+1)*d], row[:d])
+					for j := range s.State {
+						copy(s.State[j][i*d:(i+1)*d], row[(j+1)*d:(j+2)*d])
+					}
+				}
+				if s.Updates != nil && p.count != nil {
+					s.Updates[i] = p.count[o]
+				}
+				if s.LastTouch != nil && p.touch != nil {
+					s.LastTouch[i] = t.base + int64(p.touch[o])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+type keyRow struct {
+	key uint64
+	row uint32
+}
+
+// sortKeyRows sorts rows by key (keys are distinct): parts parts sorted
+// concurrently, then merged pairwise.
+func sortKeyRows(rows []keyRow, parts int) []keyRow {
+	byKey := func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }
+	if parts < 2 || len(rows) < 2*parts {
+		slices.SortFunc(rows, byKey)
+		return rows
+	}
+	bounds := make([]int, parts+1)
+	for i := range bounds {
+		bounds[i] = len(rows) * i / parts
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slices.SortFunc(rows[bounds[i]:bounds[i+1]], byKey)
+		}()
+	}
+	wg.Wait()
+	buf := make([]keyRow, len(rows))
+	for len(bounds) > 2 {
+		var next []int
+		for i := 0; i+1 < len(bounds); i += 2 {
+			if i+2 >= len(bounds) {
+				copy(buf[bounds[i]:bounds[i+1]], rows[bounds[i]:bounds[i+1]])
+				next = append(next, bounds[i])
+				continue
+			}
+			lo, mid, hi := bounds[i], bounds[i+1], bounds[i+2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				mergeKeyRows(buf[lo:hi], rows[lo:mid], rows[mid:hi])
+			}()
+			next = append(next, lo)
+		}
+		wg.Wait()
+		bounds = append(next, len(rows))
+		rows, buf = buf, rows
+	}
+	return rows
+}
+
+func mergeKeyRows(dst, a, b []keyRow) {
+	i, j, k := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].key < b[j].key {
+			dst[k] = a[i]
+			i++
+		} else {
+			dst[k] = b[j]
+			j++
+		}
+		k++
+	}
+	k += copy(dst[k:], a[i:])
+	copy(dst[k:], b[j:])
 }
 
 // Import stores the rows of s, replacing rows the table already has for the
@@ -207,36 +342,130 @@ var bulkIndex = true
 // with the index grown for every key): it stores the rows in key order and
 // then builds the index in one pass in bucket order (see indexRows), which
 // writes the index sequentially where inserting key by key would miss the
-// cache at every key of a large table.
+// cache at every key of a large table. Into a table that never had a row
+// (a restore) it fills whole pages in parallel: the copy is memory
+// bandwidth and page faults of fresh memory, which the cores share.
 func (t *Table) importEmpty(s Snapshot) {
-	d := t.dim
-	rows := make([]hashedRow, len(s.Keys))
-	for i, k := range s.Keys {
-		r := t.allocRow(k)
-		t.stats.Imported++
-		p := &t.pages[r>>t.pageShift]
-		o := r & t.pageMask
-		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
-		copy(row[:d], s.Values[i*d:(i+1)*d])
-		for j, st := range s.State {
-			copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
+		rows := make([]hashedRow, len(s.Keys))
+		for i, k := range s.Keys {
+			r := t.allocRow(k)
+			t.stats.Imported++
+			t.fillRow(s, i, r)
+			rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
 		}
-		if p.count != nil {
-			p.count[o] = 0
-			if s.Updates != nil {
-				p.count[o] = s.Updates[i]
+		t.indexRows(rows)
+		return
+	}
+	// Row i of s becomes row i of the table, page by page.
+	n := len(s.Keys)
+	pageRows := 1 << t.pageShift
+	t.pages = make([]page, (n+pageRows-1)/pageRows)
+	// Each worker sorts the hashed rows it makes by range of home buckets
+	// (see indexParts), for the index to be built one range per core.
+	rg := t.bucketRanges(indexRanges(n))
+	nr := len(rg.lo) - 1
+	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
+	byRange := make([][][]hashedRow, nr)          // [range][worker]
+	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
+	for c := range byRange {
+		byRange[c] = make([][]hashedRow, workers)
+		for w := range workers {
+			byRange[c][w] = make([]hashedRow, 0, per)
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				pi := int(next.Add(1) - 1)
+				if pi >= len(t.pages) {
+					return
+				}
+				t.pages[pi] = t.newPage(pageRows)
+				lo := pi << t.pageShift
+				t.fillPage(&t.pages[pi], s, lo, min(n, lo+pageRows))
+				for r := lo; r < min(n, lo+pageRows); r++ {
+					e := hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
+					c := rg.of(t.home(e.h))
+					byRange[c][w] = append(byRange[c][w], e)
+				}
 			}
+		}()
+	}
+	wg.Wait()
+	t.highWater = n
+	t.live += n
+	t.stats.Imported += int64(n)
+	t.indexParts(byRange, rg)
+}
+
+// fillPage copies rows [lo, hi) of s into p, a new page whose first row is
+// row lo, and marks them live (and changed).
+func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
+	m, d, stride := hi-lo, t.dim, t.stride
+	copy(p.keys, s.Keys[lo:hi])
+	for o := 0; o < m; o += 64 {
+		bits := ^uint64(0)
+		if m-o < 64 {
+			bits = 1<<(m-o) - 1
 		}
-		if p.touch != nil {
+		p.live[o>>6] |= bits
+		p.dirty[o>>6] |= bits
+	}
+	cols := append([][]float32{s.Values}, s.State...)
+	for j, col := range cols {
+		src := col[lo*d : hi*d]
+		if d == 1 {
+			for o, x := range src {
+				p.data[o*stride+j] = x
+			}
+			continue
+		}
+		for o := range m {
+			copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+		}
+	}
+	if p.count != nil && s.Updates != nil {
+		copy(p.count, s.Updates[lo:hi])
+	}
+	if p.touch != nil {
+		for o := range m {
 			step := t.clock
 			if s.LastTouch != nil {
-				step = s.LastTouch[i]
+				step = s.LastTouch[lo+o]
 			}
 			p.touch[o] = t.rel(step)
 		}
-		rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
 	}
-	t.indexRows(rows)
+}
+
+// fillRow copies row i of s into the table's row r, allocated.
+func (t *Table) fillRow(s Snapshot, i, r int) {
+	d := t.dim
+	p := &t.pages[r>>t.pageShift]
+	o := r & t.pageMask
+	row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
+	copy(row[:d], s.Values[i*d:(i+1)*d])
+	for j, st := range s.State {
+		copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
+	}
+	if p.count != nil {
+		p.count[o] = 0
+		if s.Updates != nil {
+			p.count[o] = s.Updates[i]
+		}
+	}
+	if p.touch != nil {
+		step := t.clock
+		if s.LastTouch != nil {
+			step = s.LastTouch[i]
+		}
+		p.touch[o] = t.rel(step)
+	}
 }
 
 type hashedRow struct {
@@ -247,42 +476,130 @@ type hashedRow struct {
 // indexRows enters rows into an empty index. It sorts them by home bucket
 // (a counting sort) and fills the buckets from the first: an entry goes
 // into the first bucket from its home that is not full, as find would put
-// it, so the probing invariant holds. Entries that would run past the last
-// bucket wrap around through find.
+// it, so the probing invariant holds.
 func (t *Table) indexRows(rows []hashedRow) {
-	nb := t.nBuckets
-	start := make([]uint32, nb+1)
-	for _, e := range rows {
-		start[t.home(e.h)+1]++
+	rg := t.bucketRanges(indexRanges(len(rows)))
+	byRange := make([][][]hashedRow, len(rg.lo)-1)
+	if len(byRange) == 1 {
+		byRange[0] = [][]hashedRow{rows}
+	} else {
+		for c := range byRange {
+			byRange[c] = make([][]hashedRow, 1)
+		}
+		for _, e := range rows {
+			c := rg.of(t.home(e.h))
+			byRange[c][0] = append(byRange[c][0], e)
+		}
 	}
-	for b := uint64(1); b <= nb; b++ {
+	t.indexParts(byRange, rg)
+}
+
+// bucketRanges divides the index's buckets into nr ranges (some may be
+// empty) by a multiply and a shift, cheaper per row than a division.
+type bucketRanges struct {
+	m  uint64   // bucket b is in range (b*m)>>32
+	lo []uint64 // range c is buckets [lo[c], lo[c+1])
+}
+
+func (t *Table) bucketRanges(nr int) bucketRanges {
+	nb := t.nBuckets
+	rg := bucketRanges{m: max(1, uint64(nr)<<32/nb), lo: make([]uint64, nr+1)}
+	for c := range nr + 1 {
+		// The first b with b*m >= c<<32.
+		rg.lo[c] = min(nb, (uint64(c)<<32+rg.m-1)/rg.m)
+	}
+	rg.lo[nr] = nb
+	return rg
+}
+
+func (rg bucketRanges) of(b uint64) int { return int((b * rg.m) >> 32) }
+
+// parallelIndex is the number of rows from which the index is built on
+// every core.
+var parallelIndex = 1 << 16
+
+// indexRanges is the number of ranges of buckets an index of n rows is
+// built in: for a large one, ranges of about rangeRows rows, so that a
+// range's counting sort stays in the cache, and at least one per core.
+func indexRanges(n int) int {
+	if n < parallelIndex {
+		return 1
+	}
+	return max(runtime.GOMAXPROCS(0), n/rangeRows)
+}
+
+// rangeRows is the number of rows a range of the index is built for
+// (1 MiB of entries to sort).
+const rangeRows = 1 << 16
+
+// indexParts enters rows into an empty index, byRange[c] holding (in any
+// number of lists) the rows whose home bucket is in range c of rg. The ranges of buckets are filled on every core; the entries
+// that would run past the end of a range (or past the last bucket) are
+// entered after, through find, which puts them where inserting them last
+// would.
+func (t *Table) indexParts(byRange [][][]hashedRow, rg bucketRanges) {
+	nr := uint64(len(byRange))
+	over := make([][]hashedRow, nr)
+	var next atomic.Uint64
+	var wg sync.WaitGroup
+	for range min(uint64(runtime.GOMAXPROCS(0)), nr) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c := next.Add(1) - 1
+				if c >= nr {
+					return
+				}
+				lo, hi := rg.lo[c], rg.lo[c+1]
+				over[c] = t.indexRange(byRange[c], lo, hi)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, o := range over {
+		for _, e := range o {
+			_, pos := t.find(t.keyAt(int(e.r)), e.h)
+			t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
+		}
+	}
+}
+
+// indexRange enters rows, whose home buckets are in [lo, hi), into those
+// buckets and returns the ones that did not fit before hi.
+func (t *Table) indexRange(rows [][]hashedRow, lo, hi uint64) (over []hashedRow) {
+	start := make([]uint32, hi-lo+1)
+	for _, l := range rows {
+		for _, e := range l {
+			start[t.home(e.h)-lo+1]++
+		}
+	}
+	for b := 1; b < len(start); b++ {
 		start[b] += start[b-1]
 	}
-	sorted := make([]hashedRow, len(rows))
-	for _, e := range rows {
-		b := t.home(e.h)
-		sorted[start[b]] = e
-		start[b]++
+	sorted := make([]hashedRow, start[len(start)-1])
+	for _, l := range rows {
+		for _, e := range l {
+			b := t.home(e.h) - lo
+			sorted[start[b]] = e
+			start[b]++
+		}
 	}
-	var cur uint64
+	cur := lo
 	fill := 0
-	var over []hashedRow
 	for _, e := range sorted {
 		if b := t.home(e.h); b > cur {
 			cur, fill = b, 0
 		}
-		for fill == bucketSlots && cur < nb {
+		for fill == bucketSlots && cur < hi {
 			cur, fill = cur+1, 0
 		}
-		if cur >= nb {
+		if cur >= hi {
 			over = append(over, e)
 			continue
 		}
 		t.index[int(cur)*bucketSlots+fill] = uint32(e.h)&^t.rowMask | (e.r + 1)
 		fill++
 	}
-	for _, e := range over {
-		_, pos := t.find(t.keyAt(int(e.r)), e.h)
-		t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
-	}
+	return over
 }
