@@ -310,27 +310,9 @@ func (t *Table) Import(s Snapshot) error {
 			t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
 			t.stats.Imported++
 		}
-		p := &t.pages[r>>t.pageShift]
 		o := r & t.pageMask
-		p.dirty[o>>6] |= 1 << (o & 63)
-		row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
-		copy(row[:d], s.Values[i*d:(i+1)*d])
-		for j, st := range s.State {
-			copy(row[(j+1)*d:(j+2)*d], st[i*d:(i+1)*d])
-		}
-		if p.count != nil {
-			p.count[o] = 0
-			if s.Updates != nil {
-				p.count[o] = s.Updates[i]
-			}
-		}
-		if p.touch != nil {
-			step := t.clock
-			if s.LastTouch != nil {
-				step = s.LastTouch[i]
-			}
-			p.touch[o] = t.rel(step)
-		}
+		t.pages[r>>t.pageShift].dirty[o>>6] |= 1 << (o & 63)
+		t.fillRow(s, i, r)
 	}
 	return nil
 }
