@@ -145,12 +145,18 @@ func TestMetricsOfLiveCluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	local, _ := f.Value("paramserv_worker_steps_total")
-	// One worker, asynchronous: the global step is its own step count
-	// (give or take the step in flight while the scrape reads the two).
-	want(t, "training worker", f, ">=", local-2, "paramserv_worker_global_step")
-	want(t, "training worker", f, "<=", local+2, "paramserv_worker_global_step")
-	want(t, "training worker", f, ">=", 100*(local-2), "paramserv_worker_examples_total") // --batch_size=100
-	want(t, "training worker", f, ">=", local-2, "paramserv_worker_push_pull_seconds")
+	// One worker, asynchronous: the global step is its own step count,
+	// give or take the step in flight. A scrape gathers its series at
+	// different moments while training goes on (a linreg step is a fraction
+	// of a millisecond, and a loaded machine stretches a gather to tens of
+	// them), so one scrape's series are compared with the next scrape's,
+	// which is later than all of them.
+	g := scrape(t, wURL)
+	later, _ := g.Value("paramserv_worker_steps_total")
+	want(t, "training worker", g, ">=", local-2, "paramserv_worker_global_step")
+	want(t, "training worker", f, "<=", later+2, "paramserv_worker_global_step")
+	want(t, "training worker", g, ">=", 100*(local-2), "paramserv_worker_examples_total") // --batch_size=100
+	want(t, "training worker", g, ">=", local-2, "paramserv_worker_push_pull_seconds")
 	want(t, "training worker", f, ">", 0, "paramserv_worker_loss")
 	pf := scrape(t, psURL)
 	want(t, "training ps", pf, ">=", local, "paramserv_ps_global_step")

@@ -128,7 +128,7 @@ func TestREADME(t *testing.T) {
 			skip = "run by TestTorch*"
 		case strings.Contains(c, "examples/go/linreg"):
 			skip = "run by TestOwnModelInASeparateModule"
-		case strings.HasPrefix(c, "go test "):
+		case strings.HasPrefix(c, "go test ") || strings.Contains(c, "scripts/bench/"):
 			skip = "a benchmark, run by hand"
 		case strings.HasPrefix(c, "liblinear-train ") && !haveCommand("liblinear-train"):
 			skip = "liblinear-train is not installed (Debian's liblinear-tools)"
