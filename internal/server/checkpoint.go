@@ -46,6 +46,15 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	if req.Step < 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "ps %d: checkpoint of step %d: want a step >= 0", s.cfg.Task, req.Step)
 	}
+	// A full cut's memory is allocated, and mapped by the kernel, before
+	// the lock is taken for the copy: pushes wait for the copy only.
+	var mem *shard.CutMem
+	if !req.Incremental {
+		s.mu.Lock()
+		size := s.shard.CutSize()
+		s.mu.Unlock()
+		mem = size.Alloc()
+	}
 	s.mu.Lock()
 	if !s.shard.Initialized() {
 		s.mu.Unlock()
@@ -63,7 +72,7 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	if req.Incremental {
 		cut = s.shard.CutIncremental(req.Step, req.Parent)
 	} else {
-		cut = s.shard.Cut()
+		cut = s.shard.CutIn(mem)
 	}
 	s.mu.Unlock()
 

@@ -93,7 +93,55 @@ type frozenTable struct {
 }
 
 // Cut copies the shard's state; see Cut.
-func (s *Shard) Cut() *Cut {
+func (s *Shard) Cut() *Cut { return s.CutIn(nil) }
+
+// CutSize is the size of the memory a Cut of the shard's tables takes. It
+// lets a server allocate that memory, and have the
+// kernel map it, with no lock held (see sparse.FrozenMem):
+//
+//	mu.Lock(); size := sh.CutSize(); mu.Unlock()
+//	mem := size.Alloc()
+//	mu.Lock(); cut := sh.CutIn(mem); mu.Unlock()
+//
+// On a table of 10M keys of dim 8, the pushes then wait for a memory
+// copy (about 100 ms) rather than for the page faults of a fresh one too
+// (about 400 ms).
+type CutSize struct {
+	tables []sparse.FrozenSize
+}
+
+// CutMem is memory for a Cut, from CutSize.Alloc.
+type CutMem struct {
+	tables []*sparse.FrozenMem
+}
+
+// CutSize reports the size of the shard's tables' pages; it costs a few
+// words per page. Call it under the caller's lock.
+func (s *Shard) CutSize() CutSize {
+	var z CutSize
+	if s.st == nil {
+		return z
+	}
+	for _, t := range s.st.tableOrd {
+		z.tables = append(z.tables, t.t.FrozenSize())
+	}
+	return z
+}
+
+// Alloc allocates z's memory and writes to each of its pages; it reads no
+// shard, and is meant to run with no lock held.
+func (z CutSize) Alloc() *CutMem {
+	m := &CutMem{}
+	for _, t := range z.tables {
+		m.tables = append(m.tables, t.Alloc())
+	}
+	return m
+}
+
+// CutIn is Cut, copying the tables into m's memory where it has the room
+// (the tables may have grown, or been replaced, since CutSize); m may be
+// nil, and must not be used again.
+func (s *Shard) CutIn(m *CutMem) *Cut {
 	st := s.st
 	c := &Cut{step: st.tracker.Step()}
 	for _, v := range st.order {
@@ -104,8 +152,12 @@ func (s *Shard) Cut() *Cut {
 		}
 		c.vars = append(c.vars, cv)
 	}
-	for _, t := range st.tableOrd {
-		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.Frozen(), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
+	for i, t := range st.tableOrd {
+		var mem *sparse.FrozenMem
+		if m != nil && i < len(m.tables) {
+			mem = m.tables[i]
+		}
+		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.FrozenIn(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
 	}
 	return c
 }

@@ -27,12 +27,19 @@ import (
 //
 // Reported: save_ratio and restore_ratio (baseline time / checkpoint time,
 // 1.0 = at the disk's speed), the disk's MB/s, and push_pause_ms, the
-// longest time a stream of pushes waited for the ps's lock while the save
-// ran (the lock is held only to take the consistent copy), lock_held_ms,
-// how long the save held it (and lock_held_cpu_ms, the CPU time of that), and save_MB/cpu_s and restore_MB/cpu_s, the
-// bytes per second of the process's CPU time (on a machine shared with
-// other work the wall-clock ratios understate what a ps with a core to
-// itself gets).
+// longest time a push of a stream of pushes took (lock, apply, unlock)
+// while the save ran (the lock is held only to take the consistent copy);
+// push_pause_not_cut_ms, the longest of those that did not overlap the
+// cut's hold of the lock (they waited for the CPU on a loaded machine, or
+// for the garbage collector); lock_held_ms, how long the save held the
+// lock (and lock_held_cpu_ms, the CPU time of that, and lock_page_faults,
+// the page faults taken under it); and save_MB/cpu_s and restore_MB/cpu_s,
+// the bytes per second of the process's CPU time (on a machine shared
+// with other work the wall-clock ratios understate what a ps with a core
+// to itself gets). The save takes the lock as the server does: once to
+// read the tables' sizes, then, after allocating and mapping the copy's
+// memory with no lock held, to copy (PARAMSERV_CKPT_NOMEM=1 copies into
+// fresh memory instead, as Cut does, to compare).
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {
@@ -157,6 +164,8 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	var saveT, restoreT, wT, rT, pause, held, heldCPU, saveCPU, restoreCPU time.Duration
 	var size int64
 	var pushes int
+	var faults int64
+	var pauseOther time.Duration
 	var saveRatios, restoreRatios []float64
 	b.ResetTimer()
 	for i := range b.N {
@@ -171,6 +180,9 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var maxWait time.Duration
+		var maxAt time.Time
+		type wait struct{ from, to time.Time }
+		var long []wait // pushes that waited 10 ms or more
 		n := 0
 		wg.Add(1)
 		go func() {
@@ -191,20 +203,40 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 					panic(err)
 				}
 				mu.Unlock()
-				maxWait = max(maxWait, time.Since(t0))
+				w := time.Since(t0)
+				if w > maxWait {
+					maxWait, maxAt = w, t0
+				}
+				if w >= 10*time.Millisecond {
+					long = append(long, wait{t0, t0.Add(w)})
+				}
 				n++
 				time.Sleep(100 * time.Microsecond)
 			}
 		}()
 		time.Sleep(time.Millisecond)
 
+		// As the server does: the copy's memory is allocated and mapped
+		// with no lock held.
 		start, cpu0 := time.Now(), cpuTime()
 		mu.Lock()
+		csize := s.CutSize()
+		mu.Unlock()
+		mem := csize.Alloc()
+		if os.Getenv("PARAMSERV_CKPT_NOMEM") != "" { // to compare: the copy faults its memory in under the lock
+			mem = nil
+		}
+		startHold := time.Now()
+		mu.Lock()
 		th0 := cpuTime() // the pushes wait: the CPU is the copy's
-		cut := s.Cut()
+		flt0 := minFaults()
+		cut := s.CutIn(mem)
+		faults = max(faults, minFaults()-flt0)
 		heldCPU = max(heldCPU, cpuTime()-th0)
 		mu.Unlock()
-		held = max(held, time.Since(start))
+		endHold := time.Now()
+		heldRun := endHold.Sub(startHold)
+		held = max(held, heldRun)
 		sh := cut.Shard()
 		info, err := checkpoint.WriteShard(vfs.OS, dir, 1000+step, 0, 1, sh)
 		if err != nil {
@@ -215,6 +247,17 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		close(stop)
 		wg.Wait()
 		pause = max(pause, maxWait)
+		// A push that did not wait for the cut's lock waited for the CPU
+		// (a loaded machine) or the garbage collector.
+		var other time.Duration
+		for _, w := range long {
+			if w.to.Before(startHold) || w.from.After(endHold) {
+				other = max(other, w.to.Sub(w.from))
+			}
+		}
+		pauseOther = max(pauseOther, other)
+		b.Logf("run %d: push pause %.1f ms (began %.1f ms after the cut), lock held %.1f ms", i,
+			maxWait.Seconds()*1e3, maxAt.Sub(startHold).Seconds()*1e3, heldRun.Seconds()*1e3)
 		pushes += n
 		size = info.Size
 		m := checkpoint.Manifest{FormatVersion: checkpoint.FormatVersion, Step: 1000 + step, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
@@ -272,8 +315,10 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	b.ReportMetric(wT.Seconds()/saveT.Seconds(), "save_ratio")
 	b.ReportMetric(rT.Seconds()/restoreT.Seconds(), "restore_ratio")
 	b.ReportMetric(float64(pause.Microseconds())/1000, "push_pause_ms")
+	b.ReportMetric(float64(pauseOther.Microseconds())/1000, "push_pause_not_cut_ms")
 	b.ReportMetric(float64(held.Microseconds())/1000, "lock_held_ms")
 	b.ReportMetric(float64(heldCPU.Microseconds())/1000, "lock_held_cpu_ms")
+	b.ReportMetric(float64(faults), "lock_page_faults")
 	b.ReportMetric(float64(pushes)/float64(b.N), "pushes/save")
 }
 
@@ -285,4 +330,14 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// minFaults is the process's minor page faults so far: the kernel mapping
+// memory the process touches for the first time.
+func minFaults() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Minflt
 }

@@ -1,11 +1,5 @@
 package sparse
 
-import (
-	"runtime"
-	"sync"
-	"sync/atomic"
-)
-
 // Frozen returns a copy of the table's rows that Export and All can read
 // while the table goes on changing: the row pages (keys, values, state,
 // counts, touch steps, liveness) copied as they are, without sorting and
@@ -13,7 +7,11 @@ import (
 // pages, so a server can take it under its lock and do the sorting and
 // encoding of a checkpoint after releasing it. The copy supports Export,
 // All, Len and Dim only; any other call on it is a programming error.
-func (t *Table) Frozen() *Table {
+func (t *Table) Frozen() *Table { return t.FrozenIn(nil) }
+
+// FrozenIn is Frozen, copying into m's memory (see FrozenMem) where it has
+// the room; m may be nil. m must not be used again.
+func (t *Table) FrozenIn(m *FrozenMem) *Table {
 	c := &Table{
 		dim: t.dim, slots: t.slots, stride: t.stride, rule: t.rule,
 		keepTouch: t.keepTouch, keepCount: t.keepCount,
@@ -22,33 +20,27 @@ func (t *Table) Frozen() *Table {
 		base: t.base, clock: t.clock, maxRows: t.maxRows,
 		pages: make([]page, len(t.pages)),
 	}
-	// The copy is memory bandwidth and page faults: spread it over the
-	// cores, a page at a time.
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(t.pages)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(t.pages) {
-					return
-				}
-				p := &t.pages[i]
-				q := &c.pages[i]
-				q.keys = append([]uint64(nil), p.keys...)
-				q.data = append([]float32(nil), p.data...)
-				q.live = append([]uint64(nil), p.live...)
-				if p.touch != nil {
-					q.touch = append([]uint32(nil), p.touch...)
-				}
-				if p.count != nil {
-					q.count = append([]uint32(nil), p.count...)
-				}
-			}
-		}()
+	if m != nil && len(m.pages) < len(t.pages) {
+		m.pages = append(m.pages, make([]page, len(t.pages)-len(m.pages))...)
 	}
-	wg.Wait()
+	// The copy is memory bandwidth (and page faults, without m): spread it
+	// over the cores, a page at a time.
+	parallelPages(len(t.pages), func(i int) {
+		p := &t.pages[i]
+		q := &c.pages[i]
+		var mem page
+		if m != nil {
+			mem = m.pages[i]
+		}
+		q.keys = into(mem.keys, p.keys)
+		q.data = into(mem.data, p.data)
+		q.live = into(mem.live, p.live)
+		if p.touch != nil {
+			q.touch = into(mem.touch, p.touch)
+		}
+		if p.count != nil {
+			q.count = into(mem.count, p.count)
+		}
+	})
 	return c
 }
