@@ -908,8 +908,13 @@ func shardLogf(logf func(string, ...any), s int) func(string, ...any) {
 // the others apply it, so the step is applied once everywhere, as in the
 // job undisturbed. It gives up after --recovery_timeout, or on an error
 // no failover cures, returning the last error to the usual recovery.
-func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func() (int64, error)) (int64, error) {
+func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func(context.Context) (int64, error)) (int64, error) {
 	start := time.Now()
+	// One resend may itself wait (a copy holding the push unacknowledged):
+	// the bound covers it too, not only the loop.
+	bound := fmt.Errorf("--recovery_timeout=%s passed while step %d was sent again to the shards' copies", cfg.RecoveryTimeout, step)
+	rctx, cancel := context.WithDeadlineCause(ctx, start.Add(cfg.RecoveryTimeout), bound)
+	defer cancel()
 	lastLog := time.Time{}
 	var restarted *client.RestartedError // a ps restored a checkpoint (the cluster re-formed): the usual recovery
 	for err != nil && retryable(err) && !errors.As(err, &restarted) && ctx.Err() == nil && time.Since(start) < cfg.RecoveryTimeout {
@@ -917,15 +922,21 @@ func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error,
 			cfg.Logf("worker %d: at global step %d: %v; sending the step again while the shards fail over", cfg.Cluster.Task.Index, step, err)
 			lastLog = time.Now()
 		}
-		if serr := sleepCtx(ctx, 20*time.Millisecond); serr != nil {
-			return step, err
+		if serr := sleepCtx(rctx, 20*time.Millisecond); serr != nil {
+			break
 		}
-		var s int64
-		s, err = send()
-		if err == nil {
+		s, serr := send(rctx)
+		if serr == nil {
 			cfg.Logf("worker %d: step %d acknowledged after failover, %s after the first failure", cfg.Cluster.Task.Index, step, time.Since(start).Round(time.Millisecond))
 			return s, nil
 		}
+		if ctx.Err() == nil && rctx.Err() != nil {
+			// The bound cut this resend short: the last failover error goes
+			// to the usual recovery, as when the loop runs out of time.
+			cfg.Logf("worker %d: %v", cfg.Cluster.Task.Index, context.Cause(rctx))
+			return step, err
+		}
+		err = serr
 	}
 	return step, err
 }

@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -117,5 +119,36 @@ func TestReplicatedCopiesServeTheDataPath(t *testing.T) {
 		if v != -5 {
 			t.Fatalf("w[%d] = %v after 5 pushes of 1 (sgd, rate 1), want -5", i, v)
 		}
+	}
+}
+
+// A resend that itself waits (a copy holding the push and never
+// acknowledging it) is cut at --recovery_timeout like the loop around it,
+// and the last failover error goes to the usual recovery with a line
+// naming the bound: nothing waits forever.
+func TestResendAfterFailoverBoundsEachResend(t *testing.T) {
+	logs := &logBuf{}
+	cfg := Config{RecoveryTimeout: 300 * time.Millisecond, WaitLogEvery: time.Hour, Logf: logs.logf("")}
+	first := fmt.Errorf("ps 1: %w", client.ErrUnavailable)
+	sends := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := resendAfterFailover(context.Background(), cfg, 7, first, func(ctx context.Context) (int64, error) {
+			sends++
+			<-ctx.Done() // held, never acknowledged
+			return 0, ctx.Err()
+		})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != first {
+			t.Errorf("resendAfterFailover returned %v, want the last failover error %v", err, first)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("resendAfterFailover still waits a minute after --recovery_timeout=300ms, on a resend that is never acknowledged")
+	}
+	if sends != 1 || logs.count("--recovery_timeout=300ms passed while step 7 was sent again") != 1 {
+		t.Errorf("%d sends; log:\n%s", sends, logs)
 	}
 }

@@ -732,9 +732,9 @@ func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, param
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
 		if err != nil && cfg.Replication.Enabled() {
-			step, err = resendAfterFailover(ctx, cfg, step, err, func() (int64, error) {
-				return st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
-					return c.PushPullAsync(ctx, step, grads, minStep, params)
+			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
+				return st.exchange(rctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+					return c.PushPullAsync(rctx, step, grads, minStep, params)
 				})
 			})
 		}
