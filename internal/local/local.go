@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -85,29 +84,6 @@ type child struct {
 	cmd      *exec.Cmd
 	done     chan struct{} // closed when the process has exited and its output is drained
 	err      error         // the exit error, set before done closes
-}
-
-// FreePorts returns n distinct free TCP ports on 127.0.0.1. They are held
-// open until all are chosen, so they are distinct; another process could
-// still take one before the child binds it (the child then fails with a
-// clear "port in use" error).
-func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("local: finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }
 
 // Run starts the cluster and waits for it. See the package doc.
