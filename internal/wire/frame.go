@@ -395,36 +395,57 @@ func (r *BodyReader) Bytes(buf []byte, n int, what string) ([]byte, error) {
 // that claims a gigabyte and sends a kilobyte costs about a megabyte.
 const readChunk = 1 << 20
 
-// checkChunk is how many values FloatsChecked reads before it checks
-// them: few enough that they are still in the core's cache. (Reading
-// whatever the socket has, megabytes at a time, makes fewer system calls
-// but checks values already out of cache, and measured slower.)
+// checkChunk is the fewest values FloatsChecked grows its buffer by: a
+// buffer already as large as the section (a connection's request buffer,
+// reused) is read into whole.
 const checkChunk = 64 << 10
 
 // FloatsChecked appends n little-endian float32 values to buf, reading
 // them straight into buf's memory, and finds the first NaN or ±Inf among
-// them, checking each chunk right after it arrives; bad is its index among
-// the n values, or -1.
+// them; bad is its index among the n values, or -1. Each read asks for
+// all the room left (as a plain io.ReadFull of the section would, so that
+// a section takes as few system calls as the socket's arrivals allow: a
+// 1 MiB push took 5.6 reads with reads of checkChunk values, 3.2 now), and
+// the values each read brought are checked at once, while the copy has
+// just put them in the core's cache. The buffer grows at most twofold at a
+// time and by at least checkChunk values, so a frame that claims a
+// gigabyte and sends a kilobyte costs about a megabyte.
 func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []float32, bad int, err error) {
 	if err := r.take(4*n, what); err != nil {
 		return buf, -1, err
 	}
 	bad = -1
-	for done := int64(0); done < n; {
-		k := int(min(n-done, checkChunk))
+	for done := 0; int64(done) < n; {
+		k := int(min(n-int64(done), max(checkChunk, int64(cap(buf)-len(buf)))))
 		buf = hugemem.Grow(buf, k)
 		dst := buf[len(buf) : len(buf)+k]
-		if _, err := io.ReadFull(r.R, rawBytes32(dst)); err != nil {
-			return buf, -1, noEOF(err)
-		}
-		fromLE32(dst)
-		if bad < 0 {
-			if j := FirstNonFinite(dst); j >= 0 {
-				bad = int(done) + j
+		b := rawBytes32(dst)
+		got, checked, empty := 0, 0, 0
+		for got < len(b) {
+			m, err := r.R.Read(b[got:])
+			got += m
+			if whole := got / 4; whole > checked {
+				part := dst[checked:whole]
+				fromLE32(part)
+				if bad < 0 {
+					if j := FirstNonFinite(part); j >= 0 {
+						bad = done + checked + j
+					}
+				}
+				checked = whole
+			}
+			switch {
+			case got == len(b):
+			case err != nil:
+				return buf, -1, noEOF(err)
+			case m == 0:
+				if empty++; empty >= 100 {
+					return buf, -1, io.ErrNoProgress
+				}
 			}
 		}
 		buf = buf[:len(buf)+k]
-		done += int64(k)
+		done += k
 	}
 	return buf, bad, nil
 }

@@ -317,3 +317,80 @@ func TestFloatsCheckedInPieces(t *testing.T) {
 func bitsEqualF(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
+
+// countReader counts the reads that reach it.
+type countReader struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
+
+// A large section is read with as few reads as its arrivals allow, not a
+// chunk at a time (a 1 MiB gradient took four reads of 256 KiB even when
+// it was all there), into a buffer already large enough; across the
+// buffer's growth and in pieces of any size the values and the index of
+// the first value that is not finite are exact, and a section cut short
+// is an unexpected EOF.
+func TestFloatsCheckedLargeSections(t *testing.T) {
+	const n = 5*checkChunk/2 + 3
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(i) * 0.25
+	}
+	raw := Float32Bytes(vals)
+	buf := make([]float32, 0, n+1)
+	cr := &countReader{r: bytes.NewReader(raw)}
+	body := BodyReader{R: bufio.NewReaderSize(cr, 1<<10), Left: int64(len(raw))}
+	got, bad, err := body.FloatsChecked(buf, n, "values")
+	if err != nil || bad != -1 || !bitsEqualF(got, vals) {
+		t.Fatalf("all there at once: bad %d, err %v, equal %v", bad, err, bitsEqualF(got, vals))
+	}
+	if cr.reads != 1 {
+		t.Errorf("%d values all there at once, buffer large enough: %d reads, want 1", n, cr.reads)
+	}
+	for _, badAt := range []int{0, checkChunk - 1, checkChunk, 2*checkChunk + 5, n - 1} {
+		v := slices.Clone(vals)
+		v[badAt] = float32(math.NaN())
+		v[min(badAt+1, n-1)] = float32(math.Inf(-1))
+		raw := Float32Bytes(v)
+		for name, rd := range map[string]io.Reader{
+			"halves":        iotest.HalfReader(bytes.NewReader(raw)),
+			"odd pieces":    &pieceReader{r: bytes.NewReader(raw), sizes: []int{1, 4093, 7, 65539, 2}},
+			"all, grown":    bytes.NewReader(raw),
+			"all, in place": bytes.NewReader(raw),
+		} {
+			var start []float32
+			if name == "all, in place" {
+				start = make([]float32, 0, n)
+			}
+			body := BodyReader{R: bufio.NewReaderSize(rd, 16), Left: int64(len(raw))}
+			got, bad, err := body.FloatsChecked(start, n, "values")
+			if err != nil || bad != badAt || !bitsEqualF(got, v) {
+				t.Fatalf("%s, bad at %d: bad %d, err %v, equal %v", name, badAt, bad, err, bitsEqualF(got, v))
+			}
+		}
+	}
+	for _, cut := range []int{0, 3, 4 * checkChunk, len(raw) - 1} {
+		body := BodyReader{R: bufio.NewReaderSize(bytes.NewReader(raw[:cut]), 16), Left: int64(len(raw))}
+		if _, _, err := body.FloatsChecked(nil, n, "values"); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("section cut after %d of %d bytes: err %v, want %v", cut, len(raw), err, io.ErrUnexpectedEOF)
+		}
+	}
+}
+
+// pieceReader returns at most sizes[i] bytes on its i-th read, cycling.
+type pieceReader struct {
+	r     io.Reader
+	sizes []int
+	i     int
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) {
+	k := p.sizes[p.i%len(p.sizes)]
+	p.i++
+	return p.r.Read(b[:min(k, len(b))])
+}
