@@ -2,15 +2,19 @@
 // of a ps that ticks the node on a real clock, carries its messages to the
 // other ps over connections (TCP, or memnet in tests) in the wire form of
 // replica.Message, applies its entries through a callback, and blocks a
-// push until it is acknowledged. It is the ps event loop of
-// docs/REPLICATION.md's wiring plan; the ps (package server) does not use
-// it yet.
+// push until it is acknowledged (docs/REPLICATION.md; the trainer's
+// replicated ps runs one).
 //
-// Concurrency: one goroutine, the loop, owns the Node; everything else
-// talks to it over channels. Apply and TookOver are called on the loop
-// goroutine, in log order. Each peer has a sender goroutine (dialling on
-// demand, dropping what it cannot send: the protocol sends again) and each
-// accepted connection a reader goroutine. Close stops them all.
+// Concurrency: the Node is owned by whoever holds the host's lock (mu):
+// the goroutine that reads a peer's message steps the node with it, a
+// push proposes itself, a ticker goroutine ticks it, each then doing what
+// the node's Ready asks before letting go. No message, push or query waits
+// for a hand-off to another goroutine (on a loaded machine each hand-off
+// is a wake-up that can wait for a core). Apply and TookOver are called
+// with the lock held, in log order, so they must not call the host. Each
+// peer has a sender goroutine (dialling on demand, dropping what it cannot
+// send: the protocol sends again) and each accepted connection a reader
+// goroutine. Close stops them all.
 package replicate
 
 import (
@@ -73,21 +77,21 @@ type Config struct {
 // Host runs one ps's replica.Node. Create it with Start.
 type Host struct {
 	cfg      Config
-	node     *replica.Node // owned by the loop goroutine
-	inbox    chan replica.Message
-	calls    chan call
-	queries  chan func(*replica.Node)
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	peers    []chan [][]byte
-	queued   []atomic.Int64          // per peer: bytes in peers[id]
-	waiting  map[ackKey][]chan error // owned by the loop goroutine
-	serving  map[int][]chan struct{} // owned by the loop goroutine: WaitServing's waiters, by shard
+	queued   []atomic.Int64 // per peer: bytes in peers[id]
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
 	stopOnce sync.Once
 
-	// Re-replication, owned by the loop goroutine.
+	mu      sync.Mutex // owns what follows
+	closed  bool
+	node    *replica.Node
+	waiting map[ackKey][]chan error
+	serving map[int][]chan struct{} // WaitServing's waiters, by shard
+
+	// Re-replication.
 	admittedAt time.Time
 	installed  map[int]int64 // per shard: bytes of the copies installed
 }
@@ -97,14 +101,7 @@ type ackKey struct {
 	req   replica.ReqID
 }
 
-type call struct {
-	shard int
-	req   replica.ReqID
-	data  []byte
-	done  chan error
-}
-
-// Start starts the loop, the listener's accept loop and the senders.
+// Start starts the ticker, the listener's accept loop and the senders.
 func Start(cfg Config) (*Host, error) {
 	if cfg.Boot == 0 {
 		cfg.Boot = uint64(time.Now().UnixNano())
@@ -138,8 +135,7 @@ func Start(cfg Config) (*Host, error) {
 		}
 	}
 	h := &Host{
-		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
-		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
+		cfg: cfg, node: node, quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
 		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{}, installed: map[int]int64{},
 	}
 	for id := range h.peers {
@@ -150,9 +146,13 @@ func Start(cfg Config) (*Host, error) {
 		h.wg.Add(1)
 		go h.send(id)
 	}
+	h.mu.Lock()
+	h.node.Tick(time.Now())
+	h.drain()
+	h.mu.Unlock()
 	h.wg.Add(2)
 	go h.accept()
-	go h.loop()
+	go h.tick()
 	return h, nil
 }
 
@@ -161,6 +161,15 @@ func Start(cfg Config) (*Host, error) {
 func (h *Host) Close() error {
 	h.stopOnce.Do(func() {
 		close(h.quit)
+		h.mu.Lock()
+		h.closed = true
+		for k, ws := range h.waiting {
+			for _, w := range ws {
+				w <- net.ErrClosed
+			}
+			delete(h.waiting, k)
+		}
+		h.mu.Unlock()
 		h.cfg.Listener.Close()
 		h.connsMu.Lock()
 		for c := range h.conns {
@@ -177,16 +186,25 @@ func (h *Host) Close() error {
 // *replica.NotPrimaryError naming the primary), or ctx ends. A retry with
 // the same request id after a failover is recognised, not applied again.
 func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) error {
-	c := call{shard: s, req: req, data: data, done: make(chan error, 1)}
-	select {
-	case h.calls <- c:
-	case <-h.quit:
-		return net.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	done := make(chan error, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return net.ErrClosed
+	}
+	if _, _, err := h.node.Propose(s, req, data); err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	k := ackKey{s, req}
+	h.waiting[k] = append(h.waiting[k], done)
+	h.drain()
+	h.mu.Unlock()
 	select {
-	case err := <-c.done:
+	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -238,8 +256,8 @@ func (h *Host) Serving(s int) bool {
 }
 
 // WaitServing waits until this ps may answer pulls of shard s (Serving),
-// ctx ends (its error) or the host closes (net.ErrClosed). It is woken by
-// the loop as soon as that holds, not by polling.
+// ctx ends (its error) or the host closes (net.ErrClosed). It is woken as
+// soon as that holds (by what changed the node), not by polling.
 func (h *Host) WaitServing(ctx context.Context, s int) error {
 	var ch chan struct{}
 	if !h.do(func(n *replica.Node) {
@@ -287,53 +305,35 @@ func (h *Host) Primary(s int) int {
 
 func (h *Host) query(f func(*replica.Node)) { h.do(f) }
 
-// do runs f on the loop goroutine, then what the node asks; false if the
-// host is closed.
+// do runs f with the node, then what the node asks; false if the host is
+// closed.
 func (h *Host) do(f func(*replica.Node)) bool {
-	done := make(chan struct{})
-	select {
-	case h.queries <- func(n *replica.Node) { f(n); close(done) }:
-		<-done
-		return true
-	case <-h.quit:
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
 		return false
 	}
+	f(h.node)
+	h.drain()
+	return true
 }
 
-func (h *Host) loop() {
+// tick ticks the node every TickEvery until Close.
+func (h *Host) tick() {
 	defer h.wg.Done()
-	tick := time.NewTicker(h.cfg.TickEvery)
-	defer tick.Stop()
-	h.node.Tick(time.Now())
-	h.drain()
+	t := time.NewTicker(h.cfg.TickEvery)
+	defer t.Stop()
 	for {
 		select {
 		case <-h.quit:
-			for _, ws := range h.waiting {
-				for _, w := range ws {
-					w <- net.ErrClosed
-				}
-			}
 			return
-		case <-tick.C:
-			h.node.Tick(time.Now())
-		case m := <-h.inbox:
-			h.node.Step(m)
-		case c := <-h.calls:
-			if _, _, err := h.node.Propose(c.shard, c.req, c.data); err != nil {
-				c.done <- err
-				break
-			}
-			k := ackKey{c.shard, c.req}
-			h.waiting[k] = append(h.waiting[k], c.done)
-		case f := <-h.queries:
-			f(h.node)
+		case <-t.C:
+			h.do(func(n *replica.Node) { n.Tick(time.Now()) })
 		}
-		h.drain()
 	}
 }
 
-// drain does what the node's Ready asks.
+// drain does what the node's Ready asks (with mu held).
 func (h *Host) drain() {
 	rd := h.node.Ready()
 	// Send first: a backup's answer and a primary's appends need only
@@ -545,9 +545,7 @@ func (h *Host) read(c net.Conn) {
 			h.cfg.Logf("replicate: from %v: %v: connection closed", c.RemoteAddr(), err)
 			return
 		}
-		select {
-		case h.inbox <- m:
-		case <-h.quit:
+		if !h.do(func(n *replica.Node) { n.Step(m) }) {
 			return
 		}
 	}
