@@ -99,6 +99,7 @@ type replicatedCopy struct {
 	applier *applier   // applies the log's entries to the copy, off the loop
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
 	logf    func(string, ...any)
+	scratch []float32 // the applier's: a backup's gradients, decoded (decodeDensePush)
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
@@ -187,8 +188,11 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	case entryPush:
 		req, _ := own.request().(*pb.PushRequest)
 		if req == nil {
-			req = &pb.PushRequest{}
-			err = proto.Unmarshal(data[1:], req)
+			var ok bool
+			if req, ok = decodeDensePush(data[1:], &c.scratch); !ok {
+				req = &pb.PushRequest{}
+				err = proto.Unmarshal(data[1:], req)
+			}
 		}
 		if err == nil {
 			resp, err = c.Server.Push(ctx, req)
