@@ -35,6 +35,15 @@ import (
 // MaxFrame bounds one message on the wire (a push's bytes plus headers).
 const MaxFrame = 1 << 30
 
+// MaxDirect is the largest message written to a peer by the goroutine
+// that made it (with the host's lock held) rather than handed to the
+// peer's sender goroutine: an acknowledgement, a heartbeat, a small push.
+// It is written so only when nothing is queued to or being written to that
+// peer (so messages keep their order), and only on a connection already
+// open; a larger message, or one behind others, goes through the sender,
+// so a slow peer never holds the lock for longer than a small write.
+const MaxDirect = 64 << 10
+
 // MaxQueued bounds the bytes waiting to be sent to one peer; a message
 // beyond it is dropped (the protocol sends it again once the peer keeps up).
 const MaxQueued = 256 << 20
@@ -80,7 +89,8 @@ type Host struct {
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	peers    []chan [][]byte
-	queued   []atomic.Int64 // per peer: bytes in peers[id]
+	queued   []atomic.Int64 // per peer: bytes in peers[id] or being written
+	out      []peerConn     // per peer: the connection the sender writes
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
 	stopOnce sync.Once
@@ -94,6 +104,13 @@ type Host struct {
 	// Re-replication.
 	admittedAt time.Time
 	installed  map[int]int64 // per shard: bytes of the copies installed
+}
+
+// peerConn is the connection to one peer: its sender goroutine dials and
+// writes it; a direct write (MaxDirect) takes mu without waiting.
+type peerConn struct {
+	mu   sync.Mutex
+	conn net.Conn
 }
 
 type ackKey struct {
@@ -135,7 +152,7 @@ func Start(cfg Config) (*Host, error) {
 		}
 	}
 	h := &Host{
-		cfg: cfg, node: node, quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
+		cfg: cfg, node: node, quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N), out: make([]peerConn, cfg.N),
 		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{}, installed: map[int]int64{},
 	}
 	for id := range h.peers {
@@ -349,13 +366,17 @@ func (h *Host) drain() {
 		for _, p := range b {
 			size += int64(len(p))
 		}
+		if h.writeDirect(m.To, b, size) {
+			continue
+		}
 		if h.queued[m.To].Load()+size > MaxQueued {
 			continue // the peer is slow or gone: the protocol sends again
 		}
+		h.queued[m.To].Add(size) // before the sender can take it off
 		select {
 		case h.peers[m.To] <- b:
-			h.queued[m.To].Add(size)
 		default:
+			h.queued[m.To].Add(-size)
 		}
 	}
 	if rd.Reformed != nil {
@@ -445,15 +466,48 @@ func (h *Host) drain() {
 	}
 }
 
-// send writes ps id's messages, dialling when needed; a message that
-// cannot be written is dropped.
+// writeDirect writes a small message to peer id on this goroutine if
+// nothing is queued to it or being written (MaxDirect); false: the sender
+// is to take it.
+func (h *Host) writeDirect(id int, b [][]byte, size int64) bool {
+	pc := &h.out[id]
+	if size > MaxDirect || h.queued[id].Load() != 0 || !pc.mu.TryLock() {
+		return false
+	}
+	defer pc.mu.Unlock()
+	if pc.conn == nil || h.queued[id].Load() != 0 {
+		return false
+	}
+	// A short deadline: the lock is held. A peer whose connection cannot
+	// take a few bytes now is slow or gone; its connection is dialled again.
+	h.write(pc, b, size, h.cfg.Timeout/8)
+	return true
+}
+
+// write writes one message as a frame on pc's connection (pc.mu held),
+// closing the connection if that fails (the message is dropped: the
+// protocol sends again).
+func (h *Host) write(pc *peerConn, b [][]byte, size int64, timeout time.Duration) {
+	frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(size))}, b...))
+	pc.conn.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := frame.WriteTo(pc.conn); err != nil {
+		pc.conn.Close()
+		pc.conn = nil
+	}
+}
+
+// send writes ps id's queued messages, dialling when needed; a message
+// that cannot be written is dropped.
 func (h *Host) send(id int) {
 	defer h.wg.Done()
-	var conn net.Conn
+	pc := &h.out[id]
 	defer func() {
-		if conn != nil {
-			conn.Close()
+		pc.mu.Lock()
+		if pc.conn != nil {
+			pc.conn.Close()
+			pc.conn = nil
 		}
+		pc.mu.Unlock()
 	}()
 	for {
 		var b [][]byte
@@ -462,26 +516,25 @@ func (h *Host) send(id int) {
 			return
 		case b = <-h.peers[id]:
 		}
-		n := 0
+		n := int64(0)
 		for _, p := range b {
-			n += len(p)
+			n += int64(len(p))
 		}
-		h.queued[id].Add(-int64(n))
-		if conn == nil {
+		pc.mu.Lock()
+		if pc.conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Timeout/2)
 			c, err := h.cfg.Dial(ctx, h.cfg.Addrs[id])
 			cancel()
-			if err != nil {
-				continue
+			if err == nil {
+				pc.conn = c
 			}
-			conn = c
 		}
-		frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(n))}, b...))
-		conn.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
-		if _, err := frame.WriteTo(conn); err != nil {
-			conn.Close()
-			conn = nil
+		if pc.conn != nil {
+			h.write(pc, b, n, h.cfg.Timeout)
 		}
+		// Taken off only once written: a direct write never overtakes it.
+		h.queued[id].Add(-n)
+		pc.mu.Unlock()
 	}
 }
 
