@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,12 +37,15 @@ import (
 const MaxFrame = 1 << 30
 
 // MaxDirect is the largest message written to a peer by the goroutine
-// that made it (with the host's lock held) rather than handed to the
-// peer's sender goroutine: an acknowledgement, a heartbeat, a small push.
-// It is written so only when nothing is queued to or being written to that
-// peer (so messages keep their order), and only on a connection already
-// open; a larger message, or one behind others, goes through the sender,
-// so a slow peer never holds the lock for longer than a small write.
+// that made it, once it let go of the host's lock, rather than handed to
+// the peer's sender goroutine (one wake-up less on the path of a push): an
+// acknowledgement, a heartbeat, a small shard's push. A push's own entry
+// is written so whatever its size, by the pushing call (Push). A message is
+// written so only when nothing is queued to or being written to that peer
+// (so messages keep their order), and only on a connection already open;
+// anything else goes through the sender. Only small messages are written
+// by the goroutines that read the peers, so that two ps whose buffers are
+// full never wait for each other's reader.
 const MaxDirect = 64 << 10
 
 // MaxQueued bounds the bytes waiting to be sent to one peer; a message
@@ -101,6 +105,12 @@ type Host struct {
 	waiting map[ackKey][]chan error
 	serving map[int][]chan struct{} // WaitServing's waiters, by shard
 
+	// Messages to write once the lock is let go (unlock), and the peers
+	// whose connection this holder took for them.
+	direct    []directMsg
+	held      []int
+	maxDirect int64 // for this holder: MaxDirect, or any size for Push
+
 	// Re-replication.
 	admittedAt time.Time
 	installed  map[int]int64 // per shard: bytes of the copies installed
@@ -111,6 +121,12 @@ type Host struct {
 type peerConn struct {
 	mu   sync.Mutex
 	conn net.Conn
+}
+
+type directMsg struct {
+	to   int
+	b    [][]byte
+	size int64
 }
 
 type ackKey struct {
@@ -163,10 +179,10 @@ func Start(cfg Config) (*Host, error) {
 		h.wg.Add(1)
 		go h.send(id)
 	}
-	h.mu.Lock()
+	h.lock()
 	h.node.Tick(time.Now())
 	h.drain()
-	h.mu.Unlock()
+	h.unlock()
 	h.wg.Add(2)
 	go h.accept()
 	go h.tick()
@@ -207,19 +223,20 @@ func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) 
 		return err
 	}
 	done := make(chan error, 1)
-	h.mu.Lock()
+	h.lock()
 	if h.closed {
-		h.mu.Unlock()
+		h.unlock()
 		return net.ErrClosed
 	}
 	if _, _, err := h.node.Propose(s, req, data); err != nil {
-		h.mu.Unlock()
+		h.unlock()
 		return err
 	}
 	k := ackKey{s, req}
 	h.waiting[k] = append(h.waiting[k], done)
+	h.maxDirect = MaxFrame // its entry goes out from here, whatever its size
 	h.drain()
-	h.mu.Unlock()
+	h.unlock()
 	select {
 	case err := <-done:
 		return err
@@ -325,14 +342,36 @@ func (h *Host) query(f func(*replica.Node)) { h.do(f) }
 // do runs f with the node, then what the node asks; false if the host is
 // closed.
 func (h *Host) do(f func(*replica.Node)) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.lock()
+	defer h.unlock()
 	if h.closed {
 		return false
 	}
 	f(h.node)
 	h.drain()
 	return true
+}
+
+// lock takes the host's lock.
+func (h *Host) lock() {
+	h.mu.Lock()
+	h.maxDirect = MaxDirect
+}
+
+// unlock lets go of the host's lock, then writes the messages drain left
+// to this goroutine (MaxDirect).
+func (h *Host) unlock() {
+	direct, held := h.direct, h.held
+	h.direct, h.held = nil, nil
+	h.mu.Unlock()
+	for _, d := range direct {
+		if pc := &h.out[d.to]; pc.conn != nil {
+			h.write(pc, d.b, d.size, h.cfg.Timeout)
+		}
+	}
+	for _, id := range held {
+		h.out[id].mu.Unlock()
+	}
 }
 
 // tick ticks the node every TickEvery until Close.
@@ -466,21 +505,25 @@ func (h *Host) drain() {
 	}
 }
 
-// writeDirect writes a small message to peer id on this goroutine if
-// nothing is queued to it or being written (MaxDirect); false: the sender
-// is to take it.
+// writeDirect leaves a message to peer id for this goroutine to write
+// once it lets go of the host's lock (MaxDirect), taking the peer's
+// connection until then; false: the sender is to take it. With mu held.
 func (h *Host) writeDirect(id int, b [][]byte, size int64) bool {
-	pc := &h.out[id]
-	if size > MaxDirect || h.queued[id].Load() != 0 || !pc.mu.TryLock() {
+	if size > h.maxDirect || h.queued[id].Load() != 0 {
 		return false
 	}
-	defer pc.mu.Unlock()
-	if pc.conn == nil || h.queued[id].Load() != 0 {
-		return false
+	if !slices.Contains(h.held, id) {
+		pc := &h.out[id]
+		if !pc.mu.TryLock() {
+			return false
+		}
+		if pc.conn == nil || h.queued[id].Load() != 0 {
+			pc.mu.Unlock()
+			return false
+		}
+		h.held = append(h.held, id)
 	}
-	// A short deadline: the lock is held. A peer whose connection cannot
-	// take a few bytes now is slow or gone; its connection is dialled again.
-	h.write(pc, b, size, h.cfg.Timeout/8)
+	h.direct = append(h.direct, directMsg{id, b, size})
 	return true
 }
 
