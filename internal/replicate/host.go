@@ -289,6 +289,15 @@ func (h *Host) Serving(s int) bool {
 	return ok
 }
 
+// Proposable reports whether Push would take a push for shard s now
+// (replica.Node.Proposable): a push need not wait for the pushes before
+// it to be held by every copy, as a pull does (WaitServing).
+func (h *Host) Proposable(s int) bool {
+	var ok bool
+	h.query(func(n *replica.Node) { ok = n.Proposable(s) })
+	return ok
+}
+
 // WaitServing waits until this ps may answer pulls of shard s (Serving),
 // ctx ends (its error) or the host closes (net.ErrClosed). It is woken as
 // soon as that holds (by what changed the node), not by polling.

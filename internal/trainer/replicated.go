@@ -272,8 +272,14 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 // propose logs a request and waits until every live copy holds it; it
 // returns this copy's result (nil, nil for a retry applied before).
 func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqID, req proto.Message) (proto.Message, error) {
-	if err := c.waitServing(ctx); err != nil {
-		return nil, err
+	// A push waits neither for the pushes before it to be held by every
+	// copy nor for their update here: it is logged (and shipped) at once,
+	// and applied after them. Only a copy that cannot log it now waits,
+	// as a pull does, until it serves (a takeover) or says who does.
+	if !c.host.Proposable(c.shard) {
+		if err := c.waitServing(ctx); err != nil {
+			return nil, err
+		}
 	}
 	// One copy of the request's bytes: the entry is the kind, then the
 	// request marshalled after it.
