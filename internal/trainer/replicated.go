@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -486,6 +487,8 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	rc := cfg.Replication
 	psAddrs := cfg.Cluster.Spec.PS
 	n, me := len(psAddrs), cfg.Cluster.Task.Index
+	floor := holdGCFloor()
+	defer runtime.KeepAlive(floor)
 	if err := rc.Check(n); err != nil {
 		return &ConfigError{Err: err}
 	}

@@ -106,3 +106,21 @@ func (a *applier) waitFor(ctx context.Context, n uint64, done func() bool) error
 		}
 	}
 }
+
+// gcFloor is a heap allocation a replicated ps holds and never touches,
+// so that the garbage collector runs about once per gcFloor bytes
+// allocated rather than each time the heap doubles. A replicated push
+// leaves a push-sized buffer behind on every copy (the log entry, until
+// the next message commits it); for a shard whose state is small next to
+// its pushes (MNIST: 4 MB live, 0.4 MB per push) the heap doubled every
+// few pushes, and a ps ran about 120 collections per 1500 steps, each
+// stopping the process for 0.6 to 3.5 ms on a loaded machine. With the
+// floor it runs a few. The floor itself is reserved, not used (the
+// runtime never writes to a fresh pointer-free allocation, nor scans it),
+// but the garbage between collections is: a replicated ps's resident
+// memory grows by up to about gcFloor (MNIST: ps 0 at 94 MB against 25).
+const gcFloor = 64 << 20
+
+// holdGCFloor allocates the floor; keep the result alive (runtime.KeepAlive)
+// as long as the ps runs.
+func holdGCFloor() []byte { return make([]byte, gcFloor) }
