@@ -97,7 +97,7 @@ type replicatedCopy struct {
 	me      int // this ps
 	host    *replicate.Host
 	timeout time.Duration
-	applier *applier   // applies the log's entries to the copy, off the loop
+	applier *applier   // applies the log's entries to the copy, off the host's lock
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
 	logf    func(string, ...any)
 	scratch []float32 // the applier's: a backup's gradients, decoded (decodeDensePush)
@@ -226,10 +226,11 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 }
 
 // drainApplier waits until every entry handed to the copy's applier is
-// applied: what reads or replaces the whole copy on the replication loop
-// (a snapshot for a rejoining ps, installing one, a re-formation's
-// restore) must see the state at the log position the loop is at. The
-// applier never calls back into the loop, so waiting there is safe.
+// applied: what reads or replaces the whole copy in the replication
+// host's callbacks (a snapshot for a rejoining ps, installing one, a
+// re-formation's restore) must see the state at the log position the node
+// is at. The applier never calls the host, so waiting there, with the
+// host's lock held, is safe.
 func (c *replicatedCopy) drainApplier() {
 	if c.applier != nil {
 		c.applier.wait(context.Background(), c.applier.mark())

@@ -8,9 +8,9 @@ import (
 )
 
 // applier applies a copy's log entries on a goroutine of its own, in log
-// order, so that the replication loop (which acknowledges pushes, answers
-// the other copies and renews leases for every shard of the ps) never
-// waits for an optimizer update: a backup's acknowledgement and the
+// order, so that the replication host (whose lock is held to acknowledge
+// pushes, answer the other copies and renew leases for every shard of the
+// ps) never waits for an optimizer update: a backup's acknowledgement and the
 // primary's next append go out while the update runs. What reads the copy
 // waits for the entries handed out before it (wait): a pull (after
 // Serving), a call's own result, and a takeover's log line.
@@ -19,7 +19,7 @@ type applier struct {
 
 	mu      sync.Mutex
 	queue   []replica.Entry
-	handed  uint64        // entries handed out by the loop
+	handed  uint64        // entries handed out by the host
 	applied uint64        // entries applied
 	moved   chan struct{} // closed and replaced when applied grows or the applier stops
 	wake    chan struct{} // one token: the queue has entries
@@ -30,7 +30,7 @@ func newApplier(apply func(replica.Entry)) *applier {
 	return &applier{apply: apply, moved: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
-// add queues an entry (the replication loop's Apply).
+// add queues an entry (the replication host's Apply).
 func (a *applier) add(e replica.Entry) {
 	a.mu.Lock()
 	a.queue = append(a.queue, e)
