@@ -40,7 +40,8 @@ const MaxFrame = 1 << 30
 // that made it, once it let go of the host's lock, rather than handed to
 // the peer's sender goroutine (one wake-up less on the path of a push): an
 // acknowledgement, a heartbeat, a small shard's push. A push's own entry
-// is written so whatever its size, by the pushing call (Push). A message is
+// is written so whatever its size, by the pushing call (Push), and so is a
+// synchronous step's aggregate (Aggregate). A message is
 // written so only when nothing is queued to or being written to that peer
 // (so messages keep their order), and only on a connection already open;
 // anything else goes through the sender. Only small messages are written
@@ -274,11 +275,16 @@ func (h *Host) Hold(s int, req replica.ReqID) (dup bool, wait func(context.Conte
 
 // Aggregate logs a completed step's aggregate, data, covering the pushes
 // held since the last (replica.Node.ProposeHeld), and ships it.
+// The entry goes out from the calling goroutine, as a push's does.
 func (h *Host) Aggregate(s int, data []byte) error {
-	var err error
-	if !h.do(func(n *replica.Node) { _, err = n.ProposeHeld(s, data) }) {
+	h.lock()
+	defer h.unlock()
+	if h.closed {
 		return net.ErrClosed
 	}
+	h.maxDirect = MaxFrame
+	_, err := h.node.ProposeHeld(s, data)
+	h.drain()
 	return err
 }
 
