@@ -397,6 +397,15 @@ func (n *Node) Serving(s int) bool {
 	return !n.stopped && !n.joining && ss != nil && ss.primary && !ss.lost && n.leased() && ss.commit == ss.applied
 }
 
+// Proposable reports whether Propose would take a push for shard s now:
+// this ps is its caught-up primary and holds a lease. Unlike Serving, it
+// does not wait for earlier pushes to be held by every copy: pushes are
+// logged one after the other while earlier ones are still on their way.
+func (n *Node) Proposable(s int) bool {
+	_, err := n.primaryOf(s, true)
+	return err == nil
+}
+
 // Applied is the last entry of shard s applied here.
 func (n *Node) Applied(s int) uint64 {
 	if ss := n.shards[s]; ss != nil {

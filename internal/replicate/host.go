@@ -2,15 +2,19 @@
 // of a ps that ticks the node on a real clock, carries its messages to the
 // other ps over connections (TCP, or memnet in tests) in the wire form of
 // replica.Message, applies its entries through a callback, and blocks a
-// push until it is acknowledged. It is the ps event loop of
-// docs/REPLICATION.md's wiring plan; the ps (package server) does not use
-// it yet.
+// push until it is acknowledged (docs/REPLICATION.md; the trainer's
+// replicated ps runs one).
 //
-// Concurrency: one goroutine, the loop, owns the Node; everything else
-// talks to it over channels. Apply and TookOver are called on the loop
-// goroutine, in log order. Each peer has a sender goroutine (dialling on
-// demand, dropping what it cannot send: the protocol sends again) and each
-// accepted connection a reader goroutine. Close stops them all.
+// Concurrency: the Node is owned by whoever holds the host's lock (mu):
+// the goroutine that reads a peer's message steps the node with it, a
+// push proposes itself, a ticker goroutine ticks it, each then doing what
+// the node's Ready asks before letting go. No message, push or query waits
+// for a hand-off to another goroutine (on a loaded machine each hand-off
+// is a wake-up that can wait for a core). Apply and TookOver are called
+// with the lock held, in log order, so they must not call the host. Each
+// peer has a sender goroutine (dialling on demand, dropping what it cannot
+// send: the protocol sends again) and each accepted connection a reader
+// goroutine. Close stops them all.
 package replicate
 
 import (
@@ -21,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +35,19 @@ import (
 
 // MaxFrame bounds one message on the wire (a push's bytes plus headers).
 const MaxFrame = 1 << 30
+
+// MaxDirect is the largest message written to a peer by the goroutine
+// that made it, once it let go of the host's lock, rather than handed to
+// the peer's sender goroutine (one wake-up less on the path of a push): an
+// acknowledgement, a heartbeat, a small shard's push. A push's own entry
+// is written so whatever its size, by the pushing call (Push), and so is a
+// synchronous step's aggregate (Aggregate). A message is
+// written so only when nothing is queued to or being written to that peer
+// (so messages keep their order), and only on a connection already open;
+// anything else goes through the sender. Only small messages are written
+// by the goroutines that read the peers, so that two ps whose buffers are
+// full never wait for each other's reader.
+const MaxDirect = 64 << 10
 
 // MaxQueued bounds the bytes waiting to be sent to one peer; a message
 // beyond it is dropped (the protocol sends it again once the peer keeps up).
@@ -73,23 +91,43 @@ type Config struct {
 // Host runs one ps's replica.Node. Create it with Start.
 type Host struct {
 	cfg      Config
-	node     *replica.Node // owned by the loop goroutine
-	inbox    chan replica.Message
-	calls    chan call
-	queries  chan func(*replica.Node)
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	peers    []chan [][]byte
-	queued   []atomic.Int64          // per peer: bytes in peers[id]
-	waiting  map[ackKey][]chan error // owned by the loop goroutine
-	serving  map[int][]chan struct{} // owned by the loop goroutine: WaitServing's waiters, by shard
+	queued   []atomic.Int64 // per peer: bytes in peers[id] or being written
+	out      []peerConn     // per peer: the connection the sender writes
 	connsMu  sync.Mutex
 	conns    map[net.Conn]bool
 	stopOnce sync.Once
 
-	// Re-replication, owned by the loop goroutine.
+	mu      sync.Mutex // owns what follows
+	closed  bool
+	node    *replica.Node
+	waiting map[ackKey][]chan error
+	serving map[int][]chan struct{} // WaitServing's waiters, by shard
+
+	// Messages to write once the lock is let go (unlock), and the peers
+	// whose connection this holder took for them.
+	direct    []directMsg
+	held      []int
+	maxDirect int64 // for this holder: MaxDirect, or any size for Push
+
+	// Re-replication.
 	admittedAt time.Time
 	installed  map[int]int64 // per shard: bytes of the copies installed
+}
+
+// peerConn is the connection to one peer: its sender goroutine dials and
+// writes it; a direct write (MaxDirect) takes mu without waiting.
+type peerConn struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+type directMsg struct {
+	to   int
+	b    [][]byte
+	size int64
 }
 
 type ackKey struct {
@@ -97,14 +135,7 @@ type ackKey struct {
 	req   replica.ReqID
 }
 
-type call struct {
-	shard int
-	req   replica.ReqID
-	data  []byte
-	done  chan error
-}
-
-// Start starts the loop, the listener's accept loop and the senders.
+// Start starts the ticker, the listener's accept loop and the senders.
 func Start(cfg Config) (*Host, error) {
 	if cfg.Boot == 0 {
 		cfg.Boot = uint64(time.Now().UnixNano())
@@ -138,8 +169,7 @@ func Start(cfg Config) (*Host, error) {
 		}
 	}
 	h := &Host{
-		cfg: cfg, node: node, inbox: make(chan replica.Message, 1024), calls: make(chan call),
-		queries: make(chan func(*replica.Node)), quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N),
+		cfg: cfg, node: node, quit: make(chan struct{}), peers: make([]chan [][]byte, cfg.N), queued: make([]atomic.Int64, cfg.N), out: make([]peerConn, cfg.N),
 		waiting: map[ackKey][]chan error{}, serving: map[int][]chan struct{}{}, conns: map[net.Conn]bool{}, installed: map[int]int64{},
 	}
 	for id := range h.peers {
@@ -150,9 +180,13 @@ func Start(cfg Config) (*Host, error) {
 		h.wg.Add(1)
 		go h.send(id)
 	}
+	h.lock()
+	h.node.Tick(time.Now())
+	h.drain()
+	h.unlock()
 	h.wg.Add(2)
 	go h.accept()
-	go h.loop()
+	go h.tick()
 	return h, nil
 }
 
@@ -161,6 +195,15 @@ func Start(cfg Config) (*Host, error) {
 func (h *Host) Close() error {
 	h.stopOnce.Do(func() {
 		close(h.quit)
+		h.mu.Lock()
+		h.closed = true
+		for k, ws := range h.waiting {
+			for _, w := range ws {
+				w <- net.ErrClosed
+			}
+			delete(h.waiting, k)
+		}
+		h.mu.Unlock()
 		h.cfg.Listener.Close()
 		h.connsMu.Lock()
 		for c := range h.conns {
@@ -177,16 +220,26 @@ func (h *Host) Close() error {
 // *replica.NotPrimaryError naming the primary), or ctx ends. A retry with
 // the same request id after a failover is recognised, not applied again.
 func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) error {
-	c := call{shard: s, req: req, data: data, done: make(chan error, 1)}
-	select {
-	case h.calls <- c:
-	case <-h.quit:
-		return net.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	done := make(chan error, 1)
+	h.lock()
+	if h.closed {
+		h.unlock()
+		return net.ErrClosed
+	}
+	if _, _, err := h.node.Propose(s, req, data); err != nil {
+		h.unlock()
+		return err
+	}
+	k := ackKey{s, req}
+	h.waiting[k] = append(h.waiting[k], done)
+	h.maxDirect = MaxFrame // its entry goes out from here, whatever its size
+	h.drain()
+	h.unlock()
 	select {
-	case err := <-c.done:
+	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -222,11 +275,16 @@ func (h *Host) Hold(s int, req replica.ReqID) (dup bool, wait func(context.Conte
 
 // Aggregate logs a completed step's aggregate, data, covering the pushes
 // held since the last (replica.Node.ProposeHeld), and ships it.
+// The entry goes out from the calling goroutine, as a push's does.
 func (h *Host) Aggregate(s int, data []byte) error {
-	var err error
-	if !h.do(func(n *replica.Node) { _, err = n.ProposeHeld(s, data) }) {
+	h.lock()
+	defer h.unlock()
+	if h.closed {
 		return net.ErrClosed
 	}
+	h.maxDirect = MaxFrame
+	_, err := h.node.ProposeHeld(s, data)
+	h.drain()
 	return err
 }
 
@@ -237,9 +295,18 @@ func (h *Host) Serving(s int) bool {
 	return ok
 }
 
+// Proposable reports whether Push would take a push for shard s now
+// (replica.Node.Proposable): a push need not wait for the pushes before
+// it to be held by every copy, as a pull does (WaitServing).
+func (h *Host) Proposable(s int) bool {
+	var ok bool
+	h.query(func(n *replica.Node) { ok = n.Proposable(s) })
+	return ok
+}
+
 // WaitServing waits until this ps may answer pulls of shard s (Serving),
-// ctx ends (its error) or the host closes (net.ErrClosed). It is woken by
-// the loop as soon as that holds, not by polling.
+// ctx ends (its error) or the host closes (net.ErrClosed). It is woken as
+// soon as that holds (by what changed the node), not by polling.
 func (h *Host) WaitServing(ctx context.Context, s int) error {
 	var ch chan struct{}
 	if !h.do(func(n *replica.Node) {
@@ -287,53 +354,57 @@ func (h *Host) Primary(s int) int {
 
 func (h *Host) query(f func(*replica.Node)) { h.do(f) }
 
-// do runs f on the loop goroutine, then what the node asks; false if the
-// host is closed.
+// do runs f with the node, then what the node asks; false if the host is
+// closed.
 func (h *Host) do(f func(*replica.Node)) bool {
-	done := make(chan struct{})
-	select {
-	case h.queries <- func(n *replica.Node) { f(n); close(done) }:
-		<-done
-		return true
-	case <-h.quit:
+	h.lock()
+	defer h.unlock()
+	if h.closed {
 		return false
+	}
+	f(h.node)
+	h.drain()
+	return true
+}
+
+// lock takes the host's lock.
+func (h *Host) lock() {
+	h.mu.Lock()
+	h.maxDirect = MaxDirect
+}
+
+// unlock lets go of the host's lock, then writes the messages drain left
+// to this goroutine (MaxDirect).
+func (h *Host) unlock() {
+	direct, held := h.direct, h.held
+	h.direct, h.held = nil, nil
+	h.mu.Unlock()
+	for _, d := range direct {
+		if pc := &h.out[d.to]; pc.conn != nil {
+			h.write(pc, d.b, d.size, h.cfg.Timeout)
+		}
+	}
+	for _, id := range held {
+		h.out[id].mu.Unlock()
 	}
 }
 
-func (h *Host) loop() {
+// tick ticks the node every TickEvery until Close.
+func (h *Host) tick() {
 	defer h.wg.Done()
-	tick := time.NewTicker(h.cfg.TickEvery)
-	defer tick.Stop()
-	h.node.Tick(time.Now())
-	h.drain()
+	t := time.NewTicker(h.cfg.TickEvery)
+	defer t.Stop()
 	for {
 		select {
 		case <-h.quit:
-			for _, ws := range h.waiting {
-				for _, w := range ws {
-					w <- net.ErrClosed
-				}
-			}
 			return
-		case <-tick.C:
-			h.node.Tick(time.Now())
-		case m := <-h.inbox:
-			h.node.Step(m)
-		case c := <-h.calls:
-			if _, _, err := h.node.Propose(c.shard, c.req, c.data); err != nil {
-				c.done <- err
-				break
-			}
-			k := ackKey{c.shard, c.req}
-			h.waiting[k] = append(h.waiting[k], c.done)
-		case f := <-h.queries:
-			f(h.node)
+		case <-t.C:
+			h.do(func(n *replica.Node) { n.Tick(time.Now()) })
 		}
-		h.drain()
 	}
 }
 
-// drain does what the node's Ready asks.
+// drain does what the node's Ready asks (with mu held).
 func (h *Host) drain() {
 	rd := h.node.Ready()
 	// Send first: a backup's answer and a primary's appends need only
@@ -349,13 +420,17 @@ func (h *Host) drain() {
 		for _, p := range b {
 			size += int64(len(p))
 		}
+		if h.writeDirect(m.To, b, size) {
+			continue
+		}
 		if h.queued[m.To].Load()+size > MaxQueued {
 			continue // the peer is slow or gone: the protocol sends again
 		}
+		h.queued[m.To].Add(size) // before the sender can take it off
 		select {
 		case h.peers[m.To] <- b:
-			h.queued[m.To].Add(size)
 		default:
+			h.queued[m.To].Add(-size)
 		}
 	}
 	if rd.Reformed != nil {
@@ -445,15 +520,52 @@ func (h *Host) drain() {
 	}
 }
 
-// send writes ps id's messages, dialling when needed; a message that
-// cannot be written is dropped.
+// writeDirect leaves a message to peer id for this goroutine to write
+// once it lets go of the host's lock (MaxDirect), taking the peer's
+// connection until then; false: the sender is to take it. With mu held.
+func (h *Host) writeDirect(id int, b [][]byte, size int64) bool {
+	if size > h.maxDirect || h.queued[id].Load() != 0 {
+		return false
+	}
+	if !slices.Contains(h.held, id) {
+		pc := &h.out[id]
+		if !pc.mu.TryLock() {
+			return false
+		}
+		if pc.conn == nil || h.queued[id].Load() != 0 {
+			pc.mu.Unlock()
+			return false
+		}
+		h.held = append(h.held, id)
+	}
+	h.direct = append(h.direct, directMsg{id, b, size})
+	return true
+}
+
+// write writes one message as a frame on pc's connection (pc.mu held),
+// closing the connection if that fails (the message is dropped: the
+// protocol sends again).
+func (h *Host) write(pc *peerConn, b [][]byte, size int64, timeout time.Duration) {
+	frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(size))}, b...))
+	pc.conn.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := frame.WriteTo(pc.conn); err != nil {
+		pc.conn.Close()
+		pc.conn = nil
+	}
+}
+
+// send writes ps id's queued messages, dialling when needed; a message
+// that cannot be written is dropped.
 func (h *Host) send(id int) {
 	defer h.wg.Done()
-	var conn net.Conn
+	pc := &h.out[id]
 	defer func() {
-		if conn != nil {
-			conn.Close()
+		pc.mu.Lock()
+		if pc.conn != nil {
+			pc.conn.Close()
+			pc.conn = nil
 		}
+		pc.mu.Unlock()
 	}()
 	for {
 		var b [][]byte
@@ -462,26 +574,25 @@ func (h *Host) send(id int) {
 			return
 		case b = <-h.peers[id]:
 		}
-		n := 0
+		n := int64(0)
 		for _, p := range b {
-			n += len(p)
+			n += int64(len(p))
 		}
-		h.queued[id].Add(-int64(n))
-		if conn == nil {
+		pc.mu.Lock()
+		if pc.conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Timeout/2)
 			c, err := h.cfg.Dial(ctx, h.cfg.Addrs[id])
 			cancel()
-			if err != nil {
-				continue
+			if err == nil {
+				pc.conn = c
 			}
-			conn = c
 		}
-		frame := net.Buffers(append([][]byte{binary.LittleEndian.AppendUint32(nil, uint32(n))}, b...))
-		conn.SetWriteDeadline(time.Now().Add(h.cfg.Timeout))
-		if _, err := frame.WriteTo(conn); err != nil {
-			conn.Close()
-			conn = nil
+		if pc.conn != nil {
+			h.write(pc, b, n, h.cfg.Timeout)
 		}
+		// Taken off only once written: a direct write never overtakes it.
+		h.queued[id].Add(-n)
+		pc.mu.Unlock()
 	}
 }
 
@@ -545,9 +656,7 @@ func (h *Host) read(c net.Conn) {
 			h.cfg.Logf("replicate: from %v: %v: connection closed", c.RemoteAddr(), err)
 			return
 		}
-		select {
-		case h.inbox <- m:
-		case <-h.quit:
+		if !h.do(func(n *replica.Node) { n.Step(m) }) {
 			return
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -96,9 +97,10 @@ type replicatedCopy struct {
 	me      int // this ps
 	host    *replicate.Host
 	timeout time.Duration
-	applier *applier   // applies the log's entries to the copy, off the loop
+	applier *applier   // applies the log's entries to the copy, off the host's lock
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
 	logf    func(string, ...any)
+	scratch []float32 // the applier's: a backup's gradients, decoded (decodeDensePush)
 
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
@@ -187,8 +189,11 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 	case entryPush:
 		req, _ := own.request().(*pb.PushRequest)
 		if req == nil {
-			req = &pb.PushRequest{}
-			err = proto.Unmarshal(data[1:], req)
+			var ok bool
+			if req, ok = decodeDensePush(data[1:], &c.scratch); !ok {
+				req = &pb.PushRequest{}
+				err = proto.Unmarshal(data[1:], req)
+			}
 		}
 		if err == nil {
 			resp, err = c.Server.Push(ctx, req)
@@ -221,10 +226,11 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 }
 
 // drainApplier waits until every entry handed to the copy's applier is
-// applied: what reads or replaces the whole copy on the replication loop
-// (a snapshot for a rejoining ps, installing one, a re-formation's
-// restore) must see the state at the log position the loop is at. The
-// applier never calls back into the loop, so waiting there is safe.
+// applied: what reads or replaces the whole copy in the replication
+// host's callbacks (a snapshot for a rejoining ps, installing one, a
+// re-formation's restore) must see the state at the log position the node
+// is at. The applier never calls the host, so waiting there, with the
+// host's lock held, is safe.
 func (c *replicatedCopy) drainApplier() {
 	if c.applier != nil {
 		c.applier.wait(context.Background(), c.applier.mark())
@@ -268,8 +274,14 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 // propose logs a request and waits until every live copy holds it; it
 // returns this copy's result (nil, nil for a retry applied before).
 func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqID, req proto.Message) (proto.Message, error) {
-	if err := c.waitServing(ctx); err != nil {
-		return nil, err
+	// A push waits neither for the pushes before it to be held by every
+	// copy nor for their update here: it is logged (and shipped) at once,
+	// and applied after them. Only a copy that cannot log it now waits,
+	// as a pull does, until it serves (a takeover) or says who does.
+	if !c.host.Proposable(c.shard) {
+		if err := c.waitServing(ctx); err != nil {
+			return nil, err
+		}
 	}
 	// One copy of the request's bytes: the entry is the kind, then the
 	// request marshalled after it.
@@ -476,6 +488,8 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	rc := cfg.Replication
 	psAddrs := cfg.Cluster.Spec.PS
 	n, me := len(psAddrs), cfg.Cluster.Task.Index
+	floor := holdGCFloor()
+	defer runtime.KeepAlive(floor)
 	if err := rc.Check(n); err != nil {
 		return &ConfigError{Err: err}
 	}

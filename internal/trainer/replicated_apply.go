@@ -8,9 +8,9 @@ import (
 )
 
 // applier applies a copy's log entries on a goroutine of its own, in log
-// order, so that the replication loop (which acknowledges pushes, answers
-// the other copies and renews leases for every shard of the ps) never
-// waits for an optimizer update: a backup's acknowledgement and the
+// order, so that the replication host (whose lock is held to acknowledge
+// pushes, answer the other copies and renew leases for every shard of the
+// ps) never waits for an optimizer update: a backup's acknowledgement and the
 // primary's next append go out while the update runs. What reads the copy
 // waits for the entries handed out before it (wait): a pull (after
 // Serving), a call's own result, and a takeover's log line.
@@ -19,7 +19,7 @@ type applier struct {
 
 	mu      sync.Mutex
 	queue   []replica.Entry
-	handed  uint64        // entries handed out by the loop
+	handed  uint64        // entries handed out by the host
 	applied uint64        // entries applied
 	moved   chan struct{} // closed and replaced when applied grows or the applier stops
 	wake    chan struct{} // one token: the queue has entries
@@ -30,7 +30,7 @@ func newApplier(apply func(replica.Entry)) *applier {
 	return &applier{apply: apply, moved: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
-// add queues an entry (the replication loop's Apply).
+// add queues an entry (the replication host's Apply).
 func (a *applier) add(e replica.Entry) {
 	a.mu.Lock()
 	a.queue = append(a.queue, e)
@@ -106,3 +106,21 @@ func (a *applier) waitFor(ctx context.Context, n uint64, done func() bool) error
 		}
 	}
 }
+
+// gcFloor is a heap allocation a replicated ps holds and never touches,
+// so that the garbage collector runs about once per gcFloor bytes
+// allocated rather than each time the heap doubles. A replicated push
+// leaves a push-sized buffer behind on every copy (the log entry, until
+// the next message commits it); for a shard whose state is small next to
+// its pushes (MNIST: 4 MB live, 0.4 MB per push) the heap doubled every
+// few pushes, and a ps ran about 120 collections per 1500 steps, each
+// stopping the process for 0.6 to 3.5 ms on a loaded machine. With the
+// floor it runs a few. The floor itself is reserved, not used (the
+// runtime never writes to a fresh pointer-free allocation, nor scans it),
+// but the garbage between collections is: a replicated ps's resident
+// memory grows by up to about gcFloor (MNIST: ps 0 at 94 MB against 25).
+const gcFloor = 64 << 20
+
+// holdGCFloor allocates the floor; keep the result alive (runtime.KeepAlive)
+// as long as the ps runs.
+func holdGCFloor() []byte { return make([]byte, gcFloor) }
