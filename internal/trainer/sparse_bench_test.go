@@ -30,29 +30,41 @@ import (
 //     1000 (README's synth-ctr job).
 //
 // ps/standalone is examples/s per worker through the ps over standalone's.
+// The worker through the ps overlaps its round trips with its compute (as
+// a one-worker asynchronous job does by default), or not (-nooverlap);
+// standalone never does (its calls return when done).
 //
 //	go test -run ^$ -bench SparseLR -benchtime 3000x ./internal/trainer/
 func BenchmarkSparseLR(b *testing.B) {
-	b.Run("a9a/ps-1worker-vs-standalone", func(b *testing.B) {
-		dir := testutil.DataDir(b, "a9a/a9a")
-		benchSparseVsStandalone(b, model.Config{
-			BatchSize: 100, Seed: 3, DataDir: dir, TrainData: "a9a/a9a", InputFormat: "libsvm", NumFeatures: 123,
-		})
-	})
-	b.Run("synth-ctr/ps-1worker-vs-standalone", func(b *testing.B) {
-		dir := b.TempDir()
-		sc := synth.DefaultConfig()
-		sc.Out, sc.Rows, sc.Shards, sc.TestRows = dir, 200_000, 1, 1000
-		if _, err := synth.Generate(context.Background(), sc); err != nil {
-			b.Fatal(err)
+	for _, overlap := range []bool{true, false} {
+		name := "ps-1worker-vs-standalone"
+		if !overlap {
+			name = "ps-1worker-nooverlap-vs-standalone"
 		}
-		benchSparseVsStandalone(b, model.Config{
-			BatchSize: 1000, Seed: 3, DataDir: dir, TrainData: "part-00000.tsv", InputFormat: "criteo", CatFields: 26,
+		b.Run("a9a/"+name, func(b *testing.B) {
+			dir := testutil.DataDir(b, "a9a/a9a")
+			benchSparseVsStandalone(b, model.Config{
+				BatchSize: 100, Seed: 3, DataDir: dir, TrainData: "a9a/a9a", InputFormat: "libsvm", NumFeatures: 123,
+			}, overlap)
 		})
-	})
+		b.Run("synth-ctr/"+name, func(b *testing.B) {
+			dir := b.TempDir()
+			sc := synth.DefaultConfig()
+			sc.Out, sc.Rows, sc.Shards, sc.TestRows = dir, 200_000, 1, 1000
+			if _, err := synth.Generate(context.Background(), sc); err != nil {
+				b.Fatal(err)
+			}
+			benchSparseVsStandalone(b, model.Config{
+				BatchSize: 1000, Seed: 3, DataDir: dir, TrainData: "part-00000.tsv", InputFormat: "criteo", CatFields: 26,
+			}, overlap)
+		})
+	}
 }
 
-func benchSparseVsStandalone(b *testing.B, data model.Config) {
+// benchSparseVsStandalone runs one comparison; overlap: the worker through
+// the ps overlaps its round trips with its compute (sparseOverlapLoop), as
+// a one-worker asynchronous job does by default.
+func benchSparseVsStandalone(b *testing.B, data model.Config, overlap bool) {
 	ftrl := optim.Config{Name: "ftrl", LearningRate: 0.2}
 	newModel := func() *sparselr.Model {
 		d := data
@@ -98,7 +110,8 @@ func benchSparseVsStandalone(b *testing.B, data model.Config) {
 		cfg := cfg
 		cfg.TrainSteps = st.step + per
 		t0 := time.Now()
-		if err := sparseLoop(ctx, cfg, ps, m, p, nil, st); err != nil {
+		_, remote := ps.(*client.Client)
+		if err := sparseLoop(ctx, cfg, ps, m, p, nil, st, overlap && remote); err != nil {
 			b.Fatal(err)
 		}
 		*t += time.Since(t0)
