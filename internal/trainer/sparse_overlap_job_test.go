@@ -1,0 +1,104 @@
+package trainer
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/progress"
+)
+
+// pushCounter is a ps Observer that counts the pushes by verdict.
+type pushCounter struct {
+	mu       sync.Mutex
+	verdicts map[string]int
+}
+
+func (p *pushCounter) Pushed(verdict string, _, _ int, _ time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.verdicts == nil {
+		p.verdicts = map[string]int{}
+	}
+	p.verdicts[verdict]++
+}
+func (p *pushCounter) of(v string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.verdicts[v]
+}
+func (*pushCounter) Rejected(string)                                      {}
+func (*pushCounter) Pulled(int, int, time.Duration)                       {}
+func (*pushCounter) SyncWaited(time.Duration)                             {}
+func (*pushCounter) CheckpointSaved(int64, time.Duration, error)          {}
+func (*pushCounter) CheckpointRestored(bool, int64, time.Duration, error) {}
+func (*pushCounter) RestoreProgress(progress.Update)                      {}
+
+// With the overlap, 2 sparse_lr workers on real loopback sockets have every
+// batch they compute up to the goal pushed and applied exactly once: the
+// ps counts as many pushes (applied, or dropped as stale under
+// --max_staleness) as the workers landed steps, the global step is the
+// pushes applied, and nothing is pushed past the goal but what was in
+// flight when it was reached.
+func TestSparseOverlapAppliesEveryPushOnce(t *testing.T) {
+	for _, staleness := range []int64{0, 3} {
+		t.Run(fmt.Sprintf("max_staleness=%d", staleness), func(t *testing.T) {
+			counter, pushes := &stepCounter{}, &pushCounter{}
+			cfg := Config{Model: "sparse_lr", Overlap: OverlapOn, MaxStaleness: staleness, TrainSteps: 60,
+				Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1}, Observer: counter, PSObserver: pushes,
+				ResultFile: filepath.Join(t.TempDir(), "result.json"), WaitLogEvery: 100 * time.Millisecond}
+			cfg.Data.TrainData = writeLibSVM(t, t.TempDir(), "train.svm", 101)
+			cfg.Data.BatchSize, cfg.Data.Seed, cfg.Data.InputFormat = 10, 1, "libsvm"
+			if !overlaps(cfg, 2) {
+				t.Fatalf("overlaps(%+v, 2 workers) = false", cfg)
+			}
+			tc := newTestCluster(t, 1, 2, cfg)
+			p := tc.startPS(0)
+			for i, err := range tc.runWorkers(withDeadline(t, time.Minute)) {
+				if err != nil {
+					t.Fatalf("worker %d: %v", i, err)
+				}
+			}
+			select {
+			case <-p.done:
+				if p.err != nil {
+					t.Fatalf("ps: %v", p.err)
+				}
+			case <-withDeadline(t, 30*time.Second).Done():
+				t.Fatal("the ps did not exit within 30s of its workers' end")
+			}
+			r := readResultFile(t, cfg.ResultFile)
+			local := counter.of(0) + counter.of(1)
+			applied, stale := pushes.of("apply"), pushes.of("drop-stale")
+			if int64(applied+stale) != local || int64(applied) != r.GlobalStep || r.StaleDropped != int64(stale) {
+				t.Errorf("the ps applied %d pushes and dropped %d as stale (result: %d), global step %d; the workers landed %d steps (%d + %d): want applied+dropped = landed, applied = global step",
+					applied, stale, r.StaleDropped, r.GlobalStep, local, counter.of(0), counter.of(1))
+			}
+			if r.GlobalStep < cfg.TrainSteps || r.GlobalStep > cfg.TrainSteps+1 {
+				t.Errorf("global step %d, want %d or one more (the other worker's push in flight at the goal)", r.GlobalStep, cfg.TrainSteps)
+			}
+			if staleness == 0 && stale != 0 {
+				t.Errorf("%d pushes dropped as stale without --max_staleness", stale)
+			}
+		})
+	}
+}
+
+// With --epochs and the overlap, each worker pushes every batch of its
+// part exactly once, the last one included: parts of 51 and 50 rows in
+// batches of 10 make 6 and 5 pushes, global step 11.
+func TestSparseOverlapPushesEveryBatchOfTheData(t *testing.T) {
+	pushes := &pushCounter{}
+	cfg := Config{Overlap: OverlapOn, PSObserver: pushes}
+	cfg.Data.TrainData = writeLibSVM(t, t.TempDir(), "train.svm", 101)
+	r, local, log := epochsJob(t, cfg)
+	if local != [2]int64{6, 5} || r.LocalSteps != 6 || r.GlobalStep != 11 || pushes.of("apply") != 11 {
+		t.Fatalf("local steps %v (chief's result: %d), global step %d, %d pushes applied: want [6 5], 6, 11, 11", local, r.LocalSteps, r.GlobalStep, pushes.of("apply"))
+	}
+	if n := log.count("end of data after 1 epochs"); n != 2 {
+		t.Fatalf("%d lines say the data ended, want one of each worker", n)
+	}
+}
