@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/progress"
+	"github.com/paramserv/paramserv/internal/testutil"
 )
 
 // pushCounter is a ps Observer that counts the pushes by verdict.
@@ -100,5 +102,44 @@ func TestSparseOverlapPushesEveryBatchOfTheData(t *testing.T) {
 	}
 	if n := log.count("end of data after 1 epochs"); n != 2 {
 		t.Fatalf("%d lines say the data ended, want one of each worker", n)
+	}
+}
+
+// sparse_lr on a9a, FTRL, one worker: with the overlap (its default) it
+// reaches the accuracy and log loss of the same steps without it, within
+// the spread of seeds. Not under -short (it loads a9a twice per seed).
+func TestSparseOverlapKeepsA9AQuality(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a9a quality run: not under -short")
+	}
+	dir := testutil.DataDir(t, "a9a/a9a")
+	var on, off []Result
+	for seed := range int64(3) {
+		for _, o := range []Overlap{OverlapOn, OverlapOff} {
+			cfg := Config{Model: "sparse_lr", Overlap: o, TrainSteps: 1000, StepsToValidate: 1 << 40,
+				Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2},
+				Data: model.Config{BatchSize: 100, Seed: 1 + seed, DataDir: dir, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123}}
+			r := runOneWorker(t, cfg)
+			if r.GlobalStep != cfg.TrainSteps || r.LocalSteps != cfg.TrainSteps {
+				t.Fatalf("overlap %v: global step %d after %d local steps, want %d each", o, r.GlobalStep, r.LocalSteps, cfg.TrainSteps)
+			}
+			if o == OverlapOn {
+				on = append(on, r)
+			} else {
+				off = append(off, r)
+			}
+		}
+	}
+	for i := range on {
+		a, b := on[i], off[i]
+		t.Logf("seed %d: overlap: accuracy %.4f log loss %.4f AUC %.4f (compute %.2fs, push/pull %.2fs); without: %.4f %.4f %.4f (%.2fs, %.2fs)",
+			i+1, *a.TestAccuracy, *a.TestLogLoss, *a.TestAUC, a.ComputeS, a.PushPullS, *b.TestAccuracy, *b.TestLogLoss, *b.TestAUC, b.ComputeS, b.PushPullS)
+		if *a.TestAccuracy < *b.TestAccuracy-0.003 || *a.TestLogLoss > *b.TestLogLoss+0.002 || *a.TestAUC < *b.TestAUC-0.002 {
+			t.Errorf("seed %d: with the overlap accuracy %.4f, log loss %.4f, AUC %.4f; without %.4f, %.4f, %.4f: want within 0.003, 0.002, 0.002",
+				i+1, *a.TestAccuracy, *a.TestLogLoss, *a.TestAUC, *b.TestAccuracy, *b.TestLogLoss, *b.TestAUC)
+		}
+		if a.ComputeS <= 0 || a.PushPullS <= 0 {
+			t.Errorf("seed %d: result file's compute_s %v, push_pull_s %v: want both counted", i+1, a.ComputeS, a.PushPullS)
+		}
 	}
 }
