@@ -118,7 +118,7 @@ func TestSparseOverlapKeepsA9AQuality(t *testing.T) {
 		for _, o := range []Overlap{OverlapOn, OverlapOff} {
 			cfg := Config{Model: "sparse_lr", Overlap: o, TrainSteps: 1000, StepsToValidate: 1 << 40,
 				Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2},
-				Data: model.Config{BatchSize: 100, Seed: 1 + seed, DataDir: dir, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123}}
+				Data:      model.Config{BatchSize: 100, Seed: 1 + seed, DataDir: dir, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123}}
 			r := runOneWorker(t, cfg)
 			if r.GlobalStep != cfg.TrainSteps || r.LocalSteps != cfg.TrainSteps {
 				t.Fatalf("overlap %v: global step %d after %d local steps, want %d each", o, r.GlobalStep, r.LocalSteps, cfg.TrainSteps)
