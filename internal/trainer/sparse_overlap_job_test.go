@@ -42,9 +42,8 @@ func (*pushCounter) RestoreProgress(progress.Update)                      {}
 // With the overlap, 2 sparse_lr workers on real loopback sockets have every
 // batch they compute up to the goal pushed and applied exactly once: the
 // ps counts as many pushes (applied, or dropped as stale under
-// --max_staleness) as the workers landed steps, the global step is the
-// pushes applied, and nothing is pushed past the goal but what was in
-// flight when it was reached.
+// --max_staleness) as the workers landed steps, and nothing is applied
+// past the goal but what was in flight when it was reached.
 func TestSparseOverlapAppliesEveryPushOnce(t *testing.T) {
 	for _, staleness := range []int64{0, 3} {
 		t.Run(fmt.Sprintf("max_staleness=%d", staleness), func(t *testing.T) {
@@ -75,12 +74,14 @@ func TestSparseOverlapAppliesEveryPushOnce(t *testing.T) {
 			r := readResultFile(t, cfg.ResultFile)
 			local := counter.of(0) + counter.of(1)
 			applied, stale := pushes.of("apply"), pushes.of("drop-stale")
-			if int64(applied+stale) != local || int64(applied) != r.GlobalStep || r.StaleDropped != int64(stale) {
-				t.Errorf("the ps applied %d pushes and dropped %d as stale (result: %d), global step %d; the workers landed %d steps (%d + %d): want applied+dropped = landed, applied = global step",
-					applied, stale, r.StaleDropped, r.GlobalStep, local, counter.of(0), counter.of(1))
+			if int64(applied+stale) != local {
+				t.Errorf("the ps applied %d pushes and dropped %d as stale; the workers landed %d steps (%d + %d): want applied+dropped = landed",
+					applied, stale, local, counter.of(0), counter.of(1))
 			}
-			if r.GlobalStep < cfg.TrainSteps || r.GlobalStep > cfg.TrainSteps+1 {
-				t.Errorf("global step %d, want %d or one more (the other worker's push in flight at the goal)", r.GlobalStep, cfg.TrainSteps)
+			// The chief's result is taken when it ends: the other worker's
+			// push in flight at the goal may come after.
+			if int64(applied) < cfg.TrainSteps || int64(applied) > cfg.TrainSteps+1 || r.GlobalStep < cfg.TrainSteps || r.GlobalStep > int64(applied) {
+				t.Errorf("%d pushes applied, global step %d in the result: want %d or one more (the other worker's push in flight at the goal)", applied, r.GlobalStep, cfg.TrainSteps)
 			}
 			if staleness == 0 && stale != 0 {
 				t.Errorf("%d pushes dropped as stale without --max_staleness", stale)
