@@ -2,7 +2,9 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +90,9 @@ type aheadPS struct {
 	inFlight [][]uint64 // per compute, the keys the call in flight pulls (nil: none)
 	pushes   []aheadPush
 	aliased  int
+	calls    int   // asynchronous calls made
+	failCall int   // the asynchronous call (1-based) that fails with failErr
+	failErr  error // (it is neither applied nor answered)
 }
 
 type aheadCall struct {
@@ -135,7 +140,18 @@ func (p *aheadPS) DoAsync(_ context.Context, req *client.Request) *client.Call {
 	ac := &aheadCall{req: req, call: &client.Call{Done: done}, done: done}
 	p.mu.Lock()
 	p.pending = ac
+	p.calls++
+	fail := p.calls == p.failCall
 	p.mu.Unlock()
+	if fail {
+		ac.call.Err = p.failErr
+		ac.once.Do(func() {}) // lands failed, applying nothing
+		p.mu.Lock()
+		p.pending = nil
+		p.mu.Unlock()
+		close(done)
+		return ac.call
+	}
 	time.AfterFunc(time.Second, func() { p.land(ac, &p.waited) })
 	return ac.call
 }
@@ -269,4 +285,24 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// A failed call of the overlap (a push in flight) ends the loop with its
+// error, naming the step, for the worker's recovery to retry as without
+// the overlap; the failed push is not counted as a step.
+func TestSparseOverlapReportsAFailedPush(t *testing.T) {
+	failErr := errors.New("connection reset by the fake ps")
+	ps := &aheadPS{failCall: 3, failErr: failErr}
+	m := &aheadModel{n: 10, started: ps.started, t: t}
+	cfg := Config{TrainSteps: 100, StepsToValidate: 100}
+	cfg.defaults()
+	var st loopStats
+	err := sparseLoop(context.Background(), cfg, ps, m, model.NewParams(m.Variables()), nil, &st, true)
+	if !errors.Is(err, failErr) || !strings.Contains(err.Error(), "step 0:") {
+		t.Fatalf("sparseLoop: %v, want the fake's error for the push computed at step 0", err)
+	}
+	// Call 1 pulled batch 1, call 2 pushed batch 0, call 3 (batch 1's push) failed.
+	if st.local != 1 || len(ps.pushes) != 1 {
+		t.Errorf("%d steps landed, %d pushes applied; want 1 and 1", st.local, len(ps.pushes))
+	}
 }
