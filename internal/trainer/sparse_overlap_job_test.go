@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,5 +143,53 @@ func TestSparseOverlapKeepsA9AQuality(t *testing.T) {
 		if a.ComputeS <= 0 || a.PushPullS <= 0 {
 			t.Errorf("seed %d: result file's compute_s %v, push_pull_s %v: want both counted", i+1, a.ComputeS, a.PushPullS)
 		}
+	}
+}
+
+// A ps killed while the chief saves, and restarted, is recovered from
+// with the overlap as without: the worker's call in flight fails, the
+// worker waits for the ps, rolls back to the last checkpoint and trains
+// on to the goal.
+func TestSparseOverlapRecoversFromAKilledPS(t *testing.T) {
+	dir := t.TempDir()
+	var recoveries atomic.Int64
+	cfg := Config{Model: "sparse_lr", TrainSteps: 300, Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1},
+		ResultFile: filepath.Join(dir, "r.json"), CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100,
+		Observer:     recoveryCounter{n: &recoveries},
+		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute}
+	cfg.Data.TrainData = writeLibSVM(t, dir, "train.svm", 101)
+	cfg.Data.BatchSize, cfg.Data.Seed, cfg.Data.InputFormat = 10, 1, "libsvm"
+	if !overlaps(cfg, 1) {
+		t.Fatal("one asynchronous worker does not overlap by default")
+	}
+	cl := newTestCluster(t, 1, 1, cfg)
+	var once sync.Once
+	struck := make(chan struct{})
+	testHook = func(event string, step int64) {
+		if event != "save" || step != 100 {
+			return
+		}
+		once.Do(func() {
+			cl.kill(0)
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				cl.startPS(0)
+			}()
+			close(struck)
+		})
+	}
+	t.Cleanup(func() { testHook = func(string, int64) {} })
+	cl.startPS(0)
+	if err := cl.runWorkers(withDeadline(t, 2*time.Minute))[0]; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	select {
+	case <-struck:
+	default:
+		t.Fatal("the ps was never killed at the checkpoint of step 100")
+	}
+	r := readResultFile(t, cfg.ResultFile)
+	if r.GlobalStep != cfg.TrainSteps || recoveries.Load() == 0 || r.Metrics["train_auc"] < 0.6 {
+		t.Fatalf("global step %d after %d recoveries, train AUC %v; want %d, at least 1, >= 0.6", r.GlobalStep, recoveries.Load(), r.Metrics["train_auc"], cfg.TrainSteps)
 	}
 }
