@@ -155,12 +155,12 @@ type SparseModel interface {
 // SparseReadAhead is a SparseModel whose batches the trainer may read one
 // ahead of the batch it computes: in asynchronous modes it pulls the rows
 // of batch t+1 while it computes batch t (the overlap of communication
-// with compute). Both batches stay held, as NextBatch's keys do.
+// with compute). Both batches stay held, as NextBatch's keys do; after
+// NextBatch returned ErrEndOfData, SparseGradients still computes the last
+// batch it returned.
 type SparseReadAhead interface {
 	SparseModel
 	// PrevSparseGradients is SparseGradients of the batch NextBatch
 	// returned before the one it returned last.
 	PrevSparseGradients(params, grads Params, rows, rowGrads [][]float32) (loss float64, err error)
-	// (After NextBatch returned ErrEndOfData, SparseGradients computes the
-	// last batch NextBatch returned, which stays held.)
 }
