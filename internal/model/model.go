@@ -151,3 +151,16 @@ type SparseModel interface {
 	// t (index into Tables) for keys into out.
 	EvaluateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
 }
+
+// SparseReadAhead is a SparseModel whose batches the trainer may read one
+// ahead of the batch it computes: in asynchronous modes it pulls the rows
+// of batch t+1 while it computes batch t (the overlap of communication
+// with compute). Both batches stay held, as NextBatch's keys do; after
+// NextBatch returned ErrEndOfData, SparseGradients still computes the last
+// batch it returned.
+type SparseReadAhead interface {
+	SparseModel
+	// PrevSparseGradients is SparseGradients of the batch NextBatch
+	// returned before the one it returned last.
+	PrevSparseGradients(params, grads Params, rows, rowGrads [][]float32) (loss float64, err error)
+}

@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,9 +19,9 @@ import (
 // BenchmarkSparseLR measures sparse training through a ps: sparse_lr
 // (FTRL 0.2) trained by one worker through a ps on loopback
 // against the same model trained by the same loop (sparseLoop) on the
-// standalone job's in-process shard, with no server or socket. Both run in
-// this process in turns of b.N/10 steps, alternating which goes first, so
-// that both see the same machine; each model's data is loaded before the
+// standalone job's in-process shard, with no server or socket. All run in
+// this process in turns of b.N/30 steps, rotating which goes first, so
+// that all see the same machine; each model's data is loaded before the
 // timer starts, so the figures are steady-state steps, not start-up.
 //
 //   - a9a: the LIBSVM a9a set (123 features, 14 nonzeros a row), from
@@ -29,7 +30,13 @@ import (
 //     (synth.DefaultConfig), generated into a temporary directory, batch
 //     1000 (README's synth-ctr job).
 //
-// ps/standalone is examples/s per worker through the ps over standalone's.
+// ps/standalone is examples/s per worker through the ps, overlapping its
+// round trips with its compute (as a one-worker asynchronous job does by
+// default), over standalone's; nooverlap/standalone the same without the
+// overlap, in the same turns (standalone's calls return when done: it
+// never overlaps). cpu-ms/step is the CPU time of the whole process (the
+// worker, and the ps or the standalone shard) per step: what the machine
+// must give each step, whatever the other load on it.
 //
 //	go test -run ^$ -bench SparseLR -benchtime 3000x ./internal/trainer/
 func BenchmarkSparseLR(b *testing.B) {
@@ -90,41 +97,73 @@ func benchSparseVsStandalone(b *testing.B, data model.Config) {
 		b.Fatal(err)
 	}
 	pPS, pSA := model.NewParams(mPS.Variables()), model.NewParams(mSA.Variables())
-	const turns = 10
+	// Three contenders, in turns of b.N/turns steps, the order rotated
+	// every turn: standalone, the worker through the ps with the overlap
+	// (a one-worker job's default), and without it. Both ps turns train
+	// the same job (model, parameters, tables) in turn.
+	type contender struct {
+		ps      psClient
+		m       *sparselr.Model
+		p       model.Params
+		overlap bool
+		st      loopStats
+		t, cpu  time.Duration // wall time; the process's CPU time (worker and ps)
+	}
+	sa := &contender{ps: local, m: mSA, p: pSA}
+	ov := &contender{ps: c, m: mPS, p: pPS, overlap: true}
+	no := &contender{ps: c, m: mPS, p: pPS}
+	const turns = 30
 	per := int64(max(b.N/turns, 1))
-	var tPS, tSA time.Duration
-	var stPS, stSA loopStats
-	run := func(ps psClient, m *sparselr.Model, p model.Params, st *loopStats, t *time.Duration) {
+	run := func(k *contender, timed bool) {
 		cfg := cfg
-		cfg.TrainSteps = st.step + per
-		t0 := time.Now()
-		if err := sparseLoop(ctx, cfg, ps, m, p, nil, st); err != nil {
+		k.st.step = max(k.st.step, ov.st.step, no.st.step) // the ps turns share one job
+		cfg.TrainSteps = k.st.step + per
+		t0, c0 := time.Now(), cpuTime()
+		if err := sparseLoop(ctx, cfg, k.ps, k.m, k.p, nil, &k.st, k.overlap); err != nil {
 			b.Fatal(err)
 		}
-		*t += time.Since(t0)
+		if timed {
+			k.t += time.Since(t0)
+			k.cpu += cpuTime() - c0
+		}
 	}
 	// One turn each before the timer: the first rows of a table are
 	// created, not found.
-	run(local, mSA, pSA, &stSA, new(time.Duration))
-	run(c, mPS, pPS, &stPS, new(time.Duration))
-	stPS.local, stSA.local, stPS.compute, stSA.compute, stPS.comm, stSA.comm = 0, 0, 0, 0, 0, 0
+	all := []*contender{sa, ov, no}
+	for _, k := range all {
+		run(k, false)
+		k.st.local, k.st.compute, k.st.comm = 0, 0, 0
+	}
 	b.ResetTimer()
 	for turn := range turns {
-		if turn%2 == 0 {
-			run(local, mSA, pSA, &stSA, &tSA)
-			run(c, mPS, pPS, &stPS, &tPS)
-		} else {
-			run(c, mPS, pPS, &stPS, &tPS)
-			run(local, mSA, pSA, &stSA, &tSA)
+		for i := range all {
+			run(all[(turn+i)%len(all)], true)
 		}
 	}
 	bs := float64(data.BatchSize)
-	ps, sa := float64(stPS.local)*bs/tPS.Seconds(), float64(stSA.local)*bs/tSA.Seconds()
-	b.ReportMetric(ps, "ps-examples/s")
-	b.ReportMetric(sa, "standalone-examples/s")
-	b.ReportMetric(ps/sa, "ps/standalone")
-	b.ReportMetric(ms(stPS.compute, int(max(stPS.local, 1))), "ps-compute-ms/step")
-	b.ReportMetric(ms(stPS.comm, int(max(stPS.local, 1))), "ps-push-pull-ms/step")
-	b.ReportMetric(ms(stSA.compute, int(max(stSA.local, 1))), "standalone-compute-ms/step")
-	b.ReportMetric(ms(stSA.comm, int(max(stSA.local, 1))), "standalone-apply-ms/step")
+	rate := func(k *contender) float64 { return float64(k.st.local) * bs / k.t.Seconds() }
+	perStep := func(d time.Duration, k *contender) float64 { return ms(d, int(max(k.st.local, 1))) }
+	b.ReportMetric(rate(ov), "ps-examples/s")
+	b.ReportMetric(rate(no), "nooverlap-examples/s")
+	b.ReportMetric(rate(sa), "standalone-examples/s")
+	b.ReportMetric(rate(ov)/rate(sa), "ps/standalone")
+	b.ReportMetric(rate(no)/rate(sa), "nooverlap/standalone")
+	b.ReportMetric(perStep(ov.st.compute, ov), "ps-compute-ms/step")
+	b.ReportMetric(perStep(ov.st.comm, ov), "ps-push-pull-ms/step")
+	b.ReportMetric(perStep(no.st.compute, no), "nooverlap-compute-ms/step")
+	b.ReportMetric(perStep(no.st.comm, no), "nooverlap-push-pull-ms/step")
+	b.ReportMetric(perStep(sa.st.compute, sa), "standalone-compute-ms/step")
+	b.ReportMetric(perStep(sa.st.comm, sa), "standalone-apply-ms/step")
+	b.ReportMetric(perStep(ov.cpu, ov), "ps-cpu-ms/step")
+	b.ReportMetric(perStep(no.cpu, no), "nooverlap-cpu-ms/step")
+	b.ReportMetric(perStep(sa.cpu, sa), "standalone-cpu-ms/step")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -249,7 +249,7 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	trainStart := time.Now()
 	var st loopStats
 	if isSparse {
-		err = sparseLoop(ctx, cfg, ps, sm, params, nil, &st)
+		err = sparseLoop(ctx, cfg, ps, sm, params, nil, &st, false)
 	} else {
 		err = denseLoop(ctx, cfg, ps, m, params, nil, &st, false)
 	}

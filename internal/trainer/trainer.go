@@ -460,7 +460,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 		// A loop starts with a pull, so after a recovery it goes on from
 		// whatever step the cluster is at.
 		if isSparse {
-			err = sparseLoop(ctx, cfg, c, sm, params, sv, &st)
+			err = sparseLoop(ctx, cfg, c, sm, params, sv, &st, overlaps(cfg, numWorkers))
 		} else {
 			err = denseLoop(ctx, cfg, c, m, params, sv, &st, overlaps(cfg, numWorkers))
 		}
@@ -904,8 +904,13 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 
 // sparseLoop trains a sparse model. Each round trip pushes the gradients of
 // one batch (dense and rows) and pulls the dense values and the rows of the
-// next batch's keys.
-func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel, params model.Params, sv *saver, st *loopStats) error {
+// next batch's keys. With overlap (asynchronous modes, see overlaps), a
+// model that can read a batch ahead has the round trip in flight while it
+// computes: see sparseOverlapLoop.
+func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel, params model.Params, sv *saver, st *loopStats, overlap bool) error {
+	if ra, ok := m.(model.SparseReadAhead); ok && overlap {
+		return sparseOverlapLoop(ctx, cfg, c, ra, params, sv, st)
+	}
 	tables := m.Tables()
 	st.lookup = func(t int, keys []uint64, out []float32) error {
 		_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)

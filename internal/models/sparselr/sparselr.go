@@ -30,7 +30,7 @@ const (
 	Bias  = "bias"
 )
 
-// Model implements model.SparseModel.
+// Model implements model.SparseModel and model.SparseReadAhead.
 type Model struct {
 	cfg   model.Config
 	train *sparse.Dataset
@@ -58,6 +58,8 @@ type Model struct {
 	cur, prev batch
 	pos       map[uint64]int32 // key -> index in cur.keys, reused
 }
+
+var _ model.SparseReadAhead = (*Model)(nil)
 
 type batch struct {
 	examples []int          // indices into train, when the data is loaded
@@ -382,6 +384,9 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 		}
 	}
 	if m.size(b) == 0 {
+		// The batch returned last stays the current one
+		// (model.SparseReadAhead).
+		m.prev, m.cur = m.cur, m.prev
 		return nil, model.ErrEndOfData
 	}
 	return [][]uint64{b.keys}, nil
@@ -415,7 +420,17 @@ func (m *Model) Close() {
 // gradients, and averaging over a batch would shrink the gradient of a rare
 // key (seen once in the batch) by the batch size, below FTRL's beta term.
 func (m *Model) SparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
-	b := &m.cur
+	return m.gradients(&m.cur, params, grads, rows, rowGrads)
+}
+
+// PrevSparseGradients is SparseGradients of the batch before the current
+// one (model.SparseReadAhead): the trainer computes it while the rows of
+// the current one are pulled.
+func (m *Model) PrevSparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	return m.gradients(&m.prev, params, grads, rows, rowGrads)
+}
+
+func (m *Model) gradients(b *batch, params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
 	w, gw := rows[0], rowGrads[0]
 	clear(gw)
 	bias := float64(params[Bias][0])

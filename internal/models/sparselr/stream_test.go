@@ -259,3 +259,83 @@ func TestEpochsEndTheData(t *testing.T) {
 		}
 	}
 }
+
+// Read one batch ahead (model.SparseReadAhead), the model computes the
+// same batches with the same gradients as read in turn: each batch by
+// PrevSparseGradients once the next is read, the last by SparseGradients
+// after NextBatch said the data ended, also when the data ends at the end
+// of a full batch. Loaded and streamed alike.
+func TestReadAheadComputesTheSameBatches(t *testing.T) {
+	for _, rows := range []int{9, 10} {
+		var b strings.Builder
+		for i := range rows {
+			fmt.Fprintf(&b, "%s %d:1 %d:0.5\n", []string{"-1", "+1"}[i%2], i+1, 20+i%3)
+		}
+		path := filepath.Join(t.TempDir(), "train.svm")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, buffer := range []int{0, 4} {
+			t.Run(fmt.Sprintf("rows=%d/buffer=%d", rows, buffer), func(t *testing.T) {
+				open := func() *Model {
+					m, err := New(model.Config{TrainData: path, BatchSize: 3, Seed: 1, ShuffleBuffer: buffer, Epochs: 2})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(m.Close)
+					return m
+				}
+				type step struct {
+					keys       []uint64
+					loss, bias float64
+					grads      []float32
+				}
+				compute := func(keys []uint64, f func(params, grads model.Params, rows, rowGrads [][]float32) (float64, error)) step {
+					w, gw := make([]float32, len(keys)), make([]float32, len(keys))
+					for i, k := range keys {
+						w[i] = 0.01 * float32(k)
+					}
+					grads := model.Params{Bias: {0}}
+					loss, err := f(model.Params{Bias: {0.1}}, grads, [][]float32{w}, [][]float32{gw})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return step{slices.Clone(keys), loss, float64(grads[Bias][0]), gw}
+				}
+				var inTurn, ahead []step
+				m := open()
+				for {
+					keys, err := m.NextBatch()
+					if err == model.ErrEndOfData {
+						break
+					}
+					inTurn = append(inTurn, compute(keys[0], m.SparseGradients))
+				}
+				m = open()
+				keys, err := m.NextBatch()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cur := slices.Clone(keys[0])
+				for {
+					next, err := m.NextBatch()
+					if err == model.ErrEndOfData {
+						ahead = append(ahead, compute(cur, m.SparseGradients))
+						break
+					}
+					ahead = append(ahead, compute(cur, m.PrevSparseGradients))
+					cur = slices.Clone(next[0])
+				}
+				if len(inTurn) != len(ahead) || len(inTurn) != (2*rows+2)/3 {
+					t.Fatalf("%d batches in turn, %d read ahead, want %d", len(inTurn), len(ahead), (2*rows+2)/3)
+				}
+				for i := range inTurn {
+					a, b := inTurn[i], ahead[i]
+					if !slices.Equal(a.keys, b.keys) || a.loss != b.loss || a.bias != b.bias || !slices.Equal(a.grads, b.grads) {
+						t.Fatalf("batch %d: in turn %+v, read ahead %+v", i, a, b)
+					}
+				}
+			})
+		}
+	}
+}
