@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"net"
 
 	"github.com/paramserv/paramserv"
 )
@@ -44,12 +43,7 @@ func (m *linReg) Evaluate(p paramserv.Params) (map[string]float64, error) {
 // this process here; a job runs each as its own process (every task the
 // same program, TF_CONFIG telling it which task it is).
 func ExampleRun() {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeLoopbackAddr() // each task's host:port in a real job
 	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, addr)
 	m := &linReg{}
 	cfg := paramserv.RunConfig{

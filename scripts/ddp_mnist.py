@@ -29,9 +29,9 @@ import gzip
 import json
 import math
 import os
-import socket
 import struct
 import sys
+import tempfile
 import time
 
 START = time.perf_counter()
@@ -101,13 +101,16 @@ class Batches:
         return self.x.index_select(0, idx), self.y.index_select(0, idx)
 
 
-def worker(rank, a, port, queue):
+def worker(rank, a, store, queue):
     torch.set_num_threads(1)
     tx, ty, vx, vy = load(a.mnist_dir)
     n = tx.shape[0]
     lo, hi = rank * n // a.workers, (rank + 1) * n // a.workers
     batches = Batches(tx[lo:hi].contiguous(), ty[lo:hi].contiguous(), a.seed * 1000 + rank)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.workers)
+    # The processes meet through a file, not a TCP port chosen in advance:
+    # a port found free by the parent could be taken (by anything binding
+    # port 0 or connecting out) in the seconds before rank 0 listens on it.
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.workers)
     model = DDP(make_model(a.seed))  # DDP broadcasts rank 0's values
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     dist.barrier()
@@ -129,12 +132,6 @@ def worker(rank, a, port, queue):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=5000, help="steps per process (batches of 100)")
@@ -154,7 +151,9 @@ def main():
     read_idx(a.mnist_dir, FILES[3])  # fail here, once, if the data is missing
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(a, free_port(), queue), nprocs=a.workers, join=True, start_method="spawn")
+    with tempfile.TemporaryDirectory(prefix="ddp_mnist") as tmp:
+        mp.start_processes(worker, args=(a, os.path.join(tmp, "store"), queue), nprocs=a.workers, join=True,
+                           start_method="spawn")
     r = queue.get()
     batches = a.steps * a.workers
     out = {"system": "pytorch-ddp-gloo", "torch": torch.__version__, "workers": a.workers,

@@ -754,7 +754,7 @@ func checkPlain(t *testing.T, svc manifest, ms []manifest, claims, trainFlags ma
 	return pods
 }
 
-var certsFor = map[string]string{} // cluster -> directory made by paramserv certs
+var certsFor = map[string]string{} // cluster -> directory made by paramserv certs, while its test runs
 
 // checkTaskCerts checks that a pod with --tls_dir finds its own certificate
 // in what `paramserv certs` makes for the cluster it resolves, naming the
@@ -772,6 +772,7 @@ func checkTaskCerts(t *testing.T, pc *podCheck, c cluster.Config) {
 			t.Fatal(err)
 		}
 		certsFor[key] = dir
+		t.Cleanup(func() { delete(certsFor, key) }) // the folder goes with t (go test -count=2)
 	}
 	host, _, _ := net.SplitHostPort(c.Addr())
 	if _, err := secure.Load(secure.Files{Dir: dir}, string(c.Task.Job), c.Task.Index, host); err != nil {

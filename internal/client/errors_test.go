@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/testutil"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -19,12 +19,7 @@ import (
 // a kind the worker recovers from, whatever moment of the call failed
 // (here the data path's dial).
 func TestDownPSIsUnavailable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.RefusedAddr(t)
 	vars := []model.Variable{{Name: "w", Shape: []int{3}}}
 	for _, grpcOnly := range []bool{false, true} {
 		c, err := New([]string{addr}, vars, Options{GRPCOnly: grpcOnly})

@@ -455,6 +455,9 @@ func runWorker(ctx context.Context, cfg Config) error {
 	params := model.NewParams(m.Variables())
 	trainStart := time.Now()
 	var st loopStats
+	if cfg.Sync && !cfg.Replication.Enabled() {
+		st.restarted = c.CheckIncarnations
+	}
 	retry := newRetrier(cfg, fmt.Sprintf("--recovery_timeout=%s", cfg.RecoveryTimeout))
 	for {
 		// A loop starts with a pull, so after a recovery it goes on from
@@ -705,6 +708,10 @@ type loopStats struct {
 	// ended: the loop stopped because the worker's data ended (--epochs),
 	// not at the goal.
 	ended bool
+	// restarted, if set, reports a *client.RestartedError if a ps
+	// restarted since the worker last saw it: a synchronous step that
+	// waits asks it (see restartWatch).
+	restarted func(ctx context.Context) error
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
@@ -728,13 +735,13 @@ func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, param
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
 		if err != nil && cfg.Replication.Enabled() {
 			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
-				return st.exchange(rctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
-					return c.PushPullAsync(rctx, step, grads, minStep, params)
+				return st.exchange(rctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
+					return c.PushPullAsync(ctx, step, grads, minStep, params)
 				})
 			})
 		}
@@ -822,7 +829,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			call := inflight
 			inflight = nil
 			cur ^= 1 // the call pulled into the other set
-			if step, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call); err != nil {
+			if step, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
 				return err
 			}
 			if step >= cfg.TrainSteps {
@@ -837,7 +844,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 		call := inflight
 		inflight = nil
 		cur ^= 1
-		if _, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call); err != nil {
+		if _, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
 			return err
 		}
 	}
@@ -852,31 +859,41 @@ func copy2(dst, src model.Params) {
 }
 
 // exchange runs the push+pull that ends every step of a training loop:
-// send makes the call, given the step its pull must wait for (sync mode);
-// then it waits, counts the step, logs progress every StepsToValidate
-// local steps and checkpoints when one is due. It returns the new global
-// step.
-func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, send func(minStep int64) *client.Call) (int64, error) {
+// send makes the call under ctx, given the step its pull must wait for
+// (sync mode); then it waits, counts the step, logs progress every
+// StepsToValidate local steps and checkpoints when one is due. It returns
+// the new global step. With st.restarted set, a call that waits is ended
+// when a ps turns out to have restarted (see restartWatch).
+func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, send func(ctx context.Context, minStep int64) *client.Call) (int64, error) {
 	var minStep int64
 	if cfg.Sync {
 		minStep = step + 1
 	}
+	var w *restartWatch
+	cctx := ctx
+	if st.restarted != nil {
+		var cancel context.CancelCauseFunc
+		cctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		w = &restartWatch{check: st.restarted, cancel: cancel}
+	}
 	t := time.Now()
-	call := send(minStep)
+	call := send(cctx, minStep)
 	st.comm += time.Since(t)
-	return st.land(ctx, cfg, m, params, sv, step, call)
+	return st.land(ctx, cfg, m, params, sv, step, call, w)
 }
 
-// land waits for the push+pull call of gradients computed at step, counts
-// the step, logs progress every StepsToValidate local steps and
-// checkpoints when one is due. It returns the new global step.
-func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, call *client.Call) (int64, error) {
+// land waits for the push+pull call of gradients computed at step (under
+// w's watch, if not nil), counts the step, logs progress every
+// StepsToValidate local steps and checkpoints when one is due. It returns
+// the new global step.
+func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, call *client.Call, w *restartWatch) (int64, error) {
 	t1 := time.Now()
 	var minStep int64
 	if cfg.Sync {
 		minStep = step + 1
 	}
-	if err := waitCall(call, cfg, step, minStep); err != nil {
+	if err := waitCall(call, cfg, step, minStep, w); err != nil {
 		return step, fmt.Errorf("step %d: %w", step, err)
 	}
 	exchange := time.Since(t1)
@@ -978,7 +995,7 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
 			return c.DoAsync(ctx, &client.Request{
 				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
 				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
@@ -1165,9 +1182,25 @@ func WriteJSON(path string, v any) error {
 	return os.Rename(tmp.Name(), path)
 }
 
+// restartWatch lets a synchronous step that waits find out that a ps
+// restarted (or was restored) since this worker last saw it. Without it
+// the step can wait for ever: when a ps dies just after completing a step,
+// a worker whose answer from it was lost goes into recovery, and its push
+// to another ps, not yet sent, never is. The chief's step then waits on
+// that other ps, which is alive and answers every health check, for the
+// lost gradient; the chief has no call to the ps that restarted, so it
+// never rolls the cluster back, and the worker in recovery waits for that
+// (until --recovery_timeout ends it, and --sync_timeout the job).
+type restartWatch struct {
+	check  func(ctx context.Context) error // a *client.RestartedError if a ps restarted
+	cancel context.CancelCauseFunc         // ends the call
+}
+
 // waitCall waits for call, the push of step and pull of minStep, logging
-// every WaitLogEvery that it waits.
-func waitCall(call *client.Call, cfg Config, step, minStep int64) error {
+// every WaitLogEvery that it waits. Under w (if not nil) it also checks,
+// as often, whether a ps restarted: if so it ends the call and returns
+// that (retryable) error once the call has landed.
+func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatch) error {
 	// Most calls have landed, or land before the first log is due: no
 	// ticker and no message for them (this runs every step).
 	select {
@@ -1188,6 +1221,20 @@ func waitCall(call *client.Call, cfg Config, step, minStep int64) error {
 				hint = " (synchronous: the step completes when enough workers have pushed)"
 			}
 			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), hint)
+			if w == nil {
+				continue
+			}
+			// A check that gets no answer in time is no verdict: the
+			// call's own health checks deal with a silent ps.
+			ctx, cancel := context.WithTimeout(context.Background(), max(cfg.WaitLogEvery, time.Second))
+			err := w.check(ctx)
+			cancel()
+			var re *client.RestartedError
+			if errors.As(err, &re) {
+				w.cancel(err)
+				<-call.Done
+				return fmt.Errorf("while the step waited: %w", err)
+			}
 		}
 	}
 }

@@ -18,7 +18,7 @@ func TestWaitCallLandedAllocatesNothing(t *testing.T) {
 	call := &client.Call{Done: done}
 	cfg := Config{WaitLogEvery: time.Minute, Logf: func(string, ...any) { t.Error("logged for a landed call") }}
 	if n := testing.AllocsPerRun(100, func() {
-		if err := waitCall(call, cfg, 7, 0); err != nil {
+		if err := waitCall(call, cfg, 7, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
@@ -26,7 +26,7 @@ func TestWaitCallLandedAllocatesNothing(t *testing.T) {
 	}
 	want := errors.New("ps gone")
 	call.Err = want
-	if err := waitCall(call, cfg, 7, 0); err != want {
+	if err := waitCall(call, cfg, 7, 0, nil); err != want {
 		t.Errorf("waitCall returned %v, want the call's error %v", err, want)
 	}
 }
@@ -43,7 +43,7 @@ func TestWaitCallLogsWhileWaiting(t *testing.T) {
 		}
 	}}
 	errc := make(chan error, 1)
-	go func() { errc <- waitCall(call, cfg, 41, 42) }()
+	go func() { errc <- waitCall(call, cfg, 41, 42, nil) }()
 	msg := <-logged // waits for the first log line, however long it takes
 	close(done)
 	if err := <-errc; err != nil {

@@ -7,6 +7,7 @@ library comes from the installed package or $PARAMSERV_LIB.
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,15 +19,55 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _ports_below_ephemeral():
+    """[lo, hi): from 10000 up to the start of the kernel's ephemeral range."""
+    lo, hi = 10000, 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            hi = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return lo, hi
+
+
+_handed_out = set()
+
+
 def free_ports(n):
+    """n distinct free ports on 127.0.0.1 for ps processes to listen on.
+
+    As Go's local.FreePorts: from below the kernel's ephemeral range, so that
+    nothing binding port 0 or connecting out (a ps's metrics endpoint, a
+    client's connection) is given one of them between now and the moment
+    its ps binds it, which ports chosen by binding port 0 and closing could
+    be. Each is checked by binding it, and none is handed out twice in this
+    session. Where there is no such range the kernel chooses."""
+    lo, hi = _ports_below_ephemeral()
+    candidates = [0] * n
+    if hi - lo >= 4 * n + 1000:
+        start = random.randrange(hi - lo)
+        candidates = (lo + (start + i) % (hi - lo) for i in range(hi - lo))
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        for p in candidates:
+            if len(ports) == n:
+                break
+            if p in _handed_out:
+                continue
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                s.close()
+                continue  # in use
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    if len(ports) < n:
+        raise RuntimeError(f"found only {len(ports)} of {n} free ports in {lo}-{hi - 1}")
+    _handed_out.update(ports)
     return ports
 
 

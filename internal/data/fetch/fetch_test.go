@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -176,16 +175,10 @@ func TestFetchHTTPError(t *testing.T) {
 	}
 }
 
-// closedAddr returns the URL of a port nobody listens on.
+// closedAddr returns the URL of a port nobody listens on while the test
+// runs.
 func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr + "/"
+	return "http://" + testutil.RefusedAddr(t) + "/"
 }
 
 func TestFetchOffline(t *testing.T) {
