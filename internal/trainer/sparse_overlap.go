@@ -123,17 +123,19 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	}
 	// land waits for the call in flight, which pulled into the other set:
 	// that set becomes the current one.
+	// No restartWatch: the overlap runs only in asynchronous modes, where no
+	// step waits on another worker's gradient.
 	land := func() error {
 		call := inflight
 		inflight = nil
 		cur ^= 1
 		if pushing {
-			if _, err := st.land(ctx, cfg, m, ps[cur], sv, sentAt, call); err != nil {
+			if _, err := st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
 				return err
 			}
 		} else {
 			t := time.Now()
-			if err := waitCall(call, cfg, st.step, 0); err != nil {
+			if err := waitCall(call, cfg, st.step, 0, nil); err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
 			st.comm += time.Since(t)
