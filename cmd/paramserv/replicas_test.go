@@ -97,7 +97,7 @@ func TestReplicasPSRejoins(t *testing.T) {
 	dir := t.TempDir()
 	res := filepath.Join(dir, "result.json")
 	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2",
-		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=4000", "--result_file="+res)
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=10000", "--result_file="+res)
 	p.waitFor(t, "step: ", time.Minute)
 	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 1), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -129,8 +129,8 @@ func TestReplicasPSRejoins(t *testing.T) {
 	checkStepsNeverBack(t, out)
 	r := readResult(t, res)
 	checkLinreg(t, r)
-	if r.GlobalStep < 4000 {
-		t.Errorf("global step %d, want >= 4000", r.GlobalStep)
+	if r.GlobalStep < 10000 {
+		t.Errorf("global step %d, want >= 10000", r.GlobalStep)
 	}
 }
 
@@ -246,11 +246,16 @@ func TestReplicasWithTLS(t *testing.T) {
 	dir := t.TempDir()
 	res := filepath.Join(dir, "result.json")
 	p := start(t, "local", nil, "local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=2", "--tls_dir="+certs,
-		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=3000", "--result_file="+res)
+		"--failover_timeout=300ms", "--steps_to_validate=100", "--wait_log_every=1s", "--train_steps=10000", "--result_file="+res)
 	p.waitFor(t, "step: ", time.Minute)
 	if err := syscall.Kill(findChild(t, p.cmd.Process.Pid, "ps", 1), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// The copies come back while the job trains (10,000 steps leave it
+	// seconds to spare on a loaded machine); a job that ends first fails
+	// here, saying so, rather than in a search of the final log.
+	p.waitFor(t, "ps 1: re-replicated shard 0 from ps 0", time.Minute)
+	p.waitFor(t, "ps 1: re-replicated shard 1 from ps 2", time.Minute)
 	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit %d, want 0\n%s", code, p.output())
 	}
