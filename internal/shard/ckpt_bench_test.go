@@ -260,7 +260,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 			maxWait.Seconds()*1e3, maxAt.Sub(startHold).Seconds()*1e3, heldRun.Seconds()*1e3)
 		pushes += n
 		size = info.Size
-		m := checkpoint.Manifest{FormatVersion: checkpoint.FormatVersion, Step: 1000 + step, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
+		m := checkpoint.Manifest{Step: 1000 + step, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
 		if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: s.st.layout.Optimizer, Tables: s.st.layout.Tables}); err != nil {
 			b.Fatal(err)
 		}
