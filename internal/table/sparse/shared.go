@@ -14,13 +14,16 @@ import "sync/atomic"
 type cowState struct {
 	// refs counts the copies not yet released, of this table.
 	refs atomic.Int64
+	// mem is memory for the table's copies of shared pages, mapped
+	// before the lock; dropped when the last copy is released, so that
+	// what the pushes did not use is not kept until the next cut.
+	mem atomic.Pointer[FrozenMem]
 }
 
 // tableCOW is a table's side of copy-on-write.
 type tableCOW struct {
 	state  *cowState
-	shared []bool     // page i is referenced by a copy: copy it before writing
-	mem    *FrozenMem // memory for those copies, mapped before the lock
+	shared []bool // page i is referenced by a copy: copy it before writing
 }
 
 // cowRef is a copy's side: it releases its reference once.
@@ -52,7 +55,7 @@ func (t *Table) FrozenShared(m *FrozenMem) *Table {
 	}
 	t.cow.shared = shared
 	if m != nil {
-		t.cow.mem = m
+		st.mem.Store(m)
 	}
 	c := &Table{
 		dim: t.dim, slots: t.slots, stride: t.stride, rule: t.rule,
@@ -76,7 +79,9 @@ func (t *Table) FrozenShared(m *FrozenMem) *Table {
 // after.
 func (t *Table) Release() {
 	if r := t.frozenOf; r != nil && r.done.CompareAndSwap(false, true) {
-		r.state.refs.Add(-1)
+		if r.state.refs.Add(-1) == 0 {
+			r.state.mem.Store(nil)
+		}
 	}
 }
 
@@ -94,7 +99,7 @@ func (t *Table) own(pi int) {
 	t.cow.shared[pi] = false
 	p := &t.pages[pi]
 	var mem page
-	if m := t.cow.mem; m != nil && pi < len(m.pages) {
+	if m := t.cow.state.mem.Load(); m != nil && pi < len(m.pages) {
 		mem, m.pages[pi] = m.pages[pi], page{}
 	}
 	p.keys = into(mem.keys, p.keys)

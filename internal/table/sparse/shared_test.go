@@ -132,6 +132,9 @@ func TestFrozenSharedUnchangedByWrites(t *testing.T) {
 			}
 			want := tb.Export()
 			cp := tb.FrozenShared(tb.FrozenSize().Alloc())
+			if tb.cow.state.mem.Load() == nil {
+				t.Fatal("FrozenShared did not keep the memory it was given")
+			}
 			var wg sync.WaitGroup
 			wg.Add(1)
 			var during Snapshot
@@ -167,6 +170,9 @@ func TestFrozenSharedUnchangedByWrites(t *testing.T) {
 				t.Fatal("releasing one copy let the table change the pages another copy shares")
 			}
 			cp2.Release()
+			if st := tb.cow.state; st != nil && st.mem.Load() != nil {
+				t.Fatal("the memory for copies of pages is kept after every copy was released")
+			}
 			ops()
 			data := &tb.pages[0].data[0]
 			ops()
