@@ -33,7 +33,10 @@ import (
 // cut's hold of the lock (they waited for the CPU on a loaded machine, or
 // for the garbage collector); lock_held_ms, how long the save held the
 // lock (and lock_held_cpu_ms, the CPU time of that, and lock_page_faults,
-// the page faults taken under it); and save_MB/cpu_s and restore_MB/cpu_s,
+// the page faults taken under it: since cuts share the tables' pages
+// copy-on-write these are small, and the pushes that follow a cut copy the
+// pages they write, which push_pause_ms includes and push_pause_not_cut_ms
+// counts as not the cut's); and save_MB/cpu_s and restore_MB/cpu_s,
 // the bytes per second of the process's CPU time (on a machine shared
 // with other work the wall-clock ratios understate what a ps with a core
 // to itself gets). The save takes the lock as the server does: once to
