@@ -138,6 +138,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 	t.bump()
 	ks.setRows(t)
 	missing := t.resolve(ks, false)
+	t.ownRows(ks.rows)
 	touch := t.rel(t.clock)
 	if ks.distinct && !t.keepCount {
 		t.pushBatched(ks.rows, grads, missing, touch)

@@ -97,6 +97,43 @@ func (t *Table) own(pi int) {
 		return
 	}
 	t.cow.shared[pi] = false
+	t.copyPage(pi)
+}
+
+// ownRows is own for the pages of rows (ids, -1 skipped), copying them on
+// every core when there are several: a large push right after a cut may
+// write most pages of a table, which would otherwise be copied one after
+// the other while the caller holds its lock.
+func (t *Table) ownRows(rows []int32) {
+	if len(t.cow.shared) == 0 {
+		return
+	}
+	if t.cow.state.refs.Load() == 0 {
+		t.cow = tableCOW{}
+		return
+	}
+	var pages []int
+	for _, r := range rows {
+		if r < 0 {
+			continue
+		}
+		if pi := int(r) >> t.pageShift; pi < len(t.cow.shared) && t.cow.shared[pi] {
+			t.cow.shared[pi] = false
+			pages = append(pages, pi)
+		}
+	}
+	if len(pages) < 4 {
+		for _, pi := range pages {
+			t.copyPage(pi)
+		}
+		return
+	}
+	parallelPages(len(pages), func(i int) { t.copyPage(pages[i]) })
+}
+
+// copyPage gives page pi memory of its own, a copy of what it shares.
+// Calls for different pages may run concurrently.
+func (t *Table) copyPage(pi int) {
 	p := &t.pages[pi]
 	var mem page
 	if m := t.cow.state.mem.Load(); m != nil && pi < len(m.pages) {
