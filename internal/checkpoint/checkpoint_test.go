@@ -426,7 +426,7 @@ func TestDamaged(t *testing.T) {
 			overwrite(t, fsys, shardPath(dir, 500, 1), b)
 		},
 		kind: ErrChecksum,
-		want: "ckpt-500 damaged: shard-1-of-2.safetensors: checksum mismatch: file has SHA-256 ",
+		want: "ckpt-500 damaged: shard-1-of-2.safetensors: checksum mismatch: file has CRC-32C ",
 	}, {
 		name: "garbage header",
 		damage: func(t *testing.T, fsys vfs.FS, dir string) {
@@ -463,9 +463,9 @@ func TestDamaged(t *testing.T) {
 		want: "ckpt-500 damaged: manifest.json: unexpected end of JSON input",
 	}, {
 		name:   "manifest of a newer format",
-		damage: editManifest(func(m *Manifest) { m.FormatVersion = 3 }),
+		damage: editManifest(func(m *Manifest) { m.FormatVersion = 4 }),
 		kind:   ErrVersion,
-		want:   "ckpt-500 damaged: manifest.json: format_version 3 is newer than this program reads (2)",
+		want:   "ckpt-500 damaged: manifest.json: format_version 4 is newer than this program reads (3)",
 	}, {
 		name:   "manifest in the wrong directory",
 		damage: editManifest(func(m *Manifest) { m.Step = 501 }),
@@ -605,7 +605,11 @@ func TestWriteManifestChecks(t *testing.T) {
 	}{
 		{"no shards", func(m *Manifest) { m.Shards = nil }, ErrInvalid, "no shards"},
 		{"shards out of order", func(m *Manifest) { m.Shards[0], m.Shards[1] = m.Shards[1], m.Shards[0] }, ErrInvalid, "shards[0] has index 1"},
-		{"bad checksum", func(m *Manifest) { m.Shards[0].SHA256 = "xyz" }, ErrInvalid, `sha256 "xyz" is not 64 lower-case hex digits`},
+		{"bad checksum", func(m *Manifest) { m.Shards[0].Checksum = "crc32c-4m:xyz" }, ErrInvalid, `checksum "crc32c-4m:xyz": want crc32c-4m:<64 lower-case hex digits>`},
+		{"unknown checksum", func(m *Manifest) { m.Shards[0].Checksum = "md5:00" }, ErrInvalid, `unknown kind "md5"`},
+		{"bad sha256", func(m *Manifest) { m.Shards[0].Checksum, m.Shards[0].SHA256 = "", "xyz" }, ErrInvalid, `sha256 "xyz" is not 64 lower-case hex digits`},
+		{"two checksums", func(m *Manifest) { m.Shards[0].SHA256 = strings.Repeat("0", 64) }, ErrInvalid, "both sha256 and checksum are set"},
+		{"crc in version 2", func(m *Manifest) { m.FormatVersion = DeltaFormatVersion }, ErrInvalid, "format version 2 (this writer writes 3 for a full checkpoint)"},
 		{"size differs", func(m *Manifest) { m.Shards[1].Size++ }, ErrSize, "shard-1-of-2.safetensors is "},
 		{"unknown shard", func(m *Manifest) { m.Tables[0].Shards = []int{0, 2} }, ErrInvalid, `table "emb": shard 2 out of range [0,2)`},
 		{"missing slot", func(m *Manifest) { m.Variables[1].Slots = []string{"rms"} }, ErrInvalid, `variable "out_b": shard-1-of-2.safetensors has no tensor "out_b/rms"`},

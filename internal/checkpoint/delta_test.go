@@ -89,7 +89,7 @@ func chainDir(t *testing.T) (vfs.FS, string) {
 func TestReadShardAppliesChain(t *testing.T) {
 	fsys, dir := chainDir(t)
 	m, skipped, err := Latest(fsys, dir)
-	if err != nil || m.Step != 30 || len(skipped) != 0 || !m.IsDelta() || m.FormatVersion != DeltaFormatVersion {
+	if err != nil || m.Step != 30 || len(skipped) != 0 || !m.IsDelta() || m.FormatVersion != ChecksumFormatVersion {
 		t.Fatalf("Latest = %d %s v%d, %v, %v", m.Step, m.KindName(), m.FormatVersion, skipped, err)
 	}
 	got, err := ReadShard(fsys, dir, m, 0)
@@ -145,11 +145,11 @@ func TestPruneKeepsChain(t *testing.T) {
 }
 
 // A program that reads only format 1 refuses a delta checkpoint instead of
-// restoring the delta as the whole state: its manifest says version 2; and
-// a full checkpoint is still written as version 1.
+// restoring the delta as the whole state: its manifest says version 2 or
+// later (3, as every checkpoint written with chunked CRC-32C checksums is).
 func TestDeltaFormatVersion(t *testing.T) {
 	fsys, dir := chainDir(t)
-	for step, want := range map[int64]int{10: FormatVersion, 20: DeltaFormatVersion} {
+	for step, want := range map[int64]int{10: ChecksumFormatVersion, 20: ChecksumFormatVersion} {
 		var m struct {
 			FormatVersion int `json:"format_version"`
 		}

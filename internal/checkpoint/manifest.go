@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,10 +16,18 @@ import (
 const FormatVersion = 1
 
 // DeltaFormatVersion is the format of a checkpoint with delta shards (see
-// Manifest.Kind), and the newest this package reads. A program that reads
-// only FormatVersion refuses such a checkpoint (ErrVersion) instead of
-// restoring a delta as if it were the whole state.
+// Manifest.Kind). A program that reads only FormatVersion refuses such a
+// checkpoint (ErrVersion) instead of restoring a delta as if it were the
+// whole state.
 const DeltaFormatVersion = 2
+
+// ChecksumFormatVersion is the format of a checkpoint whose shards record a
+// chunked CRC-32C (ShardInfo.Checksum) instead of a SHA-256, full or delta,
+// and the newest this package reads. WriteShard records that checksum, so
+// every checkpoint this package writes has this version; a program that
+// knows only SHA-256 refuses it (ErrVersion: "format_version 3 is newer
+// than this program reads") rather than reading it as damaged or unchecked.
+const ChecksumFormatVersion = 3
 
 // Checkpoint kinds (Manifest.Kind).
 const (
@@ -86,9 +93,13 @@ type ShardInfo struct {
 	Index int `json:"index"`
 	// File is the file's name inside the checkpoint directory.
 	File string `json:"file"`
-	// Size in bytes and SHA-256 (lower-case hex) of the whole file.
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	// Size in bytes and checksum of the whole file: SHA-256 (lower-case
+	// hex) in checkpoints of format version 1 and 2, or Checksum, "<kind>:
+	// <hex>" (ChecksumCRC32C4M), in those of ChecksumFormatVersion. One
+	// of the two is set.
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256,omitempty"`
+	Checksum string `json:"checksum,omitempty"`
 	// Step is the step the shard's state reflects (Shard.Step).
 	Step int64 `json:"step"`
 	// Tensors lists the file's tensors in file order.
@@ -215,8 +226,11 @@ func (m Manifest) validate() error {
 		case s.Step < 0:
 			return bad("%s: step %d is negative", s.File, s.Step)
 		}
-		if b, err := hex.DecodeString(s.SHA256); err != nil || len(b) != 32 || hex.EncodeToString(b) != s.SHA256 {
-			return bad("%s: sha256 %q is not 64 lower-case hex digits", s.File, s.SHA256)
+		if err := s.validChecksum(); err != nil {
+			return err
+		}
+		if s.Checksum != "" && m.FormatVersion != 0 && m.FormatVersion < ChecksumFormatVersion {
+			return bad("%s: a %s checksum in a checkpoint of format_version %d (want %d)", s.File, ChecksumCRC32C4M, m.FormatVersion, ChecksumFormatVersion)
 		}
 		tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
 		for _, t := range s.Tensors {
@@ -342,7 +356,10 @@ func slotNames(base string, slots []string) []string {
 // directory fsync failed); it is complete and correct if so.
 func WriteManifest(fsys vfs.FS, dir string, m Manifest) error {
 	want := FormatVersion
-	if m.IsDelta() {
+	switch {
+	case m.usesChunkCRC():
+		want = ChecksumFormatVersion
+	case m.IsDelta():
 		want = DeltaFormatVersion
 	}
 	if m.FormatVersion == 0 {
@@ -401,8 +418,8 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 	switch {
 	case m.FormatVersion == 0:
 		return Manifest{}, errorf(ErrFormat, "%s: no format_version", ManifestName)
-	case m.FormatVersion > DeltaFormatVersion:
-		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, DeltaFormatVersion)
+	case m.FormatVersion > ChecksumFormatVersion:
+		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, ChecksumFormatVersion)
 	case m.Step != step:
 		return Manifest{}, errorf(ErrMismatch, "%s: step %d in the directory for step %d", ManifestName, m.Step, step)
 	}

@@ -268,7 +268,8 @@ func (in Inspection) String() string {
 		if s.Delta {
 			kind = ", delta of " + CheckpointName(s.Parent)
 		}
-		fmt.Fprintf(&b, "shard %d: %s, %s, step %d%s, sha256 %s\n", s.Index, s.File, formatBytes(s.Size), s.Step, kind, abbrev(s.SHA256))
+		sumKind, sum := s.checksum()
+		fmt.Fprintf(&b, "shard %d: %s, %s, step %d%s, %s %s\n", s.Index, s.File, formatBytes(s.Size), s.Step, kind, sumKind, abbrev(sum))
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tTENSOR\tDTYPE\tSHAPE\tSTATS")

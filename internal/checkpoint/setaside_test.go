@@ -66,7 +66,7 @@ func TestSetAsideThenSaveAgain(t *testing.T) {
 			t.Fatalf("LatestSetAside = %d, %v, %v", m.Step, skipped, err)
 		}
 		aside := "ckpt-500.set-aside-20261124T195222Z"
-		want := "ckpt-500 damaged: shard-1-of-2.safetensors: checksum mismatch: file has SHA-256 "
+		want := "ckpt-500 damaged: shard-1-of-2.safetensors: checksum mismatch: file has CRC-32C "
 		if s := skipped[0]; s.SetAside != aside || s.SetAsideErr != nil || !strings.HasPrefix(s.String(), want) || !strings.HasSuffix(s.String(), "; set aside as "+aside) {
 			t.Fatalf("skipped %+v (%v)", s, s)
 		}

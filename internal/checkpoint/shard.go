@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -202,7 +201,7 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		return ShardInfo{}, err
 	}
 	name := ShardFileName(k, n)
-	h := sha256.New()
+	h := newChunkCRC()
 	var size int64
 	err := writeAtomic(fsys, cdir, name, func(w io.Writer) error {
 		var err error
@@ -212,7 +211,8 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 	if err != nil {
 		return ShardInfo{}, err
 	}
-	info.File, info.Size, info.SHA256 = name, size, hex.EncodeToString(h.Sum(nil))
+	info.File, info.Size = name, size
+	info.Checksum = ChecksumCRC32C4M + ":" + hex.EncodeToString(h.Sum(nil))
 	info.Tensors = make([]TensorInfo, len(s.Tensors))
 	for i, t := range fileOrder(s.Tensors) {
 		info.Tensors[i] = t.Info()
@@ -339,7 +339,7 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		return Shard{}, fileError(si.File, err)
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := si.newHash()
 	var hdr Header
 	var tensors []Tensor
 	if withData {
@@ -350,8 +350,8 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		if err != nil {
 			return fail(err)
 		}
-		if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
-			return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+		if err := si.verifySum(h); err != nil {
+			return fail(err)
 		}
 		hdr, tensors, err = decodeBytes(data)
 	} else {
@@ -362,8 +362,8 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		if _, cerr := readHashed(br, h, -1); cerr != nil {
 			return fail(cerr)
 		}
-		if sum := hex.EncodeToString(h.Sum(nil)); sum != si.SHA256 {
-			return fail(errorf(ErrChecksum, "checksum mismatch: file has SHA-256 %s, manifest says %s", sum[:12], abbrev(si.SHA256)))
+		if err := si.verifySum(h); err != nil {
+			return fail(err)
 		}
 	}
 	if err != nil {

@@ -62,9 +62,12 @@ func baseName(part string) string {
 func (s *Shard) Snapshot() checkpoint.Shard { return s.Cut().Shard() }
 
 // Cut is a consistent copy of a shard's state, taken under the caller's
-// lock at the cost of one memory copy (no sorting, no encoding): pushes
-// wait only that long while a checkpoint is saved. Its Shard method, run
-// with no lock held, builds the checkpoint shard from it.
+// lock. A full cut copies the dense variables and shares the sparse
+// tables' pages copy-on-write (sparse.Table.FrozenShared): the lock is held
+// for a few words per page, and a push that follows copies the pages it
+// writes (a page of up to 8192 rows at a time) until Shard has read them.
+// A delta cut copies the changed rows. Its Shard method, run with no lock
+// held, builds the checkpoint shard from it.
 type Cut struct {
 	step   int64
 	vars   []cutVar
@@ -74,6 +77,8 @@ type Cut struct {
 	delta   bool
 	parent  int64
 	updates map[string]int64 // every variable's update count
+
+	built *checkpoint.Shard // Shard's result
 }
 
 type cutVar struct {
@@ -103,9 +108,8 @@ func (s *Shard) Cut() *Cut { return s.CutIn(nil) }
 //	mem := size.Alloc()
 //	mu.Lock(); cut := sh.CutIn(mem); mu.Unlock()
 //
-// On a table of 10M keys of dim 8, the pushes then wait for a memory
-// copy (about 100 ms) rather than for the page faults of a fresh one too
-// (about 400 ms).
+// The cut shares the tables' pages copy-on-write; the pushes that follow
+// it copy the pages they write into this memory, without page faults.
 type CutSize struct {
 	tables []sparse.FrozenSize
 }
@@ -138,9 +142,9 @@ func (z CutSize) Alloc() *CutMem {
 	return m
 }
 
-// CutIn is Cut, copying the tables into m's memory where it has the room
-// (the tables may have grown, or been replaced, since CutSize); m may be
-// nil, and must not be used again.
+// CutIn is Cut, the tables' pages copied on write into m's memory where it
+// has the room (the tables may have grown, or been replaced, since
+// CutSize); m may be nil, and must not be used again.
 func (s *Shard) CutIn(m *CutMem) *Cut {
 	st := s.st
 	c := &Cut{step: st.tracker.Step()}
@@ -157,7 +161,7 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 		if m != nil && i < len(m.tables) {
 			mem = m.tables[i]
 		}
-		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.FrozenIn(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
+		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.FrozenShared(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
 	}
 	return c
 }
@@ -167,8 +171,29 @@ func (c *Cut) Step() int64 { return c.step }
 
 // Shard builds the checkpoint shard of the cut: tables sorted by key and
 // every tensor encoded. It may run concurrently with the shard's training.
-// The tensors share the cut's memory, which nothing changes.
+// The tensors share the cut's memory, which nothing changes. It releases
+// the tables' pages (see Release); a second call returns the same shard.
 func (c *Cut) Shard() checkpoint.Shard {
+	if c.built == nil {
+		sh := c.shard()
+		c.built = &sh
+		c.Release()
+	}
+	return *c.built
+}
+
+// Release tells the shard's tables that the cut no longer reads their
+// pages, so they stop copying a page before changing it (see
+// sparse.Table.FrozenShared). Shard calls it; a caller that drops a cut
+// without calling Shard should. It may be called from any goroutine, more
+// than once; Shard must not be called after it unless it was before.
+func (c *Cut) Release() {
+	for _, t := range c.tables {
+		t.t.Release()
+	}
+}
+
+func (c *Cut) shard() checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
 	for name, n := range c.updates {
 		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)

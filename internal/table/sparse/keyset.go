@@ -138,6 +138,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 	t.bump()
 	ks.setRows(t)
 	missing := t.resolve(ks, false)
+	t.ownRows(ks.rows)
 	touch := t.rel(t.clock)
 	if ks.distinct && !t.keepCount {
 		t.pushBatched(ks.rows, grads, missing, touch)
@@ -155,6 +156,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 // touch, as Push does.
 func (t *Table) updateRow(r int, g []float32, touch uint32) {
 	d := t.dim
+	t.own(r >> t.pageShift)
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
@@ -210,6 +212,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 		hi := min(lo+per, len(rows))
 		if p, o, ok := t.run(rows[lo:hi]); ok {
 			if slots == 0 {
+				t.own(int(rows[lo]) >> t.pageShift) // p is &t.pages[that]
 				t.rule.Update(p.data[o*d:(o+hi-lo)*d], grads[lo*d:hi*d], nil, 1)
 				if p.touch != nil {
 					setAll(p.touch[o:o+hi-lo], touch)
@@ -265,6 +268,7 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 				continue
 			}
 			if pi := r >> t.pageShift; pi != cur {
+				t.own(pi)
 				cur, p = pi, &t.pages[pi]
 			}
 			o := r & t.pageMask

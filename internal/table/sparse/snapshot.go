@@ -428,6 +428,7 @@ func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
 // fillRow copies row i of s into the table's row r, allocated.
 func (t *Table) fillRow(s Snapshot, i, r int) {
 	d := t.dim
+	t.own(r >> t.pageShift)
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]

@@ -200,6 +200,11 @@ type Table struct {
 	oldVal       []float32 // scratch: a row's value before an update
 	mod, freeVer uint64
 	floor        uint64
+
+	// Copy-on-write (shared.go): cow while copies share this table's
+	// pages; frozenOf in such a copy.
+	cow      tableCOW
+	frozenOf *cowRef
 }
 
 // New returns an empty table for cfg.
@@ -389,6 +394,7 @@ func (t *Table) Evict(globalStep int64) int {
 	// reads their keys; past a few percent it is cheaper to rebuild.
 	bulk := victims > t.live/16
 	for pi := range t.pages {
+		t.own(pi) // every live row's touch is rebased or the row freed
 		p := &t.pages[pi]
 		for o, tc := range p.touch {
 			if p.live[o>>6]&(1<<(o&63)) == 0 {
@@ -462,6 +468,7 @@ func (t *Table) allocRow(key uint64) int {
 		t.ensurePage(r)
 	}
 	t.live++
+	t.own(r >> t.pageShift)
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	p.keys[o] = key
@@ -478,6 +485,7 @@ func (t *Table) allocRow(key uint64) int {
 
 // resetRow gives row r its initial value and state, stamped with step.
 func (t *Table) resetRow(r int, key uint64, step int64) {
+	t.own(r >> t.pageShift)
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	row := p.data[o*t.stride : (o+1)*t.stride : (o+1)*t.stride]
@@ -499,6 +507,7 @@ func (t *Table) resetRow(r int, key uint64, step int64) {
 
 // freeRow puts row r, already removed from the index, on the free list.
 func (t *Table) freeRow(r int) {
+	t.own(r >> t.pageShift)
 	p := &t.pages[r>>t.pageShift]
 	o := r & t.pageMask
 	p.live[o>>6] &^= 1 << (o & 63)
@@ -536,6 +545,7 @@ func (t *Table) ensurePage(r int) {
 	copy(np.dirty, p.dirty)
 	copy(np.ver, p.ver)
 	*p = np
+	t.disown(pi) // a copy may share the old memory, not this
 }
 
 func (t *Table) newPage(rows int) page {

@@ -1,0 +1,140 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"hash"
+	"hash/crc32"
+	"strings"
+)
+
+// A shard file's checksum, as its ShardInfo records it. Checkpoints of
+// format version 1 and 2 carry the SHA-256 of the whole file (ShardInfo.
+// SHA256); those of ChecksumFormatVersion carry a chunked CRC-32C
+// (ShardInfo.Checksum), about ten times cheaper to compute and read back
+// and split into pieces that hash independently. It is there to find damage
+// (a truncated copy, a flipped bit, a torn write), as SHA-256 was; neither
+// is a defence against someone who can write the files.
+//
+// "crc32c-4m:<hex>": the file cut into 4 MiB pieces (the last may be
+// shorter), each piece's CRC-32C (Castagnoli) as 4 big-endian bytes, and
+// <hex> the SHA-256 of those bytes in order, 64 lower-case hex digits.
+const (
+	ChecksumCRC32C4M = "crc32c-4m"
+	checksumSHA256   = "sha256"
+	crcChunk         = 4 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// chunkCRC is the hash.Hash of ChecksumCRC32C4M: bytes written in any
+// pieces give the same sum.
+type chunkCRC struct {
+	crc  uint32
+	fill int    // bytes of the current piece so far
+	sums []byte // the finished pieces' CRCs, 4 bytes each
+}
+
+func newChunkCRC() *chunkCRC { return &chunkCRC{} }
+
+func (c *chunkCRC) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), crcChunk-c.fill)
+		c.crc = crc32.Update(c.crc, castagnoli, p[:k])
+		c.fill += k
+		p = p[k:]
+		if c.fill == crcChunk {
+			c.sums = binary.BigEndian.AppendUint32(c.sums, c.crc)
+			c.crc, c.fill = 0, 0
+		}
+	}
+	return n, nil
+}
+
+func (c *chunkCRC) Sum(b []byte) []byte {
+	sums := c.sums
+	if c.fill > 0 {
+		sums = binary.BigEndian.AppendUint32(sums[:len(sums):len(sums)], c.crc)
+	}
+	s := sha256.Sum256(sums)
+	return append(b, s[:]...)
+}
+
+func (c *chunkCRC) Reset()         { *c = chunkCRC{} }
+func (c *chunkCRC) Size() int      { return sha256.Size }
+func (c *chunkCRC) BlockSize() int { return crcChunk }
+
+// checksum is the kind and hex value of the checksum si records.
+func (si ShardInfo) checksum() (kind, sum string) {
+	if si.Checksum == "" {
+		return checksumSHA256, si.SHA256
+	}
+	kind, sum, _ = strings.Cut(si.Checksum, ":")
+	return kind, sum
+}
+
+// checksumName is how messages name a checksum kind.
+func checksumName(kind string) string {
+	if kind == checksumSHA256 {
+		return "SHA-256"
+	}
+	return "CRC-32C"
+}
+
+// validChecksum checks that si records one checksum of a known kind, well
+// formed. Errors are reasons.
+func (si ShardInfo) validChecksum() error {
+	bad := func(format string, args ...any) error { return errorf(ErrInvalid, format, args...) }
+	switch {
+	case si.SHA256 != "" && si.Checksum != "":
+		return bad("%s: both sha256 and checksum are set", si.File)
+	case si.Checksum == "":
+		if !isHex256(si.SHA256) {
+			return bad("%s: sha256 %q is not 64 lower-case hex digits", si.File, si.SHA256)
+		}
+		return nil
+	}
+	kind, sum := si.checksum()
+	if kind != ChecksumCRC32C4M {
+		return bad("%s: checksum %q: unknown kind %q (this program knows %q)", si.File, si.Checksum, kind, ChecksumCRC32C4M)
+	}
+	if !isHex256(sum) {
+		return bad("%s: checksum %q: want %s:<64 lower-case hex digits>", si.File, si.Checksum, kind)
+	}
+	return nil
+}
+
+func isHex256(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == 32 && hex.EncodeToString(b) == s
+}
+
+// newHash returns the hash that computes si's checksum. si must be valid.
+func (si ShardInfo) newHash() hash.Hash {
+	if si.Checksum == "" {
+		return sha256.New()
+	}
+	return newChunkCRC()
+}
+
+// verifySum compares the sum h computed with si's. Errors are reasons.
+func (si ShardInfo) verifySum(h hash.Hash) error {
+	kind, want := si.checksum()
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return errorf(ErrChecksum, "checksum mismatch: file has %s %s, manifest says %s", checksumName(kind), got[:12], abbrev(want))
+	}
+	return nil
+}
+
+// usesChunkCRC reports whether any shard of m records a chunked CRC-32C,
+// which needs ChecksumFormatVersion.
+func (m Manifest) usesChunkCRC() bool {
+	for _, s := range m.Shards {
+		if s.Checksum != "" {
+			return true
+		}
+	}
+	return false
+}
