@@ -24,20 +24,20 @@ type copyHeader struct {
 }
 
 // tableCopy is a table's part of a copy's header; its rows follow the
-// dense tensors (copyTable).
+// dense tensors (decodeTable reads them).
 type tableCopy struct {
-	Rows    int          `json:"rows"`
-	Updates bool         `json:"updates,omitempty"`
-	Touch   bool         `json:"touch,omitempty"`
-	Clock   int64        `json:"clock"`
-	Base    int64        `json:"base"`
-	Sketch  int          `json:"sketch,omitempty"` // admission counters, one byte each
+	Rows    int   `json:"rows"`
+	Updates bool  `json:"updates,omitempty"`
+	Touch   bool  `json:"touch,omitempty"`
+	Clock   int64 `json:"clock"`
+	Base    int64 `json:"base"`
+	Sketch  int   `json:"sketch,omitempty"` // admission counters, one byte each
 	// SketchCells, if > 0: the counters are sent as that many (u32 index,
 	// u8 count) pairs of the cells not zero (a sketch is mostly zeros:
 	// megabytes of counters for a few thousand keys).
-	SketchCells int `json:"sketch_cells,omitempty"`
-	Stats   sparse.Stats `json:"stats"`
-	Acc     int          `json:"acc,omitempty"` // sync: keys accumulated this step
+	SketchCells int          `json:"sketch_cells,omitempty"`
+	Stats       sparse.Stats `json:"stats"`
+	Acc         int          `json:"acc,omitempty"` // sync: keys accumulated this step
 }
 
 // EncodeCopy is the shard's whole state as bytes, for a replica that
