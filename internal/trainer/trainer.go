@@ -973,12 +973,22 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(minStep int64) *client.Call {
-			return c.DoAsync(ctx, &client.Request{
-				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
-				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
+		send := func(ctx context.Context) func(minStep int64) *client.Call {
+			return func(minStep int64) *client.Call {
+				return c.DoAsync(ctx, &client.Request{
+					Push: true, Step: step, Grads: grads, SparseGrads: pushed,
+					Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
+				})
+			}
+		}
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, send(ctx))
+		if err != nil && cfg.Replication.Enabled() {
+			// The same step again while the shards fail over, as in
+			// denseLoop: each shard applies it once.
+			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
+				return st.exchange(rctx, cfg, m, params, sv, step, send(rctx))
 			})
-		})
+		}
 		if err != nil {
 			return err
 		}
