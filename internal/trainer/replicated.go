@@ -263,6 +263,12 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
+		if p := c.host.Primary(c.shard); p >= 0 && p != c.me {
+			// The caller gave up first (a worker's status probe at start
+			// waits less than three timeouts): send it back to the
+			// primary all the same, or it would probe this copy forever.
+			go c.dropConns()
+		}
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		p := c.host.Primary(c.shard)

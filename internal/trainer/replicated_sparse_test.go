@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,5 +167,49 @@ func TestReplicatedSparseRowsAndRestore(t *testing.T) {
 	_, err = pb.NewParamServerClient(conn).Restore(ctx, &pb.RestoreRequest{Dir: dir, Step: saved})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("Restore at ps 1's copy of shard 0: %v, want Unavailable (its primary is ps 0)", err)
+	}
+}
+
+// A worker that reached a copy whose primary lives (at start, a dial that
+// came before the primary listened) and whose calls give up before the
+// copy's three failover timeouts (the start-up status probe) is sent back
+// all the same: the copy drops the connection, so the worker dials again
+// (and its dialler tries the primary first). Before, with the default
+// --failover_timeout=1s, such a worker probed the copy forever.
+func TestCopyDropsCallerThatGaveUp(t *testing.T) {
+	_, rep, _, _ := startReplicatedLogged(t, 3, 300*time.Millisecond, "")
+	ctx := withDeadline(t, 20*time.Second)
+	var mu sync.Mutex
+	dials := 0
+	conn, err := grpc.NewClient(rep.copyAddr(1, 0, 3), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			mu.Lock()
+			dials++
+			mu.Unlock()
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", a)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ps := pb.NewParamServerClient(conn)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond) // < 3 x 300ms
+		_, err := ps.Status(cctx, &pb.StatusRequest{})
+		cancel()
+		if err == nil {
+			t.Fatal("ps 1's copy of shard 0 answered Status while ps 0 serves it")
+		}
+		mu.Lock()
+		n := dials
+		mu.Unlock()
+		if n >= 2 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the copy never dropped the connection of a caller that gave up (%d dials in 20s)", n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
