@@ -7,6 +7,10 @@ import (
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
+// sketchWidth is the admission sketch's width of every table (0: the
+// package default, 4 MiB of counters); tests make it small.
+var sketchWidth = 0
+
 // table is one sparse table of the shard with, in synchronous mode, the
 // sum of the current step's row gradients.
 type table struct {
@@ -35,7 +39,7 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
 		}
-		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps}
+		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps, SketchWidth: sketchWidth}
 		switch spec.Initializer {
 		case "", "zeros":
 		case "normal":
