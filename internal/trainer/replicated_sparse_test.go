@@ -85,7 +85,7 @@ func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir s
 // holds), and one sent to a copy that does not serve is refused.
 func TestReplicatedSparseRowsAndRestore(t *testing.T) {
 	dir := t.TempDir()
-	spec, rep, dial, logs := startReplicatedLogged(t, 3, 300*time.Millisecond, dir)
+	spec, rep, dial, logs := startReplicatedLogged(t, 3, time.Second, dir)
 	ctx := withDeadline(t, time.Minute)
 	vars := []model.Variable{{Name: "b", Shape: []int{1}}}
 	tables := []model.Table{{Name: "w", Dim: 1, MinCount: 2}}
@@ -158,7 +158,7 @@ func TestReplicatedSparseRowsAndRestore(t *testing.T) {
 		}
 	}
 	// A copy that does not serve its shard refuses a Restore (after
-	// waiting three failover timeouts for a takeover).
+	// waiting three failover timeouts, 3 s, for a takeover).
 	conn, err := grpc.NewClient(rep.copyAddr(1, 0, 3), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestReplicatedSparseRowsAndRestore(t *testing.T) {
 // (and its dialler tries the primary first). Before, with the default
 // --failover_timeout=1s, such a worker probed the copy forever.
 func TestCopyDropsCallerThatGaveUp(t *testing.T) {
-	_, rep, _, _ := startReplicatedLogged(t, 3, 300*time.Millisecond, "")
+	_, rep, _, _ := startReplicatedLogged(t, 3, time.Second, "")
 	ctx := withDeadline(t, 20*time.Second)
 	var mu sync.Mutex
 	dials := 0
@@ -195,7 +195,7 @@ func TestCopyDropsCallerThatGaveUp(t *testing.T) {
 	defer conn.Close()
 	ps := pb.NewParamServerClient(conn)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond) // < 3 x 300ms
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond) // < 3 x 1s
 		_, err := ps.Status(cctx, &pb.StatusRequest{})
 		cancel()
 		if err == nil {
