@@ -222,11 +222,12 @@ func progressLines(out string) string {
 	return b.String()
 }
 
-// Sparse models are refused under --replicas for now (exit 2), and so is
-// --replicas=0.
+// Models other than linreg, mnist and sparse_lr are refused under
+// --replicas for now (exit 2), and so are --replicas=0 and more copies
+// than ps.
 func TestReplicasRefused(t *testing.T) {
 	for _, args := range [][]string{
-		{"local", "--ps=3", "--workers=1", "--model=sparse_lr", "--replicas=2"},
+		{"local", "--ps=3", "--workers=1", "--model=lda", "--replicas=2"},
 		{"local", "--ps=3", "--workers=1", "--model=linreg", "--replicas=0"},
 		{"local", "--ps=2", "--workers=1", "--model=linreg", "--replicas=3"},
 	} {

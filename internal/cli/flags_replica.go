@@ -19,7 +19,7 @@ type replicaFlags struct {
 
 func defineReplicaFlags(fs *flag.FlagSet) *replicaFlags {
 	r := &replicaFlags{}
-	fs.IntVar(&r.replicas, "replicas", 1, "copies of each ps's shard, on that many ps (1: no copies); with 2 or more a ps killed during training is replaced by a copy without losing a step (dense models only)")
+	fs.IntVar(&r.replicas, "replicas", 1, "copies of each ps's shard, on that many ps (1: no copies); with 2 or more a ps killed during training is replaced by a copy without losing a step (models linreg, mnist, sparse_lr)")
 	fs.DurationVar(&r.failoverTimeout, "failover_timeout", time.Second, "with --replicas > 1: a ps not heard from for this long is removed and its shards fail over to their copies")
 	fs.StringVar(&r.hosts, "replica_hosts", "", "with --replicas=R > 1: R host:port per ps, in ps order: its replication port, then the ports of its copies of the R-1 shards before it (paramserv local chooses them)")
 	return r
@@ -37,8 +37,8 @@ func (r *replicaFlags) apply(cfg *trainer.Config) error {
 	if r.hosts != "" {
 		rc.Hosts = strings.Split(r.hosts, ",")
 	}
-	if cfg.Model != "linreg" && cfg.Model != "mnist" {
-		return fmt.Errorf("--replicas=%d: replicated shards serve the built-in dense models (linreg, mnist) only for now; --model=%s is not one (use --replicas=1)", r.replicas, cfg.Model)
+	if cfg.Model != "linreg" && cfg.Model != "mnist" && cfg.Model != "sparse_lr" {
+		return fmt.Errorf("--replicas=%d: replicated shards serve the built-in models linreg, mnist and sparse_lr only for now; --model=%s is not one (use --replicas=1)", r.replicas, cfg.Model)
 	}
 
 	n := len(cfg.Cluster.Spec.PS)

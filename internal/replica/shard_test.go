@@ -236,7 +236,7 @@ func runJob(t *testing.T, j job) jobResult {
 			agg := &aggData{}
 			lastAgg[id][s] = agg
 			sh := shard.New(shard.Config{Task: s, NumPS: n, NumWorkers: workers, Incarnation: func() uint64 { inc++; return inc },
-				Aggregated: func(step int64, grads [][]float32) {
+				Aggregated: func(step int64, grads [][]float32, _ []shard.RowGrads) {
 					agg.step, agg.grads = step, nil
 					for _, g := range grads {
 						agg.grads = append(agg.grads, append([]float32(nil), g...))
@@ -266,7 +266,7 @@ func runJob(t *testing.T, j job) jobResult {
 		for _, e := range rd.Apply {
 			sh := copies[id][e.Shard]
 			if a, ok := e.Data.(aggData); ok {
-				if err := sh.ApplyAggregate(a.step, a.grads); err != nil {
+				if err := sh.ApplyAggregate(a.step, a.grads, nil); err != nil {
 					t.Fatalf("ps %d shard %d: aggregate of entry %d: %v", id, e.Shard, e.Seq, err)
 				}
 				continue

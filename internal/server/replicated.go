@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -22,20 +23,81 @@ import (
 // id (worker, step+1), as for gRPC. Before a pull, ReplicatedServing waits
 // until this copy may answer it (it is the primary, and every live copy
 // holds what it applied), or says why not.
+//
+// Rows are read without changing the tables (shard.Config.PeekPulls): a
+// pull that would change them (count a key for admission, give it a row)
+// is handed to ReplicatedPulled once its step is reached, which logs the
+// keys so that every copy makes those changes in log order (TouchRows);
+// only then are the rows read. pushStep is the step of the push that came
+// with the pull (its request id), or -1 for a pull alone.
 type Replicated interface {
 	ReplicatedPush(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error)
 	ReplicatedServing(ctx context.Context) error
+	ReplicatedPulled(ctx context.Context, worker int32, pushStep int64, rows []PulledRows) error
+}
+
+// PulledRows are the keys a pull reads from one table.
+type PulledRows struct {
+	Table []byte
+	Keys  []uint64
+}
+
+// PullChanges reports whether reading rows without PeekPulls would change
+// a table (shard.Shard.PullChanges).
+func (s *Server) PullChanges(rows []PulledRows) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		ch, err := s.shard.PullChanges(r.Table, r.Keys)
+		if err != nil || ch {
+			return ch, statusOf(err)
+		}
+	}
+	return false, nil
+}
+
+// TouchRows makes the changes a pull of rows makes to the tables
+// (shard.Shard.TouchRows): a logged pull, applied by every copy.
+func (s *Server) TouchRows(rows []PulledRows) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		if err := s.shard.TouchRows(r.Table, r.Keys); err != nil {
+			return statusOf(err)
+		}
+	}
+	return nil
+}
+
+// WaitStep waits until the shard's step reaches min, as a pull does
+// before reading.
+func (s *Server) WaitStep(ctx context.Context, worker int32, min int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.shard.Initialized() {
+		return status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
+	}
+	if s.shard.Ready(min) {
+		return nil
+	}
+	return statusOf(s.waitStep(ctx, int(worker), min))
 }
 
 // handleReplicatedData is handleData for a copy of a replicated shard:
 // the push goes through the shard's log (without mu: the log's apply takes
-// it), the pull is answered here once this copy serves. Dense variables
-// only, as replicated shards hold.
+// it), the pull is answered here once this copy serves; a pull that
+// changes the tables is logged first (ReplicatedPulled).
 func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	start := time.Now()
 	r := &dc.req
-	if len(r.SparsePush) > 0 || len(r.SparsePull) > 0 {
-		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: a replicated shard holds dense variables only; the request has %d sparse sections", s.cfg.Task, len(r.SparsePush)+len(r.SparsePull)))
+	if r.Incremental {
+		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: incremental pulls are not served by a replicated shard (a copy that takes over holds other row versions); pull without --incremental_pull", s.cfg.Task))
+		return
+	}
+	// The key sets of the sparse sections (the data path's key cache is
+	// the connection's own, as without replicas).
+	if err := dc.locate(); err != nil {
+		dc.errorReply(&shard.Error{Kind: shard.CacheMiss, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, err), Err: err})
 		return
 	}
 	var pushed *pb.PushResponse
@@ -46,6 +108,10 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 		req := &pb.PushRequest{Worker: r.Worker, Step: r.Step, Grads: make([]*pb.DenseTensor, len(r.Dense))}
 		for i, d := range r.Dense {
 			req.Grads[i] = &pb.DenseTensor{Name: string(d.Name), Data: wire.Float32Bytes(d.Data)}
+		}
+		for i := range r.SparsePush {
+			sec := &r.SparsePush[i]
+			req.Sparse = append(req.Sparse, &pb.SparseRows{Table: string(sec.Table), Keys: wire.Uint64Bytes(dc.pushSets[i].set.Keys()), Values: wire.Float32Bytes(sec.Values)})
 		}
 		var err error
 		if pushed, err = s.cfg.Replicated.ReplicatedPush(ctx, req); err != nil {
@@ -61,6 +127,28 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	if err := s.cfg.Replicated.ReplicatedServing(ctx); err != nil {
 		dc.errorReply(err)
 		return
+	}
+	if len(r.SparsePull) > 0 {
+		// The pull's changes to the tables go through the log, once its
+		// step is reached (as a pull without replicas makes them then).
+		pushStep := int64(-1)
+		if r.Op.Push() {
+			pushStep = r.Step
+		}
+		wctx, stop := dc.watchClose(ctx)
+		err := s.WaitStep(wctx, r.Worker, r.MinStep)
+		stop()
+		if err == nil {
+			rows := make([]PulledRows, len(r.SparsePull))
+			for i := range r.SparsePull {
+				rows[i] = PulledRows{Table: r.SparsePull[i].Table, Keys: dc.pullSets[i].set.Keys()}
+			}
+			err = s.cfg.Replicated.ReplicatedPulled(ctx, r.Worker, pushStep, rows)
+		}
+		if err != nil {
+			dc.errorReply(err)
+			return
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,10 +191,10 @@ func (s *Server) Sync() bool {
 // ApplyAggregate applies a synchronous step's averaged gradients, as the
 // primary copy's Config.Aggregated reported them (a backup copy's side of
 // replication after aggregation, shard.ApplyAggregate).
-func (s *Server) ApplyAggregate(step int64, grads [][]float32) error {
+func (s *Server) ApplyAggregate(step int64, grads [][]float32, rows []shard.RowGrads) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.shard.ApplyAggregate(step, grads)
+	err := s.shard.ApplyAggregate(step, grads, rows)
 	s.notify()
 	return err
 }

@@ -74,7 +74,7 @@ type Config struct {
 	// averaged dense gradients, before they are applied
 	// (shard.Config.Aggregated): a replicated shard's primary logs them
 	// for its backups, which apply them with ApplyAggregate.
-	Aggregated func(step int64, grads [][]float32)
+	Aggregated func(step int64, grads [][]float32, rows []shard.RowGrads)
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -127,6 +127,9 @@ func New(cfg Config) *Server {
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf, Incarnation: cfg.Incarnation,
 		Aggregated: cfg.Aggregated,
+		// A copy of a replicated shard reads rows without changing its
+		// tables; the changes a pull makes come through the shard's log.
+		PeekPulls: cfg.Replicated != nil,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {

@@ -18,16 +18,23 @@ func (s *Shard) aggregated() {
 	for i, v := range st.order {
 		grads[i] = v.accum
 	}
-	s.cfg.Aggregated(st.tracker.Step()-1, grads)
+	var rows []RowGrads
+	if len(st.tableOrd) > 0 {
+		rows = make([]RowGrads, len(st.tableOrd))
+		for i, t := range st.tableOrd {
+			rows[i] = RowGrads{Keys: t.accKeys, Values: t.acc}
+		}
+	}
+	s.cfg.Aggregated(st.tracker.Step()-1, grads, rows)
 	clear(grads)
 }
 
 // ApplyAggregate applies a synchronous step's averaged dense gradients, one
-// per variable in layout order, as the primary copy's Aggregated reported
-// them for step, and moves to step+1. The shard must be synchronous, hold
-// no sparse tables (their aggregates are not replicated yet), be at step,
-// and have no gradients of that step accumulated.
-func (s *Shard) ApplyAggregate(step int64, grads [][]float32) error {
+// per variable in layout order, and row gradients, one per table in layout
+// order, as the primary copy's Aggregated reported them for step, and
+// moves to step+1. The shard must be synchronous, be at step, and have no
+// gradients of that step accumulated.
+func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) error {
 	if s.st == nil {
 		return &Error{Kind: NotReady, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, ErrNotInitialized), Err: ErrNotInitialized}
 	}
@@ -35,8 +42,8 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32) error {
 	switch {
 	case !st.layout.Sync:
 		return errorf(Invalid, "ps %d: an aggregate of step %d for an asynchronous shard: aggregates are replicated in sync mode only", s.cfg.Task, step)
-	case len(st.tableOrd) > 0:
-		return errorf(Invalid, "ps %d: an aggregate of step %d for a shard with %d sparse tables: not replicated by aggregate yet", s.cfg.Task, step, len(st.tableOrd))
+	case len(rows) != len(st.tableOrd):
+		return errorf(Invalid, "ps %d: an aggregate of %d tables, this shard holds %d", s.cfg.Task, len(rows), len(st.tableOrd))
 	case step != st.tracker.Step():
 		return errorf(Invalid, "ps %d: an aggregate of step %d, but this copy is at step %d", s.cfg.Task, step, st.tracker.Step())
 	case len(grads) != len(st.order):
@@ -50,9 +57,22 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32) error {
 			return errorf(Invalid, "ps %d: aggregate of %q has %d values, want %d", s.cfg.Task, v.name, len(grads[i]), len(v.value))
 		}
 	}
+	for i, t := range st.tableOrd {
+		if dim := t.t.Dim(); len(rows[i].Values) != dim*len(rows[i].Keys) {
+			return errorf(Invalid, "ps %d: aggregate of table %q has %d values for %d keys of dim %d", s.cfg.Task, t.name, len(rows[i].Values), len(rows[i].Keys), dim)
+		}
+		if err := s.CheckOwned([]byte(t.name), rows[i].Keys); err != nil {
+			return errorf(Invalid, "ps %d: aggregate: %w", s.cfg.Task, err)
+		}
+	}
 	st.tracker.SetStep(step + 1)
 	for i, v := range st.order {
 		s.update(v, grads[i], nil)
+	}
+	for i, t := range st.tableOrd {
+		if len(rows[i].Keys) > 0 {
+			t.push(rows[i].Keys, nil, rows[i].Values, st.tracker.Step())
+		}
 	}
 	s.maybeEvict()
 	s.version++

@@ -24,7 +24,7 @@ func TestApplyAggregateMatchesThePrimary(t *testing.T) {
 		grads [][]float32
 	}
 	var shipped []agg
-	primary := New(Config{NumWorkers: 2, Aggregated: func(step int64, grads [][]float32) {
+	primary := New(Config{NumWorkers: 2, Aggregated: func(step int64, grads [][]float32, _ []RowGrads) {
 		c := agg{step: step}
 		for _, g := range grads {
 			c.grads = append(c.grads, append([]float32(nil), g...))
@@ -55,7 +55,7 @@ func TestApplyAggregateMatchesThePrimary(t *testing.T) {
 		if len(shipped) != 1 || shipped[0].step != step {
 			t.Fatalf("step %d: aggregates reported %+v, want one of step %d", step, shipped, step)
 		}
-		if err := backup.ApplyAggregate(shipped[0].step, shipped[0].grads); err != nil {
+		if err := backup.ApplyAggregate(shipped[0].step, shipped[0].grads, nil); err != nil {
 			t.Fatal(err)
 		}
 		shipped = nil
@@ -87,7 +87,7 @@ func TestApplyAggregateMatchesThePrimary(t *testing.T) {
 		{6, [][]float32{{1, 1, 1}}, "an aggregate of 1 variables, this shard holds 2"},
 		{6, [][]float32{{1, 1}, {1}}, `aggregate of "w" has 2 values, want 3`},
 	} {
-		if err := backup.ApplyAggregate(tc.step, tc.grads); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := backup.ApplyAggregate(tc.step, tc.grads, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ApplyAggregate(%d, %v) = %v, want an error containing %q", tc.step, tc.grads, err, tc.want)
 		}
 	}
@@ -95,7 +95,7 @@ func TestApplyAggregateMatchesThePrimary(t *testing.T) {
 	if _, err := async.Init(Layout{Vars: l.Vars, Optimizer: l.Optimizer, NumWorkers: 1}, init); err != nil {
 		t.Fatal(err)
 	}
-	if err := async.ApplyAggregate(0, init); err == nil || !strings.Contains(err.Error(), "sync mode only") {
+	if err := async.ApplyAggregate(0, init, nil); err == nil || !strings.Contains(err.Error(), "sync mode only") {
 		t.Errorf("ApplyAggregate on an async shard = %v, want a refusal", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
 // copyHeader is the part of a shard's copy that is not tensors.
@@ -19,20 +20,36 @@ type copyHeader struct {
 	Done        []int            `json:"done,omitempty"`
 	Incarnation uint64           `json:"incarnation"`
 	Pending     bool             `json:"pending,omitempty"` // sync: the current step has gradients
+	Tables      []tableCopy      `json:"tables,omitempty"`
+}
+
+// tableCopy is a table's part of a copy's header; its rows follow the
+// dense tensors (decodeTable reads them).
+type tableCopy struct {
+	Rows    int   `json:"rows"`
+	Updates bool  `json:"updates,omitempty"`
+	Touch   bool  `json:"touch,omitempty"`
+	Clock   int64 `json:"clock"`
+	Base    int64 `json:"base"`
+	Sketch  int   `json:"sketch,omitempty"` // admission counters, one byte each
+	// SketchCells, if > 0: the counters are sent as that many (u32 index,
+	// u8 count) pairs of the cells not zero (a sketch is mostly zeros:
+	// megabytes of counters for a few thousand keys).
+	SketchCells int          `json:"sketch_cells,omitempty"`
+	Stats       sparse.Stats `json:"stats"`
+	Acc         int          `json:"acc,omitempty"` // sync: keys accumulated this step
 }
 
 // EncodeCopy is the shard's whole state as bytes, for a replica that
 // rejoins (docs/REPLICATION.md): the layout, the tracker, the workers done
 // and the incarnation, then each variable's values, optimizer slots and
 // (sync) accumulated gradients, little-endian. DecodeCopy of it gives a
-// shard that behaves bit for bit as this one. Dense variables only.
+// shard that behaves bit for bit as this one, sparse tables included
+// (rows, optimizer state, admission counts, sync accumulators).
 func (s *Shard) EncodeCopy() ([]byte, error) {
 	if s.st == nil {
 		h, _ := json.Marshal(copyHeader{Incarnation: s.incarnation, Done: s.DoneWorkers()})
 		return binary.LittleEndian.AppendUint32(nil, uint32(len(h))), nil
-	}
-	if len(s.st.tables) > 0 {
-		return nil, fmt.Errorf("shard: a copy of %d sparse tables: replicated shards hold dense variables only", len(s.st.tables))
 	}
 	h := copyHeader{Layout: s.st.layout, Tracker: s.st.tracker.Copy(), Done: s.DoneWorkers(), Incarnation: s.incarnation, Pending: !s.pendingSince.IsZero()}
 	n := 0
@@ -40,11 +57,32 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 		h.Updates = append(h.Updates, v.updates)
 		n += len(v.value) * (1 + len(v.state) + min(len(v.accum), 1))
 	}
+	snaps := make([]sparse.Snapshot, len(s.st.tableOrd))
+	extras := make([]sparse.Extra, len(s.st.tableOrd))
+	for i, t := range s.st.tableOrd {
+		snaps[i], extras[i] = t.t.Export(), t.t.Extra()
+		sn, e := snaps[i], extras[i]
+		tc := tableCopy{
+			Rows: len(sn.Keys), Updates: sn.Updates != nil, Touch: sn.LastTouch != nil,
+			Clock: e.Clock, Base: e.Base, Sketch: len(e.Sketch), Stats: e.Stats, Acc: len(t.accKeys),
+		}
+		nz := 0
+		for _, x := range e.Sketch {
+			if x != 0 {
+				nz++
+			}
+		}
+		if 5*nz < len(e.Sketch) {
+			tc.SketchCells = nz
+		}
+		h.Tables = append(h.Tables, tc)
+		n += 3*len(sn.Keys) + len(sn.Values)*(1+len(sn.State)) + len(e.Sketch)/4 + 3*len(t.accKeys) + len(t.acc)
+	}
 	hb, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, 4+len(hb)+4*n)
+	out := make([]byte, 0, 4+len(hb)+4*n+64)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hb)))
 	out = append(out, hb...)
 	for _, v := range s.st.order { // values first, as Build fills them
@@ -58,7 +96,40 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 			out = appendFloats(out, v.accum)
 		}
 	}
+	for i, t := range s.st.tableOrd {
+		sn := snaps[i]
+		out = appendUints(out, sn.Keys)
+		out = appendFloats(out, sn.Values)
+		for _, st := range sn.State {
+			out = appendFloats(out, st)
+		}
+		for _, u := range sn.Updates {
+			out = binary.LittleEndian.AppendUint32(out, u)
+		}
+		for _, tc := range sn.LastTouch {
+			out = binary.LittleEndian.AppendUint64(out, uint64(tc))
+		}
+		if h.Tables[i].SketchCells > 0 {
+			for j, x := range extras[i].Sketch {
+				if x != 0 {
+					out = binary.LittleEndian.AppendUint32(out, uint32(j))
+					out = append(out, x)
+				}
+			}
+		} else {
+			out = append(out, extras[i].Sketch...)
+		}
+		out = appendUints(out, t.accKeys)
+		out = appendFloats(out, t.acc)
+	}
 	return out, nil
+}
+
+func appendUints(b []byte, u []uint64) []byte {
+	for _, x := range u {
+		b = binary.LittleEndian.AppendUint64(b, x)
+	}
+	return b
 }
 
 func appendFloats(b []byte, f []float32) []byte {
@@ -124,6 +195,14 @@ func (s *Shard) DecodeCopy(b []byte) error {
 			}
 		}
 	}
+	if len(h.Tables) != len(st.tableOrd) {
+		return fmt.Errorf("shard: a copy with %d tables' rows for %d tables", len(h.Tables), len(st.tableOrd))
+	}
+	for i, t := range st.tableOrd {
+		if err := decodeTable(t, h.Tables[i], &rest); err != nil {
+			return fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
+		}
+	}
 	if len(rest) != 0 {
 		return fmt.Errorf("shard: %d bytes after a copy's tensors", len(rest))
 	}
@@ -138,5 +217,127 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	}
 	s.epoch++
 	s.version++
+	return nil
+}
+
+// decodeTable fills an empty table from its part of a copy, taken off rest.
+func decodeTable(t *table, h tableCopy, rest *[]byte) error {
+	b := *rest
+	dim := t.t.Dim()
+	slots := t.rule.StateSlots()
+	take := func(n int) ([]byte, error) {
+		if n < 0 || n > len(b) {
+			return nil, fmt.Errorf("cut short: %d bytes left, %d wanted", len(b), n)
+		}
+		out := b[:n]
+		b = b[n:]
+		return out, nil
+	}
+	floats := func(n int) ([]float32, error) {
+		raw, err := take(4 * n)
+		if err != nil {
+			return nil, err
+		}
+		f := make([]float32, n)
+		for i := range f {
+			f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		return f, nil
+	}
+	uints := func(n int) ([]uint64, error) {
+		raw, err := take(8 * n)
+		if err != nil {
+			return nil, err
+		}
+		u := make([]uint64, n)
+		for i := range u {
+			u[i] = binary.LittleEndian.Uint64(raw[8*i:])
+		}
+		return u, nil
+	}
+	if h.Rows < 0 || h.Rows > len(b)/8 || h.Acc < 0 || h.Acc > len(b)/8 {
+		return fmt.Errorf("%d rows and %d accumulated keys in %d bytes", h.Rows, h.Acc, len(b))
+	}
+	sn := sparse.Snapshot{Dim: dim, State: make([][]float32, slots)}
+	var err error
+	if sn.Keys, err = uints(h.Rows); err != nil {
+		return err
+	}
+	if sn.Values, err = floats(h.Rows * dim); err != nil {
+		return err
+	}
+	for i := range sn.State {
+		if sn.State[i], err = floats(h.Rows * dim); err != nil {
+			return err
+		}
+	}
+	if h.Updates {
+		raw, err := take(4 * h.Rows)
+		if err != nil {
+			return err
+		}
+		sn.Updates = make([]uint32, h.Rows)
+		for i := range sn.Updates {
+			sn.Updates[i] = binary.LittleEndian.Uint32(raw[4*i:])
+		}
+	}
+	if h.Touch {
+		u, err := uints(h.Rows)
+		if err != nil {
+			return err
+		}
+		sn.LastTouch = make([]int64, h.Rows)
+		for i, x := range u {
+			sn.LastTouch[i] = int64(x)
+		}
+	}
+	e := sparse.Extra{Clock: h.Clock, Base: h.Base, Stats: h.Stats}
+	switch {
+	case h.Sketch < 0 || h.SketchCells < 0:
+		return fmt.Errorf("%d admission counters, %d sent", h.Sketch, h.SketchCells)
+	case h.SketchCells > 0:
+		raw, err := take(5 * h.SketchCells)
+		if err != nil {
+			return err
+		}
+		e.Sketch = make([]uint8, h.Sketch)
+		for j := range h.SketchCells {
+			at := int(binary.LittleEndian.Uint32(raw[5*j:]))
+			if at >= len(e.Sketch) {
+				return fmt.Errorf("admission counter %d of %d", at, len(e.Sketch))
+			}
+			e.Sketch[at] = raw[5*j+4]
+		}
+	case h.Sketch > 0:
+		raw, err := take(h.Sketch)
+		if err != nil {
+			return err
+		}
+		e.Sketch = slices.Clone(raw)
+	}
+	accKeys, err := uints(h.Acc)
+	if err != nil {
+		return err
+	}
+	acc, err := floats(h.Acc * dim)
+	if err != nil {
+		return err
+	}
+	if err := t.t.Import(sn); err != nil {
+		return err
+	}
+	if err := t.t.SetExtra(e); err != nil {
+		return err
+	}
+	if h.Acc > 0 {
+		if t.accPos == nil {
+			return fmt.Errorf("%d accumulated keys for an asynchronous table", h.Acc)
+		}
+		for i, k := range accKeys {
+			t.accPos[k] = i
+		}
+		t.accKeys, t.acc = accKeys, acc
+	}
+	*rest = b
 	return nil
 }

@@ -298,6 +298,9 @@ func (s *Shard) applyStep(count int) {
 		for _, v := range st.order {
 			scaleBy(v.accum, scale)
 		}
+		for _, t := range st.tableOrd {
+			scaleBy(t.acc, scale)
+		}
 		s.aggregated()
 	}
 	for _, v := range st.order {
@@ -308,7 +311,7 @@ func (s *Shard) applyStep(count int) {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		t.applyAccumulated(scale, st.tracker.Step())
+		t.applyAccumulated(scale, hook, st.tracker.Step())
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()

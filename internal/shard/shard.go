@@ -29,11 +29,23 @@ type Config struct {
 	// a counter to make runs repeatable.
 	Incarnation func() uint64
 	// Aggregated, if set, receives each completed synchronous step's
-	// averaged dense gradients, one per variable in layout order, just
+	// averaged dense gradients, one per variable in layout order, and its
+	// averaged row gradients, one per table in layout order, just
 	// before the rule applies them; step is the step they were computed
 	// at. The slices are valid only during the call. A backup copy applies
 	// them with ApplyAggregate (replication after aggregation).
-	Aggregated func(step int64, grads [][]float32)
+	Aggregated func(step int64, grads [][]float32, rows []RowGrads)
+	// PeekPulls makes PullRows change nothing (sparse.Table.Peek): a copy
+	// of a replicated shard applies the changes a pull makes to its tables
+	// (admission counts, new rows) from the shard's log (TouchRows) instead.
+	PeekPulls bool
+}
+
+// RowGrads is a synchronous step's averaged gradient of one sparse table:
+// row i's at Values[i*dim:(i+1)*dim], in the order the rows are applied.
+type RowGrads struct {
+	Keys   []uint64
+	Values []float32
 }
 
 // VarSpec is a dense variable of a shard: its name there (a variable split

@@ -7,6 +7,10 @@ import (
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
+// sketchWidth is the admission sketch's width of every table (0: the
+// package default, 4 MiB of counters); tests make it small.
+var sketchWidth = 0
+
 // table is one sparse table of the shard with, in synchronous mode, the
 // sum of the current step's row gradients.
 type table struct {
@@ -20,6 +24,8 @@ type table struct {
 	accPos  map[uint64]int
 	accKeys []uint64
 	acc     []float32
+
+	touchBuf []float32 // TouchRows's values, read and dropped
 }
 
 func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
@@ -33,7 +39,7 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
 		}
-		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps}
+		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps, SketchWidth: sketchWidth}
 		switch spec.Initializer {
 		case "", "zeros":
 		case "normal":
@@ -88,13 +94,14 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 	}
 }
 
-// applyAccumulated applies the sum times scale (1/replicas) and clears it.
-func (t *table) applyAccumulated(scale float32, step int64) {
+// applyAccumulated applies the sum times scale (1/replicas) and clears it;
+// scaled says the sum was scaled already (for Config.Aggregated).
+func (t *table) applyAccumulated(scale float32, scaled bool, step int64) {
 	if len(t.accKeys) == 0 {
 		return
 	}
-	for i := range t.acc {
-		t.acc[i] *= scale
+	if !scaled {
+		scaleBy(t.acc, scale)
 	}
 	t.push(t.accKeys, nil, t.acc, step)
 	clear(t.accPos)
@@ -152,12 +159,45 @@ func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned b
 		}
 	}
 	var err error
-	if set != nil {
+	switch {
+	case s.cfg.PeekPulls:
+		err = t.t.Peek(keys, dst)
+	case set != nil:
 		err = t.t.PullSet(set, dst)
-	} else {
+	default:
 		err = t.t.Pull(keys, dst)
 	}
 	if err != nil {
+		return errorf(Invalid, "ps %d: table %q: %w", s.cfg.Task, name, err)
+	}
+	return nil
+}
+
+// PullChanges reports whether PullRows of keys (without PeekPulls) would
+// change the table: count a key for admission or give it a row.
+func (s *Shard) PullChanges(name []byte, keys []uint64) (bool, error) {
+	if _, err := s.TableDim(name); err != nil {
+		return false, err
+	}
+	return s.st.tables[string(name)].t.PullChanges(keys), nil
+}
+
+// TouchRows makes the changes PullRows of keys makes to a table without
+// PeekPulls (admission counts, new rows), reading nothing: a copy of a
+// replicated shard applies a logged pull with it (docs/REPLICATION.md).
+func (s *Shard) TouchRows(name []byte, keys []uint64) error {
+	dim, err := s.TableDim(name)
+	if err != nil {
+		return err
+	}
+	if err := s.CheckOwned(name, keys); err != nil {
+		return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
+	}
+	t := s.st.tables[string(name)]
+	if n := len(keys) * dim; cap(t.touchBuf) < n {
+		t.touchBuf = make([]float32, n)
+	}
+	if err := t.t.Pull(keys, t.touchBuf[:len(keys)*dim]); err != nil {
 		return errorf(Invalid, "ps %d: table %q: %w", s.cfg.Task, name, err)
 	}
 	return nil

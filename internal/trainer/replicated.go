@@ -213,6 +213,15 @@ func (c *replicatedCopy) apply(e replica.Entry) {
 		if err = proto.Unmarshal(data[1:], req); err == nil {
 			resp, err = c.Server.Done(ctx, req)
 		}
+	case entryTouch:
+		if err = c.applyTouch(data[1:]); err != nil {
+			c.logf("log entry %d: %v", e.Seq, err)
+		}
+	case entryRestore:
+		req := &pb.RestoreRequest{}
+		if err = proto.Unmarshal(data[1:], req); err == nil {
+			resp, err = c.applyRestore(req)
+		}
 	default:
 		err = fmt.Errorf("shard %d: log entry %d of unknown kind %d", c.shard, e.Seq, data[0])
 	}
@@ -260,6 +269,12 @@ func (c *replicatedCopy) waitServing(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
+		if p := c.host.Primary(c.shard); p >= 0 && p != c.me {
+			// The caller gave up first (a worker's status probe at start
+			// waits less than three timeouts): send it back to the
+			// primary all the same, or it would probe this copy forever.
+			go c.dropConns()
+		}
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, context.DeadlineExceeded):
 		p := c.host.Primary(c.shard)
@@ -401,7 +416,16 @@ func (c *replicatedCopy) ReplicatedPush(ctx context.Context, req *pb.PushRequest
 func (c *replicatedCopy) ReplicatedServing(ctx context.Context) error { return c.waitServing(ctx) }
 
 func (c *replicatedCopy) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	return c.pull(ctx, req, -1)
+}
+
+// pull is Pull; pushStep is the step of the push that came with it, or -1
+// (replicated_sparse.go).
+func (c *replicatedCopy) pull(ctx context.Context, req *pb.PullRequest, pushStep int64) (*pb.PullResponse, error) {
 	if err := c.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.pulled(ctx, req, pushStep); err != nil {
 		return nil, err
 	}
 	return c.Server.Pull(ctx, req)
@@ -436,7 +460,7 @@ func (c *replicatedCopy) PushPull(ctx context.Context, req *pb.PushPullRequest) 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.Pull(ctx, req.Pull)
+	resp, err := c.pull(ctx, req.Pull, req.Push.Step)
 	if err != nil {
 		return nil, err
 	}
@@ -897,13 +921,15 @@ func indexOf(xs []string, x string) int {
 }
 
 // replicatedWorker prepares a worker's config for replicated shards:
-// dense models only for now, and connections that fail over.
+// connections that fail over, and pulls that are not incremental (a copy
+// that takes over holds other row versions than the ones the worker was
+// told).
 func replicatedWorker(cfg *Config, sparse bool) error {
 	if !cfg.Replication.Enabled() {
 		return nil
 	}
-	if sparse {
-		return &ConfigError{Err: fmt.Errorf("--replicas=%d: replicated shards hold dense variables only for now; model %s has sparse tables (use --replicas=1)", cfg.Replication.Replicas, cfg.Model)}
+	if sparse && cfg.IncrementalPull {
+		return &ConfigError{Err: fmt.Errorf("--replicas=%d with --incremental_pull: replicated shards answer full pulls only (a copy that takes over numbers its row versions afresh); drop --incremental_pull", cfg.Replication.Replicas)}
 	}
 	if err := cfg.Replication.Check(len(cfg.Cluster.Spec.PS)); err != nil {
 		return &ConfigError{Err: err}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/replica"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -27,7 +28,8 @@ import (
 
 // entryAggregate is a log entry of a step's aggregate: step i64, the
 // number of variables u32, then each variable's values (u32 count, float32
-// values), in the shard's layout order.
+// values), in the shard's layout order; then, for a shard with sparse
+// tables, their rows (encodeRows).
 const entryAggregate byte = 4
 
 // pushHeld is Push in synchronous mode: the push is applied here and held
@@ -91,13 +93,16 @@ func (c *replicatedCopy) replicationError(err error) error {
 // aggregated logs a completed step's aggregate (server.Config.Aggregated,
 // called with the server's lock held, on the primary). On a copy that is
 // not the primary it does nothing: backups complete no step themselves.
-func (c *replicatedCopy) aggregated(step int64, grads [][]float32) {
+func (c *replicatedCopy) aggregated(step int64, grads [][]float32, rows []shard.RowGrads) {
 	if c.host == nil {
 		return
 	}
 	n := 1 + 8 + 4
 	for _, g := range grads {
 		n += 4 + 4*len(g)
+	}
+	if len(rows) > 0 {
+		n += rowsSize(rows)
 	}
 	b := make([]byte, 0, n)
 	b = append(b, entryAggregate)
@@ -106,6 +111,9 @@ func (c *replicatedCopy) aggregated(step int64, grads [][]float32) {
 	for _, g := range grads {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(g)))
 		b = append(b, wire.Float32Bytes(g)...)
+	}
+	if len(rows) > 0 {
+		b = encodeRows(b, rows)
 	}
 	if err := c.host.Aggregate(c.shard, b); err != nil {
 		c.logf("step %d's aggregate not logged: %v (its pushes are not acknowledged; the workers send them again to the next primary)", step, err)
@@ -141,8 +149,12 @@ func (c *replicatedCopy) applyAggregate(data []byte) error {
 		grads[i] = g
 		data = data[4*k:]
 	}
-	if len(data) != 0 {
-		return bad("trailing bytes")
+	var rows []shard.RowGrads
+	if len(data) != 0 { // the tables' rows (replicated_sparse.go)
+		var err error
+		if rows, err = decodeRows(data); err != nil {
+			return fmt.Errorf("shard %d: %w", c.shard, err)
+		}
 	}
-	return c.Server.ApplyAggregate(step, grads)
+	return c.Server.ApplyAggregate(step, grads, rows)
 }

@@ -995,12 +995,20 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
+		send := func(ctx context.Context, minStep int64) *client.Call {
 			return c.DoAsync(ctx, &client.Request{
 				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
 				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
 			})
-		})
+		}
+		step, err = st.exchange(ctx, cfg, m, params, sv, step, send)
+		if err != nil && cfg.Replication.Enabled() {
+			// The same step again while the shards fail over, as in
+			// denseLoop: each shard applies it once.
+			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
+				return st.exchange(rctx, cfg, m, params, sv, step, send)
+			})
+		}
 		if err != nil {
 			return err
 		}
