@@ -1009,6 +1009,25 @@ func (n *Node) askSnapshots(ss *shardState) {
 	}
 }
 
+// SnapshotLater tells the node that the copy of shard s asked for ps to
+// (a SnapshotReq of Ready) was not taken now: it asks again at a later
+// step boundary (the next heartbeat or acknowledgement).
+func (n *Node) SnapshotLater(s, to int) {
+	if ss := n.shards[s]; ss != nil {
+		if j := ss.joiners[to]; j != nil && !j.sent {
+			j.asked = false
+		}
+	}
+}
+
+// AskSnapshots asks, in Ready, for the copies of shard s that rejoining
+// ps wait for, if the shard is at a step boundary (nothing held) now.
+func (n *Node) AskSnapshots(s int) {
+	if ss := n.shards[s]; ss != nil {
+		n.askSnapshots(ss)
+	}
+}
+
 // SendSnapshot sends ps to, rejoining, the caller's copy of shard s as it
 // is at seq (a SnapshotReq of Ready): data, with the table of requests
 // applied, after which the log follows. It fails if the shard moved on

@@ -111,6 +111,12 @@ type Host struct {
 	direct    []directMsg
 	held      []int
 	maxDirect int64 // for this holder: MaxDirect, or any size for Push
+	// noSnapshots: this holder is Aggregate, called with the shard's lock
+	// held, so it must not take a copy of the shard (Snapshot reads it
+	// under that lock): the node asks again later (a heartbeat, an
+	// acknowledgement), from a goroutine that holds no shard.
+	noSnapshots   bool
+	snapshotLater bool // a copy was not taken under noSnapshots
 
 	// Re-replication.
 	admittedAt time.Time
@@ -284,7 +290,20 @@ func (h *Host) Aggregate(s int, data []byte) error {
 	}
 	h.maxDirect = MaxFrame
 	_, err := h.node.ProposeHeld(s, data)
+	h.noSnapshots = true
 	h.drain()
+	h.noSnapshots = false
+	if h.snapshotLater {
+		// Ask again at once from a goroutine that holds no shard: it takes
+		// the copy once the caller let go of the shard's lock, unless the
+		// next step's pushes came first (then a heartbeat asks again).
+		h.snapshotLater = false
+		h.wg.Add(1) // before Close can wait: it sets closed under mu
+		go func() {
+			defer h.wg.Done()
+			h.do(func(n *replica.Node) { n.AskSnapshots(s) })
+		}()
+	}
 	return err
 }
 
@@ -471,6 +490,11 @@ func (h *Host) drain() {
 	for _, sr := range rd.Snapshots {
 		if h.cfg.Snapshot == nil {
 			break
+		}
+		if h.noSnapshots {
+			h.node.SnapshotLater(sr.Shard, sr.To)
+			h.snapshotLater = true
+			continue
 		}
 		start := time.Now()
 		b, err := h.cfg.Snapshot(sr.Shard)

@@ -38,6 +38,12 @@ type cluster struct {
 	pad     int // bytes a copy carries beyond its sum (re-replication speed)
 	padOnly int // only shard padOnly's copy is padded, if >= 0
 	logs    chan logLine
+
+	// shardLock, if set, stands for ps 0's shard lock: its Snapshot takes
+	// it (as Server.EncodeCopy does), and tells in lockedSnapshots how
+	// often it found it held.
+	shardLock       *sync.Mutex
+	lockedSnapshots atomic.Int64
 }
 
 type logLine struct {
@@ -112,6 +118,13 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 			c.mu.Unlock()
 		},
 		Snapshot: func(s int) ([]byte, error) {
+			if id == 0 && c.shardLock != nil {
+				if !c.shardLock.TryLock() {
+					c.lockedSnapshots.Add(1)
+					return nil, errors.New("the shard's lock is held")
+				}
+				defer c.shardLock.Unlock()
+			}
 			b := make([]byte, 8+c.padOf(s))
 			binary.LittleEndian.PutUint64(b, uint64(c.sum(id, s)))
 			return b, nil
@@ -450,6 +463,94 @@ func TestAggregateOverMemnet(t *testing.T) {
 	}
 	if got := c.sum(1, 0); got != 15 {
 		t.Errorf("ps 1 holds shard 0 sum %d, want 15", got)
+	}
+}
+
+// TestAggregateLeavesSnapshotsToOthers: a synchronous step's aggregate
+// is logged (Aggregate) by the push that completed the step, which holds
+// the shard's lock; a copy of the shard for a rejoining ps must then not be
+// taken on that goroutine (it would wait for that very lock: ps 2 of a
+// sync job hung so, its only other copy of a shard rejoining). Here ps 1
+// rejoins while ps 0 completes sync steps of shard 0 under a lock its
+// Snapshot also takes: the copy is taken between steps, never inside
+// Aggregate, and ps 1 re-replicates.
+func TestAggregateLeavesSnapshotsToOthers(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	c := start(t, 3, 2, timeout, true)
+	c.shardLock = new(sync.Mutex)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := uint64(0)
+	step := func() {
+		t.Helper()
+		n++
+		req := replica.ReqID{Client: 0, N: n}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			dup, wait, err := c.hosts[0].Hold(0, req)
+			if err == nil {
+				// The other workers' pushes of the step arrive meanwhile:
+				// most of the time something is held.
+				time.Sleep(3 * time.Millisecond)
+				c.shardLock.Lock() // as Server.Push does, after the hold
+				if !dup {
+					c.mu.Lock()
+					c.sums[0][0]++
+					c.mu.Unlock()
+				}
+				err = c.hosts[0].Aggregate(0, []byte{1})
+				c.shardLock.Unlock()
+				if err != nil {
+					t.Fatalf("aggregate of step %d: %v", n, err)
+				}
+				if err := wait(ctx); err != nil {
+					t.Fatalf("step %d: %v", n, err)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hold %v at ps 0: %v", req, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for range 3 {
+		step()
+	}
+	c.hosts[1].Close()
+	for range 3 {
+		step() // ps 1 voted out meanwhile: ps 0 alone holds shard 0
+	}
+	l, err := net.Listen("tcp", c.addrs[1])
+	if err != nil {
+		t.Fatalf("listening again at ps 1's address: %v", err)
+	}
+	c.mu.Lock()
+	c.sums[1] = map[int]int{}
+	c.mu.Unlock()
+	c.hosts[1] = c.startHost(t, 1, l)
+	deadline := time.After(time.Minute)
+	for done := false; !done; {
+		step()
+		for more := true; more; {
+			select {
+			case l := <-c.logs:
+				if strings.HasPrefix(l.line, "ps 1: re-replicated shard 0 from ps 0") {
+					done = true
+				}
+			case <-deadline:
+				t.Fatal("ps 1 did not re-replicate shard 0 within a minute")
+			default:
+				more = false
+			}
+		}
+	}
+	if k := c.lockedSnapshots.Load(); k > 0 {
+		t.Errorf("%d copies of shard 0 were asked for while the shard's lock was held (inside Aggregate)", k)
+	}
+	step()
+	if a, b := c.sum(0, 0), c.sum(1, 0); a != int(n) || b != int(n) {
+		t.Errorf("shard 0: ps 0 holds %d, ps 1 (rejoined) %d; want %d on both", a, b, n)
 	}
 }
 
