@@ -500,6 +500,8 @@ func (h *Host) drain() {
 		b, err := h.cfg.Snapshot(sr.Shard)
 		if err == nil {
 			err = h.node.SendSnapshot(sr.Shard, sr.To, h.node.Applied(sr.Shard), b)
+		} else {
+			h.node.SnapshotLater(sr.Shard, sr.To) // a heartbeat asks again
 		}
 		if err != nil {
 			h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)

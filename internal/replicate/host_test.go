@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,9 +42,12 @@ type cluster struct {
 	logs    chan logLine
 
 	// shardLock, if set, stands for ps 0's shard lock: its Snapshot takes
-	// it (as Server.EncodeCopy does), and tells in lockedSnapshots how
-	// often it found it held.
+	// it (as Server.EncodeCopy does). lockHolder is the goroutine holding
+	// it (0: none): a Snapshot on that goroutine (inside Aggregate) would
+	// hang taking it, so it counts those in lockedSnapshots and fails
+	// instead.
 	shardLock       *sync.Mutex
+	lockHolder      atomic.Uint64
 	lockedSnapshots atomic.Int64
 }
 
@@ -119,10 +124,11 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 		},
 		Snapshot: func(s int) ([]byte, error) {
 			if id == 0 && c.shardLock != nil {
-				if !c.shardLock.TryLock() {
+				if c.lockHolder.Load() == goroutineID() {
 					c.lockedSnapshots.Add(1)
-					return nil, errors.New("the shard's lock is held")
+					return nil, errors.New("asked inside Aggregate, whose caller holds the shard's lock")
 				}
+				c.shardLock.Lock()
 				defer c.shardLock.Unlock()
 			}
 			b := make([]byte, 8+c.padOf(s))
@@ -493,12 +499,14 @@ func TestAggregateLeavesSnapshotsToOthers(t *testing.T) {
 				// most of the time something is held.
 				time.Sleep(3 * time.Millisecond)
 				c.shardLock.Lock() // as Server.Push does, after the hold
+				c.lockHolder.Store(goroutineID())
 				if !dup {
 					c.mu.Lock()
 					c.sums[0][0]++
 					c.mu.Unlock()
 				}
 				err = c.hosts[0].Aggregate(0, []byte{1})
+				c.lockHolder.Store(0)
 				c.shardLock.Unlock()
 				if err != nil {
 					t.Fatalf("aggregate of step %d: %v", n, err)
@@ -552,6 +560,15 @@ func TestAggregateLeavesSnapshotsToOthers(t *testing.T) {
 	if a, b := c.sum(0, 0), c.sum(1, 0); a != int(n) || b != int(n) {
 		t.Errorf("shard 0: ps 0 holds %d, ps 1 (rejoined) %d; want %d on both", a, b, n)
 	}
+}
+
+// goroutineID is the calling goroutine's number (from its stack's first
+// line, "goroutine N [running]:"): a test's way to tell who holds a lock.
+func goroutineID() uint64 {
+	var b [64]byte
+	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
+	id, _ := strconv.ParseUint(f[1], 10, 64)
+	return id
 }
 
 // TestRejoinOverTCP: ps 1 is killed and started again at its address
