@@ -32,15 +32,21 @@ func (t *Table) FrozenIn(m *FrozenMem) *Table {
 		if m != nil {
 			mem = m.pages[i]
 		}
-		q.keys = into(mem.keys, p.keys)
-		q.data = into(mem.data, p.data)
-		q.live = into(mem.live, p.live)
-		if p.touch != nil {
-			q.touch = into(mem.touch, p.touch)
-		}
-		if p.count != nil {
-			q.count = into(mem.count, p.count)
-		}
+		copyPageInto(q, p, mem)
 	})
 	return c
+}
+
+// copyPageInto sets q's slices to copies of p's, in mem's memory where it
+// has room (see into); q may be p, to give a page memory of its own.
+func copyPageInto(q, p *page, mem page) {
+	q.keys = into(mem.keys, p.keys)
+	q.data = into(mem.data, p.data)
+	q.live = into(mem.live, p.live)
+	if p.touch != nil {
+		q.touch = into(mem.touch, p.touch)
+	}
+	if p.count != nil {
+		q.count = into(mem.count, p.count)
+	}
 }

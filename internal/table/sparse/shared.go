@@ -139,15 +139,7 @@ func (t *Table) copyPage(pi int) {
 	if m := t.cow.state.mem.Load(); m != nil && pi < len(m.pages) {
 		mem, m.pages[pi] = m.pages[pi], page{}
 	}
-	p.keys = into(mem.keys, p.keys)
-	p.data = into(mem.data, p.data)
-	p.live = into(mem.live, p.live)
-	if p.touch != nil {
-		p.touch = into(mem.touch, p.touch)
-	}
-	if p.count != nil {
-		p.count = into(mem.count, p.count)
-	}
+	copyPageInto(p, p, mem)
 }
 
 // disown records that page pi's memory was replaced (ensurePage): nothing
