@@ -328,22 +328,29 @@ func (c *replicatedCopy) propose(ctx context.Context, kind byte, id replica.ReqI
 		}
 		return nil, status.Errorf(codes.Unavailable, "shard %d: replicating: %v", c.shard, err)
 	}
-	// Acknowledged: the entry, if this copy logged it, was handed to the
-	// applier before the acknowledgement; its result comes once applied.
+	if done, err := c.waitApplied(ctx, a); err != nil || !done {
+		return nil, err
+	}
+	return a.resp, a.err
+}
+
+// waitApplied waits, after the host acknowledged a's request, until this
+// copy applied it: the entry, if this copy logged it, was handed to the
+// applier before the acknowledgement, and its result comes once applied.
+// done is false for a request logged before (a resend: applied then, not
+// now).
+func (c *replicatedCopy) waitApplied(ctx context.Context, a *applied) (done bool, err error) {
 	ownDone := func() bool { // its own entry applied (mu is the applier's, not c.mu)
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return a.done
 	}
 	if err := c.applier.waitFor(ctx, c.applier.mark(), ownDone); err != nil {
-		return nil, status.FromContextError(err).Err()
+		return false, status.FromContextError(err).Err()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !a.done {
-		return nil, nil
-	}
-	return a.resp, a.err
+	return a.done, nil
 }
 
 // andList is "0 and 1", "0, 1 and 2".

@@ -99,18 +99,8 @@ func (c *replicatedCopy) logged(ctx context.Context, id replica.ReqID, b []byte)
 	if err := c.host.Push(ctx, c.shard, id, b); err != nil {
 		return nil, c.replicationError(err)
 	}
-	ownDone := func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return a.done
-	}
-	if err := c.applier.waitFor(ctx, c.applier.mark(), ownDone); err != nil {
-		return nil, status.FromContextError(err).Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !a.done {
-		return nil, nil // logged before: a resend
+	if done, err := c.waitApplied(ctx, a); err != nil || !done {
+		return nil, err // !done: logged before, a resend
 	}
 	return a, a.err
 }
