@@ -25,3 +25,10 @@ func (s *Server) InstallCopy(b []byte) error {
 	}
 	return nil
 }
+
+// Incarnation is the shard's incarnation id, sent in every answer.
+func (s *Server) Incarnation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shard.Incarnation()
+}

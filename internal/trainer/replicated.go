@@ -503,6 +503,18 @@ func (in *incarnations) next() uint64 {
 	return in.base + in.e<<20 + in.k
 }
 
+// follow makes id, an incarnation another copy of the shard gave (a copy
+// installed at a rejoin carries it), the last one handed out, so that the
+// next restore gives this copy the id it gives every other copy. An id of
+// another epoch or shard (not of this counter's form) leaves it alone.
+func (in *incarnations) follow(id uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if k := id - in.base - in.e<<20; k < 1<<20 {
+		in.k = k
+	}
+}
+
 func (in *incarnations) newEpoch(e uint64) {
 	in.mu.Lock()
 	in.e, in.k = e, 0
@@ -595,7 +607,11 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		Install: func(s int, b []byte) error {
 			if c := copies[s]; c != nil {
 				c.drainApplier() // nothing older lands on top of the copy
-				return c.Server.InstallCopy(b)
+				if err := c.Server.InstallCopy(b); err != nil {
+					return err
+				}
+				incs[s].follow(c.Server.Incarnation())
+				return nil
 			}
 			return fmt.Errorf("ps %d holds no copy of shard %d", me, s)
 		},

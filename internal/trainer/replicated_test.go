@@ -60,6 +60,18 @@ func TestReplicationIncarnations(t *testing.T) {
 		}
 		seen[x] = true
 	}
+	// A copy installed at a rejoin carries the incarnation of the copy it
+	// came from; the next restore then gives both the same new id.
+	c := newIncarnations(ps, 0)
+	c.follow(a.next())
+	b.next()
+	if x, y := a.next(), c.next(); x != y || seen[x] {
+		t.Fatalf("after a rejoin: incarnations %d and %d, want one new id", x, y)
+	}
+	c.follow(12345) // not of this counter's form: ignored
+	if x, y := a.next(), c.next(); x != y {
+		t.Fatalf("after following a foreign id: incarnations %d and %d, want one id", x, y)
+	}
 	a.next() // a restored once more than b before the re-formation
 	a.newEpoch(1 << 8)
 	b.newEpoch(1 << 8)
