@@ -77,7 +77,7 @@ type SparseModel interface {
 // each batch's rows then miss one push, that of the batch before, still
 // in flight when they are pulled. With more workers each would miss the
 // others' pushes too, which costs the built-in models accuracy, so they
-// train without the overlap; so does a MaxStaleness below 2×workers-1.
+// train without the overlap.
 //
 // The loop calls the model from one goroutine at a time, in this order:
 // NextBatch (batch 0), NextBatch (batch 1), PrevSparseGradients (batch 0),
@@ -85,10 +85,9 @@ type SparseModel interface {
 // model must keep: the keys and the examples of the last two batches
 // NextBatch returned, unchanged until the call after next (the keys'
 // contract in SparseModel). Once NextBatch has returned ErrEndOfData, the
-// loop computes the last batch it returned with SparseGradients. After a
-// recovery (a ps died), the loop may compute the batches it holds again,
-// at the restored values, before it reads another: PrevSparseGradients and
-// then SparseGradients, with no NextBatch between.
+// loop computes the last batch it returned with SparseGradients. A
+// recovery (a ps died) does not change this order: the loop goes on with
+// the batches it had read, computed at the restored values.
 type SparseReadAhead interface {
 	SparseModel
 	// PrevSparseGradients is SparseGradients of the batch NextBatch
