@@ -50,7 +50,11 @@
 // weights of a sparse logistic regression. PullRows reads the rows of the
 // batch's keys; PushPullRows pushes their gradients with the dense ones.
 // Under Run, a Model that implements SparseModel declares its tables and
-// the loop moves the rows of each batch's keys.
+// the loop moves the rows of each batch's keys. One that also implements
+// SparseReadAhead (it holds two batches, and computes the one before its
+// last) has each round trip overlapped with its compute: with one
+// asynchronous worker, the rows of batch t+1 travel while batch t is
+// computed. NextBatch returns ErrEndOfData once the data has ended.
 //
 // # When a ps dies
 //

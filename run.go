@@ -49,7 +49,9 @@ type SparseModel interface {
 	// NextBatch reads the next batch and returns, for each table in the
 	// order of Tables, the distinct keys the batch touches. The slices must
 	// stay valid (unchanged) until the call after next: the loop pushes one
-	// batch's row gradients while it pulls the next batch's rows.
+	// batch's row gradients while it pulls the next batch's rows. Once the
+	// worker's data has ended it returns ErrEndOfData, then and on every
+	// later call: the worker is done, as one at TrainSteps.
 	NextBatch() (keys [][]uint64, err error)
 	// SparseGradients computes the loss of the batch NextBatch last
 	// returned, at params and the rows of its keys:
@@ -63,6 +65,40 @@ type SparseModel interface {
 	// (len(keys)×Dim values). The chief calls it once at the end.
 	EvaluateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
 }
+
+// SparseReadAhead is a SparseModel that can hold two batches at once, so
+// that Run overlaps each step's round trip with the compute: while the
+// worker computes batch t, one call pushes the gradients of batch t-1 and
+// pulls the rows of batch t+1 (read before batch t is computed), as the
+// built-in sparse_lr does. A SparseModel without it trains with each round
+// trip between two computes.
+//
+// Run overlaps in asynchronous training (not with Sync) with one worker:
+// each batch's rows then miss one push, that of the batch before, still
+// in flight when they are pulled. With more workers each would miss the
+// others' pushes too, which costs the built-in models accuracy, so they
+// train without the overlap.
+//
+// The loop calls the model from one goroutine at a time, in this order:
+// NextBatch (batch 0), NextBatch (batch 1), PrevSparseGradients (batch 0),
+// NextBatch (batch 2), PrevSparseGradients (batch 1), and so on. What the
+// model must keep: the keys and the examples of the last two batches
+// NextBatch returned, unchanged until the call after next (the keys'
+// contract in SparseModel). Once NextBatch has returned ErrEndOfData, the
+// loop computes the last batch it returned with SparseGradients. A
+// recovery (a ps died) does not change this order: the loop goes on with
+// the batches it had read, computed at the restored values.
+type SparseReadAhead interface {
+	SparseModel
+	// PrevSparseGradients is SparseGradients of the batch NextBatch
+	// returned before the one it returned last: rows and rowGrads are
+	// shaped by that batch's keys.
+	PrevSparseGradients(params, grads Params, rows, rowGrads [][]float32) (loss float64, err error)
+}
+
+// ErrEndOfData is what a SparseModel's NextBatch returns once the worker's
+// data has ended (after the passes over it the model makes).
+var ErrEndOfData = model.ErrEndOfData
 
 // ModelConfig is what a model's constructor learns of its place in the
 // job: its worker's index (a worker reads its own part of the data) and
@@ -141,6 +177,9 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			if err != nil {
 				return nil, err
 			}
+			if ra, ok := m.(SparseReadAhead); ok {
+				return readAheadAdapter{sparseAdapter{adapter{m}, ra}, ra}, nil
+			}
 			if sm, ok := m.(SparseModel); ok {
 				return sparseAdapter{adapter{m}, sm}, nil
 			}
@@ -191,4 +230,17 @@ func (a sparseAdapter) SparseGradients(params, grads model.Params, rows, rowGrad
 
 func (a sparseAdapter) EvaluateSparse(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
 	return a.sm.EvaluateSparse(Params(params), lookup)
+}
+
+// readAheadAdapter runs a public SparseReadAhead as the trainer's, which
+// then overlaps its round trips with the compute.
+type readAheadAdapter struct {
+	sparseAdapter
+	ra SparseReadAhead
+}
+
+var _ model.SparseReadAhead = readAheadAdapter{}
+
+func (a readAheadAdapter) PrevSparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	return a.ra.PrevSparseGradients(Params(params), Params(grads), rows, rowGrads)
 }

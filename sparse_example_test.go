@@ -43,10 +43,15 @@ func (m *itemScores) NextBatch() ([][]uint64, error) {
 }
 
 func (m *itemScores) SparseGradients(p, g paramserv.Params, rows, rowGrads [][]float32) (float64, error) {
+	return m.gradients(m.keys[m.n%2], p, g, rows, rowGrads)
+}
+
+// gradients computes the batch of keys.
+func (m *itemScores) gradients(keys []uint64, p, g paramserv.Params, rows, rowGrads [][]float32) (float64, error) {
 	b := p["offset"][0]
 	e := b - 3 // the example without an item
 	loss, gb := e*e, e
-	for i, k := range m.keys[m.n%2] {
+	for i, k := range keys {
 		e := rows[0][i] + b - (float32(k)/10 + 3)
 		loss += e * e
 		rowGrads[0][i] = e

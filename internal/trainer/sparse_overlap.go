@@ -31,7 +31,9 @@ import (
 // the read-ahead reaches before the batch's push is sent).
 //
 // The gradients computed when the goal is reached are not pushed; the last
-// batch of the data (--epochs) is pushed and waited for. st.compute counts
+// batch of the data (--epochs) is pushed and waited for. When a call
+// fails, the batches read and not sent are kept for the loop after the
+// recovery (heldBatches), the gradients computed and not sent with them. st.compute counts
 // the model's work (gradients and reading batches), st.comm the sending
 // and the waiting for calls, not the time a call was in flight under the
 // compute.
@@ -41,10 +43,22 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 		_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)
 		return err
 	}
-	keys, err := m.NextBatch()
+	q := newBatchQueue(m, st)
+	keys, err := q.next()
 	if errors.Is(err, model.ErrEndOfData) {
 		if st.step, err = c.Pull(ctx, 0, params); err != nil {
-			return fmt.Errorf("pull: %w", err)
+			return q.hold(st, fmt.Errorf("pull: %w", err), false, nil, nil)
+		}
+		if q.held.grads != nil {
+			// Back after a recovery with only the gradients of the last
+			// batch to push.
+			call := c.Do(ctx, &client.Request{Push: true, Step: st.step, Grads: q.held.grads, SparseGrads: q.held.rows, Pull: true, Params: params})
+			q.held.grads, q.held.rows = nil, nil // sent
+			if call.Err != nil {
+				return q.hold(st, fmt.Errorf("step %d: %w", st.step, call.Err), false, nil, nil)
+			}
+			st.step = call.Step
+			st.local++
 		}
 		endOfData(cfg, st)
 		return nil
@@ -53,7 +67,10 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 		return err
 	}
 	ps := [2]model.Params{params, model.NewParams(m.Variables())}
-	gs := [2]model.Params{model.NewParams(m.Variables()), model.NewParams(m.Variables())}
+	gs := [2]model.Params{q.held.grads, model.NewParams(m.Variables())}
+	if gs[0] == nil {
+		gs[0] = model.NewParams(m.Variables())
+	}
 	var (
 		sets     [2][]client.Rows // the rows pulled into set i, with their keys
 		pulledAt [2]int64         // the global step set i (dense and rows) was pulled at
@@ -72,9 +89,12 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 			sets[i][t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(sets[i][t].Values, len(keys[t])*tb.Dim)}
 		}
 	}
+	if q.held.grads != nil {
+		pushed[0] = q.held.rows // (its keys are the loop's copy)
+	}
 	// readAhead reads the next batch into set i; false: the data ended.
 	readAhead := func(i int) (bool, error) {
-		next, err := m.NextBatch()
+		next, err := q.next()
 		if errors.Is(err, model.ErrEndOfData) {
 			return false, nil
 		}
@@ -89,7 +109,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	fill(cur, keys)
 	call := c.Do(ctx, &client.Request{Pull: true, Params: ps[cur], SparseParams: sets[cur]})
 	if call.Err != nil {
-		return fmt.Errorf("pull: %w", call.Err)
+		return q.hold(st, fmt.Errorf("pull: %w", call.Err), false, nil, nil)
 	}
 	st.step, pulledAt[cur] = call.Step, call.Step
 	if st.step >= cfg.TrainSteps {
@@ -117,6 +137,11 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 		if push {
 			req.Push, req.Step, req.Grads, req.SparseGrads = true, pulledAt[from], gs[g], pushed[g]
 			sentAt = pulledAt[from]
+			if q.held.grads != nil {
+				q.held.grads, q.held.rows = nil, nil // those of a batch before the recovery
+			} else {
+				q.sent()
+			}
 		}
 		inflight, pushing = c.DoAsync(ctx, req), push
 		st.comm += time.Since(t)
@@ -152,7 +177,13 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	if err != nil {
 		return err
 	}
-	if ahead {
+	switch {
+	case q.held.grads != nil:
+		// Back after a recovery with the gradients of a batch computed
+		// and not sent: they go first.
+		send(true, cur, cur^1, ahead)
+		g ^= 1
+	case ahead:
 		send(false, cur, cur^1, true)
 	}
 	rows := make([][]float32, len(tables))
@@ -187,7 +218,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 		from := cur
 		if inflight != nil {
 			if err := land(); err != nil {
-				return err
+				return q.hold(st, err, true, gs[g], pushed[g])
 			}
 			if st.step >= cfg.TrainSteps {
 				return nil
@@ -198,7 +229,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 			send(true, from, cur^1, false)
 			g ^= 1
 			if err := land(); err != nil {
-				return err
+				return q.hold(st, err, false, nil, nil)
 			}
 			endOfData(cfg, st)
 			return nil

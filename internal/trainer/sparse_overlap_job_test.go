@@ -193,3 +193,87 @@ func TestSparseOverlapRecoversFromAKilledPS(t *testing.T) {
 		t.Fatalf("global step %d after %d recoveries, train AUC %v; want %d, at least 1, >= 0.6", r.GlobalStep, recoveries.Load(), r.Metrics["train_auc"], cfg.TrainSteps)
 	}
 }
+
+// countedModel is a sparse model of n batches, batch i touching key i+1,
+// that counts the computes of each batch.
+type countedModel struct {
+	aheadModel
+	counts []int
+}
+
+func (m *countedModel) SparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	return m.count(m.read-1, rowGrads)
+}
+
+func (m *countedModel) PrevSparseGradients(params, grads model.Params, rows, rowGrads [][]float32) (float64, error) {
+	return m.count(m.read-2, rowGrads)
+}
+
+func (m *countedModel) count(i int, rowGrads [][]float32) (float64, error) {
+	m.counts[i]++
+	for j := range rowGrads[0] {
+		rowGrads[0][j] = 1
+	}
+	return 0, nil
+}
+
+// A ps killed during a job that trains its data once (--epochs) costs one
+// batch, the one whose push it was sent: killed as the checkpoint of step
+// 100 starts, the next call fails, the worker's loop ends with that error,
+// and after the recovery it pushes what it had computed and not sent and
+// trains the batches it had read ahead before it reads more. Over both
+// lives of the ps every batch is computed once and its push applied once
+// but that one, with and without the overlap.
+func TestSparseLoopsPushEveryBatchAcrossAKilledPS(t *testing.T) {
+	const n = 160
+	for _, overlap := range []Overlap{OverlapOn, OverlapOff} {
+		t.Run(fmt.Sprintf("overlap=%v", overlap == OverlapOn), func(t *testing.T) {
+			dir := t.TempDir()
+			var recoveries atomic.Int64
+			pushes := &pushCounter{}
+			m := &countedModel{aheadModel: aheadModel{n: n}, counts: make([]int, n)}
+			cfg := Config{Model: "counted", TrainSteps: 1 << 20, Overlap: overlap, Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+				CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100, Data: model.Config{Epochs: 1},
+				Observer: recoveryCounter{n: &recoveries}, PSObserver: pushes,
+				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+				NewModel: func(model.Config) (model.Model, error) { return m, nil }}
+			cl := newTestCluster(t, 1, 1, cfg)
+			var once sync.Once
+			struck := make(chan struct{})
+			testHook = func(event string, step int64) {
+				if event != "save" || step != 100 {
+					return
+				}
+				once.Do(func() {
+					cl.kill(0)
+					go func() {
+						time.Sleep(200 * time.Millisecond)
+						cl.startPS(0)
+					}()
+					close(struck)
+				})
+			}
+			t.Cleanup(func() { testHook = func(string, int64) {} })
+			cl.startPS(0)
+			if err := cl.runWorkers(withDeadline(t, 2*time.Minute))[0]; err != nil {
+				t.Fatalf("worker: %v", err)
+			}
+			select {
+			case <-struck:
+			default:
+				t.Fatal("the ps was never killed at the checkpoint of step 100")
+			}
+			if recoveries.Load() != 1 {
+				t.Errorf("%d recoveries, want 1", recoveries.Load())
+			}
+			for i, c := range m.counts {
+				if c != 1 {
+					t.Errorf("batch %d computed %d times, want once", i, c)
+				}
+			}
+			if got := pushes.of("apply"); got != n-1 {
+				t.Errorf("%d pushes applied over both lives of the ps, want %d (one per batch but the one sent to the killed ps)", got, n-1)
+			}
+		})
+	}
+}

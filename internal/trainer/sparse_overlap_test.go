@@ -93,6 +93,7 @@ type aheadPS struct {
 	calls    int   // asynchronous calls made
 	failCall int   // the asynchronous call (1-based) that fails with failErr
 	failErr  error // (it is neither applied nor answered)
+	now      bool  // calls land at once
 }
 
 type aheadCall struct {
@@ -150,6 +151,10 @@ func (p *aheadPS) DoAsync(_ context.Context, req *client.Request) *client.Call {
 		p.pending = nil
 		p.mu.Unlock()
 		close(done)
+		return ac.call
+	}
+	if p.now {
+		p.land(ac, &p.waited)
 		return ac.call
 	}
 	time.AfterFunc(time.Second, func() { p.land(ac, &p.waited) })
@@ -304,5 +309,72 @@ func TestSparseOverlapReportsAFailedPush(t *testing.T) {
 	// Call 1 pulled batch 1, call 2 pushed batch 0, call 3 (batch 1's push) failed.
 	if st.local != 1 || len(ps.pushes) != 1 {
 		t.Errorf("%d steps landed, %d pushes applied; want 1 and 1", st.local, len(ps.pushes))
+	}
+}
+
+// A failed call loses no batch but the one whose push it carried: the loop
+// after the recovery (here, called again with the same loopStats) pushes
+// the gradients computed and not sent, then computes the batches read ahead
+// before it reads more. Every batch is computed once, and every batch but
+// the failed push's is pushed once, in order, with its own keys. The loop
+// without the overlap keeps its read-ahead batch the same way.
+func TestSparseLoopTrainsTheBatchesReadBeforeAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		overlap  bool
+		failCall int
+		batches  int
+		lost     int // the batch whose push failed
+	}{
+		// Overlap: call 1 pulls batch 1, call k>=2 pushes batch k-2; call 3
+		// fails while batch 2 is computed and batches 3 and 4 are read.
+		{"overlap", true, 3, 10, 1},
+		// The failure with the last batch read (only batch 5 held, the data
+		// ended) and with only gradients left (batch 5 computed).
+		{"overlap, data ends", true, 5, 6, 3},
+		{"overlap, last push", true, 6, 6, 4},
+		// Without: call k pushes batch k-1 and pulls batch k.
+		{"no overlap", false, 3, 10, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failErr := errors.New("connection reset by the fake ps")
+			ps := &aheadPS{failCall: tc.failCall, failErr: failErr, now: !tc.overlap}
+			m := &aheadModel{n: tc.batches, started: ps.started, t: t}
+			if !tc.overlap {
+				m.started = func(int, model.Params, model.Params, [][]float32, [][]float32) {}
+			}
+			cfg := Config{TrainSteps: 100, StepsToValidate: 100}
+			cfg.defaults()
+			var st loopStats
+			params := model.NewParams(m.Variables())
+			err := sparseLoop(context.Background(), cfg, ps, m, params, nil, &st, tc.overlap)
+			if !errors.Is(err, failErr) {
+				t.Fatalf("first loop: %v, want the fake's error", err)
+			}
+			if err := sparseLoop(context.Background(), cfg, ps, m, params, nil, &st, tc.overlap); err != nil {
+				t.Fatalf("loop after the failure: %v", err)
+			}
+			if want := seq(tc.batches); !slices.Equal(m.computed, want) {
+				t.Errorf("computed batches %v, want %v (each once)", m.computed, want)
+			}
+			var got, want []int
+			for _, p := range ps.pushes {
+				got = append(got, int(p.dense))
+				if i := int(p.dense); !slices.Equal(p.keys, m.keysOf(i)) || !slices.Equal(p.grads, []float32{float32(m.keysOf(i)[0]), float32(m.keysOf(i)[1])}) {
+					t.Errorf("push of batch %d: keys %v, row gradients %v; want its keys %v as both", i, p.keys, p.grads, m.keysOf(i))
+				}
+			}
+			for i := range tc.batches {
+				if i != tc.lost {
+					want = append(want, i)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("batches pushed %v, want %v (all but batch %d, whose push failed)", got, want, tc.lost)
+			}
+			if !st.ended || st.local != int64(len(want)) {
+				t.Errorf("ended=%v after %d local steps; want true, %d", st.ended, st.local, len(want))
+			}
+		})
 	}
 }

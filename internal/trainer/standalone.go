@@ -263,6 +263,8 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 		Model: cfg.Model, LocalSteps: st.local, TrainLoss: st.loss, Workers: 1, Standalone: true,
 		Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
 		ElapsedS: time.Since(start).Seconds(), ComputeS: st.compute.Seconds(), PushPullS: st.comm.Seconds(),
-		ExamplesPerS: float64(st.local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
+		ExamplesPerS:      float64(st.local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
+		ChiefExamplesPerS: float64(st.local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
+		BatchSize:         max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(), PS: 0,
 	})
 }

@@ -63,8 +63,8 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 					t.Errorf("metric %s: standalone %v, cluster %v (want bit for bit equal)", k, got.Metrics[k], v)
 				}
 			}
-			if got.ExamplesPerS <= 0 || got.ComputeS <= 0 {
-				t.Errorf("standalone result lacks its timings: %+v", got)
+			if got.ExamplesPerS <= 0 || got.ComputeS <= 0 || got.TrainingS <= 0 || got.ChiefExamplesPerS <= 0 || got.BatchSize != want.BatchSize {
+				t.Errorf("standalone result lacks its timings or batch size: %+v", got)
 			}
 		})
 	}

@@ -712,6 +712,75 @@ type loopStats struct {
 	// restarted since the worker last saw it: a synchronous step that
 	// waits asks it (see restartWatch).
 	restarted func(ctx context.Context) error
+	// held: what a sparse loop that ended with an error (a recovery
+	// follows) had read and not sent; the next loop trains it first.
+	held heldBatches
+}
+
+// heldBatches are the batches a sparse loop read from the model and did
+// not push before a failure. After the recovery the loop computes them at
+// the restored values before it reads more, so that no batch of the data
+// is skipped (it matters with --epochs); the model still holds them, since
+// NextBatch was not called since. A batch whose push was sent when the
+// call failed is not sent again: like every push since the checkpoint the
+// recovery restored, it is not in the cluster's history any more, and the
+// data is not rewound to the checkpoint.
+type heldBatches struct {
+	keys  [][][]uint64 // oldest first
+	ended bool         // NextBatch returned ErrEndOfData after them
+	// The gradients of a batch computed and not sent (the overlap loop
+	// computes batch t before the call of batch t-1 lands): pushed after
+	// the recovery as they are (nil: none).
+	grads model.Params
+	rows  []client.Rows
+}
+
+// batchQueue hands a sparse loop its batches: first those st.held, then
+// the model's. It tracks the batches read and not yet sent, for hold.
+type batchQueue struct {
+	m      model.SparseModel
+	held   heldBatches
+	unsent [][][]uint64
+}
+
+func newBatchQueue(m model.SparseModel, st *loopStats) *batchQueue {
+	q := &batchQueue{m: m, held: st.held}
+	st.held = heldBatches{}
+	return q
+}
+
+// next returns the next batch's keys, or model.ErrEndOfData.
+func (q *batchQueue) next() ([][]uint64, error) {
+	var keys [][]uint64
+	switch {
+	case len(q.held.keys) > 0:
+		keys, q.held.keys = q.held.keys[0], q.held.keys[1:]
+	case q.held.ended:
+		return nil, model.ErrEndOfData
+	default:
+		var err error
+		if keys, err = q.m.NextBatch(); err != nil {
+			q.held.ended = errors.Is(err, model.ErrEndOfData)
+			return nil, err
+		}
+	}
+	q.unsent = append(q.unsent, keys)
+	return keys, nil
+}
+
+// sent marks the oldest batch read as sent.
+func (q *batchQueue) sent() { q.unsent = q.unsent[1:] }
+
+// hold keeps in st what the loop had not sent when it failed with err
+// (computed: the oldest batch's gradients, grads and rows, were computed
+// and not sent), and returns err.
+func (q *batchQueue) hold(st *loopStats, err error, computed bool, grads model.Params, rows []client.Rows) error {
+	h := heldBatches{keys: q.unsent, ended: q.held.ended, grads: q.held.grads, rows: q.held.rows}
+	if computed {
+		h.keys, h.grads, h.rows = q.unsent[1:], grads, rows
+	}
+	st.held = h
+	return err
 }
 
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
@@ -934,7 +1003,9 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		return err
 	}
 	grads := model.NewParams(m.Variables())
-	keys, err := m.NextBatch()
+	q := newBatchQueue(m, st)
+	q.held.grads, q.held.rows = nil, nil // (only the overlap loop computes ahead)
+	keys, err := q.next()
 	if errors.Is(err, model.ErrEndOfData) {
 		// Back in the loop after a recovery, with nothing left to train.
 		if st.step, err = c.Pull(ctx, 0, params); err != nil {
@@ -964,7 +1035,7 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 	cur := rowsFor(0, keys)
 	call := c.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
 	if call.Err != nil {
-		return fmt.Errorf("pull: %w", call.Err)
+		return q.hold(st, fmt.Errorf("pull: %w", call.Err), false, nil, nil)
 	}
 	step := call.Step
 	st.step = step
@@ -985,7 +1056,7 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 			pushed[t] = client.Rows{Table: tb.Name, Keys: cur[t].Keys, Values: rowGrads[t]}
 		}
 		var nextRows []client.Rows // none after the last batch: only the push and the dense pull
-		next, err := m.NextBatch()
+		next, err := q.next()
 		ended := errors.Is(err, model.ErrEndOfData)
 		if err != nil && !ended {
 			return fmt.Errorf("step %d: next batch: %w", step, err)
@@ -1009,8 +1080,9 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 				return st.exchange(rctx, cfg, m, params, sv, step, send)
 			})
 		}
+		q.sent() // (a failed call is not resent: see heldBatches)
 		if err != nil {
-			return err
+			return q.hold(st, err, false, nil, nil)
 		}
 		if ended {
 			endOfData(cfg, st)
