@@ -1,6 +1,10 @@
 package server
 
 import (
+	"fmt"
+	"strings"
+
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -59,4 +63,53 @@ func (s *Server) pullIncr(dc *dataConn, i, dim int, owned bool, dst []float32) (
 	}
 	dc.reply.SparseValuesIncr(ver, dst[:w*dim], sel)
 	return w * dim, nil
+}
+
+// pullDenseIncr adds the dense part of the reply to an incremental dense
+// pull: the version of the ps's dense values, the bitmap of the blocks
+// that come (those changed since the version the worker holds, every one
+// if it holds none or holds another incarnation's), then each variable's
+// section with the values of its blocks that come, lent as a full pull's.
+// It returns the bytes of values sent. Call with mu held.
+func (s *Server) pullDenseIncr(dc *dataConn) (int, error) {
+	held := dc.req.DenseHeld
+	nb := s.shard.DenseBlocks()
+	if held.Blocks != nb {
+		return 0, &shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: the incremental dense pull counts %d dense blocks of %d values, the ps holds %d (its variables: %s)", s.cfg.Task, held.Blocks, wire.DenseBlock, nb, s.denseLayout())}
+	}
+	since := held.Since
+	if held.Incarnation != s.shard.Incarnation() {
+		since = 0 // versions of another incarnation mean nothing here
+	}
+	words := wire.BitmapWords(nb)
+	if cap(dc.dsel) < words {
+		dc.dsel = make([]uint64, words)
+	}
+	sel := dc.dsel[:words]
+	s.shard.DenseChangedSince(since, sel)
+	dc.reply.DenseIncrHead(s.shard.DenseVersion(), nb, sel)
+	dense, first := 0, 0
+	for _, v := range s.shard.Vars() {
+		l := v.Lend()
+		dc.leases = append(dc.leases, l)
+		dense += 4 * dc.reply.DenseBlocksOf(v.Name(), l.Values(), sel, first)
+		first += wire.DenseBlocks(v.Len())
+	}
+	return dense, nil
+}
+
+// denseLayout names the shard's variables and sizes, for errors.
+func (s *Server) denseLayout() string {
+	var b strings.Builder
+	for i, v := range s.shard.Vars() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i == 8 {
+			b.WriteString("...")
+			break
+		}
+		fmt.Fprintf(&b, "%s[%d]", v.Name(), v.Len())
+	}
+	return b.String()
 }

@@ -1,0 +1,72 @@
+package shard
+
+import "github.com/paramserv/paramserv/internal/wire"
+
+// Dense block versions, for incremental dense pulls (docs/WIRE.md): each
+// variable is cut into blocks of wire.DenseBlock values, each with the
+// version of the shard's dense values at which it last may have changed.
+// The shard's counter, dver, moves forward at every write of a variable's
+// values; every writer goes through update (a push, a sync step's apply,
+// an aggregate), which stamps the variable's blocks, or installs a new
+// state (Init, Restore, an import, a replicated copy), which stamps every
+// block. A worker that holds the values of version since needs only the
+// blocks of a version above it.
+
+// stamp marks every block of v as changed now: call it before v's values
+// are written.
+func (s *Shard) stamp(v *Var) {
+	s.dver++
+	if v.ver == nil {
+		v.ver = make([]uint64, wire.DenseBlocks(len(v.value)))
+	}
+	for i := range v.ver {
+		v.ver[i] = s.dver
+	}
+}
+
+// stampAll marks every block of the state as changed now (a new state).
+func (s *Shard) stampAll() {
+	if s.st == nil {
+		return
+	}
+	s.dver++
+	for _, v := range s.st.order {
+		if v.ver == nil {
+			v.ver = make([]uint64, wire.DenseBlocks(len(v.value)))
+		}
+		for i := range v.ver {
+			v.ver[i] = s.dver
+		}
+	}
+}
+
+// DenseVersion is the version of the shard's dense values now: a worker
+// that reads them all now holds them at this version.
+func (s *Shard) DenseVersion() uint64 { return s.dver }
+
+// DenseBlocks is the number of dense blocks of the shard's variables.
+func (s *Shard) DenseBlocks() int {
+	n := 0
+	for _, v := range s.Vars() {
+		n += wire.DenseBlocks(len(v.value))
+	}
+	return n
+}
+
+// DenseChangedSince marks in sel (BitmapWords(DenseBlocks()) words,
+// blocks numbered over Vars in order) the blocks that changed after
+// version since (every block if since is 0) and returns how many.
+func (s *Shard) DenseChangedSince(since uint64, sel []uint64) int {
+	clear(sel)
+	n, b := 0, 0
+	for _, v := range s.Vars() {
+		for i := range wire.DenseBlocks(len(v.value)) {
+			if since == 0 || v.ver == nil || v.ver[i] > since {
+				sel[b>>6] |= 1 << (b & 63)
+				n++
+			}
+			b++
+		}
+	}
+	return n
+}
