@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync/atomic"
@@ -62,18 +63,36 @@ func testIncrementalDensePull(t *testing.T, numPS int, rule string, seed uint64)
 		return c
 	}
 	full := newClient(1, false, &fullBytes)
-	if _, err := full.Init(ctx, model.NewParams(vars), InitOptions{Optimizer: optim.Config{Name: rule, LearningRate: 0.01}, NumWorkers: workers}); err != nil {
+	init := model.NewParams(vars)
+	for i := range init["b"] {
+		init["b"][i] = float32(math.Copysign(0, -1)) // -0: a -0 gradient makes it +0
+	}
+	if _, err := full.Init(ctx, init, InitOptions{Optimizer: optim.Config{Name: rule, LearningRate: 0.01}, NumWorkers: workers}); err != nil {
 		t.Fatal(err)
 	}
 	incr := newClient(0, true, &incrBytes)
 	other := newClient(2, false, nil)
 	pushers := []*Client{incr, full, other}
 	rng := rand.New(rand.NewPCG(seed, 5))
+	// Gradients with whole blocks of +0 (which leave an SGD block as it
+	// was) and of -0 (which do not, where a value is -0).
+	negZero := float32(math.Copysign(0, -1))
 	grads := func() model.Params {
 		g := model.NewParams(vars)
 		for _, v := range g {
-			for i := range v {
-				v[i] = float32(rng.NormFloat64())
+			for b := 0; b < len(v); b += wire.DenseBlock {
+				blk := v[b:min(b+wire.DenseBlock, len(v))]
+				switch rng.IntN(8) {
+				case 0, 1, 2:
+				case 3:
+					for i := range blk {
+						blk[i] = negZero
+					}
+				default:
+					for i := range blk {
+						blk[i] = float32(rng.NormFloat64())
+					}
+				}
 			}
 		}
 		return g
@@ -82,6 +101,17 @@ func testIncrementalDensePull(t *testing.T, numPS int, rule string, seed uint64)
 	for round := range rounds {
 		what := fmt.Sprintf("round %d", round)
 		switch r := rng.IntN(10); {
+		case round == 0: // a first pull of the initial values
+		case round == 1:
+			// -0 gradients to b, still -0, after a pull of it: it turns +0.
+			g := model.NewParams(vars)
+			for i := range g["b"] {
+				g["b"][i] = negZero
+			}
+			if _, _, err := full.Push(ctx, step, g); err != nil {
+				t.Fatalf("%s: push: %v", what, err)
+			}
+			step++
 		case r < 4: // nothing changes before this pull
 		case r == 4:
 			// As if the ps had restarted: the worker's values are of
@@ -102,7 +132,7 @@ func testIncrementalDensePull(t *testing.T, numPS int, rule string, seed uint64)
 		}
 		got := model.NewParams(vars)
 		req := &Request{Pull: true, Params: got}
-		if rng.IntN(3) == 0 {
+		if round > 1 && rng.IntN(3) == 0 {
 			req.Push, req.Step, req.Grads = true, step, grads()
 			step++
 		}
@@ -116,7 +146,7 @@ func testIncrementalDensePull(t *testing.T, numPS int, rule string, seed uint64)
 		}
 		for name, w := range want {
 			for i := range w {
-				if got[name][i] != w[i] {
+				if math.Float32bits(got[name][i]) != math.Float32bits(w[i]) {
 					t.Fatalf("%s: %s[%d]: incremental pull read %v, a full pull %v", what, name, i, got[name][i], w[i])
 				}
 			}

@@ -1,27 +1,49 @@
 package shard
 
-import "github.com/paramserv/paramserv/internal/wire"
+import (
+	"math"
+
+	"github.com/paramserv/paramserv/internal/wire"
+)
 
 // Dense block versions, for incremental dense pulls (docs/WIRE.md): each
 // variable is cut into blocks of wire.DenseBlock values, each with the
 // version of the shard's dense values at which it last may have changed.
 // The shard's counter, dver, moves forward at every write of a variable's
 // values; every writer goes through update (a push, a sync step's apply,
-// an aggregate), which stamps the variable's blocks, or installs a new
+// an aggregate), which stamps the blocks the gradient may change, or installs a new
 // state (Init, Restore, an import, a replicated copy), which stamps every
 // block. A worker that holds the values of version since needs only the
 // blocks of a version above it.
 
-// stamp marks every block of v as changed now: call it before v's values
-// are written.
-func (s *Shard) stamp(v *Var) {
+// stamp marks the blocks of v that grad may change as changed now: call
+// it before grad is applied to v's values. Every block, except under plain
+// SGD, which leaves a value bit for bit as it was where its gradient is
+// +0 (x - lr·(+0) is x, -0 included): a block whose gradient is all +0
+// keeps its version. The check stops at a block's first other value, so
+// it costs a scan only of the blocks it spares.
+func (s *Shard) stamp(v *Var, grad []float32) {
 	s.dver++
 	if v.ver == nil {
 		v.ver = make([]uint64, wire.DenseBlocks(len(v.value)))
 	}
+	sgd := v.rule.Name() == "sgd" && len(grad) == len(v.value)
 	for i := range v.ver {
+		if sgd && allPlusZero(grad[i*wire.DenseBlock:min((i+1)*wire.DenseBlock, len(grad))]) {
+			continue
+		}
 		v.ver[i] = s.dver
 	}
+}
+
+// allPlusZero reports whether every value of g is +0 (bits 0).
+func allPlusZero(g []float32) bool {
+	for _, x := range g {
+		if math.Float32bits(x) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // stampAll marks every block of the state as changed now (a new state).
