@@ -21,10 +21,6 @@ type copyHeader struct {
 	Incarnation uint64           `json:"incarnation"`
 	Pending     bool             `json:"pending,omitempty"` // sync: the current step has gradients
 	Tables      []tableCopy      `json:"tables,omitempty"`
-	// DenseVersion is the copied shard's dense version (dense_ver.go): the
-	// copy's versions go on above it, so that versions a worker got from
-	// the shard copied never name values the copy has not.
-	DenseVersion uint64 `json:"dense_version,omitempty"`
 }
 
 // tableCopy is a table's part of a copy's header; its rows follow the
@@ -55,7 +51,7 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 		h, _ := json.Marshal(copyHeader{Incarnation: s.incarnation, Done: s.DoneWorkers()})
 		return binary.LittleEndian.AppendUint32(nil, uint32(len(h))), nil
 	}
-	h := copyHeader{Layout: s.st.layout, Tracker: s.st.tracker.Copy(), Done: s.DoneWorkers(), Incarnation: s.incarnation, Pending: !s.pendingSince.IsZero(), DenseVersion: s.dver}
+	h := copyHeader{Layout: s.st.layout, Tracker: s.st.tracker.Copy(), Done: s.DoneWorkers(), Incarnation: s.incarnation, Pending: !s.pendingSince.IsZero()}
 	n := 0
 	for _, v := range s.st.order {
 		h.Updates = append(h.Updates, v.updates)
@@ -175,7 +171,6 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	}
 	if h.Layout.Vars == nil && h.Layout.Optimizer.Name == "" {
 		s.st, s.incarnation, s.done = nil, h.Incarnation, done
-		s.dver = max(s.dver, h.DenseVersion)
 		s.epoch++
 		s.version++
 		return nil
@@ -216,7 +211,6 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	}
 	st.layout.Vars = slices.Clone(h.Layout.Vars)
 	s.st, s.incarnation, s.done = st, h.Incarnation, done
-	s.dver = max(s.dver, h.DenseVersion)
 	s.stampAll()
 	s.pendingSince, s.syncFailed = time.Time{}, nil
 	if h.Pending {

@@ -11,10 +11,12 @@ import (
 // version of the shard's dense values at which it last may have changed.
 // The shard's counter, dver, moves forward at every write of a variable's
 // values; every writer goes through update (a push, a sync step's apply,
-// an aggregate), which stamps the blocks the gradient may change, or installs a new
-// state (Init, Restore, an import, a replicated copy), which stamps every
-// block. A worker that holds the values of version since needs only the
-// blocks of a version above it.
+// an aggregate), which stamps the blocks the gradient may change, or
+// installs a new state (Init, Restore, an import, a replicated copy),
+// which stamps every block. A worker that holds the values of version
+// since needs only the blocks of a version above it. Versions are the
+// process's own: a replicated shard, whose copies count apart, refuses
+// incremental pulls (internal/server).
 
 // stamp marks the blocks of v that grad may change as changed now: call
 // it before grad is applied to v's values. Every block, except under plain
