@@ -612,6 +612,9 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 	}
 	if dincr {
 		if err := d.dense.head(body, denseBlocks(c.byPS[i])); err != nil {
+			if errors.Is(err, errBlockCount) {
+				return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse, err.Error())
+			}
 			return 0, false, err
 		}
 		if (heldSince == 0 || h.Incarnation != ds.inc) && d.dense.sent != denseBlocks(c.byPS[i]) {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -86,6 +87,10 @@ type denseAnswer struct {
 	sent  int // blocks sent
 }
 
+// errBlockCount: the ps holds another number of dense blocks than the
+// worker counts, so other variables (a LayoutError).
+var errBlockCount = errors.New("another layout")
+
 func (a *denseAnswer) head(body *wire.BodyReader, blocks int) error {
 	ver, err := body.Uint64("dense version")
 	if err != nil {
@@ -95,11 +100,11 @@ func (a *denseAnswer) head(body *wire.BodyReader, blocks int) error {
 	if err != nil {
 		return err
 	}
-	if nb != int64(blocks) {
-		return fmt.Errorf("data path: the ps answered %d dense blocks, the worker counts %d", nb, blocks)
-	}
-	if a.sel, err = body.Keys(a.sel[:0], int64(wire.BitmapWords(blocks)), "dense block bitmap"); err != nil {
+	if a.sel, err = body.Keys(a.sel[:0], int64(wire.BitmapWords(int(nb))), "dense block bitmap"); err != nil {
 		return err
+	}
+	if nb != int64(blocks) {
+		return fmt.Errorf("%w: the ps answered %d dense blocks of %d values, the worker counts %d", errBlockCount, nb, wire.DenseBlock, blocks)
 	}
 	a.ver, a.first, a.sent = ver, 0, 0
 	for _, w := range a.sel {

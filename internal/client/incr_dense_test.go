@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -212,5 +214,34 @@ func TestIncrementalDensePullFromVersion2PS(t *testing.T) {
 	}
 	if p := c.dp.ps[0]; p.version.Load() != wire.DataVersionIncremental {
 		t.Errorf("the client speaks version %d to a version 2 ps, want 2", p.version.Load())
+	}
+}
+
+// A worker of another layout than the ps's pulling incrementally gets the
+// layout error a full pull gives, not a malformed reply.
+func TestIncrementalDensePullOfAnotherLayout(t *testing.T) {
+	addrs := startPS(t, 1, 1)
+	ctx := context.Background()
+	mine := []model.Variable{{Name: "w", Shape: []int{3 * wire.DenseBlock}}}
+	chief, err := New(addrs, mine, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chief.Close()
+	if _, err := chief.WaitReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chief.Init(ctx, model.NewParams(mine), InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	other := []model.Variable{{Name: "w", Shape: []int{wire.DenseBlock}}}
+	c, err := New(addrs, other, Options{IncrementalPull: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Pull(ctx, 0, model.NewParams(other))
+	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "the ps answered 3 dense blocks") || !strings.Contains(err.Error(), "w[49152]") {
+		t.Fatalf("a pull of another layout: %v; want a layout error naming the block counts", err)
 	}
 }

@@ -60,9 +60,10 @@ func (rc *rawConn) readDenseIncr() (ver uint64, blocks int, sel []uint64, counts
 }
 
 // A ps answers an incremental dense pull with the blocks changed since the
-// version named (all of them for another incarnation); a pull counting
-// the wrong number of blocks gets InvalidArgument saying both counts, and
-// a malformed one a frame error; the ps serves on.
+// version named (all of them for another incarnation, or to a pull
+// counting another number of blocks: a worker of another layout, which
+// then sees the ps's count); a malformed pull gets a frame error, and the
+// ps serves on.
 func TestDenseIncrementalPulls(t *testing.T) {
 	s := New(Config{NumWorkers: 2})
 	addr := serveTCP(t, s)
@@ -92,8 +93,8 @@ func TestDenseIncrementalPulls(t *testing.T) {
 	inc := s.shard.Incarnation()
 
 	pull(wire.DenseHeld{Incarnation: inc, Since: 1, Blocks: 5})
-	if r := rc.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "counts 5 dense blocks") || !strings.Contains(r.msg, "the ps holds 2") {
-		t.Fatalf("a pull counting 5 blocks of 2: %v %q", r.code, r.msg)
+	if _, nb, sel, counts := rc.readDenseIncr(); nb != 2 || sel[0] != 3 || counts["w"] != 2 || counts["b"] != 1 {
+		t.Fatalf("a pull counting 5 blocks of 2: %d blocks, bitmap %b, counts %v: want the ps's 2, every one", nb, sel[0], counts)
 	}
 	pull(wire.DenseHeld{Blocks: 2})
 	v0, nb, sel, counts := rc.readDenseIncr()
@@ -127,6 +128,18 @@ func TestDenseIncrementalPulls(t *testing.T) {
 	rc.send(bufs)
 	if r := rc.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "pulls no dense values") {
 		t.Fatalf("malformed pull: %v %q", r.code, r.msg)
+	}
+	// A pull whose versions are cut short (a body of 8 bytes of the 20):
+	// a frame error too, on a connection of its own.
+	rc3 := dialRaw(t, addr)
+	rc3.f.Reset(wire.ReqHeaderLen)
+	rc3.f.DenseHeld(wire.DenseHeld{Blocks: 2})
+	bufs = rc3.f.Request(wire.ReqHeader{Op: wire.OpPull, PullDense: true, DenseIncremental: true})
+	h = wire.ReqHeader{Op: wire.OpPull, PullDense: true, DenseIncremental: true, Body: 8}
+	h.Put(bufs[0][:wire.ReqHeaderLen])
+	rc3.send(bufs)
+	if r := rc3.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "dense version") {
+		t.Fatalf("a pull cut short: %v %q", r.code, r.msg)
 	}
 	// The ps serves on.
 	rc2 := dialRaw(t, addr)

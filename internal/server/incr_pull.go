@@ -1,10 +1,6 @@
 package server
 
 import (
-	"fmt"
-	"strings"
-
-	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -70,16 +66,16 @@ func (s *Server) pullIncr(dc *dataConn, i, dim int, owned bool, dst []float32) (
 // that come (those changed since the version the worker holds, every one
 // if it holds none or holds another incarnation's), then each variable's
 // section with the values of its blocks that come, lent as a full pull's.
-// It returns the bytes of values sent. Call with mu held.
+// It returns the bytes of values sent. A pull that counts other blocks
+// than the ps holds comes from a worker of another layout: it gets every
+// block and the ps's count, and the worker reports the layout error, as
+// it does when a full pull answers other variables. Call with mu held.
 func (s *Server) pullDenseIncr(dc *dataConn) (int, error) {
 	held := dc.req.DenseHeld
 	nb := s.shard.DenseBlocks()
-	if held.Blocks != nb {
-		return 0, &shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: the incremental dense pull counts %d dense blocks of %d values, the ps holds %d (its variables: %s)", s.cfg.Task, held.Blocks, wire.DenseBlock, nb, s.denseLayout())}
-	}
 	since := held.Since
-	if held.Incarnation != s.shard.Incarnation() {
-		since = 0 // versions of another incarnation mean nothing here
+	if held.Incarnation != s.shard.Incarnation() || held.Blocks != nb {
+		since = 0 // versions of another incarnation (or layout) mean nothing here
 	}
 	words := wire.BitmapWords(nb)
 	if cap(dc.dsel) < words {
@@ -96,20 +92,4 @@ func (s *Server) pullDenseIncr(dc *dataConn) (int, error) {
 		first += wire.DenseBlocks(v.Len())
 	}
 	return dense, nil
-}
-
-// denseLayout names the shard's variables and sizes, for errors.
-func (s *Server) denseLayout() string {
-	var b strings.Builder
-	for i, v := range s.shard.Vars() {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		if i == 8 {
-			b.WriteString("...")
-			break
-		}
-		fmt.Fprintf(&b, "%s[%d]", v.Name(), v.Len())
-	}
-	return b.String()
 }
