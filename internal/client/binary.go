@@ -42,6 +42,9 @@ type dataPath struct {
 	ps   []*connPool
 	keys keyCache
 	held []*rowStore // per ps, the rows kept for incremental pulls; nil without IncrementalPull
+	// dense is per ps the dense values kept for incremental pulls; nil
+	// without IncrementalPull.
+	dense []*denseStore
 }
 
 // connPool holds the idle data connections to one ps.
@@ -80,6 +83,8 @@ type dataConn struct {
 	scratch []float32 // rows gathered for or scattered from this ps
 	incr    bool      // the ps speaks incremental pulls on this connection
 	inc     incrScratch
+	dincr   bool // the ps speaks incremental dense pulls on this connection
+	dense   denseAnswer
 }
 
 // helloTimeout bounds the wait for a ps's answer to the preface; a ps that
@@ -95,8 +100,9 @@ func newDataPath(c *Client) *dataPath {
 		p := &connPool{addr: a, dial: c.opts.Dial}
 		p.version.Store(wire.DataVersion)
 		if c.opts.IncrementalPull {
-			p.version.Store(wire.DataVersionIncremental)
+			p.version.Store(wire.DataVersionDenseIncremental)
 			dp.held = append(dp.held, newRowStore())
+			dp.dense = append(dp.dense, newDenseStore())
 		}
 		dp.ps = append(dp.ps, p)
 	}
@@ -126,10 +132,12 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 	p.mu.Unlock()
 	v := int(p.version.Load())
 	d, err := dial(ctx, p.addr, p.dial, v)
-	if errors.Is(err, errVersion) && v != wire.DataVersion {
-		// An older ps: full pulls from now on.
-		p.version.Store(wire.DataVersion)
-		return dial(ctx, p.addr, p.dial, wire.DataVersion)
+	for errors.Is(err, errVersion) && v > wire.DataVersion {
+		// An older ps: the version below (full dense pulls from a ps of
+		// version 2, full pulls from one of version 1).
+		v--
+		p.version.Store(int32(v))
+		d, err = dial(ctx, p.addr, p.dial, v)
 	}
 	return d, err
 }
@@ -187,7 +195,8 @@ func dial(ctx context.Context, addr string, with func(context.Context, string) (
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", errNoDataPath, err)
 	}
-	d.incr = version == wire.DataVersionIncremental
+	d.incr = version >= wire.DataVersionIncremental
+	d.dincr = version >= wire.DataVersionDenseIncremental
 	return d, nil
 }
 
@@ -535,7 +544,21 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			}
 		}
 	}
-	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
+	dincr := pull && d.dincr && dp.dense != nil && req.Params != nil && len(c.byPS[i]) > 0
+	var ds *denseStore
+	var heldSince uint64
+	if dincr {
+		ds = dp.dense[i]
+		dincr = ds.want()
+	}
+	if dincr {
+		defer ds.mu.Unlock()
+		f.DenseHeld(wire.DenseHeld{Incarnation: ds.inc, Since: ds.since, Blocks: denseBlocks(c.byPS[i])})
+		// Until a whole answer is in, the values kept are of no version.
+		heldSince = ds.since
+		ds.since = 0
+	}
+	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, DenseIncremental: dincr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
 
 	if err := d.setDeadline(ctx); err != nil {
 		return 0, false, err
@@ -587,6 +610,17 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse,
 			fmt.Sprintf("the ps answered %d variables and %d tables, want %d and %d", h.Dense, h.Sparse, wantDense, len(req.SparseParams)))
 	}
+	if dincr {
+		if err := d.dense.head(body, denseBlocks(c.byPS[i])); err != nil {
+			if errors.Is(err, errBlockCount) {
+				return 0, false, dp.layoutError(i, body, h.Dense, h.Sparse, err.Error())
+			}
+			return 0, false, err
+		}
+		if (heldSince == 0 || h.Incarnation != ds.inc) && d.dense.sent != denseBlocks(c.byPS[i]) {
+			return 0, false, fmt.Errorf("data path: the ps sent %d of %d dense blocks, the worker holds none of them", d.dense.sent, denseBlocks(c.byPS[i]))
+		}
+	}
 	var name []byte
 	for range h.Dense {
 		if name, err = body.Name(name[:0], "variable"); err != nil {
@@ -597,17 +631,34 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 			return 0, false, err
 		}
 		p, ok := c.part[string(name)]
-		if !ok || p.PS != i || cnt != int64(p.Len) {
+		want := p.Len
+		if dincr && ok && p.PS == i {
+			want = d.dense.count(p.Len)
+		}
+		if !ok || p.PS != i || cnt != int64(want) {
 			detail := fmt.Sprintf("ps sent unknown variable %q", name)
 			if ok && p.PS == i {
-				detail = fmt.Sprintf("ps sent %d bytes for %q, want %d", 4*cnt, name, 4*p.Len)
+				detail = fmt.Sprintf("ps sent %d bytes for %q, want %d", 4*cnt, name, 4*want)
 			}
 			return 0, false, &LayoutError{PS: i, Addr: dp.ps[i].addr, Detail: detail,
 				Have: fmt.Sprintf("%d variables and %d tables, among them %s[%d]", h.Dense, h.Sparse, name, cnt), Want: c.layoutOf(i)}
 		}
-		if err := body.FloatsInto(req.Params[c.varOf[p.Name]][p.Offset:p.Offset+p.Len], "values"); err != nil {
+		dst := req.Params[c.varOf[p.Name]][p.Offset : p.Offset+p.Len]
+		if dincr {
+			if err := d.dense.read(ds, p.Name, dst, body); err != nil {
+				return 0, false, err
+			}
+			continue
+		}
+		if err := body.FloatsInto(dst, "values"); err != nil {
 			return 0, false, err
 		}
+	}
+	if dincr {
+		// Every block now holds the answer's version: a block not sent
+		// was unchanged up to it.
+		ds.inc, ds.since = h.Incarnation, d.dense.ver
+		ds.tally(denseBlocks(c.byPS[i]), d.dense.sent)
 	}
 	if incr {
 		if err := d.inc.answer(held, cs, i, c.tableDim, h.Incarnation, body); err != nil {

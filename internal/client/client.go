@@ -56,12 +56,15 @@ type Options struct {
 	// --key_cache=false).
 	NoKeyCache bool
 	// IncrementalPull keeps the sparse rows the worker pulled, with the
-	// version of the ps's table they are of, and asks each pull only for
-	// the rows changed since and those it does not hold (docs/WIRE.md,
-	// incremental pulls): the answer is bit for bit that of a full pull,
-	// with fewer bytes. Sparse tables only, on the data path only (a ps
-	// that does not speak it gets full pulls). It costs the worker memory
-	// for the rows it keeps (at most MaxHeldRows per table and ps).
+	// version of the ps's table they are of, and a copy of the dense
+	// values, with the version of the ps's dense values, and asks each
+	// pull only for the rows changed since and those it does not hold,
+	// and the dense blocks (wire.DenseBlock values) changed since
+	// (docs/WIRE.md, incremental pulls): the answer is bit for bit that of
+	// a full pull, with fewer bytes. On the data path only (a ps that does
+	// not speak it gets full pulls). It costs the worker memory for the
+	// rows it keeps (at most MaxHeldRows per table and ps) and a copy of
+	// its dense variables.
 	IncrementalPull bool
 	// Dial, if set, makes the connections to the ps (gRPC's and the data
 	// path's) instead of TCP: the transport seam, through which tests run

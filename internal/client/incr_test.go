@@ -245,9 +245,14 @@ func TestIncrementalPullBacksOff(t *testing.T) {
 }
 
 // oldPSDial dials the ps through a stand-in for an older ps, which
-// refuses data path version 2 as one would (a hello with status 1, then
-// the connection closes), and counts the refusals.
+// refuses data path versions above 1 as one would (a hello with status 1,
+// then the connection closes), and counts the refusals.
 func oldPSDial(refused *atomic.Int64) func(ctx context.Context, addr string) (net.Conn, error) {
+	return olderPSDial(refused, wire.DataVersion)
+}
+
+// olderPSDial is oldPSDial for a ps that speaks versions up to top.
+func olderPSDial(refused *atomic.Int64, top int) func(ctx context.Context, addr string) (net.Conn, error) {
 	var d net.Dialer
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		real, err := d.DialContext(ctx, "tcp", addr)
@@ -268,7 +273,7 @@ func oldPSDial(refused *atomic.Int64) func(ctx context.Context, addr string) (ne
 				if _, err := io.ReadFull(theirs, pre[4:]); err != nil {
 					return
 				}
-				if v, _ := wire.CheckPreface(pre); v != wire.DataVersion {
+				if v, _ := wire.CheckPreface(pre); v > top {
 					refused.Add(1)
 					var h [wire.HelloLen]byte
 					wire.Hello{Version: wire.DataVersion, Status: wire.HelloBadVersion}.Put(h[:])
@@ -323,8 +328,8 @@ func TestIncrementalPullFromOlderPS(t *testing.T) {
 			}
 		}
 	}
-	if refused.Load() != 1 {
-		t.Errorf("the older ps refused version 2 %d times, want once (the client then asks for version 1)", refused.Load())
+	if refused.Load() != 2 {
+		t.Errorf("the older ps refused a version %d times, want twice (3, then 2; the client then asks for version 1)", refused.Load())
 	}
 	if c.dp.off.Load() {
 		t.Error("the client turned the data path off")

@@ -53,6 +53,7 @@ type dataConn struct {
 	segs     [][]byte      // the pipelined reply's frame segments
 	cur      int           // the variable being updated
 	sel      []uint64      // incremental pulls: the bitmaps of the rows sent (incr_pull.go)
+	dsel     []uint64      // incremental dense pulls: the bitmap of the blocks sent
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -90,7 +91,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
 	switch {
-	case err != nil || (version != wire.DataVersion && version != wire.DataVersionIncremental):
+	case err != nil || version < wire.DataVersion || version > wire.DataVersionDenseIncremental:
 		h.Status = wire.HelloBadVersion
 	default:
 		h.Version = version
@@ -356,7 +357,12 @@ func (s *Server) dataPull(dc *dataConn, dropped bool, start time.Time) error {
 	buf := r.Floats(n)
 	dc.reply.Reset(wire.RepHeaderLen)
 	off, dense := 0, 0
-	if r.PullDense {
+	if r.DenseIncremental {
+		var err error
+		if dense, err = s.pullDenseIncr(dc); err != nil {
+			return err
+		}
+	} else if r.PullDense {
 		// Written straight from the variables, which stay lent until the
 		// reply is out (shard.Lease).
 		for _, v := range s.shard.Vars() {

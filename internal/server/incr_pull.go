@@ -60,3 +60,36 @@ func (s *Server) pullIncr(dc *dataConn, i, dim int, owned bool, dst []float32) (
 	dc.reply.SparseValuesIncr(ver, dst[:w*dim], sel)
 	return w * dim, nil
 }
+
+// pullDenseIncr adds the dense part of the reply to an incremental dense
+// pull: the version of the ps's dense values, the bitmap of the blocks
+// that come (those changed since the version the worker holds, every one
+// if it holds none or holds another incarnation's), then each variable's
+// section with the values of its blocks that come, lent as a full pull's.
+// It returns the bytes of values sent. A pull that counts other blocks
+// than the ps holds comes from a worker of another layout: it gets every
+// block and the ps's count, and the worker reports the layout error, as
+// it does when a full pull answers other variables. Call with mu held.
+func (s *Server) pullDenseIncr(dc *dataConn) (int, error) {
+	held := dc.req.DenseHeld
+	nb := s.shard.DenseBlocks()
+	since := held.Since
+	if held.Incarnation != s.shard.Incarnation() || held.Blocks != nb {
+		since = 0 // versions of another incarnation (or layout) mean nothing here
+	}
+	words := wire.BitmapWords(nb)
+	if cap(dc.dsel) < words {
+		dc.dsel = make([]uint64, words)
+	}
+	sel := dc.dsel[:words]
+	s.shard.DenseChangedSince(since, sel)
+	dc.reply.DenseIncrHead(s.shard.DenseVersion(), nb, sel)
+	dense, first := 0, 0
+	for _, v := range s.shard.Vars() {
+		l := v.Lend()
+		dc.leases = append(dc.leases, l)
+		dense += 4 * dc.reply.DenseBlocksOf(v.Name(), l.Values(), sel, first)
+		first += wire.DenseBlocks(v.Len())
+	}
+	return dense, nil
+}

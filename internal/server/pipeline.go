@@ -86,7 +86,7 @@ func (p *pipe) stop() {
 func (s *Server) pipelinable(dc *dataConn) bool {
 	r := &dc.req
 	dense := dc.push.Dense
-	if s.shard.Sync() || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dense) == 0 || len(dense) > pipeMaxVars {
+	if s.shard.Sync() || r.DenseIncremental || len(r.SparsePush) != 0 || len(r.SparsePull) != 0 || len(dense) == 0 || len(dense) > pipeMaxVars {
 		return false
 	}
 	n := 0

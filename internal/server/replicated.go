@@ -90,7 +90,7 @@ func (s *Server) WaitStep(ctx context.Context, worker int32, min int64) error {
 func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	start := time.Now()
 	r := &dc.req
-	if r.Incremental {
+	if r.Incremental || r.DenseIncremental {
 		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: incremental pulls are not served by a replicated shard (a copy that takes over holds other row versions); pull without --incremental_pull", s.cfg.Task))
 		return
 	}

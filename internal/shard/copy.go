@@ -211,6 +211,7 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	}
 	st.layout.Vars = slices.Clone(h.Layout.Vars)
 	s.st, s.incarnation, s.done = st, h.Incarnation, done
+	s.stampAll()
 	s.pendingSince, s.syncFailed = time.Time{}, nil
 	if h.Pending {
 		s.pendingSince = time.Now()

@@ -248,6 +248,7 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 // the cores by Config.Update), or chunk by chunk with updated called after
 // each. If replies in flight still read v's values, it updates a copy.
 func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
+	s.stamp(v, grad)
 	if stream == nil {
 		v.updates++
 		v.writable()

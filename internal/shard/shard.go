@@ -93,6 +93,7 @@ type Var struct {
 	cutAt   int64     // updates at the last incremental cut (ckpt_incr.go)
 	lent    lentBufs
 	rule    optim.Rule // the layout's rule or the variable's own
+	ver     []uint64   // each block's version (dense_ver.go); nil until stamped
 }
 
 // Name is the variable's name on this shard.
@@ -134,6 +135,7 @@ type Shard struct {
 	incarnation uint64 // new at start and at each restore; sent in every answer
 	epoch       int64  // counts installs: a pull waiting across one is aborted
 	version     uint64 // counts changes a waiting pull cares about
+	dver        uint64 // the dense values' version (dense_ver.go)
 
 	pendingSince time.Time // sync: when the current step got its first gradient
 	syncFailed   error     // sync: set once a step timed out with fail
@@ -375,6 +377,7 @@ func (s *Shard) Install(st *State) {
 		s.epoch++
 	}
 	s.version++
+	s.stampAll()
 }
 
 // RestoredStep is the checkpoint step this incarnation restored, or -1.

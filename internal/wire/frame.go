@@ -30,6 +30,10 @@ const (
 	// preface; a ps that speaks it answers it, an older one refuses it and
 	// the client dials again asking for DataVersion.
 	DataVersionIncremental = 2
+	// DataVersionDenseIncremental is version 2 plus incremental dense
+	// pulls (FlagDenseIncremental, docs/WIRE.md). A ps that refuses it is
+	// asked for DataVersionIncremental, then DataVersion.
+	DataVersionDenseIncremental = 3
 	// PrefaceLen is the client preface: magic, u16 version, then zeros. It
 	// is as long as HTTP/2's, so that a ps that only speaks gRPC reads all
 	// of it, sees a bad preface and closes the connection at once (the
@@ -100,7 +104,32 @@ const (
 const (
 	flagPullDense   = 1 // the pull reads every dense variable of the ps
 	flagIncremental = 2 // the sparse pull sections are incremental (FlagIncremental)
+	flagDenseIncr   = 4 // the dense pull is incremental (DenseIncremental, version 3)
 )
+
+// DenseBlock is the number of float32 values of a dense block, the unit of
+// incremental dense pulls: each variable of a ps is cut into blocks of
+// DenseBlock values (the last one shorter), numbered over the variables in
+// the order the reply lists them. 64 KiB a block: a version per block
+// costs the ps nothing to keep and the request one bit to name, and a
+// variable rarely changes in part at a finer grain than that.
+const DenseBlock = 1 << 14
+
+// DenseBlocks is the number of blocks of a variable of n values.
+func DenseBlocks(n int) int { return (n + DenseBlock - 1) / DenseBlock }
+
+// MaxDenseBlocks bounds the blocks a request may name (MaxBody's worth of
+// values).
+const MaxDenseBlocks = MaxBody / 4 / DenseBlock
+
+// DenseHeld is the dense part of an incremental dense pull (version 3):
+// the ps incarnation and the version at which the worker holds every
+// dense block of the ps (Since 0: none held), and the number of blocks
+// it counts, which must be the ps's.
+type DenseHeld struct {
+	Incarnation, Since uint64
+	Blocks             int
+}
 
 // Reply header flags.
 const (
@@ -185,7 +214,12 @@ type ReqHeader struct {
 	// Incremental: every sparse pull section names the version of the rows
 	// the worker holds, and the reply carries only the rows it needs
 	// (docs/WIRE.md, incremental pulls). Needs DataVersionIncremental.
-	Incremental                   bool
+	Incremental bool
+	// DenseIncremental: the pull of dense values names the version of the
+	// blocks the worker holds (Request.DenseHeld), and the reply carries
+	// only those changed since. Needs PullDense and
+	// DataVersionDenseIncremental.
+	DenseIncremental              bool
 	Dense, SparsePush, SparsePull int
 	Worker                        int32
 	Step, MinStep                 int64
@@ -203,6 +237,9 @@ func (h ReqHeader) Put(b []byte) {
 	if h.Incremental {
 		b[1] |= flagIncremental
 	}
+	if h.DenseIncremental {
+		b[1] |= flagDenseIncr
+	}
 	binary.LittleEndian.PutUint16(b[2:], uint16(h.Dense))
 	binary.LittleEndian.PutUint16(b[4:], uint16(h.SparsePush))
 	binary.LittleEndian.PutUint16(b[6:], uint16(h.SparsePull))
@@ -217,21 +254,22 @@ func (h ReqHeader) Put(b []byte) {
 func ParseReqHeader(b []byte) (ReqHeader, error) {
 	b = b[:ReqHeaderLen]
 	h := ReqHeader{
-		Op:          Op(b[0]),
-		PullDense:   b[1]&flagPullDense != 0,
-		Incremental: b[1]&flagIncremental != 0,
-		Dense:       int(binary.LittleEndian.Uint16(b[2:])),
-		SparsePush:  int(binary.LittleEndian.Uint16(b[4:])),
-		SparsePull:  int(binary.LittleEndian.Uint16(b[6:])),
-		Worker:      int32(binary.LittleEndian.Uint32(b[8:])),
-		Step:        int64(binary.LittleEndian.Uint64(b[16:])),
-		MinStep:     int64(binary.LittleEndian.Uint64(b[24:])),
+		Op:               Op(b[0]),
+		PullDense:        b[1]&flagPullDense != 0,
+		Incremental:      b[1]&flagIncremental != 0,
+		DenseIncremental: b[1]&flagDenseIncr != 0,
+		Dense:            int(binary.LittleEndian.Uint16(b[2:])),
+		SparsePush:       int(binary.LittleEndian.Uint16(b[4:])),
+		SparsePull:       int(binary.LittleEndian.Uint16(b[6:])),
+		Worker:           int32(binary.LittleEndian.Uint32(b[8:])),
+		Step:             int64(binary.LittleEndian.Uint64(b[16:])),
+		MinStep:          int64(binary.LittleEndian.Uint64(b[24:])),
 	}
 	body := binary.LittleEndian.Uint64(b[32:])
 	switch {
 	case h.Op != OpPush && h.Op != OpPull && h.Op != OpPushPull:
 		return h, frameErr("unknown op %d (want 1 push, 2 pull, 3 push+pull)", b[0])
-	case b[1]&^(flagPullDense|flagIncremental) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0:
+	case b[1]&^(flagPullDense|flagIncremental|flagDenseIncr) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0:
 		return h, frameErr("unknown flags %#x or reserved bits set", b[1])
 	case h.Dense > MaxSections || h.SparsePush > MaxSections || h.SparsePull > MaxSections:
 		return h, frameErr("%d dense, %d sparse push and %d sparse pull sections: at most %d of each", h.Dense, h.SparsePush, h.SparsePull, MaxSections)
@@ -239,6 +277,8 @@ func ParseReqHeader(b []byte) (ReqHeader, error) {
 		return h, frameErr("a pull carries %d dense and %d sparse push sections", h.Dense, h.SparsePush)
 	case !h.Op.Pull() && (h.PullDense || h.SparsePull > 0 || h.Incremental):
 		return h, frameErr("a push asks to pull")
+	case h.DenseIncremental && !h.PullDense:
+		return h, frameErr("an incremental dense pull that pulls no dense values")
 	case body > MaxBody:
 		return h, frameErr("body of %d bytes is over the limit of %d", body, MaxBody)
 	}
@@ -575,6 +615,9 @@ type Request struct {
 	Dense      []DenseSection
 	SparsePush []SparseSection
 	SparsePull []SparseSection
+	// DenseHeld is what the worker holds of the dense values, in a request
+	// with DenseIncremental.
+	DenseHeld DenseHeld
 
 	hdr    [ReqHeaderLen]byte
 	body   BodyReader
@@ -714,6 +757,21 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 			r.SparsePull = append(r.SparsePull[:i-h.SparsePush], s)
 		}
 	}
+	r.DenseHeld = DenseHeld{}
+	if h.DenseIncremental {
+		d := &r.DenseHeld
+		if d.Incarnation, err = body.Uint64("dense incarnation"); err != nil {
+			return err
+		}
+		if d.Since, err = body.Uint64("dense version"); err != nil {
+			return err
+		}
+		n, err := body.Uint32("dense block count")
+		if err != nil {
+			return err
+		}
+		d.Blocks = int(n)
+	}
 	if body.Left != 0 {
 		return frameErr("%d bytes after the last section", body.Left)
 	}
@@ -845,6 +903,57 @@ func (f *Frame) SparsePullIncr(table string, mode KeyMode, arg, numKeys int, key
 	}
 	f.nsl++
 }
+
+// DenseHeld ends an incremental dense pull request (DenseIncremental)
+// with what the worker holds: after the sparse pull sections, u64
+// incarnation, u64 version (0: none held), u32 block count.
+func (f *Frame) DenseHeld(d DenseHeld) {
+	f.u64(d.Incarnation)
+	f.u64(d.Since)
+	f.u32(d.Blocks)
+}
+
+// DenseIncrHead starts the reply to an incremental dense pull, before its
+// dense sections: u64 the version of the ps's dense values now, u32 the
+// block count, and the bitmap of the blocks that come (BitmapWords(blocks)
+// words; block i is bit i%64 of word i/64).
+func (f *Frame) DenseIncrHead(version uint64, blocks int, sel []uint64) {
+	f.u64(version)
+	f.u32(blocks)
+	f.payload(Uint64Bytes(sel))
+}
+
+// DenseBlocksOf adds a dense section of a reply to an incremental dense
+// pull: the name, u32 the count of values sent, then the values of the
+// variable's blocks marked in sel, in order; first is the number of the
+// variable's first block in sel. It returns the values sent.
+func (f *Frame) DenseBlocksOf(name string, values []float32, sel []uint64, first int) int {
+	f.name(name)
+	at := len(f.meta)
+	f.u32(0)
+	n := 0
+	nb := DenseBlocks(len(values))
+	for b := 0; b < nb; {
+		if !BitSet(sel, first+b) {
+			b++
+			continue
+		}
+		e := b + 1
+		for e < nb && BitSet(sel, first+e) {
+			e++
+		}
+		lo, hi := b*DenseBlock, min(e*DenseBlock, len(values))
+		f.payload(Float32Bytes(values[lo:hi]))
+		n += hi - lo
+		b = e
+	}
+	binary.LittleEndian.PutUint32(f.meta[at:], uint32(n))
+	f.nd++
+	return n
+}
+
+// BitSet reports whether bit i of bitmap b is set.
+func BitSet(b []uint64, i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
 
 // SparseValuesIncr adds a reply's sparse section answering an incremental
 // pull section: the table's version, the value count, then, unless every
