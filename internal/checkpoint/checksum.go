@@ -145,12 +145,21 @@ func (m Manifest) usesChunkCRC() bool {
 // hashAll feeds h the whole of b. A fresh chunked CRC takes b's 4 MiB
 // pieces on every core, as they are independent, in ascending order so
 // that a mapped file is read from the disk front to back; another hash
-// (SHA-256) takes b in order on this goroutine.
-func hashAll(h hash.Hash, b []byte) {
+// (SHA-256) takes b in order on this goroutine. progress, if not nil, is
+// told of the bytes hashed as they are (from several goroutines).
+func hashAll(h hash.Hash, b []byte, progress func(int64)) {
+	if progress == nil {
+		progress = func(int64) {}
+	}
 	c, ok := h.(*chunkCRC)
 	n := len(b) / crcChunk // whole pieces
 	if !ok || c.fill != 0 || len(c.sums) != 0 || n < 2 {
-		h.Write(b)
+		for len(b) > 0 {
+			k := min(len(b), crcChunk)
+			h.Write(b[:k])
+			progress(int64(k))
+			b = b[k:]
+		}
 		return
 	}
 	sums := make([]uint32, n)
@@ -166,6 +175,7 @@ func hashAll(h hash.Hash, b []byte) {
 					return
 				}
 				sums[i] = crc32.Update(0, castagnoli, b[i*crcChunk:(i+1)*crcChunk])
+				progress(crcChunk)
 			}
 		}()
 	}
@@ -174,4 +184,5 @@ func hashAll(h hash.Hash, b []byte) {
 		c.sums = binary.BigEndian.AppendUint32(c.sums, s)
 	}
 	c.Write(b[n*crcChunk:])
+	progress(int64(len(b) - n*crcChunk))
 }

@@ -24,12 +24,12 @@ func TestHashAllMatchesWrite(t *testing.T) {
 			b[i] = byte(rng.Uint32())
 		}
 		h := newChunkCRC()
-		hashAll(h, b)
+		hashAll(h, b, nil)
 		if got, want := hex.EncodeToString(h.Sum(nil)), chunkCRCOf(b); got != want {
 			t.Errorf("%d bytes: chunked CRC %s, want %s", size, got, want)
 		}
 		s := sha256.New()
-		hashAll(s, b)
+		hashAll(s, b, nil)
 		if got, want := s.Sum(nil), sha256.Sum256(b); !reflect.DeepEqual(got, want[:]) {
 			t.Errorf("%d bytes: SHA-256 %x, want %x", size, got, want)
 		}

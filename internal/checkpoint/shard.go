@@ -319,18 +319,19 @@ func ReadShardFile(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 }
 
 // ReadShardMapped is ReadShard for a caller that reads the tensors once,
-// as a restore does, and is then done with them. Where fsys's files are
-// the operating system's and shard k is a full shard (not a delta), its
-// file is mapped into memory instead of being copied into a new buffer:
-// nothing is zeroed or copied, the checksum is computed on every core, and
-// the tensors' Data are the mapping, read only. They are valid until
-// release is called, which must be called once the caller is done with
-// every tensor (and with anything that shares their memory, such as
+// as a restore does, and is then done with them. Where fsys opens files
+// with an Fd method (vfs.OS) and shard k is a full shard (not a delta),
+// its file is mapped into memory instead of being copied into a new
+// buffer: nothing is zeroed or copied, the checksum is computed on every
+// core, and the tensors' Data are the mapping, read only. They are valid
+// until release is called, which must be called once the caller is done
+// with every tensor (and with anything that shares their memory, such as
 // Tensor.Float32sView's results); after it, reading them faults the
-// process. Elsewhere (another vfs, a delta, a system without mmap) it is
-// ReadShard and release does nothing. The checks are ReadShard's, all made
-// before it returns; on error there is nothing to release. release may be
-// called more than once.
+// process. A file that implements vfs.MappedReader is told of the bytes
+// read through its mapping. Elsewhere (another File, a delta, a system
+// without mmap) it is ReadShard and release does nothing. The checks are
+// ReadShard's, all made before it returns; on error there is nothing to
+// release. release may be called more than once.
 func ReadShardMapped(fsys vfs.FS, dir string, m Manifest, k int) (s Shard, release func(), err error) {
 	noop := func() {}
 	if k < 0 || k >= len(m.Shards) || m.Shards[k].Delta {
@@ -370,6 +371,10 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unma
 	}
 	data, unmap, ok := mapFile(f, si.Size)
 	f.Close()
+	var progress func(int64)
+	if mr, is := f.(vfs.MappedReader); is {
+		progress = mr.ReadMapped
+	}
 	if !ok {
 		s, err := readShard(fsys, cdir, m, k, true)
 		return s, func() {}, err
@@ -379,7 +384,7 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unma
 		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
 	}
 	h := si.newHash()
-	hashAll(h, data)
+	hashAll(h, data, progress)
 	if err := si.verifySum(h); err != nil {
 		return fail(err)
 	}
