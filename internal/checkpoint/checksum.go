@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"hash"
 	"hash/crc32"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // A shard file's checksum, as its ShardInfo records it. Checkpoints of
@@ -137,4 +140,49 @@ func (m Manifest) usesChunkCRC() bool {
 		}
 	}
 	return false
+}
+
+// hashAll feeds h the whole of b. A fresh chunked CRC takes b's 4 MiB
+// pieces on every core, as they are independent, in ascending order so
+// that a mapped file is read from the disk front to back; another hash
+// (SHA-256) takes b in order on this goroutine. progress, if not nil, is
+// told of the bytes hashed as they are (from several goroutines).
+func hashAll(h hash.Hash, b []byte, progress func(int64)) {
+	if progress == nil {
+		progress = func(int64) {}
+	}
+	c, ok := h.(*chunkCRC)
+	n := len(b) / crcChunk // whole pieces
+	if !ok || c.fill != 0 || len(c.sums) != 0 || n < 2 {
+		for len(b) > 0 {
+			k := min(len(b), crcChunk)
+			h.Write(b[:k])
+			progress(int64(k))
+			b = b[k:]
+		}
+		return
+	}
+	sums := make([]uint32, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				sums[i] = crc32.Update(0, castagnoli, b[i*crcChunk:(i+1)*crcChunk])
+				progress(crcChunk)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, s := range sums {
+		c.sums = binary.BigEndian.AppendUint32(c.sums, s)
+	}
+	c.Write(b[n*crcChunk:])
+	progress(int64(len(b) - n*crcChunk))
 }

@@ -80,7 +80,11 @@
 // ckpt-<step>.set-aside-<time> with a REASON file inside), so the job can
 // save again at that step; set-aside directories are kept for a person to
 // look at and are neither read nor pruned. ReadShard then reads one shard, verifying the checksum
-// again as it goes; Shard.Lookup and friends fetch tensors by name.
+// again as it goes; Shard.Lookup and friends fetch tensors by name. A
+// restore, which reads each tensor once, calls ReadShardMapped instead: a
+// full shard's file is mapped into memory rather than copied into a new
+// buffer (its checksum pieces verified on every core), and released by the
+// caller when done.
 // Readers never panic on bad input and never return data that failed a
 // check: headers are bounded (MaxHeaderSize, and never more than the file
 // holds) and fuzzed (FuzzReadHeader).

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/paramserv/paramserv/internal/vfs"
 )
@@ -315,6 +316,86 @@ func ReadShardFile(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 		return Shard{}, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
 	}
 	return s, nil
+}
+
+// ReadShardMapped is ReadShard for a caller that reads the tensors once,
+// as a restore does, and is then done with them. Where fsys opens files
+// with an Fd method (vfs.OS) and shard k is a full shard (not a delta),
+// its file is mapped into memory instead of being copied into a new
+// buffer: nothing is zeroed or copied, the checksum is computed on every
+// core, and the tensors' Data are the mapping, read only. They are valid
+// until release is called, which must be called once the caller is done
+// with every tensor (and with anything that shares their memory, such as
+// Tensor.Float32sView's results); after it, reading them faults the
+// process. A file that implements vfs.MappedReader is told of the bytes
+// read through its mapping. Elsewhere (another File, a delta, a system
+// without mmap) it is ReadShard and release does nothing. The checks are
+// ReadShard's, all made before it returns; on error there is nothing to
+// release. release may be called more than once.
+func ReadShardMapped(fsys vfs.FS, dir string, m Manifest, k int) (s Shard, release func(), err error) {
+	noop := func() {}
+	if k < 0 || k >= len(m.Shards) || m.Shards[k].Delta {
+		s, err := ReadShard(fsys, dir, m, k)
+		return s, noop, err
+	}
+	if err := m.Validate(); err != nil {
+		return Shard{}, noop, err
+	}
+	cdir := filepath.Join(dir, CheckpointName(m.Step))
+	s, unmap, err := readShardMapped(fsys, cdir, m, k)
+	if err != nil {
+		return Shard{}, noop, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
+	}
+	var once sync.Once
+	return s, func() { once.Do(unmap) }, nil
+}
+
+// readShardMapped is readShard with data, through a mapping of the file
+// where mapFile makes one (unmap releases it), else through a buffer
+// (unmap does nothing).
+func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unmap func(), err error) {
+	si := m.Shards[k]
+	path := filepath.Join(cdir, si.File)
+	fi, err := fsys.Stat(path)
+	if err != nil {
+		return Shard{}, nil, fileError(si.File, err)
+	}
+	if fi.Size() != si.Size {
+		// readShard words the error.
+		s, err := readShard(fsys, cdir, m, k, true)
+		return s, func() {}, err
+	}
+	f, err := fsys.Open(path)
+	if err != nil {
+		return Shard{}, nil, fileError(si.File, err)
+	}
+	data, unmap, ok := mapFile(f, si.Size)
+	f.Close()
+	var progress func(int64)
+	if mr, is := f.(vfs.MappedReader); is {
+		progress = mr.ReadMapped
+	}
+	if !ok {
+		s, err := readShard(fsys, cdir, m, k, true)
+		return s, func() {}, err
+	}
+	fail := func(err error) (Shard, func(), error) {
+		unmap()
+		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
+	}
+	h := si.newHash()
+	hashAll(h, data, progress)
+	if err := si.verifySum(h); err != nil {
+		return fail(err)
+	}
+	hdr, tensors, err := decodeBytes(data)
+	if err != nil {
+		return fail(err)
+	}
+	if s, err = checkAgainstManifest(hdr, tensors, m, k); err != nil {
+		return fail(err)
+	}
+	return s, unmap, nil
 }
 
 // readShard reads (withData) or only verifies shard k. Errors are reasons

@@ -151,14 +151,21 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 	var bytes int64
 	meter := s.meter(fmt.Sprintf("checkpoint: restoring step %d", m.Step), restoreSize(m, s.cfg.Task, s.cfg.NumPS))
 	fsys := meteredFS{s.cfg.FS, meter}
+	// The files are mapped where they can be (Restore copies what it
+	// keeps), and released once the state is built.
+	var releases []func()
 	read := func(k int) (*checkpoint.Shard, error) {
-		sh, err := checkpoint.ReadShard(fsys, dir, m, k)
+		sh, release, err := checkpoint.ReadShardMapped(fsys, dir, m, k)
+		releases = append(releases, release)
 		if err == nil && k < len(m.Shards) {
 			bytes += m.Shards[k].Size
 		}
 		return &sh, err
 	}
 	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers)
+	for _, release := range releases {
+		release()
+	}
 	if err == nil {
 		meter.done()
 	}
@@ -251,8 +258,19 @@ func (f meteredFS) Open(name string) (vfs.File, error) {
 	if err != nil || !strings.HasSuffix(name, ".safetensors") {
 		return file, err
 	}
+	if _, ok := file.(interface{ Fd() uintptr }); ok {
+		return meteredOSFile{meteredFile{file, f.m}}, nil
+	}
 	return meteredFile{file, f.m}, nil
 }
+
+// meteredOSFile is a meteredFile that a restore may map (it has the
+// file's descriptor) and count as it reads the mapping.
+type meteredOSFile struct{ meteredFile }
+
+func (f meteredOSFile) Fd() uintptr { return f.File.(interface{ Fd() uintptr }).Fd() }
+
+func (f meteredOSFile) ReadMapped(n int64) { f.m.add(n) }
 
 type meteredFile struct {
 	vfs.File

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -62,5 +63,51 @@ func TestRestoreReportsProgress(t *testing.T) {
 	last := obs.updates[len(obs.updates)-1]
 	if !last.Done || last.Bytes != size || last.Total != size || last.Fraction() != 1 {
 		t.Fatalf("the last update %+v, want done with all %d bytes of the two shards", last, size)
+	}
+}
+
+// A restore from the real disk maps the shard files
+// (checkpoint.ReadShardMapped through meteredFS) and still counts every
+// byte it reads into the progress meter.
+func TestMappedRestoreCountsProgress(t *testing.T) {
+	d := t.TempDir()
+	s := checkpoint.Shard{Step: 3, Tensors: []checkpoint.Tensor{
+		checkpoint.Float32Tensor("w", []int64{3 << 20}, make([]float32, 3<<20))}} // 12 MiB: three checksum pieces
+	info, err := checkpoint.WriteShard(vfs.OS, d, 3, 0, 1, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := checkpoint.Manifest{Step: 3, NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info},
+		Variables: []checkpoint.VariableInfo{{Name: "w", Shape: []int64{3 << 20}, Parts: []checkpoint.Part{{Shard: 0}}}}}
+	if err := checkpoint.WriteManifest(vfs.OS, d, m); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = checkpoint.Load(vfs.OS, d, 3); err != nil {
+		t.Fatal(err)
+	}
+	var last progress.Update
+	meter := &progress.Meter{What: "restore", Total: info.Size, Now: time.Now, Logf: func(string, ...any) {},
+		Observe: func(u progress.Update) { last = u }}
+	meter.Start()
+	fsys := meteredFS{vfs.OS, &syncMeter{m: meter}}
+	f, err := fsys.Open(filepath.Join(d, checkpoint.CheckpointName(3), info.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, ok := f.(vfs.MappedReader); !ok {
+		t.Fatalf("meteredFS opened a %T, not a vfs.MappedReader", f)
+	}
+	got, release, err := checkpoint.ReadShardMapped(fsys, d, m, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.DiffTensors(got, s); err != nil {
+		t.Error(err)
+	}
+	release()
+	meter.Add(0)
+	if last.Bytes != info.Size {
+		t.Fatalf("the meter counted %d bytes of the %d-byte file", last.Bytes, info.Size)
 	}
 }

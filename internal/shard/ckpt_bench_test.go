@@ -1,10 +1,12 @@
 package shard
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -44,7 +46,9 @@ import (
 // to itself gets). The save takes the lock as the server does: once to
 // read the tables' sizes, then, after allocating and mapping the copy's
 // memory with no lock held, to copy (PARAMSERV_CKPT_NOMEM=1 copies into
-// fresh memory instead, as Cut does, to compare).
+// fresh memory instead, as Cut does, to compare). The restore reads the
+// file as the server does, mapped (checkpoint.ReadShardMapped);
+// PARAMSERV_CKPT_NOMAP=1 reads it into a buffer (ReadShard) to compare.
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {
@@ -177,6 +181,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	var faults int64
 	var pauseOther, pauseFirst time.Duration
 	var saveRatios, restoreRatios []float64
+	noMap := os.Getenv("PARAMSERV_CKPT_NOMAP") != "" // to compare: read the file into a buffer
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
@@ -249,8 +254,13 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		endHold := time.Now()
 		heldRun := endHold.Sub(startHold)
 		held = max(held, heldRun)
-		sh := cut.Shard()
-		info, err := checkpoint.WriteShard(vfs.OS, dir, 1000+step, 0, 1, sh)
+		var info checkpoint.ShardInfo
+		var err error
+		// Labelled, so that a CPU profile of the benchmark tells the
+		// save's and the restore's work (on every goroutine) apart.
+		pprof.Do(context.Background(), pprof.Labels("phase", "save"), func(context.Context) {
+			info, err = checkpoint.WriteShard(vfs.OS, dir, 1000+step, 0, 1, cut.Shard())
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -295,10 +305,22 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		dropCache(b, filepath.Join(cdir, info.File))
 
 		start, cpu0 = time.Now(), cpuTime()
-		st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
-			sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
-			return &sh, err
-		}, 0, 1, 1)
+		var st *State
+		pprof.Do(context.Background(), pprof.Labels("phase", "restore"), func(context.Context) {
+			var releases []func()
+			st, err = Restore(m, func(k int) (*checkpoint.Shard, error) {
+				if noMap {
+					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
+					return &sh, err
+				}
+				sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
+				releases = append(releases, release)
+				return &sh, err
+			}, 0, 1, 1)
+			for _, release := range releases {
+				release()
+			}
+		})
 		if err != nil {
 			b.Fatal(err)
 		}

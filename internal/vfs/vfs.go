@@ -30,6 +30,16 @@ type File interface {
 	Sync() error
 }
 
+// MappedReader is an optional interface of a File. A reader that maps a
+// file into memory instead of reading it (checkpoint.ReadShardMapped maps
+// a File that has an Fd() uintptr method, as *os.File does) calls
+// ReadMapped with the bytes it reads through the mapping as it reads them,
+// so a wrapper that counts the bytes of Read (a progress meter) can count
+// those too. It may be called from several goroutines at once.
+type MappedReader interface {
+	ReadMapped(n int64)
+}
+
 // FS is a filesystem. Implementations are safe for concurrent use.
 //
 // Names are slash- or OS-separated paths as accepted by package filepath.

@@ -1,0 +1,87 @@
+package shard
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+// A restore through a mapped shard file (checkpoint.ReadShardMapped)
+// builds the state a restore through a buffer builds, bit for bit, and
+// keeps none of the file's memory: the state is read after the mapping is
+// released (a table that aliased it would fault the test).
+func TestRestoreMappedMatchesRead(t *testing.T) {
+	for _, dim := range []int{1, 3} {
+		s := ftrlShard(t, 20_000, dim)
+		want := s.Cut().Shard()
+		dir := t.TempDir()
+		info, err := checkpoint.WriteShard(vfs.OS, dir, 5, 0, 1, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := checkpoint.Manifest{Step: 5, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
+		if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: s.st.layout.Optimizer, Tables: s.st.layout.Tables}); err != nil {
+			t.Fatal(err)
+		}
+		m.Tables = []checkpoint.TableInfo{{Name: "emb", Dim: int64(dim), Slots: []string{"ftrl_n", "ftrl_z"}, Shards: []int{0}}}
+		if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+			t.Fatal(err)
+		}
+		if m, err = checkpoint.Load(vfs.OS, dir, 5); err != nil {
+			t.Fatal(err)
+		}
+		restore := func(mapped bool) checkpoint.Shard {
+			var releases []func()
+			st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+				if !mapped {
+					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
+					return &sh, err
+				}
+				sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
+				releases = append(releases, release)
+				return &sh, err
+			}, 0, 1, 1)
+			for _, release := range releases {
+				release()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mapped && len(releases) != 1 {
+				t.Fatalf("the restore read %d shards, want 1", len(releases))
+			}
+			r := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }})
+			r.Install(st)
+			return r.Cut().Shard()
+		}
+		read, mapped := restore(false), restore(true)
+		if err := checkpoint.DiffTensors(mapped, read); err != nil {
+			t.Errorf("dim %d: mapped restore vs read restore: %v", dim, err)
+		}
+		if err := checkpoint.DiffTensors(mapped, want); err != nil {
+			t.Errorf("dim %d: mapped restore vs the saved state: %v", dim, err)
+		}
+
+		// A damaged file is refused before anything is restored.
+		path := filepath.Join(dir, checkpoint.CheckpointName(5), info.File)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 1
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Restore(m, func(k int) (*checkpoint.Shard, error) {
+			sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
+			defer release()
+			return &sh, err
+		}, 0, 1, 1)
+		if err == nil {
+			t.Errorf("dim %d: a restore of a damaged file succeeded", dim)
+		}
+	}
+}
