@@ -1,15 +1,19 @@
 package checkpoint
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
 	"hash/crc32"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // A shard file's checksum, as its ShardInfo records it. Checkpoints of
@@ -142,15 +146,15 @@ func (m Manifest) usesChunkCRC() bool {
 	return false
 }
 
-// hashAll feeds h the whole of b. A fresh chunked CRC takes b's 4 MiB
-// pieces on every core, as they are independent, in ascending order so
-// that a mapped file is read from the disk front to back; another hash
-// (SHA-256) takes b in order on this goroutine. progress, if not nil, is
-// told of the bytes hashed as they are (from several goroutines).
-func hashAll(h hash.Hash, b []byte, progress func(int64)) {
+// b may be a file's mapping: a page that cannot be read (the file shrank,
+// or the disk failed a read) is an error naming where, not a fault that
+// ends the process.
+func hashAll(h hash.Hash, b []byte, progress func(int64)) (err error) {
 	if progress == nil {
 		progress = func(int64) {}
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer catchFault(&err, b)
 	c, ok := h.(*chunkCRC)
 	n := len(b) / crcChunk // whole pieces
 	if !ok || c.fill != 0 || len(c.sums) != 0 || n < 2 {
@@ -160,15 +164,26 @@ func hashAll(h hash.Hash, b []byte, progress func(int64)) {
 			progress(int64(k))
 			b = b[k:]
 		}
-		return
+		return nil
 	}
 	sums := make([]uint32, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	for range min(runtime.GOMAXPROCS(0), n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var ferr error
+			defer func() {
+				if ferr != nil {
+					mu.Lock()
+					err = cmp.Or(err, ferr)
+					mu.Unlock()
+				}
+			}()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+			defer catchFault(&ferr, b)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
@@ -180,9 +195,27 @@ func hashAll(h hash.Hash, b []byte, progress func(int64)) {
 		}()
 	}
 	wg.Wait()
+	if err != nil {
+		return err
+	}
 	for _, s := range sums {
 		c.sums = binary.BigEndian.AppendUint32(c.sums, s)
 	}
 	c.Write(b[n*crcChunk:])
 	progress(int64(len(b) - n*crcChunk))
+	return nil
+}
+
+// catchFault, deferred on a goroutine that set debug.SetPanicOnFault,
+// turns the panic of a memory fault into *err, naming the offset into b
+// where the read failed. Other panics go on.
+func catchFault(err *error, b []byte) {
+	if r := recover(); r != nil {
+		f, ok := r.(interface{ Addr() uintptr })
+		if !ok {
+			panic(r)
+		}
+		off := int64(f.Addr()) - int64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+		*err = fmt.Errorf("%w: reading the file at byte %d failed (the file shrank while read, or the disk failed)", ErrSize, off)
+	}
 }

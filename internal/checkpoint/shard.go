@@ -384,7 +384,9 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unma
 		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
 	}
 	h := si.newHash()
-	hashAll(h, data, progress)
+	if err := hashAll(h, data, progress); err != nil {
+		return fail(err)
+	}
 	if err := si.verifySum(h); err != nil {
 		return fail(err)
 	}
