@@ -32,11 +32,46 @@ type rowStore struct {
 
 	// When nearly every row asked for comes anyway (a worker pushes every
 	// row it pulls, and most optimizers change every row they update),
-	// asking costs and saves nothing: after a window of pulls that sent
-	// at least wastedShare of the rows, the next skip pulls are full ones,
-	// skip doubling (up to maxSkip) while that lasts.
+	// asking costs and saves nothing.
+	incrSwitch
+}
+
+// incrSwitch is the adaptive switch of a store of what the worker keeps:
+// after a window of pulls that sent at least wastedNum/wastedDen of what
+// they asked for (rows, or dense blocks), the next skip pulls are full
+// ones, skip doubling (up to maxSkip) while that lasts. Guarded by the
+// store's mu.
+type incrSwitch struct {
 	asked, sent, pulls int
 	skip, backoff      int
+}
+
+// takeSkip reports whether this pull is one of the full ones to make,
+// and counts it.
+func (b *incrSwitch) takeSkip() bool {
+	if b.skip > 0 {
+		b.skip--
+		return true
+	}
+	return false
+}
+
+// tally counts an answered incremental pull: what it asked for and what
+// came.
+func (b *incrSwitch) tally(asked, sent int) {
+	b.asked += asked
+	b.sent += sent
+	b.pulls++
+	if b.pulls < incrWindow {
+		return
+	}
+	if b.sent*wastedDen >= b.asked*wastedNum && !alwaysIncremental {
+		b.backoff = min(max(2*b.backoff, incrWindow), maxSkip)
+		b.skip = b.backoff
+	} else {
+		b.backoff = 0
+	}
+	b.asked, b.sent, b.pulls = 0, 0, 0
 }
 
 // The adaptive switch: windows of incrWindow pulls; a window that sent
@@ -55,29 +90,11 @@ const (
 // so the store is locked, to be unlocked by the caller once it is over.
 func (s *rowStore) want() bool {
 	s.mu.Lock()
-	if s.skip > 0 {
-		s.skip--
+	if s.takeSkip() {
 		s.mu.Unlock()
 		return false
 	}
 	return true
-}
-
-// tally counts an answered pull's rows.
-func (s *rowStore) tally(asked, sent int) {
-	s.asked += asked
-	s.sent += sent
-	s.pulls++
-	if s.pulls < incrWindow {
-		return
-	}
-	if s.sent*wastedDen >= s.asked*wastedNum && !alwaysIncremental {
-		s.backoff = min(max(2*s.backoff, incrWindow), maxSkip)
-		s.skip = s.backoff
-	} else {
-		s.backoff = 0
-	}
-	s.asked, s.sent, s.pulls = 0, 0, 0
 }
 
 // heldTable is the rows kept of one table: row i, of key find(k) == i,

@@ -28,11 +28,7 @@ type denseStore struct {
 	since uint64 // the version held; 0: none
 	vals  map[string][]float32
 
-	// The same adaptive switch as rowStore's (incr.go): after a window of
-	// pulls that sent at least wastedNum/wastedDen of the blocks, the
-	// next skip pulls are full ones.
-	asked, sent, pulls int
-	skip, backoff      int
+	incrSwitch // the same adaptive switch as rowStore's, counting blocks
 }
 
 func newDenseStore() *denseStore { return &denseStore{vals: make(map[string][]float32)} }
@@ -44,29 +40,12 @@ func (s *denseStore) want() bool {
 	if !s.mu.TryLock() {
 		return false
 	}
-	if s.skip > 0 {
-		s.skip--
+	if s.takeSkip() {
 		s.since = 0 // the full pull's values are not kept
 		s.mu.Unlock()
 		return false
 	}
 	return true
-}
-
-func (s *denseStore) tally(asked, sent int) {
-	s.asked += asked
-	s.sent += sent
-	s.pulls++
-	if s.pulls < incrWindow {
-		return
-	}
-	if s.sent*wastedDen >= s.asked*wastedNum && !alwaysIncremental {
-		s.backoff = min(max(2*s.backoff, incrWindow), maxSkip)
-		s.skip = s.backoff
-	} else {
-		s.backoff = 0
-	}
-	s.asked, s.sent, s.pulls = 0, 0, 0
 }
 
 // blocks is the number of dense blocks of parts.
