@@ -84,9 +84,12 @@
 // restore, which reads each tensor once, calls ReadShardMapped instead: a
 // full shard's file is mapped into memory rather than copied into a new
 // buffer (its checksum pieces verified on every core), and released by the
-// caller when done.
-// Readers never panic on bad input and never return data that failed a
-// check: headers are bounded (MaxHeaderSize, and never more than the file
+// caller when done. The server's restore calls ReadShardOverlapped, which
+// returns once the header is read and checks the file in the background
+// while the caller builds its state from the mapping; the caller keeps
+// nothing until Shard.Verified returns nil (shard.Restore waits for it).
+// Readers never panic on bad input and, but for ReadShardOverlapped before
+// Verified, never return data that failed a check: headers are bounded (MaxHeaderSize, and never more than the file
 // holds) and fuzzed (FuzzReadHeader).
 //
 // List and Inspect produce the reports of `paramserv ckpt ls` and

@@ -197,3 +197,54 @@ func TestHashAllOfAShrunkMapping(t *testing.T) {
 		}
 	}
 }
+
+// ReadShardOverlapped returns what ReadShard returns, and its Verified
+// says whether the file was intact: a bit flipped in the header is an
+// ErrChecksum at once, one in the data an ErrChecksum from Verified (the
+// call itself may succeed, as it returns before the checksum is done).
+func TestReadShardOverlapped(t *testing.T) {
+	forEachFS(t, func(t *testing.T, fsys vfs.FS, dir string) {
+		s, m := mappedShard(t, fsys, dir)
+		path := filepath.Join(dir, CheckpointName(9), m.Shards[0].File)
+		read, err := ReadShard(fsys, dir, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, release, err := ReadShardOverlapped(fsys, dir, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := got.Verified(); err != nil {
+			t.Fatalf("an intact file: Verified says %v", err)
+		}
+		if err := DiffTensors(got, s); err != nil {
+			t.Error(err)
+		}
+		if !reflect.DeepEqual(got.Tensors, read.Tensors) || !reflect.DeepEqual(got.Meta, read.Meta) || got.Step != read.Step {
+			t.Error("ReadShardOverlapped and ReadShard differ")
+		}
+		release()
+		release() // twice is allowed
+
+		file := readAll(t, fsys, path)
+		for _, off := range []int{100, crcChunk + 5, 2*crcChunk + 17, len(file) - 1} {
+			bad := append([]byte(nil), file...)
+			bad[off] ^= 0x10
+			overwrite(t, fsys, path, bad)
+			sh, release, err := ReadShardOverlapped(fsys, dir, m, 0)
+			if err == nil {
+				err = sh.Verified()
+			}
+			if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), m.Shards[0].File) {
+				t.Errorf("bit flipped at byte %d: ReadShardOverlapped and Verified say %v, want ErrChecksum naming the file", off, err)
+			}
+			release()
+		}
+		overwrite(t, fsys, path, file[:len(file)-8])
+		if _, release, err := ReadShardOverlapped(fsys, dir, m, 0); !errors.Is(err, ErrSize) {
+			t.Errorf("truncated: ReadShardOverlapped says %v, want ErrSize", err)
+		} else {
+			release()
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,21 @@ type Shard struct {
 	// returns a shard with Delta false.
 	Delta  bool
 	Parent int64
+
+	// verify, set by ReadShardOverlapped, waits for the file's checksum.
+	verify func() error
+}
+
+// Verified waits until the file the shard was read from has been checked
+// and returns the result: nil, or why the file is damaged. A shard from
+// ReadShardOverlapped is not to be trusted (nor anything built from it
+// kept) before Verified returns nil; every other shard was checked before
+// it was returned, and Verified returns nil at once.
+func (s *Shard) Verified() error {
+	if s.verify == nil {
+		return nil
+	}
+	return s.verify()
 }
 
 // Reserved __metadata__ keys, written by WriteShard and checked by
@@ -342,9 +358,46 @@ func ReadShardMapped(fsys vfs.FS, dir string, m Manifest, k int) (s Shard, relea
 		return Shard{}, noop, err
 	}
 	cdir := filepath.Join(dir, CheckpointName(m.Step))
-	s, unmap, err := readShardMapped(fsys, cdir, m, k)
+	s, unmap, err := readShardMapped(fsys, cdir, m, k, false)
 	if err != nil {
 		return Shard{}, noop, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
+	}
+	var once sync.Once
+	return s, func() { once.Do(unmap) }, nil
+}
+
+// ReadShardOverlapped is ReadShardMapped that returns as soon as the file's
+// header is read, while the checksum of the whole file is computed in the
+// background: a restore copies the tensors into its state while the disk
+// is still reading the file, instead of after. Nothing read from the
+// tensors is to be trusted before s.Verified() returns nil: a caller
+// builds what it builds from them, then calls Verified, and drops all of
+// it if Verified returns an error (a damaged file). Reading the mapping
+// where the file cannot be read (it shrank, or the disk failed) faults; a
+// caller reads it on goroutines with debug.SetPanicOnFault set and turns
+// that into an error, as the checksum does. release waits for the
+// checksum before it unmaps the file. Where the file is not mapped (see
+// ReadShardMapped) it is ReadShardMapped: the file is checked before it
+// returns.
+func ReadShardOverlapped(fsys vfs.FS, dir string, m Manifest, k int) (s Shard, release func(), err error) {
+	if k < 0 || k >= len(m.Shards) || m.Shards[k].Delta {
+		return ReadShardMapped(fsys, dir, m, k)
+	}
+	if err := m.Validate(); err != nil {
+		return Shard{}, func() {}, err
+	}
+	cdir := filepath.Join(dir, CheckpointName(m.Step))
+	s, unmap, err := readShardMapped(fsys, cdir, m, k, true)
+	if err != nil {
+		return Shard{}, func() {}, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
+	}
+	if verify := s.verify; verify != nil {
+		s.verify = func() error {
+			if err := verify(); err != nil {
+				return fmt.Errorf("checkpoint: read %s: %w", cdir, err)
+			}
+			return nil
+		}
 	}
 	var once sync.Once
 	return s, func() { once.Do(unmap) }, nil
@@ -353,7 +406,10 @@ func ReadShardMapped(fsys vfs.FS, dir string, m Manifest, k int) (s Shard, relea
 // readShardMapped is readShard with data, through a mapping of the file
 // where mapFile makes one (unmap releases it), else through a buffer
 // (unmap does nothing).
-func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unmap func(), err error) {
+//
+// With later, it checks the file's checksum in the background: s.verify
+// waits for it, and unmap waits for it before unmapping.
+func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s Shard, unmap func(), err error) {
 	si := m.Shards[k]
 	path := filepath.Join(cdir, si.File)
 	fi, err := fsys.Stat(path)
@@ -384,20 +440,63 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int) (s Shard, unma
 		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
 	}
 	h := si.newHash()
-	if err := hashAll(h, data, progress); err != nil {
-		return fail(err)
+	check := func() error {
+		if err := hashAll(h, data, progress); err != nil {
+			return err
+		}
+		return si.verifySum(h)
 	}
-	if err := si.verifySum(h); err != nil {
-		return fail(err)
+	if !later {
+		if err := check(); err != nil {
+			return fail(err)
+		}
+		hdr, tensors, err := decodeBytes(data)
+		if err != nil {
+			return fail(err)
+		}
+		if s, err = checkAgainstManifest(hdr, tensors, m, k); err != nil {
+			return fail(err)
+		}
+		return s, unmap, nil
 	}
-	hdr, tensors, err := decodeBytes(data)
+	done := make(chan struct{})
+	var sumErr error
+	go func() {
+		defer close(done)
+		sumErr = check()
+	}()
+	verify := func() error {
+		<-done
+		if sumErr != nil {
+			return fmt.Errorf("%s: %w", si.File, sumErr)
+		}
+		return nil
+	}
+	// The header is read while the checksum is computed; where it does not
+	// parse, the checksum's verdict (a damaged file) is the clearer error.
+	hdr, tensors, err := decodeMapped(data)
+	if err == nil {
+		s, err = checkAgainstManifest(hdr, tensors, m, k)
+	}
 	if err != nil {
-		return fail(err)
+		if verr := verify(); verr != nil {
+			err = verr
+		} else {
+			err = fmt.Errorf("%s: %w", si.File, err)
+		}
+		unmap()
+		return Shard{}, nil, err
 	}
-	if s, err = checkAgainstManifest(hdr, tensors, m, k); err != nil {
-		return fail(err)
-	}
-	return s, unmap, nil
+	s.verify = verify
+	free := unmap
+	return s, func() { <-done; free() }, nil
+}
+
+// decodeMapped is decodeBytes of a mapping, a fault reading it an error.
+func decodeMapped(data []byte) (hdr Header, tensors []Tensor, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer catchFault(&err, data)
+	return decodeBytes(data)
 }
 
 // readShard reads (withData) or only verifies shard k. Errors are reasons

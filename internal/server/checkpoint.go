@@ -155,7 +155,7 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 	// keeps), and released once the state is built.
 	var releases []func()
 	read := func(k int) (*checkpoint.Shard, error) {
-		sh, release, err := checkpoint.ReadShardMapped(fsys, dir, m, k)
+		sh, release, err := checkpoint.ReadShardOverlapped(fsys, dir, m, k)
 		releases = append(releases, release)
 		if err == nil && k < len(m.Shards) {
 			bytes += m.Shards[k].Size

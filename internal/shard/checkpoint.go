@@ -2,9 +2,11 @@ package shard
 
 import (
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
@@ -266,7 +268,59 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 // the ps reads only its own shard; otherwise it reads them all and takes
 // its share under the current placement (re-sharding). It takes no lock
 // and touches no shard: Install the result.
-func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
+//
+// read may return shards whose files are still being checked
+// (checkpoint.ReadShardOverlapped): Restore builds the state while they
+// are, then waits for every shard it read to be verified and returns the
+// first shard's error, and no state, if one was damaged. A fault reading a
+// mapped file (it shrank, or the disk failed) is an error too.
+func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (st *State, err error) {
+	var got []*checkpoint.Shard
+	defer func() {
+		// A damaged file's error comes before whatever building the
+		// state from it ran into.
+		for _, sh := range got {
+			if verr := sh.Verified(); verr != nil {
+				st, err = nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, verr)
+				return
+			}
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(interface{ Addr() uintptr })
+			if !ok || !inShards(got, f.Addr()) {
+				panic(r) // not a shard file's memory: a bug
+			}
+			st, err = nil, fmt.Errorf("checkpoint of step %d: reading a shard file failed (it shrank while read, or the disk failed): %v", m.Step, r)
+		}
+	}()
+	return restore(m, func(k int) (*checkpoint.Shard, error) {
+		sh, err := read(k)
+		if sh != nil {
+			got = append(got, sh)
+		}
+		return sh, err
+	}, task, numPS, numWorkers)
+}
+
+// inShards reports whether addr is in the data of one of the shards' tensors.
+func inShards(shards []*checkpoint.Shard, addr uintptr) bool {
+	for _, sh := range shards {
+		for _, t := range sh.Tensors {
+			if len(t.Data) > 0 {
+				lo := uintptr(unsafe.Pointer(unsafe.SliceData(t.Data)))
+				if addr >= lo && addr-lo < uintptr(len(t.Data)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
 	l, t, err := layoutOf(m, numWorkers)
 	if err != nil {
 		return nil, err

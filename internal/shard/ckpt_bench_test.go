@@ -47,8 +47,10 @@ import (
 // read the tables' sizes, then, after allocating and mapping the copy's
 // memory with no lock held, to copy (PARAMSERV_CKPT_NOMEM=1 copies into
 // fresh memory instead, as Cut does, to compare). The restore reads the
-// file as the server does, mapped (checkpoint.ReadShardMapped);
-// PARAMSERV_CKPT_NOMAP=1 reads it into a buffer (ReadShard) to compare.
+// file as the server does, mapped, building the table while the checksum
+// is computed (checkpoint.ReadShardOverlapped); PARAMSERV_CKPT_NOOVERLAP=1
+// checks the whole file first (ReadShardMapped) and PARAMSERV_CKPT_NOMAP=1
+// reads it into a buffer (ReadShard), to compare.
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {
@@ -181,7 +183,8 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	var faults int64
 	var pauseOther, pauseFirst time.Duration
 	var saveRatios, restoreRatios []float64
-	noMap := os.Getenv("PARAMSERV_CKPT_NOMAP") != "" // to compare: read the file into a buffer
+	noMap := os.Getenv("PARAMSERV_CKPT_NOMAP") != ""         // to compare: read the file into a buffer
+	noOverlap := os.Getenv("PARAMSERV_CKPT_NOOVERLAP") != "" // to compare: check the file before the copy
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
@@ -313,7 +316,11 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
 					return &sh, err
 				}
-				sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
+				read := checkpoint.ReadShardOverlapped
+				if noOverlap {
+					read = checkpoint.ReadShardMapped
+				}
+				sh, release, err := read(vfs.OS, dir, m, k)
 				releases = append(releases, release)
 				return &sh, err
 			}, 0, 1, 1)

@@ -1,8 +1,10 @@
 package shard
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -33,14 +35,18 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 		if m, err = checkpoint.Load(vfs.OS, dir, 5); err != nil {
 			t.Fatal(err)
 		}
-		restore := func(mapped bool) checkpoint.Shard {
+		restore := func(mapped, overlapped bool) checkpoint.Shard {
 			var releases []func()
 			st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
 				if !mapped {
 					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
 					return &sh, err
 				}
-				sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
+				read := checkpoint.ReadShardMapped
+				if overlapped {
+					read = checkpoint.ReadShardOverlapped
+				}
+				sh, release, err := read(vfs.OS, dir, m, k)
 				releases = append(releases, release)
 				return &sh, err
 			}, 0, 1, 1)
@@ -57,9 +63,12 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 			r.Install(st)
 			return r.Cut().Shard()
 		}
-		read, mapped := restore(false), restore(true)
+		read, mapped, overlapped := restore(false, false), restore(true, false), restore(true, true)
 		if err := checkpoint.DiffTensors(mapped, read); err != nil {
 			t.Errorf("dim %d: mapped restore vs read restore: %v", dim, err)
+		}
+		if err := checkpoint.DiffTensors(overlapped, read); err != nil {
+			t.Errorf("dim %d: overlapped restore vs read restore: %v", dim, err)
 		}
 		if err := checkpoint.DiffTensors(mapped, want); err != nil {
 			t.Errorf("dim %d: mapped restore vs the saved state: %v", dim, err)
@@ -82,6 +91,64 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 		}, 0, 1, 1)
 		if err == nil {
 			t.Errorf("dim %d: a restore of a damaged file succeeded", dim)
+		}
+		// Through ReadShardOverlapped the state is built before the
+		// checksum is known: Restore waits for it and returns none.
+		var releases []func()
+		st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+			sh, release, err := checkpoint.ReadShardOverlapped(vfs.OS, dir, m, k)
+			releases = append(releases, release)
+			return &sh, err
+		}, 0, 1, 1)
+		for _, release := range releases {
+			release()
+		}
+		if !errors.Is(err, checkpoint.ErrChecksum) || st != nil {
+			t.Errorf("dim %d: an overlapped restore of a damaged file: state %v, error %v, want none and ErrChecksum", dim, st != nil, err)
+		}
+	}
+}
+
+// A shard file that shrinks while an overlapped restore copies it (or
+// whose pages the disk cannot read) is an error, not a fault that ends
+// the process: the checksum, Restore's own reads and the table's parallel
+// copy (sparse.Table.Import) each turn the fault into an error.
+func TestRestoreOverlappedShrunkFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mapping is tested on linux")
+	}
+	s := ftrlShard(t, 40_000, 4)
+	dir := t.TempDir()
+	info, err := checkpoint.WriteShard(vfs.OS, dir, 5, 0, 1, s.Cut().Shard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := checkpoint.Manifest{Step: 5, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
+	if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: s.st.layout.Optimizer, Tables: s.st.layout.Tables}); err != nil {
+		t.Fatal(err)
+	}
+	m.Tables = []checkpoint.TableInfo{{Name: "emb", Dim: 4, Slots: []string{"ftrl_n", "ftrl_z"}, Shards: []int{0}}}
+	if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, checkpoint.CheckpointName(5), info.File)
+	for _, keep := range []int64{info.Size * 3 / 4, info.Size / 8} {
+		if err := os.Truncate(path, info.Size); err != nil {
+			t.Fatal(err)
+		}
+		st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+			sh, release, err := checkpoint.ReadShardOverlapped(vfs.OS, dir, m, k)
+			if err == nil {
+				// The file shrinks once its header is read.
+				if err := os.Truncate(path, keep); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(release)
+			return &sh, err
+		}, 0, 1, 1)
+		if err == nil || st != nil {
+			t.Errorf("a file cut to %d of %d bytes while restored: state %v, error %v, want an error", keep, info.Size, st != nil, err)
 		}
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"iter"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Row is one row as All yields it. Value and State alias the table's
@@ -299,8 +301,7 @@ func (t *Table) Import(s Snapshot) error {
 		t.grow(t.live + fresh)
 	}
 	if t.live == 0 && bulkIndex {
-		t.importEmpty(s)
-		return nil
+		return t.importEmpty(s)
 	}
 	for i, k := range s.Keys {
 		h := hashKey(k)
@@ -327,7 +328,11 @@ var bulkIndex = true
 // cache at every key of a large table. Into a table that never had a row
 // (a restore) it fills whole pages in parallel: the copy is memory
 // bandwidth and page faults of fresh memory, which the cores share.
-func (t *Table) importEmpty(s Snapshot) {
+//
+// The parallel copy reads s on goroutines of its own: where s's memory is
+// a mapped file that cannot be read (it shrank, or the disk failed), their
+// fault is an error, ErrSnapshot, and the table is left with no rows.
+func (t *Table) importEmpty(s Snapshot) error {
 	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
 		rows := make([]hashedRow, len(s.Keys))
 		for i, k := range s.Keys {
@@ -337,7 +342,7 @@ func (t *Table) importEmpty(s Snapshot) {
 			rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
 		}
 		t.indexRows(rows)
-		return
+		return nil
 	}
 	// Row i of s becomes row i of the table, page by page.
 	n := len(s.Keys)
@@ -358,10 +363,21 @@ func (t *Table) importEmpty(s Snapshot) {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	var faulted atomic.Value
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+			defer func() {
+				if r := recover(); r != nil {
+					if f, ok := r.(interface{ Addr() uintptr }); !ok || !s.holds(f.Addr()) {
+						panic(r) // not the snapshot's memory: a bug
+					}
+					faulted.CompareAndSwap(nil, fmt.Sprint(r))
+					next.Store(int64(len(t.pages))) // the others stop too
+				}
+			}()
 			for {
 				pi := int(next.Add(1) - 1)
 				if pi >= len(t.pages) {
@@ -379,10 +395,33 @@ func (t *Table) importEmpty(s Snapshot) {
 		}()
 	}
 	wg.Wait()
+	if f := faulted.Load(); f != nil {
+		t.pages = nil
+		return fmt.Errorf("%w: reading the rows failed: %v", ErrSnapshot, f)
+	}
 	t.highWater = n
 	t.live += n
 	t.stats.Imported += int64(n)
 	t.indexParts(byRange, rg)
+	return nil
+}
+
+// holds reports whether addr is in the memory of s's keys or columns.
+func (s Snapshot) holds(addr uintptr) bool {
+	in := func(p unsafe.Pointer, size uintptr) bool {
+		lo := uintptr(p)
+		return size > 0 && addr >= lo && addr-lo < size
+	}
+	if in(unsafe.Pointer(unsafe.SliceData(s.Keys)), uintptr(len(s.Keys))*8) ||
+		in(unsafe.Pointer(unsafe.SliceData(s.Values)), uintptr(len(s.Values))*4) {
+		return true
+	}
+	for _, st := range s.State {
+		if in(unsafe.Pointer(unsafe.SliceData(st)), uintptr(len(st))*4) {
+			return true
+		}
+	}
+	return false
 }
 
 // fillPage copies rows [lo, hi) of s into p, a new page whose first row is
