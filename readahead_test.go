@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,13 @@ type countedPlain struct{ paramserv.SparseModel }
 // ps on a loopback port, to the end of its data.
 func runCounted(t *testing.T, m paramserv.Model) {
 	t.Helper()
+	runCountedJob(t, paramserv.OverlapAuto, m)
+}
+
+// runCountedJob trains one asynchronous worker per model (each to the end
+// of its data) against a ps on a loopback port, with overlap.
+func runCountedJob(t *testing.T, overlap paramserv.Overlap, models ...paramserv.Model) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the job did not end within a minute") })
@@ -96,21 +104,33 @@ func runCounted(t *testing.T, m paramserv.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	workers := `"127.0.0.1:1"`
+	for i := 1; i < len(models); i++ {
+		workers += fmt.Sprintf(`,"127.0.0.1:%d"`, i+1)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":[%s]}`, lis.Addr(), workers)
 	psDone := make(chan error, 1)
 	go func() {
 		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
 			Listen: func(string) (net.Listener, error) { return lis, nil }})
 	}()
-	err = paramserv.Run(ctx, paramserv.RunConfig{
-		TFConfig:   `{` + cluster + `,"task":{"type":"worker","index":0}}`,
-		NewModel:   func(paramserv.ModelConfig) (paramserv.Model, error) { return m, nil },
-		Optimizer:  paramserv.Optimizer{Name: "sgd", LearningRate: 1},
-		TrainSteps: 1 << 20, // the data ends first
-		Logf:       t.Logf,
-	})
-	if err != nil {
-		t.Fatal(err)
+	errs := make(chan error, len(models))
+	for i, m := range models {
+		go func() {
+			errs <- paramserv.Run(ctx, paramserv.RunConfig{
+				TFConfig:   `{` + cluster + fmt.Sprintf(`,"task":{"type":"worker","index":%d}}`, i),
+				NewModel:   func(paramserv.ModelConfig) (paramserv.Model, error) { return m, nil },
+				Optimizer:  paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+				Overlap:    overlap,
+				TrainSteps: 1 << 20, // the data ends first
+				Logf:       t.Logf,
+			})
+		}()
+	}
+	for range models {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := <-psDone; err != nil {
 		t.Fatalf("ps: %v", err)
@@ -163,6 +183,55 @@ func TestRunOverlapsASparseReadAheadModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// RunConfig.Overlap turns the overlap on with two workers, where the
+// default leaves it off, and off with one, where the default turns it on.
+// A value out of range is an error before anything runs.
+func TestRunOverlapOption(t *testing.T) {
+	const n = 30
+	for _, tc := range []struct {
+		overlap paramserv.Overlap
+		workers int
+		want    bool
+	}{
+		{paramserv.OverlapAuto, 2, false},
+		{paramserv.OverlapOn, 2, true},
+		{paramserv.OverlapAuto, 1, true},
+		{paramserv.OverlapOff, 1, false},
+	} {
+		t.Run(fmt.Sprintf("%v/%d workers", tc.overlap, tc.workers), func(t *testing.T) {
+			var ms []*countedBatches
+			var models []paramserv.Model
+			for range tc.workers {
+				m := &countedBatches{n: n}
+				ms = append(ms, m)
+				models = append(models, countedAhead{m})
+			}
+			runCountedJob(t, tc.overlap, models...)
+			for w, m := range ms {
+				if len(m.seen) != n {
+					t.Errorf("worker %d computed %d batches, want %d", w, len(m.seen), n)
+				}
+				wantPrev := 0
+				if tc.want {
+					wantPrev = n - 1
+				}
+				if m.prev != wantPrev {
+					t.Errorf("worker %d: PrevSparseGradients called %d times, want %d (overlap %v)", w, m.prev, wantPrev, tc.want)
+				}
+			}
+		})
+	}
+	err := paramserv.Run(context.Background(), paramserv.RunConfig{
+		TFConfig:   `{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}`,
+		NewModel:   func(paramserv.ModelConfig) (paramserv.Model, error) { return countedAhead{&countedBatches{n: 1}}, nil },
+		Overlap:    paramserv.Overlap(7),
+		TrainSteps: 1,
+	})
+	if err == nil || !strings.Contains(err.Error(), "Overlap(7)") {
+		t.Errorf("Run with Overlap(7): %v, want an error naming it", err)
 	}
 }
 
