@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -1160,6 +1161,41 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	return sv, nil
 }
 
+// waitSent is waitCall of a call made by Send, landed on this goroutine:
+// a wait of WaitLogEvery or longer is logged as waitCall logs it, from a
+// timer.
+func waitSent(call *client.Call, cfg Config, step, minStep int64) error {
+	start := time.Now()
+	var mu sync.Mutex // guards landed and t's re-arming
+	landed := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(cfg.WaitLogEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if landed {
+			return
+		}
+		cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
+		t.Reset(cfg.WaitLogEvery)
+	})
+	mu.Unlock()
+	err := call.Wait()
+	mu.Lock()
+	landed = true
+	t.Stop()
+	mu.Unlock()
+	return err
+}
+
+// syncHint explains a long wait in synchronous mode.
+func syncHint(cfg Config) string {
+	if cfg.Sync {
+		return " (synchronous: the step completes when enough workers have pushed)"
+	}
+	return ""
+}
+
 // testHook is called at the moments a fault test strikes at: "init" just
 // before the chief's Init, "save" just before a checkpoint's shards are
 // written, "manifest" just before its manifest is. It does nothing outside
@@ -1281,6 +1317,12 @@ type restartWatch struct {
 // as often, whether a ps restarted: if so it ends the call and returns
 // that (retryable) error once the call has landed.
 func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatch) error {
+	if call.Deferred() {
+		if w == nil {
+			return waitSent(call, cfg, step, minStep)
+		}
+		go call.Wait() //nolint:errcheck // (its error is read below)
+	}
 	// Most calls have landed, or land before the first log is due: no
 	// ticker and no message for them (this runs every step).
 	select {
@@ -1296,11 +1338,7 @@ func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatc
 		case <-call.Done:
 			return call.Err
 		case <-tick.C:
-			hint := ""
-			if cfg.Sync {
-				hint = " (synchronous: the step completes when enough workers have pushed)"
-			}
-			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), hint)
+			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
 			if w == nil {
 				continue
 			}
