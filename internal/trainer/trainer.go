@@ -1068,10 +1068,16 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
 		send := func(ctx context.Context, minStep int64) *client.Call {
-			return c.DoAsync(ctx, &client.Request{
+			req := &client.Request{
 				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
 				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
-			})
+			}
+			if st.restarted == nil && !cfg.Replication.Enabled() {
+				// Nothing watches the wait: the call is made and landed
+				// on this goroutine (waitCall), with no other in between.
+				return c.Send(ctx, req)
+			}
+			return c.DoAsync(ctx, req)
 		}
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, send)
 		if err != nil && cfg.Replication.Enabled() {
