@@ -144,9 +144,9 @@ func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
 // goroutine. Between the two the ps applies the push and makes the answer
 // while the caller goes on (a worker computes its next step), and no other
 // goroutine takes part, so nothing is handed between goroutines or
-// threads. The caller must call Wait, and should make no other call to the
-// same ps before it (the call holds its connections until then). The
-// slices of req must not change until the call has landed.
+// threads. The caller must call Wait; the call holds its connections until
+// then (another call made meanwhile takes others). The slices of req must
+// not change until the call has landed.
 //
 // Send is DoAsync, a call that lands by itself and that Wait waits for,
 // when the request or its answer is larger than sendMaxBytes, with

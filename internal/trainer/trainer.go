@@ -1327,7 +1327,7 @@ func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatc
 		if w == nil {
 			return waitSent(call, cfg, step, minStep)
 		}
-		go call.Wait() //nolint:errcheck // (its error is read below)
+		go func() { _ = call.Wait() }() // (its error is read below)
 	}
 	// Most calls have landed, or land before the first log is due: no
 	// ticker and no message for them (this runs every step).
