@@ -85,6 +85,7 @@ type dataConn struct {
 	inc     incrScratch
 	dincr   bool // the ps speaks incremental dense pulls on this connection
 	dense   denseAnswer
+	sent    sent // what the request in flight holds (send, recv)
 }
 
 // helloTimeout bounds the wait for a ps's answer to the preface; a ps that
@@ -260,62 +261,12 @@ type callState struct {
 // run does the call on every ps in parallel; false means a ps does not
 // speak the data path (nothing was sent; the data path is now off).
 func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
+	cs, ok := dp.prepare(ctx, req, call)
+	if cs == nil {
+		return ok
+	}
+	defer dp.release(cs)
 	n := len(dp.ps)
-	cs := &callState{req: req, conns: make([]*dataConn, n), steps: make([]int64, n), dropped: make([]bool, n)}
-	// Connections first: a ps that does not speak the data path turns it
-	// off before anything is sent.
-	var errs []error
-	for i, p := range dp.ps {
-		d, err := p.get(ctx)
-		if errors.Is(err, errNoDataPath) {
-			if dp.off.CompareAndSwap(false, true) {
-				dp.c.opts.Logf("ps %d at %s: %v; using gRPC for pushes and pulls", i, p.addr, err)
-			}
-			for _, d := range cs.conns {
-				if d != nil {
-					d.nc.Close()
-				}
-			}
-			return false
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, dp.c.classify(i, err)))
-		}
-		cs.conns[i] = d
-	}
-	if len(errs) > 0 {
-		for i, d := range cs.conns {
-			if d != nil {
-				dp.ps[i].put(d)
-			}
-		}
-		call.Err = errors.Join(errs...)
-		return true
-	}
-	if req.Push {
-		for _, r := range req.SparseGrads {
-			cs.push = append(cs.push, dp.keys.get(r.Table, r.Keys, n))
-		}
-	}
-	if req.Pull {
-		for _, r := range req.SparseParams {
-			e := dp.keys.get(r.Table, r.Keys, n)
-			cs.pull = append(cs.pull, e)
-			as := -1
-			for j, pe := range cs.push {
-				if pe == e {
-					as = j
-					break
-				}
-			}
-			cs.asPush = append(cs.asPush, as)
-		}
-	}
-	defer func() {
-		dp.keys.release(cs.push)
-		dp.keys.release(cs.pull)
-	}()
-
 	// Once one ps fails, the round trips to the others are cancelled (see
 	// eachCtx) and their errors left out.
 	pctx, cancel := ctx, context.CancelCauseFunc(func(error) {})
@@ -342,12 +293,118 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 		}
 	}
 	wg.Wait()
+	dp.landed(cs, call, perr)
+	return true
+}
+
+// start is run without waiting for the answers: it sends every ps its part
+// of the call, one after the other, on the calling goroutine, and leaves
+// reading the answers to call.Wait (finish), so no other goroutine takes
+// part in the call. False means a ps does not speak the data path
+// (nothing was sent; the data path is now off).
+func (dp *dataPath) start(ctx context.Context, req *Request, call *Call) bool {
+	cs, ok := dp.prepare(ctx, req, call)
+	if cs == nil {
+		if ok {
+			close(call.done)
+		}
+		return ok
+	}
+	n := len(dp.ps)
+	perr := make([]error, n)
+	for i := range n {
+		perr[i] = dp.begin(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+	}
+	call.finish = func() {
+		defer close(call.done)
+		defer dp.release(cs)
+		for i := range n {
+			if perr[i] == nil {
+				cs.steps[i], cs.dropped[i], perr[i] = dp.end(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+			}
+			if perr[i] != nil {
+				perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, perr[i]))
+			}
+		}
+		dp.landed(cs, call, perr)
+	}
+	return true
+}
+
+// prepare takes a connection to every ps and the key sets of req for a
+// call. It returns nil, false if a ps does not speak the data path
+// (nothing was sent; the data path is now off), and nil, true with
+// call.Err set if a ps could not be reached.
+func (dp *dataPath) prepare(ctx context.Context, req *Request, call *Call) (*callState, bool) {
+	n := len(dp.ps)
+	cs := &callState{req: req, conns: make([]*dataConn, n), steps: make([]int64, n), dropped: make([]bool, n)}
+	// Connections first: a ps that does not speak the data path turns it
+	// off before anything is sent.
+	var errs []error
+	for i, p := range dp.ps {
+		d, err := p.get(ctx)
+		if errors.Is(err, errNoDataPath) {
+			if dp.off.CompareAndSwap(false, true) {
+				dp.c.opts.Logf("ps %d at %s: %v; using gRPC for pushes and pulls", i, p.addr, err)
+			}
+			for _, d := range cs.conns {
+				if d != nil {
+					d.nc.Close()
+				}
+			}
+			return nil, false
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ps %d at %s: %w", i, p.addr, dp.c.classify(i, err)))
+		}
+		cs.conns[i] = d
+	}
+	if len(errs) > 0 {
+		for i, d := range cs.conns {
+			if d != nil {
+				dp.ps[i].put(d)
+			}
+		}
+		call.Err = errors.Join(errs...)
+		return nil, true
+	}
+	if req.Push {
+		for _, r := range req.SparseGrads {
+			cs.push = append(cs.push, dp.keys.get(r.Table, r.Keys, n))
+		}
+	}
+	if req.Pull {
+		for _, r := range req.SparseParams {
+			e := dp.keys.get(r.Table, r.Keys, n)
+			cs.pull = append(cs.pull, e)
+			as := -1
+			for j, pe := range cs.push {
+				if pe == e {
+					as = j
+					break
+				}
+			}
+			cs.asPush = append(cs.asPush, as)
+		}
+	}
+	return cs, true
+}
+
+// release drops the key sets a call referenced.
+func (dp *dataPath) release(cs *callState) {
+	dp.keys.release(cs.push)
+	dp.keys.release(cs.pull)
+}
+
+// landed sets the call's outcome from the round trips to every ps (perr:
+// their errors) and gives back the connections.
+func (dp *dataPath) landed(cs *callState, call *Call, perr []error) {
 	call.Err = errors.Join(perr...)
 	for _, d := range cs.dropped {
 		call.Dropped = call.Dropped || d
 	}
 	call.Step = cs.steps[0]
-	if call.Err == nil && req.Pull {
+	if call.Err == nil && cs.req.Pull {
 		call.Step = dp.c.stepOf(cs.steps)
 	}
 	for i, d := range cs.conns {
@@ -355,23 +412,47 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 			dp.ps[i].put(d)
 		}
 	}
-	return true
 }
 
 // roundTrip sends ps i its part of the call and reads the answer into the
 // caller's params and rows. On an error that leaves the connection unusable
 // it closes it and clears cs.conns[i].
 func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, pull bool, minStep int64) (step int64, dropped bool, err error) {
+	if err := dp.begin(ctx, cs, i, push, pull, minStep); err != nil {
+		return 0, false, err
+	}
+	return dp.end(ctx, cs, i, push, pull, minStep)
+}
+
+// begin is the first half of roundTrip: it sends ps i its part of the
+// call; end reads the answer.
+func (dp *dataPath) begin(ctx context.Context, cs *callState, i int, push, pull bool, minStep int64) error {
 	d := cs.conns[i]
 	if d == nil {
 		// An earlier round trip of this call broke the connection.
+		var err error
 		if d, err = dp.ps[i].get(ctx); err != nil {
-			return 0, false, err
+			return err
 		}
 		cs.conns[i] = d
 	}
+	if err := dp.send(ctx, d, cs, i, push, pull, minStep, dp.c.opts.NoKeyCache); err != nil {
+		return dp.broke(ctx, cs, i, err)
+	}
+	return nil
+}
+
+// end reads ps i's answer to what begin sent; after a key cache miss it
+// sends the request again with its keys.
+func (dp *dataPath) end(ctx context.Context, cs *callState, i int, push, pull bool, minStep int64) (step int64, dropped bool, err error) {
+	d := cs.conns[i]
 	for attempt := 0; ; attempt++ {
-		step, dropped, err = dp.exchange(ctx, d, cs, i, push, pull, minStep, attempt > 0 || dp.c.opts.NoKeyCache)
+		if attempt > 0 {
+			if err := dp.send(ctx, d, cs, i, push, pull, minStep, true); err != nil {
+				return 0, false, dp.broke(ctx, cs, i, err)
+			}
+		}
+		step, dropped, err = dp.recv(d, cs, i, pull)
 		var re *replyError
 		if err == nil || errors.As(err, &re) {
 			// The connection is in step: an error reply came whole. The ps
@@ -385,32 +466,39 @@ func (dp *dataPath) roundTrip(ctx context.Context, cs *callState, i int, push, p
 			}
 			return step, dropped, err
 		}
-		d.nc.Close()
-		cs.conns[i] = nil
-		if d.silent != nil {
-			return 0, false, d.silent
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The connection's deadlines come from ctx: it is done, or
-			// about to be (its timer may not have fired yet).
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-		var fe *wire.FrameError
-		var le *LayoutError
-		switch {
-		case errors.As(err, &le):
-		case ctx.Err() != nil:
-			err = status.FromContextError(ctx.Err()).Err()
-		case errors.As(err, &fe):
-			err = status.Error(codes.Internal, err.Error())
-		case !isStatus(err):
-			err = status.Error(codes.Unavailable, err.Error())
-		}
-		return 0, false, err
+		return 0, false, dp.broke(ctx, cs, i, err)
 	}
+}
+
+// broke closes ps i's connection after err left it unusable, clears
+// cs.conns[i], and returns the call's error.
+func (dp *dataPath) broke(ctx context.Context, cs *callState, i int, err error) error {
+	d := cs.conns[i]
+	d.nc.Close()
+	cs.conns[i] = nil
+	if d.silent != nil {
+		return d.silent
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The connection's deadlines come from ctx: it is done, or
+		// about to be (its timer may not have fired yet).
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	var fe *wire.FrameError
+	var le *LayoutError
+	switch {
+	case errors.As(err, &le):
+	case ctx.Err() != nil:
+		err = status.FromContextError(ctx.Err()).Err()
+	case errors.As(err, &fe):
+		err = status.Error(codes.Internal, err.Error())
+	case !isStatus(err):
+		err = status.Error(codes.Unavailable, err.Error())
+	}
+	return err
 }
 
 func isStatus(err error) bool {
@@ -431,9 +519,44 @@ func (e *replyError) cacheMiss() bool {
 	return st.Code() == codes.Aborted && strings.Contains(st.Message(), "key cache miss")
 }
 
-// exchange writes one request to ps i and reads its reply. noCache sends
-// every key set's keys and keeps none.
-func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i int, push, pull bool, minStep int64, noCache bool) (int64, bool, error) {
+// sent is what a request written on a data connection holds until its
+// reply is read (recv) or the write failed: the stores of incremental
+// pulls locked, the watch of the call's context and the health check.
+type sent struct {
+	held      *rowStore   // locked: an incremental pull of rows
+	ds        *denseStore // locked: an incremental pull of dense values
+	heldSince uint64      // ds's version before the pull
+	stop      func() bool // stops the context's watch, if any
+	armed     bool        // the health check is armed
+}
+
+// settle gives back what the request in flight held (see sent).
+func (d *dataConn) settle() {
+	s := &d.sent
+	if s.armed && d.probe.disarm() {
+		d.broken = true
+	}
+	if s.stop != nil && !s.stop() {
+		d.broken = true // its deadline may be set in the past any time now
+	}
+	if s.ds != nil {
+		s.ds.mu.Unlock()
+	}
+	if s.held != nil {
+		s.held.mu.Unlock()
+	}
+	*s = sent{}
+}
+
+// send writes one request to ps i; recv reads its reply. noCache sends
+// every key set's keys and keeps none. On an error the connection holds
+// nothing (settle has run).
+func (dp *dataPath) send(ctx context.Context, d *dataConn, cs *callState, i int, push, pull bool, minStep int64, noCache bool) (err error) {
+	defer func() {
+		if err != nil {
+			d.settle()
+		}
+	}()
 	c, req := dp.c, cs.req
 	op := wire.OpPull
 	if push {
@@ -526,7 +649,7 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 		incr = held.want()
 	}
 	if incr {
-		defer held.mu.Unlock()
+		d.sent.held = held
 		d.inc.ask(held, cs, i, c.tableDim)
 	}
 	if pull {
@@ -546,40 +669,39 @@ func (dp *dataPath) exchange(ctx context.Context, d *dataConn, cs *callState, i 
 	}
 	dincr := pull && d.dincr && dp.dense != nil && req.Params != nil && len(c.byPS[i]) > 0
 	var ds *denseStore
-	var heldSince uint64
 	if dincr {
 		ds = dp.dense[i]
 		dincr = ds.want()
 	}
 	if dincr {
-		defer ds.mu.Unlock()
+		d.sent.ds = ds
 		f.DenseHeld(wire.DenseHeld{Incarnation: ds.inc, Since: ds.since, Blocks: denseBlocks(c.byPS[i])})
 		// Until a whole answer is in, the values kept are of no version.
-		heldSince = ds.since
+		d.sent.heldSince = ds.since
 		ds.since = 0
 	}
 	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, DenseIncremental: dincr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
 
 	if err := d.setDeadline(ctx); err != nil {
-		return 0, false, err
+		return err
 	}
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { _ = d.nc.SetDeadline(time.Unix(1, 0)) })
-		defer func() {
-			if !stop() {
-				d.broken = true // its deadline may be set in the past any time now
-			}
-		}()
+		d.sent.stop = context.AfterFunc(ctx, func() { _ = d.nc.SetDeadline(time.Unix(1, 0)) })
 	}
 	d.probe.arm(dp.c, i, d)
-	defer func() {
-		if d.probe.disarm() {
-			d.broken = true
-		}
-	}()
-	if _, err := f.WriteTo(d.nc); err != nil {
-		return 0, false, err
-	}
+	d.sent.armed = true
+	_, err = f.WriteTo(d.nc)
+	return err
+}
+
+// recv reads the reply of the request send wrote to ps i into the
+// caller's params and rows.
+func (dp *dataPath) recv(d *dataConn, cs *callState, i int, pull bool) (int64, bool, error) {
+	defer d.settle()
+	c, req := dp.c, cs.req
+	n := len(dp.ps)
+	incr, held := d.sent.held != nil, d.sent.held
+	dincr, ds, heldSince := d.sent.ds != nil, d.sent.ds, d.sent.heldSince
 	if _, err := io.ReadFull(d.br, d.hdr[:]); err != nil {
 		return 0, false, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -11,7 +12,8 @@ import (
 )
 
 // Call is a Pull, Push or PushPull in flight. Done is closed when it has
-// landed; then Err, Step and Dropped are set and may be read.
+// landed; then Err, Step and Dropped are set and may be read. A call made
+// by Send lands only in Wait.
 type Call struct {
 	Done <-chan struct{}
 	// Err is nil on success; otherwise it names each ps that failed.
@@ -24,6 +26,9 @@ type Call struct {
 	Dropped bool
 
 	done chan struct{}
+	// finish reads the answers of a call made by Send; once runs it.
+	finish func()
+	once   sync.Once
 }
 
 func newCall() *Call {
@@ -31,11 +36,20 @@ func newCall() *Call {
 	return &Call{Done: d, done: d}
 }
 
-// Wait blocks until the call has landed and returns its error.
+// Wait blocks until the call has landed and returns its error. A call
+// made by Send is landed here: its answers are read on the goroutine that
+// calls Wait.
 func (c *Call) Wait() error {
+	if c.finish != nil {
+		c.once.Do(c.finish)
+	}
 	<-c.Done
 	return c.Err
 }
+
+// Deferred reports whether the call was made by Send and lands only in
+// Wait.
+func (c *Call) Deferred() bool { return c.finish != nil }
 
 // Pull reads every variable into params once the global step reaches
 // minStep (0: at once), and returns the step of the values read.
@@ -123,6 +137,72 @@ func (c *Client) DoAsync(ctx context.Context, req *Request) *Call {
 		return call
 	}
 	return c.grpcDo(ctx, req)
+}
+
+// Send sends req and returns once it is written, without reading the
+// answers: the call lands in its Wait, which reads them on the caller's
+// goroutine. Between the two the ps applies the push and makes the answer
+// while the caller goes on (a worker computes its next step), and no other
+// goroutine takes part, so nothing is handed between goroutines or
+// threads. The caller must call Wait; the call holds its connections until
+// then (another call made meanwhile takes others). The slices of req must
+// not change until the call has landed.
+//
+// Send is DoAsync, a call that lands by itself and that Wait waits for,
+// when the request or its answer is larger than sendMaxBytes, with
+// incremental pulls (Options.IncrementalPull), and when a ps does not speak
+// the data path.
+func (c *Client) Send(ctx context.Context, req *Request) *Call {
+	dp := c.dp
+	if dp == nil || dp.off.Load() || dp.held != nil || dp.dense != nil || !small(req) {
+		return c.DoAsync(ctx, req)
+	}
+	if err := c.checkDense(req); err != nil {
+		return failed(err)
+	}
+	if err := c.checkRows(req.SparseGrads); err != nil {
+		return failed(err)
+	}
+	if err := c.checkRows(req.SparseParams); err != nil {
+		return failed(err)
+	}
+	call := newCall()
+	if !dp.start(ctx, req, call) {
+		// A ps does not speak the data path: the call goes by gRPC.
+		return c.grpcDo(ctx, req)
+	}
+	return call
+}
+
+// sendMaxBytes bounds the calls Send makes on the caller's goroutine:
+// requests and answers this small fit in the sockets' buffers, so writing
+// a request does not wait for the ps to read it, and the ps does not wait
+// for the worker to read its answer (it is read only in Wait). Larger
+// calls gain from being written and read beside the caller's work.
+const sendMaxBytes = 64 << 10
+
+// small reports whether req and its answer (all ps together) each hold at
+// most sendMaxBytes of values and keys.
+func small(req *Request) bool {
+	var out, in int
+	if req.Push {
+		for _, g := range req.Grads {
+			out += 4 * len(g)
+		}
+		for _, r := range req.SparseGrads {
+			out += 8*len(r.Keys) + 4*len(r.Values)
+		}
+	}
+	if req.Pull {
+		for _, p := range req.Params {
+			in += 4 * len(p)
+		}
+		for _, r := range req.SparseParams {
+			out += 8 * len(r.Keys)
+			in += 4 * len(r.Values)
+		}
+	}
+	return out <= sendMaxBytes && in <= sendMaxBytes
 }
 
 // checkDense checks req's dense gradients and destinations, if any.

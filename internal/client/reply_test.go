@@ -22,7 +22,7 @@ import (
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
-// The reply parser of the data path (exchange, wire.ParseRepHeader,
+// The reply parser of the data path (recv, wire.ParseRepHeader,
 // wire.ReadErrorBody) against replies a ps should never send, from a fake
 // ps on a pipe that answers one request with given bytes and closes.
 

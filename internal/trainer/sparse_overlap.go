@@ -120,7 +120,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	var sentAt int64 // the step its gradients were computed at
 	defer func() {
 		if inflight != nil {
-			<-inflight.Done // the buffers are lent to it until it lands
+			_ = inflight.Wait() // the buffers are lent to it until it lands
 		}
 		if cur != 0 {
 			copy2(params, ps[cur])
@@ -143,7 +143,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 				q.sent()
 			}
 		}
-		inflight, pushing = c.DoAsync(ctx, req), push
+		inflight, pushing = c.Send(ctx, req), push
 		st.comm += time.Since(t)
 	}
 	// land waits for the call in flight, which pulled into the other set:

@@ -136,6 +136,11 @@ func (p *aheadPS) Do(_ context.Context, req *client.Request) *client.Call {
 	return call
 }
 
+// Send is DoAsync: the fake's calls land by themselves, Wait waits.
+func (p *aheadPS) Send(ctx context.Context, req *client.Request) *client.Call {
+	return p.DoAsync(ctx, req)
+}
+
 func (p *aheadPS) DoAsync(_ context.Context, req *client.Request) *client.Call {
 	done := make(chan struct{})
 	ac := &aheadCall{req: req, call: &client.Call{Done: done}, done: done}

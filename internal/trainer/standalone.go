@@ -22,6 +22,7 @@ type psClient interface {
 	PushPullAsync(ctx context.Context, step int64, grads model.Params, minStep int64, params model.Params) *client.Call
 	Do(ctx context.Context, req *client.Request) *client.Call
 	DoAsync(ctx context.Context, req *client.Request) *client.Call
+	Send(ctx context.Context, req *client.Request) *client.Call
 	Status(ctx context.Context) ([]*pb.StatusResponse, error)
 	PullRows(ctx context.Context, minStep int64, table string, keys []uint64, values []float32) (int64, error)
 }
@@ -95,6 +96,10 @@ func (p *localPS) PushPullAsync(ctx context.Context, step int64, grads model.Par
 }
 
 func (p *localPS) DoAsync(ctx context.Context, req *client.Request) *client.Call {
+	return p.Do(ctx, req)
+}
+
+func (p *localPS) Send(ctx context.Context, req *client.Request) *client.Call {
 	return p.Do(ctx, req)
 }
 

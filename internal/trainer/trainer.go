@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
@@ -1067,10 +1068,16 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
 		send := func(ctx context.Context, minStep int64) *client.Call {
-			return c.DoAsync(ctx, &client.Request{
+			req := &client.Request{
 				Push: true, Step: step, Grads: grads, SparseGrads: pushed,
 				Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
-			})
+			}
+			if st.restarted == nil && !cfg.Replication.Enabled() {
+				// Nothing watches the wait: the call is made and landed
+				// on this goroutine (waitCall), with no other in between.
+				return c.Send(ctx, req)
+			}
+			return c.DoAsync(ctx, req)
 		}
 		step, err = st.exchange(ctx, cfg, m, params, sv, step, send)
 		if err != nil && cfg.Replication.Enabled() {
@@ -1158,6 +1165,41 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 		sv.force = true
 	}
 	return sv, nil
+}
+
+// waitSent is waitCall of a call made by Send, landed on this goroutine:
+// a wait of WaitLogEvery or longer is logged as waitCall logs it, from a
+// timer.
+func waitSent(call *client.Call, cfg Config, step, minStep int64) error {
+	start := time.Now()
+	var mu sync.Mutex // guards landed and t's re-arming
+	landed := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(cfg.WaitLogEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if landed {
+			return
+		}
+		cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
+		t.Reset(cfg.WaitLogEvery)
+	})
+	mu.Unlock()
+	err := call.Wait()
+	mu.Lock()
+	landed = true
+	t.Stop()
+	mu.Unlock()
+	return err
+}
+
+// syncHint explains a long wait in synchronous mode.
+func syncHint(cfg Config) string {
+	if cfg.Sync {
+		return " (synchronous: the step completes when enough workers have pushed)"
+	}
+	return ""
 }
 
 // testHook is called at the moments a fault test strikes at: "init" just
@@ -1281,6 +1323,12 @@ type restartWatch struct {
 // as often, whether a ps restarted: if so it ends the call and returns
 // that (retryable) error once the call has landed.
 func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatch) error {
+	if call.Deferred() {
+		if w == nil {
+			return waitSent(call, cfg, step, minStep)
+		}
+		go func() { _ = call.Wait() }() // (its error is read below)
+	}
 	// Most calls have landed, or land before the first log is due: no
 	// ticker and no message for them (this runs every step).
 	select {
@@ -1296,11 +1344,7 @@ func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatc
 		case <-call.Done:
 			return call.Err
 		case <-tick.C:
-			hint := ""
-			if cfg.Sync {
-				hint = " (synchronous: the step completes when enough workers have pushed)"
-			}
-			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), hint)
+			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
 			if w == nil {
 				continue
 			}

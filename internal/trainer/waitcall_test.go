@@ -1,13 +1,18 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/server"
 )
 
 // A call that has landed costs a step no ticker and no message: waitCall
@@ -53,5 +58,61 @@ func TestWaitCallLogsWhileWaiting(t *testing.T) {
 		if !strings.Contains(msg, part) {
 			t.Errorf("log line %q lacks %q", msg, part)
 		}
+	}
+}
+
+// A call made by Send lands in waitCall, on its goroutine; while it waits
+// (here for a step another push brings) it is logged as any call is.
+func TestWaitCallLandsASentCall(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := server.New(server.Config{NumWorkers: 1})
+	served := make(chan struct{})
+	go func() { server.ServeListener(ctx, lis, s); close(served) }()
+	defer func() { cancel(); <-served }()
+	tables := []model.Table{{Name: "t", Dim: 1}}
+	c, err := client.New([]string{lis.Addr().String()}, nil, client.Options{Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Init(ctx, nil, client.InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	vals := []float32{5}
+	call := c.Send(ctx, &client.Request{Pull: true, MinStep: 1, SparseParams: []client.Rows{{Table: "t", Keys: []uint64{9}, Values: vals}}})
+	if !call.Deferred() {
+		t.Fatal("Send made a call that lands by itself")
+	}
+	logged := make(chan string, 1)
+	cfg := Config{WaitLogEvery: time.Millisecond, Logf: func(format string, args ...any) {
+		select {
+		case logged <- fmt.Sprintf(format, args...):
+		default:
+		}
+	}}
+	errc := make(chan error, 1)
+	go func() { errc <- waitCall(call, cfg, 3, 1, nil) }()
+	msg := <-logged // waits for the first log line, however long it takes
+	if !strings.Contains(msg, "push of step 3 and pull of step 1 has waited") {
+		t.Errorf("log line %q", msg)
+	}
+	if _, _, err := c.Push(ctx, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the sent call did not land within a minute of the push it waited for")
+	}
+	if call.Step != 1 || vals[0] != 0 {
+		t.Fatalf("the call landed at step %d with row %v, want step 1 and row 0", call.Step, vals)
 	}
 }
