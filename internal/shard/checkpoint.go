@@ -581,7 +581,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 	}
 	// A ps restoring its own shard takes the file's columns as they are
 	// when the keys are in order, as the writer leaves them.
-	if len(from) == 1 && !reshard && strictlyAscending(keysOf[from[0]]) {
+	if len(from) == 1 && !reshard && sparse.Unordered(keysOf[from[0]]) < 0 {
 		c := data[from[0]]
 		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
 		if snap.State == nil {
@@ -660,13 +660,4 @@ func uint64sView(sh *checkpoint.Shard, name string) ([]uint64, error) {
 		return nil, err
 	}
 	return t.Uint64sView()
-}
-
-func strictlyAscending(keys []uint64) bool {
-	for i := 1; i < len(keys); i++ {
-		if keys[i] <= keys[i-1] {
-			return false
-		}
-	}
-	return true
 }

@@ -266,16 +266,16 @@ func (t *Table) Import(s Snapshot) error {
 			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
 		}
 	}
-	fresh := 0
-	for i, k := range s.Keys {
-		if i > 0 && k <= s.Keys[i-1] {
-			return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, k, s.Keys[i-1])
-		}
-		// Into an empty table (a restore) every key is new: no lookup.
-		if t.live == 0 {
-			fresh++
-		} else if r, _ := t.find(k, hashKey(k)); r < 0 {
-			fresh++
+	if i := Unordered(s.Keys); i >= 0 {
+		return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, s.Keys[i], s.Keys[i-1])
+	}
+	fresh := n // into an empty table (a restore) every key is new: no lookup
+	if t.live > 0 {
+		fresh = 0
+		for _, k := range s.Keys {
+			if r, _ := t.find(k, hashKey(k)); r < 0 {
+				fresh++
+			}
 		}
 	}
 	if fresh > t.maxRows-t.live {
@@ -318,6 +318,57 @@ func (t *Table) Import(s Snapshot) error {
 	return nil
 }
 
+// Unordered returns the first index i at which keys are not strictly
+// ascending (keys[i] <= keys[i-1]), or -1 if they are. A long list is
+// checked on every core.
+func Unordered(keys []uint64) int {
+	first := func(lo, hi int) int { // the first i in [lo, hi), lo >= 1
+		for i := lo; i < hi; i++ {
+			if keys[i] <= keys[i-1] {
+				return i
+			}
+		}
+		return -1
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(keys)/parallelCheck)
+	if parts < 2 {
+		return first(1, len(keys))
+	}
+	// The keys may be a mapped file: the goroutines fault as the caller
+	// would (debug.SetPanicOnFault), and the caller panics with what they
+	// panicked with, as if it had read the keys itself.
+	onFault := debug.SetPanicOnFault(false)
+	debug.SetPanicOnFault(onFault)
+	found := make([]int, parts)
+	panics := make([]any, parts)
+	var wg sync.WaitGroup
+	for c := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { panics[c] = recover() }()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(onFault))
+			found[c] = first(max(1, len(keys)*c/parts), len(keys)*(c+1)/parts)
+		}()
+	}
+	wg.Wait()
+	for _, p := range panics {
+		if p != nil {
+			panic(p)
+		}
+	}
+	for _, i := range found {
+		if i >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// parallelCheck is the number of keys per core from which Unordered checks
+// on several.
+var parallelCheck = 1 << 18
+
 // bulkIndex: Import into an empty table builds the index in bucket order.
 var bulkIndex = true
 
@@ -334,12 +385,12 @@ var bulkIndex = true
 // fault is an error, ErrSnapshot, and the table is left with no rows.
 func (t *Table) importEmpty(s Snapshot) error {
 	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
-		rows := make([]hashedRow, len(s.Keys))
+		rows := make([]uint64, len(s.Keys))
 		for i, k := range s.Keys {
 			r := t.allocRow(k)
 			t.stats.Imported++
 			t.fillRow(s, i, r)
-			rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
+			rows[i] = t.indexEntry(hashKey(k), r)
 		}
 		t.indexRows(rows)
 		return nil
@@ -353,12 +404,12 @@ func (t *Table) importEmpty(s Snapshot) error {
 	rg := t.bucketRanges(indexRanges(n))
 	nr := len(rg.lo) - 1
 	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
-	byRange := make([][][]hashedRow, nr)          // [range][worker]
+	byRange := make([][][]uint64, nr)             // [range][worker]
 	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
 	for c := range byRange {
-		byRange[c] = make([][]hashedRow, workers)
+		byRange[c] = make([][]uint64, workers)
 		for w := range workers {
-			byRange[c][w] = make([]hashedRow, 0, per)
+			byRange[c][w] = make([]uint64, 0, per)
 		}
 	}
 	var next atomic.Int64
@@ -386,9 +437,9 @@ func (t *Table) importEmpty(s Snapshot) error {
 				t.pages[pi] = t.newPage(pageRows)
 				lo := pi << t.pageShift
 				t.fillPage(&t.pages[pi], s, lo, min(n, lo+pageRows))
-				for r := lo; r < min(n, lo+pageRows); r++ {
-					e := hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
-					c := rg.of(t.home(e.h))
+				for r, k := range s.Keys[lo:min(n, lo+pageRows)] {
+					e := t.indexEntry(hashKey(k), lo+r)
+					c := rg.of(e >> 32)
 					byRange[c][w] = append(byRange[c][w], e)
 				}
 			}
@@ -437,17 +488,29 @@ func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
 		p.live[o>>6] |= bits
 		p.dirty[o>>6] |= bits
 	}
-	cols := append([][]float32{s.Values}, s.State...)
-	for j, col := range cols {
-		src := col[lo*d : hi*d]
-		if d == 1 {
-			for o, x := range src {
-				p.data[o*stride+j] = x
-			}
-			continue
+	switch {
+	case d == 1 && stride == 1:
+		copy(p.data, s.Values[lo:hi])
+	case d == 1 && stride == 3: // two state slots (FTRL, Adam): one pass, writing in order
+		v, a, b := s.Values[lo:hi], s.State[0][lo:hi], s.State[1][lo:hi]
+		data := p.data[:3*m]
+		for o := range v {
+			row := data[3*o : 3*o+3 : 3*o+3]
+			row[0], row[1], row[2] = v[o], a[o], b[o]
 		}
-		for o := range m {
-			copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+	default:
+		cols := append([][]float32{s.Values}, s.State...)
+		for j, col := range cols {
+			src := col[lo*d : hi*d]
+			if d == 1 {
+				for o, x := range src {
+					p.data[o*stride+j] = x
+				}
+				continue
+			}
+			for o := range m {
+				copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+			}
 		}
 	}
 	if p.count != nil && s.Updates != nil {
@@ -490,26 +553,24 @@ func (t *Table) fillRow(s Snapshot, i, r int) {
 	}
 }
 
-type hashedRow struct {
-	h uint64
-	r uint32
+// indexEntry is what the bulk index build sorts for row r, of hash h: its
+// home bucket in the high 32 bits, its index slot (tag and row) in the low.
+func (t *Table) indexEntry(h uint64, r int) uint64 {
+	return t.home(h)<<32 | uint64(uint32(h)&^t.rowMask|uint32(r+1))
 }
 
-// indexRows enters rows into an empty index. It sorts them by home bucket
-// (a counting sort) and fills the buckets from the first: an entry goes
-// into the first bucket from its home that is not full, as find would put
-// it, so the probing invariant holds.
-func (t *Table) indexRows(rows []hashedRow) {
+// indexRows enters rows (indexEntry) into an empty index, as indexParts.
+func (t *Table) indexRows(rows []uint64) {
 	rg := t.bucketRanges(indexRanges(len(rows)))
-	byRange := make([][][]hashedRow, len(rg.lo)-1)
+	byRange := make([][][]uint64, len(rg.lo)-1)
 	if len(byRange) == 1 {
-		byRange[0] = [][]hashedRow{rows}
+		byRange[0] = [][]uint64{rows}
 	} else {
 		for c := range byRange {
-			byRange[c] = make([][]hashedRow, 1)
+			byRange[c] = make([][]uint64, 1)
 		}
 		for _, e := range rows {
-			c := rg.of(t.home(e.h))
+			c := rg.of(e >> 32)
 			byRange[c][0] = append(byRange[c][0], e)
 		}
 	}
@@ -555,73 +616,68 @@ func indexRanges(n int) int {
 const rangeRows = 1 << 16
 
 // indexParts enters rows into an empty index, byRange[c] holding (in any
-// number of lists) the rows whose home bucket is in range c of rg. The ranges of buckets are filled on every core; the entries
-// that would run past the end of a range (or past the last bucket) are
-// entered after, through find, which puts them where inserting them last
-// would.
-func (t *Table) indexParts(byRange [][][]hashedRow, rg bucketRanges) {
+// number of lists) the entries (indexEntry) of the rows whose home bucket
+// is in range c of rg. The ranges of buckets are filled on every core, each
+// in the cache; the entries that would run past the end of a range (or
+// past the last bucket) are entered after, through find, which puts them
+// where inserting them last would.
+func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 	nr := uint64(len(byRange))
-	over := make([][]hashedRow, nr)
+	over := make([][]uint64, nr)
 	var next atomic.Uint64
 	var wg sync.WaitGroup
 	for range min(uint64(runtime.GOMAXPROCS(0)), nr) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var fill []uint8
 			for {
 				c := next.Add(1) - 1
 				if c >= nr {
 					return
 				}
 				lo, hi := rg.lo[c], rg.lo[c+1]
-				over[c] = t.indexRange(byRange[c], lo, hi)
+				if uint64(cap(fill)) < hi-lo {
+					fill = make([]uint8, hi-lo)
+				}
+				over[c] = t.indexRange(byRange[c], lo, hi, fill[:hi-lo])
 			}
 		}()
 	}
 	wg.Wait()
 	for _, o := range over {
 		for _, e := range o {
-			_, pos := t.find(t.keyAt(int(e.r)), e.h)
-			t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
+			slot := uint32(e)
+			r := int(slot&t.rowMask) - 1
+			k := t.keyAt(r)
+			_, pos := t.find(k, hashKey(k))
+			t.index[pos] = slot
 		}
 	}
 }
 
-// indexRange enters rows, whose home buckets are in [lo, hi), into those
-// buckets and returns the ones that did not fit before hi.
-func (t *Table) indexRange(rows [][]hashedRow, lo, hi uint64) (over []hashedRow) {
-	start := make([]uint32, hi-lo+1)
+// indexRange enters rows (indexEntry), whose home buckets are in [lo, hi),
+// into those buckets, each in the first bucket from its home with a free
+// slot, and returns the ones that found none before hi. fill, of hi-lo
+// elements, is scratch. Entering in any order keeps the invariant (every
+// bucket from an entry's home up to its own is full), as no entry leaves.
+func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8) (over []uint64) {
+	clear(fill)
+	nb := hi - lo
+	index := t.index[lo*bucketSlots : hi*bucketSlots]
 	for _, l := range rows {
 		for _, e := range l {
-			start[t.home(e.h)-lo+1]++
+			b := e>>32 - lo
+			for b < nb && fill[b] == bucketSlots {
+				b++
+			}
+			if b >= nb {
+				over = append(over, e)
+				continue
+			}
+			index[b*bucketSlots+uint64(fill[b])] = uint32(e)
+			fill[b]++
 		}
-	}
-	for b := 1; b < len(start); b++ {
-		start[b] += start[b-1]
-	}
-	sorted := make([]hashedRow, start[len(start)-1])
-	for _, l := range rows {
-		for _, e := range l {
-			b := t.home(e.h) - lo
-			sorted[start[b]] = e
-			start[b]++
-		}
-	}
-	cur := lo
-	fill := 0
-	for _, e := range sorted {
-		if b := t.home(e.h); b > cur {
-			cur, fill = b, 0
-		}
-		for fill == bucketSlots && cur < hi {
-			cur, fill = cur+1, 0
-		}
-		if cur >= hi {
-			over = append(over, e)
-			continue
-		}
-		t.index[int(cur)*bucketSlots+fill] = uint32(e.h)&^t.rowMask | (e.r + 1)
-		fill++
 	}
 	return over
 }
