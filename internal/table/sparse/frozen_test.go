@@ -293,15 +293,101 @@ func testExportParallel(t *testing.T, dim int) {
 	if got := tb.Export(); !reflect.DeepEqual(got, want) {
 		t.Fatal("the parallel Export differs from the one-core loop")
 	}
-	for parts := range 9 {
-		rows := make([]keyRow, 1000+parts)
-		for i := range rows {
-			rows[i] = keyRow{key: rng.Uint64(), row: uint32(i)}
+}
+
+// sortKeyRows sorts keys of any spread: random, in a narrow range, sharing
+// their high bits, powers of two, already sorted, reversed, nearly sorted.
+func TestSortKeyRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	kinds := map[string]func(i, n int) uint64{
+		"random":   func(int, int) uint64 { return rng.Uint64() },
+		"narrow":   func(int, int) uint64 { return 1<<40 + rng.Uint64N(1<<20) },
+		"small":    func(int, int) uint64 { return rng.Uint64N(1 << 16) },
+		"powers":   func(i, _ int) uint64 { return 1 << (i % 64) },
+		"sorted":   func(i, _ int) uint64 { return uint64(i) * 3 },
+		"reversed": func(i, n int) uint64 { return uint64(n-i) << 30 },
+		"nearly": func(i, _ int) uint64 {
+			if i%100 == 0 {
+				return rng.Uint64()
+			}
+			return uint64(i) << 8
+		},
+		"top bit": func(int, int) uint64 { return rng.Uint64() | 1<<63 },
+	}
+	for name, key := range kinds {
+		for _, n := range []int{0, 1, 2, 31, 33, 1000, 100_000} {
+			seen := map[uint64]bool{}
+			var rows []keyRow
+			for i := range n {
+				if k := key(i, n); !seen[k] {
+					seen[k] = true
+					rows = append(rows, keyRow{key: k, row: uint32(i)})
+				}
+			}
+			want := slices.Clone(rows)
+			slices.SortFunc(want, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
+			sortKeyRows(rows, nil)
+			if !slices.Equal(rows, want) {
+				t.Fatalf("%s, %d keys: not sorted", name, n)
+			}
 		}
-		got := sortKeyRows(slices.Clone(rows), parts)
-		slices.SortFunc(rows, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
-		if !slices.Equal(got, rows) {
-			t.Fatalf("sortKeyRows in %d parts did not sort", parts)
+	}
+}
+
+// The parallel Export sorts rows that are in no order, as a trained
+// table's are (rows in the order keys arrived), and those in key order, as
+// a restored table's are, with pages of freed rows between.
+func TestExportParallelOrders(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "ftrl", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	defer func(old int) { parallelExport = old }(parallelExport)
+	for _, order := range []string{"random", "ascending", "narrow", "blocks"} {
+		tb, err := New(Config{Dim: 1, Rule: rule, EvictAfterSteps: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range int64(8) {
+			keys := make([]uint64, 1<<13) // a page of dim-1 FTRL rows
+			for i := range keys {
+				switch order {
+				case "random":
+					keys[i] = rng.Uint64()
+				case "ascending":
+					keys[i] = uint64(step)<<32 | uint64(i)
+				case "narrow":
+					keys[i] = 7<<50 + rng.Uint64N(1<<18)
+				case "blocks": // each page's rows in order, the pages not
+					keys[i] = uint64(8-step)<<32 | uint64(i)
+				}
+			}
+			if order == "ascending" || order == "blocks" {
+				if err := tb.Pull(keys, make([]float32, len(keys))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tb.Push(keys, make([]float32, len(keys)), step); err != nil {
+				t.Fatal(err)
+			}
+			if step == 4 && order != "ascending" && order != "blocks" {
+				tb.Evict(step) // frees the first steps' rows, which new keys reuse
+			}
+		}
+		if order == "ascending" {
+			tb.Evict(7) // holes, not reused: the rows stay in key order
+		}
+		for procs := 1; procs <= 9; procs++ {
+			if !slices.IsSortedFunc(tb.sortedRows(procs), func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }) {
+				t.Fatalf("%s: sortedRows on %d cores did not sort", order, procs)
+			}
+		}
+		parallelExport = math.MaxInt
+		want := tb.Export()
+		parallelExport = 0
+		if got := tb.Export(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the parallel Export differs from the one-core loop", order)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/bits"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -119,10 +120,8 @@ var parallelExport = 1 << 16
 // every row, empty).
 func (t *Table) exportParallel(s *Snapshot) {
 	n, d := t.live, t.dim
-	order := make([]keyRow, 0, n)
-	t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
 	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
-	order = sortKeyRows(order, procs)
+	order := t.sortedRows(procs)
 
 	s.Keys = s.Keys[:n]
 	s.Values = s.Values[:n*d]
@@ -176,65 +175,189 @@ type keyRow struct {
 	row uint32
 }
 
-// sortKeyRows sorts rows by key (keys are distinct): parts parts sorted
-// concurrently, then merged pairwise.
-func sortKeyRows(rows []keyRow, parts int) []keyRow {
-	byKey := func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }
-	if parts < 2 || len(rows) < 2*parts {
-		slices.SortFunc(rows, byKey)
-		return rows
+// sortedRows returns the live rows sorted by key, collected and sorted on
+// procs cores. The rows are bucketed by their keys' leading bits as they
+// are collected (a radix sort's first pass: the bits are those below the
+// highest bit in which the smallest and the largest key differ, so keys in
+// any range spread), and each bucket is then sorted in the cache
+// (sortKeyRows). Rows already in key order, as a restored table's are,
+// are collected as they are.
+func (t *Table) sortedRows(procs int) []keyRow {
+	// Each worker takes a run of whole pages.
+	procs = max(1, min(procs, len(t.pages)))
+	pageLo := make([]int, procs+1)
+	for w := range pageLo {
+		pageLo[w] = len(t.pages) * w / procs
 	}
-	bounds := make([]int, parts+1)
-	for i := range bounds {
-		bounds[i] = len(rows) * i / parts
-	}
-	var wg sync.WaitGroup
-	for i := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slices.SortFunc(rows[bounds[i]:bounds[i+1]], byKey)
-		}()
-	}
-	wg.Wait()
-	buf := make([]keyRow, len(rows))
-	for len(bounds) > 2 {
-		var next []int
-		for i := 0; i+1 < len(bounds); i += 2 {
-			if i+2 >= len(bounds) {
-				copy(buf[bounds[i]:bounds[i+1]], rows[bounds[i]:bounds[i+1]])
-				next = append(next, bounds[i])
-				continue
-			}
-			lo, mid, hi := bounds[i], bounds[i+1], bounds[i+2]
+	each := func(f func(w int)) {
+		var wg sync.WaitGroup
+		for w := range procs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				mergeKeyRows(buf[lo:hi], rows[lo:mid], rows[mid:hi])
+				f(w)
 			}()
-			next = append(next, lo)
 		}
 		wg.Wait()
-		bounds = append(next, len(rows))
-		rows, buf = buf, rows
 	}
-	return rows
+	live := func(w int, f func(k uint64, r int)) {
+		for pi := pageLo[w]; pi < pageLo[w+1]; pi++ {
+			p := &t.pages[pi]
+			for wi, bitsw := range p.live {
+				for bitsw != 0 {
+					o := wi<<6 | trailingZeros(bitsw)
+					bitsw &= bitsw - 1
+					f(p.keys[o], pi<<t.pageShift|o)
+				}
+			}
+		}
+	}
+	// Pass 1: each run's rows, smallest and largest key, and whether its
+	// keys ascend in row order.
+	type runInfo struct {
+		n               int
+		lo, hi          uint64 // smallest, largest
+		first, last     uint64
+		ascending, some bool
+	}
+	runs := make([]runInfo, procs)
+	each(func(w int) {
+		ri := runInfo{lo: math.MaxUint64, ascending: true}
+		live(w, func(k uint64, _ int) {
+			if ri.some && k <= ri.last {
+				ri.ascending = false
+			}
+			if !ri.some {
+				ri.first, ri.some = k, true
+			}
+			ri.last = k
+			ri.lo, ri.hi = min(ri.lo, k), max(ri.hi, k)
+			ri.n++
+		})
+		runs[w] = ri
+	})
+	n := 0
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	ascending := true
+	var prev *runInfo
+	for w := range runs {
+		ri := &runs[w]
+		n += ri.n
+		if !ri.some {
+			continue
+		}
+		lo, hi = min(lo, ri.lo), max(hi, ri.hi)
+		ascending = ascending && ri.ascending && (prev == nil || prev.last < ri.first)
+		prev = ri
+	}
+	order := make([]keyRow, n)
+	if ascending {
+		each(func(w int) {
+			i := 0
+			for v := range w {
+				i += runs[v].n
+			}
+			live(w, func(k uint64, r int) {
+				order[i] = keyRow{k, uint32(r)}
+				i++
+			})
+		})
+		return order
+	}
+	// Pass 2: how many rows of each run fall in each bucket; pass 3: each
+	// run puts its rows into their buckets, in row order.
+	top := bits.Len64(lo ^ hi)
+	digit := min(top, max(1, bits.Len(uint(n/2048))), 12)
+	shift := uint(top - digit)
+	mask := uint64(1)<<digit - 1
+	counts := make([][]int, procs)
+	each(func(w int) {
+		c := make([]int, mask+1)
+		live(w, func(k uint64, _ int) { c[(k>>shift)&mask]++ })
+		counts[w] = c
+	})
+	start := make([]int, mask+2) // bucket b is order[start[b]:start[b+1]]
+	for b := range mask + 1 {
+		at := start[b]
+		for w := range procs {
+			at, counts[w][b] = at+counts[w][b], at // now where run w's rows go
+		}
+		start[b+1] = at
+	}
+	each(func(w int) {
+		at := counts[w]
+		live(w, func(k uint64, r int) {
+			b := (k >> shift) & mask
+			order[at[b]] = keyRow{k, uint32(r)}
+			at[b]++
+		})
+	})
+	var next atomic.Int64
+	each(func(int) {
+		var scratch []keyRow
+		for {
+			b := int(next.Add(1) - 1)
+			if b > int(mask) {
+				return
+			}
+			scratch = sortKeyRows(order[start[b]:start[b+1]], scratch)
+		}
+	})
+	return order
 }
 
-func mergeKeyRows(dst, a, b []keyRow) {
-	i, j, k := 0, 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i].key < b[j].key {
-			dst[k] = a[i]
-			i++
-		} else {
-			dst[k] = b[j]
-			j++
+// sortKeyRows sorts rows by key (keys are distinct) by radix sort, most
+// significant bits first, with scratch for as many rows (grown if short),
+// which it returns. Each pass sorts by the leading bits of the keys below
+// the highest bit in which the smallest and largest differ; a run already
+// in order is left as it is.
+func sortKeyRows(rows, scratch []keyRow) []keyRow {
+	if len(rows) <= 32 {
+		for i := 1; i < len(rows); i++ {
+			for j := i; j > 0 && rows[j].key < rows[j-1].key; j-- {
+				rows[j], rows[j-1] = rows[j-1], rows[j]
+			}
 		}
-		k++
+		return scratch
 	}
-	k += copy(dst[k:], a[i:])
-	copy(dst[k:], b[j:])
+	lo, hi := rows[0].key, rows[0].key
+	ascending := true
+	for i := 1; i < len(rows); i++ {
+		k := rows[i].key
+		ascending = ascending && k > rows[i-1].key
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	if ascending {
+		return scratch
+	}
+	top := bits.Len64(lo ^ hi) // >= 1: the keys are distinct
+	digit := min(top, max(2, bits.Len(uint(len(rows)))-2), 11)
+	shift := uint(top - digit)
+	mask := uint64(1)<<digit - 1
+	var count [1<<11 + 1]int
+	for _, e := range rows {
+		count[(e.key>>shift)&mask+1]++
+	}
+	for b := 1; b <= int(mask)+1; b++ {
+		count[b] += count[b-1]
+	}
+	if cap(scratch) < len(rows) {
+		scratch = make([]keyRow, len(rows))
+	}
+	tmp := scratch[:len(rows)]
+	at := count // a copy: count keeps the bucket starts
+	for _, e := range rows {
+		b := (e.key >> shift) & mask
+		tmp[at[b]] = e
+		at[b]++
+	}
+	copy(rows, tmp)
+	for b := range int(mask) + 1 {
+		if count[b+1]-count[b] > 1 {
+			scratch = sortKeyRows(rows[count[b]:count[b+1]], scratch)
+		}
+	}
+	return scratch
 }
 
 // Import stores the rows of s, replacing rows the table already has for the
