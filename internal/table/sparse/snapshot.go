@@ -74,23 +74,8 @@ type Snapshot struct {
 // Export copies every row, with its optimizer state, into a Snapshot.
 // Admission counts are not exported.
 func (t *Table) Export() Snapshot {
-	n, d := t.live, t.dim
-	s := Snapshot{
-		Dim:    d,
-		Keys:   make([]uint64, 0, n),
-		Values: make([]float32, 0, n*d),
-		State:  make([][]float32, t.slots),
-	}
-	for i := range s.State {
-		s.State[i] = make([]float32, 0, n*d)
-	}
-	if t.keepCount {
-		s.Updates = make([]uint32, 0, n)
-	}
-	if t.keepTouch {
-		s.LastTouch = make([]int64, 0, n)
-	}
-	if n >= parallelExport {
+	s := t.emptySnapshot()
+	if t.live >= parallelExport {
 		t.exportParallel(&s)
 		return s
 	}
@@ -110,6 +95,28 @@ func (t *Table) Export() Snapshot {
 	return s
 }
 
+// emptySnapshot is a Snapshot of the table's shape with no rows and room
+// for every row.
+func (t *Table) emptySnapshot() Snapshot {
+	n, d := t.live, t.dim
+	s := Snapshot{
+		Dim:    d,
+		Keys:   make([]uint64, 0, n),
+		Values: make([]float32, 0, n*d),
+		State:  make([][]float32, t.slots),
+	}
+	for i := range s.State {
+		s.State[i] = make([]float32, 0, n*d)
+	}
+	if t.keepCount {
+		s.Updates = make([]uint32, 0, n)
+	}
+	if t.keepTouch {
+		s.LastTouch = make([]int64, 0, n)
+	}
+	return s
+}
+
 // parallelExport is the number of rows from which Export sorts and copies
 // on every core.
 var parallelExport = 1 << 16
@@ -119,9 +126,14 @@ var parallelExport = 1 << 16
 // copies its range of the sorted rows into s (allocated with capacity for
 // every row, empty).
 func (t *Table) exportParallel(s *Snapshot) {
-	n, d := t.live, t.dim
 	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
-	order := t.sortedRows(procs)
+	t.gather(s, t.sortedRows(procs), procs)
+}
+
+// gather copies the rows of order (sorted) into s (allocated with
+// capacity for every row, empty), each of procs cores a range of them.
+func (t *Table) gather(s *Snapshot, order []keyRow, procs int) {
+	n, d := len(order), t.dim
 
 	s.Keys = s.Keys[:n]
 	s.Values = s.Values[:n*d]
@@ -183,6 +195,13 @@ type keyRow struct {
 // (sortKeyRows). Rows already in key order, as a restored table's are,
 // are collected as they are.
 func (t *Table) sortedRows(procs int) []keyRow {
+	order, _ := t.sortRows(procs)
+	return order
+}
+
+// sortRows is sortedRows, also reporting whether the rows were in key
+// order already (then order's rows ascend too).
+func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
 	// Each worker takes a run of whole pages.
 	procs = max(1, min(procs, len(t.pages)))
 	pageLo := make([]int, procs+1)
@@ -250,7 +269,7 @@ func (t *Table) sortedRows(procs int) []keyRow {
 		ascending = ascending && ri.ascending && (prev == nil || prev.last < ri.first)
 		prev = ri
 	}
-	order := make([]keyRow, n)
+	order = make([]keyRow, n)
 	if ascending {
 		each(func(w int) {
 			i := 0
@@ -262,7 +281,7 @@ func (t *Table) sortedRows(procs int) []keyRow {
 				i++
 			})
 		})
-		return order
+		return order, true
 	}
 	// Pass 2: how many rows of each run fall in each bucket; pass 3: each
 	// run puts its rows into their buckets, in row order.
@@ -303,7 +322,198 @@ func (t *Table) sortedRows(procs int) []keyRow {
 			scratch = sortKeyRows(order[start[b]:start[b+1]], scratch)
 		}
 	})
-	return order
+	return order, false
+}
+
+// Sorted is a table's rows in ascending key order, read a range at a
+// time: a checkpoint streams them to its file (checkpoint.Tensor.Fill)
+// instead of copying them all into a Snapshot first. Its methods may be
+// called from several goroutines at once. The table must not change while
+// it is in use: it is meant for a Frozen copy.
+type Sorted struct {
+	t       *Table
+	order   []keyRow // nil when dense
+	inPlace bool
+	// dense: no row was ever freed and the rows are in key order, so the
+	// i-th row in key order is row i (a restored table that gained no
+	// rows): no order is kept, and rows are read in runs.
+	dense bool
+}
+
+// Sorted sorts the table's rows by key, on every core (as Export does),
+// and returns the view of them in that order.
+func (t *Table) Sorted() *Sorted {
+	if t.live == t.highWater && t.rowsAscend() {
+		return &Sorted{t: t, inPlace: true, dense: true}
+	}
+	order, inPlace := t.sortRows(max(1, min(runtime.GOMAXPROCS(0), 8)))
+	return &Sorted{t: t, order: order, inPlace: inPlace}
+}
+
+// rowsAscend reports whether rows 0 to highWater-1 have ascending keys,
+// checked on every core.
+func (t *Table) rowsAscend() bool {
+	np := len(t.pages)
+	if np == 0 {
+		return true
+	}
+	procs := max(1, min(runtime.GOMAXPROCS(0), np))
+	ok := make([]bool, procs)
+	var wg sync.WaitGroup
+	for w := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := np*w/procs, np*(w+1)/procs
+			var prev uint64
+			for pi := lo; pi < hi; pi++ {
+				keys := t.pages[pi].keys[:t.rowsIn(pi)]
+				if len(keys) == 0 || (pi > 0 && keys[0] <= t.lastKey(pi-1)) || (pi > lo && keys[0] <= prev) {
+					return
+				}
+				for i := 1; i < len(keys); i++ {
+					if keys[i] <= keys[i-1] {
+						return
+					}
+				}
+				prev = keys[len(keys)-1]
+			}
+			ok[w] = true
+		}()
+	}
+	wg.Wait()
+	return !slices.Contains(ok, false)
+}
+
+// rowsIn is the number of rows below highWater in page pi.
+func (t *Table) rowsIn(pi int) int {
+	return max(0, min(len(t.pages[pi].keys), t.highWater-pi<<t.pageShift))
+}
+
+// lastKey is the key of the last row below highWater in page pi, which
+// has one.
+func (t *Table) lastKey(pi int) uint64 { return t.pages[pi].keys[t.rowsIn(pi)-1] }
+
+// runs calls f for the rows i to i+n-1 of a dense view, a run of rows in
+// one page at a time: page p's rows o to o+k-1 are rows at to at+k-1 of
+// those asked for.
+func (v *Sorted) runs(i, n int, f func(p *page, o, k, at int)) {
+	t := v.t
+	for at := 0; at < n; {
+		r := i + at
+		pi, o := r>>t.pageShift, r&t.pageMask
+		k := min(n-at, t.rowsIn(pi)-o)
+		f(&t.pages[pi], o, k, at)
+		at += k
+	}
+}
+
+// Len is the number of rows.
+func (v *Sorted) Len() int {
+	if v.dense {
+		return v.t.live
+	}
+	return len(v.order)
+}
+
+// InPlace reports whether the table's rows were already in key order (as
+// a restored table's are, until it gains rows): reading them in key order
+// then reads the table's memory in order. Otherwise each row read is a
+// cache miss, and for more than one column Export, which reads each row
+// once for all its columns, costs less.
+func (v *Sorted) InPlace() bool { return v.inPlace }
+
+// Keys writes the keys of rows i, i+1, ... into dst.
+func (v *Sorted) Keys(dst []uint64, i int) {
+	if v.dense {
+		v.runs(i, len(dst), func(p *page, o, k, at int) { copy(dst[at:at+k], p.keys[o:o+k]) })
+		return
+	}
+	for j, e := range v.order[i : i+len(dst)] {
+		dst[j] = e.key
+	}
+}
+
+// Floats writes elements e, e+1, ... of a column of Snapshot (0 is
+// Values, 1 + s is State[s]; Dim elements a row) into dst.
+func (v *Sorted) Floats(col int, dst []float32, e int) {
+	t := v.t
+	d, stride := t.dim, t.stride
+	if v.dense && d == 1 {
+		v.runs(e, len(dst), func(p *page, o, k, at int) {
+			out := dst[at : at+k]
+			data := p.data[o*stride+col : (o+k-1)*stride+col+1]
+			for j := range out {
+				out[j] = data[j*stride]
+			}
+		})
+		return
+	}
+	if d == 1 {
+		for j, kr := range v.order[e : e+len(dst)] {
+			r := int(kr.row)
+			dst[j] = t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride+col]
+		}
+		return
+	}
+	for j := 0; j < len(dst); {
+		i, c := (e+j)/d, (e+j)%d
+		r := i
+		if !v.dense {
+			r = int(v.order[i].row)
+		}
+		at := (r&t.pageMask)*stride + col*d
+		j += copy(dst[j:], t.pages[r>>t.pageShift].data[at+c:at+d])
+	}
+}
+
+// row is the table's row of the i-th row in key order.
+func (v *Sorted) row(i int) int {
+	if v.dense {
+		return i
+	}
+	return int(v.order[i].row)
+}
+
+// Snapshot copies the rows into a Snapshot, as Export does.
+func (v *Sorted) Snapshot() Snapshot {
+	if v.dense {
+		return v.t.Export()
+	}
+	s := v.t.emptySnapshot()
+	v.t.gather(&s, v.order, max(1, min(runtime.GOMAXPROCS(0), 8)))
+	return s
+}
+
+// HasUpdates reports whether the table keeps per-row update counts
+// (Snapshot.Updates), HasLastTouch whether it keeps last-touched steps.
+func (v *Sorted) HasUpdates() bool   { return v.t.keepCount }
+func (v *Sorted) HasLastTouch() bool { return v.t.keepTouch }
+
+// Updates writes the update counts of rows i, i+1, ... into dst; 0 where
+// the table keeps none.
+func (v *Sorted) Updates(dst []int64, i int) {
+	t := v.t
+	for j := range dst {
+		r := v.row(i + j)
+		dst[j] = 0
+		if p := &t.pages[r>>t.pageShift]; p.count != nil {
+			dst[j] = int64(p.count[r&t.pageMask])
+		}
+	}
+}
+
+// LastTouch writes the last-touched steps of rows i, i+1, ... into dst; 0
+// where the table keeps none.
+func (v *Sorted) LastTouch(dst []int64, i int) {
+	t := v.t
+	for j := range dst {
+		r := v.row(i + j)
+		dst[j] = 0
+		if p := &t.pages[r>>t.pageShift]; p.touch != nil {
+			dst[j] = t.base + int64(p.touch[r&t.pageMask])
+		}
+	}
 }
 
 // sortKeyRows sorts rows by key (keys are distinct) by radix sort, most
