@@ -741,9 +741,6 @@ func (t *Table) importEmpty(s Snapshot) error {
 	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
 	for c := range byRange {
 		byRange[c] = make([][]uint64, workers)
-		for w := range workers {
-			byRange[c][w] = make([]uint64, 0, per)
-		}
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -752,6 +749,9 @@ func (t *Table) importEmpty(s Snapshot) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			for c := range byRange { // each worker its own, zeroed on its core
+				byRange[c][w] = make([]uint64, 0, per)
+			}
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 			defer func() {
 				if r := recover(); r != nil {
