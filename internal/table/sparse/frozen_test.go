@@ -315,7 +315,7 @@ func TestSortKeyRows(t *testing.T) {
 		"top bit": func(int, int) uint64 { return rng.Uint64() | 1<<63 },
 	}
 	for name, key := range kinds {
-		for _, n := range []int{0, 1, 2, 31, 33, 1000, 100_000} {
+		for _, n := range []int{0, 1, 2, 31, 33, 1000, 20_000} {
 			seen := map[uint64]bool{}
 			var rows []keyRow
 			for i := range n {
@@ -336,49 +336,60 @@ func TestSortKeyRows(t *testing.T) {
 
 // The parallel Export sorts rows that are in no order, as a trained
 // table's are (rows in the order keys arrived), and those in key order, as
-// a restored table's are, with pages of freed rows between.
+// a restored table's are, with pages of freed rows between; Sorted reads
+// any range of them as Export copies them.
 func TestExportParallelOrders(t *testing.T) {
-	rule, err := optim.New(optim.Config{Name: "ftrl", LearningRate: 0.1})
+	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	defer func(old int) { parallelExport = old }(parallelExport)
-	for _, order := range []string{"random", "ascending", "narrow", "blocks"} {
-		tb, err := New(Config{Dim: 1, Rule: rule, EvictAfterSteps: 3})
+	const steps = 4
+	for _, c := range []struct {
+		order string
+		dim   int
+	}{{"random", 1}, {"ascending", 1}, {"ascending", 3}, {"dense", 1}, {"dense", 3}, {"narrow", 1}, {"blocks", 1}} {
+		order := fmt.Sprintf("%s, dim %d", c.order, c.dim)
+		tb, err := New(Config{Dim: c.dim, Rule: rule, EvictAfterSteps: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for step := range int64(8) {
-			keys := make([]uint64, 1<<13) // a page of dim-1 FTRL rows
+		pageRows := 1 << tb.pageShift
+		for step := range int64(steps) {
+			keys := make([]uint64, pageRows)
 			for i := range keys {
-				switch order {
+				switch c.order {
 				case "random":
 					keys[i] = rng.Uint64()
-				case "ascending":
+				case "ascending", "dense":
 					keys[i] = uint64(step)<<32 | uint64(i)
 				case "narrow":
 					keys[i] = 7<<50 + rng.Uint64N(1<<18)
 				case "blocks": // each page's rows in order, the pages not
-					keys[i] = uint64(8-step)<<32 | uint64(i)
+					keys[i] = uint64(steps-step)<<32 | uint64(i)
 				}
 			}
-			if order == "ascending" || order == "blocks" {
-				if err := tb.Pull(keys, make([]float32, len(keys))); err != nil {
+			if c.order == "ascending" || c.order == "dense" || c.order == "blocks" {
+				if err := tb.Pull(keys, make([]float32, len(keys)*tb.Dim())); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := tb.Push(keys, make([]float32, len(keys)), step); err != nil {
+			grads := make([]float32, len(keys)*tb.Dim())
+			for i := range grads {
+				grads[i] = rng.Float32() - 0.5
+			}
+			if err := tb.Push(keys, grads, step); err != nil {
 				t.Fatal(err)
 			}
-			if step == 4 && order != "ascending" && order != "blocks" {
-				tb.Evict(step) // frees the first steps' rows, which new keys reuse
+			if step == 2 && (c.order == "random" || c.order == "narrow") {
+				tb.Evict(step) // frees the first step's rows, which new keys reuse
 			}
 		}
-		if order == "ascending" {
-			tb.Evict(7) // holes, not reused: the rows stay in key order
+		if c.order == "ascending" {
+			tb.Evict(steps - 1) // holes, not reused: the rows stay in key order
 		}
-		for procs := 1; procs <= 9; procs++ {
+		for procs := 1; procs <= steps+1; procs++ {
 			if !slices.IsSortedFunc(tb.sortedRows(procs), func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }) {
 				t.Fatalf("%s: sortedRows on %d cores did not sort", order, procs)
 			}
@@ -388,6 +399,48 @@ func TestExportParallelOrders(t *testing.T) {
 		parallelExport = 0
 		if got := tb.Export(); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: the parallel Export differs from the one-core loop", order)
+		}
+		v := tb.Sorted()
+		if inPlace := c.order == "ascending" || c.order == "dense"; v.InPlace() != inPlace || v.dense != (c.order == "dense") {
+			t.Fatalf("%s: Sorted says in place %v, dense %v", order, v.InPlace(), v.dense)
+		}
+		if got := v.Snapshot(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Sorted's Snapshot differs from Export", order)
+		}
+		testSortedRanges(t, order, v, want, rng)
+	}
+}
+
+// testSortedRanges reads ranges of v, starting anywhere, and compares them
+// with want, v's table's Export.
+func testSortedRanges(t *testing.T, order string, v *Sorted, want Snapshot, rng *rand.Rand) {
+	t.Helper()
+	n, d := len(want.Keys), want.Dim
+	if v.Len() != n || !v.HasUpdates() || !v.HasLastTouch() {
+		t.Fatalf("%s: Sorted has %d rows (counts %v, steps %v), Export %d", order, v.Len(), v.HasUpdates(), v.HasLastTouch(), n)
+	}
+	for range 40 {
+		i := rng.IntN(n)
+		k := 1 + rng.IntN(min(n-i, 20_000)) // up to 2.4 pages
+		keys := make([]uint64, k)
+		v.Keys(keys, i)
+		updates := make([]int64, k)
+		v.Updates(updates, i)
+		touch := make([]int64, k)
+		v.LastTouch(touch, i)
+		for j := range k {
+			if keys[j] != want.Keys[i+j] || updates[j] != int64(want.Updates[i+j]) || touch[j] != want.LastTouch[i+j] {
+				t.Fatalf("%s: row %d of rows %d to %d: key %d, count %d, step %d; Export has %d, %d, %d", order, i+j, i, i+k,
+					keys[j], updates[j], touch[j], want.Keys[i+j], want.Updates[i+j], want.LastTouch[i+j])
+			}
+		}
+		e := rng.IntN(n * d)
+		floats := make([]float32, 1+rng.IntN(min(n*d-e, 20_000*d)))
+		for col, src := range append([][]float32{want.Values}, want.State...) {
+			v.Floats(col, floats, e)
+			if !slices.Equal(floats, src[e:e+len(floats)]) {
+				t.Fatalf("%s: column %d, elements %d to %d differ from Export's", order, col, e, e+len(floats))
+			}
 		}
 	}
 }
