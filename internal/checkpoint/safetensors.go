@@ -67,6 +67,75 @@ type Tensor struct {
 	DType DType
 	Shape []int64
 	Data  []byte
+
+	// Fill, set by the ...TensorFill constructors (and Data then nil),
+	// makes the tensor's bytes as WriteShard and EncodeSafetensors write
+	// them: fill(dst, off) writes bytes [off, off+len(dst)) of the data
+	// into dst, off and len(dst) multiples of the element size. It may be
+	// called from several goroutines at once, for ranges that do not
+	// overlap, in any order. Nothing else reads such a tensor: it is for
+	// streaming a large tensor to a file without building it in memory.
+	Fill func(dst []byte, off int64)
+}
+
+// size is the byte size of t's data.
+func (t Tensor) size() int64 {
+	if t.Fill != nil {
+		n, _ := dataSize(t.DType, t.Shape)
+		return n
+	}
+	return int64(len(t.Data))
+}
+
+// Float32TensorFill returns an F32 tensor whose data fill makes as the
+// tensor is written (see Tensor.Fill): fill(dst, i) writes elements i,
+// i+1, ... into dst.
+func Float32TensorFill(name string, shape []int64, fill func(dst []float32, i int)) Tensor {
+	return Tensor{Name: name, DType: F32, Shape: slices.Clone(shape), Fill: fillOf(fill)}
+}
+
+// Int64TensorFill is Float32TensorFill for I64.
+func Int64TensorFill(name string, shape []int64, fill func(dst []int64, i int)) Tensor {
+	return Tensor{Name: name, DType: I64, Shape: slices.Clone(shape), Fill: fillOf(fill)}
+}
+
+// Uint64TensorFill is Float32TensorFill for U64.
+func Uint64TensorFill(name string, shape []int64, fill func(dst []uint64, i int)) Tensor {
+	return Tensor{Name: name, DType: U64, Shape: slices.Clone(shape), Fill: fillOf(fill)}
+}
+
+// fillOf turns a fill of elements into one of their little-endian bytes:
+// on a little-endian host the elements are written in place where dst is
+// aligned, else through a copy.
+func fillOf[T float32 | int64 | uint64](fill func(dst []T, i int)) func([]byte, int64) {
+	return func(dst []byte, off int64) {
+		var zero T
+		size := int(unsafe.Sizeof(zero))
+		n := len(dst) / size
+		if n == 0 {
+			return
+		}
+		if littleEndian && uintptr(unsafe.Pointer(&dst[0]))%uintptr(size) == 0 {
+			fill(unsafe.Slice((*T)(unsafe.Pointer(&dst[0])), n), int(off)/size)
+			return
+		}
+		v := make([]T, n)
+		fill(v, int(off)/size)
+		switch v := any(v).(type) {
+		case []float32:
+			for i, x := range v {
+				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(x))
+			}
+		case []int64:
+			for i, x := range v {
+				binary.LittleEndian.PutUint64(dst[8*i:], uint64(x))
+			}
+		case []uint64:
+			for i, x := range v {
+				binary.LittleEndian.PutUint64(dst[8*i:], x)
+			}
+		}
+	}
 }
 
 // TensorInfo describes a tensor without its data.
@@ -300,7 +369,10 @@ func checkTensors(tensors []Tensor) error {
 		if !ok {
 			return fmt.Errorf("%w: tensor %q has an invalid shape %v", ErrInvalid, t.Name, t.Shape)
 		}
-		if n != int64(len(t.Data)) {
+		if t.Fill != nil && t.Data != nil {
+			return fmt.Errorf("%w: tensor %q has both Data and Fill", ErrInvalid, t.Name)
+		}
+		if n != t.size() {
 			return fmt.Errorf("%w: tensor %q: shape %v of %s needs %d bytes, data has %d", ErrInvalid, t.Name, t.Shape, t.DType, n, len(t.Data))
 		}
 	}
@@ -392,7 +464,7 @@ func encodeHeader(tensors []Tensor, meta map[string]string) []byte {
 		b = append(b, `,"shape":`...)
 		b = appendInts(b, t.Shape)
 		b = append(b, `,"data_offsets":`...)
-		end := off + int64(len(t.Data))
+		end := off + t.size()
 		b = appendInts(b, []int64{off, end})
 		b = append(b, '}')
 		off = end
@@ -405,26 +477,53 @@ func encodeHeader(tensors []Tensor, meta map[string]string) []byte {
 	return b
 }
 
+// encodePlan checks tensors and meta for writing and returns the file's
+// header and the tensors in file order.
+func encodePlan(tensors []Tensor, meta map[string]string) (hdr []byte, ordered []Tensor, err error) {
+	if err := checkTensors(tensors); err != nil {
+		return nil, nil, err
+	}
+	for k, v := range meta {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, nil, fmt.Errorf("%w: metadata %q: %q is not valid UTF-8", ErrInvalid, k, v)
+		}
+	}
+	ordered = fileOrder(tensors)
+	return encodeHeader(ordered, meta), ordered, nil
+}
+
 // EncodeSafetensors writes tensors and meta to w as one safetensors file and
 // returns the number of bytes written. The tensors are laid out in file
 // order (widest dtype first, then by name); meta may be nil.
 func EncodeSafetensors(w io.Writer, tensors []Tensor, meta map[string]string) (int64, error) {
-	if err := checkTensors(tensors); err != nil {
+	hdr, tensors, err := encodePlan(tensors, meta)
+	if err != nil {
 		return 0, err
 	}
-	for k, v := range meta {
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return 0, fmt.Errorf("%w: metadata %q: %q is not valid UTF-8", ErrInvalid, k, v)
-		}
-	}
-	tensors = fileOrder(tensors)
 	var n int64
-	k, err := w.Write(encodeHeader(tensors, meta))
+	k, err := w.Write(hdr)
 	n += int64(k)
 	if err != nil {
 		return n, err
 	}
+	var buf []byte
 	for _, t := range tensors {
+		if t.Fill != nil {
+			if buf == nil {
+				buf = make([]byte, fillChunk)
+			}
+			size := t.size()
+			for off := int64(0); off < size; off += fillChunk {
+				b := buf[:min(fillChunk, size-off)]
+				t.Fill(b, off)
+				k, err := w.Write(b)
+				n += int64(k)
+				if err != nil {
+					return n, err
+				}
+			}
+			continue
+		}
 		k, err := w.Write(t.Data)
 		n += int64(k)
 		if err != nil {
@@ -433,6 +532,9 @@ func EncodeSafetensors(w io.Writer, tensors []Tensor, meta map[string]string) (i
 	}
 	return n, nil
 }
+
+// fillChunk is how much of a Fill tensor EncodeSafetensors makes at a time.
+const fillChunk = 1 << 20
 
 // Header is a parsed, validated safetensors header.
 type Header struct {

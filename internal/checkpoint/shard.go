@@ -220,11 +220,22 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 	name := ShardFileName(k, n)
 	h := newChunkCRC()
 	var size int64
-	err := writeAtomic(fsys, cdir, name, func(w io.Writer) error {
-		var err error
-		size, err = EncodeSafetensors(hashingWriter{w, h}, s.Tensors, meta)
-		return err
-	})
+	var err error
+	if slices.ContainsFunc(s.Tensors, func(t Tensor) bool { return t.Fill != nil }) {
+		// Made piece by piece on every core while the pieces before
+		// are written (stream.go).
+		err = writeAtomicFile(fsys, cdir, name, func(f vfs.File) error {
+			var err error
+			h, size, err = writePieces(f, s.Tensors, meta)
+			return err
+		})
+	} else {
+		err = writeAtomic(fsys, cdir, name, func(w io.Writer) error {
+			var err error
+			size, err = EncodeSafetensors(hashingWriter{w, h}, s.Tensors, meta)
+			return err
+		})
+	}
 	if err != nil {
 		return ShardInfo{}, err
 	}
@@ -250,6 +261,17 @@ func refuseComplete(fsys vfs.FS, cdir string) error {
 // write, fsync, close, rename to name, fsync dir. On failure it removes the
 // temporary file (best effort).
 func writeAtomic(fsys vfs.FS, dir, name string, write func(io.Writer) error) (err error) {
+	return writeAtomicFile(fsys, dir, name, func(f vfs.File) error {
+		bw := bufio.NewWriterSize(f, 1<<20)
+		if err := write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+}
+
+// writeAtomicFile is writeAtomic with write given the file itself.
+func writeAtomicFile(fsys vfs.FS, dir, name string, write func(vfs.File) error) (err error) {
 	final := filepath.Join(dir, name)
 	tmp := final + tmpSuffix
 	f, err := fsys.Create(tmp)
@@ -266,11 +288,7 @@ func writeAtomic(fsys vfs.FS, dir, name string, write func(io.Writer) error) (er
 			err = fmt.Errorf("checkpoint: write %s: %w", final, err)
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := write(bw); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
+	if err := write(f); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {

@@ -77,8 +77,9 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	s.mu.Unlock()
 
 	start := time.Now()
-	sh := cut.Shard()
+	sh := cut.StreamShard() // tables are read as the file is written
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
+	cut.Release()
 	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)
 	if err != nil {
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)

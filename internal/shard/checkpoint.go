@@ -195,7 +195,26 @@ func (c *Cut) Release() {
 	}
 }
 
-func (c *Cut) shard() checkpoint.Shard {
+// StreamShard is Shard for checkpoint.WriteShard alone, which writes the
+// file as it sorts and reads the tables instead of after: a table whose
+// rows are in key order already (sparse.Sorted.InPlace: a restored table
+// that has gained no rows) is not copied into memory, its tensors are
+// filled from the cut's pages as the file is written
+// (checkpoint.Tensor.Fill). Anything else is as Shard builds it. The
+// tensors read the cut's pages until WriteShard returns: call Release
+// after. A delta cut's shard is Shard's.
+func (c *Cut) StreamShard() checkpoint.Shard {
+	if c.delta || c.built != nil {
+		return c.Shard()
+	}
+	return c.build(true)
+}
+
+func (c *Cut) shard() checkpoint.Shard { return c.build(false) }
+
+// build builds the cut's shard, with the in-order tables' tensors filled
+// as they are written where stream is set.
+func (c *Cut) build(stream bool) checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
 	for name, n := range c.updates {
 		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)
@@ -208,7 +227,17 @@ func (c *Cut) shard() checkpoint.Shard {
 		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
 	}
 	for _, t := range c.tables {
-		snap := t.t.Export()
+		var snap sparse.Snapshot
+		if stream {
+			v := t.t.Sorted()
+			if v.InPlace() {
+				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
+				continue
+			}
+			snap = v.Snapshot()
+		} else {
+			snap = t.t.Export()
+		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
 			checkpoint.Uint64TensorOf(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
@@ -232,6 +261,27 @@ func (c *Cut) shard() checkpoint.Shard {
 		}
 	}
 	return sh
+}
+
+// streamTable is the tensors of table t, in the order of v, that fill
+// themselves from the table's pages (see StreamShard): the same tensors,
+// byte for byte, as Shard's.
+func streamTable(t frozenTable, v *sparse.Sorted) []checkpoint.Tensor {
+	n, d := int64(v.Len()), int64(t.t.Dim())
+	ts := []checkpoint.Tensor{
+		checkpoint.Uint64TensorFill(checkpoint.KeysName(t.name), []int64{n}, v.Keys),
+		checkpoint.Float32TensorFill(checkpoint.ValuesName(t.name), []int64{n, d}, func(dst []float32, i int) { v.Floats(0, dst, i) }),
+	}
+	for i, slot := range t.slots {
+		ts = append(ts, checkpoint.Float32TensorFill(checkpoint.SlotName(t.name, slot), []int64{n, d}, func(dst []float32, e int) { v.Floats(1+i, dst, e) }))
+	}
+	if v.HasUpdates() {
+		ts = append(ts, checkpoint.Int64TensorFill(checkpoint.SlotName(t.name, "updates"), []int64{n}, v.Updates))
+	}
+	if v.HasLastTouch() {
+		ts = append(ts, checkpoint.Int64TensorFill(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, v.LastTouch))
+	}
+	return ts
 }
 
 // LayoutOf reads the mode, optimizer and tables a manifest records, for a
@@ -581,7 +631,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 	}
 	// A ps restoring its own shard takes the file's columns as they are
 	// when the keys are in order, as the writer leaves them.
-	if len(from) == 1 && !reshard && strictlyAscending(keysOf[from[0]]) {
+	if len(from) == 1 && !reshard && sparse.Unordered(keysOf[from[0]]) < 0 {
 		c := data[from[0]]
 		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
 		if snap.State == nil {
@@ -660,13 +710,4 @@ func uint64sView(sh *checkpoint.Shard, name string) ([]uint64, error) {
 		return nil, err
 	}
 	return t.Uint64sView()
-}
-
-func strictlyAscending(keys []uint64) bool {
-	for i := 1; i < len(keys); i++ {
-		if keys[i] <= keys[i-1] {
-			return false
-		}
-	}
-	return true
 }

@@ -50,7 +50,11 @@ import (
 // file as the server does, mapped, building the table while the checksum
 // is computed (checkpoint.ReadShardOverlapped); PARAMSERV_CKPT_NOOVERLAP=1
 // checks the whole file first (ReadShardMapped) and PARAMSERV_CKPT_NOMAP=1
-// reads it into a buffer (ReadShard), to compare.
+// reads it into a buffer (ReadShard), to compare. The save writes the
+// file as the server does, from Cut.StreamShard (the table, whose rows are
+// in key order as a restored table's are, filled from the cut's pages as
+// the file is written); PARAMSERV_CKPT_NOSTREAM=1 builds the whole shard
+// in memory first (Cut.Shard), to compare.
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {
@@ -185,6 +189,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 	var saveRatios, restoreRatios []float64
 	noMap := os.Getenv("PARAMSERV_CKPT_NOMAP") != ""         // to compare: read the file into a buffer
 	noOverlap := os.Getenv("PARAMSERV_CKPT_NOOVERLAP") != "" // to compare: check the file before the copy
+	noStream := os.Getenv("PARAMSERV_CKPT_NOSTREAM") != ""   // to compare: build the whole shard, then write it
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
@@ -262,7 +267,12 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		// Labelled, so that a CPU profile of the benchmark tells the
 		// save's and the restore's work (on every goroutine) apart.
 		pprof.Do(context.Background(), pprof.Labels("phase", "save"), func(context.Context) {
-			info, err = checkpoint.WriteShard(vfs.OS, dir, 1000+step, 0, 1, cut.Shard())
+			sh := cut.StreamShard()
+			if noStream {
+				sh = cut.Shard()
+			}
+			info, err = checkpoint.WriteShard(vfs.OS, dir, 1000+step, 0, 1, sh)
+			cut.Release()
 		})
 		if err != nil {
 			b.Fatal(err)

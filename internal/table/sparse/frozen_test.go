@@ -293,15 +293,154 @@ func testExportParallel(t *testing.T, dim int) {
 	if got := tb.Export(); !reflect.DeepEqual(got, want) {
 		t.Fatal("the parallel Export differs from the one-core loop")
 	}
-	for parts := range 9 {
-		rows := make([]keyRow, 1000+parts)
-		for i := range rows {
-			rows[i] = keyRow{key: rng.Uint64(), row: uint32(i)}
+}
+
+// sortKeyRows sorts keys of any spread: random, in a narrow range, sharing
+// their high bits, powers of two, already sorted, reversed, nearly sorted.
+func TestSortKeyRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	kinds := map[string]func(i, n int) uint64{
+		"random":   func(int, int) uint64 { return rng.Uint64() },
+		"narrow":   func(int, int) uint64 { return 1<<40 + rng.Uint64N(1<<20) },
+		"small":    func(int, int) uint64 { return rng.Uint64N(1 << 16) },
+		"powers":   func(i, _ int) uint64 { return 1 << (i % 64) },
+		"sorted":   func(i, _ int) uint64 { return uint64(i) * 3 },
+		"reversed": func(i, n int) uint64 { return uint64(n-i) << 30 },
+		"nearly": func(i, _ int) uint64 {
+			if i%100 == 0 {
+				return rng.Uint64()
+			}
+			return uint64(i) << 8
+		},
+		"top bit": func(int, int) uint64 { return rng.Uint64() | 1<<63 },
+	}
+	for name, key := range kinds {
+		for _, n := range []int{0, 1, 2, 31, 33, 1000, 20_000} {
+			seen := map[uint64]bool{}
+			var rows []keyRow
+			for i := range n {
+				if k := key(i, n); !seen[k] {
+					seen[k] = true
+					rows = append(rows, keyRow{key: k, row: uint32(i)})
+				}
+			}
+			want := slices.Clone(rows)
+			slices.SortFunc(want, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
+			sortKeyRows(rows, nil)
+			if !slices.Equal(rows, want) {
+				t.Fatalf("%s, %d keys: not sorted", name, n)
+			}
 		}
-		got := sortKeyRows(slices.Clone(rows), parts)
-		slices.SortFunc(rows, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
-		if !slices.Equal(got, rows) {
-			t.Fatalf("sortKeyRows in %d parts did not sort", parts)
+	}
+}
+
+// The parallel Export sorts rows that are in no order, as a trained
+// table's are (rows in the order keys arrived), and those in key order, as
+// a restored table's are, with pages of freed rows between; Sorted reads
+// any range of them as Export copies them.
+func TestExportParallelOrders(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	defer func(old int) { parallelExport = old }(parallelExport)
+	const steps = 4
+	for _, c := range []struct {
+		order string
+		dim   int
+	}{{"random", 1}, {"ascending", 1}, {"ascending", 3}, {"dense", 1}, {"dense", 3}, {"narrow", 1}, {"blocks", 1}} {
+		order := fmt.Sprintf("%s, dim %d", c.order, c.dim)
+		tb, err := New(Config{Dim: c.dim, Rule: rule, EvictAfterSteps: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pageRows := 1 << tb.pageShift
+		for step := range int64(steps) {
+			keys := make([]uint64, pageRows)
+			for i := range keys {
+				switch c.order {
+				case "random":
+					keys[i] = rng.Uint64()
+				case "ascending", "dense":
+					keys[i] = uint64(step)<<32 | uint64(i)
+				case "narrow":
+					keys[i] = 7<<50 + rng.Uint64N(1<<18)
+				case "blocks": // each page's rows in order, the pages not
+					keys[i] = uint64(steps-step)<<32 | uint64(i)
+				}
+			}
+			if c.order == "ascending" || c.order == "dense" || c.order == "blocks" {
+				if err := tb.Pull(keys, make([]float32, len(keys)*tb.Dim())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			grads := make([]float32, len(keys)*tb.Dim())
+			for i := range grads {
+				grads[i] = rng.Float32() - 0.5
+			}
+			if err := tb.Push(keys, grads, step); err != nil {
+				t.Fatal(err)
+			}
+			if step == 2 && (c.order == "random" || c.order == "narrow") {
+				tb.Evict(step) // frees the first step's rows, which new keys reuse
+			}
+		}
+		if c.order == "ascending" {
+			tb.Evict(steps - 1) // holes, not reused: the rows stay in key order
+		}
+		for procs := 1; procs <= steps+1; procs++ {
+			if !slices.IsSortedFunc(tb.sortedRows(procs), func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }) {
+				t.Fatalf("%s: sortedRows on %d cores did not sort", order, procs)
+			}
+		}
+		parallelExport = math.MaxInt
+		want := tb.Export()
+		parallelExport = 0
+		if got := tb.Export(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the parallel Export differs from the one-core loop", order)
+		}
+		v := tb.Sorted()
+		if inPlace := c.order == "ascending" || c.order == "dense"; v.InPlace() != inPlace || v.dense != (c.order == "dense") {
+			t.Fatalf("%s: Sorted says in place %v, dense %v", order, v.InPlace(), v.dense)
+		}
+		if got := v.Snapshot(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Sorted's Snapshot differs from Export", order)
+		}
+		testSortedRanges(t, order, v, want, rng)
+	}
+}
+
+// testSortedRanges reads ranges of v, starting anywhere, and compares them
+// with want, v's table's Export.
+func testSortedRanges(t *testing.T, order string, v *Sorted, want Snapshot, rng *rand.Rand) {
+	t.Helper()
+	n, d := len(want.Keys), want.Dim
+	if v.Len() != n || !v.HasUpdates() || !v.HasLastTouch() {
+		t.Fatalf("%s: Sorted has %d rows (counts %v, steps %v), Export %d", order, v.Len(), v.HasUpdates(), v.HasLastTouch(), n)
+	}
+	for range 40 {
+		i := rng.IntN(n)
+		k := 1 + rng.IntN(min(n-i, 20_000)) // up to 2.4 pages
+		keys := make([]uint64, k)
+		v.Keys(keys, i)
+		updates := make([]int64, k)
+		v.Updates(updates, i)
+		touch := make([]int64, k)
+		v.LastTouch(touch, i)
+		for j := range k {
+			if keys[j] != want.Keys[i+j] || updates[j] != int64(want.Updates[i+j]) || touch[j] != want.LastTouch[i+j] {
+				t.Fatalf("%s: row %d of rows %d to %d: key %d, count %d, step %d; Export has %d, %d, %d", order, i+j, i, i+k,
+					keys[j], updates[j], touch[j], want.Keys[i+j], want.Updates[i+j], want.LastTouch[i+j])
+			}
+		}
+		e := rng.IntN(n * d)
+		floats := make([]float32, 1+rng.IntN(min(n*d-e, 20_000*d)))
+		for col, src := range append([][]float32{want.Values}, want.State...) {
+			v.Floats(col, floats, e)
+			if !slices.Equal(floats, src[e:e+len(floats)]) {
+				t.Fatalf("%s: column %d, elements %d to %d differ from Export's", order, col, e, e+len(floats))
+			}
 		}
 	}
 }

@@ -53,13 +53,18 @@ func (t *Table) setIndex(nb uint64) {
 func (t *Table) grow(need int) {
 	nb := uint64(float64(need)/(growLoad*bucketSlots)) + 1
 	nb = max(nb, t.nBuckets+1)
-	t.setIndex(nb)
-	t.rebuild()
+	t.setIndex(nb) // new and zero: no need to clear it
+	t.insertLive()
 }
 
 // rebuild clears the index and inserts every live row, in row order.
 func (t *Table) rebuild() {
 	clear(t.index)
+	t.insertLive()
+}
+
+// insertLive inserts every live row into the index, in row order.
+func (t *Table) insertLive() {
 	t.forLive(func(r int, p *page, o int) {
 		h := hashKey(p.keys[o])
 		_, pos := t.find(p.keys[o], h)

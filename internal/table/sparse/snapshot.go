@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"math/bits"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -73,23 +74,8 @@ type Snapshot struct {
 // Export copies every row, with its optimizer state, into a Snapshot.
 // Admission counts are not exported.
 func (t *Table) Export() Snapshot {
-	n, d := t.live, t.dim
-	s := Snapshot{
-		Dim:    d,
-		Keys:   make([]uint64, 0, n),
-		Values: make([]float32, 0, n*d),
-		State:  make([][]float32, t.slots),
-	}
-	for i := range s.State {
-		s.State[i] = make([]float32, 0, n*d)
-	}
-	if t.keepCount {
-		s.Updates = make([]uint32, 0, n)
-	}
-	if t.keepTouch {
-		s.LastTouch = make([]int64, 0, n)
-	}
-	if n >= parallelExport {
+	s := t.emptySnapshot()
+	if t.live >= parallelExport {
 		t.exportParallel(&s)
 		return s
 	}
@@ -109,6 +95,28 @@ func (t *Table) Export() Snapshot {
 	return s
 }
 
+// emptySnapshot is a Snapshot of the table's shape with no rows and room
+// for every row.
+func (t *Table) emptySnapshot() Snapshot {
+	n, d := t.live, t.dim
+	s := Snapshot{
+		Dim:    d,
+		Keys:   make([]uint64, 0, n),
+		Values: make([]float32, 0, n*d),
+		State:  make([][]float32, t.slots),
+	}
+	for i := range s.State {
+		s.State[i] = make([]float32, 0, n*d)
+	}
+	if t.keepCount {
+		s.Updates = make([]uint32, 0, n)
+	}
+	if t.keepTouch {
+		s.LastTouch = make([]int64, 0, n)
+	}
+	return s
+}
+
 // parallelExport is the number of rows from which Export sorts and copies
 // on every core.
 var parallelExport = 1 << 16
@@ -118,11 +126,14 @@ var parallelExport = 1 << 16
 // copies its range of the sorted rows into s (allocated with capacity for
 // every row, empty).
 func (t *Table) exportParallel(s *Snapshot) {
-	n, d := t.live, t.dim
-	order := make([]keyRow, 0, n)
-	t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
 	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
-	order = sortKeyRows(order, procs)
+	t.gather(s, t.sortedRows(procs), procs)
+}
+
+// gather copies the rows of order (sorted) into s (allocated with
+// capacity for every row, empty), each of procs cores a range of them.
+func (t *Table) gather(s *Snapshot, order []keyRow, procs int) {
+	n, d := len(order), t.dim
 
 	s.Keys = s.Keys[:n]
 	s.Values = s.Values[:n*d]
@@ -176,65 +187,387 @@ type keyRow struct {
 	row uint32
 }
 
-// sortKeyRows sorts rows by key (keys are distinct): parts parts sorted
-// concurrently, then merged pairwise.
-func sortKeyRows(rows []keyRow, parts int) []keyRow {
-	byKey := func(a, b keyRow) int { return cmp.Compare(a.key, b.key) }
-	if parts < 2 || len(rows) < 2*parts {
-		slices.SortFunc(rows, byKey)
-		return rows
+// sortedRows returns the live rows sorted by key, collected and sorted on
+// procs cores. The rows are bucketed by their keys' leading bits as they
+// are collected (a radix sort's first pass: the bits are those below the
+// highest bit in which the smallest and the largest key differ, so keys in
+// any range spread), and each bucket is then sorted in the cache
+// (sortKeyRows). Rows already in key order, as a restored table's are,
+// are collected as they are.
+func (t *Table) sortedRows(procs int) []keyRow {
+	order, _ := t.sortRows(procs)
+	return order
+}
+
+// sortRows is sortedRows, also reporting whether the rows were in key
+// order already (then order's rows ascend too).
+func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
+	// Each worker takes a run of whole pages.
+	procs = max(1, min(procs, len(t.pages)))
+	pageLo := make([]int, procs+1)
+	for w := range pageLo {
+		pageLo[w] = len(t.pages) * w / procs
 	}
-	bounds := make([]int, parts+1)
-	for i := range bounds {
-		bounds[i] = len(rows) * i / parts
-	}
-	var wg sync.WaitGroup
-	for i := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slices.SortFunc(rows[bounds[i]:bounds[i+1]], byKey)
-		}()
-	}
-	wg.Wait()
-	buf := make([]keyRow, len(rows))
-	for len(bounds) > 2 {
-		var next []int
-		for i := 0; i+1 < len(bounds); i += 2 {
-			if i+2 >= len(bounds) {
-				copy(buf[bounds[i]:bounds[i+1]], rows[bounds[i]:bounds[i+1]])
-				next = append(next, bounds[i])
-				continue
-			}
-			lo, mid, hi := bounds[i], bounds[i+1], bounds[i+2]
+	each := func(f func(w int)) {
+		var wg sync.WaitGroup
+		for w := range procs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				mergeKeyRows(buf[lo:hi], rows[lo:mid], rows[mid:hi])
+				f(w)
 			}()
-			next = append(next, lo)
 		}
 		wg.Wait()
-		bounds = append(next, len(rows))
-		rows, buf = buf, rows
 	}
-	return rows
+	live := func(w int, f func(k uint64, r int)) {
+		for pi := pageLo[w]; pi < pageLo[w+1]; pi++ {
+			p := &t.pages[pi]
+			for wi, bitsw := range p.live {
+				for bitsw != 0 {
+					o := wi<<6 | trailingZeros(bitsw)
+					bitsw &= bitsw - 1
+					f(p.keys[o], pi<<t.pageShift|o)
+				}
+			}
+		}
+	}
+	// Pass 1: each run's rows, smallest and largest key, and whether its
+	// keys ascend in row order.
+	type runInfo struct {
+		n               int
+		lo, hi          uint64 // smallest, largest
+		first, last     uint64
+		ascending, some bool
+	}
+	runs := make([]runInfo, procs)
+	each(func(w int) {
+		ri := runInfo{lo: math.MaxUint64, ascending: true}
+		live(w, func(k uint64, _ int) {
+			if ri.some && k <= ri.last {
+				ri.ascending = false
+			}
+			if !ri.some {
+				ri.first, ri.some = k, true
+			}
+			ri.last = k
+			ri.lo, ri.hi = min(ri.lo, k), max(ri.hi, k)
+			ri.n++
+		})
+		runs[w] = ri
+	})
+	n := 0
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	ascending := true
+	var prev *runInfo
+	for w := range runs {
+		ri := &runs[w]
+		n += ri.n
+		if !ri.some {
+			continue
+		}
+		lo, hi = min(lo, ri.lo), max(hi, ri.hi)
+		ascending = ascending && ri.ascending && (prev == nil || prev.last < ri.first)
+		prev = ri
+	}
+	order = make([]keyRow, n)
+	if ascending {
+		each(func(w int) {
+			i := 0
+			for v := range w {
+				i += runs[v].n
+			}
+			live(w, func(k uint64, r int) {
+				order[i] = keyRow{k, uint32(r)}
+				i++
+			})
+		})
+		return order, true
+	}
+	// Pass 2: how many rows of each run fall in each bucket; pass 3: each
+	// run puts its rows into their buckets, in row order.
+	top := bits.Len64(lo ^ hi)
+	digit := min(top, max(1, bits.Len(uint(n/2048))), 12)
+	shift := uint(top - digit)
+	mask := uint64(1)<<digit - 1
+	counts := make([][]int, procs)
+	each(func(w int) {
+		c := make([]int, mask+1)
+		live(w, func(k uint64, _ int) { c[(k>>shift)&mask]++ })
+		counts[w] = c
+	})
+	start := make([]int, mask+2) // bucket b is order[start[b]:start[b+1]]
+	for b := range mask + 1 {
+		at := start[b]
+		for w := range procs {
+			at, counts[w][b] = at+counts[w][b], at // now where run w's rows go
+		}
+		start[b+1] = at
+	}
+	each(func(w int) {
+		at := counts[w]
+		live(w, func(k uint64, r int) {
+			b := (k >> shift) & mask
+			order[at[b]] = keyRow{k, uint32(r)}
+			at[b]++
+		})
+	})
+	var next atomic.Int64
+	each(func(int) {
+		var scratch []keyRow
+		for {
+			b := int(next.Add(1) - 1)
+			if b > int(mask) {
+				return
+			}
+			scratch = sortKeyRows(order[start[b]:start[b+1]], scratch)
+		}
+	})
+	return order, false
 }
 
-func mergeKeyRows(dst, a, b []keyRow) {
-	i, j, k := 0, 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i].key < b[j].key {
-			dst[k] = a[i]
-			i++
-		} else {
-			dst[k] = b[j]
-			j++
-		}
-		k++
+// Sorted is a table's rows in ascending key order, read a range at a
+// time: a checkpoint streams them to its file (checkpoint.Tensor.Fill)
+// instead of copying them all into a Snapshot first. Its methods may be
+// called from several goroutines at once. The table must not change while
+// it is in use: it is meant for a Frozen copy.
+type Sorted struct {
+	t       *Table
+	order   []keyRow // nil when dense
+	inPlace bool
+	// dense: no row was ever freed and the rows are in key order, so the
+	// i-th row in key order is row i (a restored table that gained no
+	// rows): no order is kept, and rows are read in runs.
+	dense bool
+}
+
+// Sorted sorts the table's rows by key, on every core (as Export does),
+// and returns the view of them in that order.
+func (t *Table) Sorted() *Sorted {
+	if t.live == t.highWater && t.rowsAscend() {
+		return &Sorted{t: t, inPlace: true, dense: true}
 	}
-	k += copy(dst[k:], a[i:])
-	copy(dst[k:], b[j:])
+	order, inPlace := t.sortRows(max(1, min(runtime.GOMAXPROCS(0), 8)))
+	return &Sorted{t: t, order: order, inPlace: inPlace}
+}
+
+// rowsAscend reports whether rows 0 to highWater-1 have ascending keys,
+// checked on every core.
+func (t *Table) rowsAscend() bool {
+	np := len(t.pages)
+	if np == 0 {
+		return true
+	}
+	procs := max(1, min(runtime.GOMAXPROCS(0), np))
+	ok := make([]bool, procs)
+	var wg sync.WaitGroup
+	for w := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo, hi := np*w/procs, np*(w+1)/procs
+			var prev uint64
+			for pi := lo; pi < hi; pi++ {
+				keys := t.pages[pi].keys[:t.rowsIn(pi)]
+				if len(keys) == 0 || (pi > 0 && keys[0] <= t.lastKey(pi-1)) || (pi > lo && keys[0] <= prev) {
+					return
+				}
+				for i := 1; i < len(keys); i++ {
+					if keys[i] <= keys[i-1] {
+						return
+					}
+				}
+				prev = keys[len(keys)-1]
+			}
+			ok[w] = true
+		}()
+	}
+	wg.Wait()
+	return !slices.Contains(ok, false)
+}
+
+// rowsIn is the number of rows below highWater in page pi.
+func (t *Table) rowsIn(pi int) int {
+	return max(0, min(len(t.pages[pi].keys), t.highWater-pi<<t.pageShift))
+}
+
+// lastKey is the key of the last row below highWater in page pi, which
+// has one.
+func (t *Table) lastKey(pi int) uint64 { return t.pages[pi].keys[t.rowsIn(pi)-1] }
+
+// runs calls f for the rows i to i+n-1 of a dense view, a run of rows in
+// one page at a time: page p's rows o to o+k-1 are rows at to at+k-1 of
+// those asked for.
+func (v *Sorted) runs(i, n int, f func(p *page, o, k, at int)) {
+	t := v.t
+	for at := 0; at < n; {
+		r := i + at
+		pi, o := r>>t.pageShift, r&t.pageMask
+		k := min(n-at, t.rowsIn(pi)-o)
+		f(&t.pages[pi], o, k, at)
+		at += k
+	}
+}
+
+// Len is the number of rows.
+func (v *Sorted) Len() int {
+	if v.dense {
+		return v.t.live
+	}
+	return len(v.order)
+}
+
+// InPlace reports whether the table's rows were already in key order (as
+// a restored table's are, until it gains rows): reading them in key order
+// then reads the table's memory in order. Otherwise each row read is a
+// cache miss, and for more than one column Export, which reads each row
+// once for all its columns, costs less.
+func (v *Sorted) InPlace() bool { return v.inPlace }
+
+// Keys writes the keys of rows i, i+1, ... into dst.
+func (v *Sorted) Keys(dst []uint64, i int) {
+	if v.dense {
+		v.runs(i, len(dst), func(p *page, o, k, at int) { copy(dst[at:at+k], p.keys[o:o+k]) })
+		return
+	}
+	for j, e := range v.order[i : i+len(dst)] {
+		dst[j] = e.key
+	}
+}
+
+// Floats writes elements e, e+1, ... of a column of Snapshot (0 is
+// Values, 1 + s is State[s]; Dim elements a row) into dst.
+func (v *Sorted) Floats(col int, dst []float32, e int) {
+	t := v.t
+	d, stride := t.dim, t.stride
+	if v.dense && d == 1 {
+		v.runs(e, len(dst), func(p *page, o, k, at int) {
+			out := dst[at : at+k]
+			data := p.data[o*stride+col : (o+k-1)*stride+col+1]
+			for j := range out {
+				out[j] = data[j*stride]
+			}
+		})
+		return
+	}
+	if d == 1 {
+		for j, kr := range v.order[e : e+len(dst)] {
+			r := int(kr.row)
+			dst[j] = t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride+col]
+		}
+		return
+	}
+	for j := 0; j < len(dst); {
+		i, c := (e+j)/d, (e+j)%d
+		r := i
+		if !v.dense {
+			r = int(v.order[i].row)
+		}
+		at := (r&t.pageMask)*stride + col*d
+		j += copy(dst[j:], t.pages[r>>t.pageShift].data[at+c:at+d])
+	}
+}
+
+// row is the table's row of the i-th row in key order.
+func (v *Sorted) row(i int) int {
+	if v.dense {
+		return i
+	}
+	return int(v.order[i].row)
+}
+
+// Snapshot copies the rows into a Snapshot, as Export does.
+func (v *Sorted) Snapshot() Snapshot {
+	if v.dense {
+		return v.t.Export()
+	}
+	s := v.t.emptySnapshot()
+	v.t.gather(&s, v.order, max(1, min(runtime.GOMAXPROCS(0), 8)))
+	return s
+}
+
+// HasUpdates reports whether the table keeps per-row update counts
+// (Snapshot.Updates), HasLastTouch whether it keeps last-touched steps.
+func (v *Sorted) HasUpdates() bool   { return v.t.keepCount }
+func (v *Sorted) HasLastTouch() bool { return v.t.keepTouch }
+
+// Updates writes the update counts of rows i, i+1, ... into dst; 0 where
+// the table keeps none.
+func (v *Sorted) Updates(dst []int64, i int) {
+	t := v.t
+	for j := range dst {
+		r := v.row(i + j)
+		dst[j] = 0
+		if p := &t.pages[r>>t.pageShift]; p.count != nil {
+			dst[j] = int64(p.count[r&t.pageMask])
+		}
+	}
+}
+
+// LastTouch writes the last-touched steps of rows i, i+1, ... into dst; 0
+// where the table keeps none.
+func (v *Sorted) LastTouch(dst []int64, i int) {
+	t := v.t
+	for j := range dst {
+		r := v.row(i + j)
+		dst[j] = 0
+		if p := &t.pages[r>>t.pageShift]; p.touch != nil {
+			dst[j] = t.base + int64(p.touch[r&t.pageMask])
+		}
+	}
+}
+
+// sortKeyRows sorts rows by key (keys are distinct) by radix sort, most
+// significant bits first, with scratch for as many rows (grown if short),
+// which it returns. Each pass sorts by the leading bits of the keys below
+// the highest bit in which the smallest and largest differ; a run already
+// in order is left as it is.
+func sortKeyRows(rows, scratch []keyRow) []keyRow {
+	if len(rows) <= 32 {
+		for i := 1; i < len(rows); i++ {
+			for j := i; j > 0 && rows[j].key < rows[j-1].key; j-- {
+				rows[j], rows[j-1] = rows[j-1], rows[j]
+			}
+		}
+		return scratch
+	}
+	lo, hi := rows[0].key, rows[0].key
+	ascending := true
+	for i := 1; i < len(rows); i++ {
+		k := rows[i].key
+		ascending = ascending && k > rows[i-1].key
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	if ascending {
+		return scratch
+	}
+	top := bits.Len64(lo ^ hi) // >= 1: the keys are distinct
+	digit := min(top, max(2, bits.Len(uint(len(rows)))-2), 11)
+	shift := uint(top - digit)
+	mask := uint64(1)<<digit - 1
+	var count [1<<11 + 1]int
+	for _, e := range rows {
+		count[(e.key>>shift)&mask+1]++
+	}
+	for b := 1; b <= int(mask)+1; b++ {
+		count[b] += count[b-1]
+	}
+	if cap(scratch) < len(rows) {
+		scratch = make([]keyRow, len(rows))
+	}
+	tmp := scratch[:len(rows)]
+	at := count // a copy: count keeps the bucket starts
+	for _, e := range rows {
+		b := (e.key >> shift) & mask
+		tmp[at[b]] = e
+		at[b]++
+	}
+	copy(rows, tmp)
+	for b := range int(mask) + 1 {
+		if count[b+1]-count[b] > 1 {
+			scratch = sortKeyRows(rows[count[b]:count[b+1]], scratch)
+		}
+	}
+	return scratch
 }
 
 // Import stores the rows of s, replacing rows the table already has for the
@@ -266,16 +599,16 @@ func (t *Table) Import(s Snapshot) error {
 			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
 		}
 	}
-	fresh := 0
-	for i, k := range s.Keys {
-		if i > 0 && k <= s.Keys[i-1] {
-			return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, k, s.Keys[i-1])
-		}
-		// Into an empty table (a restore) every key is new: no lookup.
-		if t.live == 0 {
-			fresh++
-		} else if r, _ := t.find(k, hashKey(k)); r < 0 {
-			fresh++
+	if i := Unordered(s.Keys); i >= 0 {
+		return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, s.Keys[i], s.Keys[i-1])
+	}
+	fresh := n // into an empty table (a restore) every key is new: no lookup
+	if t.live > 0 {
+		fresh = 0
+		for _, k := range s.Keys {
+			if r, _ := t.find(k, hashKey(k)); r < 0 {
+				fresh++
+			}
 		}
 	}
 	if fresh > t.maxRows-t.live {
@@ -318,6 +651,57 @@ func (t *Table) Import(s Snapshot) error {
 	return nil
 }
 
+// Unordered returns the first index i at which keys are not strictly
+// ascending (keys[i] <= keys[i-1]), or -1 if they are. A long list is
+// checked on every core.
+func Unordered(keys []uint64) int {
+	first := func(lo, hi int) int { // the first i in [lo, hi), lo >= 1
+		for i := lo; i < hi; i++ {
+			if keys[i] <= keys[i-1] {
+				return i
+			}
+		}
+		return -1
+	}
+	parts := min(runtime.GOMAXPROCS(0), len(keys)/parallelCheck)
+	if parts < 2 {
+		return first(1, len(keys))
+	}
+	// The keys may be a mapped file: the goroutines fault as the caller
+	// would (debug.SetPanicOnFault), and the caller panics with what they
+	// panicked with, as if it had read the keys itself.
+	onFault := debug.SetPanicOnFault(false)
+	debug.SetPanicOnFault(onFault)
+	found := make([]int, parts)
+	panics := make([]any, parts)
+	var wg sync.WaitGroup
+	for c := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { panics[c] = recover() }()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(onFault))
+			found[c] = first(max(1, len(keys)*c/parts), len(keys)*(c+1)/parts)
+		}()
+	}
+	wg.Wait()
+	for _, p := range panics {
+		if p != nil {
+			panic(p)
+		}
+	}
+	for _, i := range found {
+		if i >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// parallelCheck is the number of keys per core from which Unordered checks
+// on several.
+var parallelCheck = 1 << 18
+
 // bulkIndex: Import into an empty table builds the index in bucket order.
 var bulkIndex = true
 
@@ -334,12 +718,12 @@ var bulkIndex = true
 // fault is an error, ErrSnapshot, and the table is left with no rows.
 func (t *Table) importEmpty(s Snapshot) error {
 	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
-		rows := make([]hashedRow, len(s.Keys))
+		rows := make([]uint64, len(s.Keys))
 		for i, k := range s.Keys {
 			r := t.allocRow(k)
 			t.stats.Imported++
 			t.fillRow(s, i, r)
-			rows[i] = hashedRow{h: hashKey(k), r: uint32(r)}
+			rows[i] = t.indexEntry(hashKey(k), r)
 		}
 		t.indexRows(rows)
 		return nil
@@ -353,13 +737,10 @@ func (t *Table) importEmpty(s Snapshot) error {
 	rg := t.bucketRanges(indexRanges(n))
 	nr := len(rg.lo) - 1
 	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
-	byRange := make([][][]hashedRow, nr)          // [range][worker]
+	byRange := make([][][]uint64, nr)             // [range][worker]
 	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
 	for c := range byRange {
-		byRange[c] = make([][]hashedRow, workers)
-		for w := range workers {
-			byRange[c][w] = make([]hashedRow, 0, per)
-		}
+		byRange[c] = make([][]uint64, workers)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -368,6 +749,9 @@ func (t *Table) importEmpty(s Snapshot) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			for c := range byRange { // each worker its own, zeroed on its core
+				byRange[c][w] = make([]uint64, 0, per)
+			}
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 			defer func() {
 				if r := recover(); r != nil {
@@ -386,9 +770,9 @@ func (t *Table) importEmpty(s Snapshot) error {
 				t.pages[pi] = t.newPage(pageRows)
 				lo := pi << t.pageShift
 				t.fillPage(&t.pages[pi], s, lo, min(n, lo+pageRows))
-				for r := lo; r < min(n, lo+pageRows); r++ {
-					e := hashedRow{h: hashKey(s.Keys[r]), r: uint32(r)}
-					c := rg.of(t.home(e.h))
+				for r, k := range s.Keys[lo:min(n, lo+pageRows)] {
+					e := t.indexEntry(hashKey(k), lo+r)
+					c := rg.of(e >> 32)
 					byRange[c][w] = append(byRange[c][w], e)
 				}
 			}
@@ -437,17 +821,29 @@ func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
 		p.live[o>>6] |= bits
 		p.dirty[o>>6] |= bits
 	}
-	cols := append([][]float32{s.Values}, s.State...)
-	for j, col := range cols {
-		src := col[lo*d : hi*d]
-		if d == 1 {
-			for o, x := range src {
-				p.data[o*stride+j] = x
-			}
-			continue
+	switch {
+	case d == 1 && stride == 1:
+		copy(p.data, s.Values[lo:hi])
+	case d == 1 && stride == 3: // two state slots (FTRL, Adam): one pass, writing in order
+		v, a, b := s.Values[lo:hi], s.State[0][lo:hi], s.State[1][lo:hi]
+		data := p.data[:3*m]
+		for o := range v {
+			row := data[3*o : 3*o+3 : 3*o+3]
+			row[0], row[1], row[2] = v[o], a[o], b[o]
 		}
-		for o := range m {
-			copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+	default:
+		cols := append([][]float32{s.Values}, s.State...)
+		for j, col := range cols {
+			src := col[lo*d : hi*d]
+			if d == 1 {
+				for o, x := range src {
+					p.data[o*stride+j] = x
+				}
+				continue
+			}
+			for o := range m {
+				copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+			}
 		}
 	}
 	if p.count != nil && s.Updates != nil {
@@ -490,26 +886,24 @@ func (t *Table) fillRow(s Snapshot, i, r int) {
 	}
 }
 
-type hashedRow struct {
-	h uint64
-	r uint32
+// indexEntry is what the bulk index build sorts for row r, of hash h: its
+// home bucket in the high 32 bits, its index slot (tag and row) in the low.
+func (t *Table) indexEntry(h uint64, r int) uint64 {
+	return t.home(h)<<32 | uint64(uint32(h)&^t.rowMask|uint32(r+1))
 }
 
-// indexRows enters rows into an empty index. It sorts them by home bucket
-// (a counting sort) and fills the buckets from the first: an entry goes
-// into the first bucket from its home that is not full, as find would put
-// it, so the probing invariant holds.
-func (t *Table) indexRows(rows []hashedRow) {
+// indexRows enters rows (indexEntry) into an empty index, as indexParts.
+func (t *Table) indexRows(rows []uint64) {
 	rg := t.bucketRanges(indexRanges(len(rows)))
-	byRange := make([][][]hashedRow, len(rg.lo)-1)
+	byRange := make([][][]uint64, len(rg.lo)-1)
 	if len(byRange) == 1 {
-		byRange[0] = [][]hashedRow{rows}
+		byRange[0] = [][]uint64{rows}
 	} else {
 		for c := range byRange {
-			byRange[c] = make([][]hashedRow, 1)
+			byRange[c] = make([][]uint64, 1)
 		}
 		for _, e := range rows {
-			c := rg.of(t.home(e.h))
+			c := rg.of(e >> 32)
 			byRange[c][0] = append(byRange[c][0], e)
 		}
 	}
@@ -555,73 +949,68 @@ func indexRanges(n int) int {
 const rangeRows = 1 << 16
 
 // indexParts enters rows into an empty index, byRange[c] holding (in any
-// number of lists) the rows whose home bucket is in range c of rg. The ranges of buckets are filled on every core; the entries
-// that would run past the end of a range (or past the last bucket) are
-// entered after, through find, which puts them where inserting them last
-// would.
-func (t *Table) indexParts(byRange [][][]hashedRow, rg bucketRanges) {
+// number of lists) the entries (indexEntry) of the rows whose home bucket
+// is in range c of rg. The ranges of buckets are filled on every core, each
+// in the cache; the entries that would run past the end of a range (or
+// past the last bucket) are entered after, through find, which puts them
+// where inserting them last would.
+func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 	nr := uint64(len(byRange))
-	over := make([][]hashedRow, nr)
+	over := make([][]uint64, nr)
 	var next atomic.Uint64
 	var wg sync.WaitGroup
 	for range min(uint64(runtime.GOMAXPROCS(0)), nr) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var fill []uint8
 			for {
 				c := next.Add(1) - 1
 				if c >= nr {
 					return
 				}
 				lo, hi := rg.lo[c], rg.lo[c+1]
-				over[c] = t.indexRange(byRange[c], lo, hi)
+				if uint64(cap(fill)) < hi-lo {
+					fill = make([]uint8, hi-lo)
+				}
+				over[c] = t.indexRange(byRange[c], lo, hi, fill[:hi-lo])
 			}
 		}()
 	}
 	wg.Wait()
 	for _, o := range over {
 		for _, e := range o {
-			_, pos := t.find(t.keyAt(int(e.r)), e.h)
-			t.index[pos] = uint32(e.h)&^t.rowMask | (e.r + 1)
+			slot := uint32(e)
+			r := int(slot&t.rowMask) - 1
+			k := t.keyAt(r)
+			_, pos := t.find(k, hashKey(k))
+			t.index[pos] = slot
 		}
 	}
 }
 
-// indexRange enters rows, whose home buckets are in [lo, hi), into those
-// buckets and returns the ones that did not fit before hi.
-func (t *Table) indexRange(rows [][]hashedRow, lo, hi uint64) (over []hashedRow) {
-	start := make([]uint32, hi-lo+1)
+// indexRange enters rows (indexEntry), whose home buckets are in [lo, hi),
+// into those buckets, each in the first bucket from its home with a free
+// slot, and returns the ones that found none before hi. fill, of hi-lo
+// elements, is scratch. Entering in any order keeps the invariant (every
+// bucket from an entry's home up to its own is full), as no entry leaves.
+func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8) (over []uint64) {
+	clear(fill)
+	nb := hi - lo
+	index := t.index[lo*bucketSlots : hi*bucketSlots]
 	for _, l := range rows {
 		for _, e := range l {
-			start[t.home(e.h)-lo+1]++
+			b := e>>32 - lo
+			for b < nb && fill[b] == bucketSlots {
+				b++
+			}
+			if b >= nb {
+				over = append(over, e)
+				continue
+			}
+			index[b*bucketSlots+uint64(fill[b])] = uint32(e)
+			fill[b]++
 		}
-	}
-	for b := 1; b < len(start); b++ {
-		start[b] += start[b-1]
-	}
-	sorted := make([]hashedRow, start[len(start)-1])
-	for _, l := range rows {
-		for _, e := range l {
-			b := t.home(e.h) - lo
-			sorted[start[b]] = e
-			start[b]++
-		}
-	}
-	cur := lo
-	fill := 0
-	for _, e := range sorted {
-		if b := t.home(e.h); b > cur {
-			cur, fill = b, 0
-		}
-		for fill == bucketSlots && cur < hi {
-			cur, fill = cur+1, 0
-		}
-		if cur >= hi {
-			over = append(over, e)
-			continue
-		}
-		t.index[int(cur)*bucketSlots+fill] = uint32(e.h)&^t.rowMask | (e.r + 1)
-		fill++
 	}
 	return over
 }
