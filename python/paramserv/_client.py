@@ -451,11 +451,48 @@ class Client:
             step = fut.result()
         """
         self._need_started()
+        return self._submit(self.push_pull, grads, params, rows)
+
+    def pull_rows_async(self, table: str, keys: np.ndarray, out: np.ndarray) -> "Future[np.ndarray]":
+        """Starts ``pull_rows(table, keys, out)`` in the background and returns
+        at once with a ``concurrent.futures.Future`` whose result is ``out``,
+        filled, so that a future batch's rows travel while this one computes.
+
+        ``keys`` and ``out`` are checked now (a ValueError, as pull_rows
+        raises); the future holds references to both until it is done, so
+        they stay alive, but until then ``keys`` is being read and ``out``
+        written: leave them alone. ``future.result()`` raises what
+        ``pull_rows`` would (a ParamservError with the Go client's message).
+        It runs after the background calls started before it
+        (push_pull_async) and before those started after it; a direct call
+        made meanwhile (push_pull, pull_rows) may run before or after it.
+        The rows are read at some moment between this call and the
+        future's completion: a push made meanwhile may or may not be in
+        them.
+
+        Example::
+
+            fut = c.pull_rows_async("emb", next_keys, next_rows)
+            loss = compute(rows)       # overlaps the round trip
+            c.push_pull(grads, params, rows=[("emb", keys, row_grads)])
+            rows = fut.result()        # next_rows, filled
+        """
+        self._rows(table, keys, out, "pull_rows_async", writable=True)
+        self._need_started()
+
+        def pull(table=table, keys=keys, out=out):
+            self.pull_rows(table, keys, out)
+            return out
+        return self._submit(pull)
+
+    def _submit(self, fn, *args) -> Future:
+        """Runs fn(*args) on the client's one background thread, after the
+        calls submitted before it (the Go library runs without the GIL)."""
         with self._exec_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paramserv")
             executor = self._executor
-        return executor.submit(self.push_pull, grads, params, rows)
+        return executor.submit(fn, *args)
 
     def report_loss(self, loss: float, examples: int = 0) -> None:
         """Gives the training loss of the batch computed last (at the global

@@ -23,7 +23,7 @@ of the batch's distinct ids, and ``step()`` pushes their gradients.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -31,6 +31,29 @@ import torch
 from ._client import Client
 
 __all__ = ["DistributedModule", "Embedding"]
+
+
+def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
+    """ids (a tensor or array of integers) as a flat uint64 array, a copy of
+    its own when copy (a prefetch keeps it while the caller may reuse ids)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().reshape(-1).cpu().numpy()
+    a = np.asarray(ids).reshape(-1)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"paramserv.torch.Embedding: ids of dtype {a.dtype}: want integers")
+    return a.astype(np.uint64, copy=copy)
+
+
+class _Prefetch:
+    """A prefetch: the ids as given (flattened), their distinct keys and the
+    index of each id's key, the rows' buffer and the pull's future (None
+    while held back until the step completes)."""
+
+    __slots__ = ("flat", "keys", "inverse", "rows", "future")
+
+    def __init__(self, flat: np.ndarray, keys: np.ndarray, inverse: np.ndarray, rows: np.ndarray) -> None:
+        self.flat, self.keys, self.inverse, self.rows = flat, keys, inverse, rows
+        self.future: Any = None
 
 
 class Embedding(torch.nn.Module):
@@ -50,22 +73,91 @@ class Embedding(torch.nn.Module):
                         "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
         self._client: Optional[Client] = None
         self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
+        self._prefetched: Optional[_Prefetch] = None
+        # Set by the DistributedModule: whether a prefetch must wait for the
+        # next step() (synchronous training with a step under way).
+        self._hold: Optional[Callable[[], bool]] = None
+        self.prefetch_hits = 0
+        """Forward passes that used the rows of a prefetch."""
+        self.prefetch_misses = 0
+        """Forward passes whose ids' keys differed from the prefetch's (which
+        was dropped, the rows pulled then)."""
+
+    def prefetch(self, ids: Any) -> None:
+        """Starts pulling, in the background, the rows of the distinct ids of
+        a future batch (a tensor or array of integers, any shape), for the
+        next forward pass: if that pass's ids hold the same distinct keys,
+        it uses these rows instead of pulling; otherwise it drops them and
+        pulls as without a prefetch. A newer prefetch replaces an older one.
+
+        Call it for batch t+1 after the forward pass of batch t, so that
+        the round trip overlaps the backward pass and whatever else comes
+        before the next forward (with ``overlap=True``: before ``step()``,
+        which then queues its push+pull behind the pull). The rows are read
+        as the call is served, so in asynchronous training they may lack
+        this worker's push of step t (the ``step()`` after the prefetch),
+        as with ``overlap=True``'s dense values: a row looked up by two
+        consecutive batches is read one push short, as the Go library's
+        SparseReadAhead reads it. In synchronous training the rows are
+        exactly those a forward pass would pull: a prefetch made while a
+        step is under way (a training forward pass since the last
+        ``step()``) starts its pull only when ``step()`` has completed,
+        and ``step()`` pulls again the rows of any prefetch made before
+        it, so it hides the round trip only behind what the program does
+        between ``step()`` and the next forward pass.
+        """
+        if self._client is None:
+            raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
+        flat = _flat_ids(ids, copy=True)
+        keys, inverse = np.unique(flat, return_inverse=True)
+        pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, np.empty((len(keys), self.dim), np.float32))
+        self._prefetched = pf
+        if not (self._hold is not None and self._hold()):
+            pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
+
+    def _pull_again(self) -> None:
+        """Starts again the pull of the prefetch, if any (synchronous
+        training, after a step: the rows it read may predate it). The
+        client's background calls run in order, so a pull still in flight
+        finishes before this one writes the same buffer."""
+        pf = self._prefetched
+        if pf is not None and self._client is not None:
+            pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Looks up the rows of ``ids`` (any integer shape); returns a tensor of
         shape ids.shape + (dim,)."""
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
-        flat = ids.reshape(-1).cpu().numpy().astype(np.uint64, copy=False)
-        keys, inverse = np.unique(flat, return_inverse=True)
-        keys = np.ascontiguousarray(keys)
-        rows = np.empty((len(keys), self.dim), np.float32)
-        self._client.pull_rows(self.table, keys, rows)
+        flat = _flat_ids(ids, copy=False)
+        pf, self._prefetched = self._prefetched, None
+        rows = None
+        if pf is not None and np.array_equal(flat, pf.flat):
+            keys, inverse = pf.keys, pf.inverse
+        else:
+            keys, inverse = np.unique(flat, return_inverse=True)
+            keys = np.ascontiguousarray(keys)
+        if pf is not None:
+            if np.array_equal(keys, pf.keys):
+                self.prefetch_hits += 1
+                if pf.future is None:
+                    # Held back by a step still under way (sync): read now.
+                    self._client.pull_rows(self.table, pf.keys, pf.rows)
+                else:
+                    pf.future.result()
+                keys, rows = pf.keys, pf.rows
+            else:
+                # Other keys: dropped. The pull in flight still holds its
+                # buffers and completes before the one below.
+                self.prefetch_misses += 1
+        if rows is None:
+            rows = np.empty((len(keys), self.dim), np.float32)
+            self._client.pull_rows(self.table, keys, rows)
         leaf = torch.from_numpy(rows)
         if torch.is_grad_enabled() and self.training:
             leaf.requires_grad_(True)
             leaf.register_hook(lambda g, k=keys: self._pending.append((k, g)))
-        out = leaf[torch.from_numpy(inverse.astype(np.int64))]
+        out = leaf[torch.from_numpy(inverse.astype(np.int64, copy=False))]
         return out.reshape(*ids.shape, self.dim)
 
     def _rows(self) -> Optional[Tuple[str, np.ndarray, np.ndarray]]:
@@ -146,8 +238,10 @@ class DistributedModule(torch.nn.Module):
                 table_options={e.table: e.options for e in self._embeddings},
                 **client_kwargs)
         self.client = client
+        self._under_way = False  # a training forward pass since the last step()
         for e in self._embeddings:
             e._client = client
+            e._hold = self._holds_prefetch
         self.client.start(init=init if client.is_chief else None)
         self._fresh = False
         self._step = self.client.step
@@ -183,7 +277,15 @@ class DistributedModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._fresh:
             self.pull()
+        if torch.is_grad_enabled() and self.training:
+            self._under_way = True
         return self.module(*args, **kwargs)
+
+    def _holds_prefetch(self) -> bool:
+        """Whether an Embedding's prefetch must wait for the next step():
+        in synchronous training, while a step is under way, the rows it
+        would read now are the step's old ones."""
+        return self._under_way and self.client.sync
 
     def step(self) -> int:
         """Pushes the gradients of the last backward pass (and of the
@@ -201,7 +303,12 @@ class DistributedModule(torch.nn.Module):
         step = self.client.push_pull(self._grads, self._params, rows=rows)
         for g in self._grads.values():
             g.fill(0)
-        self._fresh, self._step = True, step
+        self._fresh, self._step, self._under_way = True, step, False
+        if self.client.sync:
+            # The step has completed: a prefetch's rows must be read from
+            # now on (Embedding.prefetch), so that sync stays exact.
+            for e in self._embeddings:
+                e._pull_again()
         return step
 
     def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> int:
@@ -224,7 +331,7 @@ class DistributedModule(torch.nn.Module):
         for n, p in self._named:
             p.data = torch.from_numpy(self._params[n])
             p.grad = torch.from_numpy(self._grads[n])
-        self._fresh = True
+        self._fresh, self._under_way = True, False
         return self._step
 
     def _settle(self) -> None:
