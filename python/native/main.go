@@ -11,7 +11,9 @@
 // pass as float** (one C-contiguous float32 buffer per variable, in the
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
-// reference afterwards: no copies on the Python side.
+// reference afterwards: no copies on the Python side. The exception is
+// ps_pull_rows_start, which returns before its pull has run: its buffers
+// are written until ps_ticket_wait says the call is over.
 //
 // A process that forked after loading the library (a DataLoader worker)
 // must not call into it: the Go runtime's threads do not survive a fork.
@@ -98,6 +100,25 @@ type handle struct {
 	// (beside a push_pull in flight); addr is the metrics address.
 	live atomic.Pointer[session.Session]
 	addr *C.char
+
+	// Calls running on goroutines of their own (ps_pull_rows_start), by
+	// ticket; tmu guards tickets, nextTicket and closing, apart from mu,
+	// which such a call holds while it runs. running counts them for
+	// ps_close, which sets closing first.
+	tmu        sync.Mutex
+	tickets    map[int64]*ticket
+	nextTicket int64
+	closing    bool
+	running    sync.WaitGroup
+}
+
+// ticket is a call running in the background: done is closed when it has
+// returned, with err; msg is err's text for C, made on first demand and
+// freed by ps_ticket_free.
+type ticket struct {
+	done chan struct{}
+	err  error
+	msg  *C.char
 }
 
 var (
@@ -180,7 +201,7 @@ func parseConfig(text string) (session.Config, error) {
 //
 //export ps_open
 func ps_open(cfgJSON *C.char) C.int64_t {
-	h := &handle{dims: map[string]int{}}
+	h := &handle{dims: map[string]int{}, tickets: map[int64]*ticket{}}
 	cfg, err := parseConfig(C.GoString(cfgJSON))
 	if err != nil {
 		h.fail(err)
@@ -492,6 +513,161 @@ func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 	return 0
 }
 
+// ps_pull_rows_start starts ps_pull_rows on a goroutine and returns at once
+// with a ticket (> 0) for ps_ticket_wait, or -1 (ps_error) when the handle
+// cannot be used and -2 for an unknown handle. keys and out must stay
+// valid, and out unread, until ps_ticket_wait returns 0 or -1 for the
+// ticket. The call holds the handle's lock as the others do: when no call
+// is in flight it takes it before returning, so calls made after it run
+// after it; otherwise it runs when the lock comes free, in no set order
+// with calls made meanwhile. Errors, including bad arguments, are the
+// ticket's (ps_ticket_error).
+//
+//export ps_pull_rows_start
+func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t, out *C.float) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	locked := h.mu.TryLock()
+	if locked && h.cfg.Cluster.Task.Job == "" {
+		h.mu.Unlock()
+		return -1 // the configuration's error stays
+	}
+	t := &ticket{done: make(chan struct{})}
+	name, k, v, err := h.rows(table, keys, nkeys, out)
+	if err == nil && h.live.Load() == nil {
+		err = errors.New("paramserv: not started: call start first")
+	}
+	h.tmu.Lock()
+	if h.closing {
+		h.tmu.Unlock()
+		if locked {
+			h.mu.Unlock()
+		}
+		return -2
+	}
+	h.nextTicket++
+	id := h.nextTicket
+	h.tickets[id] = t
+	h.running.Add(1)
+	h.tmu.Unlock()
+	go func() {
+		defer h.running.Done()
+		defer close(t.done)
+		if !locked {
+			h.mu.Lock()
+		}
+		defer h.mu.Unlock()
+		switch {
+		case err != nil:
+			t.err = err
+		case h.s == nil:
+			t.err = errors.New("paramserv: pull_rows: the client was closed first")
+		case len(k) > 0:
+			t.err = h.s.PullRows(context.Background(), name, k, v)
+		}
+	}()
+	return C.int64_t(id)
+}
+
+func (h *handle) ticket(id C.int64_t) *ticket {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.tickets[int64(id)]
+}
+
+// ps_ticket_wait waits up to timeoutS seconds (for ever if negative) for
+// the call of a ticket to return: 0 it succeeded, -1 it failed
+// (ps_ticket_error), 1 it is still running, -2 unknown handle or ticket.
+//
+//export ps_ticket_wait
+func ps_ticket_wait(hd C.int64_t, id C.int64_t, timeoutS C.double) C.int {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	t := h.ticket(id)
+	if t == nil {
+		return -2
+	}
+	if timeoutS < 0 {
+		<-t.done
+	} else {
+		timer := time.NewTimer(time.Duration(float64(timeoutS) * float64(time.Second)))
+		defer timer.Stop()
+		select {
+		case <-t.done:
+		case <-timer.C:
+			select {
+			case <-t.done:
+			default:
+				return 1
+			}
+		}
+	}
+	if t.err != nil {
+		return -1
+	}
+	return 0
+}
+
+// ps_ticket_error returns the error of a ticket's call that failed, or NULL
+// (running, succeeded, or unknown). The string lives until ps_ticket_free.
+//
+//export ps_ticket_error
+func ps_ticket_error(hd C.int64_t, id C.int64_t) *C.char {
+	h := get(hd)
+	if h == nil {
+		return nil
+	}
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	t := h.tickets[int64(id)]
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.done:
+	default:
+		return nil
+	}
+	if t.err == nil {
+		return nil
+	}
+	if t.msg == nil {
+		t.msg = C.CString(t.err.Error())
+	}
+	return t.msg
+}
+
+// ps_ticket_free forgets a ticket whose call has returned (0); it returns
+// 1 and keeps it while the call runs, -2 for an unknown one.
+//
+//export ps_ticket_free
+func ps_ticket_free(hd C.int64_t, id C.int64_t) C.int {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	t := h.tickets[int64(id)]
+	if t == nil {
+		return -2
+	}
+	select {
+	case <-t.done:
+	default:
+		return 1
+	}
+	if t.msg != nil {
+		C.free(unsafe.Pointer(t.msg))
+	}
+	delete(h.tickets, int64(id))
+	return 0
+}
+
 // ps_push_rows pushes gradients (nkeys×dim floats) for the rows of nkeys
 // distinct keys of table.
 //
@@ -540,10 +716,22 @@ func ps_close(hd C.int64_t) C.int {
 	if h == nil {
 		return -2
 	}
+	// Calls on goroutines of their own finish first: they write into the
+	// caller's buffers.
+	h.tmu.Lock()
+	h.closing = true
+	h.tmu.Unlock()
+	h.running.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var err error
 	h.live.Store(nil)
+	for id, t := range h.tickets {
+		if t.msg != nil {
+			C.free(unsafe.Pointer(t.msg))
+		}
+		delete(h.tickets, id)
+	}
 	if h.s != nil {
 		err = h.s.Close()
 		h.s = nil

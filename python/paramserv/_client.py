@@ -8,6 +8,7 @@ import math
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -69,6 +70,10 @@ def _load():
             "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                         ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_pull_rows_start": (i64, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_ticket_wait": (i32, [i64, i64, ctypes.c_double]),
+            "ps_ticket_error": (ctypes.c_char_p, [i64, i64]),
+            "ps_ticket_free": (i32, [i64, i64]),
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
@@ -248,7 +253,8 @@ class Client:
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
         self._executor: Optional[ThreadPoolExecutor] = None
-        self._exec_lock = threading.Lock()  # guards _executor, apart from the calls' _lock
+        self._exec_lock = threading.Lock()  # guards _executor and _pulls, apart from the calls' _lock
+        self._pulls: Dict[int, "_PullFuture"] = {}  # background pulls not yet known to be over
         self._closed = False
         err = self._lib.ps_error(self._h)
         if err:
@@ -458,17 +464,21 @@ class Client:
         at once with a ``concurrent.futures.Future`` whose result is ``out``,
         filled, so that a future batch's rows travel while this one computes.
 
-        ``keys`` and ``out`` are checked now (a ValueError, as pull_rows
-        raises); the future holds references to both until it is done, so
-        they stay alive, but until then ``keys`` is being read and ``out``
-        written: leave them alone. ``future.result()`` raises what
-        ``pull_rows`` would (a ParamservError with the Go client's message).
-        It runs after the background calls started before it
-        (push_pull_async) and before those started after it; a direct call
-        made meanwhile (push_pull, pull_rows) may run before or after it.
-        The rows are read at some moment between this call and the
-        future's completion: a push made meanwhile may or may not be in
-        them.
+        The pull runs on a goroutine of the Go library, which needs no
+        Python thread and not the GIL: it goes on while this thread runs
+        Python code. ``keys`` and ``out`` are checked now (a ValueError, as
+        pull_rows raises); the client holds references to both until the
+        pull has returned, so they stay alive even if the future is
+        dropped, but until then ``keys`` is being read and ``out`` written:
+        leave them alone. ``future.result()`` raises what ``pull_rows``
+        would: a ParamservError with the Go client's message. The future
+        learns that the pull is over when asked (``result()``,
+        ``exception()``, ``done()``), and runs its done-callbacks then.
+
+        When no call is in flight the pull is ordered before every call
+        made after this one (the rows are read before a later push is
+        applied); otherwise it runs when the call in flight has returned,
+        in no set order with calls made meanwhile.
 
         Example::
 
@@ -477,13 +487,42 @@ class Client:
             c.push_pull(grads, params, rows=[("emb", keys, row_grads)])
             rows = fut.result()        # next_rows, filled
         """
-        self._rows(table, keys, out, "pull_rows_async", writable=True)
+        k, n, v = self._rows(table, keys, out, "pull_rows_async", writable=True)
         self._need_started()
+        self._reap()
+        ticket = self._lib.ps_pull_rows_start(self._h, table.encode(), k, n, v)
+        if ticket < 0:
+            self._raise()
+        fut = _PullFuture(self, ticket, keys, out)
+        with self._exec_lock:
+            self._pulls[ticket] = fut
+        return fut
 
-        def pull(table=table, keys=keys, out=out):
-            self.pull_rows(table, keys, out)
-            return out
-        return self._submit(pull)
+    def _reap(self) -> None:
+        """Forgets the background pulls that have returned, whether or not
+        their futures were read (a dropped prefetch)."""
+        with self._exec_lock:
+            pulls = list(self._pulls.values())
+        for f in pulls:
+            f.done()
+
+    def _ticket_done(self, ticket: int, timeout: Optional[float]) -> Optional[Tuple[bool, str]]:
+        """Waits up to timeout (None: for ever) for a background pull;
+        returns None while it runs, else (ok, error message) and forgets it."""
+        _check_fork()
+        rc = self._lib.ps_ticket_wait(self._h, ticket, -1.0 if timeout is None else max(0.0, float(timeout)))
+        if rc == 1:
+            return None
+        msg = ""
+        if rc == -1:
+            err = self._lib.ps_ticket_error(self._h, ticket)
+            msg = err.decode() if err else "paramserv: pull_rows failed (no message)"
+        elif rc != 0:
+            msg = f"paramserv: pull_rows: ticket {ticket} unknown to the library (closed client?)"
+        self._lib.ps_ticket_free(self._h, ticket)
+        with self._exec_lock:
+            self._pulls.pop(ticket, None)
+        return rc == 0, msg
 
     def _submit(self, fn, *args) -> Future:
         """Runs fn(*args) on the client's one background thread, after the
@@ -526,6 +565,10 @@ class Client:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        with self._exec_lock:
+            pulls = list(self._pulls.values())
+        for f in pulls:
+            f.exception()  # waits: the library writes into its buffer
         self._closed = True
         with self._lock:
             self._lib.ps_close(self._h)
@@ -542,3 +585,46 @@ class Client:
                 self.close()
         except Exception:
             pass
+
+
+class _PullFuture(Future):
+    """The Future of a pull running on a goroutine (Client.pull_rows_async):
+    it asks the library whether the pull is over when result(), exception()
+    or done() is called, and completes then. It holds the pull's buffers
+    until it completes."""
+
+    def __init__(self, client: Client, ticket: int, keys: np.ndarray, out: np.ndarray) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()  # started: it cannot be cancelled
+        self._client, self._ticket, self._buffers = client, ticket, (keys, out)
+        self._finish_lock = threading.Lock()
+
+    def _finish(self, timeout: Optional[float]) -> None:
+        with self._finish_lock:
+            if super().done():
+                return
+            got = self._client._ticket_done(self._ticket, timeout)
+            if got is None:
+                if timeout is not None and timeout <= 0:
+                    return
+                raise FutureTimeoutError()
+            ok, msg = got
+            out = self._buffers[1]
+            self._buffers = None
+            if ok:
+                self.set_result(out)
+            else:
+                self.set_exception(ParamservError(msg))
+
+    def done(self) -> bool:
+        if not super().done():
+            self._finish(0)
+        return super().done()
+
+    def result(self, timeout: Optional[float] = None) -> np.ndarray:
+        self._finish(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._finish(timeout)
+        return super().exception(0)

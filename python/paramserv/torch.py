@@ -117,11 +117,11 @@ class Embedding(torch.nn.Module):
 
     def _pull_again(self) -> None:
         """Starts again the pull of the prefetch, if any (synchronous
-        training, after a step: the rows it read may predate it). The
-        client's background calls run in order, so a pull still in flight
-        finishes before this one writes the same buffer."""
+        training, after a step: the rows it read may predate it), into a
+        buffer of its own: the first pull may still be running."""
         pf = self._prefetched
         if pf is not None and self._client is not None:
+            pf.rows = np.empty_like(pf.rows)
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -147,8 +147,8 @@ class Embedding(torch.nn.Module):
                     pf.future.result()
                 keys, rows = pf.keys, pf.rows
             else:
-                # Other keys: dropped. The pull in flight still holds its
-                # buffers and completes before the one below.
+                # Other keys: dropped (the client holds its buffers until
+                # its pull has returned).
                 self.prefetch_misses += 1
         if rows is None:
             rows = np.empty((len(keys), self.dim), np.float32)

@@ -1,6 +1,8 @@
 """Client.pull_rows_async against real ps processes (Embedding.prefetch,
 which uses it, is tested in test_torch_prefetch.py)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,37 @@ def test_pull_rows_async_gives_the_go_error(make_cluster):
         fut = c.pull_rows_async("emb", np.array([1, 2], np.uint64), np.zeros((2, 3), np.float32))
         with pytest.raises(ParamservError, match=r"gave up waiting for ps 0 at .*recovery_timeout=1s"):
             fut.result(timeout=60)
+
+
+def test_pull_rows_async_futures_dropped_or_unread(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=1)
+    c = _client(cl, recovery_timeout=2)
+    try:
+        c.start(init={"b": np.zeros(1, np.float32)})
+        keys = np.arange(1000, dtype=np.uint64)
+        # Futures dropped at once, their buffers referenced by nothing else:
+        # the client holds them until the pulls return, then forgets them.
+        for _ in range(5):
+            c.pull_rows_async("emb", keys, np.empty((1000, 3), np.float32))
+        want = np.empty((1000, 3), np.float32)
+        c.pull_rows("emb", keys, want)
+        deadline = time.time() + 30
+        while True:
+            last = c.pull_rows_async("emb", keys, np.empty((1000, 3), np.float32))  # forgets those over
+            last.result(timeout=60)
+            if set(c._pulls) <= {last._ticket}:
+                break
+            assert time.time() < deadline, f"pulls {sorted(c._pulls)} not forgotten after 30 s"
+        # close() waits for a pull in flight: its result is there after.
+        # Started with no call in flight, it runs before done(), which
+        # lets the ps exit.
+        out = np.full((1000, 3), np.nan, np.float32)
+        unread = c.pull_rows_async("emb", keys, out)
+        c.done()
+    finally:
+        c.close()
+    assert unread.result(timeout=0) is out
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    with pytest.raises(ParamservError, match="closed"):
+        c.pull_rows_async("emb", keys, out)
+    assert cl.wait() == [0]
