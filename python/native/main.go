@@ -102,12 +102,15 @@ type handle struct {
 	addr *C.char
 
 	// Calls running on goroutines of their own (ps_pull_rows_start), by
-	// ticket; tmu guards tickets, nextTicket and closing, apart from mu,
-	// which such a call holds while it runs. running counts them for
-	// ps_close, which sets closing first.
+	// ticket; tmu guards tickets, nextTicket, tail and closing, apart
+	// from mu, which such a call holds while it runs. tail is closed when
+	// the latest of them has returned (each waits for the one before it),
+	// so that a call made after them runs after them. running counts them
+	// for ps_close, which sets closing first.
 	tmu        sync.Mutex
 	tickets    map[int64]*ticket
 	nextTicket int64
+	tail       chan struct{}
 	closing    bool
 	running    sync.WaitGroup
 }
@@ -266,6 +269,13 @@ func lock(hd C.int64_t, needSession bool) (*handle, C.int) {
 	h := get(hd)
 	if h == nil {
 		return nil, -2
+	}
+	// After the background pulls started before this call.
+	h.tmu.Lock()
+	tail := h.tail
+	h.tmu.Unlock()
+	if tail != nil {
+		<-tail
 	}
 	h.mu.Lock()
 	switch {
@@ -514,13 +524,12 @@ func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 }
 
 // ps_pull_rows_start starts ps_pull_rows on a goroutine and returns at once
-// with a ticket (> 0) for ps_ticket_wait, or -1 (ps_error) when the handle
-// cannot be used and -2 for an unknown handle. keys and out must stay
-// valid, and out unread, until ps_ticket_wait returns 0 or -1 for the
-// ticket. The call holds the handle's lock as the others do: when no call
-// is in flight it takes it before returning, so calls made after it run
-// after it; otherwise it runs when the lock comes free, in no set order
-// with calls made meanwhile. Errors, including bad arguments, are the
+// with a ticket (> 0) for ps_ticket_wait, or -1 (ps_error) for a handle
+// whose configuration failed and -2 for an unknown or closing one. keys
+// and out must stay valid, and out unread, until ps_ticket_wait returns 0
+// or -1 for the ticket. Every call made after it on the handle (another
+// thread's too) runs after it: the pulls started so far form a queue that
+// each call waits for (lock). Errors, including bad arguments, are the
 // ticket's (ps_ticket_error).
 //
 //export ps_pull_rows_start
@@ -529,9 +538,7 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 	if h == nil {
 		return -2
 	}
-	locked := h.mu.TryLock()
-	if locked && h.cfg.Cluster.Task.Job == "" {
-		h.mu.Unlock()
+	if h.cfg.Cluster.Task.Job == "" {
 		return -1 // the configuration's error stays
 	}
 	t := &ticket{done: make(chan struct{})}
@@ -542,22 +549,23 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 	h.tmu.Lock()
 	if h.closing {
 		h.tmu.Unlock()
-		if locked {
-			h.mu.Unlock()
-		}
 		return -2
 	}
 	h.nextTicket++
 	id := h.nextTicket
 	h.tickets[id] = t
 	h.running.Add(1)
+	prev, mine := h.tail, make(chan struct{})
+	h.tail = mine
 	h.tmu.Unlock()
 	go func() {
 		defer h.running.Done()
 		defer close(t.done)
-		if !locked {
-			h.mu.Lock()
+		defer close(mine)
+		if prev != nil {
+			<-prev
 		}
+		h.mu.Lock()
 		defer h.mu.Unlock()
 		switch {
 		case err != nil:

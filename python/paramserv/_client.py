@@ -475,10 +475,9 @@ class Client:
         learns that the pull is over when asked (``result()``,
         ``exception()``, ``done()``), and runs its done-callbacks then.
 
-        When no call is in flight the pull is ordered before every call
-        made after this one (the rows are read before a later push is
-        applied); otherwise it runs when the call in flight has returned,
-        in no set order with calls made meanwhile.
+        Every call made after this one (from any thread, push_pull_async's
+        too) runs after the pull: the rows are read after the calls
+        already in flight and before a push made later is applied.
 
         Example::
 

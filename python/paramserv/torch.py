@@ -90,21 +90,26 @@ class Embedding(torch.nn.Module):
         it uses these rows instead of pulling; otherwise it drops them and
         pulls as without a prefetch. A newer prefetch replaces an older one.
 
-        Call it for batch t+1 after the forward pass of batch t, so that
-        the round trip overlaps the backward pass and whatever else comes
-        before the next forward (with ``overlap=True``: before ``step()``,
-        which then queues its push+pull behind the pull). The rows are read
-        as the call is served, so in asynchronous training they may lack
-        this worker's push of step t (the ``step()`` after the prefetch),
-        as with ``overlap=True``'s dense values: a row looked up by two
-        consecutive batches is read one push short, as the Go library's
-        SparseReadAhead reads it. In synchronous training the rows are
-        exactly those a forward pass would pull: a prefetch made while a
-        step is under way (a training forward pass since the last
-        ``step()``) starts its pull only when ``step()`` has completed,
-        and ``step()`` pulls again the rows of any prefetch made before
-        it, so it hides the round trip only behind what the program does
-        between ``step()`` and the next forward pass.
+        Call it for batch t+1 after the forward pass of batch t and before
+        ``step()``: the pull runs on a goroutine of the Go library (no
+        Python thread, no GIL) during the backward pass and whatever else
+        comes before the next forward pass, which then finds its rows
+        there. Every Embedding is prefetched on its own (a model with a
+        wide and a deep table calls it on both).
+
+        Staleness. Asynchronous training: the rows are read before step
+        t's push is applied (with ``overlap=True``, after step t-1's push
+        in flight), so a row looked up by two consecutive batches is read
+        one push of this worker short, as ``overlap=True`` reads the dense
+        values and as the Go library's SparseReadAhead reads rows; the
+        gradient is pushed as computed at the dense values' step, so
+        ``max_staleness`` does not see this. Synchronous training stays
+        exact: the rows are those a forward pass would pull. A prefetch
+        made while a step is under way (a training forward pass since the
+        last ``step()``) starts its pull only when ``step()`` has
+        completed, and ``step()`` pulls again the rows of a prefetch made
+        before it, so the round trip hides only behind what the program
+        does between ``step()`` and the next forward pass.
         """
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
@@ -243,6 +248,7 @@ class DistributedModule(torch.nn.Module):
             e._client = client
             e._hold = self._holds_prefetch
         self.client.start(init=init if client.is_chief else None)
+        self._sync = self.client.sync  # the cluster's mode, fixed for the job
         self._fresh = False
         self._step = self.client.step
         # Overlap only where the push's semantics allow it: asynchronous
@@ -285,7 +291,7 @@ class DistributedModule(torch.nn.Module):
         """Whether an Embedding's prefetch must wait for the next step():
         in synchronous training, while a step is under way, the rows it
         would read now are the step's old ones."""
-        return self._under_way and self.client.sync
+        return self._under_way and self._sync
 
     def step(self) -> int:
         """Pushes the gradients of the last backward pass (and of the
@@ -304,7 +310,7 @@ class DistributedModule(torch.nn.Module):
         for g in self._grads.values():
             g.fill(0)
         self._fresh, self._step, self._under_way = True, step, False
-        if self.client.sync:
+        if self._sync:
             # The step has completed: a prefetch's rows must be read from
             # now on (Embedding.prefetch), so that sync stays exact.
             for e in self._embeddings:

@@ -110,3 +110,24 @@ def test_pull_rows_async_futures_dropped_or_unread(make_cluster):
     with pytest.raises(ParamservError, match="closed"):
         c.pull_rows_async("emb", keys, out)
     assert cl.wait() == [0]
+
+
+def test_calls_run_after_the_pulls_started_before_them(make_cluster):
+    # A push made right after pull_rows_async is applied after the pull has
+    # read: 50 times, the rows read are those from before the push.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with _client(cl) as c:
+        c.start(init={"b": np.zeros(1, np.float32)})
+        keys = np.arange(200, dtype=np.uint64)
+        ones = np.ones((200, 3), np.float32)
+        before = np.empty((200, 3), np.float32)
+        c.pull_rows("emb", keys, before)
+        for i in range(50):
+            out = np.empty((200, 3), np.float32)
+            fut = c.pull_rows_async("emb", keys, out)
+            c.push_rows("emb", keys, ones)
+            fut.result(timeout=60)
+            np.testing.assert_array_equal(_bits(out), _bits(before), err_msg=f"round {i}: the push came first")
+            c.pull_rows("emb", keys, before)
+        c.done()
+    assert cl.wait() == [0]
