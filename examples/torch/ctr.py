@@ -163,23 +163,32 @@ def main():
     # and a mean would shrink the gradient of a value seen once in the
     # batch by the batch size, below FTRL's beta term.
     lossf = torch.nn.BCEWithLogitsLoss(reduction="sum")
+
+    def prefetch(idx):
+        # Each Embedding pulls the rows of a future batch in the
+        # background; a forward pass takes the oldest prefetch.
+        model.module.wide.prefetch(x[idx])
+        model.module.deep.prefetch(x[idx])
+
     idx = next_batch()
+    if args.prefetch:
+        prefetch(idx)
     while step < args.train_steps:
+        following = next_batch()
+        if args.prefetch:
+            # The next batch's rows travel while this one computes (one
+            # push of this worker short in async mode; exact in sync mode).
+            prefetch(following)
         t = time.time()
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))
         fwd += time.time() - t  # with the rows' pulls, unless prefetched
-        idx = next_batch()
-        if args.prefetch:
-            # The next batch's rows travel during the backward pass and the
-            # push (one push short in async mode; exact in sync mode).
-            model.module.wide.prefetch(x[idx])
-            model.module.deep.prefetch(x[idx])
         loss.backward()
         model.report_loss(loss / len(idx), len(idx))  # the mean log loss, for the metrics and progress line
         t = time.time()
         step = model.step()
         comm += time.time() - t
         local += 1
+        idx = following
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
     elapsed = time.time() - start

@@ -18,12 +18,15 @@ client fills in place, and their ``.grad`` views of buffers it sends from: no
 copies. The chief's current parameter values initialise the ps. Do not call
 a torch optimizer: the ps apply the optimizer. ``Embedding`` is a lookup
 table held in a sparse table on the ps: a forward pass pulls only the rows
-of the batch's distinct ids, and ``step()`` pushes their gradients.
+of the batch's distinct ids, and ``step()`` pushes their gradients;
+``Embedding.prefetch(next_ids)`` pulls the next batch's rows in the
+background while this one computes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import collections
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -73,59 +76,70 @@ class Embedding(torch.nn.Module):
                         "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
         self._client: Optional[Client] = None
         self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
-        self._prefetched: Optional[_Prefetch] = None
+        self._prefetched: Deque[_Prefetch] = collections.deque()
         # Set by the DistributedModule: whether a prefetch must wait for the
         # next step() (synchronous training with a step under way).
         self._hold: Optional[Callable[[], bool]] = None
         self.prefetch_hits = 0
         """Forward passes that used the rows of a prefetch."""
         self.prefetch_misses = 0
-        """Forward passes whose ids' keys differed from the prefetch's (which
-        was dropped, the rows pulled then)."""
+        """Forward passes whose ids' keys differed from their prefetch's
+        (which was dropped, the rows pulled then)."""
 
     def prefetch(self, ids: Any) -> None:
         """Starts pulling, in the background, the rows of the distinct ids of
-        a future batch (a tensor or array of integers, any shape), for the
-        next forward pass: if that pass's ids hold the same distinct keys,
-        it uses these rows instead of pulling; otherwise it drops them and
-        pulls as without a prefetch. A newer prefetch replaces an older one.
+        a future batch (a tensor or array of integers, any shape).
 
-        Call it for batch t+1 after the forward pass of batch t and before
-        ``step()``: the pull runs on a goroutine of the Go library (no
-        Python thread, no GIL) during the backward pass and whatever else
-        comes before the next forward pass, which then finds its rows
-        there. Every Embedding is prefetched on its own (a model with a
-        wide and a deep table calls it on both).
+        Prefetches queue, and each forward pass takes the oldest: if its
+        ids hold the same distinct keys, it uses those rows instead of
+        pulling; otherwise it drops them and pulls as without a prefetch.
+        So prefetch batch t+1 before the forward pass of batch t (and
+        batch 0 before the loop): the pull runs on a goroutine of the Go
+        library (no Python thread, no GIL) during batch t's forward and
+        backward passes, and batch t+1's forward pass finds its rows there::
 
-        Staleness. Asynchronous training: the rows are read before step
-        t's push is applied (with ``overlap=True``, after step t-1's push
-        in flight), so a row looked up by two consecutive batches is read
-        one push of this worker short, as ``overlap=True`` reads the dense
-        values and as the Go library's SparseReadAhead reads rows; the
-        gradient is pushed as computed at the dense values' step, so
-        ``max_staleness`` does not see this. Synchronous training stays
-        exact: the rows are those a forward pass would pull. A prefetch
+            emb.prefetch(batches[0])
+            for t in range(n):
+                emb.prefetch(batches[t + 1])
+                loss = loss_fn(model(batches[t]), labels[t])  # rows of t: prefetched
+                loss.backward()
+                model.step()
+
+        Every Embedding is prefetched on its own (a model with a wide and
+        a deep table calls it on both). A forward pass that is not part of
+        the pattern (an evaluation) takes a prefetch too.
+
+        Staleness. Asynchronous training: the rows are read after the
+        calls made before the prefetch (step t-1's push+pull, even with
+        ``overlap=True``) and before those made after it (step t's push),
+        so batch t+1 sees the rows one push of this worker short: a row
+        looked up by batches t and t+1 lacks t's gradient, as
+        ``overlap=True`` reads the dense values and as the Go library's
+        SparseReadAhead reads rows (prefetching k batches ahead: k pushes
+        short). The gradient is pushed as computed at the dense values'
+        step, so ``max_staleness`` does not count this. Synchronous
+        training stays exact, the rows those a forward pass would pull (and
+        the final values bit for bit those without prefetch): a prefetch
         made while a step is under way (a training forward pass since the
         last ``step()``) starts its pull only when ``step()`` has
-        completed, and ``step()`` pulls again the rows of a prefetch made
-        before it, so the round trip hides only behind what the program
-        does between ``step()`` and the next forward pass.
+        completed, and ``step()`` pulls again the rows of every prefetch
+        made before it, so the round trip hides only behind what the
+        program does between ``step()`` and the next forward pass.
         """
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=True)
         keys, inverse = np.unique(flat, return_inverse=True)
         pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, np.empty((len(keys), self.dim), np.float32))
-        self._prefetched = pf
+        self._prefetched.append(pf)
         if not (self._hold is not None and self._hold()):
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
     def _pull_again(self) -> None:
-        """Starts again the pull of the prefetch, if any (synchronous
-        training, after a step: the rows it read may predate it), into a
+        """Starts again the pulls of the prefetches (synchronous training,
+        after a step: the rows they read may predate it), each into a
         buffer of its own: the first pull may still be running."""
-        pf = self._prefetched
-        if pf is not None and self._client is not None:
+        for pf in self._prefetched:
             pf.rows = np.empty_like(pf.rows)
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
@@ -135,7 +149,7 @@ class Embedding(torch.nn.Module):
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=False)
-        pf, self._prefetched = self._prefetched, None
+        pf = self._prefetched.popleft() if self._prefetched else None
         rows = None
         if pf is not None and np.array_equal(flat, pf.flat):
             keys, inverse = pf.keys, pf.inverse
@@ -200,6 +214,9 @@ class DistributedModule(torch.nn.Module):
     once and the push+pull runs while the next batch computes, at values
     one push older (two sets of buffers alternate); ``pull()``, ``done()``
     and the next ``step()`` wait for it. Synchronous training ignores it.
+    An ``Embedding``'s ``prefetch`` of the next batch, made before this
+    batch's forward pass, is pulled after the push+pull in flight and
+    before the next one, beside this batch's computation.
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, *, overlap: bool = False,

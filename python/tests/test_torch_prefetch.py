@@ -79,6 +79,30 @@ def test_prefetch_of_other_ids_falls_back(make_cluster):
     assert cl.wait() == [0]
 
 
+def test_prefetches_queue(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=1)
+    m = _module(cl)
+    emb = m.module.emb
+    a, b = torch.tensor([[1, 2]]), torch.tensor([[3, 4]])
+    want_a, want_b = m(a).detach().numpy(), m(b).detach().numpy()
+    emb.prefetch(a)
+    emb.prefetch(b)
+    np.testing.assert_array_equal(_bits(m(a).detach().numpy()), _bits(want_a))
+    np.testing.assert_array_equal(_bits(m(b).detach().numpy()), _bits(want_b))
+    assert (emb.prefetch_hits, emb.prefetch_misses) == (2, 0)
+    # Out of order: a's prefetch is dropped by b's forward pass, which
+    # pulls; b's stays for the next one.
+    emb.prefetch(a)
+    emb.prefetch(b)
+    np.testing.assert_array_equal(_bits(m(b).detach().numpy()), _bits(want_b))
+    assert (emb.prefetch_hits, emb.prefetch_misses) == (2, 1)
+    np.testing.assert_array_equal(_bits(m(b).detach().numpy()), _bits(want_b))
+    assert (emb.prefetch_hits, emb.prefetch_misses) == (3, 1) and not emb._prefetched
+    m.done()
+    m.close()
+    assert cl.wait() == [0]
+
+
 def test_prefetch_outside_a_module_is_refused():
     with pytest.raises(RuntimeError, match="not inside a started DistributedModule"):
         pst.Embedding("emb", 2).prefetch(torch.tensor([1]))
@@ -104,7 +128,7 @@ def test_prefetch_across_a_step(make_cluster, sync):
     out = m(torch.tensor([[5, 7]]))
     emb.prefetch(torch.tensor([[5, 6]]))
     if sync:
-        assert emb._prefetched.future is None  # held until the step completes
+        assert emb._prefetched[0].future is None  # held until the step completes
     out.sum().backward()
     assert m.step() == 1
     after = _rows_now(m, [5, 6])
@@ -124,8 +148,8 @@ def test_sync_prefetch_made_between_steps_starts_at_once(make_cluster):
     m(torch.tensor([[5, 7]])).sum().backward()
     m.step()
     emb.prefetch(torch.tensor([[5, 6]]))  # no step under way: nothing to wait for
-    assert emb._prefetched.future is not None
-    emb._prefetched.future.result(timeout=60)
+    assert emb._prefetched[0].future is not None
+    emb._prefetched[0].future.result(timeout=60)
     np.testing.assert_array_equal(_bits(m.module.emb(torch.tensor([[6, 5]]))[0].detach().numpy()),
                                   _bits(_rows_now(m, [6, 5])))
     assert emb.prefetch_hits == 1
@@ -145,16 +169,18 @@ def _train(make_cluster, prefetch, overlap=False, steps=150):
     batches = [rng.integers(0, 50, size=(16, 4)) for _ in range(steps + 1)]
     labels = [target[b].sum(1) + rng.normal(scale=0.3, size=16).astype(np.float32) for b in batches]
     losses = []
+    if prefetch:
+        m.module.emb.prefetch(batches[0])
     for t in range(steps):
+        if prefetch:  # the next batch's rows, during this one's computation
+            m.module.emb.prefetch(batches[t + 1])
         ids = torch.from_numpy(batches[t])
         loss = torch.nn.functional.mse_loss(m(ids), torch.from_numpy(labels[t]))
-        if prefetch:
-            m.module.emb.prefetch(torch.from_numpy(batches[t + 1]))
         loss.backward()
         m.step()
         losses.append(loss.item())
     if prefetch:
-        assert m.module.emb.prefetch_hits == steps - 1
+        assert (m.module.emb.prefetch_hits, m.module.emb.prefetch_misses) == (steps, 0)
     m.done()
     m.close()
     assert cl.wait() == [0]
@@ -184,7 +210,7 @@ def test_sync_step_pulls_a_prefetch_made_before_it_again(make_cluster):
         zeros = {n: np.zeros_like(a) for n, a in params.items()}
         other.pull(params)
         emb.prefetch(torch.tensor([[5, 6]]))
-        emb._prefetched.future.result(timeout=60)
+        emb._prefetched[0].future.result(timeout=60)
         before = _rows_now(m, [5, 6])
         fut = other.push_pull_async(zeros, params, rows=[("emb", np.array([5], np.uint64), np.ones((1, 3), np.float32))])
         assert m.step() == 1
