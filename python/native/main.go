@@ -11,9 +11,11 @@
 // pass as float** (one C-contiguous float32 buffer per variable, in the
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
-// reference afterwards: no copies on the Python side. The exception is
-// ps_pull_rows_start, which returns before its pull has run: its buffers
-// are written until ps_ticket_wait says the call is over.
+// reference afterwards: no copies on the Python side. The exceptions are
+// ps_pull_rows_start and ps_push_pull_rows_start, which return a ticket
+// before their call has run on a goroutine: its buffers are read and
+// written until ps_ticket_wait says the call is over. Every call waits
+// for the background calls started before it.
 //
 // A process that forked after loading the library (a DataLoader worker)
 // must not call into it: the Go runtime's threads do not survive a fork.
@@ -116,10 +118,11 @@ type handle struct {
 }
 
 // ticket is a call running in the background: done is closed when it has
-// returned, with err; msg is err's text for C, made on first demand and
-// freed by ps_ticket_free.
+// returned, with step (a push+pull's) and err; msg is err's text for C,
+// made on first demand and freed by ps_ticket_free.
 type ticket struct {
 	done chan struct{}
+	step int64
 	err  error
 	msg  *C.char
 }
@@ -452,28 +455,7 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 		return rc
 	}
 	defer h.mu.Unlock()
-	var rows []session.Rows
-	if nt > 0 {
-		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
-			return h.fail(errors.New("paramserv: push_pull: NULL row arrays"))
-		}
-		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
-		for i := range ts {
-			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
-			if err != nil {
-				return h.fail(err)
-			}
-			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
-		}
-	}
-	g, err := h.params(grads, n)
-	if err != nil {
-		return h.fail(err)
-	}
-	p, err := h.params(params, n)
-	if err == nil && (p == nil || g == nil) {
-		err = errors.New("paramserv: push_pull: no buffers")
-	}
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -485,6 +467,38 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 		return h.fail(err)
 	}
 	return 0
+}
+
+// pushPullArgs makes Go slices over a push+pull's buffers (the handle's
+// declaration is all it reads).
+func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) ([]session.Rows, model.Params, model.Params, error) {
+	var rows []session.Rows
+	if nt > 0 {
+		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
+			return nil, nil, nil, errors.New("paramserv: push_pull: NULL row arrays")
+		}
+		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
+		for i := range ts {
+			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
+		}
+	}
+	g, err := h.params(grads, n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := h.params(params, n)
+	if err == nil && (p == nil || g == nil) {
+		err = errors.New("paramserv: push_pull: no buffers")
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rows, g, p, nil
 }
 
 func (h *handle) rows(table *C.char, keys *C.uint64_t, nkeys C.int64_t, values *C.float) (string, []uint64, []float32, error) {
@@ -541,11 +555,44 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 	if h.cfg.Cluster.Task.Job == "" {
 		return -1 // the configuration's error stays
 	}
-	t := &ticket{done: make(chan struct{})}
 	name, k, v, err := h.rows(table, keys, nkeys, out)
+	return h.background("pull_rows", err, func(s *session.Session) (int64, error) {
+		if len(k) == 0 {
+			return 0, nil
+		}
+		return 0, s.PullRows(context.Background(), name, k, v)
+	})
+}
+
+// ps_push_pull_rows_start starts ps_push_pull_rows on a goroutine, as
+// ps_pull_rows_start does: the buffers must stay valid, and params unread,
+// until ps_ticket_wait returns 0 or -1 for the ticket; ps_ticket_step then
+// gives the new global step.
+//
+//export ps_push_pull_rows_start
+func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	if h.cfg.Cluster.Task.Job == "" {
+		return -1 // the configuration's error stays
+	}
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
+		return s.PushPullRows(context.Background(), g, p, rows)
+	})
+}
+
+// background runs call on a goroutine, after the calls started before it
+// and holding the handle's lock, and returns its ticket (-2 if the handle
+// is closing); a non-nil err (bad arguments) fails the ticket instead.
+func (h *handle) background(what string, err error, call func(*session.Session) (int64, error)) C.int64_t {
 	if err == nil && h.live.Load() == nil {
 		err = errors.New("paramserv: not started: call start first")
 	}
+	t := &ticket{done: make(chan struct{})}
 	h.tmu.Lock()
 	if h.closing {
 		h.tmu.Unlock()
@@ -571,12 +618,33 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 		case err != nil:
 			t.err = err
 		case h.s == nil:
-			t.err = errors.New("paramserv: pull_rows: the client was closed first")
-		case len(k) > 0:
-			t.err = h.s.PullRows(context.Background(), name, k, v)
+			t.err = fmt.Errorf("paramserv: %s: the client was closed first", what)
+		default:
+			t.step, t.err = call(h.s)
 		}
 	}()
 	return C.int64_t(id)
+}
+
+// ps_ticket_step returns the global step a ticket's push+pull returned
+// (0 for a pull, -1 while it runs or for an unknown ticket).
+//
+//export ps_ticket_step
+func ps_ticket_step(hd C.int64_t, id C.int64_t) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -1
+	}
+	t := h.ticket(id)
+	if t == nil {
+		return -1
+	}
+	select {
+	case <-t.done:
+		return C.int64_t(t.step)
+	default:
+		return -1
+	}
 }
 
 func (h *handle) ticket(id C.int64_t) *ticket {

@@ -7,7 +7,7 @@ import json
 import math
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -74,6 +74,9 @@ def _load():
             "ps_ticket_wait": (i32, [i64, i64, ctypes.c_double]),
             "ps_ticket_error": (ctypes.c_char_p, [i64, i64]),
             "ps_ticket_free": (i32, [i64, i64]),
+            "ps_ticket_step": (i64, [i64, i64]),
+            "ps_push_pull_rows_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                              ctypes.POINTER(i64), fpp]),
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
@@ -252,9 +255,10 @@ class Client:
         self._lib = _load()
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
-        self._executor: Optional[ThreadPoolExecutor] = None
-        self._exec_lock = threading.Lock()  # guards _executor and _pulls, apart from the calls' _lock
-        self._pulls: Dict[int, "_PullFuture"] = {}  # background pulls not yet known to be over
+        # Calls running on goroutines (push_pull_async, pull_rows_async) not
+        # yet known to be over, by ticket; apart from the calls' _lock.
+        self._calls_lock = threading.Lock()
+        self._calls: Dict[int, "_CallFuture"] = {}
         self._closed = False
         err = self._lib.ps_error(self._h)
         if err:
@@ -387,6 +391,16 @@ class Client:
         After a ps failure the client waits for the ps to recover, pulls,
         and returns the step it went on from (that push is lost).
         """
+        args = self._push_pull_args(grads, params, rows)
+        self._need_started()
+        step = ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_push_pull_rows(self._h, *args, ctypes.byref(step)) != 0:
+                self._raise()
+        return step.value
+
+    def _push_pull_args(self, grads, params, rows):
+        """The C arguments of a push+pull after the handle, checked."""
         g = self._buffers(grads, "grads", writable=False)
         p = self._buffers(params, "params", writable=True)
         rows = list(rows or ())
@@ -401,13 +415,7 @@ class Client:
                 raise ValueError(f"paramserv: push_pull rows[{i}]: want a (table, keys, grads) tuple") from None
             keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
             names[i] = table.encode()
-        self._need_started()
-        step = ctypes.c_int64()
-        with self._lock:
-            if self._lib.ps_push_pull_rows(self._h, g, p, len(self._names), nt, names, keys, nkeys, vals,
-                                           ctypes.byref(step)) != 0:
-                self._raise()
-        return step.value
+        return g, p, len(self._names), nt, names, keys, nkeys, vals
 
     def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
         if table not in self._dims:
@@ -444,11 +452,15 @@ class Client:
                         rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
         """Starts ``push_pull`` in the background and returns at once with a
         ``concurrent.futures.Future`` of the new global step, so that the
-        next batch's computation overlaps the round trip (the Go library
-        runs without the GIL). Until the future is done, ``grads`` and the
-        rows are being read and ``params`` written: leave them alone, e.g.
-        compute into a second set of buffers. Calls of one Client run one at
-        a time, in order; ``future.result()`` raises what ``push_pull`` would.
+        next batch's computation overlaps the round trip. It runs on a
+        goroutine of the Go library (no Python thread, not the GIL), after
+        the calls started before it and before those started after it.
+        Until the future is done, ``grads`` and the rows are being read and
+        ``params`` written: leave them alone, e.g. compute into a second
+        set of buffers (the client holds references to them until then).
+        ``future.result()`` raises what ``push_pull`` would, bad buffers
+        included; the future learns that the call is over when asked
+        (``result()``, ``exception()``, ``done()``).
 
         Example::
 
@@ -457,7 +469,13 @@ class Client:
             step = fut.result()
         """
         self._need_started()
-        return self._submit(self.push_pull, grads, params, rows)
+        try:
+            args = self._push_pull_args(grads, params, rows)
+        except ValueError as e:
+            fut: Future = Future()
+            fut.set_exception(e)
+            return fut
+        return self._start(self._lib.ps_push_pull_rows_start(self._h, *args), (grads, params, rows, args), None)
 
     def pull_rows_async(self, table: str, keys: np.ndarray, out: np.ndarray) -> "Future[np.ndarray]":
         """Starts ``pull_rows(table, keys, out)`` in the background and returns
@@ -488,26 +506,32 @@ class Client:
         """
         k, n, v = self._rows(table, keys, out, "pull_rows_async", writable=True)
         self._need_started()
+        return self._start(self._lib.ps_pull_rows_start(self._h, table.encode(), k, n, v), (keys, out), out)
+
+    def _start(self, ticket: int, buffers: Any, result: Any) -> "Future[Any]":
+        """The future of a call started on a goroutine (its ticket), holding
+        its buffers until it is over; its result is result, or the new step
+        when result is None."""
         self._reap()
-        ticket = self._lib.ps_pull_rows_start(self._h, table.encode(), k, n, v)
         if ticket < 0:
             self._raise()
-        fut = _PullFuture(self, ticket, keys, out)
-        with self._exec_lock:
-            self._pulls[ticket] = fut
+        fut = _CallFuture(self, ticket, buffers, result)
+        with self._calls_lock:
+            self._calls[ticket] = fut
         return fut
 
     def _reap(self) -> None:
-        """Forgets the background pulls that have returned, whether or not
+        """Forgets the background calls that have returned, whether or not
         their futures were read (a dropped prefetch)."""
-        with self._exec_lock:
-            pulls = list(self._pulls.values())
-        for f in pulls:
+        with self._calls_lock:
+            calls = list(self._calls.values())
+        for f in calls:
             f.done()
 
-    def _ticket_done(self, ticket: int, timeout: Optional[float]) -> Optional[Tuple[bool, str]]:
-        """Waits up to timeout (None: for ever) for a background pull;
-        returns None while it runs, else (ok, error message) and forgets it."""
+    def _ticket_done(self, ticket: int, timeout: Optional[float]) -> Optional[Tuple[bool, str, int]]:
+        """Waits up to timeout (None: for ever) for a background call;
+        returns None while it runs, else (ok, error message, step) and
+        forgets it."""
         _check_fork()
         rc = self._lib.ps_ticket_wait(self._h, ticket, -1.0 if timeout is None else max(0.0, float(timeout)))
         if rc == 1:
@@ -515,22 +539,14 @@ class Client:
         msg = ""
         if rc == -1:
             err = self._lib.ps_ticket_error(self._h, ticket)
-            msg = err.decode() if err else "paramserv: pull_rows failed (no message)"
+            msg = err.decode() if err else "paramserv: call failed (no message)"
         elif rc != 0:
-            msg = f"paramserv: pull_rows: ticket {ticket} unknown to the library (closed client?)"
+            msg = f"paramserv: ticket {ticket} unknown to the library (closed client?)"
+        step = int(self._lib.ps_ticket_step(self._h, ticket))
         self._lib.ps_ticket_free(self._h, ticket)
-        with self._exec_lock:
-            self._pulls.pop(ticket, None)
-        return rc == 0, msg
-
-    def _submit(self, fn, *args) -> Future:
-        """Runs fn(*args) on the client's one background thread, after the
-        calls submitted before it (the Go library runs without the GIL)."""
-        with self._exec_lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paramserv")
-            executor = self._executor
-        return executor.submit(fn, *args)
+        with self._calls_lock:
+            self._calls.pop(ticket, None)
+        return rc == 0, msg, step
 
     def report_loss(self, loss: float, examples: int = 0) -> None:
         """Gives the training loss of the batch computed last (at the global
@@ -561,13 +577,10 @@ class Client:
         call twice."""
         if self._closed:
             return
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        with self._exec_lock:
-            pulls = list(self._pulls.values())
-        for f in pulls:
-            f.exception()  # waits: the library writes into its buffer
+        with self._calls_lock:
+            calls = list(self._calls.values())
+        for f in calls:
+            f.exception()  # waits: the library writes into its buffers
         self._closed = True
         with self._lock:
             self._lib.ps_close(self._h)
@@ -586,16 +599,17 @@ class Client:
             pass
 
 
-class _PullFuture(Future):
-    """The Future of a pull running on a goroutine (Client.pull_rows_async):
-    it asks the library whether the pull is over when result(), exception()
-    or done() is called, and completes then. It holds the pull's buffers
-    until it completes."""
+class _CallFuture(Future):
+    """The Future of a call running on a goroutine (push_pull_async,
+    pull_rows_async): it asks the library whether the call is over when
+    result(), exception() or done() is called, and completes then, with
+    result (or the new step when result is None). It holds the call's
+    buffers until it completes."""
 
-    def __init__(self, client: Client, ticket: int, keys: np.ndarray, out: np.ndarray) -> None:
+    def __init__(self, client: Client, ticket: int, buffers: Any, result: Any) -> None:
         super().__init__()
         self.set_running_or_notify_cancel()  # started: it cannot be cancelled
-        self._client, self._ticket, self._buffers = client, ticket, (keys, out)
+        self._client, self._ticket, self._buffers, self._value = client, ticket, buffers, result
         self._finish_lock = threading.Lock()
 
     def _finish(self, timeout: Optional[float]) -> None:
@@ -607,11 +621,11 @@ class _PullFuture(Future):
                 if timeout is not None and timeout <= 0:
                     return
                 raise FutureTimeoutError()
-            ok, msg = got
-            out = self._buffers[1]
-            self._buffers = None
+            ok, msg, step = got
+            value = step if self._value is None else self._value
+            self._buffers = self._value = None
             if ok:
-                self.set_result(out)
+                self.set_result(value)
             else:
                 self.set_exception(ParamservError(msg))
 
@@ -620,7 +634,7 @@ class _PullFuture(Future):
             self._finish(0)
         return super().done()
 
-    def result(self, timeout: Optional[float] = None) -> np.ndarray:
+    def result(self, timeout: Optional[float] = None) -> Any:
         self._finish(timeout)
         return super().result(0)
 

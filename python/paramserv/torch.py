@@ -110,14 +110,15 @@ class Embedding(torch.nn.Module):
         the pattern (an evaluation) takes a prefetch too.
 
         Staleness. Asynchronous training: the rows are read after the
-        calls made before the prefetch (step t-1's push+pull, even with
-        ``overlap=True``) and before those made after it (step t's push),
-        so batch t+1 sees the rows one push of this worker short: a row
-        looked up by batches t and t+1 lacks t's gradient, as
-        ``overlap=True`` reads the dense values and as the Go library's
-        SparseReadAhead reads rows (prefetching k batches ahead: k pushes
-        short). The gradient is pushed as computed at the dense values'
-        step, so ``max_staleness`` does not count this. Synchronous
+        calls made before the prefetch (step t-1's push+pull) and before
+        those made after it (step t's push), so batch t+1 sees the rows
+        one push of this worker short: a row looked up by batches t and
+        t+1 lacks t's gradient, as ``overlap=True`` reads the dense values
+        and as the Go library's SparseReadAhead reads rows (prefetching k
+        batches ahead: k pushes short), also with ``overlap=True`` (step
+        t-1's push+pull in flight is read first). The gradient is pushed
+        as computed at the dense values' step, so ``max_staleness`` does
+        not count this. Synchronous
         training stays exact, the rows those a forward pass would pull (and
         the final values bit for bit those without prefetch): a prefetch
         made while a step is under way (a training forward pass since the

@@ -94,9 +94,9 @@ def test_pull_rows_async_futures_dropped_or_unread(make_cluster):
         while True:
             last = c.pull_rows_async("emb", keys, np.empty((1000, 3), np.float32))  # forgets those over
             last.result(timeout=60)
-            if set(c._pulls) <= {last._ticket}:
+            if set(c._calls) <= {last._ticket}:
                 break
-            assert time.time() < deadline, f"pulls {sorted(c._pulls)} not forgotten after 30 s"
+            assert time.time() < deadline, f"pulls {sorted(c._calls)} not forgotten after 30 s"
         # close() waits for a pull in flight: its result is there after.
         # Started with no call in flight, it runs before done(), which
         # lets the ps exit.

@@ -226,3 +226,25 @@ def test_sync_step_pulls_a_prefetch_made_before_it_again(make_cluster):
         other.close()
         m.close()
     assert cl.wait() == [0]
+
+
+def test_prefetch_with_overlap_is_read_after_the_push_in_flight(make_cluster):
+    # overlap=True: step() leaves its push+pull in flight; a prefetch made
+    # then is read after it (and before the next step's), every time.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    m = _module(cl, overlap=True)
+    emb = m.module.emb
+    rng = np.random.default_rng(0)
+    batches = [torch.from_numpy(rng.integers(0, 20, size=(4, 3))) for _ in range(51)]
+    emb.prefetch(batches[0])
+    for t in range(50):
+        emb.prefetch(batches[t + 1])
+        in_flight = m._future
+        emb._prefetched[-1].future.result(timeout=60)
+        assert in_flight is None or in_flight.done(), f"step {t}: the prefetch was read before the push in flight"
+        m(batches[t]).sum().backward()
+        m.step()
+    assert (emb.prefetch_hits, emb.prefetch_misses) == (50, 0)
+    m.done()
+    m.close()
+    assert cl.wait() == [0]
