@@ -77,9 +77,9 @@ class Embedding(torch.nn.Module):
         self._client: Optional[Client] = None
         self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
         self._prefetched: Deque[_Prefetch] = collections.deque()
-        # Set by the DistributedModule: whether a prefetch must wait for the
-        # next step() (synchronous training with a step under way).
-        self._hold: Optional[Callable[[], bool]] = None
+        # Set by the DistributedModule: whether a prefetch (made while
+        # others are queued, or not) must wait for the next step().
+        self._hold: Optional[Callable[[bool], bool]] = None
         self.prefetch_hits = 0
         """Forward passes that used the rows of a prefetch."""
         self.prefetch_misses = 0
@@ -118,23 +118,26 @@ class Embedding(torch.nn.Module):
         batches ahead: k pushes short), also with ``overlap=True`` (step
         t-1's push+pull in flight is read first). The gradient is pushed
         as computed at the dense values' step, so ``max_staleness`` does
-        not count this. Synchronous
-        training stays exact, the rows those a forward pass would pull (and
-        the final values bit for bit those without prefetch): a prefetch
-        made while a step is under way (a training forward pass since the
-        last ``step()``) starts its pull only when ``step()`` has
-        completed, and ``step()`` pulls again the rows of every prefetch
-        made before it, so the round trip hides only behind what the
-        program does between ``step()`` and the next forward pass.
+        not count this.
+
+        Synchronous training stays exact: the rows are those a forward
+        pass would pull, and the values bit for bit those without
+        prefetch. A prefetch that a step may come before (one made while
+        a step is under way, a training forward pass since the last
+        ``step()``, or while other prefetches wait for their forward pass)
+        starts its pull only when ``step()`` has completed, and ``step()``
+        pulls again any prefetch made before it, so the round trip hides
+        only behind what the program does between ``step()`` and the next
+        forward pass.
         """
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=True)
         keys, inverse = np.unique(flat, return_inverse=True)
         pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, np.empty((len(keys), self.dim), np.float32))
-        self._prefetched.append(pf)
-        if not (self._hold is not None and self._hold()):
+        if not (self._hold is not None and self._hold(bool(self._prefetched))):
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
+        self._prefetched.append(pf)
 
     def _pull_again(self) -> None:
         """Starts again the pulls of the prefetches (synchronous training,
@@ -305,11 +308,12 @@ class DistributedModule(torch.nn.Module):
             self._under_way = True
         return self.module(*args, **kwargs)
 
-    def _holds_prefetch(self) -> bool:
-        """Whether an Embedding's prefetch must wait for the next step():
-        in synchronous training, while a step is under way, the rows it
-        would read now are the step's old ones."""
-        return self._under_way and self._sync
+    def _holds_prefetch(self, queued: bool) -> bool:
+        """Whether an Embedding's prefetch must wait for the next step(): in
+        synchronous training, when a step may complete before the forward
+        pass that takes it (a step under way, or other prefetches queued
+        before it), the rows it would read now may be the step's old ones."""
+        return self._sync and (self._under_way or queued)
 
     def step(self) -> int:
         """Pushes the gradients of the last backward pass (and of the

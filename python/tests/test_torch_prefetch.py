@@ -158,12 +158,21 @@ def test_sync_prefetch_made_between_steps_starts_at_once(make_cluster):
     assert cl.wait() == [0]
 
 
-def _train(make_cluster, prefetch, overlap=False, steps=150):
+def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=None):
     """A linear model over an embedding: the label is the sum of the batch
     row's per-key targets plus noise (variance 0.09, the loss it can reach).
-    Returns the mean loss of the last 30 steps and of the first 10."""
+    Returns the mean loss of the last 30 steps and of the first 10; out,
+    if given, receives every step's."""
     cl = make_cluster(num_ps=1, num_workers=1)
-    m = _module(cl, optimizer="adagrad", learning_rate=0.3, overlap=overlap)
+    m = _module(cl, optimizer="adagrad", learning_rate=0.3, overlap=overlap, sync=sync)
+    pulls = []
+    if prefetch:
+        real = m.client.pull_rows_async
+
+        def counted(*args):
+            pulls.append(args[1])
+            return real(*args)
+        m.client.pull_rows_async = counted
     rng = np.random.default_rng(1)
     target = rng.normal(size=50).astype(np.float32)
     batches = [rng.integers(0, 50, size=(16, 4)) for _ in range(steps + 1)]
@@ -181,9 +190,13 @@ def _train(make_cluster, prefetch, overlap=False, steps=150):
         losses.append(loss.item())
     if prefetch:
         assert (m.module.emb.prefetch_hits, m.module.emb.prefetch_misses) == (steps, 0)
+        # Each prefetch pulled once, sync (held until the step) or not.
+        assert len(pulls) == steps + 1, len(pulls)
     m.done()
     m.close()
     assert cl.wait() == [0]
+    if out is not None:
+        out.extend(losses)
     return float(np.mean(losses[-30:])), float(np.mean(losses[:10]))
 
 
@@ -248,3 +261,10 @@ def test_prefetch_with_overlap_is_read_after_the_push_in_flight(make_cluster):
     m.done()
     m.close()
     assert cl.wait() == [0]
+
+
+def test_sync_training_with_prefetch_is_exact(make_cluster):
+    base, got = [], []
+    _train(make_cluster, prefetch=False, sync=True, steps=60, out=base)
+    _train(make_cluster, prefetch=True, sync=True, steps=60, out=got)
+    assert got == base
