@@ -147,7 +147,7 @@ def main():
     log(f"Worker {worker}: {len(y)} training rows of {fields} fields, {'sync' if client.sync else 'async'}")
     rng = np.random.default_rng((args.seed, worker))
 
-    start, comm, fwd, local = time.time(), 0.0, 0.0, 0
+    start, cpu0, comm, fwd, local = time.time(), time.process_time(), 0.0, 0.0, 0
     order, at = rng.permutation(len(y)), 0
 
     def next_batch():
@@ -191,7 +191,7 @@ def main():
         idx = following
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
-    elapsed = time.time() - start
+    elapsed, cpu = time.time() - start, time.process_time() - cpu0
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     if client.is_chief:
         step = model.pull()
@@ -207,6 +207,7 @@ def main():
             "model": "torch_ctr", "mode": "sync" if client.sync else "async", "global_step": step,
             "local_steps": local, "elapsed_s": elapsed, "workers": workers, "ps": client.num_ps,
             "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm, "forward_s": fwd,
+            "cpu_s": cpu,  # this process's threads, the Go library's included
             "prefetch": args.prefetch, "overlap": model.overlapping,
             "test_auc": auc(ty, p), "test_log_loss": log_loss, "test_accuracy": float(np.mean((p > 0.5) == (ty > 0.5))),
         }
