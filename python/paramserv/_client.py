@@ -613,9 +613,19 @@ class _CallFuture(Future):
         self._finish_lock = threading.Lock()
 
     def _finish(self, timeout: Optional[float]) -> None:
-        with self._finish_lock:
-            if super().done():
+        if timeout is not None and timeout <= 0:
+            # A poll (done(), the client's reaping): not behind a waiter.
+            if not self._finish_lock.acquire(blocking=False):
                 return
+        else:
+            self._finish_lock.acquire()
+        try:
+            self._finish_locked(timeout)
+        finally:
+            self._finish_lock.release()
+
+    def _finish_locked(self, timeout: Optional[float]) -> None:
+        if not super().done():
             got = self._client._ticket_done(self._ticket, timeout)
             if got is None:
                 if timeout is not None and timeout <= 0:

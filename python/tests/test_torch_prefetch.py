@@ -28,7 +28,9 @@ def _module(cl, index=0, **kw):
     torch.manual_seed(0)
     kw.setdefault("optimizer", "sgd")
     kw.setdefault("learning_rate", 0.1)
-    return pst.DistributedModule(Net(), tf_config=cl.tf_config(index), startup_timeout=60, quiet=True, **kw)
+    # A call that waited for a ps gone at the end fails in 20 s, not 5 min.
+    return pst.DistributedModule(Net(), tf_config=cl.tf_config(index), startup_timeout=60, recovery_timeout=20,
+                                 quiet=True, **kw)
 
 
 def test_prefetch_then_forward_equals_forward(make_cluster):
