@@ -112,6 +112,10 @@ def main():
     ap.add_argument("--hidden_units", type=int, default=32)
     ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")
     ap.add_argument("--sync_replicas", action="store_true")
+    ap.add_argument("--prefetch", action="store_true",
+                    help="pull the next batch's rows in the background while this one computes (Embedding.prefetch)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="push+pull in the background while the next batch computes (DistributedModule overlap=True; async only)")
     ap.add_argument("--steps_to_validate", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--result_file", default="")
@@ -129,7 +133,8 @@ def main():
     fields = int(meta["cat_fields"])
 
     model = pst.DistributedModule(WideDeep(fields, args.embedding_dim, args.hidden_units, args.seed, args.min_count),
-                                  optimizer=args.optimizer, learning_rate=args.learning_rate, sync=args.sync_replicas)
+                                  optimizer=args.optimizer, learning_rate=args.learning_rate, sync=args.sync_replicas,
+                                  overlap=args.overlap)
     client = model.client
     worker, workers = client.worker, client.num_workers
     files = meta["files"]
@@ -142,29 +147,51 @@ def main():
     log(f"Worker {worker}: {len(y)} training rows of {fields} fields, {'sync' if client.sync else 'async'}")
     rng = np.random.default_rng((args.seed, worker))
 
-    start, comm, local = time.time(), 0.0, 0
+    start, cpu0, comm, fwd, local = time.time(), time.process_time(), 0.0, 0.0, 0
     order, at = rng.permutation(len(y)), 0
+
+    def next_batch():
+        nonlocal order, at
+        if at + args.batch_size > len(order):
+            order, at = rng.permutation(len(y)), 0
+        at += args.batch_size
+        return order[at - args.batch_size:at]
+
     step = model.pull()
     # The batch's summed log loss, not its mean, as sparse_lr: FTRL's and
     # Adagrad's per-coordinate rates are defined on per-example gradients,
     # and a mean would shrink the gradient of a value seen once in the
     # batch by the batch size, below FTRL's beta term.
     lossf = torch.nn.BCEWithLogitsLoss(reduction="sum")
+
+    def prefetch(idx):
+        # Each Embedding pulls the rows of a future batch in the
+        # background; a forward pass takes the oldest prefetch.
+        model.module.wide.prefetch(x[idx])
+        model.module.deep.prefetch(x[idx])
+
+    idx = next_batch()
+    if args.prefetch:
+        prefetch(idx)
     while step < args.train_steps:
-        if at + args.batch_size > len(order):
-            order, at = rng.permutation(len(y)), 0
-        idx = order[at:at + args.batch_size]
-        at += args.batch_size
+        following = next_batch()
+        if args.prefetch:
+            # The next batch's rows travel while this one computes (one
+            # push of this worker short in async mode; exact in sync mode).
+            prefetch(following)
+        t = time.time()
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))
+        fwd += time.time() - t  # with the rows' pulls, unless prefetched
         loss.backward()
         model.report_loss(loss / len(idx), len(idx))  # the mean log loss, for the metrics and progress line
         t = time.time()
         step = model.step()
         comm += time.time() - t
         local += 1
+        idx = following
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
-    elapsed = time.time() - start
+    elapsed, cpu = time.time() - start, time.process_time() - cpu0
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     if client.is_chief:
         step = model.pull()
@@ -179,7 +206,9 @@ def main():
         result = {
             "model": "torch_ctr", "mode": "sync" if client.sync else "async", "global_step": step,
             "local_steps": local, "elapsed_s": elapsed, "workers": workers, "ps": client.num_ps,
-            "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm,
+            "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm, "forward_s": fwd,
+            "cpu_s": cpu,  # this process's threads, the Go library's included
+            "prefetch": args.prefetch, "overlap": model.overlapping,
             "test_auc": auc(ty, p), "test_log_loss": log_loss, "test_accuracy": float(np.mean((p > 0.5) == (ty > 0.5))),
         }
         log(f"final: global step {step}, test AUC {result['test_auc']:.4f}, log loss {log_loss:.4f}, accuracy {result['test_accuracy']:.4f}")

@@ -11,7 +11,11 @@
 // pass as float** (one C-contiguous float32 buffer per variable, in the
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
-// reference afterwards: no copies on the Python side.
+// reference afterwards: no copies on the Python side. The exceptions are
+// ps_pull_rows_start and ps_push_pull_rows_start, which return a ticket
+// before their call has run on a goroutine: its buffers are read and
+// written until ps_ticket_wait says the call is over. Every call waits
+// for the background calls started before it.
 //
 // A process that forked after loading the library (a DataLoader worker)
 // must not call into it: the Go runtime's threads do not survive a fork.
@@ -98,6 +102,29 @@ type handle struct {
 	// (beside a push_pull in flight); addr is the metrics address.
 	live atomic.Pointer[session.Session]
 	addr *C.char
+
+	// Calls running on goroutines of their own (ps_pull_rows_start), by
+	// ticket; tmu guards tickets, nextTicket, tail and closing, apart
+	// from mu, which such a call holds while it runs. tail is closed when
+	// the latest of them has returned (each waits for the one before it),
+	// so that a call made after them runs after them. running counts them
+	// for ps_close, which sets closing first.
+	tmu        sync.Mutex
+	tickets    map[int64]*ticket
+	nextTicket int64
+	tail       chan struct{}
+	closing    bool
+	running    sync.WaitGroup
+}
+
+// ticket is a call running in the background: done is closed when it has
+// returned, with step (a push+pull's) and err; msg is err's text for C,
+// made on first demand and freed by ps_ticket_free.
+type ticket struct {
+	done chan struct{}
+	step int64
+	err  error
+	msg  *C.char
 }
 
 var (
@@ -180,7 +207,7 @@ func parseConfig(text string) (session.Config, error) {
 //
 //export ps_open
 func ps_open(cfgJSON *C.char) C.int64_t {
-	h := &handle{dims: map[string]int{}}
+	h := &handle{dims: map[string]int{}, tickets: map[int64]*ticket{}}
 	cfg, err := parseConfig(C.GoString(cfgJSON))
 	if err != nil {
 		h.fail(err)
@@ -245,6 +272,13 @@ func lock(hd C.int64_t, needSession bool) (*handle, C.int) {
 	h := get(hd)
 	if h == nil {
 		return nil, -2
+	}
+	// After the background pulls started before this call.
+	h.tmu.Lock()
+	tail := h.tail
+	h.tmu.Unlock()
+	if tail != nil {
+		<-tail
 	}
 	h.mu.Lock()
 	switch {
@@ -421,28 +455,7 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 		return rc
 	}
 	defer h.mu.Unlock()
-	var rows []session.Rows
-	if nt > 0 {
-		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
-			return h.fail(errors.New("paramserv: push_pull: NULL row arrays"))
-		}
-		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
-		for i := range ts {
-			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
-			if err != nil {
-				return h.fail(err)
-			}
-			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
-		}
-	}
-	g, err := h.params(grads, n)
-	if err != nil {
-		return h.fail(err)
-	}
-	p, err := h.params(params, n)
-	if err == nil && (p == nil || g == nil) {
-		err = errors.New("paramserv: push_pull: no buffers")
-	}
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -454,6 +467,38 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 		return h.fail(err)
 	}
 	return 0
+}
+
+// pushPullArgs makes Go slices over a push+pull's buffers (the handle's
+// declaration is all it reads).
+func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) ([]session.Rows, model.Params, model.Params, error) {
+	var rows []session.Rows
+	if nt > 0 {
+		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
+			return nil, nil, nil, errors.New("paramserv: push_pull: NULL row arrays")
+		}
+		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
+		for i := range ts {
+			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
+		}
+	}
+	g, err := h.params(grads, n)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := h.params(params, n)
+	if err == nil && (p == nil || g == nil) {
+		err = errors.New("paramserv: push_pull: no buffers")
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return rows, g, p, nil
 }
 
 func (h *handle) rows(table *C.char, keys *C.uint64_t, nkeys C.int64_t, values *C.float) (string, []uint64, []float32, error) {
@@ -489,6 +534,213 @@ func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 	if err != nil {
 		return h.fail(err)
 	}
+	return 0
+}
+
+// ps_pull_rows_start starts ps_pull_rows on a goroutine and returns at once
+// with a ticket (> 0) for ps_ticket_wait, or -1 (ps_error) for a handle
+// whose configuration failed and -2 for an unknown or closing one. keys
+// and out must stay valid, and out unread, until ps_ticket_wait returns 0
+// or -1 for the ticket. Every call made after it on the handle (another
+// thread's too) runs after it: the pulls started so far form a queue that
+// each call waits for (lock). Errors, including bad arguments, are the
+// ticket's (ps_ticket_error).
+//
+//export ps_pull_rows_start
+func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t, out *C.float) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	if h.cfg.Cluster.Task.Job == "" {
+		return -1 // the configuration's error stays
+	}
+	name, k, v, err := h.rows(table, keys, nkeys, out)
+	return h.background("pull_rows", err, func(s *session.Session) (int64, error) {
+		if len(k) == 0 {
+			return 0, nil
+		}
+		return 0, s.PullRows(context.Background(), name, k, v)
+	})
+}
+
+// ps_push_pull_rows_start starts ps_push_pull_rows on a goroutine, as
+// ps_pull_rows_start does: the buffers must stay valid, and params unread,
+// until ps_ticket_wait returns 0 or -1 for the ticket; ps_ticket_step then
+// gives the new global step.
+//
+//export ps_push_pull_rows_start
+func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	if h.cfg.Cluster.Task.Job == "" {
+		return -1 // the configuration's error stays
+	}
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
+		return s.PushPullRows(context.Background(), g, p, rows)
+	})
+}
+
+// background runs call on a goroutine, after the calls started before it
+// and holding the handle's lock, and returns its ticket (-2 if the handle
+// is closing); a non-nil err (bad arguments) fails the ticket instead.
+func (h *handle) background(what string, err error, call func(*session.Session) (int64, error)) C.int64_t {
+	if err == nil && h.live.Load() == nil {
+		err = errors.New("paramserv: not started: call start first")
+	}
+	t := &ticket{done: make(chan struct{})}
+	h.tmu.Lock()
+	if h.closing {
+		h.tmu.Unlock()
+		return -2
+	}
+	h.nextTicket++
+	id := h.nextTicket
+	h.tickets[id] = t
+	h.running.Add(1)
+	prev, mine := h.tail, make(chan struct{})
+	h.tail = mine
+	h.tmu.Unlock()
+	go func() {
+		defer h.running.Done()
+		defer close(t.done)
+		defer close(mine)
+		if prev != nil {
+			<-prev
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch {
+		case err != nil:
+			t.err = err
+		case h.s == nil:
+			t.err = fmt.Errorf("paramserv: %s: the client was closed first", what)
+		default:
+			t.step, t.err = call(h.s)
+		}
+	}()
+	return C.int64_t(id)
+}
+
+// ps_ticket_step returns the global step a ticket's push+pull returned
+// (0 for a pull, -1 while it runs or for an unknown ticket).
+//
+//export ps_ticket_step
+func ps_ticket_step(hd C.int64_t, id C.int64_t) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -1
+	}
+	t := h.ticket(id)
+	if t == nil {
+		return -1
+	}
+	select {
+	case <-t.done:
+		return C.int64_t(t.step)
+	default:
+		return -1
+	}
+}
+
+func (h *handle) ticket(id C.int64_t) *ticket {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.tickets[int64(id)]
+}
+
+// ps_ticket_wait waits up to timeoutS seconds (for ever if negative) for
+// the call of a ticket to return: 0 it succeeded, -1 it failed
+// (ps_ticket_error), 1 it is still running, -2 unknown handle or ticket.
+//
+//export ps_ticket_wait
+func ps_ticket_wait(hd C.int64_t, id C.int64_t, timeoutS C.double) C.int {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	t := h.ticket(id)
+	if t == nil {
+		return -2
+	}
+	if timeoutS < 0 {
+		<-t.done
+	} else {
+		timer := time.NewTimer(time.Duration(float64(timeoutS) * float64(time.Second)))
+		defer timer.Stop()
+		select {
+		case <-t.done:
+		case <-timer.C:
+			select {
+			case <-t.done:
+			default:
+				return 1
+			}
+		}
+	}
+	if t.err != nil {
+		return -1
+	}
+	return 0
+}
+
+// ps_ticket_error returns the error of a ticket's call that failed, or NULL
+// (running, succeeded, or unknown). The string lives until ps_ticket_free.
+//
+//export ps_ticket_error
+func ps_ticket_error(hd C.int64_t, id C.int64_t) *C.char {
+	h := get(hd)
+	if h == nil {
+		return nil
+	}
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	t := h.tickets[int64(id)]
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-t.done:
+	default:
+		return nil
+	}
+	if t.err == nil {
+		return nil
+	}
+	if t.msg == nil {
+		t.msg = C.CString(t.err.Error())
+	}
+	return t.msg
+}
+
+// ps_ticket_free forgets a ticket whose call has returned (0); it returns
+// 1 and keeps it while the call runs, -2 for an unknown one.
+//
+//export ps_ticket_free
+func ps_ticket_free(hd C.int64_t, id C.int64_t) C.int {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	t := h.tickets[int64(id)]
+	if t == nil {
+		return -2
+	}
+	select {
+	case <-t.done:
+	default:
+		return 1
+	}
+	if t.msg != nil {
+		C.free(unsafe.Pointer(t.msg))
+	}
+	delete(h.tickets, int64(id))
 	return 0
 }
 
@@ -540,10 +792,22 @@ func ps_close(hd C.int64_t) C.int {
 	if h == nil {
 		return -2
 	}
+	// Calls on goroutines of their own finish first: they write into the
+	// caller's buffers.
+	h.tmu.Lock()
+	h.closing = true
+	h.tmu.Unlock()
+	h.running.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var err error
 	h.live.Store(nil)
+	for id, t := range h.tickets {
+		if t.msg != nil {
+			C.free(unsafe.Pointer(t.msg))
+		}
+		delete(h.tickets, id)
+	}
 	if h.s != nil {
 		err = h.s.Close()
 		h.s = nil

@@ -7,7 +7,8 @@ import json
 import math
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -69,6 +70,13 @@ def _load():
             "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                         ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_pull_rows_start": (i64, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_ticket_wait": (i32, [i64, i64, ctypes.c_double]),
+            "ps_ticket_error": (ctypes.c_char_p, [i64, i64]),
+            "ps_ticket_free": (i32, [i64, i64]),
+            "ps_ticket_step": (i64, [i64, i64]),
+            "ps_push_pull_rows_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                              ctypes.POINTER(i64), fpp]),
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
@@ -247,8 +255,10 @@ class Client:
         self._lib = _load()
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
-        self._executor: Optional[ThreadPoolExecutor] = None
-        self._exec_lock = threading.Lock()  # guards _executor, apart from the calls' _lock
+        # Calls running on goroutines (push_pull_async, pull_rows_async) not
+        # yet known to be over, by ticket; apart from the calls' _lock.
+        self._calls_lock = threading.Lock()
+        self._calls: Dict[int, "_CallFuture"] = {}
         self._closed = False
         err = self._lib.ps_error(self._h)
         if err:
@@ -381,6 +391,16 @@ class Client:
         After a ps failure the client waits for the ps to recover, pulls,
         and returns the step it went on from (that push is lost).
         """
+        args = self._push_pull_args(grads, params, rows)
+        self._need_started()
+        step = ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_push_pull_rows(self._h, *args, ctypes.byref(step)) != 0:
+                self._raise()
+        return step.value
+
+    def _push_pull_args(self, grads, params, rows):
+        """The C arguments of a push+pull after the handle, checked."""
         g = self._buffers(grads, "grads", writable=False)
         p = self._buffers(params, "params", writable=True)
         rows = list(rows or ())
@@ -395,13 +415,7 @@ class Client:
                 raise ValueError(f"paramserv: push_pull rows[{i}]: want a (table, keys, grads) tuple") from None
             keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
             names[i] = table.encode()
-        self._need_started()
-        step = ctypes.c_int64()
-        with self._lock:
-            if self._lib.ps_push_pull_rows(self._h, g, p, len(self._names), nt, names, keys, nkeys, vals,
-                                           ctypes.byref(step)) != 0:
-                self._raise()
-        return step.value
+        return g, p, len(self._names), nt, names, keys, nkeys, vals
 
     def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
         if table not in self._dims:
@@ -438,11 +452,15 @@ class Client:
                         rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
         """Starts ``push_pull`` in the background and returns at once with a
         ``concurrent.futures.Future`` of the new global step, so that the
-        next batch's computation overlaps the round trip (the Go library
-        runs without the GIL). Until the future is done, ``grads`` and the
-        rows are being read and ``params`` written: leave them alone, e.g.
-        compute into a second set of buffers. Calls of one Client run one at
-        a time, in order; ``future.result()`` raises what ``push_pull`` would.
+        next batch's computation overlaps the round trip. It runs on a
+        goroutine of the Go library (no Python thread, not the GIL), after
+        the calls started before it and before those started after it.
+        Until the future is done, ``grads`` and the rows are being read and
+        ``params`` written: leave them alone, e.g. compute into a second
+        set of buffers (the client holds references to them until then).
+        ``future.result()`` raises what ``push_pull`` would, bad buffers
+        included; the future learns that the call is over when asked
+        (``result()``, ``exception()``, ``done()``).
 
         Example::
 
@@ -451,11 +469,84 @@ class Client:
             step = fut.result()
         """
         self._need_started()
-        with self._exec_lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paramserv")
-            executor = self._executor
-        return executor.submit(self.push_pull, grads, params, rows)
+        try:
+            args = self._push_pull_args(grads, params, rows)
+        except ValueError as e:
+            fut: Future = Future()
+            fut.set_exception(e)
+            return fut
+        return self._start(self._lib.ps_push_pull_rows_start(self._h, *args), (grads, params, rows, args), None)
+
+    def pull_rows_async(self, table: str, keys: np.ndarray, out: np.ndarray) -> "Future[np.ndarray]":
+        """Starts ``pull_rows(table, keys, out)`` in the background and returns
+        at once with a ``concurrent.futures.Future`` whose result is ``out``,
+        filled, so that a future batch's rows travel while this one computes.
+
+        The pull runs on a goroutine of the Go library, which needs no
+        Python thread and not the GIL: it goes on while this thread runs
+        Python code. ``keys`` and ``out`` are checked now (a ValueError, as
+        pull_rows raises); the client holds references to both until the
+        pull has returned, so they stay alive even if the future is
+        dropped, but until then ``keys`` is being read and ``out`` written:
+        leave them alone. ``future.result()`` raises what ``pull_rows``
+        would: a ParamservError with the Go client's message. The future
+        learns that the pull is over when asked (``result()``,
+        ``exception()``, ``done()``), and runs its done-callbacks then.
+
+        Every call made after this one (from any thread, push_pull_async's
+        too) runs after the pull: the rows are read after the calls
+        already in flight and before a push made later is applied.
+
+        Example::
+
+            fut = c.pull_rows_async("emb", next_keys, next_rows)
+            loss = compute(rows)       # overlaps the round trip
+            c.push_pull(grads, params, rows=[("emb", keys, row_grads)])
+            rows = fut.result()        # next_rows, filled
+        """
+        k, n, v = self._rows(table, keys, out, "pull_rows_async", writable=True)
+        self._need_started()
+        return self._start(self._lib.ps_pull_rows_start(self._h, table.encode(), k, n, v), (keys, out), out)
+
+    def _start(self, ticket: int, buffers: Any, result: Any) -> "Future[Any]":
+        """The future of a call started on a goroutine (its ticket), holding
+        its buffers until it is over; its result is result, or the new step
+        when result is None."""
+        self._reap()
+        if ticket < 0:
+            self._raise()
+        fut = _CallFuture(self, ticket, buffers, result)
+        with self._calls_lock:
+            self._calls[ticket] = fut
+        return fut
+
+    def _reap(self) -> None:
+        """Forgets the background calls that have returned, whether or not
+        their futures were read (a dropped prefetch)."""
+        with self._calls_lock:
+            calls = list(self._calls.values())
+        for f in calls:
+            f.done()
+
+    def _ticket_done(self, ticket: int, timeout: Optional[float]) -> Optional[Tuple[bool, str, int]]:
+        """Waits up to timeout (None: for ever) for a background call;
+        returns None while it runs, else (ok, error message, step) and
+        forgets it."""
+        _check_fork()
+        rc = self._lib.ps_ticket_wait(self._h, ticket, -1.0 if timeout is None else max(0.0, float(timeout)))
+        if rc == 1:
+            return None
+        msg = ""
+        if rc == -1:
+            err = self._lib.ps_ticket_error(self._h, ticket)
+            msg = err.decode() if err else "paramserv: call failed (no message)"
+        elif rc != 0:
+            msg = f"paramserv: ticket {ticket} unknown to the library (closed client?)"
+        step = int(self._lib.ps_ticket_step(self._h, ticket))
+        self._lib.ps_ticket_free(self._h, ticket)
+        with self._calls_lock:
+            self._calls.pop(ticket, None)
+        return rc == 0, msg, step
 
     def report_loss(self, loss: float, examples: int = 0) -> None:
         """Gives the training loss of the batch computed last (at the global
@@ -486,9 +577,10 @@ class Client:
         call twice."""
         if self._closed:
             return
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        with self._calls_lock:
+            calls = list(self._calls.values())
+        for f in calls:
+            f.exception()  # waits: the library writes into its buffers
         self._closed = True
         with self._lock:
             self._lib.ps_close(self._h)
@@ -505,3 +597,57 @@ class Client:
                 self.close()
         except Exception:
             pass
+
+
+class _CallFuture(Future):
+    """The Future of a call running on a goroutine (push_pull_async,
+    pull_rows_async): it asks the library whether the call is over when
+    result(), exception() or done() is called, and completes then, with
+    result (or the new step when result is None). It holds the call's
+    buffers until it completes."""
+
+    def __init__(self, client: Client, ticket: int, buffers: Any, result: Any) -> None:
+        super().__init__()
+        self.set_running_or_notify_cancel()  # started: it cannot be cancelled
+        self._client, self._ticket, self._buffers, self._value = client, ticket, buffers, result
+        self._finish_lock = threading.Lock()
+
+    def _finish(self, timeout: Optional[float]) -> None:
+        if timeout is not None and timeout <= 0:
+            # A poll (done(), the client's reaping): not behind a waiter.
+            if not self._finish_lock.acquire(blocking=False):
+                return
+        else:
+            self._finish_lock.acquire()
+        try:
+            self._finish_locked(timeout)
+        finally:
+            self._finish_lock.release()
+
+    def _finish_locked(self, timeout: Optional[float]) -> None:
+        if not super().done():
+            got = self._client._ticket_done(self._ticket, timeout)
+            if got is None:
+                if timeout is not None and timeout <= 0:
+                    return
+                raise FutureTimeoutError()
+            ok, msg, step = got
+            value = step if self._value is None else self._value
+            self._buffers = self._value = None
+            if ok:
+                self.set_result(value)
+            else:
+                self.set_exception(ParamservError(msg))
+
+    def done(self) -> bool:
+        if not super().done():
+            self._finish(0)
+        return super().done()
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        self._finish(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._finish(timeout)
+        return super().exception(0)

@@ -18,12 +18,15 @@ client fills in place, and their ``.grad`` views of buffers it sends from: no
 copies. The chief's current parameter values initialise the ps. Do not call
 a torch optimizer: the ps apply the optimizer. ``Embedding`` is a lookup
 table held in a sparse table on the ps: a forward pass pulls only the rows
-of the batch's distinct ids, and ``step()`` pushes their gradients.
+of the batch's distinct ids, and ``step()`` pushes their gradients;
+``Embedding.prefetch(next_ids)`` pulls the next batch's rows in the
+background while this one computes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import collections
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -31,6 +34,29 @@ import torch
 from ._client import Client
 
 __all__ = ["DistributedModule", "Embedding"]
+
+
+def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
+    """ids (a tensor or array of integers) as a flat uint64 array, a copy of
+    its own when copy (a prefetch keeps it while the caller may reuse ids)."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().reshape(-1).cpu().numpy()
+    a = np.asarray(ids).reshape(-1)
+    if a.dtype.kind not in "iu":
+        raise ValueError(f"paramserv.torch.Embedding: ids of dtype {a.dtype}: want integers")
+    return a.astype(np.uint64, copy=copy)
+
+
+class _Prefetch:
+    """A prefetch: the ids as given (flattened), their distinct keys and the
+    index of each id's key, the rows' buffer and the pull's future (None
+    while held back until the step completes)."""
+
+    __slots__ = ("flat", "keys", "inverse", "rows", "future")
+
+    def __init__(self, flat: np.ndarray, keys: np.ndarray, inverse: np.ndarray, rows: np.ndarray) -> None:
+        self.flat, self.keys, self.inverse, self.rows = flat, keys, inverse, rows
+        self.future: Any = None
 
 
 class Embedding(torch.nn.Module):
@@ -50,22 +76,111 @@ class Embedding(torch.nn.Module):
                         "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
         self._client: Optional[Client] = None
         self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
+        self._prefetched: Deque[_Prefetch] = collections.deque()
+        # Set by the DistributedModule: whether a prefetch (made while
+        # others are queued, or not) must wait for the next step().
+        self._hold: Optional[Callable[[bool], bool]] = None
+        self.prefetch_hits = 0
+        """Forward passes that used the rows of a prefetch."""
+        self.prefetch_misses = 0
+        """Forward passes whose ids' keys differed from their prefetch's
+        (which was dropped, the rows pulled then)."""
+
+    def prefetch(self, ids: Any) -> None:
+        """Starts pulling, in the background, the rows of the distinct ids of
+        a future batch (a tensor or array of integers, any shape).
+
+        Prefetches queue, and each forward pass takes the oldest: if its
+        ids hold the same distinct keys, it uses those rows instead of
+        pulling; otherwise it drops them and pulls as without a prefetch.
+        So prefetch batch t+1 before the forward pass of batch t (and
+        batch 0 before the loop): the pull runs on a goroutine of the Go
+        library (no Python thread, no GIL) during batch t's forward and
+        backward passes, and batch t+1's forward pass finds its rows there::
+
+            emb.prefetch(batches[0])
+            for t in range(n):
+                emb.prefetch(batches[t + 1])
+                loss = loss_fn(model(batches[t]), labels[t])  # rows of t: prefetched
+                loss.backward()
+                model.step()
+
+        Every Embedding is prefetched on its own (a model with a wide and
+        a deep table calls it on both). A forward pass that is not part of
+        the pattern (an evaluation) takes a prefetch too.
+
+        Staleness. Asynchronous training: the rows are read after the
+        calls made before the prefetch (step t-1's push+pull) and before
+        those made after it (step t's push), so batch t+1 sees the rows
+        one push of this worker short: a row looked up by batches t and
+        t+1 lacks t's gradient, as ``overlap=True`` reads the dense values
+        and as the Go library's SparseReadAhead reads rows (prefetching k
+        batches ahead: k pushes short), also with ``overlap=True`` (step
+        t-1's push+pull in flight is read first). The gradient is pushed
+        as computed at the dense values' step, so ``max_staleness`` does
+        not count this.
+
+        Synchronous training stays exact: the rows are those a forward
+        pass would pull, and the values bit for bit those without
+        prefetch. A prefetch that a step may come before (one made while
+        a step is under way, a training forward pass since the last
+        ``step()``, or while other prefetches wait for their forward pass)
+        starts its pull only when ``step()`` has completed, and ``step()``
+        pulls again any prefetch made before it, so the round trip hides
+        only behind what the program does between ``step()`` and the next
+        forward pass.
+        """
+        if self._client is None:
+            raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
+        flat = _flat_ids(ids, copy=True)
+        keys, inverse = np.unique(flat, return_inverse=True)
+        pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, np.empty((len(keys), self.dim), np.float32))
+        if not (self._hold is not None and self._hold(bool(self._prefetched))):
+            pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
+        self._prefetched.append(pf)
+
+    def _pull_again(self) -> None:
+        """Starts again the pulls of the prefetches (synchronous training,
+        after a step: the rows they read may predate it), each into a
+        buffer of its own: the first pull may still be running."""
+        for pf in self._prefetched:
+            pf.rows = np.empty_like(pf.rows)
+            pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Looks up the rows of ``ids`` (any integer shape); returns a tensor of
         shape ids.shape + (dim,)."""
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
-        flat = ids.reshape(-1).cpu().numpy().astype(np.uint64, copy=False)
-        keys, inverse = np.unique(flat, return_inverse=True)
-        keys = np.ascontiguousarray(keys)
-        rows = np.empty((len(keys), self.dim), np.float32)
-        self._client.pull_rows(self.table, keys, rows)
+        flat = _flat_ids(ids, copy=False)
+        pf = self._prefetched.popleft() if self._prefetched else None
+        rows = None
+        if pf is not None and np.array_equal(flat, pf.flat):
+            keys, inverse = pf.keys, pf.inverse
+        else:
+            keys, inverse = np.unique(flat, return_inverse=True)
+            keys = np.ascontiguousarray(keys)
+        if pf is not None:
+            if np.array_equal(keys, pf.keys):
+                self.prefetch_hits += 1
+                if pf.future is None:
+                    # Held back by a step still under way (sync): read now.
+                    self._client.pull_rows(self.table, pf.keys, pf.rows)
+                else:
+                    pf.future.result()
+                keys, rows = pf.keys, pf.rows
+            else:
+                # Other keys: dropped (the client holds its buffers until
+                # its pull has returned).
+                self.prefetch_misses += 1
+        if rows is None:
+            rows = np.empty((len(keys), self.dim), np.float32)
+            self._client.pull_rows(self.table, keys, rows)
         leaf = torch.from_numpy(rows)
         if torch.is_grad_enabled() and self.training:
             leaf.requires_grad_(True)
             leaf.register_hook(lambda g, k=keys: self._pending.append((k, g)))
-        out = leaf[torch.from_numpy(inverse.astype(np.int64))]
+        out = leaf[torch.from_numpy(inverse.astype(np.int64, copy=False))]
         return out.reshape(*ids.shape, self.dim)
 
     def _rows(self) -> Optional[Tuple[str, np.ndarray, np.ndarray]]:
@@ -103,6 +218,9 @@ class DistributedModule(torch.nn.Module):
     once and the push+pull runs while the next batch computes, at values
     one push older (two sets of buffers alternate); ``pull()``, ``done()``
     and the next ``step()`` wait for it. Synchronous training ignores it.
+    An ``Embedding``'s ``prefetch`` of the next batch, made before this
+    batch's forward pass, is pulled after the push+pull in flight and
+    before the next one, beside this batch's computation.
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, *, overlap: bool = False,
@@ -146,9 +264,12 @@ class DistributedModule(torch.nn.Module):
                 table_options={e.table: e.options for e in self._embeddings},
                 **client_kwargs)
         self.client = client
+        self._under_way = False  # a training forward pass since the last step()
         for e in self._embeddings:
             e._client = client
+            e._hold = self._holds_prefetch
         self.client.start(init=init if client.is_chief else None)
+        self._sync = self.client.sync  # the cluster's mode, fixed for the job
         self._fresh = False
         self._step = self.client.step
         # Overlap only where the push's semantics allow it: asynchronous
@@ -183,7 +304,16 @@ class DistributedModule(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._fresh:
             self.pull()
+        if torch.is_grad_enabled() and self.training:
+            self._under_way = True
         return self.module(*args, **kwargs)
+
+    def _holds_prefetch(self, queued: bool) -> bool:
+        """Whether an Embedding's prefetch must wait for the next step(): in
+        synchronous training, when a step may complete before the forward
+        pass that takes it (a step under way, or other prefetches queued
+        before it), the rows it would read now may be the step's old ones."""
+        return self._sync and (self._under_way or queued)
 
     def step(self) -> int:
         """Pushes the gradients of the last backward pass (and of the
@@ -201,7 +331,12 @@ class DistributedModule(torch.nn.Module):
         step = self.client.push_pull(self._grads, self._params, rows=rows)
         for g in self._grads.values():
             g.fill(0)
-        self._fresh, self._step = True, step
+        self._fresh, self._step, self._under_way = True, step, False
+        if self._sync:
+            # The step has completed: a prefetch's rows must be read from
+            # now on (Embedding.prefetch), so that sync stays exact.
+            for e in self._embeddings:
+                e._pull_again()
         return step
 
     def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> int:
@@ -224,7 +359,7 @@ class DistributedModule(torch.nn.Module):
         for n, p in self._named:
             p.data = torch.from_numpy(self._params[n])
             p.grad = torch.from_numpy(self._grads[n])
-        self._fresh = True
+        self._fresh, self._under_way = True, False
         return self._step
 
     def _settle(self) -> None:
