@@ -6,6 +6,7 @@ import ctypes
 import json
 import math
 import os
+import queue
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -259,6 +260,7 @@ class Client:
         # yet known to be over, by ticket; apart from the calls' _lock.
         self._calls_lock = threading.Lock()
         self._calls: Dict[int, "_CallFuture"] = {}
+        self._completer = _Completer()
         self._closed = False
         err = self._lib.ps_error(self._h)
         if err:
@@ -459,8 +461,10 @@ class Client:
         ``params`` written: leave them alone, e.g. compute into a second
         set of buffers (the client holds references to them until then).
         ``future.result()`` raises what ``push_pull`` would, bad buffers
-        included; the future learns that the call is over when asked
-        (``result()``, ``exception()``, ``done()``).
+        included. The future completes by itself when the call returns
+        (a thread of the client waits for it, the GIL released), so
+        ``concurrent.futures.wait``, ``as_completed`` and done-callbacks
+        work as with any future.
 
         Example::
 
@@ -490,8 +494,7 @@ class Client:
         dropped, but until then ``keys`` is being read and ``out`` written:
         leave them alone. ``future.result()`` raises what ``pull_rows``
         would: a ParamservError with the Go client's message. The future
-        learns that the pull is over when asked (``result()``,
-        ``exception()``, ``done()``), and runs its done-callbacks then.
+        completes by itself when the pull returns, as push_pull_async's.
 
         Every call made after this one (from any thread, push_pull_async's
         too) runs after the pull: the rows are read after the calls
@@ -518,6 +521,7 @@ class Client:
         fut = _CallFuture(self, ticket, buffers, result)
         with self._calls_lock:
             self._calls[ticket] = fut
+        self._completer.add(fut)
         return fut
 
     def _reap(self) -> None:
@@ -599,12 +603,52 @@ class Client:
             pass
 
 
+class _Completer:
+    """Completes a client's background calls' futures in the order they
+    were started, on one thread that waits in the library (ctypes releases
+    the GIL) while any call is pending, and ends after a second with none.
+    It holds no reference to the client but through the futures it has
+    still to complete."""
+
+    idle_s = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: "queue.SimpleQueue[_CallFuture]" = queue.SimpleQueue()
+        self._running = False
+
+    def add(self, fut: "_CallFuture") -> None:
+        with self._lock:
+            self._queue.put(fut)
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="paramserv-calls", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                fut = self._queue.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._running = False
+                        return
+                continue
+            try:
+                fut._finish(None)
+            except BaseException:  # the future holds the call's error
+                pass
+            del fut
+
+
 class _CallFuture(Future):
     """The Future of a call running on a goroutine (push_pull_async,
-    pull_rows_async): it asks the library whether the call is over when
-    result(), exception() or done() is called, and completes then, with
-    result (or the new step when result is None). It holds the call's
-    buffers until it completes."""
+    pull_rows_async). The client's _Completer completes it when the call
+    returns; result(), exception() and done() also ask the library, so a
+    caller never waits behind that thread. It completes with result (or
+    the new step when result is None) and holds the call's buffers until
+    then."""
 
     def __init__(self, client: Client, ticket: int, buffers: Any, result: Any) -> None:
         super().__init__()

@@ -131,3 +131,33 @@ def test_calls_run_after_the_pulls_started_before_them(make_cluster):
             c.pull_rows("emb", keys, before)
         c.done()
     assert cl.wait() == [0]
+
+
+def test_background_futures_complete_by_themselves(make_cluster):
+    """Nobody asks the futures: concurrent.futures.wait, as_completed and
+    done-callbacks still see them complete, errors included."""
+    import concurrent.futures as cf
+    import threading
+
+    cl = make_cluster(num_ps=1, num_workers=1)
+    c = _client(cl, recovery_timeout=1)
+    try:
+        c.start(init={"b": np.zeros(1, np.float32)})
+        keys = np.arange(100, dtype=np.uint64)
+        outs = [np.empty((100, 3), np.float32) for _ in range(3)]
+        called = threading.Event()
+        futs = [c.pull_rows_async("emb", keys, o) for o in outs]
+        futs[-1].add_done_callback(lambda f: called.set())
+        done, pending = cf.wait(futs, timeout=60)
+        assert not pending, f"{len(pending)} of 3 pulls not complete after 60 s"
+        assert called.wait(60), "the done-callback did not run"
+        assert sorted(id(f.result(timeout=0)) for f in cf.as_completed(futs, timeout=60)) == sorted(map(id, outs))
+        step = c.push_pull_async({"b": np.ones(1, np.float32)}, {"b": np.empty(1, np.float32)})
+        assert cf.wait([step], timeout=60).not_done == set()
+        assert step.result(timeout=0) >= 1
+        cl.stop()  # the ps is gone: a pull's error completes its future too
+        bad = c.pull_rows_async("emb", keys, outs[0])
+        assert cf.wait([bad], timeout=60).not_done == set(), "a failed pull's future did not complete"
+        assert isinstance(bad.exception(timeout=0), ParamservError)
+    finally:
+        c.close()
