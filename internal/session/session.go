@@ -322,6 +322,17 @@ func (s *Session) PullRows(ctx context.Context, table string, keys []uint64, out
 	return err
 }
 
+// PullRowsAside is PullRows for a pull made beside the program's work, a
+// read-ahead of a later batch's rows: it is counted as a pull_rows call,
+// but the program's own time (a step's compute in the metrics) is not cut
+// where it returns, since the program did not wait for it.
+func (s *Session) PullRowsAside(ctx context.Context, table string, keys []uint64, out []float32) error {
+	start := time.Now()
+	err := s.pullRows(ctx, table, keys, out)
+	s.count("pull_rows", telemetry.Bytes{PullSparse: 4 * int64(len(out))}, start, err)
+	return err
+}
+
 func (s *Session) pullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
 	for {
 		_, err := s.c.PullRows(ctx, 0, table, keys, out)
@@ -402,11 +413,17 @@ func (s *Session) ReportLoss(loss float64, examples int) {
 // observe counts a call that started at start, with metrics; the program's
 // own time runs from now to its next push.
 func (s *Session) observe(call string, b telemetry.Bytes, start time.Time, err error) {
+	s.returned = s.count(call, b, start, err)
+}
+
+// count counts a call that started at start, with metrics, and returns
+// the time it ended.
+func (s *Session) count(call string, b telemetry.Bytes, start time.Time, err error) time.Time {
 	now := time.Now()
-	s.returned = now
 	if s.calls != nil {
 		s.calls.Call(call, b, now.Sub(start), err)
 	}
+	return now
 }
 
 // denseBytes is the bytes of dense values in p.

@@ -2,8 +2,11 @@ package session
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +200,78 @@ func TestPushPullRowsIsOnePush(t *testing.T) {
 	if err := s.PullRows(ctx, "emb", keys, out); err != nil || !slices.Equal(out, []float32{-3, -5}) {
 		t.Fatalf("rows %v (%v) after the refused push, want [-3 -5]: nothing applied", out, err)
 	}
+}
+
+// A pull made aside (a read-ahead) while the program computes does not cut
+// the step's compute time where it returns, as a pull the program waited
+// for does.
+func TestPullRowsAsideKeepsComputeTime(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 1, 1)
+	for _, aside := range []bool{true, false} {
+		cfg := Config{
+			Cluster:     cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Variables:   []model.Variable{{Name: "b", Shape: []int{1}}},
+			Tables:      []model.Table{{Name: "emb", Dim: 2}},
+			Optimizer:   optim.Config{Name: "sgd", LearningRate: 1},
+			MetricsAddr: "127.0.0.1:0",
+		}
+		s, err := Start(ctx, cfg, model.Params{"b": {0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		params := model.Params{"b": {0}}
+		if _, err := s.PushPull(ctx, model.Params{"b": {1}}, params); err != nil {
+			t.Fatal(err)
+		}
+		const work = 400 * time.Millisecond
+		begun := time.Now()
+		time.Sleep(work / 4) // the program computes; a quarter in, a pull
+		pull := s.PullRows
+		if aside {
+			pull = s.PullRowsAside
+		}
+		if err := pull(ctx, "emb", []uint64{1}, make([]float32, 2)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(begun.Add(work)))
+		if _, err := s.PushPull(ctx, model.Params{"b": {1}}, params); err != nil {
+			t.Fatal(err)
+		}
+		// The first step's compute is the moment between Start and its
+		// push; the second's is work, or what the pull left of it.
+		got := scrapeSum(t, s.MetricsAddr(), "paramserv_worker_compute_seconds_sum")
+		s.Close()
+		if aside && got < work.Seconds() {
+			t.Errorf("compute seconds %.3f with a pull aside, want at least the %v the program computed", got, work)
+		}
+		if !aside && got >= work.Seconds() {
+			t.Errorf("compute seconds %.3f with a pull the program waited for, want less than %v: the pull did not cut the compute time", got, work)
+		}
+	}
+}
+
+// scrapeSum reads a metric's value from a worker's /metrics.
+func scrapeSum(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no %s in the worker's metrics:\n%s", name, body)
+	return 0
 }

@@ -560,7 +560,7 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 		if len(k) == 0 {
 			return 0, nil
 		}
-		return 0, s.PullRows(context.Background(), name, k, v)
+		return 0, s.PullRowsAside(context.Background(), name, k, v)
 	})
 }
 
