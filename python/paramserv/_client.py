@@ -657,16 +657,20 @@ class _CallFuture(Future):
         self._finish_lock = threading.Lock()
 
     def _finish(self, timeout: Optional[float]) -> None:
-        if timeout is not None and timeout <= 0:
-            # A poll (done(), the client's reaping): not behind a waiter.
-            if not self._finish_lock.acquire(blocking=False):
-                return
-        else:
-            self._finish_lock.acquire()
-        try:
-            self._finish_locked(timeout)
-        finally:
-            self._finish_lock.release()
+        """Completes the future if its call is over, waiting up to timeout
+        (None: for ever; 0: a poll) for it; raises FutureTimeoutError if it
+        is still running after a wait. The wait holds no lock (the
+        library's wait does not consume the ticket), so a poll never waits
+        behind a waiter: the lock is held only to complete the future."""
+        if super().done():
+            return
+        if timeout is None or timeout > 0:
+            _check_fork()
+            wait = -1.0 if timeout is None else float(timeout)
+            if self._client._lib.ps_ticket_wait(self._client._h, self._ticket, wait) == 1:
+                raise FutureTimeoutError()
+        with self._finish_lock:
+            self._finish_locked(0)
 
     def _finish_locked(self, timeout: Optional[float]) -> None:
         if not super().done():
