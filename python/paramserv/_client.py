@@ -657,20 +657,16 @@ class _CallFuture(Future):
         self._finish_lock = threading.Lock()
 
     def _finish(self, timeout: Optional[float]) -> None:
-        """Completes the future if its call is over, waiting up to timeout
-        (None: for ever; 0: a poll) for it; raises FutureTimeoutError if it
-        is still running after a wait. The wait holds no lock (the
-        library's wait does not consume the ticket), so a poll never waits
-        behind a waiter: the lock is held only to complete the future."""
-        if super().done():
-            return
-        if timeout is None or timeout > 0:
-            _check_fork()
-            wait = -1.0 if timeout is None else float(timeout)
-            if self._client._lib.ps_ticket_wait(self._client._h, self._ticket, wait) == 1:
-                raise FutureTimeoutError()
-        with self._finish_lock:
-            self._finish_locked(0)
+        if timeout is not None and timeout <= 0:
+            # A poll (the client's reaping): not behind a waiter.
+            if not self._finish_lock.acquire(blocking=False):
+                return
+        else:
+            self._finish_lock.acquire()
+        try:
+            self._finish_locked(timeout)
+        finally:
+            self._finish_lock.release()
 
     def _finish_locked(self, timeout: Optional[float]) -> None:
         if not super().done():
@@ -688,8 +684,23 @@ class _CallFuture(Future):
                 self.set_exception(ParamservError(msg))
 
     def done(self) -> bool:
-        if not super().done():
-            self._finish(0)
+        if super().done():
+            return True
+        if self._finish_lock.acquire(blocking=False):
+            try:
+                self._finish_locked(0)
+            finally:
+                self._finish_lock.release()
+            return super().done()
+        # A waiter (the completer thread, or a result() elsewhere) holds the
+        # lock, waiting in the library: ask the library, which does not
+        # consume the ticket. Once the call is over, the waiter completes
+        # the future at once: wait for that, not for the call.
+        _check_fork()
+        if self._client._lib.ps_ticket_wait(self._client._h, self._ticket, 0.0) == 1:
+            return False
+        with self._finish_lock:
+            pass
         return super().done()
 
     def result(self, timeout: Optional[float] = None) -> Any:
