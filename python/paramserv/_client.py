@@ -461,10 +461,11 @@ class Client:
         ``params`` written: leave them alone, e.g. compute into a second
         set of buffers (the client holds references to them until then).
         ``future.result()`` raises what ``push_pull`` would, bad buffers
-        included. The future completes by itself when the call returns
-        (a thread of the client waits for it, the GIL released), so
-        ``concurrent.futures.wait``, ``as_completed`` and done-callbacks
-        work as with any future.
+        included. The future learns that the call is over when asked
+        (``result()``, ``exception()``, ``done()``); a future waited on
+        without asking (a done-callback, ``concurrent.futures.wait``,
+        ``as_completed``) is completed by a thread of the client when the
+        call returns, so they work as with any future.
 
         Example::
 
@@ -494,7 +495,7 @@ class Client:
         dropped, but until then ``keys`` is being read and ``out`` written:
         leave them alone. ``future.result()`` raises what ``pull_rows``
         would: a ParamservError with the Go client's message. The future
-        completes by itself when the pull returns, as push_pull_async's.
+        completes as push_pull_async's does.
 
         Every call made after this one (from any thread, push_pull_async's
         too) runs after the pull: the rows are read after the calls
@@ -521,7 +522,6 @@ class Client:
         fut = _CallFuture(self, ticket, buffers, result)
         with self._calls_lock:
             self._calls[ticket] = fut
-        self._completer.add(fut)
         return fut
 
     def _reap(self) -> None:
@@ -603,12 +603,25 @@ class Client:
             pass
 
 
+class _Waiters(list):
+    """Future._waiters, which concurrent.futures.wait and as_completed
+    append their waiter to: an append also calls watch."""
+
+    def __init__(self, watch: Any) -> None:
+        super().__init__()
+        self._on_append = watch
+
+    def append(self, waiter: Any) -> None:
+        super().append(waiter)
+        self._on_append()
+
+
 class _Completer:
-    """Completes a client's background calls' futures in the order they
-    were started, on one thread that waits in the library (ctypes releases
-    the GIL) while any call is pending, and ends after a second with none.
-    It holds no reference to the client but through the futures it has
-    still to complete."""
+    """Completes the background calls' futures handed to it (see
+    _CallFuture) in the order they were handed, on one thread that waits
+    in the library (ctypes releases the GIL) while any is pending, and
+    ends after a second with none. It holds no reference to the client
+    but through the futures it has still to complete."""
 
     idle_s = 1.0
 
@@ -644,17 +657,33 @@ class _Completer:
 
 class _CallFuture(Future):
     """The Future of a call running on a goroutine (push_pull_async,
-    pull_rows_async). The client's _Completer completes it when the call
-    returns; result(), exception() and done() also ask the library, so a
-    caller never waits behind that thread. It completes with result (or
-    the new step when result is None) and holds the call's buffers until
-    then."""
+    pull_rows_async). result(), exception() and done() ask the library
+    whether the call is over. A future someone waits for without asking
+    (a done-callback, concurrent.futures.wait or as_completed, which add
+    a waiter to _waiters) is handed to the client's _Completer, which
+    completes it when the call returns: only then, since a thread woken
+    at every call's return would cost the common result() path a few GIL
+    hand-offs. It completes with result (or the new step when result is
+    None) and holds the call's buffers until then."""
 
     def __init__(self, client: Client, ticket: int, buffers: Any, result: Any) -> None:
         super().__init__()
         self.set_running_or_notify_cancel()  # started: it cannot be cancelled
         self._client, self._ticket, self._buffers, self._value = client, ticket, buffers, result
         self._finish_lock = threading.Lock()
+        self._watched = False
+        self._waiters = _Waiters(self._watch)
+
+    def _watch(self) -> None:
+        """Hands the future to the completer, once, if it is not done."""
+        if self._watched or super().done():
+            return
+        self._watched = True
+        self._client._completer.add(self)
+
+    def add_done_callback(self, fn: Any) -> None:
+        super().add_done_callback(fn)
+        self._watch()
 
     def _finish(self, timeout: Optional[float]) -> None:
         if timeout is not None and timeout <= 0:

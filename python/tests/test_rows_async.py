@@ -145,13 +145,17 @@ def test_background_futures_complete_by_themselves(make_cluster):
         c.start(init={"b": np.zeros(1, np.float32)})
         keys = np.arange(100, dtype=np.uint64)
         outs = [np.empty((100, 3), np.float32) for _ in range(3)]
+        # Each way of waiting on its own future: a done-callback, wait, as_completed.
         called = threading.Event()
+        c.pull_rows_async("emb", keys, outs[0]).add_done_callback(lambda f: called.set())
+        assert called.wait(60), "the done-callback did not run within 60 s"
+        fut = c.pull_rows_async("emb", keys, outs[1])
+        assert cf.wait([fut], timeout=60).not_done == set(), "wait: the pull not complete after 60 s"
+        fut = c.pull_rows_async("emb", keys, outs[2])
+        assert [f.result(timeout=0) for f in cf.as_completed([fut], timeout=60)] == [outs[2]]
         futs = [c.pull_rows_async("emb", keys, o) for o in outs]
-        futs[-1].add_done_callback(lambda f: called.set())
         done, pending = cf.wait(futs, timeout=60)
         assert not pending, f"{len(pending)} of 3 pulls not complete after 60 s"
-        assert called.wait(60), "the done-callback did not run"
-        assert sorted(id(f.result(timeout=0)) for f in cf.as_completed(futs, timeout=60)) == sorted(map(id, outs))
         step = c.push_pull_async({"b": np.ones(1, np.float32)}, {"b": np.empty(1, np.float32)})
         assert cf.wait([step], timeout=60).not_done == set()
         assert step.result(timeout=0) >= 1
