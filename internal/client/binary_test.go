@@ -433,44 +433,47 @@ func TestFallsBackToGRPC(t *testing.T) {
 }
 
 // If the ps does not hold a key set the client thinks it does, the call
-// sends the keys again and succeeds; nothing is applied twice.
+// sends the keys again and succeeds; nothing is applied twice. So does a
+// call made by Send, which finds the miss in its Wait.
 func TestCacheMissSendsKeysAgain(t *testing.T) {
-	cl := startCluster(t, 1, 1)
-	tables := []model.Table{{Name: "emb", Dim: 2}}
-	c, err := New(cl.addrs, nil, Options{Tables: tables})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	if _, err := c.Init(ctx, nil, InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
-		t.Fatal(err)
-	}
-	keys := []uint64{3, 1, 4, 1 << 40}
-	grads := []float32{1, 1, 1, 1, 1, 1, 1, 1}
-	vals := make([]float32, 8)
-	push := func() {
-		t.Helper()
-		if call := c.Do(ctx, &Request{Push: true, SparseGrads: []Rows{{Table: "emb", Keys: keys, Values: grads}}, Pull: true, SparseParams: []Rows{{Table: "emb", Keys: keys, Values: vals}}}); call.Err != nil {
-			t.Fatal(call.Err)
-		}
-	}
-	push()
-	push() // by slot now
-	// Make the client believe in a slot the ps never filled.
-	d := c.dp.ps[0].idle[0]
-	for s := range d.slot {
-		if d.slot[s] != 0 {
-			d.slot[(s+1)%wire.CacheSlots], d.slot[s] = d.slot[s], 0
-		}
-	}
-	push()
-	if vals[0] != -3 || vals[7] != -3 {
-		t.Fatalf("rows %v after 3 pushes, want -3 each", vals)
-	}
-	st, err := c.Status(ctx)
-	if err != nil || st[0].AppliedPushes != 3 || st[0].RejectedPushes != 0 {
-		t.Fatalf("status %v %v", st, err)
+	for _, send := range []bool{false, true} {
+		t.Run(fmt.Sprintf("send=%v", send), func(t *testing.T) {
+			c := sendClient(t, 1, Options{})
+			ctx := context.Background()
+			keys := []uint64{3, 1, 4, 1 << 40}
+			grads := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+			vals := make([]float32, 8)
+			push := func() {
+				t.Helper()
+				req := &Request{Push: true, SparseGrads: []Rows{{Table: "emb", Keys: keys, Values: grads}}, Pull: true, SparseParams: []Rows{{Table: "emb", Keys: keys, Values: vals}}}
+				var call *Call
+				if send {
+					call = c.Send(ctx, req)
+				} else {
+					call = c.DoAsync(ctx, req)
+				}
+				if err := call.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			push()
+			push() // by slot now
+			// Make the client believe in a slot the ps never filled.
+			d := c.dp.ps[0].idle[0]
+			for s := range d.slot {
+				if d.slot[s] != 0 {
+					d.slot[(s+1)%wire.CacheSlots], d.slot[s] = d.slot[s], 0
+				}
+			}
+			push()
+			if vals[0] != -3 || vals[7] != -3 {
+				t.Fatalf("rows %v after 3 pushes, want -3 each", vals)
+			}
+			st, err := c.Status(ctx)
+			if err != nil || st[0].AppliedPushes != 3 || st[0].RejectedPushes != 0 {
+				t.Fatalf("status %v %v", st, err)
+			}
+		})
 	}
 }
 

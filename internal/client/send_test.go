@@ -13,7 +13,6 @@ import (
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Calls made by Send give the same values, steps, drops and counters as
@@ -120,39 +119,6 @@ func TestSendLandsInWait(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// A key cache miss found in Wait sends the request again with its keys;
-// nothing is applied twice.
-func TestSendCacheMissSendsKeysAgain(t *testing.T) {
-	c := sendClient(t, 1, Options{})
-	ctx := context.Background()
-	keys := []uint64{3, 1, 4, 1 << 40}
-	grads := []float32{1, 1, 1, 1, 1, 1, 1, 1}
-	vals := make([]float32, 8)
-	push := func() {
-		t.Helper()
-		call := c.Send(ctx, &Request{Push: true, SparseGrads: []Rows{{Table: "emb", Keys: keys, Values: grads}}, Pull: true, SparseParams: []Rows{{Table: "emb", Keys: keys, Values: vals}}})
-		if err := call.Wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	push()
-	push() // by slot now
-	d := c.dp.ps[0].idle[0]
-	for s := range d.slot {
-		if d.slot[s] != 0 {
-			d.slot[(s+1)%wire.CacheSlots], d.slot[s] = d.slot[s], 0
-		}
-	}
-	push()
-	if vals[0] != -3 || vals[7] != -3 {
-		t.Fatalf("rows %v after 3 pushes, want -3 each", vals)
-	}
-	st, err := c.Status(ctx)
-	if err != nil || st[0].AppliedPushes != 3 || st[0].RejectedPushes != 0 {
-		t.Fatalf("status %v %v", st, err)
 	}
 }
 
