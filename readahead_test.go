@@ -92,9 +92,22 @@ func runCounted(t *testing.T, m paramserv.Model) {
 	runCountedJob(t, paramserv.OverlapAuto, m)
 }
 
-// runCountedJob trains one asynchronous worker per model (each to the end
-// of its data) against a ps on a loopback port, with overlap.
+// runCountedJob trains one asynchronous worker per model, each to the end
+// of its data, with overlap, at SGD rate 1.
 func runCountedJob(t *testing.T, overlap paramserv.Overlap, models ...paramserv.Model) {
+	t.Helper()
+	runJob(t, paramserv.RunConfig{
+		Optimizer:  paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+		Overlap:    overlap,
+		TrainSteps: 1 << 20, // the data ends first
+		Logf:       t.Logf,
+	}, models...)
+}
+
+// runJob runs a job of one ps on a loopback port and one worker per model
+// (in this process), each with cfg and its own TF_CONFIG, and waits for
+// every task to end.
+func runJob(t *testing.T, cfg paramserv.RunConfig, models ...paramserv.Model) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -116,16 +129,10 @@ func runCountedJob(t *testing.T, overlap paramserv.Overlap, models ...paramserv.
 	}()
 	errs := make(chan error, len(models))
 	for i, m := range models {
-		go func() {
-			errs <- paramserv.Run(ctx, paramserv.RunConfig{
-				TFConfig:   `{` + cluster + fmt.Sprintf(`,"task":{"type":"worker","index":%d}}`, i),
-				NewModel:   func(paramserv.ModelConfig) (paramserv.Model, error) { return m, nil },
-				Optimizer:  paramserv.Optimizer{Name: "sgd", LearningRate: 1},
-				Overlap:    overlap,
-				TrainSteps: 1 << 20, // the data ends first
-				Logf:       t.Logf,
-			})
-		}()
+		wc := cfg
+		wc.TFConfig = `{` + cluster + fmt.Sprintf(`,"task":{"type":"worker","index":%d}}`, i)
+		wc.NewModel = func(paramserv.ModelConfig) (paramserv.Model, error) { return m, nil }
+		go func() { errs <- paramserv.Run(ctx, wc) }()
 	}
 	for range models {
 		if err := <-errs; err != nil {
@@ -284,24 +291,5 @@ func abs32(x float32) float32 {
 // runPlanted trains m for steps asynchronous steps of one worker.
 func runPlanted(t *testing.T, m paramserv.Model, steps int64) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the job did not end within a minute") })
-	defer deadline.Stop()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen: func(string) (net.Listener, error) { return lis, nil }})
-	err = paramserv.Run(ctx, paramserv.RunConfig{
-		TFConfig:   `{` + cluster + `,"task":{"type":"worker","index":0}}`,
-		NewModel:   func(paramserv.ModelConfig) (paramserv.Model, error) { return m, nil },
-		Optimizer:  paramserv.Optimizer{Name: "sgd", LearningRate: 0.2},
-		TrainSteps: steps,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	runJob(t, paramserv.RunConfig{Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.2}, TrainSteps: steps}, m)
 }
