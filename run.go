@@ -211,8 +211,7 @@ func Run(ctx context.Context, cfg RunConfig) error {
 // before, and never overlaps. Overlapping makes every gradient one round
 // of pushes staler (its worker's own last push and one of each other
 // worker's), so under MaxStaleness it is used only when the bound is at
-// least 2×workers−1 steps, and never with replicated shards (a resent
-// step must be the same push). A dense Model overlaps by itself; a
+// least 2×workers−1 steps. A dense Model overlaps by itself; a
 // SparseModel must also be a SparseReadAhead.
 type Overlap int
 
