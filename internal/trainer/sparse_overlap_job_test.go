@@ -163,31 +163,7 @@ func TestSparseOverlapRecoversFromAKilledPS(t *testing.T) {
 		t.Fatal("one asynchronous worker does not overlap by default")
 	}
 	cl := newTestCluster(t, 1, 1, cfg)
-	var once sync.Once
-	struck := make(chan struct{})
-	testHook = func(event string, step int64) {
-		if event != "save" || step != 100 {
-			return
-		}
-		once.Do(func() {
-			cl.kill(0)
-			go func() {
-				time.Sleep(200 * time.Millisecond)
-				cl.startPS(0)
-			}()
-			close(struck)
-		})
-	}
-	t.Cleanup(func() { testHook = func(string, int64) {} })
-	cl.startPS(0)
-	if err := cl.runWorkers(withDeadline(t, 2*time.Minute))[0]; err != nil {
-		t.Fatalf("worker: %v", err)
-	}
-	select {
-	case <-struck:
-	default:
-		t.Fatal("the ps was never killed at the checkpoint of step 100")
-	}
+	runKillingPSAtSave(t, cl, 100)
 	r := readResultFile(t, cfg.ResultFile)
 	if r.GlobalStep != cfg.TrainSteps || recoveries.Load() == 0 || r.Metrics["train_auc"] < 0.6 {
 		t.Fatalf("global step %d after %d recoveries, train AUC %v; want %d, at least 1, >= 0.6", r.GlobalStep, recoveries.Load(), r.Metrics["train_auc"], cfg.TrainSteps)
@@ -238,31 +214,7 @@ func TestSparseLoopsPushEveryBatchAcrossAKilledPS(t *testing.T) {
 				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
 				NewModel: func(model.Config) (model.Model, error) { return m, nil }}
 			cl := newTestCluster(t, 1, 1, cfg)
-			var once sync.Once
-			struck := make(chan struct{})
-			testHook = func(event string, step int64) {
-				if event != "save" || step != 100 {
-					return
-				}
-				once.Do(func() {
-					cl.kill(0)
-					go func() {
-						time.Sleep(200 * time.Millisecond)
-						cl.startPS(0)
-					}()
-					close(struck)
-				})
-			}
-			t.Cleanup(func() { testHook = func(string, int64) {} })
-			cl.startPS(0)
-			if err := cl.runWorkers(withDeadline(t, 2*time.Minute))[0]; err != nil {
-				t.Fatalf("worker: %v", err)
-			}
-			select {
-			case <-struck:
-			default:
-				t.Fatal("the ps was never killed at the checkpoint of step 100")
-			}
+			runKillingPSAtSave(t, cl, 100)
 			if recoveries.Load() != 1 {
 				t.Errorf("%d recoveries, want 1", recoveries.Load())
 			}
@@ -275,5 +227,37 @@ func TestSparseLoopsPushEveryBatchAcrossAKilledPS(t *testing.T) {
 				t.Errorf("%d pushes applied over both lives of the ps, want %d (one per batch but the one sent to the killed ps)", got, n-1)
 			}
 		})
+	}
+}
+
+// runKillingPSAtSave starts ps 0 of cl, runs its one worker (within two
+// minutes) and kills the ps at the checkpoint of step, restarting it 200
+// ms later; it fails t if the worker fails or the ps was never killed.
+func runKillingPSAtSave(t *testing.T, cl *testCluster, step int64) {
+	t.Helper()
+	var once sync.Once
+	struck := make(chan struct{})
+	testHook = func(event string, s int64) {
+		if event != "save" || s != step {
+			return
+		}
+		once.Do(func() {
+			cl.kill(0)
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				cl.startPS(0)
+			}()
+			close(struck)
+		})
+	}
+	t.Cleanup(func() { testHook = func(string, int64) {} })
+	cl.startPS(0)
+	if err := cl.runWorkers(withDeadline(t, 2*time.Minute))[0]; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+	select {
+	case <-struck:
+	default:
+		t.Fatalf("the ps was never killed at the checkpoint of step %d", step)
 	}
 }
