@@ -321,23 +321,7 @@ func benchCheckpoint(b *testing.B, keys, dim int) {
 		rflt0, rsys0 := minFaults(), sysTime()
 		var st *State
 		pprof.Do(context.Background(), pprof.Labels("phase", "restore"), func(context.Context) {
-			var releases []func()
-			st, err = Restore(m, func(k int) (*checkpoint.Shard, error) {
-				if noMap {
-					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
-					return &sh, err
-				}
-				read := checkpoint.ReadShardOverlapped
-				if noOverlap {
-					read = checkpoint.ReadShardMapped
-				}
-				sh, release, err := read(vfs.OS, dir, m, k)
-				releases = append(releases, release)
-				return &sh, err
-			}, 0, 1, 1)
-			for _, release := range releases {
-				release()
-			}
+			st, _, err = restoreOneFrom(m, dir, !noMap, !noOverlap)
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -36,28 +36,12 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		restore := func(mapped, overlapped bool) checkpoint.Shard {
-			var releases []func()
-			st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
-				if !mapped {
-					sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
-					return &sh, err
-				}
-				read := checkpoint.ReadShardMapped
-				if overlapped {
-					read = checkpoint.ReadShardOverlapped
-				}
-				sh, release, err := read(vfs.OS, dir, m, k)
-				releases = append(releases, release)
-				return &sh, err
-			}, 0, 1, 1)
-			for _, release := range releases {
-				release()
-			}
+			st, mappings, err := restoreOneFrom(m, dir, mapped, overlapped)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mapped && len(releases) != 1 {
-				t.Fatalf("the restore read %d shards, want 1", len(releases))
+			if mapped && mappings != 1 {
+				t.Fatalf("the restore read %d shards, want 1", mappings)
 			}
 			r := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }})
 			r.Install(st)
@@ -151,4 +135,29 @@ func TestRestoreOverlappedShrunkFile(t *testing.T) {
 			t.Errorf("a file cut to %d of %d bytes while restored: state %v, error %v, want an error", keep, info.Size, st != nil, err)
 		}
 	}
+}
+
+// restoreOneFrom restores the one-ps job of m from dir as a ps does:
+// reading each shard into a buffer, or mapped (checked first, or while the
+// state is built when overlapped), the mappings released after. It
+// returns the state and the number of shards mapped.
+func restoreOneFrom(m checkpoint.Manifest, dir string, mapped, overlapped bool) (*State, int, error) {
+	var releases []func()
+	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+		if !mapped {
+			sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
+			return &sh, err
+		}
+		read := checkpoint.ReadShardMapped
+		if overlapped {
+			read = checkpoint.ReadShardOverlapped
+		}
+		sh, release, err := read(vfs.OS, dir, m, k)
+		releases = append(releases, release)
+		return &sh, err
+	}, 0, 1, 1)
+	for _, release := range releases {
+		release()
+	}
+	return st, len(releases), err
 }
