@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/procgroup"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -199,7 +200,7 @@ type BaselineProcess struct {
 // RunBaselineServer) and reads the address it prints.
 func StartBaselineProcess(ctx context.Context, exe string, args ...string) (*BaselineProcess, error) {
 	cmd := exec.Command(exe, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = procgroup.Attr()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -243,7 +244,7 @@ func (p *BaselineProcess) Close() error {
 	case err := <-done:
 		return err
 	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = procgroup.Signal(p.cmd.Process, syscall.SIGKILL)
 		return fmt.Errorf("bench: the baseline server (pid %d) did not exit within 5s of its input closing; killed", p.cmd.Process.Pid)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/procgroup"
 	"github.com/paramserv/paramserv/internal/server"
 )
 
@@ -141,7 +142,7 @@ func (pc *procCluster) start(exe string, args []string, name string, logTo io.Wr
 	c := &psChild{name: name, done: make(chan struct{})}
 	c.cmd = exec.Command(exe, args...)
 	c.cmd.Env = local.ChildEnv()
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	c.cmd.SysProcAttr = procgroup.Attr()
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -254,14 +255,14 @@ func (pc *procCluster) Close(wait bool) error {
 		if wait {
 			errs = append(errs, c.failure("did not exit within 10s of every worker calling Done; killed"))
 		}
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+		_ = procgroup.Signal(c.cmd.Process, syscall.SIGTERM)
 	}
 	grace := time.After(3 * time.Second)
 	for _, c := range pc.children {
 		select {
 		case <-c.done:
 		case <-grace:
-			_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+			_ = procgroup.Signal(c.cmd.Process, syscall.SIGKILL)
 			<-c.done
 		}
 	}

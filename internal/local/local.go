@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/procgroup"
 )
 
 // Config describes the cluster to start.
@@ -157,7 +159,7 @@ func (c *child) start(cfg Config, outMu *sync.Mutex) error {
 	c.err = nil
 	c.cmd = exec.Command(c.exe, c.args...)
 	c.cmd.Env = append(ChildEnv(), c.env...)
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	c.cmd.SysProcAttr = procgroup.Attr()
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -470,7 +472,7 @@ func signalGroup(c *child, sig syscall.Signal) {
 	default:
 	}
 	if c.cmd.Process != nil {
-		_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+		_ = procgroup.Signal(c.cmd.Process, sig)
 	}
 }
 
