@@ -397,6 +397,13 @@ done, which paramserv local treats as a death by signal and restarts.
 		// In a pod, peers' DNS names may not resolve yet: wait, saying what
 		// is awaited, up to --startup_timeout.
 		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, TimeoutFlag: "--startup_timeout", LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+			var sig *SignalError
+			if errors.As(context.Cause(ctx), &sig) {
+				// Stopped while waiting for a peer's name: a death by
+				// signal like any other before the work was done.
+				logf("%s %d: %v while waiting for the cluster's host names to resolve; exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, sig.ExitCode())
+				return sig.ExitCode()
+			}
 			logf("failed: %v", err)
 			return 1
 		}
