@@ -187,6 +187,9 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
 		{[]string{"local", "--max_restarts=-1"}, "--max_restarts=-1: want a number >= 0"},
+		// More processes than one machine's cluster can hold: refused at
+		// once, not after minutes of starting them.
+		{[]string{"local", "--ps=100000"}, "--ps=100000 --workers=2: 100002 processes, want at most "},
 		{[]string{"bench", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"bench", "--workers=-1"}, "--workers=-1: want a number >= 1"},
 		{[]string{"bench", "--reps=-1"}, "--reps=-1: want a number >= 0"},

@@ -454,16 +454,11 @@ type clusterFlagsT = cluster.Flags
 // of `paramserv local` before any process starts.
 func localProbeCluster(numPS, numWorkers int) cluster.Flags {
 	f := cluster.Flags{JobName: "worker", JobNameSet: true, TaskIndexSet: true, PSHostsSet: true, WorkerHostsSet: true}
-	port := 1
-	for i := 0; i < numPS; i++ {
-		f.PSHosts += fmt.Sprintf(",127.0.0.1:%d", port)
-		port++
+	hosts := make([]string, numPS+numWorkers)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("127.0.0.1:%d", i+1)
 	}
-	for i := 0; i < numWorkers; i++ {
-		f.WorkerHosts += fmt.Sprintf(",127.0.0.1:%d", port)
-		port++
-	}
-	f.PSHosts, f.WorkerHosts = f.PSHosts[1:], f.WorkerHosts[1:]
+	f.PSHosts, f.WorkerHosts = strings.Join(hosts[:numPS], ","), strings.Join(hosts[numPS:], ",")
 	return f
 }
 
