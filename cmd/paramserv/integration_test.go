@@ -488,14 +488,17 @@ func TestSparseLRA9A(t *testing.T) {
 }
 
 // A malformed data line is input to fix: the worker exits 2, and so does
-// local, naming the file, line and token, and the failed worker; with
-// --skip_bad_lines it is skipped and training goes on.
+// local, naming the file, line and token, and the failed worker, whether
+// the files are loaded at start or streamed (--shuffle_buffer, the line
+// found while training); with --skip_bad_lines it is skipped and training
+// goes on.
 func TestSparseLRBadDataLine(t *testing.T) {
 	dir := t.TempDir()
 	train := filepath.Join(dir, "train.svm")
 	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n+1 1:1 3:oops\n-1 2:1 4:1\n"), 0o644)
-	for _, workers := range []string{"--workers=1", "--workers=2"} {
-		p := start(t, "local", nil, "local", "--ps=1", workers, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")
+	for _, workers := range []string{"--workers=1", "--workers=2", "--workers=1 --shuffle_buffer=2"} {
+		args := append([]string{"local", "--ps=1"}, strings.Fields(workers)...)
+		p := start(t, "local", nil, append(args, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")...)
 		if code := p.wait(t, time.Minute); code != 2 {
 			t.Fatalf("%s: exit %d, want 2", workers, code)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/data/fetch"
+	"github.com/paramserv/paramserv/internal/data/sparse"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/version"
@@ -428,6 +429,7 @@ done, which paramserv local treats as a death by signal and restarts.
 	var ce *trainer.ConfigError
 	var sig *SignalError
 	var stopped *trainer.StoppedError
+	var bad *sparse.InputError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
@@ -441,6 +443,11 @@ done, which paramserv local treats as a death by signal and restarts.
 			logf("%s %d: %v before training finished (%v); exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, err, sig.ExitCode())
 		}
 		return sig.ExitCode()
+	case errors.As(err, &bad):
+		// The training files, found bad while streaming them: input to
+		// fix, as when they are found bad while loading them at start.
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
 	case err != nil:
 		logf("failed: %v", err)
 		return 1
