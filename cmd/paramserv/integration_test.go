@@ -300,6 +300,24 @@ func TestStartupTimeout(t *testing.T) {
 	}
 }
 
+// A worker whose ps is there but whose chief never comes gives up naming
+// the chief's initialisation, not the ps (the wait's end used to cut the
+// long poll of the ps and blame it: "gave up waiting for ps 0 ...
+// DeadlineExceeded").
+func TestStartupTimeoutWaitingForTheChief(t *testing.T) {
+	hosts := freeHosts(t, 3)
+	ps := start(t, "ps0", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), "--startup_timeout=1m")...)
+	ps.waitFor(t, "serving on", time.Minute)
+	w := start(t, "worker1", nil, append(clusterArgs(hosts[:1], hosts[1:], "worker", 1), "--startup_timeout=2s")...)
+	if code := w.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	out := w.output()
+	if !strings.Contains(out, "gave up waiting for the chief to initialise ps 0 at "+hosts[0]+": --startup_timeout=2s passed") {
+		t.Fatalf("output does not say it waited for the chief:\n%s", out)
+	}
+}
+
 // A malformed push from a misbehaving client is refused with an error that
 // names the variable; training carries on and the count is reported.
 func TestBadPushRejectedWhileTrainingGoesOn(t *testing.T) {
