@@ -88,17 +88,26 @@ func TestTrainSignalledExitsNonZero(t *testing.T) {
 		{"ps", syscall.SIGTERM, 143, "ps 0: received SIGTERM at global step 0 before every worker finished (0 of 2 done); exiting 143"},
 		{"ps", syscall.SIGINT, 130, "ps 0: received SIGINT at global step 0 before every worker finished (0 of 2 done); exiting 130"},
 		{"worker", syscall.SIGTERM, 143, "worker 1: received SIGTERM before training finished"},
+		// Waiting for the ps's host name to resolve (a pod whose peers'
+		// DNS names are not there yet): a death by signal too, not exit 1.
+		{"worker-dns", syscall.SIGTERM, 143, "worker 1: received SIGTERM while waiting for the cluster's host names to resolve; exiting 143"},
 	} {
 		t.Run(fmt.Sprintf("%s-%v", tc.job, tc.sig), func(t *testing.T) {
 			hosts := freeHosts(t, 3)
-			idx := 0
-			if tc.job == "worker" {
-				idx = 1
+			job, idx := tc.job, 0
+			if tc.job != "ps" {
+				job, idx = "worker", 1
 			}
-			p := start(t, tc.job, nil, clusterArgs(hosts[:1], hosts[1:], tc.job, idx)...)
-			if tc.job == "ps" {
+			if tc.job == "worker-dns" {
+				hosts[0] = "paramserv-no-such-host.invalid:2222"
+			}
+			p := start(t, tc.job, nil, clusterArgs(hosts[:1], hosts[1:], job, idx)...)
+			switch tc.job {
+			case "ps":
 				p.waitFor(t, "serving on", time.Minute)
-			} else {
+			case "worker-dns":
+				p.waitFor(t, "cannot resolve paramserv-no-such-host.invalid", time.Minute)
+			default:
 				p.waitFor(t, "cluster of 1 ps and 2 workers", time.Minute)
 			}
 			if err := p.cmd.Process.Signal(tc.sig); err != nil {
@@ -178,6 +187,9 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
 		{[]string{"local", "--max_restarts=-1"}, "--max_restarts=-1: want a number >= 0"},
+		// More processes than one machine's cluster can hold: refused at
+		// once, not after minutes of starting them.
+		{[]string{"local", "--ps=100000"}, "--ps=100000 --workers=2: 100002 processes, want at most "},
 		{[]string{"bench", "--ps=0"}, "--ps=0: want a number >= 1"},
 		{[]string{"bench", "--workers=-1"}, "--workers=-1: want a number >= 1"},
 		{[]string{"bench", "--reps=-1"}, "--reps=-1: want a number >= 0"},

@@ -300,6 +300,24 @@ func TestStartupTimeout(t *testing.T) {
 	}
 }
 
+// A worker whose ps is there but whose chief never comes gives up naming
+// the chief's initialisation, not the ps (the wait's end used to cut the
+// long poll of the ps and blame it: "gave up waiting for ps 0 ...
+// DeadlineExceeded").
+func TestStartupTimeoutWaitingForTheChief(t *testing.T) {
+	hosts := freeHosts(t, 3)
+	ps := start(t, "ps0", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), "--startup_timeout=1m")...)
+	ps.waitFor(t, "serving on", time.Minute)
+	w := start(t, "worker1", nil, append(clusterArgs(hosts[:1], hosts[1:], "worker", 1), "--startup_timeout=2s")...)
+	if code := w.wait(t, time.Minute); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	out := w.output()
+	if !strings.Contains(out, "gave up waiting for the chief to initialise ps 0 at "+hosts[0]+": --startup_timeout=2s passed") {
+		t.Fatalf("output does not say it waited for the chief:\n%s", out)
+	}
+}
+
 // A malformed push from a misbehaving client is refused with an error that
 // names the variable; training carries on and the count is reported.
 func TestBadPushRejectedWhileTrainingGoesOn(t *testing.T) {
@@ -488,14 +506,17 @@ func TestSparseLRA9A(t *testing.T) {
 }
 
 // A malformed data line is input to fix: the worker exits 2, and so does
-// local, naming the file, line and token, and the failed worker; with
-// --skip_bad_lines it is skipped and training goes on.
+// local, naming the file, line and token, and the failed worker, whether
+// the files are loaded at start or streamed (--shuffle_buffer, the line
+// found while training); with --skip_bad_lines it is skipped and training
+// goes on.
 func TestSparseLRBadDataLine(t *testing.T) {
 	dir := t.TempDir()
 	train := filepath.Join(dir, "train.svm")
 	os.WriteFile(train, []byte("+1 1:1 3:1\n-1 2:1\n+1 1:1 3:oops\n-1 2:1 4:1\n"), 0o644)
-	for _, workers := range []string{"--workers=1", "--workers=2"} {
-		p := start(t, "local", nil, "local", "--ps=1", workers, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")
+	for _, workers := range []string{"--workers=1", "--workers=2", "--workers=1 --shuffle_buffer=2"} {
+		args := append([]string{"local", "--ps=1"}, strings.Fields(workers)...)
+		p := start(t, "local", nil, append(args, "--model=sparse_lr", "--train_data="+train, "--train_steps=20", "--batch_size=1")...)
 		if code := p.wait(t, time.Minute); code != 2 {
 			t.Fatalf("%s: exit %d, want 2", workers, code)
 		}

@@ -252,9 +252,45 @@ func reportFlagError(fs *flag.FlagSet, err error, stderr io.Writer) {
 		}
 	} else {
 		// The flag package writes -name; this project's help writes --name.
-		fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), strings.Replace(msg, " -", " --", 1))
+		fmt.Fprintf(stderr, "%s: %s%s\n", fs.Name(), strings.Replace(msg, " -", " --", 1), wantedValue(fs, msg))
 	}
 	fmt.Fprintf(stderr, "run '%s --help' for its flags\n", fs.Name())
+}
+
+// wantedValue says what kind of value the flag of the flag package's
+// "invalid value ... for flag -name: ..." error takes, as " (want ...)",
+// since its "parse error" names none; "" for other errors and for flags of
+// their own types, whose errors say it already.
+func wantedValue(fs *flag.FlagSet, msg string) string {
+	if strings.HasPrefix(msg, "invalid boolean value ") {
+		return " (want true or false; --name alone is true)"
+	}
+	_, rest, ok := strings.Cut(msg, " for flag -")
+	if !strings.HasPrefix(msg, "invalid value ") || !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ":")
+	fl := fs.Lookup(name)
+	if fl == nil {
+		return ""
+	}
+	g, ok := fl.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return " (want a duration such as 30s, 5m or 1h30m)"
+	case int, int64:
+		return " (want a whole number)"
+	case uint, uint64:
+		return " (want a whole number >= 0)"
+	case float64:
+		return " (want a number such as 0.5 or 1e-3)"
+	case bool:
+		return " (want true or false)"
+	}
+	return ""
 }
 
 // suggestFlag is the defined flag closest to name, "" if none is close: at

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -101,6 +102,11 @@ its own processes when it stops them all never restarts one.
 			fmt.Fprintf(stderr, "paramserv local: --%s=%d: want a number >= %d\n", c.name, c.v, c.least)
 			return 2
 		}
+	}
+	if most, why := maxLocalTasks(); *numPS+*numWorkers > most {
+		fmt.Fprintf(stderr, "paramserv local: --ps=%d --workers=%d: %d processes, want at most %d on this machine (%s)\n",
+			*numPS, *numWorkers, *numPS+*numWorkers, most, why)
+		return 2
 	}
 	if *maxRestarts == 0 {
 		*restartPS, *restartWorkers = false, false
@@ -212,6 +218,26 @@ its own processes when it stops them all never restarts one.
 	}
 	logf("all %d processes exited 0", *numPS+*numWorkers)
 	return 0
+}
+
+// maxArgLen is Linux's limit on one argument or environment string
+// (MAX_ARG_STRLEN, 32 pages of 4 KiB): every task's --ps_hosts and
+// --worker_hosts, and an own program's TF_CONFIG, list every host:port.
+const maxArgLen = 128 << 10
+
+// maxLocalTasks is how many processes one local cluster can hold here, and
+// what bounds it: local keeps three open files per process (its stdout and
+// stderr pipes and the process handle) under this process's open-file
+// limit, and a TF_CONFIG listing every task ("127.0.0.1:NNNNN", 18 bytes
+// each) must fit in one environment string. Past it, starting used to take
+// minutes before failing for want of files, ports or argument space.
+func maxLocalTasks() (most int, why string) {
+	most, why = (maxArgLen-200)/18, "every task's command line or TF_CONFIG lists every host:port, and Linux allows one such string 128 KiB"
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(3*most+64) {
+		most, why = max(0, int(lim.Cur)-64)/3, fmt.Sprintf("each process takes 3 of this process's open files, whose limit is %d (ulimit -n)", lim.Cur)
+	}
+	return most, why
 }
 
 // globalStep asks the ps at addr for the job's global step; -1 if it does

@@ -20,6 +20,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/data/fetch"
+	"github.com/paramserv/paramserv/internal/data/sparse"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/version"
@@ -397,6 +398,13 @@ done, which paramserv local treats as a death by signal and restarts.
 		// In a pod, peers' DNS names may not resolve yet: wait, saying what
 		// is awaited, up to --startup_timeout.
 		if err := cfg.Cluster.WaitResolvable(ctx, cluster.WaitOptions{Timeout: cfg.StartupTimeout, TimeoutFlag: "--startup_timeout", LogEvery: cfg.WaitLogEvery, Logf: logf}); err != nil {
+			var sig *SignalError
+			if errors.As(context.Cause(ctx), &sig) {
+				// Stopped while waiting for a peer's name: a death by
+				// signal like any other before the work was done.
+				logf("%s %d: %v while waiting for the cluster's host names to resolve; exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, sig.ExitCode())
+				return sig.ExitCode()
+			}
 			logf("failed: %v", err)
 			return 1
 		}
@@ -421,6 +429,7 @@ done, which paramserv local treats as a death by signal and restarts.
 	var ce *trainer.ConfigError
 	var sig *SignalError
 	var stopped *trainer.StoppedError
+	var bad *sparse.InputError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
@@ -434,6 +443,11 @@ done, which paramserv local treats as a death by signal and restarts.
 			logf("%s %d: %v before training finished (%v); exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, err, sig.ExitCode())
 		}
 		return sig.ExitCode()
+	case errors.As(err, &bad):
+		// The training files, found bad while streaming them: input to
+		// fix, as when they are found bad while loading them at start.
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
 	case err != nil:
 		logf("failed: %v", err)
 		return 1
@@ -447,16 +461,11 @@ type clusterFlagsT = cluster.Flags
 // of `paramserv local` before any process starts.
 func localProbeCluster(numPS, numWorkers int) cluster.Flags {
 	f := cluster.Flags{JobName: "worker", JobNameSet: true, TaskIndexSet: true, PSHostsSet: true, WorkerHostsSet: true}
-	port := 1
-	for i := 0; i < numPS; i++ {
-		f.PSHosts += fmt.Sprintf(",127.0.0.1:%d", port)
-		port++
+	hosts := make([]string, numPS+numWorkers)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("127.0.0.1:%d", i+1)
 	}
-	for i := 0; i < numWorkers; i++ {
-		f.WorkerHosts += fmt.Sprintf(",127.0.0.1:%d", port)
-		port++
-	}
-	f.PSHosts, f.WorkerHosts = f.PSHosts[1:], f.WorkerHosts[1:]
+	f.PSHosts, f.WorkerHosts = strings.Join(hosts[:numPS], ","), strings.Join(hosts[numPS:], ",")
 	return f
 }
 

@@ -23,8 +23,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -205,6 +207,7 @@ func (c *Client) isSync() bool {
 // refused"). It gives up when ctx ends, naming what never came.
 func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResponse, error) {
 	statuses := make([]*pb.StatusResponse, len(c.ps))
+	lastErr := make([]string, len(c.ps)) // why each ps last failed to answer
 	lastLog := time.Now()
 	for {
 		var waiting []string
@@ -229,7 +232,15 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 			switch {
 			case errors.Is(err, ErrVersion):
 				return nil, fmt.Errorf("ps %d at %s: %w", i, c.addrs[i], err)
+			case err != nil && cutByWaitEnd(ctx, called.Add(2*time.Second), err) && statuses[i] != nil:
+				// The wait ended during the long poll of a ps that had
+				// answered: what never came is the chief's Init, not the ps.
+				waiting = append(waiting, fmt.Sprintf("the chief to initialise ps %d at %s", i, c.addrs[i]))
+			case err != nil && cutByWaitEnd(ctx, called.Add(2*time.Second), err) && lastErr[i] != "":
+				// Cut by the wait's end: the ps's own last answer says more.
+				waiting = append(waiting, fmt.Sprintf("ps %d at %s (%s)", i, c.addrs[i], lastErr[i]))
 			case err != nil:
+				lastErr[i] = shortErr(err)
 				onlyInit = false
 				waiting = append(waiting, fmt.Sprintf("ps %d at %s (%s)", i, c.addrs[i], shortErr(err)))
 			case needInit && !st.Initialized:
@@ -262,6 +273,19 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 		case <-time.After(pause):
 		}
 	}
+}
+
+// cutByWaitEnd reports whether a call of WaitReady that failed with err
+// was cut by the end of the whole wait (ctx) rather than by the ps: ctx is
+// done, or the call ran out of time at ctx's deadline, which came before
+// its own (callDeadline); the ps may end the call at that deadline a moment
+// before ctx's timer fires.
+func cutByWaitEnd(ctx context.Context, callDeadline time.Time, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !dl.After(callDeadline) && status.Code(err) == codes.DeadlineExceeded
 }
 
 func joinWaits(w []string) string {

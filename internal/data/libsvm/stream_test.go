@@ -177,6 +177,51 @@ func TestStreamBadLineNamesFileAndLine(t *testing.T) {
 	}
 }
 
+// Every error of the files a stream reads is a *sparse.InputError, input
+// to fix (paramserv train exits 2 on it, as on the same file found bad at
+// load), whose message names the file: a missing one, a malformed line, a
+// gzip stream that is damaged or cut short, files with no example.
+func TestStreamFileErrorsAreInputErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.svm.gz")
+	writeRows(t, good, 0, 2000)
+	whole, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name, path, want string
+	}{
+		{"missing", filepath.Join(dir, "missing.svm"), "missing.svm"},
+		{"malformed line", write("bad.svm", []byte("+1 1:1\n-1 2:x\n")), "bad.svm:2: token \"2:x\": value is not a number"},
+		{"empty", write("empty.svm", nil), "no examples for this worker in " + filepath.Join(dir, "empty.svm")},
+		{"not gzip", write("plain.svm.gz", []byte("+1 1:1\n-1 2:1\n")), "plain.svm.gz: gzip: invalid header"},
+		{"gzip cut short", write("cut.svm.gz", whole[:len(whole)-6]), "cut.svm.gz"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{c.path}, Open: Opener(Options{}), Epochs: 1, ShuffleBuffer: 10, ChunkRows: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			for err == nil {
+				_, err = s.Next()
+			}
+			var ie *sparse.InputError
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %T %v; want a *sparse.InputError naming %q", err, err, c.want)
+			}
+		})
+	}
+}
+
 func TestStreamHoldsBoundedRows(t *testing.T) {
 	dir := t.TempDir()
 	held := map[int]int64{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -54,6 +55,18 @@ type Stream struct {
 	held, maxHeld atomic.Int64 // rows in chunks and buffer
 	epoch         atomic.Int64 // passes the reader has finished
 }
+
+// InputError is an error of the files a Stream reads, as Next returns it:
+// one that cannot be opened, a malformed line (a *ParseError, wrapped), a
+// damaged gzip stream, files with no example. It is the data's to fix, as
+// the same error found while loading the files before training is; its
+// message is the wrapped error's.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error of the files.
+func (e *InputError) Unwrap() error { return e.Err }
 
 type streamChunk struct {
 	d   *Dataset
@@ -142,7 +155,7 @@ func (s *Stream) read() {
 		for _, p := range s.cfg.Paths {
 			f, r, err := openFile(p)
 			if err != nil {
-				send(streamChunk{d: d, err: err})
+				send(streamChunk{d: d, err: &InputError{err}})
 				return
 			}
 			src, err := s.cfg.Open(r, p, lines)
@@ -167,13 +180,13 @@ func (s *Stream) read() {
 			}
 			f.Close()
 			if err != nil && err != io.EOF {
-				send(streamChunk{d: d, err: err})
+				send(streamChunk{d: d, err: &InputError{err}})
 				return
 			}
 			lines += src.Stats().Lines
 		}
 		if rows == 0 {
-			send(streamChunk{d: d, err: errors.New("sparse: the files hold no examples for this worker")})
+			send(streamChunk{d: d, err: &InputError{fmt.Errorf("sparse: no examples for this worker in %s", strings.Join(s.cfg.Paths, ", "))}})
 			return
 		}
 		if d.Len() > 0 && !send(streamChunk{d: d}) {
@@ -224,7 +237,8 @@ func (s *Stream) pull(dst *Example) bool {
 }
 
 // Next returns the next example, or io.EOF after the last pass, or the
-// first error of the files (a *ParseError names file:line). The example is
+// first error of the files, an *InputError (wrapping a *ParseError that
+// names file:line for a malformed line). The example is
 // valid until the next call.
 func (s *Stream) Next() (*Example, error) {
 	for len(s.buf) < s.cfg.ShuffleBuffer {
