@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/vfs"
@@ -57,8 +60,13 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
-	if dir == "" && fs.NArg() > 0 {
-		dir = fs.Arg(0)
+	rest := fs.Args()
+	if dir == "" && len(rest) > 0 {
+		dir, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "paramserv ckpt %s: unexpected argument %q: it takes one directory (flags are written --name=value)\n", cmd, rest[0])
+		return 2
 	}
 	if dir == "" {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: name the checkpoint directory\n", cmd)
@@ -74,6 +82,10 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "paramserv ckpt inspect: %v\n", err)
 			return 2
 		}
+	}
+	if err := checkpointDirArg(dir); err != nil {
+		fmt.Fprintf(stderr, "paramserv ckpt %s: %v\n", cmd, err)
+		return 2
 	}
 	if *step < 0 && *step != checkpoint.LatestStep {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: --step=%d: want a step >= 0 (or no --step: the latest valid one)\n", cmd, *step)
@@ -96,4 +108,20 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, in.String())
 	}
 	return 0
+}
+
+// checkpointDirArg checks that the checkpoint directory a user named is a
+// directory: a name that is not there, or a file, is input to fix (exit
+// 2), not a failure while running.
+func checkpointDirArg(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such directory (want a --checkpoint_dir, holding ckpt-N/, or one ckpt-N in it)", dir)
+	case err != nil:
+		return fmt.Errorf("%s: %v", dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return fmt.Errorf("%s: not a directory (want a --checkpoint_dir, holding ckpt-N/, or one ckpt-N in it)", dir)
+	}
+	return nil
 }
