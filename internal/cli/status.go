@@ -5,13 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/cluster"
@@ -35,8 +38,6 @@ the time since the ps last heard from it, and the checkpoints of its
 --checkpoint_dir when that directory is readable here. The ps come from
 --ps_hosts or the TF_CONFIG environment variable. Exit status 1 if a ps
 does not answer.
-
-Flags:
 `)
 		printFlags(w, fs, false, nil)
 	}
@@ -74,7 +75,7 @@ Flags:
 	for i, h := range hosts {
 		st, err := psStatus(ctx, h, *timeout)
 		if err != nil {
-			fmt.Fprintf(stdout, "ps %d at %s: no answer: %v\n", i, h, err)
+			fmt.Fprintf(stdout, "ps %d at %s: no answer: %s\n", i, h, statusWhy(h, *timeout, err))
 			code = 1
 			continue
 		}
@@ -107,4 +108,37 @@ func psStatus(ctx context.Context, host string, timeout time.Duration) (*pb.Stat
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return pb.NewParamServerClient(conn).Status(ctx, &pb.StatusRequest{Details: true}, grpc.WaitForReady(true))
+}
+
+// statusWhy says in a user's words why a ps did not answer a Status
+// request, from gRPC's error: nothing listening, a name that does not
+// resolve, a server that is not a paramserv ps (or speaks TLS), no answer
+// in time. gRPC's own text follows in brackets.
+func statusWhy(host string, timeout time.Duration, err error) string {
+	st := grpcstatus.Convert(err)
+	msg := st.Message()
+	var why string
+	switch {
+	case strings.Contains(msg, "connection refused"):
+		why = "nothing listens there (connection refused)"
+	case strings.Contains(msg, "produced zero addresses") || strings.Contains(msg, "no such host"):
+		h, _, serr := net.SplitHostPort(host)
+		if serr != nil {
+			h = host
+		}
+		why = fmt.Sprintf("cannot resolve %s", h)
+	case strings.Contains(msg, "server preface") || strings.Contains(msg, "http2") || strings.Contains(msg, "tls"):
+		why = "something listens there but does not speak gRPC as a paramserv ps does (another service, or a ps started with --tls_dir, which status cannot reach)"
+	case strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF"):
+		why = "something listens there but closes the connection without speaking gRPC (another service?)"
+	case st.Code() == codes.Unimplemented:
+		why = "the server there is not a paramserv ps (it has no Status method)"
+	case st.Code() == codes.Unauthenticated || st.Code() == codes.PermissionDenied:
+		why = "the ps refused the request (it wants a token or a certificate, which status does not send)"
+	case st.Code() == codes.DeadlineExceeded:
+		why = fmt.Sprintf("nothing came within --timeout=%v (a server that stays silent, or a ps too busy to answer)", timeout)
+	default:
+		return fmt.Sprintf("%v", err)
+	}
+	return fmt.Sprintf("%s [%s: %s]", why, st.Code(), msg)
 }
