@@ -95,6 +95,8 @@ func TestCheckpointToolsBadArguments(t *testing.T) {
 	wantRefused(t, `unexpected argument "extra"`, "ckpt", "inspect", "--step=10", ck, "extra")
 	wantRefused(t, "no such directory", "eval", "--checkpoint_dir="+missing, "--model=linreg")
 	wantRefused(t, "eval evaluates the built-in models", "eval", "--checkpoint_dir="+ck, "--model=mf")
+	wantRefused(t, "is inside the checkpoint ckpt-20", "eval", "--checkpoint_dir="+ck, "--model=linreg",
+		"--result_file="+filepath.Join(ck, "ckpt-20", "manifest.json"))
 }
 
 // eval of a sparse model on a checkpoint without its table said nothing

@@ -104,6 +104,9 @@ program, from the file paramserv export writes.
 	if err == nil {
 		err = checkpointDirArg(dir)
 	}
+	if err == nil && cfg.ResultFile != "" {
+		err = outsideCheckpoints("result_file", cfg.ResultFile, dir)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
 		return 2
