@@ -216,3 +216,30 @@ func TestStatusSaysWhyNoAnswer(t *testing.T) {
 		}
 	}
 }
+
+// status asks the ps of a job that authenticates with the job's files
+// (it could not reach them at all: its connections were plain).
+func TestStatusOfAnAuthenticatedJob(t *testing.T) {
+	hosts := freeHosts(t, 2)
+	certs := makeCerts(t, hosts[:1], hosts[1:])
+	token := writeTokenFile(t, "a secret of more than sixteen bytes")
+	auth := []string{"--tls_dir=" + certs, "--auth_token_file=" + token}
+	ps := start(t, "ps0", nil, append(clusterArgs(hosts[:1], hosts[1:], "ps", 0), auth...)...)
+	var code int
+	var out string
+	for range 100 { // until the ps listens
+		code, out, _ = runCLI(t, nil, append([]string{"status", "--ps_hosts=" + hosts[0], "--timeout=2s"}, auth...)...)
+		if code == 0 || !strings.Contains(out, "connection refused") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code != 0 || !strings.Contains(out, "ps 0 at "+hosts[0]+": not initialised") {
+		t.Fatalf("status with the job's files: exit %d:\n%s\nps:\n%s", code, out, ps.output())
+	}
+	code, out, _ = runCLI(t, nil, "status", "--ps_hosts="+hosts[0], "--timeout=2s")
+	if code != 1 || !strings.Contains(out, "--tls_dir or --auth_token_file") {
+		t.Errorf("status without the job's files: exit %d:\n%s", code, out)
+	}
+	wantRefused(t, "auth_token_file", "status", "--ps_hosts="+hosts[0], "--auth_token_file="+filepath.Join(t.TempDir(), "missing"))
+}
