@@ -74,6 +74,12 @@ func TestExportRefusesItsOwnInputAndSpecialFiles(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ckpt-20 ") || strings.Contains(out, "damaged") {
 		t.Errorf("ckpt ls after the exports: exit %d:\n%s", code, out)
 	}
+	// ckpt ls of one checkpoint, as ls names it, lists that one (it said
+	// "no checkpoints in ckpt/ckpt-10").
+	code, out, _ = runCLI(t, nil, "ckpt", "ls", filepath.Join(ck, "ckpt-10"))
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[1], "ckpt-10 ") {
+		t.Errorf("ckpt ls of ckpt-10: exit %d:\n%s", code, out)
+	}
 }
 
 // A step below 0, a directory that is not there or is a file, and a

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/vfs"
@@ -16,7 +17,8 @@ import (
 var ckptUsage = `Usage: paramserv ckpt <command> DIR [flags]
 
 Commands:
-  ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged)
+  ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged);
+                         DIR/ckpt-N: that one
   inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N;
                          DIR/ckpt-N, as ls names it, is step N)
 
@@ -36,7 +38,7 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, ckptUsage)
 		return 0
 	case "ls":
-		intro = "Usage: paramserv ckpt ls DIR\n\nLists every checkpoint of DIR with its step, time, size, variables, tables\nand status (ok, or why it is damaged), set-aside ones included.\n"
+		intro = "Usage: paramserv ckpt ls DIR\n\nLists every checkpoint of DIR with its step, time, size, variables, tables\nand status (ok, or why it is damaged), set-aside ones included; DIR/ckpt-N,\nas ls names it, lists that one.\n"
 	case "inspect":
 		intro = "Usage: paramserv ckpt inspect DIR [--step=N]\n\nNames, shapes, dtypes and statistics of the variables and tables of the\nlatest valid checkpoint of DIR, or of step N.\n"
 	default:
@@ -93,10 +95,15 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "ls":
-		l, err := checkpoint.List(vfs.OS, dir)
+		// ckpt/ckpt-3000, as ls names it, lists that one checkpoint.
+		parent, one, _ := resolveCheckpoint(dir, checkpoint.LatestStep, false)
+		l, err := checkpoint.List(vfs.OS, parent)
 		if err != nil {
 			fmt.Fprintf(stderr, "paramserv ckpt ls: %v\n", err)
 			return 1
+		}
+		if one != checkpoint.LatestStep {
+			l.Entries = slices.DeleteFunc(l.Entries, func(e checkpoint.Entry) bool { return e.Step != one })
 		}
 		fmt.Fprint(stdout, l.String())
 	case "inspect":
