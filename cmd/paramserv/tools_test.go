@@ -249,3 +249,14 @@ func TestStatusOfAnAuthenticatedJob(t *testing.T) {
 	}
 	wantRefused(t, "auth_token_file", "status", "--ps_hosts="+hosts[0], "--auth_token_file="+filepath.Join(t.TempDir(), "missing"))
 }
+
+// A mistyped command gets a suggestion in three lines, as a mistyped flag
+// does, not the whole usage.
+func TestMistypedCommand(t *testing.T) {
+	for typo, want := range map[string]string{"ckpts": "ckpt", "exprt": "export", "versoin": "version"} {
+		code, out, errOut := runCLI(t, nil, typo)
+		if code != 2 || out != "" || !strings.Contains(errOut, "did you mean "+want+"?") || strings.Count(errOut, "\n") > 3 {
+			t.Errorf("%s: exit %d, stdout %q, stderr:\n%s", typo, code, out, errOut)
+		}
+	}
+}

@@ -71,8 +71,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	if s := suggestCommand(args[0]); s != "" {
+		fmt.Fprintf(stderr, "paramserv: unknown command %q\ndid you mean %s?\nrun 'paramserv --help' for the commands\n", args[0], s)
+		return 2
+	}
 	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// commands are Main's commands, for suggestions.
+var commands = []string{"train", "local", "bench", "data", "ckpt", "certs", "status", "plot", "eval", "export", "version"}
+
+// suggestCommand is the command closest to a mistyped one (ckpts, exprt),
+// "" if none is within two edits.
+func suggestCommand(name string) string {
+	best, bestD := "", 3
+	for _, c := range commands {
+		if d := editDistance(name, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
 }
 
 // extraArg reports a positional argument left after the flags of a command
