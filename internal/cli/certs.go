@@ -24,7 +24,7 @@ func Certs(args []string, stdout, stderr io.Writer) int {
 	workerHosts := fs.String("worker_hosts", "", "the workers' addresses or hosts, comma-separated, the chief first (default: TF_CONFIG's cluster)")
 	out := fs.String("out", "", "the directory to write (made if missing)")
 	force := fs.Bool("force", false, "replace a CA key already in --out (every certificate it signed stops being accepted)")
-	days := fs.Int("valid_days", 365, "days the CA and the certificates are valid")
+	days := fs.Int("valid_days", 365, "days the CA and the certificates are valid, 1 to 36500")
 	secret := fs.String("secret_name", "paramserv-tls", "the name of the Kubernetes Secret in secret.yaml")
 	help := func(w io.Writer) {
 		fmt.Fprint(w, `Usage: paramserv certs --ps_hosts=H,... --worker_hosts=H,... --out=DIR
