@@ -71,8 +71,9 @@
 // # Reading
 //
 // Latest finds the newest checkpoint that is intact: manifest parses and
-// is consistent, every shard file has its recorded size and checksum and a
-// valid header that agrees with the manifest. It reports each newer
+// is consistent, every shard file has its recorded size and checksum, a
+// valid header that agrees with the manifest, and each sparse table's keys
+// in strictly ascending order (as a restore needs them). It reports each newer
 // checkpoint it skipped with the reason ("ckpt-500 damaged:
 // shard-1-of-2.safetensors: checksum mismatch: ..."), so a restart can log
 // why it fell back. A restoring server calls LatestSetAside instead, which

@@ -1,10 +1,13 @@
 package checkpoint
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"time"
 
@@ -413,7 +416,7 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return Manifest{}, errorf(ErrFormat, "%s: %w", ManifestName, err)
+		return Manifest{}, errorf(ErrFormat, "%s: %s", ManifestName, jsonWhy(b, err))
 	}
 	switch {
 	case m.FormatVersion == 0:
@@ -427,4 +430,61 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 		return Manifest{}, errorf(ErrFormat, "%s: %w", ManifestName, err)
 	}
 	return m, nil
+}
+
+// jsonWhy says where and why b is not the JSON expected, in a reader's
+// words: the byte, line and column of a syntax error, how far a file cut
+// short got, and the field and kinds of a value of the wrong kind (not Go's
+// type names).
+func jsonWhy(b []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn) && syn.Offset >= int64(len(b)):
+		return fmt.Sprintf("%v after %d bytes (the file is cut short)", err, len(b))
+	case errors.As(err, &syn):
+		line, col := lineCol(b, syn.Offset)
+		return fmt.Sprintf("%v at byte %d (line %d, column %d)", err, syn.Offset, line, col)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "the whole file"
+		}
+		line, col := lineCol(b, typ.Offset)
+		return fmt.Sprintf("%s is a JSON %s, want %s (byte %d, line %d, column %d)", field, typ.Value, jsonKind(typ.Type), typ.Offset, line, col)
+	}
+	return err.Error()
+}
+
+// lineCol is the 1-based line and column of byte offset off of b (the
+// byte just read when the decoder stopped).
+func lineCol(b []byte, off int64) (line, col int) {
+	off = min(max(off, 1), int64(len(b)))
+	before := b[:off-1]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	col = len(before) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// jsonKind names the JSON a Go type is read from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another kind"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another kind"
 }

@@ -643,7 +643,10 @@ func parseHeader(b []byte) (Header, error) {
 		return Header{}, err
 	}
 	if tok, err := p.dec.Token(); err != io.EOF {
-		return Header{}, errorf(ErrFormat, "header has %v after its closing brace (%v)", tok, err)
+		if err != nil {
+			return Header{}, errorf(ErrFormat, "header has more than spaces after its closing brace (%v)", err)
+		}
+		return Header{}, errorf(ErrFormat, "header has %v after its closing brace", tok)
 	}
 	if err := checkOffsets(h.Tensors); err != nil {
 		return Header{}, err

@@ -208,6 +208,7 @@ func TestReadHeaderRejects(t *testing.T) {
 		{"bad json", file(`{"a":{"dtype":"F32",}}`, 0), ErrFormat, "header JSON"},
 		{"trailing garbage", file(`{} x`, 0), ErrFormat, "after its closing brace"},
 		{"second object", file(`{}{}`, 0), ErrFormat, "after its closing brace"},
+		{"NUL padding", file("{}\x00\x00", 0), ErrFormat, "header has more than spaces after its closing brace (invalid character '\\x00'"},
 		{"duplicate tensor", file(`{"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[],"data_offsets":[4,8]}}`, 8), ErrFormat, `names "a" twice`},
 		{"unknown dtype", file(`{"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}`, 2), ErrFormat, `tensor "a": dtype "BF16" is not supported`},
 		{"negative dim", file(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, 4), ErrFormat, `tensor "a" shape is -1`},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"path/filepath"
 	"runtime/debug"
@@ -558,12 +559,23 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		br := bufio.NewReaderSize(f, 1<<20)
 		hdr, err = ReadHeader(io.TeeReader(br, h), si.Size)
 		// Hash to the end whatever the parse said: a checksum mismatch is
-		// the better explanation of a bad header.
-		if _, cerr := readHashed(br, h, -1); cerr != nil {
+		// the better explanation of a bad header. The tables' keys are
+		// checked on the way.
+		var keys *keyOrder
+		rest := hash.Hash(h)
+		if err == nil {
+			if keys = newKeyOrder(hdr, m, k); keys != nil {
+				rest = hashTee{h, keys}
+			}
+		}
+		if _, cerr := readHashed(br, rest, -1); cerr != nil {
 			return fail(cerr)
 		}
 		if err := si.verifySum(h); err != nil {
 			return fail(err)
+		}
+		if keys != nil && keys.err != nil {
+			return fail(keys.err)
 		}
 	}
 	if err != nil {

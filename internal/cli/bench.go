@@ -71,7 +71,10 @@ GB = 1e9 bytes), keys/s, and the ratio to the baseline's median.
 		return 0
 	}
 	bad := func(format string, args ...any) int {
-		fmt.Fprintf(stderr, "paramserv bench: "+format+"\n", args...)
+		// The bench package's errors start "bench: ", which this line
+		// already says.
+		msg := strings.ReplaceAll(fmt.Sprintf(format, args...), ": bench: ", ": ")
+		fmt.Fprintf(stderr, "paramserv bench: %s\n", msg)
 		return 2
 	}
 	if code, extra := extraArg(fs, stderr); extra {

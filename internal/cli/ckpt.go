@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"slices"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/vfs"
@@ -13,7 +17,8 @@ import (
 var ckptUsage = `Usage: paramserv ckpt <command> DIR [flags]
 
 Commands:
-  ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged)
+  ls DIR                 every checkpoint with step, time, size, variables, tables and status (ok, or why damaged);
+                         DIR/ckpt-N: that one
   inspect DIR [--step=N] names, shapes, dtypes and statistics of the latest valid checkpoint (or of step N;
                          DIR/ckpt-N, as ls names it, is step N)
 
@@ -33,7 +38,7 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, ckptUsage)
 		return 0
 	case "ls":
-		intro = "Usage: paramserv ckpt ls DIR\n\nLists every checkpoint of DIR with its step, time, size, variables, tables\nand status (ok, or why it is damaged), set-aside ones included.\n"
+		intro = "Usage: paramserv ckpt ls DIR\n\nLists every checkpoint of DIR with its step, time, size, variables, tables\nand status (ok, or why it is damaged), set-aside ones included; DIR/ckpt-N,\nas ls names it, lists that one.\n"
 	case "inspect":
 		intro = "Usage: paramserv ckpt inspect DIR [--step=N]\n\nNames, shapes, dtypes and statistics of the variables and tables of the\nlatest valid checkpoint of DIR, or of step N.\n"
 	default:
@@ -57,8 +62,13 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
-	if dir == "" && fs.NArg() > 0 {
-		dir = fs.Arg(0)
+	rest := fs.Args()
+	if dir == "" && len(rest) > 0 {
+		dir, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "paramserv ckpt %s: unexpected argument %q: it takes one directory (flags are written --name=value)\n", cmd, rest[0])
+		return 2
 	}
 	if dir == "" {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: name the checkpoint directory\n", cmd)
@@ -75,16 +85,25 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if err := checkpointDirArg(dir); err != nil {
+		fmt.Fprintf(stderr, "paramserv ckpt %s: %v\n", cmd, err)
+		return 2
+	}
 	if *step < 0 && *step != checkpoint.LatestStep {
 		fmt.Fprintf(stderr, "paramserv ckpt %s: --step=%d: want a step >= 0 (or no --step: the latest valid one)\n", cmd, *step)
 		return 2
 	}
 	switch cmd {
 	case "ls":
-		l, err := checkpoint.List(vfs.OS, dir)
+		// ckpt/ckpt-3000, as ls names it, lists that one checkpoint.
+		parent, one, _ := resolveCheckpoint(dir, checkpoint.LatestStep, false)
+		l, err := checkpoint.List(vfs.OS, parent)
 		if err != nil {
 			fmt.Fprintf(stderr, "paramserv ckpt ls: %v\n", err)
 			return 1
+		}
+		if one != checkpoint.LatestStep {
+			l.Entries = slices.DeleteFunc(l.Entries, func(e checkpoint.Entry) bool { return e.Step != one })
 		}
 		fmt.Fprint(stdout, l.String())
 	case "inspect":
@@ -96,4 +115,20 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, in.String())
 	}
 	return 0
+}
+
+// checkpointDirArg checks that the checkpoint directory a user named is a
+// directory: a name that is not there, or a file, is input to fix (exit
+// 2), not a failure while running.
+func checkpointDirArg(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such directory (want a --checkpoint_dir, holding ckpt-N/, or one ckpt-N in it)", dir)
+	case err != nil:
+		return fmt.Errorf("%s: %v", dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		return fmt.Errorf("%s: not a directory (want a --checkpoint_dir, holding ckpt-N/, or one ckpt-N in it)", dir)
+	}
+	return nil
 }

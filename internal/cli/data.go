@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/data/fetch"
@@ -58,16 +60,31 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
 	}
-	if name == "" && fs.NArg() > 0 {
-		name = fs.Arg(0)
+	rest := fs.Args()
+	if name == "" && len(rest) > 0 {
+		name, rest = rest[0], rest[1:]
 	}
 	if name == "" {
 		fmt.Fprintf(stderr, "paramserv data fetch: name a data set: %s\n", strings.Join(fetch.Datasets(), " or "))
 		return 2
 	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "paramserv data fetch: unexpected argument %q: it fetches one data set (flags are written --name=value)\n", rest[0])
+		return 2
+	}
 	var mirrors []string
 	if *mirror != "" {
+		if u, err := url.Parse(*mirror); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			fmt.Fprintf(stderr, "paramserv data fetch: --mirror=%s: want an http:// or https:// URL (the base the files' names are appended to)\n", *mirror)
+			return 2
+		}
 		mirrors = []string{*mirror}
+	}
+	if slices.Contains(fetch.Datasets(), name) {
+		if err := checkOutDir(*dir); err != nil {
+			fmt.Fprintf(stderr, "paramserv data fetch: --dir=%s: %v\n", *dir, err)
+			return 2
+		}
 	}
 	f := fetch.Fetcher{Logf: newLogger(stderr)}
 	if err := f.Fetch(ctx, name, *dir, mirrors); err != nil {

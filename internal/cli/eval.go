@@ -10,6 +10,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
@@ -40,6 +41,10 @@ func evalHidden() map[string]bool {
 	return h
 }
 
+func init() {
+	commandPlaceholders["paramserv eval --model"] = strings.Join(trainer.ModelNames(), "|")
+}
+
 // Eval is `paramserv eval`: evaluate a checkpoint, in this process, as the
 // chief evaluates the model at the end of training.
 func Eval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -55,7 +60,10 @@ end of training, in this process, with no ps: the same metrics in the log
 and, with --result_file, the same result file, naming the checkpoint.
 Give the model flags the job was trained with (--model, --hidden_units,
 --train_data, --test_data, ...; sparse_lr reads --train_data to build). A
-sparse table's key the checkpoint lacks reads as zeros.
+sparse table's key the checkpoint lacks reads as zeros. The built-in
+models evaluate here (linreg, mnist, sparse_lr); those written on the
+public API (mf, lda, logreg_lbfgs, deep_ctr) evaluate in their own
+program, from the file paramserv export writes.
 `)
 		printFlags(w, fs, true, evalHidden())
 	}
@@ -81,6 +89,11 @@ sparse table's key the checkpoint lacks reads as zeros.
 		fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
 		return 2
 	}
+	if _, ok := trainer.Models[cfg.Model]; !ok {
+		fmt.Fprintf(stderr, "paramserv eval: --model=%s: eval evaluates the built-in models (%s); %s is a program on the public API: paramserv export writes its checkpoint for that program to read\n",
+			cfg.Model, strings.Join(trainer.ModelNames(), ", "), cfg.Model)
+		return 2
+	}
 	if cfg.ResultFile != "" {
 		if err := checkResultFile(cfg.ResultFile); err != nil {
 			fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
@@ -88,6 +101,12 @@ sparse table's key the checkpoint lacks reads as zeros.
 		}
 	}
 	dir, s, err := resolveCheckpoint(f.checkpointDir, *step, f.set("step"))
+	if err == nil {
+		err = checkpointDirArg(dir)
+	}
+	if err == nil && cfg.ResultFile != "" {
+		err = outsideCheckpoints("result_file", cfg.ResultFile, dir)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
 		return 2
@@ -128,6 +147,17 @@ sparse table's key the checkpoint lacks reads as zeros.
 	var metrics map[string]float64
 	if sm, ok := m.(model.SparseModel); ok {
 		tables := sm.Tables()
+		for _, tb := range tables {
+			vals, ok := byName[checkpoint.ValuesName(tb.Name)]
+			if _, hasKeys := byName[checkpoint.KeysName(tb.Name)]; !ok || !hasKeys {
+				fmt.Fprintf(stderr, "paramserv eval: %s has no sparse table %q: it holds another model than --model=%s\n", name, tb.Name, cfg.Model)
+				return 2
+			}
+			if len(vals.Shape) != 2 || vals.Shape[1] != int64(tb.Dim) {
+				fmt.Fprintf(stderr, "paramserv eval: %s: table %q has rows of shape %v, --model=%s wants %d values a row\n", name, tb.Name, vals.Shape, cfg.Model, tb.Dim)
+				return 2
+			}
+		}
 		rows := make([]map[uint64][]float32, len(tables))
 		for i, tb := range tables {
 			rows[i] = tableRows(byName, tb)

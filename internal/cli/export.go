@@ -22,9 +22,12 @@ var ckptName = regexp.MustCompile(`^ckpt-(\d+)$`)
 // resolveCheckpoint turns what the user named into a checkpoint directory
 // and a step: a checkpoint directory with step (LatestStep: the newest
 // valid one), or one checkpoint's own directory (ckpt/ckpt-3000), which
-// stands for its parent at its step. flagName is the flag or argument that
-// named it, for errors.
+// stands for its parent at its step. A --step (stepSet) must be >= 0 and
+// agree with the step of a checkpoint named so.
 func resolveCheckpoint(dir string, step int64, stepSet bool) (string, int64, error) {
+	if stepSet && step < 0 {
+		return "", 0, fmt.Errorf("--step=%d: want a step >= 0 (or no --step: the latest valid one)", step)
+	}
 	m := ckptName.FindStringSubmatch(filepath.Base(filepath.Clean(dir)))
 	if m == nil {
 		return dir, step, nil
@@ -82,11 +85,18 @@ and the cluster that wrote it.
 		return 2
 	}
 	d, s, err := resolveCheckpoint(*dir, *step, stepSet)
+	if err == nil {
+		err = checkpointDirArg(d)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv export: %v\n", err)
 		return 2
 	}
-	if err := checkResultFile(*out); err != nil {
+	if err := checkOutFile("out", *out); err != nil {
+		fmt.Fprintf(stderr, "paramserv export: %v\n", err)
+		return 2
+	}
+	if err := outsideCheckpoints("out", *out, d); err != nil {
 		fmt.Fprintf(stderr, "paramserv export: %v\n", err)
 		return 2
 	}

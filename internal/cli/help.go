@@ -96,6 +96,13 @@ var flagPlaceholders = map[string]string{
 	"result_file": "FILE", "dir": "DIR", "out": "DIR",
 	"tls_cert": "FILE", "tls_key": "FILE", "tls_ca": "FILE", "tls_dir": "DIR", "auth_token_file": "FILE",
 	"metrics_addr": "HOST:PORT", "summary_dir": "DIR", "log_format": "text|json",
+	"o": "FILE",
+}
+
+// commandPlaceholders overrides flagPlaceholders for one command, where a
+// flag's name means another thing there ("paramserv export --out" is a file).
+var commandPlaceholders = map[string]string{
+	"paramserv export --out": "FILE",
 }
 
 // modelDefaults says a default that depends on --model, per model, for the
@@ -186,7 +193,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet, grouped bool, hidden map[string]b
 			fmt.Fprintf(w, "\nFlags:\n")
 		}
 		for _, fl := range fls {
-			fmt.Fprintf(w, "  %s\n", flagSynopsis(fl))
+			if p, ok := commandPlaceholders[fs.Name()+" --"+fl.Name]; ok {
+				fmt.Fprintf(w, "  --%s=%s\n", fl.Name, p)
+			} else {
+				fmt.Fprintf(w, "  %s\n", flagSynopsis(fl))
+			}
 			fmt.Fprintf(w, "      %s\n", flagDescription(fl))
 		}
 	}

@@ -17,7 +17,7 @@ Commands:
   train   run one task (a ps or a worker) of a training job
   local   run a whole cluster on this machine as separate processes
   bench   measure push, pull and pushpull against local ps, and verify them
-  data    fetch public data sets (mnist, fashion-mnist) with checksums
+  data    fetch public data sets (a9a, ap, fashion-mnist, ml-100k, mnist) with checksums, or make synthetic CTR data
   ckpt    list and inspect checkpoints
   certs   make a CA and per-task certificates for --tls_dir
   status  print each ps's step, mode, variables, tables, workers and checkpoints
@@ -57,6 +57,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "export":
 		return Export(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help") {
+			fmt.Fprint(stdout, "Usage: paramserv version (or paramserv --version)\n\nPrints the module version, the commit, the Go version and the wire\nprotocol's version. It takes no flags.\n")
+			return 0
+		}
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "paramserv version: takes no arguments, got %q\n", args[1])
 			return 2
@@ -67,8 +71,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
+	if s := suggestCommand(args[0]); s != "" {
+		fmt.Fprintf(stderr, "paramserv: unknown command %q\ndid you mean %s?\nrun 'paramserv --help' for the commands\n", args[0], s)
+		return 2
+	}
 	fmt.Fprintf(stderr, "paramserv: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// commands are Main's commands, for suggestions.
+var commands = []string{"train", "local", "bench", "data", "ckpt", "certs", "status", "plot", "eval", "export", "version"}
+
+// suggestCommand is the command closest to a mistyped one (ckpts, exprt),
+// "" if none is within two edits.
+func suggestCommand(name string) string {
+	best, bestD := "", 3
+	for _, c := range commands {
+		if d := editDistance(name, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
 }
 
 // extraArg reports a positional argument left after the flags of a command

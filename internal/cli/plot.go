@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/curves"
 )
+
+// maxPlotPixels bounds plot's width and height: 16384 x 16384 RGBA is
+// 1 GiB of image in memory.
+const maxPlotPixels = 16384
 
 // Plot is `paramserv plot`: draw runs' curves into a PNG.
 func Plot(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -28,8 +33,6 @@ line per run (named by its directory or file) and one panel per tag: a
 run is a --summary_dir (or --checkpoint_dir) holding the chief's event
 files, or a --result_file, whose final metrics are single points
 (eval/NAME).
-
-Flags:
 `)
 		printFlags(w, fs, false, nil)
 	}
@@ -52,8 +55,11 @@ Flags:
 		}
 	}
 	switch {
-	case len(inputs) == 0 || *out == "":
-		fs.Usage()
+	case len(inputs) == 0:
+		fmt.Fprintf(stderr, "paramserv plot: name at least one run: a summary directory or a result file\nrun 'paramserv plot --help' for its flags\n")
+		return 2
+	case *out == "":
+		fmt.Fprintf(stderr, "paramserv plot: -o is required: the PNG file to write\nrun 'paramserv plot --help' for its flags\n")
 		return 2
 	case len(tagList) == 0:
 		fmt.Fprintf(stderr, "paramserv plot: --tags=%q: want at least one tag\n", *tags)
@@ -67,6 +73,14 @@ Flags:
 	}
 	if *height == 0 {
 		*height = 360 * len(tagList)
+	}
+	if *width > maxPlotPixels || *height > maxPlotPixels {
+		fmt.Fprintf(stderr, "paramserv plot: --width=%d --height=%d: want at most %d pixels each (%d tags take 360 each by default)\n", *width, *height, maxPlotPixels, len(tagList))
+		return 2
+	}
+	if err := checkOutFile("o", *out); err != nil {
+		fmt.Fprintf(stderr, "paramserv plot: %v\n", err)
+		return 2
 	}
 	var runs []curves.Run
 	names := map[string]int{}
@@ -84,19 +98,27 @@ Flags:
 			runs[i].Name = inputs[i] // two runs of one name: tell them apart by path
 		}
 	}
-	f, err := os.Create(*out)
+	// Into a temporary file beside it, then renamed over it: a failure
+	// leaves an earlier file of that name as it was.
+	f, err := os.CreateTemp(filepath.Dir(*out), ".plot-*")
 	if err != nil {
-		fmt.Fprintf(stderr, "paramserv plot: %v\n", err)
-		return 2
+		fmt.Fprintf(stderr, "paramserv plot: -o=%s: %v\n", *out, err)
+		return 1
 	}
+	defer os.Remove(f.Name())
 	fig, err := curves.Draw(f, runs, tagList, *width, *height, *smoothing)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err != nil {
+		f.Close()
+		fmt.Fprintf(stderr, "paramserv plot: %v\n", err)
+		return 2 // a tag no run has, data that cannot be drawn
+	}
+	err = f.Close()
+	if err == nil {
+		err = os.Rename(f.Name(), *out)
 	}
 	if err != nil {
-		os.Remove(*out)
-		fmt.Fprintf(stderr, "paramserv plot: %v\n", err)
-		return 2
+		fmt.Fprintf(stderr, "paramserv plot: -o=%s: %v\n", *out, err)
+		return 1
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d lines, %d points, %d runs, tags %s\n", *out, fig.Lines, fig.Points, len(runs), strings.Join(tagList, ", "))
 	return 0

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -581,21 +580,5 @@ func (f *trainFlags) record(cfg trainer.Config) map[string]string {
 // training: its directory must exist and take a new file, and the path
 // must not be a directory.
 func checkResultFile(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("--result_file=%s: is a directory, want a file name", path)
-	}
-	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
-	switch {
-	case err != nil:
-		return fmt.Errorf("--result_file=%s: its directory %s: %v", path, dir, errors.Unwrap(err))
-	case !fi.IsDir():
-		return fmt.Errorf("--result_file=%s: %s is not a directory", path, dir)
-	}
-	tmp, err := os.CreateTemp(dir, ".paramserv-write-probe-*")
-	if err != nil {
-		return fmt.Errorf("--result_file=%s: cannot write in %s: %v", path, dir, errors.Unwrap(err))
-	}
-	tmp.Close()
-	return os.Remove(tmp.Name())
+	return checkOutFile("result_file", path)
 }

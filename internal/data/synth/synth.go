@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -325,8 +326,9 @@ const testStream = math.MaxUint64
 // Generate writes the data set described by cfg and returns its Meta. It
 // writes the shards and the test file in parallel (cfg.Parallel at a time),
 // each atomically, and meta.json last, so a directory with a meta.json is
-// complete. On error or cancellation it returns the first error and leaves
-// no temporary files behind (finished shards stay).
+// complete (an earlier run's meta.json is removed first, and its shards
+// beyond cfg.Shards at the end). On error or cancellation it returns the
+// first error and leaves no temporary files behind (finished shards stay).
 func Generate(ctx context.Context, cfg Config) (*Meta, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -335,6 +337,11 @@ func Generate(ctx context.Context, cfg Config) (*Meta, error) {
 		cfg.TestRows = min(max(cfg.Rows/10, 1000), 1_000_000)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	// A directory written before holds that run's meta.json: until this
+	// run's is written, the directory is not complete.
+	if err := os.Remove(filepath.Join(cfg.Out, MetaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
 	g := newGenerator(cfg)
@@ -416,10 +423,33 @@ feed:
 	}
 	meta.TestBayesLogLoss = t.test.LogLoss()
 	meta.TestBayesAccuracy = t.test.Accuracy()
+	if err := removeStaleShards(cfg.Out, cfg.Shards); err != nil {
+		return nil, err
+	}
 	if err := writeMeta(cfg.Out, meta); err != nil {
 		return nil, err
 	}
 	return meta, nil
+}
+
+// removeStaleShards removes the shards part-NNNNN.tsv, NNNNN >= shards,
+// an earlier run with more shards wrote into dir: a trainer given the
+// directory reads every file in it, and would train on them too.
+func removeStaleShards(dir string, shards int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	for _, e := range ents {
+		var i int
+		if n, err := fmt.Sscanf(e.Name(), "part-%05d.tsv", &i); err != nil || n != 1 || e.Name() != fmt.Sprintf("part-%05d.tsv", i) || i < shards {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("synth: a shard of an earlier run: %w", err)
+		}
+	}
+	return nil
 }
 
 func writeMeta(dir string, m *Meta) error {

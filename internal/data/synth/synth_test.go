@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -311,5 +312,32 @@ func TestCancelWhileWritingLeavesNoTemporaryFiles(t *testing.T) {
 		if strings.HasSuffix(name, ".tmp") || name == MetaFile {
 			t.Errorf("left %s behind after a cancel in the middle of writing", name)
 		}
+	}
+}
+
+// TestRewriteLeavesOnlyItsOwnShards writes a directory twice, with fewer
+// shards the second time: the first run's extra shards are gone (a trainer
+// reads every file of the directory), and during the second run the first
+// run's meta.json no longer claims the directory complete.
+func TestRewriteLeavesOnlyItsOwnShards(t *testing.T) {
+	c := smallConfig(t.TempDir())
+	c.Shards = 5
+	if _, err := Generate(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	c.Shards = 2
+	c.Seed++
+	testHookRows = func(string, int64) {
+		if _, err := os.Stat(filepath.Join(c.Out, MetaFile)); err == nil {
+			t.Errorf("meta.json of the earlier run is there while the next one writes")
+		}
+	}
+	defer func() { testHookRows = nil }()
+	if _, err := Generate(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Sorted(maps.Keys(readDir(t, c.Out)))
+	if want := []string{"meta.json", "part-00000.tsv", "part-00001.tsv", "test.tsv"}; !slices.Equal(names, want) {
+		t.Fatalf("files %v, want %v", names, want)
 	}
 }
