@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
@@ -297,7 +298,7 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 			req.SparseGrads = append(req.SparseGrads, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
 		}
 	}
-	call := s.c.Do(ctx, req)
+	call := s.do(ctx, req, minStep)
 	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep
@@ -311,6 +312,38 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 	}
 	step, err = s.pull(ctx, params)
 	return step, false, err
+}
+
+// do sends req and waits for its answer, logging every WaitLogEvery while
+// it waits (a synchronous step completes only once enough workers have
+// pushed), as the built-in loop does, so that a long wait says what it
+// waits for.
+func (s *Session) do(ctx context.Context, req *client.Request, minStep int64) *client.Call {
+	start := time.Now()
+	var mu sync.Mutex // guards landed and t's re-arming
+	landed := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(s.cfg.WaitLogEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if landed {
+			return
+		}
+		hint := ""
+		if minStep > 0 {
+			hint = fmt.Sprintf(" (synchronous: step %d completes when %d of the %d workers have pushed)", minStep, s.cfg.ReplicasToAggregate, len(s.cfg.Cluster.Spec.Workers))
+		}
+		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, time.Since(start).Round(time.Second), hint)
+		t.Reset(s.cfg.WaitLogEvery)
+	})
+	mu.Unlock()
+	call := s.c.Do(ctx, req)
+	mu.Lock()
+	landed = true
+	t.Stop()
+	mu.Unlock()
+	return call
 }
 
 // PullRows reads the rows of keys (distinct) of table into out

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -274,4 +275,54 @@ func scrapeSum(t *testing.T, addr, name string) float64 {
 	}
 	t.Fatalf("no %s in the worker's metrics:\n%s", name, body)
 	return 0
+}
+
+// A synchronous push that waits for the other workers says so every
+// WaitLogEvery, where it waited in silence before.
+func TestSyncPushLogsItsWait(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 1, 2)
+	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
+	logs := make(chan string, 100)
+	cfg := func(i int) Config {
+		return Config{
+			Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1", "127.0.0.1:2"}},
+				Task: cluster.Task{Job: cluster.JobWorker, Index: i}},
+			Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, Sync: true,
+			WaitLogEvery: 20 * time.Millisecond,
+			Logf:         func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) },
+		}
+	}
+	chief, err := Start(ctx, cfg(0), model.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chief.Close()
+	other, err := Start(ctx, cfg(1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := chief.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars))
+		pushed <- err
+	}()
+	want := "worker 0: push of step 0 has waited"
+	for line := ""; !strings.Contains(line, want); {
+		select {
+		case line = <-logs:
+		case <-ctx.Done():
+			t.Fatalf("no log line %q while the chief waited for worker 1's push", want)
+		}
+		if strings.Contains(line, want) && !strings.Contains(line, "step 1 completes when 2 of the 2 workers have pushed") {
+			t.Errorf("log line %q: want it to say the step completes when 2 of the 2 workers have pushed", line)
+		}
+	}
+	if _, err := other.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pushed; err != nil {
+		t.Fatal(err)
+	}
 }
