@@ -251,7 +251,9 @@ class DistributedModule(torch.nn.Module):
         init = {}
         for n, p in named:
             init[n] = np.ascontiguousarray(p.detach().numpy(), dtype=np.float32).copy()
-            self._params[n] = np.empty(tuple(p.shape), np.float32)
+            # The module's own values until the first pull: a client that
+            # fails (a bad argument, no ps) leaves the module as it was.
+            self._params[n] = init[n].copy()
             self._grads[n] = np.zeros(tuple(p.shape), np.float32)
             # The parameter's values and gradient become views of the
             # buffers the client reads and writes: no copies.

@@ -1,7 +1,9 @@
 """Unit tests of the Client's checks, and exchanges against real ps processes."""
 
 import json
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,11 +48,45 @@ def test_bad_cluster():
     (dict(variables={"w": 3}, learning_rate=-1), "learning_rate"),
     (dict(variables={"w": 3}, replicas_to_aggregate=0), "replicas_to_aggregate"),
     (dict(variables={"w": 3}, tf_config=42), "tf_config"),
+    # Found by trying the API as a user would: each was accepted, and
+    # failed later (at start, with the ps's text) or never.
+    (dict(variables={"w": (3, 0)}, tables={"t": 1}), r"shape \(3, 0\): want every dimension >= 1"),
+    (dict(variables={"w": (2.7,)}), "tuple of ints"),  # was truncated to (2,)
+    (dict(variables={"w": True}), "tuple of ints"),
+    (dict(variables={"w": 3}, tables=[("t", 2)]), "tables: got list, want a dict"),  # was AttributeError
+    (dict(variables={"w": 3}, learning_rate=True), "learning_rate"),
+    (dict(variables={"w": 3}, optimizer="Adam"), "optimizer 'Adam': want one of sgd, momentum"),
+    (dict(variables={"w": 3}, optimizer_options={"momentm": 0.9}), r"optimizer_options \['momentm'\]: unknown"),
+    (dict(variables={"w": 3}, tables={"t": 2}, table_options={"u": {}}), r"table_options\['u'\]: no such table"),
+    (dict(variables={"w": 3}, tables={"t": 2}, table_options={"t": {"inti": "normal"}}), r"\['inti'\]: unknown"),
+    (dict(variables={"w": 3}, max_staleness=-1), "max_staleness -1: want an int >= 0"),
+    (dict(variables={"w": 3}, startup_timeout=None), "startup_timeout None"),  # was TypeError
 ])
 def test_bad_declaration(kwargs, match):
     kwargs.setdefault("tf_config", ONE)
     with pytest.raises(ValueError, match=match):
         Client(**kwargs)
+
+
+def test_numpy_scalars_are_numbers():
+    # np.float32 is no Python float: it was refused ("learning_rate 0.1: want a finite number > 0").
+    with Client(variables={"w": np.int64(3)}, tables={"t": np.int32(2)}, learning_rate=np.float32(0.1),
+                tf_config=ONE, quiet=True, startup_timeout=np.float64(5)) as c:
+        assert c.variables == {"w": (3,)} and c.tables == {"t": 2}
+
+
+def test_library_that_cannot_load(tmp_path):
+    # A file that is no shared library: a ParamservError naming PARAMSERV_LIB, not ctypes' OSError.
+    bad = tmp_path / "libparamserv.so"
+    bad.write_text("not a library")
+    code = ("import paramserv\n"
+            "try:\n"
+            "    paramserv.Client(variables={'w': 1}, tf_config=%r)\n"
+            "except paramserv.ParamservError as e:\n"
+            "    print('ParamservError:', e)\n") % json.dumps(ONE)
+    env = dict(os.environ, PARAMSERV_LIB=str(bad), PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "ParamservError:" in out.stdout and "PARAMSERV_LIB" in out.stdout and str(bad) in out.stdout, (out.stdout, out.stderr)
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+import paramserv
+
 torch = pytest.importorskip("torch")
 pst = pytest.importorskip("paramserv.torch")
 
@@ -152,3 +154,20 @@ def test_report_loss_reaches_the_metrics(make_cluster):
         m.report_loss(1.0, -1)
     m.done()
     m.close()
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(optimizer="nope", startup_timeout=0.5),  # refused by the Client
+    dict(optimizer="sgd", startup_timeout=0.5),  # no ps answers: start() fails
+])
+def test_failed_module_keeps_its_values(kwargs):
+    # The parameters became views of uninitialised buffers before the
+    # client was made: a DistributedModule that failed left garbage.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    before = {n: p.detach().clone() for n, p in lin.named_parameters()}
+    one = {"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}
+    with pytest.raises((ValueError, paramserv.ParamservError)):
+        pst.DistributedModule(lin, tf_config=one, quiet=True, **kwargs)
+    for n, p in lin.named_parameters():
+        assert torch.equal(p.detach(), before[n]), n
