@@ -8,6 +8,7 @@ import math
 import numbers
 import os
 import queue
+import signal
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -89,12 +90,65 @@ def _load():
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
             "ps_close": (i32, [i64]),
+            "ps_watch_interrupts": (i32, [i32]),
         }
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         _lib, _lib_pid = lib, os.getpid()
         return lib
+
+
+_interrupts_watched = False
+
+
+def _watch_interrupts(lib) -> None:
+    """Lets Ctrl-C interrupt a call waiting in the library (a synchronous
+    step waiting for the other workers, a recovery): the main thread is
+    then in a ctypes call and runs Python's SIGINT handler only once the
+    call returns. Python writes the number of every signal it catches to
+    its wakeup fd (signal.set_wakeup_fd); made here a pipe that the library
+    reads, a SIGINT cancels the calls in flight, which return, and the
+    KeyboardInterrupt is raised. Done once, from the main thread, and only
+    where no one else (asyncio) has set a wakeup fd."""
+    global _interrupts_watched
+    with _lib_lock:
+        if _interrupts_watched or threading.current_thread() is not threading.main_thread():
+            return
+        _interrupts_watched = True
+        try:
+            r, w = os.pipe()
+        except OSError:
+            return
+        try:
+            os.set_blocking(w, False)
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return
+        if old != -1:
+            signal.set_wakeup_fd(old)  # someone else's: leave it to them
+            os.close(r)
+            os.close(w)
+            return
+        if lib.ps_watch_interrupts(r) != 0:
+            signal.set_wakeup_fd(-1)
+            os.close(r)
+            os.close(w)
+            return
+
+        def in_child() -> None:
+            # A forked child's signals are not the library's (it does not
+            # run there).
+            try:
+                prev = signal.set_wakeup_fd(-1)
+                if prev != w:
+                    signal.set_wakeup_fd(prev)  # not ours: put it back
+            except (ValueError, OSError):
+                pass
+
+        os.register_at_fork(after_in_child=in_child)
 
 
 def _is_int(x: Any) -> bool:
@@ -296,6 +350,7 @@ class Client:
             raise ValueError(f"paramserv: metrics_addr {metrics_addr!r}: want \"HOST:PORT\", \"off\" or None")
         cfg["metrics_addr"] = "" if metrics_addr == "off" else metrics_addr
         self._lib = _load()
+        _watch_interrupts(self._lib)
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
         # Calls running on goroutines (push_pull_async, pull_rows_async) not

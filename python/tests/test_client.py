@@ -288,3 +288,45 @@ def test_tls_and_token(make_cluster, paramserv_bin, tmp_path):
         np.testing.assert_array_equal(params["w"], np.full(2, 0.5, np.float32))
         c.done()
     assert cl.wait() == [0]
+
+
+_INTERRUPTED = """
+import json, os, signal, sys, threading, time
+import numpy as np
+import paramserv
+c = paramserv.Client(variables={"w": 3}, tf_config=json.loads(sys.argv[1]), optimizer="sgd",
+                     learning_rate=0.1, sync=True, quiet=True, startup_timeout=30)
+c.start(init={"w": np.zeros(3, np.float32)})
+p = {"w": np.zeros(3, np.float32)}
+for call in ("push_pull", "push_pull_async"):
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.time()
+    try:
+        if call == "push_pull":
+            c.push_pull({"w": np.ones(3, np.float32)}, p)
+        else:
+            c.push_pull_async({"w": np.ones(3, np.float32)}, p).result()
+        print(call, "returned")
+    except KeyboardInterrupt:
+        print(call, "interrupted after %.1f s" % (time.time() - t0))
+print("pull after:", c.pull(p))
+c.close()
+"""
+
+
+def test_ctrl_c_interrupts_a_waiting_call(make_cluster):
+    # A synchronous step waits for the other worker, which never pushes:
+    # Ctrl-C went unseen until the call returned (never), as the main
+    # thread waits in the library. Now it cancels the call and raises
+    # KeyboardInterrupt; the client goes on working. In a process of its
+    # own, whose own deadline fails the test if the call still hangs.
+    cl = make_cluster(num_ps=1, num_workers=2)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        out = subprocess.run([sys.executable, "-c", _INTERRUPTED, json.dumps(cl.tf_config(0))], env=env,
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"Ctrl-C did not interrupt the waiting call within 60 s: {e.stdout!r} {e.stderr!r}")
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all("interrupted" in line for line in lines[:2]), (out.stdout, out.stderr)
+    assert lines[2] == "pull after: 0", (out.stdout, out.stderr)
