@@ -154,3 +154,53 @@ func TestRunRefusesANilModel(t *testing.T) {
 		t.Errorf("Run with a NewModel returning nil, nil: %v, want an error saying so", err)
 	}
 }
+
+// A second Done returns nil (the ps, told once, may have exited since);
+// a variable with a dimension < 1 is refused before any connection, where
+// the chief's check of its initial values spoke first ("has 0 elements,
+// want -2").
+func TestDoneTwiceAndBadShapes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	psDone := make(chan error, 1)
+	go func() {
+		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{
+			TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+			Listen:   func(string) (net.Listener, error) { return lis, nil },
+		})
+	}()
+	w, err := paramserv.Start(ctx, paramserv.Config{
+		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
+		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+	}, paramserv.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Done(ctx); err != nil {
+		t.Fatalf("Done: %v", err)
+	}
+	if err := <-psDone; err != nil {
+		t.Fatalf("the ps after Done: %v", err)
+	}
+	if err := w.Done(ctx); err != nil {
+		t.Errorf("a second Done: %v, want nil", err)
+	}
+	for _, shape := range [][]int{{-2}, {3, 0}} {
+		_, err := paramserv.Start(ctx, paramserv.Config{
+			TFConfig:  `{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}`,
+			Variables: []paramserv.Variable{{Name: "w", Shape: shape}},
+		}, paramserv.Params{"w": {}})
+		if want := fmt.Sprintf(`variable "w": shape %v: want every dimension >= 1`, shape); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Start with shape %v: %v, want an error saying %q", shape, err, want)
+		}
+	}
+}

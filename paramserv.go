@@ -263,6 +263,7 @@ type Worker struct {
 	s      *session.Session
 	vars   []Variable
 	last   *Call // the …Async call started last
+	done   bool  // Done succeeded
 	closed bool  // Close was called
 }
 
@@ -291,6 +292,13 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, err
 	}
 	sc.Dial = auth.Dialer(nil)
+	for _, v := range cfg.Variables {
+		for _, d := range v.Shape {
+			if d < 1 {
+				return nil, fmt.Errorf("paramserv: variable %q: shape %v: want every dimension >= 1", v.Name, v.Shape)
+			}
+		}
+	}
 	sc.Variables = modelVariables(cfg.Variables)
 	sc.Tables = modelTables(cfg.Tables)
 	if err := checkOwnRules(sc.Variables, sc.Tables); err != nil {
@@ -393,13 +401,21 @@ func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out 
 }
 
 // Done ends this worker's training: the chief saves the final checkpoint,
-// then every ps is told this worker has finished.
+// then every ps is told this worker has finished. Once it has succeeded, a
+// second Done does nothing and returns nil.
 func (w *Worker) Done(ctx context.Context) error {
 	w.settle()
 	if err := w.closedErr("Done"); err != nil {
 		return err
 	}
-	return ctxErr(ctx, w.s.Done(ctx))
+	if w.done {
+		return nil
+	}
+	if err := w.s.Done(ctx); err != nil {
+		return ctxErr(ctx, err)
+	}
+	w.done = true
+	return nil
 }
 
 // Close closes the connections to the ps and the metrics endpoint, after

@@ -370,6 +370,7 @@ class Client:
         self.num_workers: int = self._lib.ps_num_workers(self._h)
         self.num_ps: int = self._lib.ps_num_ps(self._h)
         self._started = False
+        self._done = False
 
     # -- properties -------------------------------------------------------
 
@@ -667,11 +668,14 @@ class Client:
 
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every
-        worker has)."""
+        worker has). Once it has succeeded, a second done() does nothing."""
         self._need_started()
         with self._lock:
+            if self._done:
+                return
             if self._lib.ps_done(self._h) != 0:
                 self._raise()
+            self._done = True
 
     def close(self) -> None:
         """Closes the connections, after any call still in flight. Safe to

@@ -330,3 +330,15 @@ def test_ctrl_c_interrupts_a_waiting_call(make_cluster):
     lines = out.stdout.splitlines()
     assert len(lines) == 3 and all("interrupted" in line for line in lines[:2]), (out.stdout, out.stderr)
     assert lines[2] == "pull after: 0", (out.stdout, out.stderr)
+
+
+def test_done_twice(make_cluster):
+    # The ps exit once told: a second done() reached for them and failed
+    # with gRPC's "connection refused".
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 2}, tf_config=cl.tf_config(0), optimizer="sgd", learning_rate=0.1,
+                quiet=True, startup_timeout=30) as c:
+        c.start(init={"w": np.zeros(2, np.float32)})
+        c.done()
+        assert cl.wait(30) == [0]
+        c.done()
