@@ -171,3 +171,17 @@ def test_failed_module_keeps_its_values(kwargs):
         pst.DistributedModule(lin, tf_config=one, quiet=True, **kwargs)
     for n, p in lin.named_parameters():
         assert torch.equal(p.detach(), before[n]), n
+
+
+def test_embedding_ids_of_any_kind(make_cluster):
+    # A list of ids was pulled, then failed on ids.shape (AttributeError).
+    cl = make_cluster(num_ps=1, num_workers=1)
+    net = Net()
+    m = pst.DistributedModule(net, optimizer="sgd", learning_rate=0.5, tf_config=cl.tf_config(0),
+                              startup_timeout=60, quiet=True)
+    for ids, shape in (([[1, 2], [3, 4]], (2, 2, 2)), (np.array([1, 2], np.int32), (2, 2)),
+                       (torch.tensor([7], dtype=torch.uint8), (1, 2)), (torch.zeros(0, dtype=torch.int64), (0, 2))):
+        assert tuple(net.emb(ids).shape) == shape, ids
+    with pytest.raises(ValueError, match="want integers"):
+        net.emb(torch.tensor([1.0]))
+    m.done()
