@@ -65,8 +65,12 @@
 // RecoveryTimeout), the chief rolls the other ps back to the same step,
 // and the call returns the values and step of the restored model, the
 // gradients of the failed step lost. A Worker's methods return an error
-// only when training cannot go on: a ps that does not come back, or a
-// model whose variables differ from those the ps hold (ErrLayout).
+// only for a call that cannot be made (a slice of the wrong length, an
+// unknown table, a gradient holding a NaN or an Inf, which is refused
+// whole: nothing applied, the step unchanged; a call after Close; a ctx
+// that ended, errors.Is(err, context.Canceled) or DeadlineExceeded) and
+// when training cannot go on: a ps that does not come back, or a model
+// whose variables differ from those the ps hold (ErrLayout).
 //
 // # Metrics
 //

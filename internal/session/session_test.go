@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -324,5 +325,54 @@ func TestSyncPushLogsItsWait(t *testing.T) {
 	}
 	if err := <-pushed; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A NaN or Inf in the gradients of a variable or a row held by one ps is
+// refused whole: before, that ps refused its part and the other applied
+// its own, leaving the model half updated at two steps.
+func TestNonFiniteGradientIsRefusedWhole(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "a", Shape: []int{2}}, {Name: "b", Shape: []int{2}}, {Name: "c", Shape: []int{2}}, {Name: "d", Shape: []int{2}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars, Tables: []model.Table{{Name: "t", Dim: 2}},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+	}
+	s, err := Start(ctx, cfg, model.Params{"a": {0, 0}, "b": {0, 0}, "c": {0, 0}, "d": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nan, inf := float32(math.NaN()), float32(math.Inf(-1))
+	keys := []uint64{1, 2, 3, 4, 5, 6, 7, 8} // on both ps
+	ones := func() []float32 { return slices.Repeat([]float32{1}, 2*len(keys)) }
+	for _, bad := range []string{"a", "b", "c", "d", "row"} {
+		g := model.Params{"a": {1, 1}, "b": {1, 1}, "c": {1, 1}, "d": {1, 1}}
+		rows := []Rows{{Table: "t", Keys: keys, Values: ones()}}
+		want := `variable "` + bad + `": gradient element 1 is -Inf`
+		if bad == "row" {
+			rows[0].Values[5] = nan
+			want = `table "t": gradient of key 3 element 1 is NaN`
+		} else {
+			g[bad][1] = inf
+		}
+		_, err := s.PushPullRows(ctx, g, model.NewParams(vars), rows)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a non-finite gradient in %s: %v, want an error saying %q", bad, err, want)
+		}
+		p := model.NewParams(vars)
+		step, err := s.Pull(ctx, p)
+		out := make([]float32, 2*len(keys))
+		if err == nil {
+			err = s.PullRows(ctx, "t", keys, out)
+		}
+		if err != nil || step != 0 || slices.ContainsFunc(slices.Concat(p["a"], p["b"], p["c"], p["d"], out), func(x float32) bool { return x != 0 }) {
+			t.Errorf("after the refused push (%s): step %d, values %v, rows %v, %v; want step 0, all zero", bad, step, p, out, err)
+		}
+	}
+	if err := s.PushRows(ctx, "t", keys[:1], []float32{0, inf}); err == nil || !strings.Contains(err.Error(), "is -Inf") {
+		t.Errorf("PushRows of an Inf: %v, want it refused", err)
 	}
 }

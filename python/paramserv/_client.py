@@ -489,7 +489,9 @@ class Client:
         In sync mode it returns once the step the push takes part in has
         completed. The ps apply the optimizer. Returns the new global step.
         After a ps failure the client waits for the ps to recover, pulls,
-        and returns the step it went on from (that push is lost).
+        and returns the step it went on from (that push is lost). A
+        gradient holding a NaN or an Inf is refused whole (ParamservError):
+        nothing is applied, on any ps.
         """
         args = self._push_pull_args(grads, params, rows)
         self._need_started()
