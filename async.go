@@ -11,8 +11,8 @@ import "context"
 // A Worker runs its calls one at a time, in the order they were started:
 // a second …Async call starts once the first has finished, and a blocking
 // method (Pull, PushPull, PushPullRows, PullRows, PullTables, Step, Done,
-// Close) first waits for the calls in flight. A call that fails (its error returned by Wait) does not
-// stop the ones after it.
+// Close) first waits for the calls in flight. A call that fails (its error
+// returned by Wait) does not stop the ones after it.
 type Call struct {
 	done chan struct{}
 	step int64
