@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -521,8 +522,8 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 		s.calls.Recovered()
 	}
 	if err != nil {
-		if err == cause {
-			return err
+		if err == cause || strings.Contains(err.Error(), cause.Error()) {
+			return err // it names the cause already (the trainer's "recovery after …")
 		}
 		return fmt.Errorf("session: worker %d: recovery after %v: %w", s.worker, cause, err)
 	}

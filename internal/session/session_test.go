@@ -376,3 +376,35 @@ func TestNonFiniteGradientIsRefusedWhole(t *testing.T) {
 		t.Errorf("PushRows of an Inf: %v, want it refused", err)
 	}
 }
+
+// A ps that does not come back: the error says so once, where the cause
+// and "recovery after" were written twice, by the trainer and again here.
+func TestRecoveryGivenUpSaysItOnce(t *testing.T) {
+	ctx := testCtx(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	psCtx, stopPS := context.WithCancel(ctx)
+	psDone := make(chan struct{})
+	go func() {
+		server.ServeListener(psCtx, lis, server.New(server.Config{NumPS: 1, NumWorkers: 1, WaitForever: true}))
+		close(psDone)
+	}()
+	defer func() { stopPS(); <-psDone }()
+	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
+	s, err := Start(ctx, Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: []string{lis.Addr().String()}, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, RecoveryTimeout: 300 * time.Millisecond,
+	}, model.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stopPS()
+	<-psDone
+	_, err = s.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars))
+	if err == nil || strings.Count(err.Error(), "recovery after") != 1 || !strings.Contains(err.Error(), "recovery_timeout") {
+		t.Errorf("PushPull with the ps gone: %v, want one \"recovery after\" and the timeout named", err)
+	}
+}
