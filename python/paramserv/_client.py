@@ -369,6 +369,11 @@ class Client:
         """This worker's index; 0 is the chief."""
         self.num_workers: int = self._lib.ps_num_workers(self._h)
         self.num_ps: int = self._lib.ps_num_ps(self._h)
+        if sync and replicas_to_aggregate is not None and replicas_to_aggregate > self.num_workers:
+            self._lib.ps_close(self._h)
+            self._closed = True
+            raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate}: more than the cluster's "
+                             f"{self.num_workers} workers")
         self._started = False
         self._done = False
 

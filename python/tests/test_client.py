@@ -61,6 +61,7 @@ def test_bad_cluster():
     (dict(variables={"w": 3}, tables={"t": 2}, table_options={"t": {"inti": "normal"}}), r"\['inti'\]: unknown"),
     (dict(variables={"w": 3}, max_staleness=-1), "max_staleness -1: want an int >= 0"),
     (dict(variables={"w": 3}, startup_timeout=None), "startup_timeout None"),  # was TypeError
+    (dict(variables={"w": 3}, sync=True, replicas_to_aggregate=3), "more than the cluster's 2 workers"),  # was at start()
 ])
 def test_bad_declaration(kwargs, match):
     kwargs.setdefault("tf_config", ONE)
