@@ -10,9 +10,9 @@ import "context"
 //
 // A Worker runs its calls one at a time, in the order they were started:
 // a second …Async call starts once the first has finished, and a blocking
-// method (Pull, PushPull, PullRows, Step, Done, Close) first waits for the
-// calls in flight. A call that fails (its error returned by Wait) does not
-// stop the ones after it.
+// method (Pull, PushPull, PushPullRows, PullRows, PullTables, Step, Done,
+// Close) first waits for the calls in flight. A call that fails (its error
+// returned by Wait) does not stop the ones after it.
 type Call struct {
 	done chan struct{}
 	step int64
@@ -33,7 +33,7 @@ func (c *Call) Wait() (step int64, err error) {
 // PullAsync is Pull without waiting: params is filled once the call is
 // done.
 func (w *Worker) PullAsync(ctx context.Context, params Params) *Call {
-	return w.async(func() (int64, error) { return w.s.Pull(ctx, mparams(params)) })
+	return w.async(ctx, "PullAsync", func() (int64, error) { return w.s.Pull(ctx, mparams(params)) })
 }
 
 // PushPullAsync is PushPull without waiting: grads is pushed and params
@@ -53,22 +53,28 @@ func (w *Worker) PushPullAsync(ctx context.Context, grads, params Params) *Call 
 // PushPullRowsAsync is PushPullRows without waiting.
 func (w *Worker) PushPullRowsAsync(ctx context.Context, grads, params Params, rows []Rows) *Call {
 	rs := sessionRows(rows)
-	return w.async(func() (int64, error) { return w.s.PushPullRows(ctx, mparams(grads), mparams(params), rs) })
+	return w.async(ctx, "PushPullRowsAsync", func() (int64, error) { return w.s.PushPullRows(ctx, mparams(grads), mparams(params), rs) })
 }
 
 // PullRowsAsync is PullRows without waiting (to read the next batch's rows
 // while this batch computes): out is filled once the call is done, and
 // Wait's step is the worker's step.
 func (w *Worker) PullRowsAsync(ctx context.Context, table string, keys []uint64, out []float32) *Call {
-	return w.async(func() (int64, error) {
+	return w.async(ctx, "PullRowsAsync", func() (int64, error) {
 		err := w.s.PullRows(ctx, table, keys, out)
 		return w.s.Step(), err
 	})
 }
 
-// async runs f in the background after the calls started before it.
-func (w *Worker) async(f func() (int64, error)) *Call {
+// async runs f, the call named call, in the background after the calls
+// started before it; after Close the call fails at once.
+func (w *Worker) async(ctx context.Context, call string, f func() (int64, error)) *Call {
 	c := &Call{done: make(chan struct{})}
+	if err := w.closedErr(call); err != nil {
+		c.step, c.err = w.s.Step(), err
+		close(c.done)
+		return c
+	}
 	prev := w.last
 	w.last = c
 	go func() {
@@ -77,6 +83,7 @@ func (w *Worker) async(f func() (int64, error)) *Call {
 			<-prev.done
 		}
 		c.step, c.err = f()
+		c.err = ctxErr(ctx, c.err)
 	}()
 	return c
 }

@@ -65,8 +65,12 @@
 // RecoveryTimeout), the chief rolls the other ps back to the same step,
 // and the call returns the values and step of the restored model, the
 // gradients of the failed step lost. A Worker's methods return an error
-// only when training cannot go on: a ps that does not come back, or a
-// model whose variables differ from those the ps hold (ErrLayout).
+// only for a call that cannot be made (a slice of the wrong length, an
+// unknown table, a gradient holding a NaN or an Inf, which is refused
+// whole: nothing applied, the step unchanged; a call after Close; a ctx
+// that ended, errors.Is(err, context.Canceled) or DeadlineExceeded) and
+// when training cannot go on: a ps that does not come back, or a model
+// whose variables differ from those the ps hold (ErrLayout).
 //
 // # Metrics
 //
@@ -260,9 +264,11 @@ var ErrLayout = client.ErrLayout
 
 // Worker is a started worker of the job.
 type Worker struct {
-	s    *session.Session
-	vars []Variable
-	last *Call // the …Async call started last
+	s      *session.Session
+	vars   []Variable
+	last   *Call // the …Async call started last
+	done   bool  // Done succeeded
+	closed bool  // Close was called
 }
 
 // Start connects to the cluster's ps and waits for them, the chief
@@ -290,6 +296,13 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, err
 	}
 	sc.Dial = auth.Dialer(nil)
+	for _, v := range cfg.Variables {
+		for _, d := range v.Shape {
+			if d < 1 {
+				return nil, fmt.Errorf("paramserv: variable %q: shape %v: want every dimension >= 1", v.Name, v.Shape)
+			}
+		}
+	}
 	sc.Variables = modelVariables(cfg.Variables)
 	sc.Tables = modelTables(cfg.Tables)
 	if err := checkOwnRules(sc.Variables, sc.Tables); err != nil {
@@ -341,7 +354,11 @@ func (w *Worker) NewParams() Params {
 // their global step.
 func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
 	w.settle()
-	return w.s.Pull(ctx, model.Params(params))
+	if err := w.closedErr("Pull"); err != nil {
+		return w.s.Step(), err
+	}
+	step, err := w.s.Pull(ctx, model.Params(params))
+	return step, ctxErr(ctx, err)
 }
 
 // PushPull pushes grads, computed from the values last pulled, and reads
@@ -349,7 +366,11 @@ func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
 // step completes in synchronous training. It returns the new global step.
 func (w *Worker) PushPull(ctx context.Context, grads, params Params) (int64, error) {
 	w.settle()
-	return w.s.PushPull(ctx, model.Params(grads), model.Params(params))
+	if err := w.closedErr("PushPull"); err != nil {
+		return w.s.Step(), err
+	}
+	step, err := w.s.PushPull(ctx, model.Params(grads), model.Params(params))
+	return step, ctxErr(ctx, err)
 }
 
 // Rows are gradients of rows of a sparse table: Values holds len(Keys)×Dim
@@ -365,7 +386,11 @@ type Rows struct {
 // Each table appears once in rows, the gradients of a key summed.
 func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []Rows) (int64, error) {
 	w.settle()
-	return w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), sessionRows(rows))
+	if err := w.closedErr("PushPullRows"); err != nil {
+		return w.s.Step(), err
+	}
+	step, err := w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), sessionRows(rows))
+	return step, ctxErr(ctx, err)
 }
 
 // PullRows reads the rows of keys (distinct) of a table into out
@@ -373,20 +398,61 @@ func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []
 // the table's initial value.
 func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
 	w.settle()
-	return w.s.PullRows(ctx, table, keys, out)
+	if err := w.closedErr("PullRows"); err != nil {
+		return err
+	}
+	return ctxErr(ctx, w.s.PullRows(ctx, table, keys, out))
 }
 
 // Done ends this worker's training: the chief saves the final checkpoint,
-// then every ps is told this worker has finished.
+// then every ps is told this worker has finished. Once it has succeeded, a
+// second Done does nothing and returns nil.
 func (w *Worker) Done(ctx context.Context) error {
 	w.settle()
-	return w.s.Done(ctx)
+	if err := w.closedErr("Done"); err != nil {
+		return err
+	}
+	if w.done {
+		return nil
+	}
+	if err := w.s.Done(ctx); err != nil {
+		return ctxErr(ctx, err)
+	}
+	w.done = true
+	return nil
 }
 
-// Close closes the connections to the ps and the metrics endpoint.
+// Close closes the connections to the ps and the metrics endpoint, after
+// the calls in flight. A second Close does nothing and returns nil; the
+// calls made after Close fail at once, saying so.
 func (w *Worker) Close() error {
 	w.settle()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
 	return w.s.Close()
+}
+
+// closedErr is the error of call made after Close, nil before.
+func (w *Worker) closedErr(call string) error {
+	if w.closed {
+		return fmt.Errorf("paramserv: worker %d: %s after Close: its connections to the ps are closed", w.s.Worker(), call)
+	}
+	return nil
+}
+
+// ctxErr is err, wrapping ctx's error when ctx ended, so that
+// errors.Is(err, context.Canceled) (or DeadlineExceeded) says why a call
+// gave up.
+func ctxErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("paramserv: %w: %w", cerr, err)
+	}
+	return err
 }
 
 // ReportLoss tells the worker's metrics the training loss of the batch the

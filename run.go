@@ -186,6 +186,9 @@ func Run(ctx context.Context, cfg RunConfig) error {
 			if err != nil {
 				return nil, err
 			}
+			if m == nil {
+				return nil, fmt.Errorf("paramserv: RunConfig.NewModel returned no Model and no error for worker %d", c.Worker)
+			}
 			if ra, ok := m.(SparseReadAhead); ok {
 				return readAheadAdapter{sparseAdapter{adapter{m}, ra}, ra}, nil
 			}

@@ -23,7 +23,10 @@ package session
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
@@ -297,7 +300,10 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 			req.SparseGrads = append(req.SparseGrads, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
 		}
 	}
-	call := s.c.Do(ctx, req)
+	if err := s.checkFinite(grads, rowGrads); err != nil {
+		return s.step, false, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
+	}
+	call := s.do(ctx, req, minStep)
 	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep
@@ -311,6 +317,76 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 	}
 	step, err = s.pull(ctx, params)
 	return step, false, err
+}
+
+// checkFinite refuses gradients holding a NaN or an Inf before anything
+// is sent, when the variables and rows are spread over several ps: each
+// ps checks its own part and refuses it whole, but the others would apply
+// theirs, leaving the model half updated. (One ps's check is the whole
+// push's.)
+func (s *Session) checkFinite(grads model.Params, rows []Rows) error {
+	if len(s.cfg.Cluster.Spec.PS) < 2 {
+		return nil
+	}
+	for _, v := range s.cfg.Variables {
+		g := grads[v.Name]
+		if i := firstNonFinite(g); i >= 0 {
+			return fmt.Errorf("variable %q: gradient element %d is %v: nothing pushed", v.Name, i, g[i])
+		}
+	}
+	for _, r := range rows {
+		if i := firstNonFinite(r.Values); i >= 0 {
+			dim := max(1, len(r.Values)/max(1, len(r.Keys)))
+			key := "?"
+			if i/dim < len(r.Keys) {
+				key = fmt.Sprint(r.Keys[i/dim])
+			}
+			return fmt.Errorf("table %q: gradient of key %s element %d is %v: nothing pushed", r.Table, key, i%dim, r.Values[i])
+		}
+	}
+	return nil
+}
+
+// firstNonFinite is the index of the first NaN or ±Inf of xs, -1 if none.
+func firstNonFinite(xs []float32) int {
+	for i, x := range xs {
+		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
+			return i
+		}
+	}
+	return -1
+}
+
+// do sends req and waits for its answer, logging every WaitLogEvery while
+// it waits (a synchronous step completes only once enough workers have
+// pushed), as the built-in loop does, so that a long wait says what it
+// waits for.
+func (s *Session) do(ctx context.Context, req *client.Request, minStep int64) *client.Call {
+	start := time.Now()
+	var mu sync.Mutex // guards landed and t's re-arming
+	landed := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(s.cfg.WaitLogEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if landed {
+			return
+		}
+		hint := ""
+		if minStep > 0 {
+			hint = fmt.Sprintf(" (synchronous: step %d completes when %d of the %d workers have pushed)", minStep, s.cfg.ReplicasToAggregate, len(s.cfg.Cluster.Spec.Workers))
+		}
+		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, time.Since(start).Round(time.Second), hint)
+		t.Reset(s.cfg.WaitLogEvery)
+	})
+	mu.Unlock()
+	call := s.c.Do(ctx, req)
+	mu.Lock()
+	landed = true
+	t.Stop()
+	mu.Unlock()
+	return call
 }
 
 // PullRows reads the rows of keys (distinct) of table into out
@@ -352,8 +428,10 @@ func (s *Session) pullRows(ctx context.Context, table string, keys []uint64, out
 // failure it recovers and the gradients are lost.
 func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, grads []float32) error {
 	start := time.Now()
-	_, _, err := s.c.PushRows(ctx, s.step, table, keys, grads)
+	err := s.checkFinite(nil, []Rows{{Table: table, Keys: keys, Values: grads}})
 	if err != nil {
+		err = fmt.Errorf("session: worker %d: push of rows of %q: %w", s.worker, table, err)
+	} else if _, _, err = s.c.PushRows(ctx, s.step, table, keys, grads); err != nil {
 		err = s.recover(ctx, err)
 	}
 	s.observe("push_rows", telemetry.Bytes{PushSparse: 8*int64(len(keys)) + 4*int64(len(grads))}, start, err)
@@ -444,8 +522,8 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 		s.calls.Recovered()
 	}
 	if err != nil {
-		if err == cause {
-			return err
+		if err == cause || strings.Contains(err.Error(), cause.Error()) {
+			return err // it names the cause already (the trainer's "recovery after …")
 		}
 		return fmt.Errorf("session: worker %d: recovery after %v: %w", s.worker, cause, err)
 	}

@@ -2,7 +2,9 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -274,4 +276,135 @@ func scrapeSum(t *testing.T, addr, name string) float64 {
 	}
 	t.Fatalf("no %s in the worker's metrics:\n%s", name, body)
 	return 0
+}
+
+// A synchronous push that waits for the other workers says so every
+// WaitLogEvery, where it waited in silence before.
+func TestSyncPushLogsItsWait(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 1, 2)
+	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
+	logs := make(chan string, 100)
+	cfg := func(i int) Config {
+		return Config{
+			Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1", "127.0.0.1:2"}},
+				Task: cluster.Task{Job: cluster.JobWorker, Index: i}},
+			Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, Sync: true,
+			WaitLogEvery: 20 * time.Millisecond,
+			Logf:         func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) },
+		}
+	}
+	chief, err := Start(ctx, cfg(0), model.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chief.Close()
+	other, err := Start(ctx, cfg(1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := chief.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars))
+		pushed <- err
+	}()
+	want := "worker 0: push of step 0 has waited"
+	for line := ""; !strings.Contains(line, want); {
+		select {
+		case line = <-logs:
+		case <-ctx.Done():
+			t.Fatalf("no log line %q while the chief waited for worker 1's push", want)
+		}
+		if strings.Contains(line, want) && !strings.Contains(line, "step 1 completes when 2 of the 2 workers have pushed") {
+			t.Errorf("log line %q: want it to say the step completes when 2 of the 2 workers have pushed", line)
+		}
+	}
+	if _, err := other.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pushed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A NaN or Inf in the gradients of a variable or a row held by one ps is
+// refused whole: before, that ps refused its part and the other applied
+// its own, leaving the model half updated at two steps.
+func TestNonFiniteGradientIsRefusedWhole(t *testing.T) {
+	ctx := testCtx(t)
+	addrs := startPS(t, 2, 1)
+	vars := []model.Variable{{Name: "a", Shape: []int{2}}, {Name: "b", Shape: []int{2}}, {Name: "c", Shape: []int{2}}, {Name: "d", Shape: []int{2}}}
+	cfg := Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars, Tables: []model.Table{{Name: "t", Dim: 2}},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+	}
+	s, err := Start(ctx, cfg, model.Params{"a": {0, 0}, "b": {0, 0}, "c": {0, 0}, "d": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nan, inf := float32(math.NaN()), float32(math.Inf(-1))
+	keys := []uint64{1, 2, 3, 4, 5, 6, 7, 8} // on both ps
+	ones := func() []float32 { return slices.Repeat([]float32{1}, 2*len(keys)) }
+	for _, bad := range []string{"a", "b", "c", "d", "row"} {
+		g := model.Params{"a": {1, 1}, "b": {1, 1}, "c": {1, 1}, "d": {1, 1}}
+		rows := []Rows{{Table: "t", Keys: keys, Values: ones()}}
+		want := `variable "` + bad + `": gradient element 1 is -Inf`
+		if bad == "row" {
+			rows[0].Values[5] = nan
+			want = `table "t": gradient of key 3 element 1 is NaN`
+		} else {
+			g[bad][1] = inf
+		}
+		_, err := s.PushPullRows(ctx, g, model.NewParams(vars), rows)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a non-finite gradient in %s: %v, want an error saying %q", bad, err, want)
+		}
+		p := model.NewParams(vars)
+		step, err := s.Pull(ctx, p)
+		out := make([]float32, 2*len(keys))
+		if err == nil {
+			err = s.PullRows(ctx, "t", keys, out)
+		}
+		if err != nil || step != 0 || slices.ContainsFunc(slices.Concat(p["a"], p["b"], p["c"], p["d"], out), func(x float32) bool { return x != 0 }) {
+			t.Errorf("after the refused push (%s): step %d, values %v, rows %v, %v; want step 0, all zero", bad, step, p, out, err)
+		}
+	}
+	if err := s.PushRows(ctx, "t", keys[:1], []float32{0, inf}); err == nil || !strings.Contains(err.Error(), "is -Inf") {
+		t.Errorf("PushRows of an Inf: %v, want it refused", err)
+	}
+}
+
+// A ps that does not come back: the error says so once, where the cause
+// and "recovery after" were written twice, by the trainer and again here.
+func TestRecoveryGivenUpSaysItOnce(t *testing.T) {
+	ctx := testCtx(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	psCtx, stopPS := context.WithCancel(ctx)
+	psDone := make(chan struct{})
+	go func() {
+		server.ServeListener(psCtx, lis, server.New(server.Config{NumPS: 1, NumWorkers: 1, WaitForever: true}))
+		close(psDone)
+	}()
+	defer func() { stopPS(); <-psDone }()
+	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
+	s, err := Start(ctx, Config{
+		Cluster:   cluster.Config{Spec: cluster.Spec{PS: []string{lis.Addr().String()}, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, RecoveryTimeout: 300 * time.Millisecond,
+	}, model.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stopPS()
+	<-psDone
+	_, err = s.PushPull(ctx, model.Params{"w": {1, 1}}, model.NewParams(vars))
+	if err == nil || strings.Count(err.Error(), "recovery after") != 1 || !strings.Contains(err.Error(), "recovery_timeout") {
+		t.Errorf("PushPull with the ps gone: %v, want one \"recovery after\" and the timeout named", err)
+	}
 }

@@ -36,6 +36,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -334,7 +335,7 @@ func ps_start(hd C.int64_t, init **C.float, n C.int) C.int {
 	if h.cfg.Cluster.IsChief() && p == nil {
 		return h.fail(errors.New("paramserv: the chief (worker 0) must pass the initial values to start"))
 	}
-	s, err := session.Start(context.Background(), h.cfg, p)
+	s, err := session.Start(callCtx(), h.cfg, p)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -424,7 +425,7 @@ func ps_pull(hd C.int64_t, params **C.float, n C.int, step *C.int64_t) C.int {
 	if err != nil {
 		return h.fail(err)
 	}
-	st, err := h.s.Pull(context.Background(), p)
+	st, err := h.s.Pull(callCtx(), p)
 	if step != nil {
 		*step = C.int64_t(st)
 	}
@@ -459,7 +460,7 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 	if err != nil {
 		return h.fail(err)
 	}
-	st, err := h.s.PushPullRows(context.Background(), g, p, rows)
+	st, err := h.s.PushPullRows(callCtx(), g, p, rows)
 	if step != nil {
 		*step = C.int64_t(st)
 	}
@@ -529,7 +530,7 @@ func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 	defer h.mu.Unlock()
 	name, k, v, err := h.rows(table, keys, nkeys, out)
 	if err == nil && len(k) > 0 {
-		err = h.s.PullRows(context.Background(), name, k, v)
+		err = h.s.PullRows(callCtx(), name, k, v)
 	}
 	if err != nil {
 		return h.fail(err)
@@ -560,7 +561,7 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 		if len(k) == 0 {
 			return 0, nil
 		}
-		return 0, s.PullRowsAside(context.Background(), name, k, v)
+		return 0, s.PullRowsAside(callCtx(), name, k, v)
 	})
 }
 
@@ -581,7 +582,7 @@ func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
 	}
 	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
-		return s.PushPullRows(context.Background(), g, p, rows)
+		return s.PushPullRows(callCtx(), g, p, rows)
 	})
 }
 
@@ -756,7 +757,7 @@ func ps_push_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 	defer h.mu.Unlock()
 	name, k, v, err := h.rows(table, keys, nkeys, grads)
 	if err == nil && len(k) > 0 {
-		err = h.s.PushRows(context.Background(), name, k, v)
+		err = h.s.PushRows(callCtx(), name, k, v)
 	}
 	if err != nil {
 		return h.fail(err)
@@ -773,11 +774,72 @@ func ps_done(hd C.int64_t) C.int {
 		return rc
 	}
 	defer h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(callCtx(), 30*time.Second)
 	defer cancel()
 	if err := h.s.Done(ctx); err != nil {
 		return h.fail(err)
 	}
+	return 0
+}
+
+// interrupts is the context of the calls in flight, cancelled when the
+// process receives SIGINT (ps_watch_interrupts): a call waiting in Go
+// (a synchronous step that waits for the other workers, a recovery) holds
+// the Python thread that called it, which sees Ctrl-C only once the call
+// returns.
+var interrupts struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// callCtx is the context a call starts with: cancelled by the next SIGINT.
+func callCtx() context.Context {
+	interrupts.mu.Lock()
+	defer interrupts.mu.Unlock()
+	if interrupts.ctx == nil {
+		interrupts.ctx, interrupts.cancel = context.WithCancel(context.Background())
+	}
+	return interrupts.ctx
+}
+
+// interrupt cancels the calls in flight; the calls made after it start
+// afresh.
+func interrupt() {
+	interrupts.mu.Lock()
+	defer interrupts.mu.Unlock()
+	if interrupts.cancel != nil {
+		interrupts.cancel()
+	}
+	interrupts.ctx, interrupts.cancel = nil, nil
+}
+
+// ps_watch_interrupts reads the signal numbers Python writes to its wakeup
+// fd (signal.set_wakeup_fd) from fd, the read end of that pipe, which the
+// library then owns: each SIGINT cancels the calls in flight on every
+// handle, which fail (in Python, the KeyboardInterrupt is raised as they
+// return). It returns 0, or -1 for a bad fd.
+//
+//export ps_watch_interrupts
+func ps_watch_interrupts(fd C.int) C.int {
+	f := os.NewFile(uintptr(fd), "paramserv-interrupts")
+	if f == nil {
+		return -1
+	}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := f.Read(buf)
+			for _, b := range buf[:n] {
+				if b == byte(syscall.SIGINT) {
+					interrupt()
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	return 0
 }
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import numbers
 import os
 import queue
+import signal
 import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -54,7 +56,13 @@ def _load():
             raise ParamservError(
                 f"paramserv: the client library {path} is missing: install the package with "
                 "`pip install ./python` (which builds it with Go), or set PARAMSERV_LIB")
-        lib = ctypes.CDLL(path)
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise ParamservError(
+                f"paramserv: the client library {path} cannot be loaded ({e}): rebuild it with "
+                "`pip install ./python`, or set PARAMSERV_LIB to a libparamserv.so built by "
+                "`go build -buildmode=c-shared ./python/native`") from None
         i64, i32, fpp = ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)
         sigs = {
             "ps_open": (i64, [ctypes.c_char_p]),
@@ -82,6 +90,7 @@ def _load():
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
             "ps_close": (i32, [i64]),
+            "ps_watch_interrupts": (i32, [i32]),
         }
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
@@ -90,18 +99,85 @@ def _load():
         return lib
 
 
+_interrupts_watched = False
+
+
+def _watch_interrupts(lib) -> None:
+    """Lets Ctrl-C interrupt a call waiting in the library (a synchronous
+    step waiting for the other workers, a recovery): the main thread is
+    then in a ctypes call and runs Python's SIGINT handler only once the
+    call returns. Python writes the number of every signal it catches to
+    its wakeup fd (signal.set_wakeup_fd); made here a pipe that the library
+    reads, a SIGINT cancels the calls in flight, which return, and the
+    KeyboardInterrupt is raised. Done once, from the main thread, and only
+    where no one else (asyncio) has set a wakeup fd."""
+    global _interrupts_watched
+    with _lib_lock:
+        if _interrupts_watched or threading.current_thread() is not threading.main_thread():
+            return
+        _interrupts_watched = True
+        try:
+            r, w = os.pipe()
+        except OSError:
+            return
+        try:
+            os.set_blocking(w, False)
+            old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(r)
+            os.close(w)
+            return
+        if old != -1:
+            signal.set_wakeup_fd(old)  # someone else's: leave it to them
+            os.close(r)
+            os.close(w)
+            return
+        if lib.ps_watch_interrupts(r) != 0:
+            signal.set_wakeup_fd(-1)
+            os.close(r)
+            os.close(w)
+            return
+
+        def in_child() -> None:
+            # A forked child's signals are not the library's (it does not
+            # run there).
+            try:
+                prev = signal.set_wakeup_fd(-1)
+                if prev != w:
+                    signal.set_wakeup_fd(prev)  # not ours: put it back
+            except (ValueError, OSError):
+                pass
+
+        os.register_at_fork(after_in_child=in_child)
+
+
+def _is_int(x: Any) -> bool:
+    """Whether x is an integer (a Python or numpy one), not a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_number(x: Any) -> bool:
+    """Whether x is a real number (Python's or numpy's), not a bool."""
+    return isinstance(x, (numbers.Real, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
+    if _is_int(shape):
         shape = (int(shape),)
-    try:
-        if isinstance(shape, (str, bytes)):
-            raise TypeError
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"paramserv: variable {name!r}: shape {shape!r}: want a tuple of ints") from None
-    if any(d < 0 for d in dims):
-        raise ValueError(f"paramserv: variable {name!r}: shape {dims}: want no negative dimension")
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable) or not all(_is_int(d) for d in shape):
+        raise ValueError(f"paramserv: variable {name!r}: shape {shape!r}: want a tuple of ints")
+    dims = tuple(int(d) for d in shape)
+    if any(d < 1 for d in dims):
+        raise ValueError(f"paramserv: variable {name!r}: shape {dims}: want every dimension >= 1 (no zero or negative one)")
     return dims
+
+
+# The keys optimizer_options and table_options[name] take (the JSON fields
+# of the Go side's optimizer and table).
+_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "ftrl")
+_OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
+                      "ftrl_beta", "l1", "l2")
+_TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps")
 
 
 def _check_array(what: str, a: Any, shape: Tuple[int, ...], writable: bool) -> np.ndarray:
@@ -204,16 +280,36 @@ class Client:
             self._shapes[name] = _shape(name, shape)
         self._names = list(self._shapes)
         self._dims: Dict[str, int] = {}
+        if tables is not None and not isinstance(tables, Mapping):
+            raise ValueError(f"paramserv: tables: got {type(tables).__name__}, want a dict of name: dim")
         for name, dim in (tables or {}).items():
-            if not isinstance(name, str) or not name:
-                raise ValueError(f"paramserv: table name {name!r}: want a non-empty string")
-            if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 1:
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise ValueError(f"paramserv: table name {name!r}: want a non-empty string without NUL")
+            if not _is_int(dim) or dim < 1:
                 raise ValueError(f"paramserv: table {name!r}: dim {dim!r}, want an int >= 1")
             self._dims[name] = int(dim)
-        if not isinstance(learning_rate, (int, float)) or not learning_rate > 0 or not math.isfinite(learning_rate):
+        if not _is_number(learning_rate) or not learning_rate > 0 or not math.isfinite(learning_rate):
             raise ValueError(f"paramserv: learning_rate {learning_rate!r}: want a finite number > 0")
-        if replicas_to_aggregate is not None and (not isinstance(replicas_to_aggregate, int) or replicas_to_aggregate < 1):
+        if not isinstance(optimizer, str) or optimizer not in _OPTIMIZERS:
+            raise ValueError(f"paramserv: optimizer {optimizer!r}: want one of {', '.join(_OPTIMIZERS)}")
+        unknown = [k for k in (optimizer_options or {}) if k not in _OPTIMIZER_OPTIONS]
+        if unknown:
+            raise ValueError(f"paramserv: optimizer_options {unknown}: unknown; want some of {', '.join(_OPTIMIZER_OPTIONS)}")
+        for name, opts in (table_options or {}).items():
+            if name not in self._dims:
+                raise ValueError(f"paramserv: table_options[{name!r}]: no such table; the tables are {list(self._dims)}")
+            unknown = [k for k in (opts or {}) if k not in _TABLE_OPTIONS]
+            if unknown:
+                raise ValueError(f"paramserv: table_options[{name!r}] {unknown}: unknown; want some of {', '.join(_TABLE_OPTIONS)}")
+        if replicas_to_aggregate is not None and (not _is_int(replicas_to_aggregate) or replicas_to_aggregate < 1):
             raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate!r}: want an int >= 1 or None")
+        for what, val in (("max_staleness", max_staleness), ("split_bytes", split_bytes), ("save_steps", save_steps)):
+            if not _is_int(val) or val < 0:
+                raise ValueError(f"paramserv: {what} {val!r}: want an int >= 0")
+        for what, val in (("startup_timeout", startup_timeout), ("recovery_timeout", recovery_timeout),
+                          ("save_secs", save_secs)):
+            if not _is_number(val) or val < 0 or not math.isfinite(val):
+                raise ValueError(f"paramserv: {what} {val!r}: want a finite number of seconds >= 0")
         if isinstance(tf_config, Mapping):
             tf_config = json.dumps(tf_config)
         elif tf_config is not None and not isinstance(tf_config, str):
@@ -254,6 +350,7 @@ class Client:
             raise ValueError(f"paramserv: metrics_addr {metrics_addr!r}: want \"HOST:PORT\", \"off\" or None")
         cfg["metrics_addr"] = "" if metrics_addr == "off" else metrics_addr
         self._lib = _load()
+        _watch_interrupts(self._lib)
         self._h = self._lib.ps_open(json.dumps(cfg).encode())
         self._lock = threading.Lock()
         # Calls running on goroutines (push_pull_async, pull_rows_async) not
@@ -272,7 +369,13 @@ class Client:
         """This worker's index; 0 is the chief."""
         self.num_workers: int = self._lib.ps_num_workers(self._h)
         self.num_ps: int = self._lib.ps_num_ps(self._h)
+        if sync and replicas_to_aggregate is not None and replicas_to_aggregate > self.num_workers:
+            self._lib.ps_close(self._h)
+            self._closed = True
+            raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate}: more than the cluster's "
+                             f"{self.num_workers} workers")
         self._started = False
+        self._done = False
 
     # -- properties -------------------------------------------------------
 
@@ -391,7 +494,9 @@ class Client:
         In sync mode it returns once the step the push takes part in has
         completed. The ps apply the optimizer. Returns the new global step.
         After a ps failure the client waits for the ps to recover, pulls,
-        and returns the step it went on from (that push is lost).
+        and returns the step it went on from (that push is lost). A
+        gradient holding a NaN or an Inf is refused whole (ParamservError):
+        nothing is applied, on any ps.
         """
         args = self._push_pull_args(grads, params, rows)
         self._need_started()
@@ -570,11 +675,14 @@ class Client:
 
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every
-        worker has)."""
+        worker has). Once it has succeeded, a second done() does nothing."""
         self._need_started()
         with self._lock:
+            if self._done:
+                return
             if self._lib.ps_done(self._h) != 0:
                 self._raise()
+            self._done = True
 
     def close(self) -> None:
         """Closes the connections, after any call still in flight. Safe to

@@ -147,9 +147,9 @@ class Embedding(torch.nn.Module):
             pf.rows = np.empty_like(pf.rows)
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Looks up the rows of ``ids`` (any integer shape); returns a tensor of
-        shape ids.shape + (dim,)."""
+    def forward(self, ids: Any) -> torch.Tensor:
+        """Looks up the rows of ``ids`` (integers of any shape: a tensor, an
+        array or nested lists); returns a tensor of shape ids.shape + (dim,)."""
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=False)
@@ -181,7 +181,8 @@ class Embedding(torch.nn.Module):
             leaf.requires_grad_(True)
             leaf.register_hook(lambda g, k=keys: self._pending.append((k, g)))
         out = leaf[torch.from_numpy(inverse.astype(np.int64, copy=False))]
-        return out.reshape(*ids.shape, self.dim)
+        shape = tuple(ids.shape) if isinstance(ids, (torch.Tensor, np.ndarray)) else np.shape(ids)
+        return out.reshape(*shape, self.dim)
 
     def _rows(self) -> Optional[Tuple[str, np.ndarray, np.ndarray]]:
         """The gradients of the rows looked up since the last step, summed per
@@ -251,7 +252,9 @@ class DistributedModule(torch.nn.Module):
         init = {}
         for n, p in named:
             init[n] = np.ascontiguousarray(p.detach().numpy(), dtype=np.float32).copy()
-            self._params[n] = np.empty(tuple(p.shape), np.float32)
+            # The module's own values until the first pull: a client that
+            # fails (a bad argument, no ps) leaves the module as it was.
+            self._params[n] = init[n].copy()
             self._grads[n] = np.zeros(tuple(p.shape), np.float32)
             # The parameter's values and gradient become views of the
             # buffers the client reads and writes: no copies.

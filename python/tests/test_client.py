@@ -1,7 +1,9 @@
 """Unit tests of the Client's checks, and exchanges against real ps processes."""
 
 import json
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,11 +48,46 @@ def test_bad_cluster():
     (dict(variables={"w": 3}, learning_rate=-1), "learning_rate"),
     (dict(variables={"w": 3}, replicas_to_aggregate=0), "replicas_to_aggregate"),
     (dict(variables={"w": 3}, tf_config=42), "tf_config"),
+    # Found by trying the API as a user would: each was accepted, and
+    # failed later (at start, with the ps's text) or never.
+    (dict(variables={"w": (3, 0)}, tables={"t": 1}), r"shape \(3, 0\): want every dimension >= 1"),
+    (dict(variables={"w": (2.7,)}), "tuple of ints"),  # was truncated to (2,)
+    (dict(variables={"w": True}), "tuple of ints"),
+    (dict(variables={"w": 3}, tables=[("t", 2)]), "tables: got list, want a dict"),  # was AttributeError
+    (dict(variables={"w": 3}, learning_rate=True), "learning_rate"),
+    (dict(variables={"w": 3}, optimizer="Adam"), "optimizer 'Adam': want one of sgd, momentum"),
+    (dict(variables={"w": 3}, optimizer_options={"momentm": 0.9}), r"optimizer_options \['momentm'\]: unknown"),
+    (dict(variables={"w": 3}, tables={"t": 2}, table_options={"u": {}}), r"table_options\['u'\]: no such table"),
+    (dict(variables={"w": 3}, tables={"t": 2}, table_options={"t": {"inti": "normal"}}), r"\['inti'\]: unknown"),
+    (dict(variables={"w": 3}, max_staleness=-1), "max_staleness -1: want an int >= 0"),
+    (dict(variables={"w": 3}, startup_timeout=None), "startup_timeout None"),  # was TypeError
+    (dict(variables={"w": 3}, sync=True, replicas_to_aggregate=3), "more than the cluster's 2 workers"),  # was at start()
 ])
 def test_bad_declaration(kwargs, match):
     kwargs.setdefault("tf_config", ONE)
     with pytest.raises(ValueError, match=match):
         Client(**kwargs)
+
+
+def test_numpy_scalars_are_numbers():
+    # np.float32 is no Python float: it was refused ("learning_rate 0.1: want a finite number > 0").
+    with Client(variables={"w": np.int64(3)}, tables={"t": np.int32(2)}, learning_rate=np.float32(0.1),
+                tf_config=ONE, quiet=True, startup_timeout=np.float64(5)) as c:
+        assert c.variables == {"w": (3,)} and c.tables == {"t": 2}
+
+
+def test_library_that_cannot_load(tmp_path):
+    # A file that is no shared library: a ParamservError naming PARAMSERV_LIB, not ctypes' OSError.
+    bad = tmp_path / "libparamserv.so"
+    bad.write_text("not a library")
+    code = ("import paramserv\n"
+            "try:\n"
+            "    paramserv.Client(variables={'w': 1}, tf_config=%r)\n"
+            "except paramserv.ParamservError as e:\n"
+            "    print('ParamservError:', e)\n") % json.dumps(ONE)
+    env = dict(os.environ, PARAMSERV_LIB=str(bad), PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "ParamservError:" in out.stdout and "PARAMSERV_LIB" in out.stdout and str(bad) in out.stdout, (out.stdout, out.stderr)
 
 
 @pytest.fixture
@@ -252,3 +289,57 @@ def test_tls_and_token(make_cluster, paramserv_bin, tmp_path):
         np.testing.assert_array_equal(params["w"], np.full(2, 0.5, np.float32))
         c.done()
     assert cl.wait() == [0]
+
+
+_INTERRUPTED = """
+import json, os, signal, sys, threading, time
+import numpy as np
+import paramserv
+c = paramserv.Client(variables={"w": 3}, tf_config=json.loads(sys.argv[1]), optimizer="sgd",
+                     learning_rate=0.1, sync=True, quiet=True, startup_timeout=30)
+c.start(init={"w": np.zeros(3, np.float32)})
+p = {"w": np.zeros(3, np.float32)}
+for call in ("push_pull", "push_pull_async"):
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.time()
+    try:
+        if call == "push_pull":
+            c.push_pull({"w": np.ones(3, np.float32)}, p)
+        else:
+            c.push_pull_async({"w": np.ones(3, np.float32)}, p).result()
+        print(call, "returned")
+    except KeyboardInterrupt:
+        print(call, "interrupted after %.1f s" % (time.time() - t0))
+print("pull after:", c.pull(p))
+c.close()
+"""
+
+
+def test_ctrl_c_interrupts_a_waiting_call(make_cluster):
+    # A synchronous step waits for the other worker, which never pushes:
+    # Ctrl-C went unseen until the call returned (never), as the main
+    # thread waits in the library. Now it cancels the call and raises
+    # KeyboardInterrupt; the client goes on working. In a process of its
+    # own, whose own deadline fails the test if the call still hangs.
+    cl = make_cluster(num_ps=1, num_workers=2)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    try:
+        out = subprocess.run([sys.executable, "-c", _INTERRUPTED, json.dumps(cl.tf_config(0))], env=env,
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"Ctrl-C did not interrupt the waiting call within 60 s: {e.stdout!r} {e.stderr!r}")
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all("interrupted" in line for line in lines[:2]), (out.stdout, out.stderr)
+    assert lines[2] == "pull after: 0", (out.stdout, out.stderr)
+
+
+def test_done_twice(make_cluster):
+    # The ps exit once told: a second done() reached for them and failed
+    # with gRPC's "connection refused".
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 2}, tf_config=cl.tf_config(0), optimizer="sgd", learning_rate=0.1,
+                quiet=True, startup_timeout=30) as c:
+        c.start(init={"w": np.zeros(2, np.float32)})
+        c.done()
+        assert cl.wait(30) == [0]
+        c.done()

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+import paramserv
+
 torch = pytest.importorskip("torch")
 pst = pytest.importorskip("paramserv.torch")
 
@@ -152,3 +154,34 @@ def test_report_loss_reaches_the_metrics(make_cluster):
         m.report_loss(1.0, -1)
     m.done()
     m.close()
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(optimizer="nope", startup_timeout=0.5),  # refused by the Client
+    dict(optimizer="sgd", startup_timeout=0.5),  # no ps answers: start() fails
+])
+def test_failed_module_keeps_its_values(kwargs):
+    # The parameters became views of uninitialised buffers before the
+    # client was made: a DistributedModule that failed left garbage.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    before = {n: p.detach().clone() for n, p in lin.named_parameters()}
+    one = {"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "worker", "index": 0}}
+    with pytest.raises((ValueError, paramserv.ParamservError)):
+        pst.DistributedModule(lin, tf_config=one, quiet=True, **kwargs)
+    for n, p in lin.named_parameters():
+        assert torch.equal(p.detach(), before[n]), n
+
+
+def test_embedding_ids_of_any_kind(make_cluster):
+    # A list of ids was pulled, then failed on ids.shape (AttributeError).
+    cl = make_cluster(num_ps=1, num_workers=1)
+    net = Net()
+    m = pst.DistributedModule(net, optimizer="sgd", learning_rate=0.5, tf_config=cl.tf_config(0),
+                              startup_timeout=60, quiet=True)
+    for ids, shape in (([[1, 2], [3, 4]], (2, 2, 2)), (np.array([1, 2], np.int32), (2, 2)),
+                       (torch.tensor([7], dtype=torch.uint8), (1, 2)), (torch.zeros(0, dtype=torch.int64), (0, 2))):
+        assert tuple(net.emb(ids).shape) == shape, ids
+    with pytest.raises(ValueError, match="want integers"):
+        net.emb(torch.tensor([1.0]))
+    m.done()

@@ -1,0 +1,206 @@
+package paramserv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv"
+)
+
+// startWithTable starts a ps on a loopback port and the chief of a
+// one-worker job with variable w (2 values) and table t (dim 2), SGD at
+// rate 1, so a push of gradient g moves a value by -g.
+func startWithTable(t *testing.T, ctx context.Context) *paramserv.Worker {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	go paramserv.ServePS(ctx, paramserv.PSConfig{
+		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+		Listen:   func(string) (net.Listener, error) { return lis, nil },
+	})
+	w, err := paramserv.Start(ctx, paramserv.Config{
+		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
+		Tables:    []paramserv.Table{{Name: "t", Dim: 2}},
+		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+	}, paramserv.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// PullTables, as the other blocking calls, runs after the calls in flight:
+// it reads the rows a PushPullRowsAsync started before it pushed (and
+// under -race, it does not run beside that call).
+func TestPullTablesWaitsForCallsInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	w := startWithTable(t, ctx)
+	for i := 1; i <= 3; i++ {
+		c := w.PushPullRowsAsync(ctx, w.NewParams(), w.NewParams(), []paramserv.Rows{{Table: "t", Keys: []uint64{7}, Values: []float32{1, 2}}})
+		out := make([]float32, 2)
+		if err := w.PullTables(ctx, []paramserv.Rows{{Table: "t", Keys: []uint64{7}, Values: out}}); err != nil {
+			t.Fatal(err)
+		}
+		if want := []float32{-float32(i), -2 * float32(i)}; !slices.Equal(out, want) {
+			t.Errorf("PullTables after push %d in flight: row %v, want %v (the push applied first)", i, out, want)
+		}
+		if _, err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A second Close returns nil, and every call after Close fails at once
+// saying so, where it waited for the ps to "recover" (RecoveryTimeout, 5
+// minutes by default) before.
+func TestCallsAfterCloseFailAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	w := startWithTable(t, ctx)
+	p := w.NewParams()
+	if _, err := w.PushPull(ctx, w.NewParams(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close: %v, want nil", err)
+	}
+	rows := []paramserv.Rows{{Table: "t", Keys: []uint64{1}, Values: make([]float32, 2)}}
+	for name, call := range map[string]func() error{
+		"Pull":              func() error { _, err := w.Pull(ctx, p); return err },
+		"PushPull":          func() error { _, err := w.PushPull(ctx, p, p); return err },
+		"PushPullRows":      func() error { _, err := w.PushPullRows(ctx, p, p, rows); return err },
+		"PullRows":          func() error { return w.PullRows(ctx, "t", []uint64{1}, make([]float32, 2)) },
+		"PullTables":        func() error { return w.PullTables(ctx, rows) },
+		"PullAsync":         func() error { _, err := w.PullAsync(ctx, p).Wait(); return err },
+		"PushPullRowsAsync": func() error { _, err := w.PushPullRowsAsync(ctx, p, p, rows).Wait(); return err },
+		"PullRowsAsync":     func() error { _, err := w.PullRowsAsync(ctx, "t", []uint64{1}, make([]float32, 2)).Wait(); return err },
+		"Done":              func() error { return w.Done(ctx) },
+	} {
+		start := time.Now()
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), name+" after Close") {
+			t.Errorf("%s after Close: %v, want an error saying %q", name, err, name+" after Close")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s after Close took %v, want at once", name, d)
+		}
+	}
+	if got := w.Step(); got != 1 {
+		t.Errorf("Step after Close: %d, want 1 (the step last pulled)", got)
+	}
+}
+
+// A call whose context ended says so through errors.Is, whatever layer
+// noticed first.
+func TestCallErrorsWrapTheContextsError(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	w := startWithTable(t, ctx)
+	done, stop := context.WithCancel(ctx)
+	stop()
+	p := w.NewParams()
+	if _, err := w.Pull(done, p); !errors.Is(err, context.Canceled) {
+		t.Errorf("Pull with a cancelled context: %v, want errors.Is context.Canceled", err)
+	}
+	if _, err := w.PullAsync(done, p).Wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("PullAsync with a cancelled context: Wait says %v, want errors.Is context.Canceled", err)
+	}
+	if _, err := w.Pull(ctx, p); err != nil {
+		t.Errorf("Pull after a cancelled one: %v", err)
+	}
+}
+
+// Run refuses a NewModel that returns neither a Model nor an error, where
+// it panicked before.
+func TestRunRefusesANilModel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	go paramserv.ServePS(ctx, paramserv.PSConfig{
+		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+		Listen:   func(string) (net.Listener, error) { return lis, nil },
+	})
+	err = paramserv.Run(ctx, paramserv.RunConfig{
+		TFConfig: `{` + cluster + `,"task":{"type":"worker","index":0}}`, TrainSteps: 5,
+		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.1},
+		NewModel:  func(paramserv.ModelConfig) (paramserv.Model, error) { return nil, nil },
+	})
+	if err == nil || !strings.Contains(err.Error(), "NewModel returned no Model") {
+		t.Errorf("Run with a NewModel returning nil, nil: %v, want an error saying so", err)
+	}
+}
+
+// A second Done returns nil (the ps, told once, may have exited since);
+// a variable with a dimension < 1 is refused before any connection, where
+// the chief's check of its initial values spoke first ("has 0 elements,
+// want -2").
+func TestDoneTwiceAndBadShapes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	psDone := make(chan error, 1)
+	go func() {
+		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{
+			TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+			Listen:   func(string) (net.Listener, error) { return lis, nil },
+		})
+	}()
+	w, err := paramserv.Start(ctx, paramserv.Config{
+		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
+		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+	}, paramserv.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Done(ctx); err != nil {
+		t.Fatalf("Done: %v", err)
+	}
+	if err := <-psDone; err != nil {
+		t.Fatalf("the ps after Done: %v", err)
+	}
+	if err := w.Done(ctx); err != nil {
+		t.Errorf("a second Done: %v, want nil", err)
+	}
+	for _, shape := range [][]int{{-2}, {3, 0}} {
+		_, err := paramserv.Start(ctx, paramserv.Config{
+			TFConfig:  `{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}`,
+			Variables: []paramserv.Variable{{Name: "w", Shape: shape}},
+		}, paramserv.Params{"w": {}})
+		if want := fmt.Sprintf(`variable "w": shape %v: want every dimension >= 1`, shape); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Start with shape %v: %v, want an error saying %q", shape, err, want)
+		}
+	}
+}
