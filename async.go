@@ -1,8 +1,12 @@
 package paramserv
 
-import "context"
+import (
+	"context"
 
-// Call is a Pull, PushPull or PullRows in flight, started by one of a
+	"github.com/paramserv/paramserv/internal/model"
+)
+
+// Call is a Pull, Push, PushPull or PullRows in flight, started by one of a
 // Worker's …Async methods, so that the program computes while the values
 // travel. The buffers given to the call belong to it until it has
 // finished: do not read or write them before Done is closed (or Wait has
@@ -10,8 +14,8 @@ import "context"
 //
 // A Worker runs its calls one at a time, in the order they were started:
 // a second …Async call starts once the first has finished, and a blocking
-// method (Pull, PushPull, PushPullRows, PullRows, PullTables, Step, Done,
-// Close) first waits for the calls in flight. A call that fails (its error
+// method (Pull, Push, PushPull, PushPullRows, PullRows, PushRows,
+// PullTables, Step, Done, Close) first waits for the calls in flight. A call that fails (its error
 // returned by Wait) does not stop the ones after it.
 type Call struct {
 	done chan struct{}
@@ -48,6 +52,12 @@ func (w *Worker) PullAsync(ctx context.Context, params Params) *Call {
 // holds two sets of values and alternates between them (see the example).
 func (w *Worker) PushPullAsync(ctx context.Context, grads, params Params) *Call {
 	return w.PushPullRowsAsync(ctx, grads, params, nil)
+}
+
+// PushAsync is Push without waiting: grads must not change until the call
+// is done.
+func (w *Worker) PushAsync(ctx context.Context, grads Params) *Call {
+	return w.async(ctx, "PushAsync", func() (int64, error) { return w.s.Push(ctx, model.Params(grads), nil) })
 }
 
 // PushPullRowsAsync is PushPullRows without waiting.

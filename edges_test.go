@@ -204,3 +204,79 @@ func TestDoneTwiceAndBadShapes(t *testing.T) {
 		}
 	}
 }
+
+// Push pushes without reading values back, PushAsync without waiting, and
+// PushRows pushes one table's rows: a Pull after each reads the update
+// (SGD at rate 1: a value moves by -g). A synchronous job's Push returns
+// once its step has completed.
+func TestPushAndPushRows(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	defer deadline.Stop()
+	w := startWithTable(t, ctx)
+	p := w.NewParams()
+	step, err := w.Push(ctx, paramserv.Params{"w": {1, 2}})
+	if err != nil || step != 1 {
+		t.Fatalf("Push: step %d, %v; want 1, nil", step, err)
+	}
+	if step, err := w.Pull(ctx, p); err != nil || step != 1 || !slices.Equal(p["w"], []float32{-1, -2}) {
+		t.Fatalf("Pull after Push: step %d, w %v, %v; want 1, [-1 -2], nil", step, p["w"], err)
+	}
+	c := w.PushAsync(ctx, paramserv.Params{"w": {1, 1}})
+	if step, err := c.Wait(); err != nil || step != 2 {
+		t.Fatalf("PushAsync: step %d, %v; want 2, nil", step, err)
+	}
+	if step, err := w.Pull(ctx, p); err != nil || step != 2 || !slices.Equal(p["w"], []float32{-2, -3}) {
+		t.Fatalf("Pull after PushAsync: step %d, w %v, %v; want 2, [-2 -3], nil", step, p["w"], err)
+	}
+	if err := w.PushRows(ctx, "t", []uint64{7, 9}, []float32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 4)
+	if err := w.PullRows(ctx, "t", []uint64{9, 7}, out); err != nil || !slices.Equal(out, []float32{-3, -4, -1, -2}) {
+		t.Fatalf("PullRows after PushRows: %v, %v; want [-3 -4 -1 -2], nil", out, err)
+	}
+	if err := w.PushRows(ctx, "nope", []uint64{1}, []float32{1, 2}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("PushRows to an unknown table: %v, want an error naming it", err)
+	}
+	if _, err := w.Push(ctx, paramserv.Params{"w": {1}}); err == nil {
+		t.Error("Push of a gradient of the wrong length: no error")
+	}
+	w.Close()
+	if _, err := w.Push(ctx, paramserv.Params{"w": {1, 2}}); err == nil || !strings.Contains(err.Error(), "Push after Close") {
+		t.Errorf("Push after Close: %v, want it refused", err)
+	}
+	if _, err := w.PushAsync(ctx, paramserv.Params{"w": {1, 2}}).Wait(); err == nil || !strings.Contains(err.Error(), "PushAsync after Close") {
+		t.Errorf("PushAsync after Close: %v, want it refused", err)
+	}
+
+	// Synchronous, one worker: the step completes with its push.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
+	go paramserv.ServePS(ctx, paramserv.PSConfig{
+		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
+		Listen:   func(string) (net.Listener, error) { return lis, nil },
+	})
+	sw, err := paramserv.Start(ctx, paramserv.Config{
+		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
+		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+		Sync:      true,
+	}, paramserv.Params{"w": {0, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	for i := int64(1); i <= 3; i++ {
+		if step, err := sw.Push(ctx, paramserv.Params{"w": {1, 2}}); err != nil || step != i {
+			t.Fatalf("synchronous Push %d: step %d, %v; want %d, nil", i, step, err, i)
+		}
+	}
+	if step, err := sw.Pull(ctx, p); err != nil || step != 3 || !slices.Equal(p["w"], []float32{-3, -6}) {
+		t.Fatalf("Pull after 3 synchronous Pushes: step %d, w %v, %v; want 3, [-3 -6], nil", step, p["w"], err)
+	}
+}

@@ -34,9 +34,13 @@
 //	}
 //	w.Done(ctx)
 //
-// PullAsync, PushPullAsync, PushPullRowsAsync and PullRowsAsync start the
-// same calls without waiting and return a *Call to Wait on, so that the
-// program computes while the values travel (see ExampleWorker_PushPullAsync).
+// Push pushes without reading values back, for a program that pulls only
+// when it needs the values.
+//
+// PullAsync, PushAsync, PushPullAsync, PushPullRowsAsync and PullRowsAsync
+// start the same calls without waiting and return a *Call to Wait on, so
+// that the program computes while the values travel (see
+// ExampleWorker_PushPullAsync).
 //
 // Training is asynchronous by default: every push is applied as it comes.
 // With Sync, the gradients of ReplicasToAggregate workers computed at the
@@ -48,7 +52,8 @@
 // A table holds rows of Dim floats keyed by uint64 ids, created on first
 // touch, sharded across the ps by a hash of the key: embeddings, or the
 // weights of a sparse logistic regression. PullRows reads the rows of the
-// batch's keys; PushPullRows pushes their gradients with the dense ones.
+// batch's keys; PushPullRows pushes their gradients with the dense ones
+// (PushRows pushes one table's alone).
 // Under Run, a Model that implements SparseModel declares its tables and
 // the loop moves the rows of each batch's keys. One that also implements
 // SparseReadAhead (it holds two batches, and computes the one before its
@@ -391,6 +396,34 @@ func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []
 	}
 	step, err := w.s.PushPullRows(ctx, model.Params(grads), model.Params(params), sessionRows(rows))
 	return step, ctxErr(ctx, err)
+}
+
+// Push pushes grads, computed from the values last pulled, as this
+// worker's step, and reads no values back: PushPull without its pull, for
+// a program that pulls when it needs the values (Pull) or not at all. It
+// returns the new global step: at once in asynchronous training, once the
+// step completes in synchronous training (the next Pull reads its values).
+func (w *Worker) Push(ctx context.Context, grads Params) (int64, error) {
+	w.settle()
+	if err := w.closedErr("Push"); err != nil {
+		return w.s.Step(), err
+	}
+	step, err := w.s.Push(ctx, model.Params(grads), nil)
+	return step, ctxErr(ctx, err)
+}
+
+// PushRows pushes gradients of rows of one table (grads: len(keys)×Dim
+// values, row i for keys[i]; keys distinct), computed from the values last
+// pulled, as a push of its own: in synchronous training it takes this
+// worker's place in the step, so a model with dense variables too pushes
+// its rows with PushPullRows instead. After a ps failure the worker
+// recovers and the gradients are lost.
+func (w *Worker) PushRows(ctx context.Context, table string, keys []uint64, grads []float32) error {
+	w.settle()
+	if err := w.closedErr("PushRows"); err != nil {
+		return err
+	}
+	return ctxErr(ctx, w.s.PushRows(ctx, table, keys, grads))
 }
 
 // PullRows reads the rows of keys (distinct) of a table into out

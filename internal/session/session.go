@@ -268,6 +268,19 @@ type Rows struct {
 // PushRows of its own is a push of its own: in sync mode it would take the
 // worker's place in the step). Each table appears once in rowGrads.
 func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
+	return s.pushStep(ctx, "push_pull", grads, params, rowGrads)
+}
+
+// Push is PushPullRows that reads no values back (params nil): it pushes
+// grads and rowGrads as this worker's step and returns the new global step,
+// in sync mode once the step the push takes part in has completed. The
+// values of that step are for a Pull to read.
+func (s *Session) Push(ctx context.Context, grads model.Params, rowGrads []Rows) (step int64, err error) {
+	return s.pushStep(ctx, "push", grads, nil, rowGrads)
+}
+
+// pushStep is PushPullRows and Push, the metrics' call named call.
+func (s *Session) pushStep(ctx context.Context, call string, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
 	start := time.Now()
 	compute := start.Sub(s.returned)
 	step, dropped, err := s.pushPullRows(ctx, grads, params, rowGrads)
@@ -275,7 +288,7 @@ func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, 
 	for _, r := range rowGrads {
 		b.PushSparse += 8*int64(len(r.Keys)) + 4*int64(len(r.Values))
 	}
-	s.observe("push_pull", b, start, err)
+	s.observe(call, b, start, err)
 	if err == nil && s.calls != nil {
 		s.local++
 		s.calls.Stepped(s.worker, step, s.local, compute, s.returned.Sub(start), dropped)

@@ -31,7 +31,7 @@ type callMetrics struct {
 }
 
 // callKinds are the calls session counts (Calls.Call's call).
-var callKinds = []string{"pull", "push_pull", "pull_rows", "push_rows", "pull_tables", "done"}
+var callKinds = []string{"pull", "push", "push_pull", "pull_rows", "push_rows", "pull_tables", "done"}
 
 // Bytes are the bytes of one call: gradients pushed and values pulled,
 // dense values or sparse rows (keys and values pushed, values pulled).
@@ -44,7 +44,7 @@ type Bytes struct {
 func NewCalls(reg *prometheus.Registry, w *Worker) *Calls {
 	f := factory{reg: reg, sub: "worker"}
 	c := &Calls{w: w}
-	c.calls = f.counterVec("calls_total", "The program's calls to the ps, by call (pull, push_pull, pull_rows, push_rows, pull_tables, done), recoveries inside a call included.", "call")
+	c.calls = f.counterVec("calls_total", "The program's calls to the ps, by call (pull, push, push_pull, pull_rows, push_rows, pull_tables, done), recoveries inside a call included.", "call")
 	c.errors = f.counterVec("call_errors_total", "The program's calls that returned an error, by call.", "call")
 	c.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "paramserv", Subsystem: "worker", Name: "call_seconds",
 		Help: "Time of the program's calls as it waits for them, by call (synchronous waits and recoveries included).", Buckets: latencyBuckets}, []string{"call"})

@@ -470,8 +470,34 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 	return 0
 }
 
+// ps_push pushes grads (and, as ps_push_pull_rows, the gradients of rows
+// of nt tables) as this worker's step without reading values back; in sync
+// mode it returns once the step has completed.
+//
+//export ps_push
+func ps_push(hd C.int64_t, grads **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float, step *C.int64_t) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	rows, g, _, err := h.pushPullArgs(grads, nil, n, nt, tables, keys, nkeys, rowGrads)
+	if err != nil {
+		return h.fail(err)
+	}
+	st, err := h.s.Push(callCtx(), g, rows)
+	if step != nil {
+		*step = C.int64_t(st)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
 // pushPullArgs makes Go slices over a push+pull's buffers (the handle's
-// declaration is all it reads).
+// declaration is all it reads); params NULL for a push alone.
 func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
 	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) ([]session.Rows, model.Params, model.Params, error) {
 	var rows []session.Rows
@@ -493,7 +519,7 @@ func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
 		return nil, nil, nil, err
 	}
 	p, err := h.params(params, n)
-	if err == nil && (p == nil || g == nil) {
+	if err == nil && ((p == nil && params != nil) || g == nil) {
 		err = errors.New("paramserv: push_pull: no buffers")
 	}
 	if err != nil {

@@ -79,6 +79,8 @@ def _load():
             "ps_push_pull_rows": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                         ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_push_rows": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
+            "ps_push": (i32, [i64, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                              ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
             "ps_pull_rows_start": (i64, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p]),
             "ps_ticket_wait": (i32, [i64, i64, ctypes.c_double]),
             "ps_ticket_error": (ctypes.c_char_p, [i64, i64]),
@@ -506,10 +508,32 @@ class Client:
                 self._raise()
         return step.value
 
+    def push(self, grads: Mapping[str, np.ndarray],
+             rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
+        """Pushes ``grads`` (computed at the values last pulled) as this
+        worker's step, and reads no values back: ``push_pull`` without its
+        pull, for a program that calls ``pull`` when it needs the values.
+
+        ``rows`` are as for ``push_pull``. In sync mode it returns once the
+        step the push takes part in has completed (the next ``pull`` reads
+        its values). Returns the new global step. After a ps failure the
+        client waits for the ps to recover and returns the step it went on
+        from (that push is lost). A gradient holding a NaN or an Inf is
+        refused whole (ParamservError).
+        """
+        g, _, n, nt, names, keys, nkeys, vals = self._push_pull_args(grads, None, rows)
+        self._need_started()
+        step = ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_push(self._h, g, n, nt, names, keys, nkeys, vals, ctypes.byref(step)) != 0:
+                self._raise()
+        return step.value
+
     def _push_pull_args(self, grads, params, rows):
-        """The C arguments of a push+pull after the handle, checked."""
+        """The C arguments of a push+pull after the handle, checked (params
+        None: a push alone)."""
         g = self._buffers(grads, "grads", writable=False)
-        p = self._buffers(params, "params", writable=True)
+        p = None if params is None else self._buffers(params, "params", writable=True)
         rows = list(rows or ())
         nt = len(rows)
         names = (ctypes.c_char_p * max(nt, 1))()

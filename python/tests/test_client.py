@@ -177,6 +177,37 @@ def test_sync_one_worker_sgd_exact(make_cluster):
     assert cl.wait() == [0, 0]
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_push_without_pull(make_cluster, sync):
+    # push() applies grads (and rows) as a step and reads nothing back; in
+    # sync mode it returns once the step has completed, so pull() reads it.
+    cl = make_cluster(num_ps=2, num_workers=1)
+    with Client(variables={"w": (2, 3), "b": 3}, tables={"emb": 2}, optimizer="sgd", learning_rate=1.0,
+                sync=sync, tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        init = {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+        c.start(init=init)
+        grads = {"w": np.full((2, 3), 0.5, np.float32), "b": np.array([2, 4, 8], np.float32)}
+        keys = np.array([5, 2**63], np.uint64)
+        assert c.push(grads) == 1
+        assert c.push(grads, rows=[("emb", keys, np.array([[1, 2], [3, 4]], np.float32))]) == 2
+        params = good()
+        assert c.pull(params) == 2
+        np.testing.assert_array_equal(params["w"], -1)
+        np.testing.assert_array_equal(params["b"], [-4, -8, -16])
+        out = np.empty((2, 2), np.float32)
+        c.pull_rows("emb", keys, out)
+        np.testing.assert_array_equal(out, [[-1, -2], [-3, -4]])
+        with pytest.raises(ValueError, match="missing"):
+            c.push({"w": grads["w"]})
+        bad = {"w": grads["w"], "b": np.array([1, np.nan, 0], np.float32)}
+        with pytest.raises(ParamservError, match="NaN"):
+            c.push(bad)
+        assert c.pull(params) == 2
+        np.testing.assert_array_equal(params["b"], [-4, -8, -16])
+        c.done()
+    assert cl.wait() == [0, 0]
+
+
 def test_push_pull_async_overlaps_and_gives_the_same_values(make_cluster):
     # A push_pull started in the background lands as push_pull does; the
     # caller runs meanwhile (here: it starts the next call before waiting),
