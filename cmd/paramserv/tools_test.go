@@ -6,6 +6,7 @@ package main
 // and never destroys what it reads or an existing file it was to replace.
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -258,5 +259,37 @@ func TestMistypedCommand(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, "did you mean "+want+"?") || strings.Count(errOut, "\n") > 3 {
 			t.Errorf("%s: exit %d, stdout %q, stderr:\n%s", typo, code, out, errOut)
 		}
+	}
+}
+
+// Ctrl-C stops a tool that does not watch for it: every command catches
+// SIGINT and SIGTERM, and eval, blocked reading its data from a pipe,
+// went on waiting.
+func TestToolStopsOnSIGINT(t *testing.T) {
+	ck := linregCheckpoint(t)
+	fifo := filepath.Join(t.TempDir(), "train.svm")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "eval", nil, "eval", "--checkpoint_dir="+ck, "--model=sparse_lr", "--train_data="+fifo, "--num_features=10")
+	// The pipe's other end opens once eval has opened it: eval is then past
+	// its start and blocked reading.
+	var w *os.File
+	for i := 0; w == nil; i++ {
+		var err error
+		w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		switch {
+		case errors.Is(err, syscall.ENXIO) && i < 3000:
+			time.Sleep(10 * time.Millisecond) // no reader yet
+		case err != nil:
+			t.Fatalf("eval never opened its data: %v\n%s", err, p.output())
+		}
+	}
+	defer w.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 130 || !strings.Contains(p.output(), "received SIGINT; stopped") {
+		t.Errorf("eval after SIGINT: exit %d, want 130:\n%s", code, p.output())
 	}
 }
