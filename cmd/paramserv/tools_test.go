@@ -293,3 +293,26 @@ func TestToolStopsOnSIGINT(t *testing.T) {
 		t.Errorf("eval after SIGINT: exit %d, want 130:\n%s", code, p.output())
 	}
 }
+
+// data synth-ctr stopped by SIGINT exits 130, not 2 (input to fix).
+func TestSynthStoppedBySIGINT(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ctr")
+	p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=50000000", "--out="+out)
+	for i := 0; ; i++ { // the directory is made once it is under way
+		if _, err := os.Stat(out); err == nil {
+			break
+		} else if i == 3000 {
+			t.Fatalf("synth-ctr never made %s:\n%s", out, p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 130 {
+		t.Errorf("synth-ctr after SIGINT: exit %d, want 130:\n%s", code, p.output())
+	}
+	if _, err := os.Stat(filepath.Join(out, "meta.json")); err == nil {
+		t.Errorf("an interrupted synth-ctr left meta.json, the mark of a complete directory")
+	}
+}

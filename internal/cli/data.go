@@ -89,6 +89,9 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f := fetch.Fetcher{Logf: newLogger(stderr)}
 	if err := f.Fetch(ctx, name, *dir, mirrors); err != nil {
 		fmt.Fprintf(stderr, "paramserv data fetch: %v\n", err)
+		if code, ok := signalled(ctx); ok {
+			return code
+		}
 		if errors.Is(err, fetch.ErrUnknownDataset) {
 			return 2
 		}
@@ -131,6 +134,9 @@ func dataSynthCTR(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Visit(func(fl *flag.Flag) { pass = append(pass, "--"+hyphenated[fl.Name]+"="+fl.Value.String()) })
 	if err := synth.Command(ctx, pass, stdout); err != nil {
 		fmt.Fprintf(stderr, "paramserv data synth-ctr: %v\n", err)
+		if code, ok := signalled(ctx); ok {
+			return code // stopped, not input to fix
+		}
 		return 2
 	}
 	return 0

@@ -90,3 +90,13 @@ func addTemp(name string) (release func()) {
 	temps.Store(name, true)
 	return func() { temps.Delete(name) }
 }
+
+// signalled reports the exit status of a command stopped by a signal
+// (ctx is NotifySignals' context): 128+signal, and whether it was.
+func signalled(ctx context.Context) (int, bool) {
+	var se *SignalError
+	if errors.As(context.Cause(ctx), &se) {
+		return se.ExitCode(), true
+	}
+	return 0, false
+}
