@@ -7,11 +7,13 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -314,5 +316,56 @@ func TestSynthStoppedBySIGINT(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "meta.json")); err == nil {
 		t.Errorf("an interrupted synth-ctr left meta.json, the mark of a complete directory")
+	}
+}
+
+// status asks every ps at once: three that accept and stay silent are all
+// connected to before status gives up on the first (asked one after the
+// other, it took --timeout per ps).
+func TestStatusAsksEveryPSAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	var hosts []string
+	for i := range 3 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		hosts = append(hosts, lis.Addr().String())
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				events = append(events, fmt.Sprintf("accept %d", i))
+				mu.Unlock()
+				go func() {
+					io.Copy(io.Discard, c) // silent until status hangs up
+					c.Close()
+					mu.Lock()
+					events = append(events, fmt.Sprintf("close %d", i))
+					mu.Unlock()
+				}()
+			}
+		}()
+	}
+	code, out, _ := runCLI(t, nil, "status", "--ps_hosts="+strings.Join(hosts, ","), "--timeout=1s")
+	if code != 1 || strings.Count(out, "nothing came within --timeout=1s") != 3 {
+		t.Fatalf("status of three silent servers: exit %d:\n%s", code, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	accepts := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, "close") {
+			break
+		}
+		accepts++
+	}
+	if accepts < 3 {
+		t.Errorf("status hung up on a ps before asking the others: %v", events)
 	}
 }
