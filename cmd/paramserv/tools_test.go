@@ -190,6 +190,7 @@ func TestDataFetchBadInput(t *testing.T) {
 	wantRefused(t, `unexpected argument "mnist"`, "data", "fetch", "a9a", "mnist", "--dir="+dir)
 	wantRefused(t, "--mirror=notaurl: want an http:// or https:// URL", "data", "fetch", "a9a", "--mirror=notaurl", "--dir="+dir)
 	wantRefused(t, "is not a directory", "data", "fetch", "a9a", "--dir="+file, "--mirror=http://127.0.0.1:1/")
+	wantRefused(t, "give --dir: want the directory", "data", "fetch", "a9a", "--dir=", "--mirror=http://127.0.0.1:1/")
 }
 
 // status says why a ps did not answer in a user's words, within its

@@ -45,7 +45,7 @@ Commands:
 
 func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv data fetch", flag.ContinueOnError)
-	def, _ := fetch.DefaultDir()
+	def, defErr := fetch.DefaultDir()
 	dir := fs.String("dir", def, "directory to store the data set in (as DIR/<dataset>/); --data_dir of train and local defaults to the same")
 	mirror := fs.String("mirror", "", "base URL to download from instead of the public mirrors (ending in /)")
 	// The data set name may come before or after the flags.
@@ -79,6 +79,14 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 		mirrors = []string{*mirror}
+	}
+	if *dir == "" {
+		why := "want the directory to store the data set in"
+		if defErr != nil {
+			why = defErr.Error()
+		}
+		fmt.Fprintf(stderr, "paramserv data fetch: give --dir: %s\n", why)
+		return 2
 	}
 	if slices.Contains(fetch.Datasets(), name) {
 		if err := checkOutDir(*dir); err != nil {
