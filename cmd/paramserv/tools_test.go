@@ -6,11 +6,14 @@ package main
 // and never destroys what it reads or an existing file it was to replace.
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -187,6 +190,7 @@ func TestDataFetchBadInput(t *testing.T) {
 	wantRefused(t, `unexpected argument "mnist"`, "data", "fetch", "a9a", "mnist", "--dir="+dir)
 	wantRefused(t, "--mirror=notaurl: want an http:// or https:// URL", "data", "fetch", "a9a", "--mirror=notaurl", "--dir="+dir)
 	wantRefused(t, "is not a directory", "data", "fetch", "a9a", "--dir="+file, "--mirror=http://127.0.0.1:1/")
+	wantRefused(t, "give --dir: want the directory", "data", "fetch", "a9a", "--dir=", "--mirror=http://127.0.0.1:1/")
 }
 
 // status says why a ps did not answer in a user's words, within its
@@ -258,5 +262,111 @@ func TestMistypedCommand(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, "did you mean "+want+"?") || strings.Count(errOut, "\n") > 3 {
 			t.Errorf("%s: exit %d, stdout %q, stderr:\n%s", typo, code, out, errOut)
 		}
+	}
+}
+
+// Ctrl-C stops a tool that does not watch for it: every command catches
+// SIGINT and SIGTERM, and eval, blocked reading its data from a pipe,
+// went on waiting.
+func TestToolStopsOnSIGINT(t *testing.T) {
+	ck := linregCheckpoint(t)
+	fifo := filepath.Join(t.TempDir(), "train.svm")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "eval", nil, "eval", "--checkpoint_dir="+ck, "--model=sparse_lr", "--train_data="+fifo, "--num_features=10")
+	// The pipe's other end opens once eval has opened it: eval is then past
+	// its start and blocked reading.
+	var w *os.File
+	for i := 0; w == nil; i++ {
+		var err error
+		w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		switch {
+		case errors.Is(err, syscall.ENXIO) && i < 3000:
+			time.Sleep(10 * time.Millisecond) // no reader yet
+		case err != nil:
+			t.Fatalf("eval never opened its data: %v\n%s", err, p.output())
+		}
+	}
+	defer w.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 130 || !strings.Contains(p.output(), "received SIGINT; stopped") {
+		t.Errorf("eval after SIGINT: exit %d, want 130:\n%s", code, p.output())
+	}
+}
+
+// data synth-ctr stopped by SIGINT exits 130, not 2 (input to fix).
+func TestSynthStoppedBySIGINT(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ctr")
+	p := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=50000000", "--out="+out)
+	for i := 0; ; i++ { // the directory is made once it is under way
+		if _, err := os.Stat(out); err == nil {
+			break
+		} else if i == 3000 {
+			t.Fatalf("synth-ctr never made %s:\n%s", out, p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 130 {
+		t.Errorf("synth-ctr after SIGINT: exit %d, want 130:\n%s", code, p.output())
+	}
+	if _, err := os.Stat(filepath.Join(out, "meta.json")); err == nil {
+		t.Errorf("an interrupted synth-ctr left meta.json, the mark of a complete directory")
+	}
+}
+
+// status asks every ps at once: three that accept and stay silent are all
+// connected to before status gives up on the first (asked one after the
+// other, it took --timeout per ps).
+func TestStatusAsksEveryPSAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	var hosts []string
+	for i := range 3 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lis.Close()
+		hosts = append(hosts, lis.Addr().String())
+		go func() {
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				events = append(events, fmt.Sprintf("accept %d", i))
+				mu.Unlock()
+				go func() {
+					io.Copy(io.Discard, c) // silent until status hangs up
+					c.Close()
+					mu.Lock()
+					events = append(events, fmt.Sprintf("close %d", i))
+					mu.Unlock()
+				}()
+			}
+		}()
+	}
+	code, out, _ := runCLI(t, nil, "status", "--ps_hosts="+strings.Join(hosts, ","), "--timeout=1s")
+	if code != 1 || strings.Count(out, "nothing came within --timeout=1s") != 3 {
+		t.Fatalf("status of three silent servers: exit %d:\n%s", code, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	accepts := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, "close") {
+			break
+		}
+		accepts++
+	}
+	if accepts < 3 {
+		t.Errorf("status hung up on a ps before asking the others: %v", events)
 	}
 }

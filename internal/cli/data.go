@@ -45,7 +45,7 @@ Commands:
 
 func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("paramserv data fetch", flag.ContinueOnError)
-	def, _ := fetch.DefaultDir()
+	def, defErr := fetch.DefaultDir()
 	dir := fs.String("dir", def, "directory to store the data set in (as DIR/<dataset>/); --data_dir of train and local defaults to the same")
 	mirror := fs.String("mirror", "", "base URL to download from instead of the public mirrors (ending in /)")
 	// The data set name may come before or after the flags.
@@ -80,6 +80,14 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		mirrors = []string{*mirror}
 	}
+	if *dir == "" {
+		why := "want the directory to store the data set in"
+		if defErr != nil {
+			why = defErr.Error()
+		}
+		fmt.Fprintf(stderr, "paramserv data fetch: give --dir: %s\n", why)
+		return 2
+	}
 	if slices.Contains(fetch.Datasets(), name) {
 		if err := checkOutDir(*dir); err != nil {
 			fmt.Fprintf(stderr, "paramserv data fetch: --dir=%s: %v\n", *dir, err)
@@ -89,6 +97,9 @@ func dataFetch(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f := fetch.Fetcher{Logf: newLogger(stderr)}
 	if err := f.Fetch(ctx, name, *dir, mirrors); err != nil {
 		fmt.Fprintf(stderr, "paramserv data fetch: %v\n", err)
+		if code, ok := signalled(ctx); ok {
+			return code
+		}
 		if errors.Is(err, fetch.ErrUnknownDataset) {
 			return 2
 		}
@@ -131,6 +142,9 @@ func dataSynthCTR(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Visit(func(fl *flag.Flag) { pass = append(pass, "--"+hyphenated[fl.Name]+"="+fl.Value.String()) })
 	if err := synth.Command(ctx, pass, stdout); err != nil {
 		fmt.Fprintf(stderr, "paramserv data synth-ctr: %v\n", err)
+		if code, ok := signalled(ctx); ok {
+			return code // stopped, not input to fix
+		}
 		return 2
 	}
 	return 0

@@ -206,6 +206,7 @@ func writeSafetensors(path string, tensors []checkpoint.Tensor, meta map[string]
 	if err != nil {
 		return err
 	}
+	defer addTemp(tmp.Name())()
 	defer os.Remove(tmp.Name())
 	if _, err := checkpoint.EncodeSafetensors(tmp, tensors, meta); err != nil {
 		tmp.Close()

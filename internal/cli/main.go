@@ -45,16 +45,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "data":
 		return Data(ctx, args[1:], stdout, stderr)
 	case "ckpt":
+		defer exitOnSignal(ctx, stderr)()
 		return Ckpt(ctx, args[1:], stdout, stderr)
 	case "certs":
+		defer exitOnSignal(ctx, stderr)()
 		return Certs(args[1:], stdout, stderr)
 	case "status":
 		return Status(ctx, args[1:], stdout, stderr)
 	case "plot":
+		defer exitOnSignal(ctx, stderr)()
 		return Plot(ctx, args[1:], stdout, stderr)
 	case "eval":
+		defer exitOnSignal(ctx, stderr)()
 		return Eval(ctx, args[1:], stdout, stderr)
 	case "export":
+		defer exitOnSignal(ctx, stderr)()
 		return Export(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help" || args[1] == "-help") {

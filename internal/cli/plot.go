@@ -105,6 +105,7 @@ files, or a --result_file, whose final metrics are single points
 		fmt.Fprintf(stderr, "paramserv plot: -o=%s: %v\n", *out, err)
 		return 1
 	}
+	defer addTemp(f.Name())()
 	defer os.Remove(f.Name())
 	fig, err := curves.Draw(f, runs, tagList, *width, *height, *smoothing)
 	if err != nil {

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -51,4 +54,49 @@ func NotifySignals(parent context.Context) (ctx context.Context, stop func()) {
 		signal.Stop(ch)
 		cancel(context.Canceled)
 	}
+}
+
+// exitOnSignal is for the commands that do not watch ctx (ckpt, certs,
+// export, eval, plot): NotifySignals catches SIGINT and SIGTERM for every
+// command, so without it Ctrl-C did nothing to a command blocked reading a
+// pipe or busy with a large checkpoint. On a signal it removes the
+// temporary files the command registered (addTemp) and exits 128+signal.
+// stop ends the watch.
+func exitOnSignal(ctx context.Context, stderr io.Writer) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			var se *SignalError
+			if errors.As(context.Cause(ctx), &se) {
+				temps.Range(func(name, _ any) bool {
+					os.Remove(name.(string))
+					return true
+				})
+				fmt.Fprintf(stderr, "paramserv: %v; stopped\n", se)
+				os.Exit(se.ExitCode())
+			}
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// temps are the temporary files being written, removed on a signal.
+var temps sync.Map
+
+// addTemp registers a temporary file; its release unregisters it.
+func addTemp(name string) (release func()) {
+	temps.Store(name, true)
+	return func() { temps.Delete(name) }
+}
+
+// signalled reports the exit status of a command stopped by a signal
+// (ctx is NotifySignals' context): 128+signal, and whether it was.
+func signalled(ctx context.Context) (int, bool) {
+	var se *SignalError
+	if errors.As(context.Cause(ctx), &se) {
+		return se.ExitCode(), true
+	}
+	return 0, false
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,7 +41,7 @@ Prints each ps's state: global step, mode, pushes applied, dropped and
 rejected, its variables and tables with their sizes, every worker with
 the time since the ps last heard from it, and the checkpoints of its
 --checkpoint_dir when that directory is readable here. The ps come from
---ps_hosts or the TF_CONFIG environment variable. A job whose tasks
+--ps_hosts or the TF_CONFIG environment variable, all asked at once. A job whose tasks
 authenticate (--tls_dir, --auth_token_file) is asked with the same files.
 Exit status 1 if a ps does not answer.
 `)
@@ -81,8 +82,23 @@ Exit status 1 if a ps does not answer.
 	}
 	code := 0
 	var dirs []string
+	// Every ps is asked at once, so that the command ends within one
+	// --timeout however many do not answer; the answers print in order.
+	type answer struct {
+		st  *pb.StatusResponse
+		err error
+	}
+	answers := make([]answer, len(hosts))
+	var wg sync.WaitGroup
 	for i, h := range hosts {
-		st, err := psStatus(ctx, h, *timeout, policy)
+		wg.Go(func() {
+			st, err := psStatus(ctx, h, *timeout, policy)
+			answers[i] = answer{st, err}
+		})
+	}
+	wg.Wait()
+	for i, h := range hosts {
+		st, err := answers[i].st, answers[i].err
 		if err != nil {
 			fmt.Fprintf(stdout, "ps %d at %s: no answer: %s\n", i, h, statusWhy(h, *timeout, err))
 			code = 1

@@ -31,6 +31,11 @@ type Run struct {
 	Series map[string][]tfevents.Point
 }
 
+// MaxResultFile bounds the size of a result file Load reads (they are a
+// few KiB): a path to /dev/zero or a huge file is refused, not read into
+// memory.
+const MaxResultFile = 64 << 20
+
 // Load reads a run: a directory of event files (its scalars), or a result
 // file (--result_file: its metrics as single points "eval/NAME" at its
 // global step, as the chief's summaries name them).
@@ -47,7 +52,27 @@ func Load(path string) (Run, error) {
 		}
 		return Run{Name: name, Series: s}, nil
 	}
-	b, err := os.ReadFile(path)
+	if !fi.Mode().IsRegular() {
+		kind := "special file"
+		switch m := fi.Mode(); {
+		case m&os.ModeDevice != 0:
+			kind = "device"
+		case m&os.ModeNamedPipe != 0:
+			kind = "named pipe"
+		case m&os.ModeSocket != 0:
+			kind = "socket"
+		}
+		return Run{}, fmt.Errorf("%s: not a summary directory nor a result file (a %s, not a regular file)", path, kind)
+	}
+	if fi.Size() > MaxResultFile {
+		return Run{}, fmt.Errorf("%s: %d bytes, more than a result file's %d: not a summary directory nor a result file", path, fi.Size(), MaxResultFile)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return Run{}, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxResultFile+1))
 	if err != nil {
 		return Run{}, err
 	}

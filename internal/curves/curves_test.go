@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,5 +102,29 @@ func TestSmooth(t *testing.T) {
 	}
 	if Smooth(pts, 0)[1].Value != 3 {
 		t.Errorf("weight 0 changed the values")
+	}
+}
+
+// Load refuses what is neither a directory nor a regular file of a result
+// file's size before reading it: /dev/zero was read until the kernel
+// killed the process, a named pipe blocked for ever.
+func TestLoadRefusesSpecialAndHugeFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil || os.Truncate(huge, MaxResultFile+1) != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "(a device, not a regular file)",
+		fifo:        "(a named pipe, not a regular file)",
+		huge:        "more than a result file's",
+	} {
+		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load(%s): %v, want %q", path, err, want)
+		}
 	}
 }
