@@ -363,3 +363,20 @@ func TestChiefWithAnotherWorkerCountExitsTwo(t *testing.T) {
 		t.Fatalf("output lacks %q:\n%s", want, out)
 	}
 }
+
+// `train --standalone` stops on SIGTERM as a worker does, exit 143; it
+// used to train on to --train_steps and exit 0, deaf to Ctrl-C, with no ps
+// whose calls would end with the context.
+func TestStandaloneSignalledExitsNonZero(t *testing.T) {
+	p := start(t, "standalone", nil, "train", "--standalone", "--model=linreg", "--train_steps=1000000000000")
+	p.waitFor(t, "standalone: 2 variables", time.Minute)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 143 {
+		t.Fatalf("exit %d, want 143", code)
+	}
+	if want := "worker 0: received SIGTERM before training finished"; !strings.Contains(p.output(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, p.output())
+	}
+}
