@@ -346,3 +346,37 @@ func TestSIGTERMAfterEveryWorkerFinishedExitsZero(t *testing.T) {
 		t.Fatalf("ps exited %d after every worker finished, want 0", code)
 	}
 }
+
+// A chief whose cluster has another number of workers than its ps's is
+// input to fix: it exits 2 naming both counts and the flag, where the
+// ps's refusal of its Init used to end it with exit 1.
+func TestChiefWithAnotherWorkerCountExitsTwo(t *testing.T) {
+	hosts := freeHosts(t, 3)
+	ps := start(t, "ps0", nil, append(clusterArgs(hosts[:1], hosts[1:2], "ps", 0), "--startup_timeout=1m")...)
+	ps.waitFor(t, "serving on", time.Minute)
+	w := start(t, "worker0", nil, clusterArgs(hosts[:1], hosts[1:], "worker", 0)...)
+	if code := w.wait(t, time.Minute); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	want := "ps 0 at " + hosts[0] + " was started with 1 workers in its cluster, the chief with 2: give every task the same --worker_hosts"
+	if out := w.output(); !strings.Contains(out, want) {
+		t.Fatalf("output lacks %q:\n%s", want, out)
+	}
+}
+
+// `train --standalone` stops on SIGTERM as a worker does, exit 143; it
+// used to train on to --train_steps and exit 0, deaf to Ctrl-C, with no ps
+// whose calls would end with the context.
+func TestStandaloneSignalledExitsNonZero(t *testing.T) {
+	p := start(t, "standalone", nil, "train", "--standalone", "--model=linreg", "--train_steps=1000000000000")
+	p.waitFor(t, "standalone: 2 variables", time.Minute)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 143 {
+		t.Fatalf("exit %d, want 143", code)
+	}
+	if want := "worker 0: received SIGTERM before training finished"; !strings.Contains(p.output(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, p.output())
+	}
+}

@@ -43,6 +43,8 @@ func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 Starts a whole cluster on this machine: --ps ps processes and --workers
 worker processes of this binary, on free loopback ports, and waits for them.
+More processes than this machine can hold (3 open files each under ulimit
+-n; every host:port in one 128 KiB argument) are refused at start.
 
 With -- CMD ARGS, each worker is your own training program instead: CMD
 runs once per worker with TF_CONFIG set to the cluster and its task,

@@ -134,7 +134,7 @@ func ParseTFConfig(s string) (TFConfig, error) {
 		typ := ""
 		if raw, ok := task["type"]; ok && !isNull(raw) {
 			if kind(raw) != "string" {
-				return tc, errorf("TF_CONFIG task.type", `got %s %s, want a string: "ps", "worker" or "chief"`, kind(raw), snippet(raw))
+				return tc, errorf("TF_CONFIG task.type", `got %s, want a string: "ps", "worker" or "chief"`, described(kind(raw), raw))
 			}
 			if err := json.Unmarshal(raw, &typ); err != nil {
 				return tc, &Error{Source: "TF_CONFIG task.type", Msg: err.Error(), Err: err}
@@ -192,7 +192,7 @@ func isTFJob(name string) bool {
 // object decodes raw, which must be a JSON object, into its members.
 func object(src string, raw json.RawMessage, want string) (map[string]json.RawMessage, error) {
 	if k := kind(raw); k != "object" {
-		return nil, errorf(src, "got %s %s, %s", k, snippet(raw), want)
+		return nil, errorf(src, "got %s, %s", described(k, raw), want)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -204,7 +204,7 @@ func object(src string, raw json.RawMessage, want string) (map[string]json.RawMe
 // hostList decodes a job's list of addresses and checks each one.
 func hostList(src string, raw json.RawMessage) ([]string, error) {
 	if k := kind(raw); k != "array" {
-		return nil, errorf(src, `got %s %s, want a list of "host:port" strings`, k, snippet(raw))
+		return nil, errorf(src, `got %s, want a list of "host:port" strings`, described(k, raw))
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
@@ -214,7 +214,7 @@ func hostList(src string, raw json.RawMessage) ([]string, error) {
 	for i, e := range elems {
 		esrc := fmt.Sprintf("%s[%d]", src, i)
 		if k := kind(e); k != "string" {
-			return nil, errorf(esrc, `got %s %s, want a "host:port" string`, k, snippet(e))
+			return nil, errorf(esrc, `got %s, want a "host:port" string`, described(k, e))
 		}
 		if err := json.Unmarshal(e, &hosts[i]); err != nil {
 			return nil, &Error{Source: esrc, Msg: err.Error(), Err: err}
@@ -239,7 +239,7 @@ func parseIndex(raw json.RawMessage) (int, error) {
 		}
 		return 0, errorf(src, "got the string %q, want a whole number 0 or more", s)
 	default:
-		return 0, errorf(src, "got %s %s, want a whole number 0 or more", k, snippet(raw))
+		return 0, errorf(src, "got %s, want a whole number 0 or more", described(k, raw))
 	}
 	f, err := strconv.ParseFloat(string(raw), 64)
 	switch {
@@ -277,6 +277,15 @@ func kind(raw json.RawMessage) string {
 func isNull(raw json.RawMessage) bool { return kind(raw) == "null" }
 
 // snippet quotes the start of raw for a message.
+// described is what came, for an error: its kind and its start ("string
+// "h:1""), or "null" alone.
+func described(k string, raw json.RawMessage) string {
+	if k == "null" {
+		return k
+	}
+	return k + " " + snippet(raw)
+}
+
 func snippet(raw json.RawMessage) string {
 	const max = 40
 	s := string(bytes.TrimSpace(raw))

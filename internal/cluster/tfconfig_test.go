@@ -95,6 +95,8 @@ func TestParseTFConfigErrors(t *testing.T) {
 		{"trailing data", `{} {}`, "TF_CONFIG", []string{"invalid JSON at offset 3"}},
 		{"top array", `[1,2]`, "TF_CONFIG", []string{"got array [1,2]", "want a JSON object"}},
 		{"top string", `"ps"`, "TF_CONFIG", []string{`got string "ps"`}},
+		{"top null", `null`, "TF_CONFIG", []string{"got null, want a JSON object"}},
+		{"null list", `{"cluster":{"ps":null}}`, "TF_CONFIG cluster.ps", []string{`got null, want a list of "host:port" strings`}},
 		{"cluster list", `{"cluster":["h:1"]}`, "TF_CONFIG cluster", []string{"got array", `want an object like {"ps"`}},
 		{"task string", `{"task":"worker"}`, "TF_CONFIG task", []string{`got string "worker"`, `want an object like {"type":"worker","index":0}`}},
 		{"job not list", `{"cluster":{"ps":"h:1"}}`, "TF_CONFIG cluster.ps", []string{`got string "h:1"`, `want a list of "host:port" strings`}},

@@ -108,8 +108,25 @@ func (p *localPS) Do(ctx context.Context, req *client.Request) *client.Call {
 	done := make(chan struct{})
 	close(done)
 	call := &client.Call{Done: done}
+	if err := stopped(ctx); err != nil {
+		// No ps to see the context end: the loop learns of it here, as a
+		// worker does from its calls (SIGTERM, Ctrl-C).
+		call.Err = err
+		return call
+	}
 	call.Err = p.do(req, call)
 	return call
+}
+
+// stopped is ctx's cause once ctx has ended, else nil; cheap enough for
+// every step.
+func stopped(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("standalone: stopped: %w", context.Cause(ctx))
+	default:
+		return nil
+	}
 }
 
 func (p *localPS) do(req *client.Request, call *client.Call) error {
@@ -184,7 +201,10 @@ func (p *localPS) tableName(name string) []byte {
 	return []byte(name)
 }
 
-func (p *localPS) PullRows(_ context.Context, _ int64, table string, keys []uint64, values []float32) (int64, error) {
+func (p *localPS) PullRows(ctx context.Context, _ int64, table string, keys []uint64, values []float32) (int64, error) {
+	if err := stopped(ctx); err != nil {
+		return 0, err
+	}
 	if err := p.sh.PullRows(p.tableName(table), keys, nil, false, values); err != nil {
 		return 0, err
 	}

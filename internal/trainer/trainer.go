@@ -26,6 +26,7 @@ import (
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/vfs"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Config is everything a task needs.
@@ -1108,6 +1109,20 @@ func endOfData(cfg Config, st *loopStats) {
 		cfg.Cluster.Task.Index, cfg.Data.Epochs, st.step, st.local, cfg.TrainSteps)
 }
 
+// sameWorkerCount refuses, as input to fix, a ps started with another
+// number of workers than the chief's cluster: every task must be given the
+// same cluster, and the ps would refuse the chief's Init anyway (exit 1
+// before, as if something had failed while running).
+func sameWorkerCount(statuses []*pb.StatusResponse, cfg Config, c *client.Client) error {
+	want := len(cfg.Cluster.Spec.Workers)
+	for i, st := range statuses {
+		if n := int(st.GetNumWorkers()); n > 0 && n != want {
+			return &ConfigError{Err: fmt.Errorf("ps %d at %s was started with %d workers in its cluster, the chief with %d: give every task the same --worker_hosts (or TF_CONFIG cluster.worker and cluster.chief)", i, c.Addr(i), n, want)}
+		}
+	}
+	return nil
+}
+
 // zeroed returns n zeros in buf's memory if it has room, else in a new
 // slice.
 func zeroed(buf []float32, n int) []float32 {
@@ -1121,7 +1136,11 @@ func zeroed(buf []float32, n int) []float32 {
 // make their states consistent, and save the first checkpoint of a fresh
 // run so that a ps failure always has one to restore.
 func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
-	if _, err := c.WaitReady(ctx, false); err != nil {
+	statuses, err := c.WaitReady(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameWorkerCount(statuses, cfg, c); err != nil {
 		return nil, err
 	}
 	testHook("init", 0)
@@ -1133,7 +1152,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	if err != nil {
 		return nil, err
 	}
-	statuses, err := c.Status(ctx)
+	statuses, err = c.Status(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -203,7 +203,8 @@ func TestStreamFileErrorsAreInputErrors(t *testing.T) {
 		{"malformed line", write("bad.svm", []byte("+1 1:1\n-1 2:x\n")), "bad.svm:2: token \"2:x\": value is not a number"},
 		{"empty", write("empty.svm", nil), "no examples for this worker in " + filepath.Join(dir, "empty.svm")},
 		{"not gzip", write("plain.svm.gz", []byte("+1 1:1\n-1 2:1\n")), "plain.svm.gz: gzip: invalid header"},
-		{"gzip cut short", write("cut.svm.gz", whole[:len(whole)-6]), "cut.svm.gz"},
+		{"gzip cut short", write("cut.svm.gz", whole[:len(whole)-6]), "cut.svm.gz after line 2000: unexpected EOF (the compressed data ends early: the file was cut short)"},
+		{"gzip shorter than its header", write("tiny.svm.gz", whole[:5]), "tiny.svm.gz: gzip: invalid header: shorter than a gzip header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{c.path}, Open: Opener(Options{}), Epochs: 1, ShuffleBuffer: 10, ChunkRows: 64})

@@ -2,6 +2,7 @@ package sparse
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -99,6 +100,9 @@ func openFileMeter(path string, m *progress.Meter) (io.Closer, io.Reader, error)
 	zr, err := gzip.NewReader(raw)
 	if err != nil {
 		f.Close()
+		if errors.Is(err, io.ErrUnexpectedEOF) || err == io.EOF {
+			err = fmt.Errorf("%w: shorter than a gzip header (a name ending in .gz is read as gzip)", gzip.ErrHeader)
+		}
 		return nil, nil, fmt.Errorf("sparse: %s: %w", path, err)
 	}
 	return gzCloser{zr, f}, zr, nil

@@ -89,7 +89,11 @@ func (lr *LineReader) Next() ([]byte, int64, error) {
 			err = lr.discardRest()
 		}
 		if err != nil && err != io.EOF {
-			return nil, 0, fmt.Errorf("sparse: reading %s after line %d: %w", lr.cfg.Name, lr.lines, err)
+			hint := ""
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				hint = " (the compressed data ends early: the file was cut short)"
+			}
+			return nil, 0, fmt.Errorf("sparse: reading %s after line %d: %w%s", lr.cfg.Name, lr.lines, err, hint)
 		}
 		if err == io.EOF {
 			lr.done = true
