@@ -479,7 +479,11 @@ func (s *Server) waitStep(ctx context.Context, worker int, min int64) error {
 			}
 		case <-ctx.Done():
 			s.mu.Lock()
-			return status.FromContextError(ctx.Err()).Err()
+			// A worker that gave up reads no answer; one that does reads
+			// this because the ps is stopping (its calls are cancelled),
+			// and must wait for it to come back, as for a ps gone, not take
+			// the cancellation for its own and fail.
+			return status.Errorf(codes.Unavailable, "ps %d: stopping while worker %d waited for step %d (%v)", s.cfg.Task, worker, min, ctx.Err())
 		}
 		if s.shard.Epoch() != epoch {
 			return &shard.Error{Kind: shard.Restored, Msg: fmt.Sprintf("ps %d was restored to step %d while this pull waited for step %d: pull again", s.cfg.Task, s.shard.Step(), min)}
