@@ -580,7 +580,10 @@ func sortKeyRows(rows, scratch []keyRow) []keyRow {
 // nil LastTouch stamps them with the latest step seen; into a table that
 // already has rows, a LastTouch older than the oldest step the table can
 // still represent (see Evict) is recorded as that step. Import checks
-// everything, including room under MaxRows, before it changes anything.
+// everything, including room under MaxRows, before it changes anything;
+// into a table that never had a row (a restore) it checks the keys' order
+// as it copies them, and puts the table back as it was if they are not in
+// order (ErrUnordered).
 func (t *Table) Import(s Snapshot) error {
 	n, d := len(s.Keys), t.dim
 	switch {
