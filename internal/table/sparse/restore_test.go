@@ -79,9 +79,9 @@ func TestFillPagesMatchesImport(t *testing.T) {
 		rule string
 		dim  int
 	}
-	configs := []config{{"ftrl", 1}, {"adam", 3}, {"ftrl", 8}, {"adagrad", 1}}
+	configs := []config{{"ftrl", 1}, {"ftrl", 8}, {"adagrad", 1}}
 	if !testing.Short() {
-		configs = append(configs, config{"adam", 1}, config{"ftrl", 3}, config{"adam", 8}, config{"momentum", 4}, config{"sgd", 2})
+		configs = append(configs, config{"adam", 3}, config{"adam", 1}, config{"ftrl", 3}, config{"adam", 8}, config{"momentum", 4}, config{"sgd", 2})
 	}
 	for _, cf := range configs {
 		rule, dim := cf.rule, cf.dim
@@ -114,7 +114,7 @@ func TestFillPagesMatchesImport(t *testing.T) {
 				{"five pages and a part", 5*pageRows + 777, spread},
 				{"skewed", len(skewed), func(i int) uint64 { return skewed[i] }},
 			}
-			if rule == "ftrl" && dim == 8 {
+			if rule == "ftrl" && dim == 1 {
 				cases = append(cases, struct {
 					name string
 					n    int
@@ -122,7 +122,7 @@ func TestFillPagesMatchesImport(t *testing.T) {
 				}{"key 0 first", 2 * pageRows, func(i int) uint64 { return uint64(i) * 3 }})
 			}
 			for ci, c := range cases {
-				if testing.Short() && (ci+dim+len(rule))%2 == 1 || testing.Short() && dim == 8 && c.n > 4*pageRows {
+				if testing.Short() && c.name != "key 0 first" && ((ci+dim+len(rule))%2 == 1 || dim == 8 && ci > 0) {
 					continue // about half of the cases, each config another half
 				}
 				t.Run(fmt.Sprintf("%s/dim=%d/%s", rule, dim, c.name), func(t *testing.T) {
@@ -187,8 +187,8 @@ func TestFillPagesFindsKeysOutOfOrder(t *testing.T) {
 	good.Updates = nil // FTRL keeps no counts
 	for bi, bad := range [][]int{{1}, {pageRows}, {pageRows + 1}, {3*pageRows - 1}, {n - 1}, {4 * pageRows, pageRows + 17}, {2 * pageRows, 4 * pageRows}} {
 		for _, equal := range []bool{false, true} {
-			if testing.Short() && equal != (bi%2 == 1) {
-				continue // one of the two for each place
+			if testing.Short() && (equal != (bi%2 == 1) || bi == 2 || bi == 3 || bi == 6) {
+				continue // one of the two for each of four places
 			}
 			t.Run(fmt.Sprintf("at=%v/equal=%v", bad, equal), func(t *testing.T) {
 				s := good
