@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -532,11 +533,21 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		if reshard {
 			from = tb.Shards
 		}
-		snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step)
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+		rows := func(inOrder bool) error {
+			snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder)
+			if err != nil {
+				return err
+			}
+			return t.t.Import(snap)
 		}
-		if err := t.t.Import(snap); err != nil {
+		// A ps's own file has its keys in order, as the writer leaves
+		// them: Import checks that as it copies them. Keys out of order
+		// are sorted.
+		err := rows(true)
+		if errors.Is(err, sparse.ErrUnordered) {
+			err = rows(false)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
 		}
 	}
@@ -577,7 +588,7 @@ func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
 // the checkpoint's step: a value outside (a damaged or hand-made file) would
 // otherwise stretch the table's window of representable steps and lose
 // every row's.
-func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64) (sparse.Snapshot, error) {
+func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool) (sparse.Snapshot, error) {
 	type row struct {
 		key      uint64
 		shard, i int
@@ -630,8 +641,9 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		keysOf[k] = keys
 	}
 	// A ps restoring its own shard takes the file's columns as they are
-	// when the keys are in order, as the writer leaves them.
-	if len(from) == 1 && !reshard && sparse.Unordered(keysOf[from[0]]) < 0 {
+	// when the keys are in order, as the writer leaves them (inOrder: the
+	// caller's Import checks).
+	if len(from) == 1 && !reshard && (inOrder || sparse.Unordered(keysOf[from[0]]) < 0) {
 		c := data[from[0]]
 		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
 		if snap.State == nil {

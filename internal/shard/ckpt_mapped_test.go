@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
@@ -160,4 +163,69 @@ func restoreOneFrom(m checkpoint.Manifest, dir string, mapped, overlapped bool) 
 		release()
 	}
 	return st, len(releases), err
+}
+
+// A ps's own shard file is imported as it is, Import checking that its
+// keys ascend as it copies them; a file whose keys are out of order (not
+// as the writer leaves them: hand-made) is sorted and restores the same
+// state, and one with a key twice is refused, whichever way it is read.
+func TestRestoreKeysOutOfOrder(t *testing.T) {
+	const n, dim = 40_000, 1 // enough rows for the restore's parallel copy
+	s := ftrlShard(t, n, dim)
+	want := s.Cut().Shard()
+	// The table's columns in another order: rows reversed in pairs of
+	// halves, so the keys go down once in the middle of the file.
+	reorder := func(sh checkpoint.Shard, dup bool) checkpoint.Shard {
+		out := sh
+		out.Tensors = slices.Clone(sh.Tensors)
+		for i, tn := range out.Tensors {
+			if !strings.HasPrefix(tn.Name, "emb/") {
+				continue
+			}
+			row := len(tn.Data) / n // bytes a row
+			b := make([]byte, 0, len(tn.Data))
+			b = append(b, tn.Data[n/2*row:]...)
+			b = append(b, tn.Data[:n/2*row]...)
+			if dup && tn.Name == checkpoint.KeysName("emb") {
+				copy(b[(n/4)*row:(n/4+1)*row], b[(n/4-1)*row:(n/4)*row]) // key n/4 repeats n/4-1's
+			}
+			out.Tensors[i].Data = b
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		dup  bool
+	}{{"reordered", false}, {"a key twice", true}} {
+		dir := t.TempDir()
+		info, err := checkpoint.WriteShard(vfs.OS, dir, 5, 0, 1, reorder(want, c.dup))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := checkpoint.Manifest{Step: 5, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
+		if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: s.st.layout.Optimizer, Tables: s.st.layout.Tables}); err != nil {
+			t.Fatal(err)
+		}
+		m.Tables = []checkpoint.TableInfo{{Name: "emb", Dim: dim, Slots: []string{"ftrl_n", "ftrl_z"}, Shards: []int{0}}}
+		if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+			t.Fatal(err)
+		}
+		for _, mapped := range []bool{false, true} {
+			st, _, err := restoreOneFrom(m, dir, mapped, mapped)
+			if c.dup {
+				if !errors.Is(err, sparse.ErrUnordered) || st != nil {
+					t.Errorf("%s, mapped %v: state %v, error %v, want ErrUnordered", c.name, mapped, st != nil, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s, mapped %v: %v", c.name, mapped, err)
+			}
+			r := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }})
+			r.Install(st)
+			if err := checkpoint.DiffTensors(r.Cut().Shard(), want); err != nil {
+				t.Errorf("%s, mapped %v: restored vs the saved state: %v", c.name, mapped, err)
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package sparse
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"iter"
 	"math"
@@ -579,7 +580,10 @@ func sortKeyRows(rows, scratch []keyRow) []keyRow {
 // nil LastTouch stamps them with the latest step seen; into a table that
 // already has rows, a LastTouch older than the oldest step the table can
 // still represent (see Evict) is recorded as that step. Import checks
-// everything, including room under MaxRows, before it changes anything.
+// everything, including room under MaxRows, before it changes anything;
+// into a table that never had a row (a restore) it checks the keys' order
+// as it copies them, and puts the table back as it was if they are not in
+// order (ErrUnordered).
 func (t *Table) Import(s Snapshot) error {
 	n, d := len(s.Keys), t.dim
 	switch {
@@ -599,8 +603,13 @@ func (t *Table) Import(s Snapshot) error {
 			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
 		}
 	}
-	if i := Unordered(s.Keys); i >= 0 {
-		return fmt.Errorf("%w: keys not strictly ascending at index %d (%d after %d)", ErrSnapshot, i, s.Keys[i], s.Keys[i-1])
+	// A restore's import checks the keys' order as it copies them (see
+	// fillPages); any other checks it first.
+	restore := t.live == 0 && bulkIndex && t.fillsPages(n)
+	if !restore {
+		if i := Unordered(s.Keys); i >= 0 {
+			return unorderedError(s.Keys, i)
+		}
 	}
 	fresh := n // into an empty table (a restore) every key is new: no lookup
 	if t.live > 0 {
@@ -613,6 +622,10 @@ func (t *Table) Import(s Snapshot) error {
 	}
 	if fresh > t.maxRows-t.live {
 		return fmt.Errorf("%w: importing %d new rows into %d would pass MaxRows %d", ErrFull, fresh, t.live, t.maxRows)
+	}
+	var before tableState
+	if restore {
+		before = t.saveState()
 	}
 	if s.LastTouch != nil {
 		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
@@ -633,8 +646,16 @@ func (t *Table) Import(s Snapshot) error {
 	if t.live+fresh > t.maxLive {
 		t.grow(t.live + fresh)
 	}
+	if restore {
+		if err := t.fillPages(s); err != nil {
+			t.putState(before) // as if the keys had been refused first
+			return err
+		}
+		return nil
+	}
 	if t.live == 0 && bulkIndex {
-		return t.importEmpty(s)
+		t.importEmpty(s)
+		return nil
 	}
 	for i, k := range s.Keys {
 		h := hashKey(k)
@@ -705,53 +726,92 @@ var parallelCheck = 1 << 18
 // bulkIndex: Import into an empty table builds the index in bucket order.
 var bulkIndex = true
 
+// tableState is what Import changes before it copies rows: a restore's
+// (fillPages) keeps it to put the table back if the copy fails.
+type tableState struct {
+	base, clock int64
+	mod, floor  uint64
+	index       []uint32
+	nBuckets    uint64
+	maxLive     int
+	rowMask     uint32
+}
+
+func (t *Table) saveState() tableState {
+	return tableState{t.base, t.clock, t.mod, t.floor, t.index, t.nBuckets, t.maxLive, t.rowMask}
+}
+
+func (t *Table) putState(s tableState) {
+	t.base, t.clock, t.mod, t.floor, t.index, t.nBuckets, t.maxLive, t.rowMask = s.base, s.clock, s.mod, s.floor, s.index, s.nBuckets, s.maxLive, s.rowMask
+}
+
+// ErrUnordered is Import's error (an ErrSnapshot) for keys that are not
+// strictly ascending.
+var ErrUnordered = errors.New("keys not strictly ascending")
+
+func unorderedError(keys []uint64, i int) error {
+	return fmt.Errorf("%w: %w at index %d (%d after %d)", ErrSnapshot, ErrUnordered, i, keys[i], keys[i-1])
+}
+
+// fillsPages reports whether Import of n rows into the table, which has
+// none, is a restore's (fillPages): the table never had a row, and n fill
+// at least two pages.
+func (t *Table) fillsPages(n int) bool {
+	return t.highWater == 0 && len(t.pages) == 0 && n >= 2<<t.pageShift
+}
+
 // importEmpty is Import into a table with no rows (checked by the caller,
 // with the index grown for every key): it stores the rows in key order and
 // then builds the index in one pass in bucket order (see indexRows), which
 // writes the index sequentially where inserting key by key would miss the
 // cache at every key of a large table. Into a table that never had a row
-// (a restore) it fills whole pages in parallel: the copy is memory
-// bandwidth and page faults of fresh memory, which the cores share.
-//
-// The parallel copy reads s on goroutines of its own: where s's memory is
-// a mapped file that cannot be read (it shrank, or the disk failed), their
-// fault is an error, ErrSnapshot, and the table is left with no rows.
-func (t *Table) importEmpty(s Snapshot) error {
-	if t.highWater != 0 || len(t.pages) != 0 || len(s.Keys) < 2<<t.pageShift {
-		rows := make([]uint64, len(s.Keys))
-		for i, k := range s.Keys {
-			r := t.allocRow(k)
-			t.stats.Imported++
-			t.fillRow(s, i, r)
-			rows[i] = t.indexEntry(hashKey(k), r)
-		}
-		t.indexRows(rows)
-		return nil
+// (a restore), see fillPages.
+func (t *Table) importEmpty(s Snapshot) {
+	rows := make([]uint64, len(s.Keys))
+	for i, k := range s.Keys {
+		r := t.allocRow(k)
+		t.stats.Imported++
+		t.fillRow(s, i, r)
+		rows[i] = t.indexEntry(hashKey(k), r)
 	}
-	// Row i of s becomes row i of the table, page by page.
+	t.indexRows(rows)
+}
+
+// fillPages is Import into a table that never had a row (fillsPages),
+// with the index grown for every key: row i of s becomes row i of the
+// table, and whole pages are filled on every core (the copy is memory
+// bandwidth and page faults of fresh memory, which the cores share). As a
+// core copies a page's keys it checks that they ascend (instead of a pass
+// of Unordered over them first), hashes them and sorts their index
+// entries by range of home buckets (scatter), while they are in its
+// cache; the index is then built one range per core (indexParts).
+//
+// An error leaves the table with no rows: keys out of order (reported at
+// the first place, as Unordered finds it), or a fault reading s, whose
+// memory may be a mapped file that cannot be read (it shrank, or the disk
+// failed). Both are ErrSnapshot.
+func (t *Table) fillPages(s Snapshot) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
-	// Each worker sorts the hashed rows it makes by range of home buckets
-	// (see indexParts), for the index to be built one range per core.
 	rg := t.bucketRanges(indexRanges(n))
 	nr := len(rg.lo) - 1
 	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
-	byRange := make([][][]uint64, nr)             // [range][worker]
-	per := n/(nr*workers) + n/(nr*workers)/8 + 64 // expected, with room
-	for c := range byRange {
-		byRange[c] = make([][]uint64, workers)
-	}
+	// Entries expected per range and worker, with room: the rest spill.
+	chunk := n / (nr * workers)
+	chunk += chunk/16 + 64
+	scat := make([]scatter, workers)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var faulted atomic.Value
+	var bad atomic.Int64 // the first row whose key does not ascend; n if none
+	bad.Store(int64(n))
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c := range byRange { // each worker its own, zeroed on its core
-				byRange[c][w] = make([]uint64, 0, per)
-			}
+			sc := &scat[w]
+			*sc = newScatter(nr, chunk) // each worker its own, zeroed on its core
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 			defer func() {
 				if r := recover(); r != nil {
@@ -768,13 +828,23 @@ func (t *Table) importEmpty(s Snapshot) error {
 					return
 				}
 				t.pages[pi] = t.newPage(pageRows)
+				p := &t.pages[pi]
 				lo := pi << t.pageShift
-				t.fillPage(&t.pages[pi], s, lo, min(n, lo+pageRows))
-				for r, k := range s.Keys[lo:min(n, lo+pageRows)] {
-					e := t.indexEntry(hashKey(k), lo+r)
-					c := rg.of(e >> 32)
-					byRange[c][w] = append(byRange[c][w], e)
+				hi := min(n, lo+pageRows)
+				var prev uint64
+				if lo > 0 {
+					prev = s.Keys[lo-1]
 				}
+				if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m); i >= 0 {
+					// Pages are taken in order and each is checked up
+					// to its first bad key, so the smallest found is
+					// the first of all.
+					for cur := bad.Load(); int64(i) < cur && !bad.CompareAndSwap(cur, int64(i)); cur = bad.Load() {
+					}
+					next.Store(int64(len(t.pages))) // the others stop too
+					return
+				}
+				t.fillPage(p, s, lo, hi)
 			}
 		}()
 	}
@@ -783,11 +853,69 @@ func (t *Table) importEmpty(s Snapshot) error {
 		t.pages = nil
 		return fmt.Errorf("%w: reading the rows failed: %v", ErrSnapshot, f)
 	}
+	if i := int(bad.Load()); i < n {
+		t.pages = nil
+		return unorderedError(s.Keys, i)
+	}
 	t.highWater = n
 	t.live += n
 	t.stats.Imported += int64(n)
+	byRange := make([][][]uint64, nr)
+	for c := range byRange {
+		l := make([][]uint64, 0, 2*workers)
+		for _, sc := range scat {
+			l = append(l, sc.dst[c*chunk:c*chunk+int(sc.n[c])])
+			if len(sc.spill[c]) > 0 {
+				l = append(l, sc.spill[c])
+			}
+		}
+		byRange[c] = l
+	}
 	t.indexParts(byRange, rg)
 	return nil
+}
+
+// scatter holds one worker's index entries (indexEntry) sorted by range
+// of home buckets: range c's in dst[c*chunk:][:n[c]], and those beyond
+// chunk in spill[c]. One flat array and an array of positions, where a
+// slice per range costs a slice header's load and store per entry.
+type scatter struct {
+	dst   []uint64
+	n     []int32
+	spill [][]uint64
+	chunk int32
+}
+
+func newScatter(nr, chunk int) scatter {
+	return scatter{dst: make([]uint64, nr*chunk), n: make([]int32, nr), spill: make([][]uint64, nr), chunk: int32(chunk)}
+}
+
+// scatterKeys copies keys, rows lo.. of a snapshot whose row lo-1 has key
+// prev (any for row 0), into to, and sorts their index entries into sc by
+// range (rangeMul is bucketRanges' m). It stops at the first key that is
+// not above the one before and returns its row, or returns -1.
+func (t *Table) scatterKeys(sc *scatter, to, keys []uint64, lo int, prev, rangeMul uint64) int {
+	to = to[:len(keys)]
+	nb, mask := t.nBuckets, t.rowMask
+	dst, at, chunk := sc.dst, sc.n, sc.chunk
+	for o, k := range keys {
+		if k <= prev && lo+o > 0 {
+			return lo + o
+		}
+		prev = k
+		to[o] = k
+		h := hashKey(k)
+		b, _ := bits.Mul64(h, nb)
+		e := b<<32 | uint64(uint32(h)&^mask|uint32(lo+o+1)) // indexEntry
+		c := (b * rangeMul) >> 32                           // bucketRanges.of
+		if a := at[c]; a < chunk {
+			dst[int(c)*int(chunk)+int(a)] = e
+			at[c] = a + 1
+		} else {
+			sc.spill[c] = append(sc.spill[c], e)
+		}
+	}
+	return -1
 }
 
 // holds reports whether addr is in the memory of s's keys or columns.
@@ -808,11 +936,10 @@ func (s Snapshot) holds(addr uintptr) bool {
 	return false
 }
 
-// fillPage copies rows [lo, hi) of s into p, a new page whose first row is
-// row lo, and marks them live (and changed).
+// fillPage copies rows [lo, hi) of s, but for their keys, into p, a new
+// page whose first row is row lo, and marks them live (and changed).
 func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
 	m, d, stride := hi-lo, t.dim, t.stride
-	copy(p.keys, s.Keys[lo:hi])
 	for o := 0; o < m; o += 64 {
 		bits := ^uint64(0)
 		if m-o < 64 {
@@ -831,18 +958,25 @@ func (t *Table) fillPage(p *page, s Snapshot, lo, hi int) {
 			row := data[3*o : 3*o+3 : 3*o+3]
 			row[0], row[1], row[2] = v[o], a[o], b[o]
 		}
-	default:
+	case d == 8 && stride == 24: // two state slots: a row a time, in order, 32 bytes a move
+		v, a, b := s.Values[lo*8:hi*8], s.State[0][lo*8:hi*8], s.State[1][lo*8:hi*8]
+		data := p.data[:24*m]
+		for o := range m {
+			row := data[24*o : 24*o+24 : 24*o+24]
+			*(*[8]float32)(row[0:8]) = *(*[8]float32)(v[8*o : 8*o+8])
+			*(*[8]float32)(row[8:16]) = *(*[8]float32)(a[8*o : 8*o+8])
+			*(*[8]float32)(row[16:24]) = *(*[8]float32)(b[8*o : 8*o+8])
+		}
+	default: // a row a time, in order: a column a time would pass over the page once per column
 		cols := append([][]float32{s.Values}, s.State...)
-		for j, col := range cols {
-			src := col[lo*d : hi*d]
-			if d == 1 {
-				for o, x := range src {
-					p.data[o*stride+j] = x
+		for o := range m {
+			row := p.data[o*stride : (o+1)*stride : (o+1)*stride]
+			for j, col := range cols {
+				if d == 1 { // a copy call per float costs more than the float
+					row[j] = col[lo+o]
+					continue
 				}
-				continue
-			}
-			for o := range m {
-				copy(p.data[o*stride+j*d:o*stride+(j+1)*d], src[o*d:(o+1)*d])
+				copy(row[j*d:(j+1)*d], col[(lo+o)*d:(lo+o+1)*d])
 			}
 		}
 	}
