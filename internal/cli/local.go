@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -235,9 +234,8 @@ const maxArgLen = 128 << 10
 // minutes before failing for want of files, ports or argument space.
 func maxLocalTasks() (most int, why string) {
 	most, why = (maxArgLen-200)/18, "every task's command line or TF_CONFIG lists every host:port, and Linux allows one such string 128 KiB"
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(3*most+64) {
-		most, why = max(0, int(lim.Cur)-64)/3, fmt.Sprintf("each process takes 3 of this process's open files, whose limit is %d (ulimit -n)", lim.Cur)
+	if lim, ok := openFileLimit(); ok && lim < uint64(3*most+64) {
+		most, why = max(0, int(lim)-64)/3, fmt.Sprintf("each process takes 3 of this process's open files, whose limit is %d (ulimit -n)", lim)
 	}
 	return most, why
 }
