@@ -12,23 +12,43 @@ import (
 	"github.com/paramserv/paramserv"
 )
 
-// startOne starts a ps on a loopback port and the chief of a one-worker
-// job with variable w (2 values, starting at 0) and SGD at rate 1, so a
-// push of gradient g moves w by -g.
-func startOne(t *testing.T, ctx context.Context) *paramserv.Worker {
+// testCtx is a context that ends with the test, or after a minute,
+// failing the test then: a call that hangs ends with it.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
+	t.Cleanup(func() { deadline.Stop(); cancel() })
+	return ctx
+}
+
+// servePS serves the ps of a job of one ps and one worker on a loopback
+// port until ctx ends, configured by cfg (whose TFConfig and Listen it
+// sets). It returns the worker's TF_CONFIG and the channel ServePS's
+// result comes on.
+func servePS(t *testing.T, ctx context.Context, cfg paramserv.PSConfig) (workerTFConfig string, psDone <-chan error) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen:   func(string) (net.Listener, error) { return lis, nil },
-	})
+	cfg.TFConfig = `{` + cluster + `,"task":{"type":"ps","index":0}}`
+	cfg.Listen = func(string) (net.Listener, error) { return lis, nil }
+	done := make(chan error, 1)
+	go func() { done <- paramserv.ServePS(ctx, cfg) }()
+	return `{` + cluster + `,"task":{"type":"worker","index":0}}`, done
+}
+
+// startOne starts a ps on a loopback port and the chief of a one-worker
+// job with variable w (2 values, starting at 0), the tables given, and SGD
+// at rate 1, so a push of gradient g moves a value by -g.
+func startOne(t *testing.T, ctx context.Context, tables ...paramserv.Table) *paramserv.Worker {
+	t.Helper()
+	tf, _ := servePS(t, ctx, paramserv.PSConfig{})
 	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		TFConfig:  tf,
 		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
+		Tables:    tables,
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
 	}, paramserv.Params{"w": {0, 0}})
 	if err != nil {
@@ -44,10 +64,7 @@ func startOne(t *testing.T, ctx context.Context) *paramserv.Worker {
 // nothing, and does not stop the calls after it; the blocking methods wait
 // for the calls in flight.
 func TestAsyncCallsOverlapInOrder(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
+	ctx := testCtx(t)
 	w := startOne(t, ctx)
 
 	g := paramserv.Params{"w": {1, 2}}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -13,41 +12,17 @@ import (
 	"github.com/paramserv/paramserv"
 )
 
-// startWithTable starts a ps on a loopback port and the chief of a
-// one-worker job with variable w (2 values) and table t (dim 2), SGD at
-// rate 1, so a push of gradient g moves a value by -g.
+// startWithTable is startOne with table t (dim 2).
 func startWithTable(t *testing.T, ctx context.Context) *paramserv.Worker {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen:   func(string) (net.Listener, error) { return lis, nil },
-	})
-	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
-		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
-		Tables:    []paramserv.Table{{Name: "t", Dim: 2}},
-		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
-	}, paramserv.Params{"w": {0, 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
+	return startOne(t, ctx, paramserv.Table{Name: "t", Dim: 2})
 }
 
 // PullTables, as the other blocking calls, runs after the calls in flight:
 // it reads the rows a PushPullRowsAsync started before it pushed (and
 // under -race, it does not run beside that call).
 func TestPullTablesWaitsForCallsInFlight(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
+	ctx := testCtx(t)
 	w := startWithTable(t, ctx)
 	for i := 1; i <= 3; i++ {
 		c := w.PushPullRowsAsync(ctx, w.NewParams(), w.NewParams(), []paramserv.Rows{{Table: "t", Keys: []uint64{7}, Values: []float32{1, 2}}})
@@ -68,10 +43,7 @@ func TestPullTablesWaitsForCallsInFlight(t *testing.T) {
 // saying so, where it waited for the ps to "recover" (RecoveryTimeout, 5
 // minutes by default) before.
 func TestCallsAfterCloseFailAtOnce(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
+	ctx := testCtx(t)
 	w := startWithTable(t, ctx)
 	p := w.NewParams()
 	if _, err := w.PushPull(ctx, w.NewParams(), p); err != nil {
@@ -112,10 +84,7 @@ func TestCallsAfterCloseFailAtOnce(t *testing.T) {
 // A call whose context ended says so through errors.Is, whatever layer
 // noticed first.
 func TestCallErrorsWrapTheContextsError(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
+	ctx := testCtx(t)
 	w := startWithTable(t, ctx)
 	done, stop := context.WithCancel(ctx)
 	stop()
@@ -136,17 +105,9 @@ func TestCallErrorsWrapTheContextsError(t *testing.T) {
 func TestRunRefusesANilModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen:   func(string) (net.Listener, error) { return lis, nil },
-	})
-	err = paramserv.Run(ctx, paramserv.RunConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"worker","index":0}}`, TrainSteps: 5,
+	tf, _ := servePS(t, ctx, paramserv.PSConfig{})
+	err := paramserv.Run(ctx, paramserv.RunConfig{
+		TFConfig: tf, TrainSteps: 5,
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.1},
 		NewModel:  func(paramserv.ModelConfig) (paramserv.Model, error) { return nil, nil },
 	})
@@ -160,24 +121,10 @@ func TestRunRefusesANilModel(t *testing.T) {
 // the chief's check of its initial values spoke first ("has 0 elements,
 // want -2").
 func TestDoneTwiceAndBadShapes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	psDone := make(chan error, 1)
-	go func() {
-		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{
-			TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-			Listen:   func(string) (net.Listener, error) { return lis, nil },
-		})
-	}()
+	ctx := testCtx(t)
+	tf, psDone := servePS(t, ctx, paramserv.PSConfig{})
 	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		TFConfig:  tf,
 		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
 	}, paramserv.Params{"w": {0, 0}})
@@ -210,10 +157,7 @@ func TestDoneTwiceAndBadShapes(t *testing.T) {
 // (SGD at rate 1: a value moves by -g). A synchronous job's Push returns
 // once its step has completed.
 func TestPushAndPushRows(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deadline := time.AfterFunc(time.Minute, func() { cancel(); t.Error("the calls did not end within a minute") })
-	defer deadline.Stop()
+	ctx := testCtx(t)
 	w := startWithTable(t, ctx)
 	p := w.NewParams()
 	step, err := w.Push(ctx, paramserv.Params{"w": {1, 2}})
@@ -252,17 +196,9 @@ func TestPushAndPushRows(t *testing.T) {
 	}
 
 	// Synchronous, one worker: the step completes with its push.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen:   func(string) (net.Listener, error) { return lis, nil },
-	})
+	tf, _ := servePS(t, ctx, paramserv.PSConfig{})
 	sw, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		TFConfig:  tf,
 		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}},
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
 		Sync:      true,

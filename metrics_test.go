@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,22 +20,11 @@ import (
 func TestOwnLoopServesMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	psDone := make(chan error, 1)
-	go func() {
-		psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{
-			TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-			Listen:   func(string) (net.Listener, error) { return lis, nil },
-		})
-	}()
+	tf, psDone := servePS(t, ctx, paramserv.PSConfig{})
 	t.Setenv("PARAMSERV_METRICS_ADDR", "127.0.0.1:0")
 	var logged []string
 	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig:  `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		TFConfig:  tf,
 		Variables: []paramserv.Variable{{Name: "w", Shape: []int{10}}},
 		Tables:    []paramserv.Table{{Name: "emb", Dim: 4}},
 		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.1},
@@ -126,16 +114,8 @@ func TestMetricsOff(t *testing.T) {
 	for _, tc := range []struct{ env, addr string }{{"127.0.0.1:0", "off"}, {"", ""}} {
 		t.Setenv("PARAMSERV_METRICS_ADDR", tc.env)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-		go paramserv.ServePS(ctx, paramserv.PSConfig{
-			TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-			Listen:   func(string) (net.Listener, error) { return lis, nil },
-		})
-		w, err := paramserv.Start(ctx, paramserv.Config{TFConfig: `{` + cluster + `,"task":{"type":"worker","index":0}}`,
+		tf, _ := servePS(t, ctx, paramserv.PSConfig{})
+		w, err := paramserv.Start(ctx, paramserv.Config{TFConfig: tf,
 			Variables: []paramserv.Variable{{Name: "w", Shape: []int{1}}}, Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.1}, MetricsAddr: tc.addr}, paramserv.Params{"w": {0}})
 		if err != nil {
 			t.Fatal(err)

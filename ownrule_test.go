@@ -3,8 +3,6 @@ package paramserv_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -60,18 +58,8 @@ func TestVariableOwnOptimizer(t *testing.T) {
 
 	// serve starts a ps on a loopback port; the cluster's TF_CONFIG for a
 	// worker comes back with the channel its ServePS ends on.
-	serve := func() (string, chan error) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-		done := make(chan error, 1)
-		go func() {
-			done <- paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-				CheckpointDir: cfg.CheckpointDir, Listen: func(string) (net.Listener, error) { return lis, nil }})
-		}()
-		return `{` + cluster + `,"task":{"type":"worker","index":0}}`, done
+	serve := func() (string, <-chan error) {
+		return servePS(t, ctx, paramserv.PSConfig{CheckpointDir: cfg.CheckpointDir})
 	}
 
 	tf, psDone := serve()

@@ -3,8 +3,6 @@ package paramserv_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,16 +16,7 @@ import (
 func TestStartRefusesWhatCannotWork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-	go paramserv.ServePS(ctx, paramserv.PSConfig{
-		TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-		Listen:   func(string) (net.Listener, error) { return lis, nil },
-	})
-	worker := `{` + cluster + `,"task":{"type":"worker","index":0}}`
+	worker, _ := servePS(t, ctx, paramserv.PSConfig{})
 	opt := paramserv.Optimizer{Name: "sgd", LearningRate: 0.1}
 	w, err := paramserv.Start(ctx, paramserv.Config{TFConfig: worker, Optimizer: opt,
 		Variables: []paramserv.Variable{{Name: "w", Shape: []int{2}}}}, paramserv.Params{"w": {1, 2}})
@@ -42,7 +31,7 @@ func TestStartRefusesWhatCannotWork(t *testing.T) {
 	}
 	for _, tc := range []struct{ tf, want string }{
 		{`{"cluster":`, "TF_CONFIG"},
-		{`{` + cluster + `,"task":{"type":"ps","index":0}}`, "a program is a worker"},
+		{strings.Replace(worker, `"type":"worker"`, `"type":"ps"`, 1), "a program is a worker"},
 	} {
 		if _, err := paramserv.Start(ctx, paramserv.Config{TFConfig: tc.tf}, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("TF_CONFIG %s: %v, want an error saying %q", tc.tf, err, tc.want)

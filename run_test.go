@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -124,17 +123,8 @@ func TestRunTrainsASparseModel(t *testing.T) {
 	// newest checkpoint of CheckpointDir, if any) to its end.
 	run := func(cfg paramserv.RunConfig) {
 		t.Helper()
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cluster := fmt.Sprintf(`"cluster":{"ps":[%q],"worker":["127.0.0.1:1"]}`, lis.Addr())
-		psDone := make(chan error, 1)
-		go func() {
-			psDone <- paramserv.ServePS(ctx, paramserv.PSConfig{TFConfig: `{` + cluster + `,"task":{"type":"ps","index":0}}`,
-				CheckpointDir: cfg.CheckpointDir, Listen: func(string) (net.Listener, error) { return lis, nil }})
-		}()
-		cfg.TFConfig = `{` + cluster + `,"task":{"type":"worker","index":0}}`
+		var psDone <-chan error
+		cfg.TFConfig, psDone = servePS(t, ctx, paramserv.PSConfig{CheckpointDir: cfg.CheckpointDir})
 		if err := paramserv.Run(ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
