@@ -380,3 +380,20 @@ func TestStandaloneSignalledExitsNonZero(t *testing.T) {
 		t.Fatalf("output lacks %q:\n%s", want, p.output())
 	}
 }
+
+// A signal stops a load of the data in progress, where the load read to its
+// end first: /dev/zero (one line without end, consumed and never kept)
+// used to be read until the process was killed.
+func TestSignalStopsALoad(t *testing.T) {
+	p := start(t, "standalone", nil, "train", "--standalone", "--model=sparse_lr", "--train_data=/dev/zero", "--num_features=10", "--train_steps=10")
+	p.waitFor(t, "sparse_lr: worker 0 loading training data", time.Minute)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 143 {
+		t.Fatalf("exit %d, want 143", code)
+	}
+	if want := "the read was stopped"; !strings.Contains(p.output(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, p.output())
+	}
+}

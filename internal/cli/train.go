@@ -414,6 +414,7 @@ done, which paramserv local treats as a death by signal and restarts.
 		return 2
 	}
 	defer stopTelemetry()
+	cfg.Data.Stop = ctx.Done() // a signal ends a long load of the data too
 	pm, public := publicModels[f.model]
 	switch {
 	case f.perf.standalone:
@@ -430,18 +431,20 @@ done, which paramserv local treats as a death by signal and restarts.
 	var stopped *trainer.StoppedError
 	var bad *sparse.InputError
 	switch {
-	case errors.As(err, &ce):
-		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
-		return 2
 	case err != nil && errors.As(context.Cause(ctx), &sig):
 		// Stopped from outside before the work was done: a death, exit
-		// 128+signal, which `paramserv local` restarts like a kill.
+		// 128+signal, which `paramserv local` restarts like a kill (also
+		// when the signal cut a load of the data short, which the model
+		// reports as bad input).
 		if errors.As(err, &stopped) {
 			logf("%v; exiting %d", err, sig.ExitCode())
 		} else {
 			logf("%s %d: %v before training finished (%v); exiting %d", cfg.Cluster.Task.Job, cfg.Cluster.Task.Index, sig, err, sig.ExitCode())
 		}
 		return sig.ExitCode()
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
 	case errors.As(err, &bad):
 		// The training files, found bad while streaming them: input to
 		// fix, as when they are found bad while loading them at start.

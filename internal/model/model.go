@@ -101,6 +101,10 @@ type Config struct {
 	// come (sparse_lr: data is "training", "validation" or "test"), as the
 	// model's progress lines say it, for metrics.
 	LoadProgress func(data string, u progress.Update)
+	// Stop, if not nil, is closed when the process is told to stop: a load
+	// of data files in progress gives up (progress.ErrStopped) rather than
+	// read to the end first (sparse_lr).
+	Stop <-chan struct{}
 }
 
 // Table describes a sparse table: rows of Dim float32 keyed by uint64 ids,

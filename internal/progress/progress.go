@@ -15,6 +15,7 @@
 package progress
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -61,6 +62,10 @@ type Meter struct {
 	// QuietIfQuick makes Done log nothing when no line came before (the
 	// read took less than Every), for a caller that logs its own summary.
 	QuietIfQuick bool
+	// Stop, if not nil, ends a read through Reader once it is closed: the
+	// next Read returns ErrStopped (a process told to stop gives up a long
+	// load rather than finish it first).
+	Stop <-chan struct{}
 
 	started     bool
 	start, last time.Time
@@ -181,7 +186,15 @@ type reader struct {
 	m *Meter
 }
 
+// ErrStopped is a Reader's error once the Meter's Stop is closed.
+var ErrStopped = errors.New("progress: the read was stopped (the process was told to stop)")
+
 func (r *reader) Read(p []byte) (int, error) {
+	select {
+	case <-r.m.Stop:
+		return 0, ErrStopped
+	default:
+	}
 	n, err := r.r.Read(p)
 	if n > 0 {
 		r.m.Add(int64(n))

@@ -2,6 +2,7 @@ package progress
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -95,5 +96,24 @@ func TestQuietIfQuick(t *testing.T) {
 	m.Done()
 	if len(lines) != 2 || !strings.HasPrefix(lines[1], "x: done: ") {
 		t.Fatalf("a slow read logged %q, want a progress line and the last line", lines)
+	}
+}
+
+// A read through Reader stops with ErrStopped once Stop is closed, and
+// reads as before while it is open.
+func TestReaderStops(t *testing.T) {
+	stop := make(chan struct{})
+	m := &Meter{Stop: stop}
+	r := m.Reader(strings.NewReader("abcdef"))
+	buf := make([]byte, 3)
+	if n, err := r.Read(buf); n != 3 || err != nil {
+		t.Fatalf("read before Stop: %d, %v", n, err)
+	}
+	close(stop)
+	if n, err := r.Read(buf); n != 0 || !errors.Is(err, ErrStopped) {
+		t.Fatalf("read after Stop: %d, %v; want 0, ErrStopped", n, err)
+	}
+	if m.Bytes() != 3 {
+		t.Errorf("counted %d bytes, want 3", m.Bytes())
 	}
 }

@@ -287,7 +287,7 @@ func resolve(list, dataDir string) ([]string, error) {
 // logging its progress every few seconds and telling cfg.LoadProgress.
 func read(cfg model.Config, data string, paths []string, part sparse.Partition) (*sparse.Dataset, sparse.Stats, error) {
 	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
-	m := &progress.Meter{What: fmt.Sprintf("sparse_lr: worker %d loading %s data", cfg.Worker, data), Logf: cfg.Logf, QuietIfQuick: true}
+	m := &progress.Meter{What: fmt.Sprintf("sparse_lr: worker %d loading %s data", cfg.Worker, data), Logf: cfg.Logf, QuietIfQuick: true, Stop: cfg.Stop}
 	if cfg.LoadProgress != nil {
 		m.Observe = func(u progress.Update) { cfg.LoadProgress(data, u) }
 	}
