@@ -23,7 +23,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Config is one worker's view of the job.
@@ -360,15 +360,9 @@ func (s *Session) checkFinite(grads model.Params, rows []Rows) error {
 	return nil
 }
 
-// firstNonFinite is the index of the first NaN or ±Inf of xs, -1 if none.
-func firstNonFinite(xs []float32) int {
-	for i, x := range xs {
-		if math.Float32bits(x)&0x7f800000 == 0x7f800000 {
-			return i
-		}
-	}
-	return -1
-}
+// firstNonFinite is the index of the first NaN or ±Inf of xs, -1 if none:
+// the ps's own check (vector code on amd64), as it runs on every push.
+var firstNonFinite = wire.FirstNonFinite
 
 // do sends req and waits for its answer, logging every WaitLogEvery while
 // it waits (a synchronous step completes only once enough workers have
