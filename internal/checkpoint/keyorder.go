@@ -62,6 +62,18 @@ func (o *keyOrder) Write(p []byte) (int, error) {
 		}
 		b := p[lo-start : hi-start]
 		for len(b) > 0 {
+			if r.n == 0 && len(b) >= 8 { // whole keys: straight from p
+				for ; len(b) >= 8; b = b[8:] {
+					key := binary.LittleEndian.Uint64(b)
+					if r.row > 0 && key <= r.prev {
+						o.err = errorf(ErrFormat, "table %q: keys not strictly ascending at row %d (%d after %d)", r.table, r.row, key, r.prev)
+						return n, nil
+					}
+					r.prev = key
+					r.row++
+				}
+				continue
+			}
 			c := copy(r.part[r.n:], b)
 			r.n += c
 			b = b[c:]

@@ -26,18 +26,20 @@ func TestKeyOrderPieces(t *testing.T) {
 			}
 			binary.LittleEndian.PutUint64(data[begin+8*i:], k)
 		}
-		o := &keyOrder{ranges: []keyRange{{table: "t", begin: begin, end: begin + 8*n}}}
-		rng := rand.New(rand.NewPCG(1, uint64(c.dup+2)))
-		for b := data; len(b) > 0; {
-			k := min(len(b), 1+rng.IntN(17))
-			o.Write(b[:k])
-			b = b[k:]
-		}
-		switch {
-		case c.want == "" && o.err != nil:
-			t.Errorf("ascending keys: %v", o.err)
-		case c.want != "" && (o.err == nil || !strings.Contains(o.err.Error(), c.want)):
-			t.Errorf("dup at %d: err %v, want %q", c.dup, o.err, c.want)
+		for _, most := range []int{17, 300} { // keys split across pieces; many whole keys a piece
+			o := &keyOrder{ranges: []keyRange{{table: "t", begin: begin, end: begin + 8*n}}}
+			rng := rand.New(rand.NewPCG(1, uint64(c.dup+2)))
+			for b := data; len(b) > 0; {
+				k := min(len(b), 1+rng.IntN(most))
+				o.Write(b[:k])
+				b = b[k:]
+			}
+			switch {
+			case c.want == "" && o.err != nil:
+				t.Errorf("pieces of up to %d bytes, ascending keys: %v", most, o.err)
+			case c.want != "" && (o.err == nil || !strings.Contains(o.err.Error(), c.want)):
+				t.Errorf("pieces of up to %d bytes, dup at %d: err %v, want %q", most, c.dup, o.err, c.want)
+			}
 		}
 	}
 }
