@@ -18,7 +18,7 @@ const MinChunk = 64 << 10
 func ApplyParallel(r Rule, param, grad []float32, state [][]float32, step int64, workers int) {
 	n := len(param)
 	chunks := min(workers, n/MinChunk)
-	if chunks < 2 {
+	if chunks < 2 || !PerCoordinate(r) {
 		r.Update(param, grad, state, step)
 		return
 	}

@@ -42,6 +42,8 @@ func newSGD(cfg Config) (Rule, error) {
 }
 
 func (r *sgd) Name() string    { return "sgd" }
+func (r *sgd) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *sgd) StateSlots() int { return 0 }
 
 func (r *sgd) InitState(state [][]float32) { checkSlots("sgd", 0, state) }
@@ -70,6 +72,8 @@ func newMomentum(cfg Config) (Rule, error) {
 }
 
 func (r *momentum) Name() string    { return "momentum" }
+func (r *momentum) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *momentum) StateSlots() int { return 1 }
 
 func (r *momentum) InitState(state [][]float32) {
@@ -114,6 +118,8 @@ func newAdagrad(cfg Config) (Rule, error) {
 }
 
 func (r *adagrad) Name() string    { return "adagrad" }
+func (r *adagrad) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *adagrad) StateSlots() int { return 1 }
 
 func (r *adagrad) InitState(state [][]float32) {
@@ -149,6 +155,8 @@ func newAdam(cfg Config) (Rule, error) {
 }
 
 func (r *adam) Name() string    { return "adam" }
+func (r *adam) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *adam) StateSlots() int { return 2 }
 
 func (r *adam) InitState(state [][]float32) {
@@ -180,6 +188,7 @@ func (r *adam) Update(param, grad []float32, state [][]float32, step int64) {
 // the paper's beta; state [n, z] (TF's accum and linear).
 type ftrl struct {
 	alpha, beta, l1, l2, init float64
+	shrink                    float64 // l2_shrinkage
 }
 
 func newFTRL(cfg Config) (Rule, error) {
@@ -189,10 +198,14 @@ func newFTRL(cfg Config) (Rule, error) {
 		l1:    cfg.L1,
 		l2:    cfg.L2,
 		init:  orDefault(cfg.InitialAccumulator, 0.1),
+
+		shrink: cfg.L2Shrinkage,
 	}, nil
 }
 
 func (r *ftrl) Name() string    { return "ftrl" }
+func (r *ftrl) withRate(lr float64) Rule { c := *r; c.alpha = lr; return &c }
+
 func (r *ftrl) StateSlots() int { return 2 }
 
 func (r *ftrl) InitState(state [][]float32) {
@@ -207,14 +220,18 @@ func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 	n := state[0][:len(param)]
 	z := state[1][:len(param)]
 	invAlpha := 1 / r.alpha
-	l1, beta, l2x2 := r.l1, r.beta, 2*r.l2
+	l1, beta, l2x2, shrink2 := r.l1, r.beta, 2*r.l2, 2*r.shrink
 	for i, p := range param {
 		gi := float64(g[i])
 		n0 := float64(n[i])
 		n1 := n0 + gi*gi
 		s1 := math.Sqrt(n1)
 		sigma := (s1 - math.Sqrt(n0)) * invAlpha
-		zi := float64(z[i]) + gi - sigma*float64(p)
+		gz := gi // TF's grad_with_shrinkage
+		if shrink2 != 0 {
+			gz += shrink2 * float64(p)
+		}
+		zi := float64(z[i]) + gz - sigma*float64(p)
 		n[i] = float32(n1)
 		z[i] = float32(zi)
 		if math.Abs(zi) <= l1 {
