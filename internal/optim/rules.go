@@ -41,7 +41,7 @@ func newSGD(cfg Config) (Rule, error) {
 	return &sgd{lr: cfg.LearningRate}, nil
 }
 
-func (r *sgd) Name() string    { return "sgd" }
+func (r *sgd) Name() string             { return "sgd" }
 func (r *sgd) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
 
 func (r *sgd) StateSlots() int { return 0 }
@@ -71,7 +71,7 @@ func newMomentum(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *momentum) Name() string    { return "momentum" }
+func (r *momentum) Name() string             { return "momentum" }
 func (r *momentum) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
 
 func (r *momentum) StateSlots() int { return 1 }
@@ -117,7 +117,7 @@ func newAdagrad(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *adagrad) Name() string    { return "adagrad" }
+func (r *adagrad) Name() string             { return "adagrad" }
 func (r *adagrad) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
 
 func (r *adagrad) StateSlots() int { return 1 }
@@ -154,7 +154,7 @@ func newAdam(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *adam) Name() string    { return "adam" }
+func (r *adam) Name() string             { return "adam" }
 func (r *adam) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
 
 func (r *adam) StateSlots() int { return 2 }
@@ -203,7 +203,7 @@ func newFTRL(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *ftrl) Name() string    { return "ftrl" }
+func (r *ftrl) Name() string             { return "ftrl" }
 func (r *ftrl) withRate(lr float64) Rule { c := *r; c.alpha = lr; return &c }
 
 func (r *ftrl) StateSlots() int { return 2 }

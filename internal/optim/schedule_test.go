@@ -83,23 +83,23 @@ func TestScheduleFormulas(t *testing.T) {
 
 func TestScheduleErrors(t *testing.T) {
 	for text, want := range map[string]string{
-		"linear":                                  "unknown kind",
-		"exponential(decay_rate=0.5)":             "missing decay_steps",
-		"exponential(decay_steps=0,decay_rate=1)": "decay_steps = 0, want > 0",
+		"linear":                      "unknown kind",
+		"exponential(decay_rate=0.5)": "missing decay_steps",
+		"exponential(decay_steps=0,decay_rate=1)":                   "decay_steps = 0, want > 0",
 		"exponential(decay_steps=10,decay_rate=0.5,gamma=2)":        "unknown argument \"gamma\"",
 		"exponential(decay_steps=10,decay_steps=10,decay_rate=0.5)": "given twice",
-		"step(step_size=x)":                                         "want a finite number",
-		"step(step_size=-3)":                                        "want a finite number >= 0",
-		"step(step_size=NaN)":                                       "want a finite number",
-		"step(step_size=10":                                         "closing parenthesis",
-		"exponential(decay_steps=10,decay_rate=1,staircase=maybe)":  "want true or false",
-		"piecewise_constant(boundaries=10:20,values=1:2)":           "2 boundaries need 3 values",
-		"piecewise_constant(boundaries=20:10,values=1:2:3)":         "must increase",
-		"multistep(milestones=5:5)":                                 "must increase",
-		"warmup(steps=0)+constant":                                  "want a whole number >= 1",
-		"warmup(steps=1.5)+constant":                                "want a whole number >= 1",
-		"warmup(steps=10,start=2)+constant":                         "want in [0, 1]",
-		"warmup(steps=10)constant":                                  "want warmup(steps=N[,start=F])+KIND",
+		"step(step_size=x)":   "want a finite number",
+		"step(step_size=-3)":  "want a finite number >= 0",
+		"step(step_size=NaN)": "want a finite number",
+		"step(step_size=10":   "closing parenthesis",
+		"exponential(decay_steps=10,decay_rate=1,staircase=maybe)": "want true or false",
+		"piecewise_constant(boundaries=10:20,values=1:2)":          "2 boundaries need 3 values",
+		"piecewise_constant(boundaries=20:10,values=1:2:3)":        "must increase",
+		"multistep(milestones=5:5)":                                "must increase",
+		"warmup(steps=0)+constant":                                 "want a whole number >= 1",
+		"warmup(steps=1.5)+constant":                               "want a whole number >= 1",
+		"warmup(steps=10,start=2)+constant":                        "want in [0, 1]",
+		"warmup(steps=10)constant":                                 "want warmup(steps=N[,start=F])+KIND",
 	} {
 		_, err := ParseSchedule(text)
 		if !errors.Is(err, ErrSchedule) || !strings.Contains(err.Error(), want) {
