@@ -296,7 +296,8 @@ func optimConfig(c *pb.OptimizerConfig) optim.Config {
 	return optim.Config{
 		Name: c.Name, LearningRate: c.LearningRate, Momentum: c.Momentum, Nesterov: c.Nesterov,
 		InitialAccumulator: c.InitialAccumulator, Beta1: c.Beta1, Beta2: c.Beta2, Epsilon: c.Epsilon,
-		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2,
+		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2, L2Shrinkage: c.L2Shrinkage,
+		Rho: c.Rho, Centered: c.Centered, WeightDecay: c.WeightDecay, Schedule: c.Schedule,
 	}
 }
 
@@ -560,6 +561,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		StaleDropped:   st.StaleDropped,
 		AppliedPushes:  st.AppliedPushes,
 		Mode:           st.Mode,
+		LearningRate:   st.LearningRate,
 	}
 	for _, t := range st.Tables {
 		resp.Tables = append(resp.Tables, &pb.TableStatus{
@@ -592,6 +594,19 @@ func (s *Server) details() *pb.StatusResponse {
 		out.Workers = append(out.Workers, a)
 	}
 	return out
+}
+
+// ChangeRate changes the job's learning rate and schedule from the step
+// the request names (the chief sends it to every ps).
+func (s *Server) ChangeRate(_ context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heard(req.Worker)
+	err := s.shard.ChangeRate(optim.RateChange{From: req.FromStep, LearningRate: req.LearningRate, Schedule: req.Schedule})
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.ChangeRateResponse{GlobalStep: s.shard.Step()}, nil
 }
 
 // Done records that a worker has finished.

@@ -38,9 +38,19 @@ func SlotNames(rule string, slots int) []string {
 		"adagrad":  {"adagrad_accum"},
 		"adam":     {"adam_m", "adam_v"},
 		"ftrl":     {"ftrl_n", "ftrl_z"},
+
+		"adagrad_da":       {"adagrad_da_g", "adagrad_da_gg"},
+		"adadelta":         {"adadelta_accum", "adadelta_update"},
+		"rmsprop":          {"rmsprop_ms", "rmsprop_mom", "rmsprop_mg"}, // mg only when centered
+		"proximal_adagrad": {"proximal_adagrad_accum"},
+		"adamw":            {"adamw_m", "adamw_v"},
+		"lamb":             {"lamb_m", "lamb_v"},
 	}
 	if names, ok := known[strings.ToLower(rule)]; ok && len(names) == slots {
 		return names
+	}
+	if names, ok := known[strings.ToLower(rule)]; ok && rule == "rmsprop" && slots == 2 {
+		return names[:2]
 	}
 	names := make([]string, slots)
 	for i := range names {
@@ -310,6 +320,7 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
+		RateChanges:         t.RateChanges,
 	}, t, nil
 }
 
