@@ -28,7 +28,7 @@ func rateLayout() Layout {
 func pushOnes(t *testing.T, s *Shard) {
 	t.Helper()
 	p := &Push{Worker: 0, Step: s.Step(),
-		Dense: []DenseGrad{{Name: []byte("b"), Values: []float32{1}, Bad: Unchecked}, {Name: []byte("own"), Values: []float32{1}, Bad: Unchecked}},
+		Dense:  []DenseGrad{{Name: []byte("b"), Values: []float32{1}, Bad: Unchecked}, {Name: []byte("own"), Values: []float32{1}, Bad: Unchecked}},
 		Sparse: []SparseGrad{{Table: []byte("u"), Keys: []uint64{7}, Values: []float32{1}, Bad: Unchecked}}}
 	if err := s.Check(p); err != nil {
 		t.Fatal(err)
