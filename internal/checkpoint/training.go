@@ -33,10 +33,6 @@ type Training struct {
 	// under "var_optimizers" (a JSON object), absent when empty, so a
 	// checkpoint without per-variable rules is written as before.
 	VarOptimizers map[string]*optim.Config
-	// RateChanges are the chief's changes of the job's learning rate and
-	// schedule while training, in Meta under "rate_changes" (a JSON array),
-	// absent when there are none.
-	RateChanges []optim.RateChange
 }
 
 // TableSpec is a sparse table's specification as manifests record it.
@@ -61,7 +57,6 @@ const (
 	metaSyncProceed  = "sync_proceed"
 	metaTables       = "tables"
 	metaVarOptims    = "var_optimizers"
-	metaRateChanges  = "rate_changes"
 )
 
 // Training reads the manifest's training record. A field a manifest lacks
@@ -122,11 +117,6 @@ func (m Manifest) Training() (Training, error) {
 			}
 		}
 	}
-	if s := m.Meta[metaRateChanges]; s != "" {
-		if err := json.Unmarshal([]byte(s), &t.RateChanges); err != nil {
-			return Training{}, fmt.Errorf("checkpoint of step %d: meta %s: %w", m.Step, metaRateChanges, err)
-		}
-	}
 	return t, nil
 }
 
@@ -152,14 +142,6 @@ func (m *Manifest) SetTraining(t Training) error {
 			return err
 		}
 		m.Meta[metaTables] = string(b)
-	}
-	delete(m.Meta, metaRateChanges)
-	if len(t.RateChanges) > 0 {
-		b, err := json.Marshal(t.RateChanges)
-		if err != nil {
-			return err
-		}
-		m.Meta[metaRateChanges] = string(b)
 	}
 	delete(m.Meta, metaVarOptims)
 	if len(t.VarOptimizers) > 0 {

@@ -445,6 +445,27 @@ func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, gra
 	return err
 }
 
+// ChangeRate changes the job's learning rate and schedule on every ps from
+// global step ch.From on (variables and tables with their own rule keep
+// theirs). Only the chief may; name a step ahead of every ps's so that all
+// switch at the same step. The change is logged here and on each ps, and
+// the ps keep it in their checkpoints.
+func (s *Session) ChangeRate(ctx context.Context, ch optim.RateChange) error {
+	if s.worker != 0 {
+		return fmt.Errorf("session: worker %d: ChangeRate: only the chief (worker 0) changes the learning rate", s.worker)
+	}
+	at, err := s.c.ChangeRate(ctx, ch)
+	if err != nil {
+		return fmt.Errorf("session: worker %d: rate change: %w", s.worker, err)
+	}
+	late := ""
+	if at > ch.From {
+		late = fmt.Sprintf(" (a ps was already at step %d: it switched at its next update)", at)
+	}
+	s.cfg.Logf("learning rate %v, schedule %q, from global step %d%s", ch.LearningRate, ch.Schedule, ch.From, late)
+	return nil
+}
+
 // Done ends this worker's training: the chief saves the final checkpoint,
 // then every ps is told this worker has finished.
 func (s *Session) Done(ctx context.Context) error {

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -29,6 +30,11 @@ import (
 // and in the shard's metadata "updates/<var>" holds a variable's update count.
 // Variables split across ps are stored under their own name on each shard,
 // with the rows each holds recorded in the manifest.
+
+// metaRateChanges is the shard Meta key of the chief's rate changes (a JSON
+// array of optim.RateChange), absent when there are none: every ps holds
+// the same, and a delta's replaces its parent's.
+const metaRateChanges = "rate_changes"
 
 // SlotNames names the state slots of a rule, in the order of its state
 // vectors, as checkpoints store them.
@@ -89,7 +95,8 @@ type Cut struct {
 	// since the parent, tables only their changed rows and deleted keys.
 	delta   bool
 	parent  int64
-	updates map[string]int64 // every variable's update count
+	updates map[string]int64   // every variable's update count
+	rates   []optim.RateChange // the chief's rate changes (Layout.RateChanges)
 
 	built *checkpoint.Shard // Shard's result
 }
@@ -160,7 +167,7 @@ func (z CutSize) Alloc() *CutMem {
 // CutSize); m may be nil, and must not be used again.
 func (s *Shard) CutIn(m *CutMem) *Cut {
 	st := s.st
-	c := &Cut{step: st.tracker.Step()}
+	c := &Cut{step: st.tracker.Step(), rates: slices.Clone(st.layout.RateChanges)}
 	for _, v := range st.order {
 		cv := cutVar{name: baseName(v.name), shape: v.shape, value: slices.Clone(v.value), updates: v.updates,
 			slots: SlotNames(v.rule.Name(), v.rule.StateSlots())}
@@ -227,6 +234,13 @@ func (c *Cut) shard() checkpoint.Shard { return c.build(false) }
 // as they are written where stream is set.
 func (c *Cut) build(stream bool) checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
+	if len(c.rates) > 0 {
+		b, err := json.Marshal(c.rates)
+		if err != nil {
+			panic(fmt.Sprintf("shard: rate changes %+v: %v", c.rates, err)) // plain numbers and strings
+		}
+		sh.Meta[metaRateChanges] = string(b)
+	}
 	for name, n := range c.updates {
 		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)
 	}
@@ -320,7 +334,6 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
-		RateChanges:         t.RateChanges,
 	}, t, nil
 }
 
@@ -427,6 +440,13 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			shards[k] = sh
 		}
 		return shards[k], nil
+	}
+	// The chief's rate changes, the same in every shard: this ps's own
+	// (read below in any case), or the first when re-sharding.
+	if sh, err := cached(min(task, len(shards)-1)); err == nil && sh.Meta[metaRateChanges] != "" {
+		if err := json.Unmarshal([]byte(sh.Meta[metaRateChanges]), &l.RateChanges); err != nil {
+			return nil, fmt.Errorf("checkpoint of step %d: meta %s: %w", m.Step, metaRateChanges, err)
+		}
 	}
 	// full assembles a tensor of variable v (its value or a slot) from the
 	// parts of every shard holding it, in row order.

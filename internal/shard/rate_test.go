@@ -87,8 +87,8 @@ func TestScheduleAndChangeRate(t *testing.T) {
 	}
 }
 
-// A checkpoint keeps the schedule and the chief's rate changes (in the
-// manifest) and every rule's state (in the shard): training on from the
+// A checkpoint keeps the schedule (in the manifest's rule), the chief's
+// rate changes and every rule's state (in the shard): training on from the
 // restore gives, bit for bit, what training on without it gives, for every
 // rule the ps knows.
 func TestRatesAndEveryRuleCheckpointRoundTrip(t *testing.T) {
@@ -108,7 +108,7 @@ func TestRatesAndEveryRuleCheckpointRoundTrip(t *testing.T) {
 		sh := s.Snapshot()
 		m := checkpoint.Manifest{FormatVersion: checkpoint.FormatVersion, Step: sh.Step, NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{{}}}
 		if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: l.Optimizer, Tables: l.Tables,
-			VarOptimizers: map[string]*optim.Config{"own": l.Vars[1].Optimizer}, RateChanges: s.Layout().RateChanges}); err != nil {
+			VarOptimizers: map[string]*optim.Config{"own": l.Vars[1].Optimizer}}); err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range l.Vars {

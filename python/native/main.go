@@ -791,6 +791,25 @@ func ps_push_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 	return 0
 }
 
+// ps_change_rate changes the job's learning rate and schedule on every ps
+// from global step from on (the chief only).
+//
+//export ps_change_rate
+func ps_change_rate(hd C.int64_t, from C.int64_t, lr C.double, schedule *C.char) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(callCtx(), 30*time.Second)
+	defer cancel()
+	ch := optim.RateChange{From: int64(from), LearningRate: float64(lr), Schedule: C.GoString(schedule)}
+	if err := h.s.ChangeRate(ctx, ch); err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
 // ps_done tells every ps this worker has finished.
 //
 //export ps_done

@@ -91,6 +91,7 @@ def _load():
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
+            "ps_change_rate": (i32, [i64, i64, ctypes.c_double, ctypes.c_char_p]),
             "ps_close": (i32, [i64]),
             "ps_watch_interrupts": (i32, [i32]),
         }
@@ -176,9 +177,10 @@ def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
 
 # The keys optimizer_options and table_options[name] take (the JSON fields
 # of the Go side's optimizer and table).
-_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "ftrl")
+_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "adamw", "rmsprop",
+               "ftrl", "proximal_sgd", "proximal_adagrad", "lamb")
 _OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
-                      "ftrl_beta", "l1", "l2")
+                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "rho", "centered", "weight_decay", "schedule")
 _TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps")
 
 
@@ -251,7 +253,10 @@ class Client:
         """Checks the declaration and reads the cluster; connects nothing yet.
 
         ``optimizer_options`` adds the rule's other hyper-parameters (momentum,
-        beta1, beta2, epsilon, l1, l2, ...); ``table_options[name]`` a table's
+        beta1, beta2, epsilon, l1, l2, rho, weight_decay, ...) and its
+        learning-rate ``schedule`` on the global step (e.g.
+        ``"warmup(steps=500)+step(step_size=1000,gamma=0.7)"``; every rule,
+        option and schedule is in docs/OPTIMIZERS.md); ``table_options[name]`` a table's
         init ("zeros" or "normal"), init_stddev, seed, min_count and
         evict_after_steps. With ``checkpoint_dir`` (the directory every ps
         was started with as --checkpoint_dir) the chief saves a checkpoint
@@ -696,6 +701,25 @@ class Client:
         if not isinstance(examples, (int, np.integer)) or isinstance(examples, bool) or examples < 0:
             raise ValueError(f"paramserv: report_loss: examples {examples!r}: want an int >= 0")
         self._lib.ps_report_loss(self._h, loss, int(examples))
+
+    def change_rate(self, from_step: int, learning_rate: float, schedule: str = "") -> None:
+        """Changes the job's learning rate and schedule on every ps from global
+        step ``from_step`` on (the chief only): the updates applied at that
+        step and after use ``learning_rate`` under ``schedule`` (the syntax of
+        ``optimizer_options["schedule"]``, docs/OPTIMIZERS.md; "" is constant),
+        evaluated on the global step. Name a step ahead of the ps's
+        (``step + a few``) so that every ps switches at the same one.
+        Variables and tables with their own rule keep theirs."""
+        self._need_started()
+        if not _is_int(from_step) or from_step < 0:
+            raise ValueError(f"paramserv: change_rate: from_step {from_step!r}: want an int >= 0")
+        if not _is_number(learning_rate):
+            raise ValueError(f"paramserv: change_rate: learning_rate {learning_rate!r}: want a number")
+        if not isinstance(schedule, str):
+            raise ValueError(f"paramserv: change_rate: schedule {schedule!r}: want a str")
+        with self._lock:
+            if self._lib.ps_change_rate(self._h, int(from_step), float(learning_rate), schedule.encode()) != 0:
+                self._raise()
 
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every
