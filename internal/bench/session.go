@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,6 +163,9 @@ type SessionConfig struct {
 	// NoKeyCache sends the sparse keys in full every call
 	// (client.Options.NoKeyCache), to compare with systems that cache none.
 	NoKeyCache bool
+	// Optimizer is the update rule the ps apply; the zero value is sgd at
+	// rate 1.
+	Optimizer optim.Config
 }
 
 // startupTimeout bounds the wait for the ps to answer and be initialised.
@@ -223,7 +227,7 @@ func Open(ctx context.Context, cfg SessionConfig, c Case) (s *Session, err error
 		return nil, err
 	}
 	if _, err := chief.Init(ctx, model.NewParams(vars), client.InitOptions{
-		Optimizer:  optim.Config{Name: "sgd", LearningRate: 1},
+		Optimizer:  cmp.Or(cfg.Optimizer, optim.Config{Name: "sgd", LearningRate: 1}),
 		NumWorkers: cfg.NumWorkers,
 	}); err != nil {
 		return nil, fmt.Errorf("bench: initialising the ps: %w", err)

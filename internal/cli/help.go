@@ -214,8 +214,8 @@ func flagSynopsis(fl *flag.Flag) string {
 
 func flagDescription(fl *flag.Flag) string {
 	usage := fl.Usage
-	if d := modelDefaults(fl.Name); d != "" {
-		return usage + " (" + d + ")"
+	if d := modelDefaults(fl.Name); d != "" && (fl.DefValue == "" || fl.DefValue == "0") {
+		return usage + " (" + d + ")" // a zero that means the model's (not bench's own default)
 	}
 	if strings.Contains(usage, "default") {
 		return usage
