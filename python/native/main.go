@@ -57,17 +57,19 @@ type jsonConfig struct {
 	// TFConfigSource names where TFConfig came from, for messages.
 	TFConfigSource string `json:"tf_config_source"`
 	Variables      []struct {
-		Name  string `json:"name"`
-		Shape []int  `json:"shape"`
+		Name      string        `json:"name"`
+		Shape     []int         `json:"shape"`
+		Optimizer *optim.Config `json:"optimizer"` // its own rule; nil: the job's
 	} `json:"variables"`
 	Tables []struct {
-		Name            string  `json:"name"`
-		Dim             int     `json:"dim"`
-		Init            string  `json:"init"`
-		InitStddev      float64 `json:"init_stddev"`
-		Seed            uint64  `json:"seed"`
-		MinCount        int64   `json:"min_count"`
-		EvictAfterSteps int64   `json:"evict_after_steps"`
+		Name            string        `json:"name"`
+		Dim             int           `json:"dim"`
+		Init            string        `json:"init"`
+		InitStddev      float64       `json:"init_stddev"`
+		Seed            uint64        `json:"seed"`
+		MinCount        int64         `json:"min_count"`
+		EvictAfterSteps int64         `json:"evict_after_steps"`
+		Optimizer       *optim.Config `json:"optimizer"` // its own rule; nil: the job's
 	} `json:"tables"`
 	Optimizer           optim.Config `json:"optimizer"`
 	Sync                bool         `json:"sync"`
@@ -186,11 +188,11 @@ func parseConfig(text string) (session.Config, error) {
 	}
 	cfg.Dial = auth.Dialer(cfg.Dial)
 	for _, v := range jc.Variables {
-		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
+		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape, Optimizer: v.Optimizer})
 	}
 	for _, t := range jc.Tables {
 		cfg.Tables = append(cfg.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer})
 	}
 	if !jc.Quiet {
 		logger := log.New(os.Stderr, fmt.Sprintf("paramserv worker %d: ", cl.Task.Index), log.LstdFlags)

@@ -181,7 +181,24 @@ _OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "
                "ftrl", "proximal_sgd", "proximal_adagrad", "lamb")
 _OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
                       "ftrl_beta", "l1", "l2", "l2_shrinkage", "rho", "centered", "weight_decay", "schedule")
-_TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps")
+_TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps", "optimizer")
+_VARIABLE_OPTIONS = ("optimizer",)
+
+
+def _own_optimizer(what: str, o: Any) -> dict:
+    """Checks a variable's or table's own rule: a dict with "name",
+    "learning_rate" and optimizer_options' keys; returns it as sent."""
+    if not isinstance(o, Mapping):
+        raise ValueError(f"paramserv: {what}: got {type(o).__name__}, want a dict with name, learning_rate and options")
+    if o.get("name") not in _OPTIMIZERS:
+        raise ValueError(f"paramserv: {what}: name {o.get('name')!r}: want one of {', '.join(_OPTIMIZERS)}")
+    lr = o.get("learning_rate")
+    if not _is_number(lr) or not lr > 0 or not math.isfinite(lr):
+        raise ValueError(f"paramserv: {what}: learning_rate {lr!r}: want a finite number > 0")
+    unknown = [k for k in o if k not in ("name", "learning_rate") + _OPTIMIZER_OPTIONS]
+    if unknown:
+        raise ValueError(f"paramserv: {what} {unknown}: unknown; want name, learning_rate and some of {', '.join(_OPTIMIZER_OPTIONS)}")
+    return dict(o)
 
 
 def _check_array(what: str, a: Any, shape: Tuple[int, ...], writable: bool) -> np.ndarray:
@@ -237,6 +254,7 @@ class Client:
         split_bytes: int = 0,
         optimizer_options: Optional[Mapping[str, Any]] = None,
         table_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        variable_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         startup_timeout: float = 300.0,
         recovery_timeout: float = 300.0,
         checkpoint_dir: Optional[str] = None,
@@ -258,7 +276,10 @@ class Client:
         ``"warmup(steps=500)+step(step_size=1000,gamma=0.7)"``; every rule,
         option and schedule is in docs/OPTIMIZERS.md); ``table_options[name]`` a table's
         init ("zeros" or "normal"), init_stddev, seed, min_count and
-        evict_after_steps. With ``checkpoint_dir`` (the directory every ps
+        evict_after_steps, and its own rule: ``"optimizer": {"name": "adagrad",
+        "learning_rate": 0.05, ...}`` (the keys of optimizer_options);
+        ``variable_options[name]`` a variable's own rule the same way
+        (embeddings on Adagrad, dense layers on Adam). With ``checkpoint_dir`` (the directory every ps
         was started with as --checkpoint_dir) the chief saves a checkpoint
         every ``save_steps`` global steps and/or ``save_secs`` seconds (600 s
         if neither is given) and at done(); after a ps restarts, every
@@ -308,6 +329,16 @@ class Client:
             unknown = [k for k in (opts or {}) if k not in _TABLE_OPTIONS]
             if unknown:
                 raise ValueError(f"paramserv: table_options[{name!r}] {unknown}: unknown; want some of {', '.join(_TABLE_OPTIONS)}")
+            if "optimizer" in (opts or {}):
+                _own_optimizer(f"table_options[{name!r}]['optimizer']", opts["optimizer"])
+        for name, opts in (variable_options or {}).items():
+            if name not in self._shapes:
+                raise ValueError(f"paramserv: variable_options[{name!r}]: no such variable; the variables are {list(self._shapes)}")
+            unknown = [k for k in (opts or {}) if k not in _VARIABLE_OPTIONS]
+            if unknown:
+                raise ValueError(f"paramserv: variable_options[{name!r}] {unknown}: unknown; want some of {', '.join(_VARIABLE_OPTIONS)}")
+            if "optimizer" in (opts or {}):
+                _own_optimizer(f"variable_options[{name!r}]['optimizer']", opts["optimizer"])
         if replicas_to_aggregate is not None and (not _is_int(replicas_to_aggregate) or replicas_to_aggregate < 1):
             raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate!r}: want an int >= 1 or None")
         for what, val in (("max_staleness", max_staleness), ("split_bytes", split_bytes), ("save_steps", save_steps)):
@@ -331,7 +362,8 @@ class Client:
         cfg = {
             "tf_config": tf_config or "",
             "tf_config_source": source,
-            "variables": [{"name": n, "shape": list(s)} for n, s in self._shapes.items()],
+            "variables": [dict({"name": n, "shape": list(s)}, **dict((variable_options or {}).get(n, {})))
+                          for n, s in self._shapes.items()],
             "tables": [dict({"name": n, "dim": d}, **dict((table_options or {}).get(n, {})))
                        for n, d in self._dims.items()],
             "optimizer": opt,
