@@ -23,6 +23,13 @@ const (
 	// pulls (FlagDenseIncremental, docs/WIRE.md). A ps that refuses it is
 	// asked for DataVersionIncremental, then DataVersion.
 	DataVersionDenseIncremental = 3
+	// DataVersionKinds is version 3 whose error replies carry an
+	// ErrorKind, the shard's error kinds as they are, where versions 1 to
+	// 3 carry a gRPC status code (LegacyCode). A worker of this version
+	// asks for it, and sends its pushes and pulls by gRPC to a ps that
+	// refuses it (an older one); a ps of this version still serves
+	// versions 1 to 3 to older workers, with status codes.
+	DataVersionKinds = 4
 	// PrefaceLen is the client preface: magic, u16 version, then zeros. It
 	// is as long as HTTP/2's, so that a ps that only speaks gRPC reads all
 	// of it, sees a bad preface and closes the connection at once (the
@@ -122,7 +129,7 @@ type DenseHeld struct {
 
 // Reply header flags.
 const (
-	flagError   = 1 // the body is a status code and a message
+	flagError   = 1 // the body is an error kind (or status code) and a message
 	flagDropped = 2 // the push was dropped (stale or duplicate)
 )
 
