@@ -142,12 +142,17 @@ func (s *Server) releaseLeases(dc *dataConn) {
 // and message.
 func (dc *dataConn) errorReply(err error) {
 	dc.reply.Reset(wire.RepHeaderLen)
-	dc.reply.ErrorBody(kindOf(err), dc.version, err.Error())
+	kind, msg := kindOf(err), err.Error()
+	if k, m, ok := kindOfStatus(err); ok && kind == k {
+		msg = m // without gRPC's "rpc error: code = ... desc = "
+	}
+	dc.reply.ErrorBody(kind, dc.version, msg)
 	dc.reply.Reply(wire.RepHeader{Err: true})
 }
 
 // kindOf is the wire's kind of an error of the ps: a shard error's own
-// kind, the ps stopping, a malformed frame, or else Internal.
+// kind, the ps stopping, a malformed frame, the kind a gRPC status stands
+// for, or else Internal.
 func kindOf(err error) wire.ErrorKind {
 	var fe *wire.FrameError
 	var se *stoppingError
@@ -159,6 +164,11 @@ func kindOf(err error) wire.ErrorKind {
 	}
 	if k := shard.KindOf(err); k != 0 {
 		return wire.ErrorKind(k)
+	}
+	if k, _, ok := kindOfStatus(err); ok {
+		// An answer of the replicated service (Config.Replicated), which
+		// speaks gRPC.
+		return k
 	}
 	return wire.KindInternal
 }

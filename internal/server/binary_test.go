@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -463,5 +464,33 @@ func TestDataPathErrorCodesForOlderWorkers(t *testing.T) {
 	}
 	if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloBadVersion {
 		t.Fatalf("hello to version %d: %+v, %v; want a refusal", wire.DataVersionKinds+1, h, err)
+	}
+}
+
+// fakeReplicated is a replicated service that refuses every push with
+// err, as a copy without a majority does.
+type fakeReplicated struct{ err error }
+
+func (f fakeReplicated) ReplicatedPush(context.Context, *pb.PushRequest) (*pb.PushResponse, error) {
+	return nil, f.err
+}
+func (f fakeReplicated) ReplicatedServing(context.Context) error { return nil }
+func (f fakeReplicated) ReplicatedPulled(context.Context, int32, int64, []PulledRows) error {
+	return nil
+}
+
+// The replicated service answers with gRPC statuses; the data path gives
+// a worker their kinds (Unavailable: wait for the ps), with the status's
+// message, and an older worker the same code.
+func TestDataPathReplicatedErrorKinds(t *testing.T) {
+	s := New(Config{NumWorkers: 1, Replicated: fakeReplicated{status.Error(codes.Unavailable, "shard 0: replicating: no majority")}})
+	addr := serveTCP(t, s)
+	initDense(t, s, false, 1)
+	push := func(f *wire.Frame) { f.Dense("b", []float32{1}) }
+	if r := dialRaw(t, addr).do(wire.ReqHeader{Op: wire.OpPush}, push); r.kind != wire.KindUnavailable || r.msg != "shard 0: replicating: no majority" {
+		t.Errorf("push: %v %q, want unavailable with the status's message", r.kind, r.msg)
+	}
+	if r := dialRawVersion(t, addr, wire.DataVersion).do(wire.ReqHeader{Op: wire.OpPush}, push); r.code != codes.Unavailable {
+		t.Errorf("push of an older worker: %v %q, want Unavailable", r.code, r.msg)
 	}
 }

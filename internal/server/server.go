@@ -185,6 +185,24 @@ func statusOf(err error) error {
 	return st.Err()
 }
 
+// kindOfStatus is the kind of the ps's error that a gRPC status error
+// stands for (statusOf's inverse) and the status's message, and whether
+// err carries a status.
+func kindOfStatus(err error) (wire.ErrorKind, string, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, "", false
+	}
+	if st.Code() == codes.FailedPrecondition {
+		for _, d := range st.Details() {
+			if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
+				return wire.KindConflict, st.Message(), true
+			}
+		}
+	}
+	return wire.KindOfGRPCCode(uint32(st.Code())), st.Message(), true
+}
+
 // notify wakes every pull waiting on the shard if its version changed.
 // Call with mu held, after every call that may change the shard.
 func (s *Server) notify() {
