@@ -133,6 +133,9 @@ func TestVersionRefusal(t *testing.T) {
 	if err := call(nil, refusal.Err()); !errors.Is(err, ErrVersion) || Retryable(err) {
 		t.Errorf("refusal with the detail: %v, want ErrVersion", err)
 	}
+	if err := call(metadata.Pairs(version.Header, "999"), refusal.Err()); !errors.Is(err, ErrVersion) || err.Error() != msg {
+		t.Errorf("refusal by a ps of protocol 999: %v, want ErrVersion with the ps's message (it names both versions)", err)
+	}
 	if err := call(metadata.Pairs(version.Header, "999"), nil); !errors.Is(err, ErrVersion) {
 		t.Errorf("answer of a ps of protocol 999: %v, want ErrVersion", err)
 	}

@@ -120,11 +120,12 @@ func versionCheck() grpc.UnaryClientInterceptor {
 		ctx = metadata.AppendToOutgoingContext(ctx, pairs...)
 		var hdr metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&hdr))...)
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && hasReason(st, wire.ReasonVersionMismatch) {
+			// The ps's refusal, which names both versions as it sees them.
+			return withKind(ErrVersion, errors.New(st.Message()))
+		}
 		if e := version.Mismatch("this worker", "the ps", first(hdr.Get(version.Header)), first(hdr.Get(version.SoftwareHeader))); e != nil {
 			return withKind(ErrVersion, e)
-		}
-		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && hasReason(st, wire.ReasonVersionMismatch) {
-			return withKind(ErrVersion, errors.New(st.Message()))
 		}
 		return err
 	}
