@@ -281,13 +281,21 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	if !already {
 		st := s.shard.Status()
 		s.cfg.Logf("initialised by worker %d: %d variables, %d sparse tables, optimizer %s, %s, global step %d",
-			req.Worker, len(l.Vars), len(l.Tables), s.shard.Layout().Optimizer.Name, describeMode(l), st.GlobalStep)
+			req.Worker, len(l.Vars), len(l.Tables), describeRule(s.shard.Layout().Optimizer), describeMode(l), st.GlobalStep)
 		// The request's initial values (as large as the model, and copied
 		// by gRPC and protobuf on the way in) are garbage now: give their
 		// memory back rather than leave it in the ps's resident set.
 		debug.FreeOSMemory()
 	}
 	return &pb.InitResponse{AlreadyInitialized: already, GlobalStep: s.shard.Step()}, nil
+}
+
+// describeRule is the job's rule for the log: its name, rate and schedule.
+func describeRule(c optim.Config) string {
+	if c.Schedule == "" {
+		return fmt.Sprintf("%s at rate %v", c.Name, c.LearningRate)
+	}
+	return fmt.Sprintf("%s at rate %v, schedule %s", c.Name, c.LearningRate, c.Schedule)
 }
 
 func describeMode(l shard.Layout) string {
