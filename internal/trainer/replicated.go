@@ -18,7 +18,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/replica"
-	"github.com/paramserv/paramserv/internal/replicate"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -95,7 +95,7 @@ type replicatedCopy struct {
 	*server.Server
 	shard   int
 	me      int // this ps
-	host    *replicate.Host
+	host    *replication.Host
 	timeout time.Duration
 	applier *applier   // applies the log's entries to the copy, off the host's lock
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
@@ -523,7 +523,7 @@ func (in *incarnations) newEpoch(e uint64) {
 
 // runReplicatedPS is RunPS with --replicas > 1: this ps serves its own
 // shard and a copy of each of the Replicas-1 shards before it, each at
-// its own address, and replicates through a replicate.Host. A ps that
+// its own address, and replicates through a replication.Host. A ps that
 // learns it was removed exits (status 1); `paramserv local` restarts no
 // ps under --replicas, since a restarted ps would not be let back in
 // (re-replication is not built).
@@ -589,7 +589,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	removed := make(chan struct{})
 	var removedOnce sync.Once
 	joining := make(chan struct{}, 1)
-	host, err := replicate.Start(replicate.Config{
+	host, err := replication.Start(replication.Config{
 		Config: replica.Config{ID: me, N: n, R: rc.Replicas, Timeout: rc.FailoverTimeout},
 		Addrs:  replAddrs, Listener: replLis, Dial: cfg.Dial,
 		Apply: func(e replica.Entry) {

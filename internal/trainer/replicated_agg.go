@@ -17,7 +17,7 @@ import (
 
 // Replication after aggregation (docs/REPLICATION.md): in synchronous mode
 // the primary applies each worker's push to its own copy and holds it
-// (replicate.Host.Hold); when the step completes, the shard hands out the
+// (replication.Host.Hold); when the step completes, the shard hands out the
 // step's averaged gradients (server.Config.Aggregated) and the primary logs
 // them as one entry covering the step's pushes (Host.Aggregate). A backup
 // applies that entry with Server.ApplyAggregate: one update per step and

@@ -1,4 +1,4 @@
-package replicate
+package replication
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package replicate is the goroutine shell around a replica.Node: the part
+// Package replication is the goroutine shell around a replica.Node: the part
 // of a ps that ticks the node on a real clock, carries its messages to the
 // other ps over connections (TCP, or memnet in tests) in the wire form of
 // replica.Message, applies its entries through a callback, and blocks a
@@ -15,7 +15,7 @@
 // peer has a sender goroutine (dialling on demand, dropping what it cannot
 // send: the protocol sends again) and each accepted connection a reader
 // goroutine. Close stops them all.
-package replicate
+package replication
 
 import (
 	"bufio"
