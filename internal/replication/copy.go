@@ -22,6 +22,7 @@ import (
 const (
 	initClient = 1 << 20
 	doneClient = 2 << 20
+	rateClient = 3 << 20
 )
 
 // shardCopy is one ps's copy of one shard, served at its own address:
@@ -221,6 +222,19 @@ func (c *shardCopy) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResp
 		return nil, err
 	}
 	return resp.(*pb.InitResponse), nil
+}
+
+// ChangeRate is logged, so that every copy of the shard switches its rate
+// at the same step.
+func (c *shardCopy) ChangeRate(ctx context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+	resp, err := c.propose(ctx, timeID(rateClient+int(req.Worker)), req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil { // applied before
+		return &pb.ChangeRateResponse{}, nil
+	}
+	return resp.(*pb.ChangeRateResponse), nil
 }
 
 func (c *shardCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
