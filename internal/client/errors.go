@@ -37,9 +37,16 @@ type LayoutError struct {
 	Addr       string
 	Have, Want string
 	Detail     string // what disagreed first, if known
+	// Flag, if set, is the training flag (or "initial values") in which
+	// the Init differed from the model the ps hold, Detail the ps's
+	// account of it; Have and Want are then empty.
+	Flag string
 }
 
 func (e *LayoutError) Error() string {
+	if e.Flag != "" {
+		return e.Detail
+	}
 	// The error that wraps it names the ps (ps 0 at host:port: ...).
 	detail := ""
 	if e.Detail != "" {
@@ -94,7 +101,10 @@ func (c *Client) classify(i int, err error) error {
 		// A repeated Init with another layout (the ps restored or was given
 		// another model): the shard's Conflict, marked by the server's
 		// ErrorInfo detail (server.statusOf).
-		if layoutConflict(st) {
+		if ok, flag := layoutConflict(st); ok {
+			if flag != "" {
+				return &LayoutError{PS: i, Addr: c.addrs[i], Detail: st.Message(), Flag: flag}
+			}
 			return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + st.Message() + ")", Want: c.layoutOf(i)}
 		}
 		return withKind(ErrNotReady, err)
@@ -122,12 +132,12 @@ func (c *Client) layoutOf(i int) string {
 }
 
 // layoutConflict reports whether st carries the server's detail for a
-// layout conflict.
-func layoutConflict(st *status.Status) bool {
+// layout conflict, and the training flag it is about, if one.
+func layoutConflict(st *status.Status) (ok bool, flag string) {
 	for _, d := range st.Details() {
 		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
-			return true
+			return true, ei.Metadata["flag"]
 		}
 	}
-	return false
+	return false, ""
 }

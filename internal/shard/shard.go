@@ -142,6 +142,7 @@ type Shard struct {
 	rejected     int64     // pushes refused as malformed
 	done         map[int]bool
 	scratch      [][]float32 // state slot views of a streamed update
+	trial        trial       // scratch of checkResult
 	aggBuf       [][]float32 // the averaged gradients handed to Config.Aggregated
 }
 
@@ -252,6 +253,9 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 	if s.st != nil {
 		if err := sameLayout(s.st.layout, l); err != nil {
 			return false, errorf(Conflict, "ps %d is already initialised with a different layout: %v", s.cfg.Task, err)
+		}
+		if err := s.again(l, values); err != nil {
+			return false, err
 		}
 		return true, nil
 	}
