@@ -2,7 +2,9 @@ package shard
 
 import (
 	"fmt"
+	"sync/atomic"
 
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -25,6 +27,16 @@ type trial struct {
 // overflow: 3e38 pushed repeatedly drives a value to -Inf). The shard's
 // values and state are only read.
 func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
+	// The trial is spread over the cores as the update is (Config.Update);
+	// only when it finds a value not finite is it run again here, to say
+	// which.
+	s.trialRule.Rule = v.rule
+	s.trialRule.bad.Store(false)
+	s.cfg.Update(&s.trialRule, v.value, grad, v.state, step)
+	s.trialRule.Rule = nil
+	if !s.trialRule.bad.Load() {
+		return nil
+	}
 	tr := &s.trial
 	if tr.value == nil {
 		tr.value = make([]float32, trialChunk)
@@ -55,5 +67,42 @@ func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
 			}
 		}
 	}
-	return nil
+
+	return fmt.Errorf("variable %q: the update would not be finite; refused whole, nothing changed", v.name)
+}
+
+// trialRule updates copies of what it is given, a chunk at a time, and
+// records whether any value or state would not be finite; it changes
+// nothing. Config.Update may run it on several goroutines at once, over
+// parts of one variable.
+type trialRule struct {
+	optim.Rule
+	bad atomic.Bool
+}
+
+func (t *trialRule) Update(param, grad []float32, state [][]float32, step int64) {
+	chunk := min(len(param), trialChunk)
+	buf := make([]float32, chunk*(1+len(state)))
+	views := make([][]float32, len(state))
+	for lo := 0; lo < len(param); lo += chunk {
+		if t.bad.Load() {
+			return
+		}
+		hi := min(lo+chunk, len(param))
+		val := buf[:hi-lo]
+		copy(val, param[lo:hi])
+		for j := range views {
+			views[j] = buf[(j+1)*chunk : (j+1)*chunk+hi-lo]
+			copy(views[j], state[j][lo:hi])
+		}
+		t.Rule.Update(val, grad[lo:hi], views, step)
+		ok := wire.AllFinite(val)
+		for _, sv := range views {
+			ok = ok && wire.AllFinite(sv)
+		}
+		if !ok {
+			t.bad.Store(true)
+			return
+		}
+	}
 }

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -97,5 +98,36 @@ func assertFinite(t *testing.T, s *Shard) {
 				}
 			}
 		}
+	}
+}
+
+// The trial is spread over the cores as the update is: a value that would
+// overflow in the last of several parts is found, and nothing changes.
+func TestNonFiniteResultRefusedParallel(t *testing.T) {
+	n := 3 * optim.MinChunk
+	s := New(Config{NumWorkers: 1, Update: func(r optim.Rule, p, g []float32, st [][]float32, step int64) {
+		optim.ApplyParallel(r, p, g, st, step, 4)
+	}})
+	l := Layout{Vars: []VarSpec{{Name: "w", Shape: []int64{int64(n)}}}, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}
+	init := make([]float32, n)
+	init[n-1] = -3e38
+	if _, err := s.Init(l, [][]float32{init}); err != nil {
+		t.Fatal(err)
+	}
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = 1
+	}
+	g[n-1] = 3e38
+	p := &Push{Worker: 0, Step: 0, Dense: []DenseGrad{{Name: []byte("w"), Values: g, Bad: Unchecked}}}
+	if err := s.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Apply(p, time.Unix(0, 0), nil)
+	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), fmt.Sprintf("element %d", n-1)) {
+		t.Fatalf("Apply: %v, want element %d named", err, n-1)
+	}
+	if v := s.Var("w").value; v[0] != 0 || v[n-1] != -3e38 {
+		t.Fatalf("a refused push changed w: %v ... %v", v[0], v[n-1])
 	}
 }

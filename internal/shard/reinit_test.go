@@ -113,3 +113,13 @@ func TestReinitChangedFlags(t *testing.T) {
 		t.Fatalf("an update at rate 1e-9 moved w by %v", d)
 	}
 }
+
+// A name longer than the data path carries is refused at Init (before, it
+// was initialised and every push then failed).
+func TestInitRefusesLongName(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	l := Layout{Vars: []VarSpec{{Name: strings.Repeat("v", 2000), Shape: []int64{1}}}, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}
+	if _, err := s.Init(l, [][]float32{{0}}); err == nil || !strings.Contains(err.Error(), "2000-byte name") {
+		t.Fatalf("Init: %v, want the name refused", err)
+	}
+}
