@@ -77,13 +77,30 @@ func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
 // parts of one variable.
 type trialRule struct {
 	optim.Rule
-	bad atomic.Bool
+	bad   atomic.Bool
+	taken atomic.Bool // buf is in use by a call
+	buf   []float32   // a chunk of value and of each state slot, kept for the next push
 }
 
 func (t *trialRule) Update(param, grad []float32, state [][]float32, step int64) {
-	chunk := min(len(param), trialChunk)
-	buf := make([]float32, chunk*(1+len(state)))
-	views := make([][]float32, len(state))
+	const chunk = trialChunk
+	var buf []float32
+	if need := chunk * (1 + len(state)); t.taken.CompareAndSwap(false, true) {
+		// The first call (the only one unless Config.Update spreads the
+		// trial over several goroutines) uses the kept buffer.
+		defer t.taken.Store(false)
+		if len(t.buf) < need {
+			t.buf = make([]float32, need)
+		}
+		buf = t.buf
+	} else {
+		buf = make([]float32, need)
+	}
+	var arr [4][]float32
+	views := arr[:min(len(state), len(arr))]
+	if len(state) > len(arr) {
+		views = make([][]float32, len(state))
+	}
 	for lo := 0; lo < len(param); lo += chunk {
 		if t.bad.Load() {
 			return
