@@ -78,28 +78,31 @@ func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
 type trialRule struct {
 	optim.Rule
 	bad   atomic.Bool
-	taken atomic.Bool // buf is in use by a call
+	taken atomic.Bool // buf and views are in use by a call
 	buf   []float32   // a chunk of value and of each state slot, kept for the next push
+	views [][]float32 // the state slots' chunks in buf
 }
 
 func (t *trialRule) Update(param, grad []float32, state [][]float32, step int64) {
 	const chunk = trialChunk
+	need := chunk * (1 + len(state))
 	var buf []float32
-	if need := chunk * (1 + len(state)); t.taken.CompareAndSwap(false, true) {
+	var views [][]float32
+	if t.taken.CompareAndSwap(false, true) {
 		// The first call (the only one unless Config.Update spreads the
-		// trial over several goroutines) uses the kept buffer.
+		// trial over several goroutines) uses the kept buffers: a push
+		// allocates nothing.
 		defer t.taken.Store(false)
 		if len(t.buf) < need {
 			t.buf = make([]float32, need)
 		}
-		buf = t.buf
+		if cap(t.views) < len(state) {
+			t.views = make([][]float32, len(state))
+		}
+		buf, views = t.buf, t.views[:len(state)]
+		defer clear(views)
 	} else {
-		buf = make([]float32, need)
-	}
-	var arr [4][]float32
-	views := arr[:min(len(state), len(arr))]
-	if len(state) > len(arr) {
-		views = make([][]float32, len(state))
+		buf, views = make([]float32, need), make([][]float32, len(state))
 	}
 	for lo := 0; lo < len(param); lo += chunk {
 		if t.bad.Load() {
