@@ -189,6 +189,7 @@ func (r *adam) Update(param, grad []float32, state [][]float32, step int64) {
 type ftrl struct {
 	alpha, beta, l1, l2, init float64
 	shrink                    float64 // l2_shrinkage
+	frozen                    bool    // rate not positive (withRate): Update changes nothing
 }
 
 func newFTRL(cfg Config) (Rule, error) {
@@ -203,8 +204,15 @@ func newFTRL(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *ftrl) Name() string             { return "ftrl" }
-func (r *ftrl) withRate(lr float64) Rule { c := *r; c.alpha = lr; return &c }
+func (r *ftrl) Name() string { return "ftrl" }
+
+// withRate: FTRL divides by its rate, so at a rate that is not positive
+// (a schedule's end at 0) the rule leaves parameters and state unchanged.
+func (r *ftrl) withRate(lr float64) Rule {
+	c := *r
+	c.alpha, c.frozen = lr, !(lr > 0)
+	return &c
+}
 
 func (r *ftrl) StateSlots() int { return 2 }
 
@@ -216,6 +224,9 @@ func (r *ftrl) InitState(state [][]float32) {
 
 func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 	checkLens("ftrl", 2, param, grad, state)
+	if r.frozen {
+		return
+	}
 	g := grad[:len(param)]
 	n := state[0][:len(param)]
 	z := state[1][:len(param)]

@@ -40,9 +40,10 @@ var ErrSchedule = errors.New("optim: invalid learning-rate schedule")
 // Steps are global steps, where torch's schedulers count calls of step()
 // (often epochs). piecewise_constant's values are rates, not factors of the
 // base rate, as in TF. A warm-up of N steps comes before any kind: at step
-// s < N the rate is KIND's rate at step N times start + (1-start)*s/N
-// (start 0 by default), so it rises linearly to meet the schedule at N;
-// warmup(steps=N) alone warms up to the constant rate.
+// s < N the rate is KIND's rate at step N times start + (1-start)*(s+1)/N
+// (start 0 by default), so it rises linearly from the first step (never 0)
+// to meet the schedule at N; warmup(steps=N) alone warms up to the constant
+// rate.
 type Schedule struct {
 	kind      string
 	decay     float64 // decay_steps, step_size, t_max
@@ -285,7 +286,7 @@ func (s Schedule) Rate(base float64, step int64) float64 {
 	step = max(step, 0)
 	if step < s.warmup {
 		at := s.rate0(base, float64(s.warmup))
-		return at * (s.warmStart + (1-s.warmStart)*float64(step)/float64(s.warmup))
+		return at * (s.warmStart + (1-s.warmStart)*float64(step+1)/float64(s.warmup))
 	}
 	return s.rate0(base, float64(step))
 }

@@ -63,12 +63,12 @@ func TestScheduleFormulas(t *testing.T) {
 		{"multistep(milestones=10:20)", 25, lr * 0.01},
 		{"exponential_lr(gamma=0.9)", 3, lr * 0.729},
 		{"cosine_annealing(t_max=100,eta_min=0.01)", 100, 0.01},
-		// Warm-up: linear up to the schedule's rate at step 100.
-		{"warmup(steps=100)+step(step_size=30)", 0, 0},
-		{"warmup(steps=100)+step(step_size=30)", 50, lr * 0.001 * 0.5},
-		{"warmup(steps=100,start=0.5)+constant", 50, lr * 0.75},
+		// Warm-up: linear from (1/N) up to the schedule's rate at step 100.
+		{"warmup(steps=100)+step(step_size=30)", 0, lr * 0.001 * 0.01},
+		{"warmup(steps=100)+step(step_size=30)", 49, lr * 0.001 * 0.5},
+		{"warmup(steps=100,start=0.5)+constant", 49, lr * 0.75},
 		{"warmup(steps=100)+step(step_size=30)", 100, lr * 0.001},
-		{"warmup(steps=10)", 5, lr * 0.5},
+		{"warmup(steps=10)", 4, lr * 0.5},
 	} {
 		s, err := ParseSchedule(c.text)
 		if err != nil {

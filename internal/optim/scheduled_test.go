@@ -60,3 +60,23 @@ func TestScheduledConstant(t *testing.T) {
 		t.Error("a rule without schedule or change: want Constant and At giving the rule itself")
 	}
 }
+
+// FTRL at a scheduled rate of 0 changes nothing (it divides by the rate);
+// every other rule keeps its parameters finite there.
+func TestRateZero(t *testing.T) {
+	for _, name := range Names() {
+		r := WithRate(mustNew(t, Config{Name: name, LearningRate: 1}), 0)
+		p := []float32{0.5, -0.25}
+		st := newState(r, len(p))
+		r.Update(p, []float32{0.1, -0.2}, st, 1)
+		for _, x := range p {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				t.Errorf("%s at rate 0: parameters %v", name, p)
+				break
+			}
+		}
+		if name == "ftrl" && (p[0] != 0.5 || p[1] != -0.25 || st[0][0] != float32(0.1)) {
+			t.Errorf("ftrl at rate 0 changed its parameters or state: %v, %v", p, st)
+		}
+	}
+}

@@ -138,3 +138,30 @@ func TestRatesAndEveryRuleCheckpointRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A chief restarted with another rate or schedule (a repeated Init) changes
+// the job's schedule from then on, keeping the rate changes made before;
+// a variable with its own rule keeps it.
+func TestReinitChangesTheSchedule(t *testing.T) {
+	s := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }, Logf: t.Logf})
+	l := rateLayout()
+	if _, err := s.Init(l, [][]float32{{0}, {0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ChangeRate(optim.RateChange{From: 10, LearningRate: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	pushOnes(t, s) // step 0 at rate 1
+	l.Optimizer.Schedule = "step(step_size=1,gamma=0.25)"
+	if _, err := s.Init(l, [][]float32{{0}, {0}}); err != nil {
+		t.Fatal(err)
+	}
+	pushOnes(t, s) // step 1 at 0.25
+	b, own, row := rateValues(t, s)
+	if b != -1.25 || row != -1.25 || own != -2 {
+		t.Errorf("after a re-Init with another schedule: b = %v, row = %v, own = %v; want -1.25, -1.25, -2", b, row, own)
+	}
+	if got := s.Layout().RateChanges; len(got) != 1 {
+		t.Errorf("the rate changes after a re-Init: %+v, want the one made before", got)
+	}
+}

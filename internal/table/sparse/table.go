@@ -278,17 +278,13 @@ func (t *Table) Dim() int { return t.dim }
 // Rule is the table's update rule.
 func (t *Table) Rule() optim.Rule { return t.rule }
 
-// SetRule replaces the table's rule by r, which must be the same rule (the
-// same Name, StateSlots and use of the step) at another learning rate, as a
-// schedule gives it (optim.WithRate): the rows' state stays as it is. It
-// refuses any other rule with an error wrapping ErrConfig.
+// SetRule replaces the update rule by one of the same name and state
+// slots whose use of the step is the same (another learning rate: a job
+// restarted with changed flags, or a schedule's rate, optim.WithRate); the
+// rows and their state stay.
 func (t *Table) SetRule(r optim.Rule) error {
-	if r == nil || r.Name() != t.rule.Name() || r.StateSlots() != t.rule.StateSlots() || usesStep(r) != t.keepCount {
-		name := "nil"
-		if r != nil {
-			name = r.Name()
-		}
-		return fmt.Errorf("%w: SetRule(%s) on a table of rule %s: want the same rule at another rate", ErrConfig, name, t.rule.Name())
+	if r == nil || r.Name() != t.rule.Name() || r.StateSlots() != t.slots || usesStep(r) != t.keepCount {
+		return fmt.Errorf("%w: rule %v cannot replace %s with %d state slots", ErrConfig, r, t.rule.Name(), t.slots)
 	}
 	t.rule = r
 	return nil
