@@ -207,25 +207,25 @@ type toy struct {
 }
 
 type cluster struct {
-	t       *testing.T
-	n, r    int
-	timeout time.Duration
-	start   time.Time
-	now     time.Time
-	nodes   []*Node
-	state   []map[int]*toy
-	dead    []bool
-	cut     []bool
-	links   map[[2]int]bool // links cut
-	queue   []Message
-	boots   int
-	manual  bool
-	asked   []askedSnap
-	out     []string
-	acked   map[int]uint64 // per shard: highest seq acknowledged
-	last    map[[3]int]Message // the last message of each (from, to, type) delivered
+	t        *testing.T
+	n, r     int
+	timeout  time.Duration
+	start    time.Time
+	now      time.Time
+	nodes    []*Node
+	state    []map[int]*toy
+	dead     []bool
+	cut      []bool
+	links    map[[2]int]bool // links cut
+	queue    []Message
+	boots    int
+	manual   bool
+	asked    []askedSnap
+	out      []string
+	acked    map[int]uint64     // per shard: highest seq acknowledged
+	last     map[[3]int]Message // the last message of each (from, to, type) delivered
 	captured map[[3]int]Message // for replay
-	maxStep map[int]int64  // per shard: highest step served
+	maxStep  map[int]int64      // per shard: highest step served
 }
 
 func newCluster(t *testing.T, n, r int, timeout time.Duration) (*cluster, error) {
