@@ -71,8 +71,10 @@ type keySlot struct {
 const dataBufSize = 64 << 10
 
 // serveData serves one data connection whose four magic bytes have been
-// read, until it closes, sends a malformed frame, or ctx ends.
-func (s *Server) serveData(ctx context.Context, conn net.Conn) {
+// read, until it closes, sends a malformed frame, or ctx ends. The read
+// deadline the caller set bounds the rest of the preface; once it is in,
+// the deadline is cleared and handshaken is called.
+func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -87,6 +89,8 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	if _, err := io.ReadFull(dc.br, pre[4:]); err != nil {
 		return
 	}
+	_ = conn.SetReadDeadline(time.Time{})
+	handshaken()
 	version, err := wire.CheckPreface(pre[:])
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}

@@ -34,6 +34,10 @@ func GRPCOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(64 << 20),
 		grpc.ReadBufferSize(256 << 10),
 		grpc.WriteBufferSize(256 << 10),
+		// A connection that has not sent its preface and settings by
+		// then is closed (issue 28: idle "PRI *" connections held
+		// descriptors for gRPC's default of 120 s).
+		grpc.ConnectionTimeout(sniffTimeout),
 	}
 }
 
@@ -50,7 +54,7 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 
 // ServeListener is Serve on an existing listener.
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
-	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)))...)
+	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
 	pb.RegisterParamServerServer(g, s)
 	// One port for both: data-path connections are served by s, every
 	// other one by gRPC (mux.go).
