@@ -104,6 +104,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 	if _, err := conn.Write(hello[:]); err != nil || h.Status != wire.HelloOK {
 		return
 	}
+	task, proved := peerTask(conn)
 	for {
 		err := dc.req.ReadRequest(dc.br)
 		if err != nil {
@@ -113,6 +114,15 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 				dc.errorReply(status.Error(codes.InvalidArgument, fe.Error()))
 				_, _ = dc.reply.WriteTo(conn)
 			}
+			return
+		}
+		if proved && (task.Job != "worker" || int32(task.Index) != dc.req.Worker) {
+			// Nothing of it is applied: the connection's task is not
+			// the worker it names (roles.go).
+			err := asWorker(task, "a data-path request", dc.req.Worker)
+			s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
+			dc.errorReply(status.Error(codes.PermissionDenied, err.Error()))
+			_, _ = dc.reply.WriteTo(conn)
 			return
 		}
 		s.handleData(ctx, dc)

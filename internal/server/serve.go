@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -38,6 +39,10 @@ func GRPCOptions() []grpc.ServerOption {
 		// then is closed (issue 28: idle "PRI *" connections held
 		// descriptors for gRPC's default of 120 s).
 		grpc.ConnectionTimeout(sniffTimeout),
+		// The task each connection's certificate proved, and what it may
+		// call (roles.go).
+		grpc.Creds(taskCreds{insecure.NewCredentials()}),
+		grpc.ChainUnaryInterceptor(roleCheck),
 	}
 }
 
