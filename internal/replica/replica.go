@@ -286,6 +286,7 @@ type Node struct {
 
 	// Re-formation (checkpoint fallback).
 	epoch           uint64
+	leasedOnce      bool // this process held a lease: it is an established member (reformAgreed)
 	strangerAt      []time.Time // per ps: when a process other than its member was last heard
 	strangerBoot    []uint64
 	noMajoritySince time.Time
@@ -722,6 +723,7 @@ func (n *Node) Tick(now time.Time) {
 		n.beat()
 	}
 	lapsed := !n.leased()
+	n.leasedOnce = n.leasedOnce || !lapsed
 	if lapsed && !n.lapsed && n.primaryOfAny() {
 		n.event("ps %d: lease lapsed (no majority heard): not acknowledging", n.cfg.ID)
 	}
@@ -1114,8 +1116,11 @@ func (n *Node) StepFrom(sender int, m Message) error {
 // a ps takes it only when its own view says the old membership cannot go
 // on, as the ps that started it saw (startReform): it is a new process not
 // yet readmitted (it holds nothing), or it has heard no majority for a
-// timeout, or it knows a shard lost. And the processes named must be the
-// ones it hears: this one, and every ps it hears now as its member.
+// timeout, or it knows a shard lost; or it is a process started again
+// that never held a lease, and the re-formation leaves it out (it then
+// asks to be readmitted, as after any restart). And the processes named
+// must be the ones it hears: this one, and every ps it hears now as its
+// member.
 func (n *Node) reformAgreed(m Message) string {
 	if by := int(m.Epoch & 0xff); by >= n.cfg.N {
 		return fmt.Sprintf("it names ps %d as its author, in a cluster of %d", by, n.cfg.N)
@@ -1123,7 +1128,13 @@ func (n *Node) reformAgreed(m Message) string {
 	if m.Boots[m.From] != m.Boot {
 		return fmt.Sprintf("its sender's process (%d) is not among the processes it names (%d)", m.Boot, m.Boots[m.From])
 	}
-	if !n.joining {
+	switch fresh := !n.leasedOnce && m.Boots[n.cfg.ID] != n.boot; {
+	case n.joining:
+	case fresh:
+		// A process started again that never held a lease: the
+		// re-formation leaves it out, so taking it only makes this
+		// process a joiner, as its peers already know it.
+	default:
 		noMajority := !n.noMajoritySince.IsZero() && n.now.Sub(n.noMajoritySince) >= n.cfg.Timeout
 		if !noMajority && len(n.lost) == 0 {
 			return "this ps hears a majority and no shard is lost"
