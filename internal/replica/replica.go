@@ -286,7 +286,7 @@ type Node struct {
 
 	// Re-formation (checkpoint fallback).
 	epoch           uint64
-	leasedOnce      bool // this process held a lease: it is an established member (reformAgreed)
+	leasedOnce      bool        // this process held a lease: it is an established member (reformAgreed)
 	strangerAt      []time.Time // per ps: when a process other than its member was last heard
 	strangerBoot    []uint64
 	noMajoritySince time.Time
