@@ -128,16 +128,14 @@ type outOfFilesListener struct {
 }
 
 func (l *outOfFilesListener) Accept() (net.Conn, error) {
-	for {
-		l.mu.Lock()
-		if l.out > 0 {
-			l.out--
-			l.mu.Unlock()
-			return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
-		}
+	l.mu.Lock()
+	if l.out > 0 {
+		l.out--
 		l.mu.Unlock()
-		return l.Listener.Accept()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
 	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
 }
 
 // closedWithin reports whether the ps closes c (a read ends) before d.
