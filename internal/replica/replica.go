@@ -125,7 +125,7 @@ type Message struct {
 	Removed  []int // ps whose incarnation (Gens) the sender knows removed
 	Votes    []int // ps the sender votes out (their incarnation in Gens)
 	Boot     uint64
-	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a message of a later one re-forms the receiver
+	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a later one re-forms a receiver that agrees (reformAgreed)
 	Gens     []uint64 // each ps's incarnation as the sender knows it (none: all 0)
 	Boots    []uint64 // the process each incarnation is, where known (0: not known)
 	Admits   []Admit  // removed ps the sender votes to readmit as their next incarnation
