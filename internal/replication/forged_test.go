@@ -1,4 +1,4 @@
-package replicate
+package replication
 
 import (
 	"encoding/binary"
@@ -71,7 +71,7 @@ func (c provedConn) PeerTask() (string, int, bool) { return c.job, c.index, true
 // Under TLS a connection counts as the ps its certificate proves, whatever
 // its messages claim; a worker's certificate is no ps.
 func TestIdentifyByCertificate(t *testing.T) {
-	h := &Host{cfg: Config{Config: replica.Config{ID: 0, N: 3}}}
+	h := &Host{cfg: HostConfig{Config: replica.Config{ID: 0, N: 3}}}
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
