@@ -50,6 +50,9 @@ type Config struct {
 	// WaitLogEvery is how often a waiting pull logs what it waits for
 	// (default 5s).
 	WaitLogEvery time.Duration
+	// HandshakeTimeout bounds a new connection's handshake, from its
+	// accept to its preface (default 10s; mux.go).
+	HandshakeTimeout time.Duration
 	// CheckpointDir, if set, is where checkpoints live: at start the ps
 	// restores its shard of the latest valid one. Checkpoint and Restore
 	// requests may name no other directory.
