@@ -12,6 +12,7 @@ import (
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -318,14 +319,16 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 // cluster of numWorkers workers. With the number of ps m was written with,
 // the ps reads only its own shard; otherwise it reads them all and takes
 // its share under the current placement (re-sharding). It takes no lock
-// and touches no shard: Install the result.
+// and touches no shard: Install the result. run spreads the import of
+// large tables over the cores (nil: parallel.Serial); the state's tables
+// keep it until Install gives them the shard's.
 //
 // read may return shards whose files are still being checked
 // (checkpoint.ReadShardOverlapped): Restore builds the state while they
 // are, then waits for every shard it read to be verified and returns the
 // first shard's error, and no state, if one was damaged. A fault reading a
 // mapped file (it shrank, or the disk failed) is an error too.
-func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (st *State, err error) {
+func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
 	var got []*checkpoint.Shard
 	defer func() {
 		// A damaged file's error comes before whatever building the
@@ -362,7 +365,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			got = append(got, sh)
 		}
 		return sh, err
-	}, task, numPS, numWorkers)
+	}, task, numPS, numWorkers, run)
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
@@ -380,7 +383,7 @@ func inShards(shards []*checkpoint.Shard, addr uintptr) bool {
 	return false
 }
 
-func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
+func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
 	l, t, err := layoutOf(m, numWorkers)
 	if err != nil {
 		return nil, err
@@ -518,6 +521,7 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
 	}
+	st.setParallel(run)
 	for i, v := range st.order {
 		for j := range v.state {
 			copy(v.state[j], parts[i].state[j])
@@ -534,7 +538,7 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			from = tb.Shards
 		}
 		rows := func(inOrder bool) error {
-			snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder)
+			snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
 			}
@@ -588,7 +592,7 @@ func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
 // the checkpoint's step: a value outside (a damaged or hand-made file) would
 // otherwise stretch the table's window of representable steps and lose
 // every row's.
-func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool) (sparse.Snapshot, error) {
+func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool, par parallel.Runner) (sparse.Snapshot, error) {
 	type row struct {
 		key      uint64
 		shard, i int
@@ -643,7 +647,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 	// A ps restoring its own shard takes the file's columns as they are
 	// when the keys are in order, as the writer leaves them (inOrder: the
 	// caller's Import checks).
-	if len(from) == 1 && !reshard && (inOrder || sparse.Unordered(keysOf[from[0]]) < 0) {
+	if len(from) == 1 && !reshard && (inOrder || sparse.Unordered(keysOf[from[0]], par) < 0) {
 		c := data[from[0]]
 		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
 		if snap.State == nil {

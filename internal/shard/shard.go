@@ -13,6 +13,7 @@ import (
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Config is what a shard knows of its place in the cluster.
@@ -25,6 +26,10 @@ type Config struct {
 	// Update applies one dense gradient with a rule; nil is the rule's own
 	// Update. The ps passes optim.ApplyParallel's spread over its cores.
 	Update func(r optim.Rule, param, grad []float32, state [][]float32, step int64)
+	// Parallel runs the sparse tables' large jobs (a checkpoint's copy and
+	// sort, a restore's import) on several cores; nil is parallel.Serial.
+	// The package starts no goroutine: the ps passes one that does.
+	Parallel parallel.Runner
 	// Incarnation returns a new incarnation id (random if nil); tests pass
 	// a counter to make runs repeatable.
 	Incarnation func() uint64
@@ -166,9 +171,7 @@ func New(cfg Config) *Shard {
 
 func randomIncarnation() uint64 {
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return uint64(time.Now().UnixNano()) | 1
-	}
+	_, _ = rand.Read(b[:]) // never fails: it crashes the program instead
 	return binary.LittleEndian.Uint64(b[:]) | 1
 }
 
@@ -289,6 +292,13 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 	return false, nil
 }
 
+// setParallel makes run the Runner of the state's sparse tables.
+func (st *State) setParallel(run parallel.Runner) {
+	for _, t := range st.tableOrd {
+		t.t.SetParallel(run)
+	}
+}
+
 // NumValues checks a shape and returns its number of values: every
 // dimension > 0 and the product at most MaxValues (no overflow).
 func NumValues(shape []int64) (int, error) {
@@ -369,6 +379,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 // Install makes st the shard's state. A state built from a checkpoint
 // (Restore) gives the shard a new incarnation and aborts waiting pulls.
 func (s *Shard) Install(st *State) {
+	st.setParallel(s.cfg.Parallel)
 	s.st = st
 	s.pendingSince = time.Time{}
 	s.syncFailed = nil

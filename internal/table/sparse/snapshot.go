@@ -7,12 +7,12 @@ import (
 	"iter"
 	"math"
 	"math/bits"
-	"runtime"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Row is one row as All yields it. Value and State alias the table's
@@ -127,7 +127,7 @@ var parallelExport = 1 << 16
 // copies its range of the sorted rows into s (allocated with capacity for
 // every row, empty).
 func (t *Table) exportParallel(s *Snapshot) {
-	procs := max(1, min(runtime.GOMAXPROCS(0), 8))
+	procs := max(1, min(t.runner().Width(), 8))
 	t.gather(s, t.sortedRows(procs), procs)
 }
 
@@ -147,12 +147,9 @@ func (t *Table) gather(s *Snapshot, order []keyRow, procs int) {
 	if s.LastTouch != nil {
 		s.LastTouch = s.LastTouch[:n]
 	}
-	var wg sync.WaitGroup
-	for c := range procs {
+	t.runner().Run(procs, func(c int) {
 		lo, hi := n*c/procs, n*(c+1)/procs
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		{
 			for i := lo; i < hi; i++ {
 				e := order[i]
 				r := int(e.row)
@@ -178,9 +175,8 @@ func (t *Table) gather(s *Snapshot, order []keyRow, procs int) {
 					s.LastTouch[i] = t.base + int64(p.touch[o])
 				}
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 }
 
 type keyRow struct {
@@ -209,17 +205,7 @@ func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
 	for w := range pageLo {
 		pageLo[w] = len(t.pages) * w / procs
 	}
-	each := func(f func(w int)) {
-		var wg sync.WaitGroup
-		for w := range procs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				f(w)
-			}()
-		}
-		wg.Wait()
-	}
+	each := func(f func(w int)) { t.runner().Run(procs, f) }
 	live := func(w int, f func(k uint64, r int)) {
 		for pi := pageLo[w]; pi < pageLo[w+1]; pi++ {
 			p := &t.pages[pi]
@@ -347,7 +333,7 @@ func (t *Table) Sorted() *Sorted {
 	if t.live == t.highWater && t.rowsAscend() {
 		return &Sorted{t: t, inPlace: true, dense: true}
 	}
-	order, inPlace := t.sortRows(max(1, min(runtime.GOMAXPROCS(0), 8)))
+	order, inPlace := t.sortRows(max(1, min(t.runner().Width(), 8)))
 	return &Sorted{t: t, order: order, inPlace: inPlace}
 }
 
@@ -358,13 +344,10 @@ func (t *Table) rowsAscend() bool {
 	if np == 0 {
 		return true
 	}
-	procs := max(1, min(runtime.GOMAXPROCS(0), np))
+	procs := max(1, min(t.runner().Width(), np))
 	ok := make([]bool, procs)
-	var wg sync.WaitGroup
-	for w := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	t.runner().Run(procs, func(w int) {
+		{
 			lo, hi := np*w/procs, np*(w+1)/procs
 			var prev uint64
 			for pi := lo; pi < hi; pi++ {
@@ -380,9 +363,8 @@ func (t *Table) rowsAscend() bool {
 				prev = keys[len(keys)-1]
 			}
 			ok[w] = true
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	return !slices.Contains(ok, false)
 }
 
@@ -482,7 +464,7 @@ func (v *Sorted) Snapshot() Snapshot {
 		return v.t.Export()
 	}
 	s := v.t.emptySnapshot()
-	v.t.gather(&s, v.order, max(1, min(runtime.GOMAXPROCS(0), 8)))
+	v.t.gather(&s, v.order, max(1, min(v.t.runner().Width(), 8)))
 	return s
 }
 
@@ -607,7 +589,7 @@ func (t *Table) Import(s Snapshot) error {
 	// fillPages); any other checks it first.
 	restore := t.live == 0 && bulkIndex && t.fillsPages(n)
 	if !restore {
-		if i := Unordered(s.Keys); i >= 0 {
+		if i := Unordered(s.Keys, t.runner()); i >= 0 {
 			return unorderedError(s.Keys, i)
 		}
 	}
@@ -674,8 +656,9 @@ func (t *Table) Import(s Snapshot) error {
 
 // Unordered returns the first index i at which keys are not strictly
 // ascending (keys[i] <= keys[i-1]), or -1 if they are. A long list is
-// checked on every core.
-func Unordered(keys []uint64) int {
+// checked in parts that run spreads over the cores (nil: parallel.Serial).
+func Unordered(keys []uint64, run parallel.Runner) int {
+	run = parallel.Or(run)
 	first := func(lo, hi int) int { // the first i in [lo, hi), lo >= 1
 		for i := lo; i < hi; i++ {
 			if keys[i] <= keys[i-1] {
@@ -684,28 +667,22 @@ func Unordered(keys []uint64) int {
 		}
 		return -1
 	}
-	parts := min(runtime.GOMAXPROCS(0), len(keys)/parallelCheck)
+	parts := min(run.Width(), len(keys)/parallelCheck)
 	if parts < 2 {
 		return first(1, len(keys))
 	}
-	// The keys may be a mapped file: the goroutines fault as the caller
+	// The keys may be a mapped file: the parts fault as the caller
 	// would (debug.SetPanicOnFault), and the caller panics with what they
 	// panicked with, as if it had read the keys itself.
 	onFault := debug.SetPanicOnFault(false)
 	debug.SetPanicOnFault(onFault)
 	found := make([]int, parts)
 	panics := make([]any, parts)
-	var wg sync.WaitGroup
-	for c := range parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { panics[c] = recover() }()
-			defer debug.SetPanicOnFault(debug.SetPanicOnFault(onFault))
-			found[c] = first(max(1, len(keys)*c/parts), len(keys)*(c+1)/parts)
-		}()
-	}
-	wg.Wait()
+	run.Run(parts, func(c int) {
+		defer func() { panics[c] = recover() }()
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(onFault))
+		found[c] = first(max(1, len(keys)*c/parts), len(keys)*(c+1)/parts)
+	})
 	for _, p := range panics {
 		if p != nil {
 			panic(p)
@@ -794,22 +771,19 @@ func (t *Table) fillPages(s Snapshot) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
-	rg := t.bucketRanges(indexRanges(n))
+	rg := t.bucketRanges(indexRanges(n, t.runner().Width()))
 	nr := len(rg.lo) - 1
-	workers := min(runtime.GOMAXPROCS(0), len(t.pages))
+	workers := max(1, min(t.runner().Width(), len(t.pages)))
 	// Entries expected per range and worker, with room: the rest spill.
 	chunk := n / (nr * workers)
 	chunk += chunk/16 + 64
 	scat := make([]scatter, workers)
 	var next atomic.Int64
-	var wg sync.WaitGroup
 	var faulted atomic.Value
 	var bad atomic.Int64 // the first row whose key does not ascend; n if none
 	bad.Store(int64(n))
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	t.runner().Run(workers, func(w int) {
+		{
 			sc := &scat[w]
 			*sc = newScatter(nr, chunk) // each worker its own, zeroed on its core
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -846,9 +820,8 @@ func (t *Table) fillPages(s Snapshot) error {
 				}
 				t.fillPage(p, s, lo, hi)
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	if f := faulted.Load(); f != nil {
 		t.pages = nil
 		return fmt.Errorf("%w: reading the rows failed: %v", ErrSnapshot, f)
@@ -1028,7 +1001,7 @@ func (t *Table) indexEntry(h uint64, r int) uint64 {
 
 // indexRows enters rows (indexEntry) into an empty index, as indexParts.
 func (t *Table) indexRows(rows []uint64) {
-	rg := t.bucketRanges(indexRanges(len(rows)))
+	rg := t.bucketRanges(indexRanges(len(rows), t.runner().Width()))
 	byRange := make([][][]uint64, len(rg.lo)-1)
 	if len(byRange) == 1 {
 		byRange[0] = [][]uint64{rows}
@@ -1071,11 +1044,11 @@ var parallelIndex = 1 << 16
 // indexRanges is the number of ranges of buckets an index of n rows is
 // built in: for a large one, ranges of about rangeRows rows, so that a
 // range's counting sort stays in the cache, and at least one per core.
-func indexRanges(n int) int {
+func indexRanges(n, width int) int {
 	if n < parallelIndex {
 		return 1
 	}
-	return max(runtime.GOMAXPROCS(0), n/rangeRows)
+	return max(width, n/rangeRows)
 }
 
 // rangeRows is the number of rows a range of the index is built for
@@ -1092,11 +1065,8 @@ func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 	nr := uint64(len(byRange))
 	over := make([][]uint64, nr)
 	var next atomic.Uint64
-	var wg sync.WaitGroup
-	for range min(uint64(runtime.GOMAXPROCS(0)), nr) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	t.runner().Run(int(min(uint64(t.runner().Width()), nr)), func(int) {
+		{
 			var fill []uint8
 			for {
 				c := next.Add(1) - 1
@@ -1109,9 +1079,8 @@ func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 				}
 				over[c] = t.indexRange(byRange[c], lo, hi, fill[:hi-lo])
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	for _, o := range over {
 		for _, e := range o {
 			slot := uint32(e)
