@@ -10,6 +10,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/hugemem"
 )
 
@@ -108,15 +109,11 @@ const (
 )
 
 // DenseBlock is the number of float32 values of a dense block, the unit of
-// incremental dense pulls: each variable of a ps is cut into blocks of
-// DenseBlock values (the last one shorter), numbered over the variables in
-// the order the reply lists them. 64 KiB a block: a version per block
-// costs the ps nothing to keep and the request one bit to name, and a
-// variable rarely changes in part at a finer grain than that.
-const DenseBlock = 1 << 14
+// incremental dense pulls (format.DenseBlock, which the ps's versions use).
+const DenseBlock = format.DenseBlock
 
 // DenseBlocks is the number of blocks of a variable of n values.
-func DenseBlocks(n int) int { return (n + DenseBlock - 1) / DenseBlock }
+func DenseBlocks(n int) int { return format.DenseBlocks(n) }
 
 // MaxDenseBlocks bounds the blocks a request may name (MaxBody's worth of
 // values).
