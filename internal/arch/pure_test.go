@@ -107,6 +107,36 @@ func TestCoresArePure(t *testing.T) {
 	}
 }
 
+// maxFuncLines is the longest a function of a core may be, counted from
+// its func line to its closing brace.
+const maxFuncLines = 120
+
+// TestCoreFunctionsShort fails on a function of a core longer than
+// maxFuncLines: a reader should see a core's decisions one screenful at a
+// time.
+func TestCoreFunctionsShort(t *testing.T) {
+	for _, pkg := range append(cores(t), seams...) {
+		files, _ := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok {
+					if n := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1; n > maxFuncLines {
+						t.Errorf("core %s: %s:%d: %s is %d lines, more than %d", pkg, filepath.Base(path), fset.Position(fd.Pos()).Line, fd.Name.Name, n, maxFuncLines)
+					}
+				}
+			}
+		}
+	}
+}
+
 // impurity is one thing a core may not do, where it does it.
 type impurity struct{ at, what, why string }
 
