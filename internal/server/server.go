@@ -397,7 +397,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 	add := func(v *shard.Var) {
 		// Copy: the value changes after mu is released, before gRPC
 		// marshals.
-		l := v.Lend()
+		l := v.LeaseValues()
 		resp.Vars = append(resp.Vars, &pb.DenseTensor{Name: v.Name(), Data: slices.Clone(wire.Float32Bytes(l.Values()))})
 		l.Release()
 	}

@@ -36,6 +36,6 @@
 // key set the connection no longer holds).
 //
 // Buffer ownership: a dense variable's value buffer may be lent to replies
-// that are written after the caller's lock is released (Var.Lend,
+// that are written after the caller's lock is released (Var.LeaseValues,
 // Lease.Release); an update of a lent variable updates a copy (lease.go).
 package shard

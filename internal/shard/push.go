@@ -176,7 +176,7 @@ func (r Result) Dropped() bool { return r.Verdict.Dropped() }
 type Stream struct {
 	Chunk int // values updated at a time (> 0)
 	// Begin runs once the verdict is Apply, after every pushed variable has
-	// counted the update and been made writable (Lend now lends the
+	// counted the update and been made writable (LeaseValues now lends the
 	// buffer the update writes), before any value changes.
 	Begin func(step int64)
 	// Var runs before variable i of the push is updated.

@@ -91,7 +91,7 @@ const MaxValues = math.MaxInt32
 type Var struct {
 	name    string
 	shape   []int64
-	value   []float32 // lent to replies in flight: see Lend before writing it
+	value   []float32 // lent to replies in flight: see LeaseValues before writing it
 	state   [][]float32
 	accum   []float32 // sync: sum of the current step's gradients
 	updates int64     // updates applied, for Adam's bias correction

@@ -173,7 +173,7 @@ func (p *localPS) do(req *client.Request, call *client.Call) error {
 			if !ok {
 				continue
 			}
-			lease := p.sh.Var(v.Name).Lend()
+			lease := p.sh.Var(v.Name).LeaseValues()
 			copy(dst, lease.Values())
 			lease.Release()
 		}
