@@ -12,6 +12,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testRunner is the Runner the tests give restores and shards whose large
-// jobs should run on several goroutines, as the ps's do, whatever the
-// machine's cores: so the race detector sees them.
-var testRunner = goroutines.Width(4)
+// jobs should run on every core, as the ps's do: so the race detector sees
+// the parallel paths, and the benchmarks time what the ps runs.
+var testRunner = goroutines.OnCores()
