@@ -10,3 +10,7 @@ const DenseBlock = 1 << 14
 
 // DenseBlocks is the number of blocks of a variable of n values.
 func DenseBlocks(n int) int { return (n + DenseBlock - 1) / DenseBlock }
+
+// MaxName bounds a variable or table name: the data path carries names of
+// at most this many bytes, so the ps refuses a longer one at Init.
+const MaxName = 1024

@@ -49,8 +49,9 @@ const (
 	RepHeaderLen = 32
 	// MaxBody bounds the bytes after a header (as gRPC's message limit).
 	MaxBody = 1 << 30
-	// MaxName bounds a variable or table name.
-	MaxName = 1024
+	// MaxName bounds a variable or table name (format.MaxName, which the
+	// ps checks names against at Init).
+	MaxName = format.MaxName
 	// MaxSections bounds the sections of each kind in one frame.
 	MaxSections = 4096
 	// MaxErrorMessage bounds the message of an error reply.
