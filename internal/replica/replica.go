@@ -1197,6 +1197,12 @@ func (n *Node) step(m Message) {
 	if n.stopped || n.joining {
 		return
 	}
+	n.stepKind(m)
+}
+
+// stepKind is Step's answer to a message by its kind, once its sender is
+// known to be a member heard from and its votes and admissions counted.
+func (n *Node) stepKind(m Message) {
 	ss := n.shards[m.Shard]
 	switch m.Type {
 	case Heartbeat:

@@ -426,7 +426,7 @@ func (s *Server) dataPull(dc *dataConn, dropped bool, start time.Time) error {
 		// Written straight from the variables, which stay lent until the
 		// reply is out (shard.Lease).
 		for _, v := range s.shard.Vars() {
-			l := v.Lend()
+			l := v.LeaseValues()
 			dc.leases = append(dc.leases, l)
 			dc.reply.Dense(v.Name(), l.Values())
 			dense += 4 * len(l.Values())
