@@ -43,15 +43,29 @@ func (t *Table) KeepsTouch() bool { return t.keepTouch }
 
 // Take removes the rows of keys and returns them, in ascending key order,
 // with their state, update counts and last-touched steps; keys without a
-// row are skipped, a repeated key is taken once.
+// row are skipped, a repeated key is taken once. Once it takes a row, the
+// changes since the last ResetChanges are not known (ChangesKnown).
 func (t *Table) Take(keys []uint64) Snapshot {
-	s := t.emptySnapshot()
-	s.Keys = s.Keys[:0]
+	n, d := len(keys), t.dim
+	s := Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	for i := range s.State {
+		s.State[i] = make([]float32, 0, n*d)
+	}
+	if t.keepCount {
+		s.Updates = make([]uint32, 0, n)
+	}
+	if t.keepTouch {
+		s.LastTouch = make([]int64, 0, n)
+	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	d := t.dim
 	t.bump()
+	if t.tracking && len(sorted) > 0 {
+		// A moved row's change, or its eviction where it went, is no
+		// longer the table's to cut: the next delta must be full.
+		t.changesLost, t.deleted = true, nil
+	}
 	for _, k := range sorted {
 		r, pos := t.find(k, hashKey(k))
 		if r < 0 {
@@ -70,9 +84,6 @@ func (t *Table) Take(keys []uint64) Snapshot {
 		}
 		if s.LastTouch != nil {
 			s.LastTouch = append(s.LastTouch, t.base+int64(p.touch[o]))
-		}
-		if t.tracking && p.dirty[o>>6]&(1<<(o&63)) != 0 {
-			t.changesLost, t.deleted = true, nil // its change is no longer here to cut
 		}
 		t.deleteSlot(pos)
 		tracking := t.tracking
@@ -210,3 +221,6 @@ func (t *Table) KeepTouch() {
 // KeepsCount reports whether rows carry an update count (the rule reads
 // its step argument): a Snapshot of the table has Updates.
 func (t *Table) KeepsCount() bool { return t.keepCount }
+
+// Clock is the latest global step the table has seen (by Push or Evict).
+func (t *Table) Clock() int64 { return t.clock }

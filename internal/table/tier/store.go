@@ -29,7 +29,11 @@ type Store struct {
 // OpenStore opens a store in dir, which it creates, emptying whatever a
 // previous process left there: the disk tier is memory that spills, not a
 // record; a restarted ps restores its rows from the checkpoint.
-func OpenStore(dir string) (*Store, error) {
+//
+// cacheBytes is pebble's block cache: index and filter blocks, and the
+// data blocks read most, stay in memory there (part of the ps's memory
+// beside the budget; 0: pebble's default, 8 MiB).
+func OpenStore(dir string, cacheBytes int64) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: no directory given", ErrStore)
 	}
@@ -44,6 +48,7 @@ func OpenStore(dir string) (*Store, error) {
 		// checkpoint is), so writes skip the log.
 		DisableWAL: true,
 		Logger:     quietLogger{},
+		CacheSize:  cacheBytes,
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // a miss reads no block

@@ -112,9 +112,20 @@ func (t *Table) Fetch(keys []uint64) error {
 	}
 	snap.LastTouch = []int64{}
 	cutoff := t.hot.EvictedBefore()
+	var it *pebble.Iterator
+	if len(miss) > 8 {
+		// One iterator for keys in order reads each block once.
+		lo, hi := bounds(t.prefix)
+		var err error
+		if it, err = t.store.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+			t.err = fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+			return t.err
+		}
+		defer it.Close()
+	}
 	for _, k := range miss {
 		t.stats.Lookups++
-		row, err := t.lookup(k)
+		row, err := t.lookup(k, it)
 		if err != nil {
 			t.err = fmt.Errorf("%w: reading key %d from %s: %w", ErrStore, k, t.store.dir, err)
 			return t.err
@@ -143,7 +154,7 @@ func (t *Table) Fetch(keys []uint64) error {
 }
 
 // lookup finds key's row in the disk tier: nil if it has none.
-func (t *Table) lookup(k uint64) ([]byte, error) {
+func (t *Table) lookup(k uint64, it *pebble.Iterator) ([]byte, error) {
 	if e, ok := t.pend[k]; ok {
 		return e.row, nil
 	}
@@ -151,6 +162,12 @@ func (t *Table) lookup(k uint64) ([]byte, error) {
 		return e.row, nil
 	}
 	t.keyBuf = keyOf(t.keyBuf, t.prefix, k)
+	if it != nil {
+		if !it.SeekGE(t.keyBuf) || string(it.Key()) != string(t.keyBuf) {
+			return nil, it.Error()
+		}
+		return t.checkRow(slices.Clone(it.Value()))
+	}
 	v, closer, err := t.store.db.Get(t.keyBuf)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
@@ -160,6 +177,11 @@ func (t *Table) lookup(k uint64) ([]byte, error) {
 	}
 	row := slices.Clone(v)
 	closer.Close()
+	return t.checkRow(row)
+}
+
+// checkRow checks the length of a row read from the store.
+func (t *Table) checkRow(row []byte) ([]byte, error) {
 	if len(row) != 12+4*t.stride {
 		return nil, fmt.Errorf("row of %d bytes, want %d", len(row), 12+4*t.stride)
 	}

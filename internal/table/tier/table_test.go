@@ -76,7 +76,7 @@ func TestTiersGiveTheSameResults(t *testing.T) {
 	if testing.Short() {
 		rounds = 120
 	}
-	s, err := OpenStore(t.TempDir() + "/store")
+	s, err := OpenStore(t.TempDir()+"/store", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
