@@ -73,3 +73,34 @@ func serverConfig(m *tier.Manager, c server.Config) server.Config {
 	}
 	return c
 }
+
+// watchTier shows the tier's counters in the ps's metrics, if it has
+// them (telemetry.PS).
+func watchTier(cfg Config, m *tier.Manager, s *server.Server) {
+	w, ok := cfg.PSObserver.(interface {
+		WatchTier(func() TierStats)
+	})
+	if !ok {
+		return
+	}
+	w.WatchTier(func() TierStats {
+		lock := s.Lock()
+		lock.Lock()
+		t := m.Stats()
+		lock.Unlock()
+		return TierStats{HotRows: t.HotRows, DiskRows: t.DiskRows, HotBytes: t.HotBytes, Budget: t.Budget, DiskBytes: t.DiskBytes,
+			Lookups: t.Lookups, Hits: t.Hits, Promotions: t.Promotions, Demotions: t.Demotions, EvictedOnDisk: t.Evicted}
+	})
+}
+
+// TierStats is what a ps's disk tier for sparse tables reports
+// (internal/table/tier; docs/TIERS.md), for the ps's metrics.
+type TierStats struct {
+	HotRows, DiskRows int64 // rows in memory, on disk
+	HotBytes, Budget  int64 // the rows in memory's bytes, and the budget
+	DiskBytes         int64 // the store's files
+	Lookups, Hits     int64 // keys looked for on disk, and found there
+	Promotions        int64 // rows moved into memory
+	Demotions         int64 // rows moved to disk
+	EvictedOnDisk     int64 // rows found on disk past their eviction
+}

@@ -197,6 +197,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 	defer cancel(nil)
 	stopTier := func() error { return nil }
 	if tiers != nil {
+		watchTier(cfg, tiers, s)
 		stopTier = runTier(sctx, cfg, tiers, s, cancel)
 	}
 	defer stopTier()

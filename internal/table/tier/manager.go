@@ -231,6 +231,8 @@ func (m *Manager) evictUnseen(now time.Time) {
 func (m *Manager) Run(ctx context.Context, lock sync.Locker) error {
 	tick := time.NewTicker(m.cfg.Every)
 	defer tick.Stop()
+	var logged time.Time
+	var last Stats
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,8 +240,19 @@ func (m *Manager) Run(ctx context.Context, lock sync.Locker) error {
 		case <-tick.C:
 		case <-m.kick:
 		}
-		if err := m.Round(lock, time.Now()); err != nil {
+		now := time.Now()
+		if err := m.Round(lock, now); err != nil {
 			return err
+		}
+		if now.Sub(logged) >= time.Minute {
+			lock.Lock()
+			t := m.Stats()
+			lock.Unlock()
+			if t.Stats != last {
+				m.cfg.Logf("disk tier: %d rows in memory (%d of %d bytes), %d on disk (%d bytes in %s); %d promotions, %d demotions, hit rate %.3f",
+					t.HotRows, t.HotBytes, t.Budget, t.DiskRows, t.DiskBytes, m.store.dir, t.Promotions, t.Demotions, float64(t.Hits)/float64(max(t.Lookups, 1)))
+			}
+			logged, last = now, t.Stats
 		}
 	}
 }
