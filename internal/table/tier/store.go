@@ -49,6 +49,9 @@ func OpenStore(dir string, cacheBytes int64) (*Store, error) {
 		DisableWAL: true,
 		Logger:     quietLogger{},
 		CacheSize:  cacheBytes,
+		// A damaged file fails the read that meets it (ErrStore), not the
+		// process: pebble's default would be Logger.Fatalf.
+		EventListener: &pebble.EventListener{DataCorruption: func(pebble.DataCorruptionInfo) {}},
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // a miss reads no block

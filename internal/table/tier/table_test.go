@@ -1,7 +1,10 @@
 package tier
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"os"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -192,4 +195,52 @@ func sameRows(a, b sparse.Snapshot) error {
 		return fmt.Errorf("last-touched steps differ:\n%v\n%v", a.LastTouch, b.LastTouch)
 	}
 	return nil
+}
+
+// A damaged store file is reported as ErrStore when a row is read from
+// it, and the table keeps failing (the ps stops and restores).
+func TestDamagedStoreIsReported(t *testing.T) {
+	s, err := OpenStore(t.TempDir()+"/store", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rule, _ := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.1})
+	hot, _ := sparse.New(sparse.Config{Dim: 8, Rule: rule})
+	tt := NewTable(hot, s)
+	keys := make([]uint64, 20000)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	if err := hot.Push(keys, make([]float32, 8*len(keys)), 1); err != nil {
+		t.Fatal(err)
+	}
+	tt.Demote(len(keys))
+	if err := tt.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	files := s.Files()
+	if len(files) == 0 {
+		t.Fatal("no table file after a flush")
+	}
+	for _, f := range files {
+		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(bytes.Repeat([]byte{0xA5}, 4096), 1024); err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+	}
+	err = tt.Fetch(keys[:100])
+	if !errors.Is(err, ErrStore) {
+		t.Fatalf("Fetch from a damaged store: %v, want ErrStore", err)
+	}
+	if !errors.Is(tt.Fetch(keys[5000:5001]), ErrStore) || tt.Err() == nil {
+		t.Fatal("the table went on after a store error")
+	}
 }
