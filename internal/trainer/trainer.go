@@ -164,6 +164,9 @@ func (c *Config) defaults() {
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if cfg.Replication.Enabled() {
+		if cfg.Tiered {
+			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
+		}
 		return runReplicatedPS(ctx, cfg)
 	}
 	tiers, err := openTier(cfg)
