@@ -112,7 +112,7 @@ func (s *Server) RestoreLatest() (bool, error) {
 		return false, nil
 	}
 	verify := s.meter("checkpoint: verifying the newest checkpoint", 0)
-	m, skipped, err := checkpoint.LatestSetAside(meteredFS{s.cfg.FS, verify}, s.cfg.CheckpointDir)
+	m, skipped, err := checkpoint.Verifier{Finite: true}.LatestSetAside(meteredFS{s.cfg.FS, verify}, s.cfg.CheckpointDir)
 	verify.done()
 	for _, sk := range skipped {
 		s.cfg.Logf("checkpoint: %s; trying an older one", sk)
@@ -168,7 +168,7 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 		}
 		return &sh, err
 	}
-	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers)
+	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
 	for _, release := range releases {
 		release()
 	}

@@ -203,7 +203,7 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 		// ps restarted while the chief wrote its manifest. The ps then
 		// waits for the chief, which restores it there and rolls the
 		// others back to it.
-		m, _, err := checkpoint.Latest(vfs.OS, cfg.CheckpointDir)
+		m, _, err := checkpoint.Verifier{Finite: true}.Latest(vfs.OS, cfg.CheckpointDir)
 		if err != nil {
 			return fmt.Errorf("%w: ps %v not initialised, and no checkpoint to restore them from: %v", client.ErrNotReady, uninit, err)
 		}

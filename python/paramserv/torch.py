@@ -31,7 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ._client import Client
+from ._client import Client, _check_fork
 
 __all__ = ["DistributedModule", "Embedding"]
 
@@ -44,6 +44,10 @@ def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
     a = np.asarray(ids).reshape(-1)
     if a.dtype.kind not in "iu":
         raise ValueError(f"paramserv.torch.Embedding: ids of dtype {a.dtype}: want integers")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        # astype(uint64) would wrap -1 to 2**64-1 silently: another row.
+        i = int(np.argmax(a < 0))
+        raise ValueError(f"paramserv.torch.Embedding: id {int(a[i])} at flat position {i} is negative: want ids >= 0")
     return a.astype(np.uint64, copy=copy)
 
 
@@ -385,7 +389,9 @@ class DistributedModule(torch.nn.Module):
         self.client.done()
 
     def close(self) -> None:
-        """Closes the client (after the push in flight)."""
+        """Closes the client (after the push in flight); refused at once in a
+        forked child, as Client.close is."""
+        _check_fork()
         try:
             self._settle()
         finally:

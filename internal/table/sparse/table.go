@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Errors returned by this package; each is wrapped with the details, so test
@@ -184,6 +185,10 @@ type Table struct {
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
 
+	// par runs the large jobs (Export, Sorted, Import into an empty
+	// table, Frozen) on several cores: parallel.Serial until SetParallel.
+	par parallel.Runner
+
 	// Key sets (keyset.go): gen counts the times rows were freed, so a
 	// KeySet's remembered row ids are valid while it is unchanged; mark and
 	// scratch are reused by PushSet.
@@ -282,6 +287,17 @@ func (t *Table) Dim() int { return t.dim }
 
 // Rule is the table's update rule.
 func (t *Table) Rule() optim.Rule { return t.rule }
+
+// SetRule replaces the update rule by one of the same name and state
+// slots whose use of the step is the same (another learning rate, say: a
+// job restarted with changed flags); the rows and their state stay.
+func (t *Table) SetRule(r optim.Rule) error {
+	if r == nil || r.Name() != t.rule.Name() || r.StateSlots() != t.slots || usesStep(r) != t.keepCount {
+		return fmt.Errorf("%w: rule %v cannot replace %s with %d state slots", ErrConfig, r, t.rule.Name(), t.slots)
+	}
+	t.rule = r
+	return nil
+}
 
 // Len is the number of rows held.
 func (t *Table) Len() int { return t.live }
@@ -602,3 +618,23 @@ func (t *Table) forLive(fn func(r int, p *page, o int)) {
 		}
 	}
 }
+
+// SetParallel makes run the Runner of the table's large jobs (Export,
+// Sorted, Import into an empty table, Frozen and FrozenSize.Alloc), which
+// spread them over the cores; the table's Frozen copies inherit it. nil is
+// parallel.Serial, the default: the package starts no goroutine of its
+// own. The result of every job is the same whatever the Runner.
+func (t *Table) SetParallel(run parallel.Runner) { t.par = run }
+
+// runner is the table's Runner: SetParallel's, else defaultRunner.
+func (t *Table) runner() parallel.Runner {
+	if t.par != nil {
+		return t.par
+	}
+	return defaultRunner
+}
+
+// defaultRunner runs the jobs of a table SetParallel was not called on:
+// parallel.Serial. The package's tests make it run on goroutines, so that
+// the race detector sees the parallel paths.
+var defaultRunner = parallel.Serial
