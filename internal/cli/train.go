@@ -61,6 +61,7 @@ type trainFlags struct {
 	rep                                      *replicaFlags
 	validation                               *validationFlags
 	ckptIncr                                 *ckptIncrFlags
+	tier                                     *tierFlags
 	incrPull                                 *incrPullFlags
 }
 
@@ -127,6 +128,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
 	f.ckptIncr = defineCkptIncrFlags(fs)
+	f.tier = defineTierFlags(fs)
 	f.incrPull = defineIncrPullFlags(fs)
 	return f
 }
@@ -221,6 +223,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.tier.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
 	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
