@@ -64,6 +64,7 @@ type trainFlags struct {
 	rep                                      *replicaFlags
 	validation                               *validationFlags
 	ckptIncr                                 *ckptIncrFlags
+	tier                                     *tierFlags
 	incrPull                                 *incrPullFlags
 }
 
@@ -135,6 +136,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
 	f.ckptIncr = defineCkptIncrFlags(fs)
+	f.tier = defineTierFlags(fs)
 	f.incrPull = defineIncrPullFlags(fs)
 	return f
 }
@@ -230,6 +232,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.tier.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
 	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {

@@ -75,6 +75,11 @@ func (s *Shard) Check(p *Push) error {
 	if err := s.check(p); err != nil {
 		return s.reject(p.Worker, p.Step, err)
 	}
+	for i, t := range p.tabs {
+		if err := t.fetch(p.Sparse[i].keys()); err != nil {
+			return s.tierFailed(t, err)
+		}
+	}
 	p.ok, p.st = true, s.st
 	return nil
 }
@@ -231,7 +236,9 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 			}
 		}
 		for i, t := range p.tabs {
-			t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step())
+			if err := t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step()); err != nil {
+				return Result{}, s.tierFailed(t, err)
+			}
 		}
 		s.maybeEvict()
 		s.version++
@@ -352,7 +359,9 @@ func (s *Shard) applyStep(count int) error {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		t.applyAccumulated(scale, hook, st.tracker.Step())
+		if err := t.applyAccumulated(scale, hook, st.tracker.Step()); err != nil {
+			s.tierFailed(t, err)
+		}
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()

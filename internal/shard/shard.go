@@ -45,6 +45,8 @@ type Config struct {
 	// of a replicated shard applies the changes a pull makes to its tables
 	// (admission counts, new rows) from the shard's log (TouchRows) instead.
 	PeekPulls bool
+	// Tiers, if set, gives every table a second tier (Tiers).
+	Tiers Tiers
 }
 
 // RowGrads is a synchronous step's averaged gradient of one sparse table:
@@ -401,6 +403,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 // (Restore) gives the shard a new incarnation and aborts waiting pulls.
 func (s *Shard) Install(st *State) {
 	st.setParallel(s.cfg.Parallel)
+	s.attachTiers(st)
 	s.st = st
 	s.pendingSince = time.Time{}
 	s.syncFailed = nil

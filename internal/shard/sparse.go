@@ -21,6 +21,7 @@ type table struct {
 	rule       optim.Rule       // the layout's rule or the table's own
 	sched      *optim.Scheduled // rule under its schedule
 	evictEvery int64
+	tier       Tier // nil: every row in memory
 
 	// sync accumulator: accKeys[i] has gradient acc[i*dim:(i+1)*dim].
 	accPos  map[uint64]int
@@ -71,7 +72,10 @@ func newTables(l Layout, sched *optim.Scheduled) (map[string]*table, []*table, e
 // the remembered rows of a key set where there is one (the same result).
 // step is the global step after the update (the rate is the one in force
 // at step-1).
-func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) {
+func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) error {
+	if err := t.fetch(keys); err != nil {
+		return err
+	}
 	var err error
 	if !t.sched.Constant() {
 		if err := t.t.SetRule(t.sched.At(step - 1)); err != nil {
@@ -87,6 +91,7 @@ func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step in
 	if err != nil {
 		panic(fmt.Sprintf("shard: checked push refused by table %q: %v", t.name, err))
 	}
+	return nil
 }
 
 // accumulate adds a synchronous step's row gradients to the sum.
@@ -109,16 +114,17 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 
 // applyAccumulated applies the sum times scale (1/replicas) and clears it;
 // scaled says the sum was scaled already (for Config.Aggregated).
-func (t *table) applyAccumulated(scale float32, scaled bool, step int64) {
+func (t *table) applyAccumulated(scale float32, scaled bool, step int64) error {
 	if len(t.accKeys) == 0 {
-		return
+		return nil
 	}
 	if !scaled {
 		scaleBy(t.acc, scale)
 	}
-	t.push(t.accKeys, nil, t.acc, step)
+	err := t.push(t.accKeys, nil, t.acc, step)
 	clear(t.accPos)
 	t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+	return err
 }
 
 // maybeEvict runs eviction every tenth of each table's idle limit, after
@@ -171,6 +177,9 @@ func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned b
 			return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 		}
 	}
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	var err error
 	switch {
 	case s.cfg.PeekPulls:
@@ -192,7 +201,11 @@ func (s *Shard) PullChanges(name []byte, keys []uint64) (bool, error) {
 	if _, err := s.TableDim(name); err != nil {
 		return false, err
 	}
-	return s.st.tables[string(name)].t.PullChanges(keys), nil
+	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return false, s.tierFailed(t, err)
+	}
+	return t.t.PullChanges(keys), nil
 }
 
 // TouchRows makes the changes PullRows of keys makes to a table without
@@ -207,6 +220,9 @@ func (s *Shard) TouchRows(name []byte, keys []uint64) error {
 		return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 	}
 	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	if n := len(keys) * dim; cap(t.touchBuf) < n {
 		t.touchBuf = make([]float32, n)
 	}
