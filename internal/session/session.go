@@ -9,7 +9,7 @@
 // this Go code's and are not written again in another language.
 //
 // Start-up, recovery and checkpoints are the built-in training loop's
-// (trainer.Worker): the chief locks its checkpoint directory, initialises
+// (package lifecycle): the chief locks its checkpoint directory, initialises
 // the ps or finds them initialised or restored, and the others wait until
 // the ps hold one history; when an exchange fails because a ps went away
 // or restarted, the session waits for it (the chief rolling the cluster
@@ -25,15 +25,14 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
-	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -91,7 +90,7 @@ type Config struct {
 type Session struct {
 	cfg    Config
 	c      *client.Client
-	w      *trainer.Worker
+	w      *lifecycle.Worker
 	step   int64
 	worker int
 
@@ -147,7 +146,7 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 	}
 	var srv *telemetry.Server
 	var calls *telemetry.Calls
-	var observer trainer.Observer
+	var observer lifecycle.Observer
 	if cfg.MetricsAddr != "" {
 		reg := telemetry.NewRegistry()
 		mw := telemetry.NewWorker(reg)
@@ -172,7 +171,7 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 	return s, nil
 }
 
-func start(ctx context.Context, cfg Config, init model.Params, observer trainer.Observer) (*Session, error) {
+func start(ctx context.Context, cfg Config, init model.Params, observer lifecycle.Observer) (*Session, error) {
 	worker := cfg.Cluster.Task.Index
 	chief := cfg.Cluster.IsChief()
 	c, err := client.New(cfg.Cluster.Spec.PS, cfg.Variables, client.Options{
@@ -181,16 +180,16 @@ func start(ctx context.Context, cfg Config, init model.Params, observer trainer.
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	tcfg := trainer.Config{
+	lcfg := lifecycle.Config{
 		Cluster: cfg.Cluster, Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		MaxStaleness: cfg.MaxStaleness, SplitBytes: cfg.SplitBytes, StartupTimeout: cfg.StartupTimeout,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
 		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: observer,
 	}
-	if tcfg.CheckpointDir != "" && tcfg.SaveSteps <= 0 && tcfg.SaveEvery <= 0 {
-		tcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
+	if lcfg.CheckpointDir != "" && lcfg.SaveSteps <= 0 && lcfg.SaveEvery <= 0 {
+		lcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
 	}
-	w, step, err := trainer.StartWorker(ctx, tcfg, c, cfg.Variables, func() model.Params { return init })
+	w, step, err := startWorker(ctx, lcfg, c, cfg.Variables, init)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("session: %w", err)
@@ -200,6 +199,29 @@ func start(ctx context.Context, cfg Config, init model.Params, observer trainer.
 		cfg.Logf("worker %d: warning: the ps train %s (restored from a checkpoint); going on so", worker, modeName(c.IsSync()))
 	}
 	return s, nil
+}
+
+// startWorker is the worker's start-up (lifecycle.Worker.Start): it
+// returns the worker and the global step the cluster is at.
+func startWorker(ctx context.Context, cfg lifecycle.Config, c *client.Client, vars []model.Variable, init model.Params) (*lifecycle.Worker, int64, error) {
+	w, err := lifecycle.New(cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := w.Start(ctx, c, vars, func() model.Params { return init }); err != nil {
+		w.Close()
+		return nil, 0, err
+	}
+	statuses, err := c.Status(ctx)
+	if err != nil {
+		w.Close()
+		return nil, 0, fmt.Errorf("worker %d: start-up: %w", cfg.Cluster.Task.Index, err)
+	}
+	var step int64
+	for _, st := range statuses {
+		step = max(step, st.GetGlobalStep())
+	}
+	return w, step, nil
 }
 
 func modeName(sync bool) string {
@@ -369,30 +391,16 @@ var firstNonFinite = wire.FirstNonFinite
 // pushed), as the built-in loop does, so that a long wait says what it
 // waits for.
 func (s *Session) do(ctx context.Context, req *client.Request, minStep int64) *client.Call {
-	start := time.Now()
-	var mu sync.Mutex // guards landed and t's re-arming
-	landed := false
-	var t *time.Timer
-	mu.Lock()
-	t = time.AfterFunc(s.cfg.WaitLogEvery, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if landed {
-			return
-		}
+	stop := lifecycle.LogWait(s.cfg.WaitLogEvery, func(waited time.Duration) bool {
 		hint := ""
 		if minStep > 0 {
 			hint = fmt.Sprintf(" (synchronous: step %d completes when %d of the %d workers have pushed)", minStep, s.cfg.ReplicasToAggregate, len(s.cfg.Cluster.Spec.Workers))
 		}
-		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, time.Since(start).Round(time.Second), hint)
-		t.Reset(s.cfg.WaitLogEvery)
+		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, waited.Round(time.Second), hint)
+		return true
 	})
-	mu.Unlock()
 	call := s.c.Do(ctx, req)
-	mu.Lock()
-	landed = true
-	t.Stop()
-	mu.Unlock()
+	stop()
 	return call
 }
 
@@ -522,7 +530,7 @@ func denseBytes(p model.Params) int64 {
 
 // recover returns cause itself when it is not a failure the session
 // recovers from; otherwise it waits for the ps to come back as the built-in
-// loop does (trainer.Worker.Recover), up to RecoveryTimeout.
+// loop does (lifecycle.Worker.Recover), up to RecoveryTimeout.
 func (s *Session) recover(ctx context.Context, cause error) error {
 	err := s.w.Recover(ctx, s.step, cause)
 	if err == nil && s.calls != nil {
@@ -530,7 +538,7 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	}
 	if err != nil {
 		if err == cause || strings.Contains(err.Error(), cause.Error()) {
-			return err // it names the cause already (the trainer's "recovery after …")
+			return err // it names the cause already (the lifecycle's "recovery after …")
 		}
 		return fmt.Errorf("session: worker %d: recovery after %v: %w", s.worker, cause, err)
 	}

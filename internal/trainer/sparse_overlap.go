@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 )
 
@@ -37,7 +38,7 @@ import (
 // the model's work (gradients and reading batches), st.comm the sending
 // and the waiting for calls, not the time a call was in flight under the
 // compute.
-func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.SparseReadAhead, params model.Params, sv *saver, st *loopStats) error {
+func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.SparseReadAhead, params model.Params, lw *lifecycle.Worker, st *loopStats) error {
 	tables := m.Tables()
 	st.lookup = func(t int, keys []uint64, out []float32) error {
 		_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)
@@ -148,19 +149,19 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	}
 	// land waits for the call in flight, which pulled into the other set:
 	// that set becomes the current one.
-	// No restartWatch: the overlap runs only in asynchronous modes, where no
+	// No lifecycle.RestartWatch: the overlap runs only in asynchronous modes, where no
 	// step waits on another worker's gradient.
 	land := func() error {
 		call := inflight
 		inflight = nil
 		cur ^= 1
 		if pushing {
-			if _, err := st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
+			if _, err := st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 				return err
 			}
 		} else {
 			t := time.Now()
-			if err := waitCall(call, cfg, st.step, 0, nil); err != nil {
+			if err := lifecycle.WaitCall(call, cfg.callLog(), st.step, 0, nil); err != nil {
 				return fmt.Errorf("pull: %w", err)
 			}
 			st.comm += time.Since(t)
