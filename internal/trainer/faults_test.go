@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
@@ -361,7 +362,7 @@ func TestPSGivesUpOnVanishedWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Worker 1 pulls once, then is gone.
-	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	m, err := catalog.New("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +461,7 @@ func TestOtherModelOnThePSIsAnInputError(t *testing.T) {
 			t.Errorf("worker %d logged %d lines before it gave up", w, n)
 		}
 	}
-	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	m, err := catalog.New("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
@@ -83,8 +84,9 @@ type Config struct {
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 
 	// NewModel, if set, builds the worker's model instead of the built-in
-	// one Model names (a model of the user's own, run by this loop); Model
-	// is then only its name in the log and the result file.
+	// one Model names in the catalog (a model of the user's own, run by
+	// this loop); Model is then only its name in the log and the result
+	// file.
 	NewModel func(model.Config) (model.Model, error)
 
 	// WorkerTimeout bounds how long a ps waits for a worker not heard from
@@ -436,7 +438,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if data.Logf == nil {
 		data.Logf = cfg.Logf
 	}
-	newModel := func(c model.Config) (model.Model, error) { return NewModel(cfg.Model, c) }
+	newModel := func(c model.Config) (model.Model, error) { return catalog.New(cfg.Model, c) }
 	if cfg.NewModel != nil {
 		newModel = cfg.NewModel
 	}
