@@ -31,48 +31,31 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
-	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Config is one worker's view of the job.
 type Config struct {
-	// Cluster is the cluster and this worker's task (read it with
-	// cluster.Resolve from flags or TF_CONFIG). Task.Job must be "worker".
-	Cluster cluster.Config
+	// Config is the worker's life around the program's loop: Cluster, the
+	// cluster and this worker's task (read it with cluster.Resolve from
+	// flags or TF_CONFIG; Task.Job must be "worker"); the chief's choices
+	// for the whole cluster (the others' are ignored: the ps tell them the
+	// mode); SplitBytes (see client.Options; every worker must use the
+	// same); the chief's checkpoints in CheckpointDir, every SaveSteps
+	// global steps and/or SaveEvery (10 minutes if neither is set), and
+	// at Done, keeping the last KeepCheckpoints (every ps must have been
+	// started with the same --checkpoint_dir, which it restores from after
+	// a restart); StartupTimeout, bounding Start's wait for the ps, and
+	// RecoveryTimeout, the wait for them to come back after a failure (5
+	// minutes each if 0); the log (Logf, WaitLogEvery). Its Observer is
+	// the session's metrics (MetricsAddr), not set here.
+	lifecycle.Config
+
 	// Variables are the dense variables, in order; Tables the sparse ones.
 	// Every worker must declare the same.
 	Variables []model.Variable
 	Tables    []model.Table
-
-	// The chief's choices for the whole cluster (the others' are ignored:
-	// the ps tell them the mode).
-	Optimizer           optim.Config
-	Sync                bool
-	ReplicasToAggregate int   // sync: 0 means every worker
-	MaxStaleness        int64 // async: drop gradients older than this (0: never)
-
-	// SplitBytes: see client.Options. Every worker must use the same.
-	SplitBytes int
-	// CheckpointDir, if set, is where the chief saves checkpoints, every
-	// SaveSteps global steps and/or SaveEvery, and at Done, keeping the
-	// last KeepCheckpoints (5 if 0); every ps must have been started with
-	// the same --checkpoint_dir, which it restores from after a restart.
-	CheckpointDir   string
-	SaveSteps       int64
-	SaveEvery       time.Duration
-	KeepCheckpoints int
-
-	// StartupTimeout bounds Start's wait for the ps (5 minutes if 0);
-	// RecoveryTimeout the wait for them to come back after a failure (5
-	// minutes if 0).
-	StartupTimeout, RecoveryTimeout time.Duration
-
-	// Logf receives log lines (nil discards them); WaitLogEvery is how
-	// often a wait logs what it waits for (5s if 0).
-	Logf         func(format string, args ...any)
-	WaitLogEvery time.Duration
 
 	// Dial, if set, replaces TCP for the connections to the ps (tests run
 	// clusters over package memnet).
@@ -104,20 +87,9 @@ type Session struct {
 }
 
 func (cfg *Config) defaults() {
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	if cfg.WaitLogEvery <= 0 {
-		cfg.WaitLogEvery = 5 * time.Second
-	}
-	if cfg.StartupTimeout <= 0 {
-		cfg.StartupTimeout = 5 * time.Minute
-	}
-	if cfg.RecoveryTimeout <= 0 {
-		cfg.RecoveryTimeout = 5 * time.Minute
-	}
-	if cfg.ReplicasToAggregate <= 0 {
-		cfg.ReplicasToAggregate = len(cfg.Cluster.Spec.Workers)
+	cfg.Config.Defaults()
+	if cfg.CheckpointDir != "" && cfg.SaveSteps <= 0 && cfg.SaveEvery <= 0 {
+		cfg.SaveEvery = 10 * time.Minute // as --save_model_secs
 	}
 }
 
@@ -180,15 +152,8 @@ func start(ctx context.Context, cfg Config, init model.Params, observer lifecycl
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	lcfg := lifecycle.Config{
-		Cluster: cfg.Cluster, Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
-		MaxStaleness: cfg.MaxStaleness, SplitBytes: cfg.SplitBytes, StartupTimeout: cfg.StartupTimeout,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
-		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: observer,
-	}
-	if lcfg.CheckpointDir != "" && lcfg.SaveSteps <= 0 && lcfg.SaveEvery <= 0 {
-		lcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
-	}
+	lcfg := cfg.Config
+	lcfg.Observer = observer
 	w, step, err := startWorker(ctx, lcfg, c, cfg.Variables, init)
 	if err != nil {
 		c.Close()
