@@ -433,24 +433,9 @@ func runWorker(ctx context.Context, cfg Config) error {
 	}
 	defer lw.Close()
 	numWorkers := len(cfg.Cluster.Spec.Workers)
-	data := cfg.Data
-	data.Worker, data.NumWorkers = worker, numWorkers
-	if data.Logf == nil {
-		data.Logf = cfg.Logf
-	}
-	newModel := func(c model.Config) (model.Model, error) { return catalog.New(cfg.Model, c) }
-	if cfg.NewModel != nil {
-		newModel = cfg.NewModel
-	}
-	m, err := newModel(data)
+	m, err := workerModel(cfg)
 	if err != nil {
-		return &ConfigError{Err: err}
-	}
-	if err := CheckEpochs(cfg); err != nil {
-		return &ConfigError{Err: err}
-	}
-	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
-		return &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
+		return err
 	}
 	sm, isSparse := m.(model.SparseModel)
 	var tables []model.Table
@@ -488,13 +473,75 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if cfg.Sync && !cfg.Replication.Enabled() {
 		st.restarted = c.CheckIncarnations
 	}
+	if err := trainToGoal(ctx, cfg, c, lw, m, params, &st); err != nil {
+		return err
+	}
+	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
+	elapsed := time.Since(trainStart)
+	localRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
+	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, localRate)
+	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
+
+	if cfg.Cluster.IsChief() {
+		if err := finish(ctx, cfg, c, m, params, Result{
+			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
+			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
+			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
+			ChiefExamplesPerS: localRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
+			Version: cfg.Version, Flags: cfg.ResultRecord,
+		}); err != nil {
+			return err
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	if err := c.Done(dctx); err != nil {
+		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
+	}
+	return nil
+}
+
+// workerModel builds the worker's model (cfg.NewModel's, or the built-in
+// one cfg.Model names) and checks the settings it trains with; errors are
+// the user's to fix.
+func workerModel(cfg Config) (model.Model, error) {
+	numWorkers := len(cfg.Cluster.Spec.Workers)
+	data := cfg.Data
+	data.Worker, data.NumWorkers = cfg.Cluster.Task.Index, numWorkers
+	if data.Logf == nil {
+		data.Logf = cfg.Logf
+	}
+	newModel := func(c model.Config) (model.Model, error) { return catalog.New(cfg.Model, c) }
+	if cfg.NewModel != nil {
+		newModel = cfg.NewModel
+	}
+	m, err := newModel(data)
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	if err := CheckEpochs(cfg); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
+		return nil, &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
+	}
+	return m, nil
+}
+
+// trainToGoal runs the training loop until the global step reaches the
+// goal (or the worker's data ends), the chief's final checkpoint saved;
+// after a failure it recovers (lw) and runs the loop again from the
+// cluster's step.
+func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycle.Worker, m model.Model, params model.Params, st *loopStats) error {
+	worker, numWorkers := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
 	for {
 		// A loop starts with a pull, so after a recovery it goes on from
 		// whatever step the cluster is at.
-		if isSparse {
-			err = sparseLoop(ctx, cfg, c, sm, params, lw, &st, overlaps(cfg, numWorkers))
+		var err error
+		if sm, isSparse := m.(model.SparseModel); isSparse {
+			err = sparseLoop(ctx, cfg, c, sm, params, lw, st, overlaps(cfg, numWorkers))
 		} else {
-			err = denseLoop(ctx, cfg, c, m, params, lw, &st, overlaps(cfg, numWorkers))
+			err = denseLoop(ctx, cfg, c, m, params, lw, st, overlaps(cfg, numWorkers))
 		}
 		if err == nil && st.ended && cfg.Cluster.IsChief() && numWorkers > 1 {
 			// The chief's data ended: the result is the job's once the
@@ -534,28 +581,6 @@ func runWorker(ctx context.Context, cfg Config) error {
 		if err := lw.Rejoin(ctx, st.step, err); err != nil {
 			return err
 		}
-	}
-	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
-	elapsed := time.Since(trainStart)
-	ownRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
-	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, ownRate)
-	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
-
-	if cfg.Cluster.IsChief() {
-		if err := finish(ctx, cfg, c, m, params, Result{
-			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
-			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
-			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
-			ChiefExamplesPerS: ownRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
-			Version: cfg.Version, Flags: cfg.ResultRecord,
-		}); err != nil {
-			return err
-		}
-	}
-	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer dcancel()
-	if err := c.Done(dctx); err != nil {
-		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
 	}
 	return nil
 }
