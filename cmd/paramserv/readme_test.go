@@ -1,10 +1,12 @@
 package main
 
-// The README is tested: every command of its ```sh blocks runs here, in a
-// fresh directory, against the binary the tests built, so that the README
-// and the code cannot drift apart. The rules that make it quick:
+// The README and every page of docs/ are tested: every command of their
+// ```sh blocks runs here, in a fresh directory, against the binary the
+// tests built, so that the docs and the code cannot drift apart. The rules
+// that make it quick:
 //
-//   - ./paramserv and go run ./cmd/paramserv are the tests' binary;
+//   - ./paramserv, a leading paramserv and go run ./cmd/paramserv are the
+//     tests' binary;
 //   - a built-in model trains at most 60 global steps (--train_steps=N
 //     becomes min(N, 60); a local or train command of a built-in model
 //     without it gets --train_steps=60) and logs every 20
@@ -20,6 +22,9 @@ package main
 //     it cannot resolve h0 and exit 1 after --startup_timeout=1s;
 //   - lda trains 3 sweeps; go test commands (benchmarks) are left out, and
 //     liblinear-train where it is not installed;
+//   - docker and kubectl commands (docs/DEPLOY.md) need a container runtime
+//     or a Kubernetes cluster, which a test machine has not: they are left
+//     out with a line (TestDockerfile* check the image's build);
 //   - commands other tests run are left to them: ./scripts/test (this
 //     test's own runner), go build / go install (the binary is built), the
 //     Python ones (TestTorch*) and the Go module example
@@ -44,11 +49,22 @@ import (
 	"github.com/paramserv/paramserv/internal/testutil"
 )
 
-// readmeCommands returns the commands of README.md's sh blocks, one per
-// line, continuations joined, comments and optional parts removed.
-func readmeCommands(t *testing.T) []string {
+// docPages are the files whose sh blocks TestREADME runs: README.md, then
+// every page of docs/.
+func docPages(t *testing.T) []string {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"../../README.md"}, pages...)
+}
+
+// readmeCommands returns the commands of a page's sh blocks, one per
+// line, continuations joined, comments and optional parts removed.
+func readmeCommands(t *testing.T, page string) []string {
+	t.Helper()
+	f, err := os.Open(page)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +121,25 @@ var readmeWants = map[string][]string{
 
 func TestREADME(t *testing.T) {
 	data := testutil.DataDir(t, "SHA256SUMS")
-	dir := t.TempDir()
-	if err := os.Symlink(data, filepath.Join(dir, "data")); err != nil {
-		t.Fatal(err)
+	total, ran := 0, 0
+	for _, page := range docPages(t) {
+		dir := t.TempDir() // a page's commands share a directory, pages do not
+		if err := os.Symlink(data, filepath.Join(dir, "data")); err != nil {
+			t.Fatal(err)
+		}
+		cmds := readmeCommands(t, page)
+		total += len(cmds)
+		ran += runDocCommands(t, dir, filepath.Base(page), cmds)
 	}
-	cmds := readmeCommands(t)
-	if len(cmds) < 15 {
-		t.Fatalf("found %d commands in README.md's sh blocks", len(cmds))
+	if total < 15 {
+		t.Fatalf("found %d commands in the sh blocks of README.md and docs/", total)
 	}
+	t.Logf("README and docs: ran %d of %d commands", ran, total)
+}
+
+// runDocCommands runs one page's commands in dir and returns how many ran.
+func runDocCommands(t *testing.T, dir, page string, cmds []string) int {
+	t.Helper()
 	steps := regexp.MustCompile(`--train_steps=(\d+)`)
 	rows := regexp.MustCompile(`--rows=(\d+)`)
 	var cluster []string // the train commands of one cluster
@@ -122,14 +149,16 @@ func TestREADME(t *testing.T) {
 		switch {
 		case c == "./scripts/test":
 			skip = "this test's own runner"
-		case strings.HasPrefix(c, "go build ") || strings.HasPrefix(c, "go install "):
+		case strings.HasPrefix(c, "go build ") || strings.Contains(c, " go build ") || strings.HasPrefix(c, "go install "):
 			skip = "the tests built the binary"
 		case strings.Contains(c, "python") || strings.Contains(c, "examples/torch/"):
 			skip = "run by TestTorch*"
 		case strings.Contains(c, "examples/go/linreg"):
 			skip = "run by TestOwnModelInASeparateModule"
-		case strings.HasPrefix(c, "go test ") || strings.Contains(c, "scripts/bench/"):
+		case strings.HasPrefix(c, "go test ") || strings.Contains(c, " go test ") || strings.Contains(c, "scripts/bench/"):
 			skip = "a benchmark, run by hand"
+		case strings.HasPrefix(c, "docker ") || strings.HasPrefix(c, "kubectl "):
+			skip = "needs a container runtime or a Kubernetes cluster"
 		case strings.HasPrefix(c, "liblinear-train ") && !haveCommand("liblinear-train"):
 			skip = "liblinear-train is not installed (Debian's liblinear-tools)"
 		case testing.Short() && (strings.Contains(c, "--model=mnist") || strings.Contains(c, " bench ") ||
@@ -137,10 +166,13 @@ func TestREADME(t *testing.T) {
 			skip = "-short: MNIST and bench"
 		}
 		if skip != "" {
-			t.Logf("README: skipped (%s): %s", skip, c)
+			t.Logf("%s: skipped (%s): %s", page, skip, c)
 			continue
 		}
 		run := strings.ReplaceAll(c, "go run ./cmd/paramserv", "./paramserv")
+		if strings.HasPrefix(run, "paramserv ") {
+			run = "./" + run
+		}
 		run = strings.ReplaceAll(run, "./paramserv", binary)
 		builtin := (strings.Contains(run, " local ") || strings.Contains(run, " train")) && !strings.Contains(run, " -- ")
 		if m := steps.FindStringSubmatch(run); m != nil {
@@ -191,24 +223,24 @@ func TestREADME(t *testing.T) {
 		out, code := runREADMECommand(t, dir, run)
 		ran++
 		if code != wantCode {
-			t.Errorf("README command %q: exit %d, want %d\n%s", c, code, wantCode, out)
+			t.Errorf("%s command %q: exit %d, want %d\n%s", page, c, code, wantCode, out)
 			continue
 		}
 		for _, w := range want {
 			if !strings.Contains(out, w) {
-				t.Errorf("README command %q: output lacks %q (the README quotes it)\n%s", c, w, out)
+				t.Errorf("%s command %q: output lacks %q (the page quotes it)\n%s", page, c, w, out)
 			}
 		}
 		if strings.Contains(c, "--model=sparse_lr --optimizer=ftrl") {
 			if b, err := os.ReadFile(filepath.Join(dir, "sparse.json")); err != nil || !strings.Contains(string(b), `"test_auc":`) {
-				t.Errorf("README command %q: no test_auc in the result file: %v %s", c, err, b)
+				t.Errorf("%s command %q: no test_auc in the result file: %v %s", page, c, err, b)
 			}
 		}
 	}
 	if len(cluster) != 0 {
-		t.Errorf("README: %d train commands left over, want the three of one cluster", len(cluster))
+		t.Errorf("%s: %d train commands left over, want the three of one cluster", page, len(cluster))
 	}
-	t.Logf("README: ran %d of %d commands", ran, len(cmds))
+	return ran
 }
 
 // haveCommand reports whether name is a program on PATH.

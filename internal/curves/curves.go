@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -128,8 +129,9 @@ func Draw(w io.Writer, runs []Run, tags []string, width, height int, smoothing f
 		p := plot.New()
 		p.Title.Text = tag
 		p.X.Label.Text = "global step"
-		p.Legend.Top = true
+		p.X.Tick.Marker, p.Y.Tick.Marker = shortTicks{}, shortTicks{}
 		found := false
+		var drawn []plotter.XYs
 		for i, r := range runs {
 			pts := Smooth(r.Series[tag], smoothing)
 			if len(pts) == 0 {
@@ -145,6 +147,7 @@ func Draw(w io.Writer, runs []Run, tags []string, width, height int, smoothing f
 			if len(xy) == 0 {
 				continue
 			}
+			drawn = append(drawn, xy)
 			if len(xy) == 1 {
 				s, err := plotter.NewScatter(xy)
 				if err != nil {
@@ -171,6 +174,7 @@ func Draw(w io.Writer, runs []Run, tags []string, width, height int, smoothing f
 		if !found {
 			return fig, fmt.Errorf("no run has the tag %q (tags: %s)", tag, strings.Join(allTags(runs), ", "))
 		}
+		p.Legend.Top, p.Legend.Left = legendCorner(drawn)
 		p.Add(plotter.NewGrid())
 		panels = append(panels, []*plot.Plot{p})
 	}
@@ -191,6 +195,85 @@ func Draw(w io.Writer, runs []Run, tags []string, width, height int, smoothing f
 		return fig, err
 	}
 	return fig, nil
+}
+
+// legendCorner picks the corner of a panel the legend covers least data
+// in: of the four, the one whose quarter-by-third of the panel holds the
+// fewest points (the top right first, then top left, bottom right, bottom
+// left, on a tie). A legend always on top covered the validation curves,
+// which start high on the left and end high on the right for metrics that
+// grow.
+func legendCorner(lines []plotter.XYs) (top, left bool) {
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, l := range lines {
+		for _, p := range l {
+			xmin, xmax = math.Min(xmin, p.X), math.Max(xmax, p.X)
+			ymin, ymax = math.Min(ymin, p.Y), math.Max(ymax, p.Y)
+		}
+	}
+	if math.IsInf(xmin, 1) {
+		return true, false
+	}
+	// The corners' boxes as fractions of the ranges: the legend is about
+	// a third of a panel wide and a quarter high.
+	frac := func(v, lo, hi float64) float64 {
+		if hi == lo {
+			return 0.5
+		}
+		return (v - lo) / (hi - lo)
+	}
+	corners := []struct{ top, left bool }{{true, false}, {true, true}, {false, false}, {false, true}}
+	best, bestN := 0, -1
+	for i, c := range corners {
+		n := 0
+		for _, l := range lines {
+			for _, p := range l {
+				fx, fy := frac(p.X, xmin, xmax), frac(p.Y, ymin, ymax)
+				inX := (c.left && fx <= 0.35) || (!c.left && fx >= 0.65)
+				inY := (c.top && fy >= 0.75) || (!c.top && fy <= 0.25)
+				if inX && inY {
+					n++
+				}
+			}
+		}
+		if bestN < 0 || n < bestN {
+			best, bestN = i, n
+		}
+	}
+	return corners[best].top, corners[best].left
+}
+
+// shortTicks are gonum's default ticks labelled for a person: 52500 reads
+// 52.5k and 1500000 1.5M, where the default printed 52500.00.
+type shortTicks struct{}
+
+// Ticks returns the default ticks of [lo, hi] with short labels.
+func (shortTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = shortNumber(t.Value)
+		}
+	}
+	return ticks
+}
+
+// shortNumber formats v with at most four significant digits and an SI
+// suffix (k, M, G, T) from a thousand up.
+func shortNumber(v float64) string {
+	a := math.Abs(v)
+	for _, u := range []struct {
+		scale  float64
+		suffix string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if a >= u.scale {
+			return strconv.FormatFloat(v/u.scale, 'g', 4, 64) + u.suffix
+		}
+	}
+	if a != 0 && a < 1e-3 {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
 // allTags lists the tags of runs, sorted.

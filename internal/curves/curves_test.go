@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/plot/plotter"
+
 	"github.com/paramserv/paramserv/internal/tfevents"
 )
 
@@ -125,6 +127,53 @@ func TestLoadRefusesSpecialAndHugeFiles(t *testing.T) {
 	} {
 		if _, err := Load(path); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Load(%s): %v, want %q", path, err, want)
+		}
+	}
+}
+
+func TestShortTickLabels(t *testing.T) {
+	for v, want := range map[float64]string{
+		52500: "52.5k", 1500000: "1.5M", 100000: "100k", 2e9: "2G", 0.25: "0.25", 0: "0", 1: "1",
+		-12000: "-12k", 0.0005: "0.0005", 999: "999",
+	} {
+		if got := shortNumber(v); got != want {
+			t.Errorf("shortNumber(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for _, tk := range (shortTicks{}).Ticks(50000, 55000) {
+		if strings.Contains(tk.Label, ".00") || strings.Contains(tk.Label, "000") {
+			t.Errorf("tick %v labelled %q, want a short label such as 52.5k", tk.Value, tk.Label)
+		}
+	}
+}
+
+func TestLegendAvoidsTheCurves(t *testing.T) {
+	line := func(f func(x float64) float64) plotter.XYs {
+		var xy plotter.XYs
+		for x := 0.0; x <= 100; x++ {
+			xy = append(xy, plotter.XY{X: x, Y: f(x)})
+		}
+		return xy
+	}
+	for _, c := range []struct {
+		name      string
+		lines     []plotter.XYs
+		top, left bool
+	}{
+		// A validation accuracy: rises quickly, then runs along the top.
+		{"rising", []plotter.XYs{line(func(x float64) float64 { return 1 - math.Exp(-x/5) })}, false, false},
+		// A loss: falls quickly, then runs along the bottom.
+		{"falling", []plotter.XYs{line(func(x float64) float64 { return math.Exp(-x / 5) })}, true, false},
+		// A straight fall from the top left to the bottom right, and a
+		// second run along the top right: only the bottom left is free.
+		{"both", []plotter.XYs{
+			line(func(x float64) float64 { return 1 - x/100 }),
+			line(func(x float64) float64 { return 0.5 + x/200 }),
+		}, false, true},
+	} {
+		top, left := legendCorner(c.lines)
+		if top != c.top || left != c.left {
+			t.Errorf("%s: legend at top=%v left=%v, want top=%v left=%v", c.name, top, left, c.top, c.left)
 		}
 	}
 }

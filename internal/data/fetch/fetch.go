@@ -223,7 +223,9 @@ func (f *Fetcher) logf(format string, args ...any) {
 
 // Fetch downloads the files of dataset that dir/<dataset>/ lacks or holds
 // damaged, creating the folder if needed. See the package documentation.
-func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []string) error {
+// A fetch that fails leaves no folder it created empty behind: run without
+// a network, it creates nothing.
+func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []string) (err error) {
 	ds, err := lookup(dataset)
 	if err != nil {
 		return err
@@ -232,11 +234,49 @@ func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []stri
 		mirrors = ds.mirrors
 	}
 	dst := filepath.Join(dir, dataset)
+	created := missingDirs(dst)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			removeEmpty(created)
+		}
+	}()
+	return f.fetchInto(ctx, dataset, ds, dst, mirrors)
+}
+
+// missingDirs returns the folders of path, deepest first, that do not
+// exist yet: those MkdirAll(path) creates.
+func missingDirs(path string) []string {
+	var dirs []string
+	for p := filepath.Clean(path); ; {
+		if _, err := os.Lstat(p); err == nil {
+			return dirs
+		}
+		dirs = append(dirs, p)
+		parent := filepath.Dir(p)
+		if parent == p {
+			return dirs
+		}
+		p = parent
+	}
+}
+
+// removeEmpty removes each of dirs, deepest first, while it is empty: a
+// folder a failed fetch created is taken back, one holding files is kept.
+func removeEmpty(dirs []string) {
+	for _, d := range dirs {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
+}
+
+// fetchInto downloads what dst lacks of ds.
+func (f *Fetcher) fetchInto(ctx context.Context, name string, ds dataset, dst string, mirrors []string) error {
 	if ds.archive != "" {
-		return f.fetchArchive(ctx, dataset, ds, dst, mirrors)
+		return f.fetchArchive(ctx, name, ds, dst, mirrors)
 	}
 	for _, file := range ds.files {
 		path := filepath.Join(dst, file.Name)
@@ -249,7 +289,7 @@ func (f *Fetcher) Fetch(ctx context.Context, dataset, dir string, mirrors []stri
 		if err := f.fetchFile(ctx, file, path, mirrors); err != nil {
 			if errors.Is(err, ErrOffline) {
 				return fmt.Errorf("%w\nTo train without a network, copy the files of %s (%s) from a machine that has one, into a folder, and point --data_dir at that folder (or at its parent, holding %s/). They can be had from %s",
-					err, dataset, fileNames(ds.files), dataset, strings.Join(ds.mirrors, " or "))
+					err, name, fileNames(ds.files), name, strings.Join(ds.mirrors, " or "))
 			}
 			return err
 		}

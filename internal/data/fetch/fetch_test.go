@@ -64,7 +64,9 @@ func sameFile(t *testing.T, a, b string) {
 func leftovers(t *testing.T, dir string, want ...string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if os.IsNotExist(err) {
+		return nil // a failed fetch takes back the folder it created
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	var extra []string
@@ -194,6 +196,35 @@ func TestFetchOffline(t *testing.T) {
 	}
 	if extra := leftovers(t, filepath.Join(dir, "mnist")); extra != nil {
 		t.Errorf("left behind: %v", extra)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "mnist")); !os.IsNotExist(err) {
+		t.Errorf("a failed fetch left the folder it created: %v", err)
+	}
+}
+
+// A fetch into a folder that does not exist yet creates none of it when it
+// fails, and keeps a folder that was there before.
+func TestFetchFailedCreatesNothing(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "new", "data")
+	if err := fetch.Fetch(context.Background(), "a9a", dir, []string{closedAddr(t)}); err == nil {
+		t.Fatal("fetch from a closed port succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(base, "new")); !os.IsNotExist(err) {
+		t.Errorf("a failed fetch left %s/new behind: %v", base, err)
+	}
+	kept := filepath.Join(base, "kept")
+	if err := os.Mkdir(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fetch.Fetch(context.Background(), "a9a", kept, []string{closedAddr(t)}); err == nil {
+		t.Fatal("fetch from a closed port succeeded")
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("a failed fetch removed the folder it was given: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(kept, "a9a")); !os.IsNotExist(err) {
+		t.Errorf("a failed fetch left kept/a9a behind: %v", err)
 	}
 }
 
