@@ -116,3 +116,30 @@ func TestWaitCallLandsASentCall(t *testing.T) {
 		t.Fatalf("the call landed at step %d with row %v, want step 1 and row 0", call.Step, vals)
 	}
 }
+
+// LogWait calls tick every period, with the time waited growing, until
+// tick says stop; after stop returns it never calls tick again.
+func TestLogWaitTicksUntilToldOrStopped(t *testing.T) {
+	waited := make(chan time.Duration, 10)
+	var calls int // guarded by LogWait: one tick at a time
+	stop := LogWait(time.Millisecond, func(d time.Duration) bool {
+		calls++
+		waited <- d
+		return calls < 3
+	})
+	first, second, third := <-waited, <-waited, <-waited
+	stop()
+	if !(first > 0 && second >= first && third >= second) {
+		t.Errorf("waited %v, %v, %v: want a growing wait", first, second, third)
+	}
+	time.Sleep(10 * time.Millisecond) // room for a fourth tick, which must not come
+	if calls != 3 {
+		t.Errorf("tick called %d times, want 3 (it said stop on the third)", calls)
+	}
+
+	stop = LogWait(time.Hour, func(time.Duration) bool {
+		t.Error("tick called after stop")
+		return true
+	})
+	stop()
+}

@@ -39,8 +39,9 @@ import (
 	"github.com/paramserv/paramserv/internal/model"
 )
 
-// Worker is one worker's lifecycle. A nil *Worker (a loop run without a
-// cluster, as tests and the standalone trainer do) saves nothing.
+// Worker is one worker's lifecycle. It is used by the goroutine that runs
+// the worker's loop, one call at a time. A nil *Worker (a loop run without
+// a cluster, as tests and the standalone trainer do) saves nothing.
 type Worker struct {
 	cfg    Config
 	c      *client.Client
