@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/model"
@@ -169,7 +169,7 @@ func (tw *twin) do(t *testing.T, what string, mk func() *Request) {
 		t.Fatalf("%s: data path: step %d dropped %v err %v; gRPC: step %d dropped %v err %v", what, fc.Step, fc.Dropped, fc.Err, sc.Step, sc.Dropped, sc.Err)
 	}
 	if fc.Err != nil {
-		if status.Code(fc.Err) != status.Code(sc.Err) {
+		if errClass(fc.Err) != errClass(sc.Err) {
 			t.Fatalf("%s: data path error %v, gRPC %v", what, fc.Err, sc.Err)
 		}
 		return
@@ -534,7 +534,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	params := model.NewParams(vars)
-	if _, err := c.Pull(wctx, 1, params); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := c.Pull(wctx, 1, params); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("pull of a step that never comes: %v, want DeadlineExceeded", err)
 	}
 	if _, err := c.Pull(ctx, 0, params); err != nil {
@@ -601,4 +601,30 @@ func TestPushSendsShardsInParallel(t *testing.T) {
 	if _, _, err := c.Push(ctx, 0, grads); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// errClass is what a caller can tell of an error: its kind, and for an
+// error of a ps without one, whether it is an invalid request, a failed
+// step or another. The data path and gRPC must agree on it.
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, ErrLayout):
+		return "layout"
+	case errors.Is(err, ErrVersion):
+		return "version"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrNotReady):
+		return "not ready"
+	}
+	var pe *psError
+	if errors.As(err, &pe) {
+		return fmt.Sprint(pe.kind)
+	}
+	if st, ok := status.FromError(err); ok {
+		return fmt.Sprint(wire.KindOfGRPCCode(uint32(st.Code())))
+	}
+	return "other"
 }

@@ -21,17 +21,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/placement"
-	"github.com/paramserv/paramserv/internal/version"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -83,7 +75,7 @@ type Options struct {
 type Client struct {
 	opts   Options
 	addrs  []string
-	conns  []*grpc.ClientConn
+	conns  []*grpcConn
 	ps     []pb.ParamServerClient
 	plan   placement.Plan
 	varOf  map[string]string         // variable name by part (shard-local) name
@@ -139,27 +131,7 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 		}
 	}
 	for _, addr := range addrs {
-		target, dialOpts := addr, []grpc.DialOption(nil)
-		if opts.Dial != nil {
-			target = "passthrough:///" + addr
-			dialOpts = append(dialOpts, grpc.WithContextDialer(opts.Dial))
-		}
-		conn, err := grpc.NewClient(target, append(dialOpts,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
-			grpc.WithInitialWindowSize(64<<20),
-			grpc.WithInitialConnWindowSize(64<<20),
-			grpc.WithChainUnaryInterceptor(versionCheck()),
-			grpc.WithReadBufferSize(256<<10),
-			grpc.WithWriteBufferSize(256<<10),
-			// A ps that restarts is back in seconds; gRPC's default
-			// reconnect backoff grows to 2 minutes, longer than a worker's
-			// recovery should wait to see it. Reconnect at least every 2s.
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-				MinConnectTimeout: 5 * time.Second,
-			}),
-		)...)
+		conn, err := dialGRPC(addr, opts.Dial)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("client: ps address %q: %w", addr, err)
@@ -191,10 +163,6 @@ func (c *Client) Plan() placement.Plan { return c.plan }
 // NumPS is the number of ps tasks.
 func (c *Client) NumPS() int { return len(c.ps) }
 
-// Conn returns the connection to ps i, for callers that speak further
-// services over it.
-func (c *Client) Conn(i int) *grpc.ClientConn { return c.conns[i] }
-
 func (c *Client) isSync() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -221,7 +189,7 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 			if longPoll {
 				// The ps answers but waits for the chief's Init: it
 				// answers this call as soon as that comes.
-				cctx = metadata.AppendToOutgoingContext(cctx, version.WaitInitHeader, "1500ms")
+				cctx = withWaitInit(cctx, "1500ms")
 			}
 			called := time.Now()
 			st, err := ps.Status(cctx, &pb.StatusRequest{})
@@ -285,7 +253,7 @@ func cutByWaitEnd(ctx context.Context, callDeadline time.Time, err error) bool {
 		return true
 	}
 	dl, ok := ctx.Deadline()
-	return ok && !dl.After(callDeadline) && status.Code(err) == codes.DeadlineExceeded
+	return ok && !dl.After(callDeadline) && isDeadline(err)
 }
 
 func joinWaits(w []string) string {

@@ -4,16 +4,15 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // The errors a worker acts on are the project's own: a caller matches them
 // with errors.Is and errors.As and never looks at gRPC status codes, which
-// stay at the client's edge (this file).
+// stay at the client's gRPC edge (grpc.go). An error of a ps has one of
+// the shard's error kinds (wire.ErrorKind), which the data path carries as
+// it is and grpc.go reads from a status; classify gives it its client
+// kind.
 var (
 	// ErrUnavailable: a ps did not answer (down, restarting, unreachable,
 	// or silent past its health checks). The worker waits for it to come
@@ -76,33 +75,42 @@ func Retryable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReady)
 }
 
-// classify gives an error that came from ps i (a gRPC status, a data-path
-// reply) its kind. The ps's messages for a layout it does not hold become
-// a LayoutError.
+// classify gives an error that came from ps i (a data-path reply, a gRPC
+// status, a socket error) its kind. The ps's answer that it holds another
+// layout becomes a LayoutError.
 func (c *Client) classify(i int, err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotReady) || errors.Is(err, ErrLayout) || errors.Is(err, ErrVersion) {
 		return err
 	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
+	var pe *psError
+	if errors.As(err, &pe) {
+		return c.ofKind(i, pe.kind, pe.msg, err)
 	}
-	switch st.Code() {
-	case codes.Unavailable:
+	return c.classifyStatus(i, err)
+}
+
+// ofKind gives err, of the ps's kind and message, its client kind.
+func (c *Client) ofKind(i int, kind wire.ErrorKind, msg string, err error) error {
+	switch kind {
+	case wire.KindUnavailable:
 		return withKind(ErrUnavailable, err)
-	case codes.FailedPrecondition:
-		// A repeated Init with another layout (the ps restored or was given
-		// another model): the shard's Conflict, marked by the server's
-		// ErrorInfo detail (server.statusOf).
-		if layoutConflict(st) {
-			return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + st.Message() + ")", Want: c.layoutOf(i)}
-		}
-		return withKind(ErrNotReady, err)
-	case codes.Aborted:
+	case wire.KindConflict:
+		return &LayoutError{PS: i, Addr: c.addrs[i], Have: "other variables (" + msg + ")", Want: c.layoutOf(i)}
+	case wire.KindNotReady, wire.KindBehind, wire.KindRestored, wire.KindCacheMiss:
 		return withKind(ErrNotReady, err)
 	}
 	return err
 }
+
+// psError is an error the ps answered on the data path: its kind (the
+// shard's error kinds, wire.ErrorKind) and its message, which is the
+// error's text.
+type psError struct {
+	kind wire.ErrorKind
+	msg  string
+}
+
+func (e *psError) Error() string { return e.msg }
 
 // layoutOf describes the variables and tables the model places on ps i.
 func (c *Client) layoutOf(i int) string {
@@ -119,15 +127,4 @@ func (c *Client) layoutOf(i int) string {
 		s += fmt.Sprintf(" and %d tables %v", n, ts)
 	}
 	return s
-}
-
-// layoutConflict reports whether st carries the server's detail for a
-// layout conflict.
-func layoutConflict(st *status.Status) bool {
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
-			return true
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -328,8 +329,8 @@ func TestIncrementalPullFromOlderPS(t *testing.T) {
 			}
 		}
 	}
-	if refused.Load() != 2 {
-		t.Errorf("the older ps refused a version %d times, want twice (3, then 2; the client then asks for version 1)", refused.Load())
+	if refused.Load() != 3 {
+		t.Errorf("the older ps refused a version %d times, want three times (4, 3, then 2; the client then asks for version 1)", refused.Load())
 	}
 	if c.dp.off.Load() {
 		t.Error("the client turned the data path off")
@@ -356,5 +357,57 @@ func TestHeldTableIndex(t *testing.T) {
 		if r := h.find(key + 1); r >= 0 {
 			t.Fatalf("key %d, never added, found at row %d", key+1, r)
 		}
+	}
+}
+
+// A worker without incremental pulls asks an older ps (of versions up to
+// 3, whose error replies carry status codes) for version 4 once, then for
+// version 1; it keeps no key sets there, since such a ps's error replies
+// do not tell a cache miss from a restore, and its calls land as before.
+func TestDataPathToOlderPS(t *testing.T) {
+	addrs := startPS(t, 1, 1)
+	tables := []model.Table{{Name: "emb", Dim: 2}}
+	var refused atomic.Int64
+	c, err := New(addrs, nil, Options{Tables: tables, Dial: olderPSDial(&refused, wire.DataVersionDenseIncremental)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.PullRows(ctx, 0, "emb", []uint64{1}, make([]float32, 2)); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("pull before Init: %v, want ErrNotReady", err)
+	}
+	if _, err := c.Init(ctx, nil, InitOptions{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{1, 2, 3}
+	for step := range int64(3) {
+		if _, _, err := c.PushRows(ctx, step, "emb", keys, []float32{1, 1, 1, 1, 1, 1}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 6)
+		if _, err := c.PullRows(ctx, 0, "emb", keys, got); err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != -float32(step+1) || got[5] != -float32(step+1) {
+			t.Fatalf("step %d: pulled %v", step, got)
+		}
+	}
+	if _, _, err := c.PushRows(ctx, 3, "nope", keys, make([]float32, 6)); err == nil || Retryable(err) {
+		t.Fatalf("push to an unknown table: %v, want an error that is not retryable", err)
+	}
+	p := c.dp.ps[0]
+	if refused.Load() != 1 || p.version.Load() != wire.DataVersion {
+		t.Errorf("refused %d versions, speaks version %d; want one refusal (4), then version 1", refused.Load(), p.version.Load())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.idle {
+		if d.slot != [wire.CacheSlots]uint64{} {
+			t.Errorf("the client kept key sets %v on an older ps", d.slot)
+		}
+	}
+	if c.dp.off.Load() {
+		t.Error("the client turned the data path off")
 	}
 }

@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
-
-	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Health checks tell a ps that is silent (cut off by the network: no
@@ -49,7 +45,7 @@ func (c *Client) watch(i int, silent func(err error)) *probe {
 		}
 		p.cancel = cancel
 		p.mu.Unlock()
-		_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+		err := c.ping(ctx, i)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.stopped {
@@ -132,7 +128,7 @@ func (p *connProbe) check(c *Client, i int, d *dataConn) {
 	if !armed {
 		return
 	}
-	_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	err := c.ping(ctx, i)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.armed || p.gen != gen {

@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/wire"
 )
@@ -72,8 +69,9 @@ func fakePS(nc net.Conn, reply []byte) {
 	if _, err := io.ReadFull(br, pre[:]); err != nil {
 		return
 	}
+	v, _ := wire.CheckPreface(pre[:])
 	var hello [wire.HelloLen]byte
-	wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}.Put(hello[:])
+	wire.Hello{Version: v, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}.Put(hello[:])
 	if _, err := nc.Write(hello[:]); err != nil {
 		return
 	}
@@ -125,10 +123,10 @@ func goodPullReply(t testing.TB) []byte {
 	return encodeReply(t, &f, wire.RepHeader{Step: 7, Incarnation: 99})
 }
 
-func errorReply(t testing.TB, code codes.Code, msg string) []byte {
+func errorReply(t testing.TB, kind wire.ErrorKind, msg string) []byte {
 	var f wire.Frame
 	f.Reset(wire.RepHeaderLen)
-	f.ErrorBody(uint32(code), msg)
+	f.ErrorBody(kind, wire.DataVersionKinds, msg)
 	return encodeReply(t, &f, wire.RepHeader{Err: true})
 }
 
@@ -152,7 +150,7 @@ func setBody(n uint64) func([]byte) []byte {
 
 func TestMalformedReplies(t *testing.T) {
 	good := goodPullReply(t)
-	goodErr := errorReply(t, codes.InvalidArgument, "variable \"w\": bad")
+	goodErr := errorReply(t, wire.KindInvalid, "variable \"w\": bad")
 	// Offsets in good: header, u16 name length, "w", u32 count, 3 values,
 	// u32 count, 4 values.
 	const nameLen, denseCount, denseVals = wire.RepHeaderLen, wire.RepHeaderLen + 3, wire.RepHeaderLen + 7
@@ -191,7 +189,7 @@ func TestMalformedReplies(t *testing.T) {
 		{"error message too long", edit(goodErr, setBody(4+wire.MaxErrorMessage+1)), false, "error reply of 65541 bytes (want 4 to 65540)"},
 		{"error body over the limit", edit(goodErr, setBody(wire.MaxBody+1)), false, "reply body of 1073741825 bytes is over the limit"},
 		{"error body overruns the bytes sent", edit(goodErr, setBody(4+1000)), false, "unexpected EOF"},
-		{"error reply with code OK", errorReply(t, codes.OK, "fine"), false, "error reply with status code 0 (OK)"},
+		{"error reply of kind 0", errorReply(t, 0, "fine"), false, "error reply of kind 0"},
 		{"error body cut in its code", goodErr[:wire.RepHeaderLen+2], false, "unexpected EOF"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,10 +199,11 @@ func TestMalformedReplies(t *testing.T) {
 			}
 			// A reply naming other variables or sizes is the ps holding
 			// another layout (input to fix: ErrLayout); any other
-			// malformed reply is a broken ps (Internal) or connection
+			// malformed reply is a broken ps (a FrameError) or connection
 			// (ErrUnavailable). Never a success, never a hang.
-			if code := status.Code(call.Err); code != codes.Internal && !errors.Is(call.Err, ErrUnavailable) && !errors.Is(call.Err, ErrLayout) {
-				t.Fatalf("malformed reply: code %v, want Internal, ErrUnavailable or ErrLayout (%v)", code, call.Err)
+			var fe *wire.FrameError
+			if !errors.As(call.Err, &fe) && !errors.Is(call.Err, ErrUnavailable) && !errors.Is(call.Err, ErrLayout) {
+				t.Fatalf("malformed reply: %v, want a FrameError, ErrUnavailable or ErrLayout", call.Err)
 			}
 		})
 	}
@@ -218,7 +217,8 @@ func TestMalformedReplies(t *testing.T) {
 		t.Fatalf("well-formed reply: w %v, rows %v", w, rows)
 	}
 	_, _, call = rc.call(goodErr, false)
-	if st := status.Convert(call.Err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `variable "w": bad`) {
+	var pe *psError
+	if !errors.As(call.Err, &pe) || pe.kind != wire.KindInvalid || Retryable(call.Err) || !strings.Contains(call.Err.Error(), `variable "w": bad`) {
 		t.Fatalf("well-formed error reply: %v", call.Err)
 	}
 }
@@ -229,8 +229,8 @@ func TestMalformedReplies(t *testing.T) {
 func FuzzReply(f *testing.F) {
 	good := goodPullReply(f)
 	f.Add(good)
-	f.Add(errorReply(f, codes.Aborted, "key cache miss"))
-	f.Add(errorReply(f, codes.InvalidArgument, ""))
+	f.Add(errorReply(f, wire.KindCacheMiss, "key cache miss"))
+	f.Add(errorReply(f, wire.KindInvalid, ""))
 	var e wire.Frame
 	e.Reset(wire.RepHeaderLen)
 	f.Add(encodeReply(f, &e, wire.RepHeader{Step: 1, Dropped: true}))
@@ -238,7 +238,7 @@ func FuzzReply(f *testing.F) {
 	rc := newReplyClient(f)
 	f.Fuzz(func(t *testing.T, reply []byte) {
 		params, rows, call := rc.call(reply, false)
-		if errors.Is(call.Err, os.ErrDeadlineExceeded) || status.Code(call.Err) == codes.DeadlineExceeded {
+		if errors.Is(call.Err, os.ErrDeadlineExceeded) || errors.Is(call.Err, context.DeadlineExceeded) {
 			t.Fatalf("reply %x: the call hung: %v", reply, call.Err)
 		}
 		if call.Err != nil {

@@ -2,14 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -171,7 +169,7 @@ func TestSendToAnUnreachablePS(t *testing.T) {
 	}
 	defer c.Close()
 	call := c.Send(context.Background(), &Request{Pull: true, SparseParams: []Rows{{Table: "emb", Keys: []uint64{1}, Values: make([]float32, 2)}}})
-	if err := call.Wait(); status.Code(err) != codes.Unavailable {
+	if err := call.Wait(); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("call to a closed port: %v, want Unavailable", err)
 	}
 }

@@ -10,9 +10,6 @@ import (
 	"os"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -30,10 +27,11 @@ import (
 // pipe's writer reads the reply frame (pipeline.go), and a pull's wait for
 // its step peeks at br (watchClose).
 type dataConn struct {
-	conn  net.Conn
-	br    *bufio.Reader
-	req   wire.Request
-	reply wire.Frame
+	conn    net.Conn
+	br      *bufio.Reader
+	version int // the data path version the worker asked for
+	req     wire.Request
+	reply   wire.Frame
 
 	// Key caching: the key sets the worker asked this connection to keep,
 	// by slot, with their rows; and scratch sets for keys sent without a
@@ -91,10 +89,10 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
 	switch {
-	case err != nil || version < wire.DataVersion || version > wire.DataVersionDenseIncremental:
+	case err != nil || version < wire.DataVersion || version > wire.DataVersionKinds:
 		h.Status = wire.HelloBadVersion
 	default:
-		h.Version = version
+		h.Version, dc.version = version, version
 	}
 	h.Put(hello[:])
 	if _, err := conn.Write(hello[:]); err != nil || h.Status != wire.HelloOK {
@@ -106,7 +104,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 			var fe *wire.FrameError
 			if errors.As(err, &fe) {
 				s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
-				dc.errorReply(status.Error(codes.InvalidArgument, fe.Error()))
+				dc.errorReply(fe)
 				_, _ = dc.reply.WriteTo(conn)
 			}
 			return
@@ -140,13 +138,61 @@ func (s *Server) releaseLeases(dc *dataConn) {
 	dc.leases = dc.leases[:0]
 }
 
-// errorReply makes the reply an error frame carrying err's status code
+// errorReply makes the reply an error frame carrying err's kind (kindOf)
 // and message.
 func (dc *dataConn) errorReply(err error) {
-	st := status.Convert(statusOf(err))
 	dc.reply.Reset(wire.RepHeaderLen)
-	dc.reply.ErrorBody(uint32(st.Code()), st.Message())
+	kind, msg := kindOf(err), err.Error()
+	if k, m, ok := kindOfStatus(err); ok && kind == k {
+		msg = m // without gRPC's "rpc error: code = ... desc = "
+	}
+	dc.reply.ErrorBody(kind, dc.version, msg)
 	dc.reply.Reply(wire.RepHeader{Err: true})
+}
+
+// kindOf is the wire's kind of an error of the ps: a shard error's own
+// kind, the ps stopping, a malformed frame, the kind a gRPC status stands
+// for, or else Internal.
+func kindOf(err error) wire.ErrorKind {
+	var fe *wire.FrameError
+	var se *stoppingError
+	switch {
+	case errors.As(err, &fe):
+		return wire.KindMalformed
+	case errors.As(err, &se):
+		return wire.KindUnavailable
+	}
+	if k := shard.KindOf(err); k != 0 {
+		return wire.ErrorKind(k)
+	}
+	if k, _, ok := kindOfStatus(err); ok {
+		// An answer of the replicated service (Config.Replicated), which
+		// speaks gRPC.
+		return k
+	}
+	return wire.KindInternal
+}
+
+// stoppingError is a wait for a step that the ps's stopping ended: the
+// worker waits for the ps to come back.
+type stoppingError struct{ msg string }
+
+func (e *stoppingError) Error() string { return e.msg }
+
+// locateError is the error of a request whose key sets dc.locate could not
+// find: a cache miss (the request can be sent again with its keys), or a
+// request that breaks the rules of key sets.
+func (s *Server) locateError(err error) error {
+	kind := shard.Invalid
+	if errors.Is(err, shard.ErrCacheMiss) {
+		kind = shard.CacheMiss
+	}
+	return &shard.Error{Kind: kind, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, err), Err: err}
+}
+
+// notInitialized is the error of a request to a shard without state.
+func (s *Server) notInitialized() error {
+	return &shard.Error{Kind: shard.NotReady, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, shard.ErrNotInitialized), Err: shard.ErrNotInitialized}
 }
 
 // handleData answers one request: decodes it into the shard's Push,
@@ -164,14 +210,14 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	defer s.mu.Unlock()
 	s.heard(r.Worker)
 	if !s.shard.Initialized() {
-		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized))
+		dc.errorReply(s.notInitialized())
 		return
 	}
 	// Find every key set before anything is applied, so that a request
 	// naming a key set this connection does not hold changes nothing and
 	// can be sent again with its keys.
 	if err := dc.locate(); err != nil {
-		dc.errorReply(&shard.Error{Kind: shard.CacheMiss, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, err), Err: err})
+		dc.errorReply(s.locateError(err))
 		return
 	}
 	dropped := false

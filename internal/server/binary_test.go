@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -41,9 +42,18 @@ type rawConn struct {
 	c  net.Conn
 	br *bufio.Reader
 	f  wire.Frame
+	// version is the data path version the connection speaks.
+	version int
 }
 
 func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	return dialRawVersion(t, addr, wire.DataVersionKinds)
+}
+
+// dialRawVersion opens a data connection asking for the given version, as
+// a worker of that version would.
+func dialRawVersion(t *testing.T, addr string, version int) *rawConn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -51,10 +61,10 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(wire.Preface()); err != nil {
+	if _, err := c.Write(wire.PrefaceVersion(version)); err != nil {
 		t.Fatal(err)
 	}
-	rc := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+	rc := &rawConn{t: t, c: c, br: bufio.NewReader(c), version: version}
 	var hb [wire.HelloLen]byte
 	if _, err := io.ReadFull(rc.br, hb[:]); err != nil {
 		t.Fatal(err)
@@ -65,9 +75,12 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 	return rc
 }
 
-// reply is a read reply: the error's code and message, or the values.
+// reply is a read reply: the error's kind and message (and, before
+// DataVersionKinds, the status code that stands for the kind), or the
+// values.
 type reply struct {
 	wire.RepHeader
+	kind  wire.ErrorKind
 	code  codes.Code
 	msg   string
 	dense map[string][]float32
@@ -94,11 +107,24 @@ func (rc *rawConn) read() reply {
 	r := reply{RepHeader: h, dense: map[string][]float32{}}
 	body := &wire.BodyReader{R: rc.br, Left: h.Body}
 	if h.Err {
-		code, msg, err := wire.ReadErrorBody(body)
+		if rc.version < wire.DataVersionKinds {
+			// An older worker's connection: a status code, then the message.
+			code, err := body.Uint32("code")
+			if err != nil {
+				rc.t.Fatal(err)
+			}
+			msg, err := body.Bytes(nil, int(body.Left), "message")
+			if err != nil {
+				rc.t.Fatal(err)
+			}
+			r.code, r.kind, r.msg = codes.Code(code), wire.KindOfGRPCCode(uint32(code)), string(msg)
+			return r
+		}
+		kind, msg, err := wire.ReadErrorBody(body, rc.version)
 		if err != nil {
 			rc.t.Fatal(err)
 		}
-		r.code, r.msg = codes.Code(code), msg
+		r.kind, r.msg = kind, msg
 		return r
 	}
 	for range h.Dense {
@@ -159,7 +185,7 @@ func TestDataPathRejectsBadPushes(t *testing.T) {
 	s := New(Config{NumWorkers: 2})
 	addr := serveTCP(t, s)
 	rc := dialRaw(t, addr)
-	if r := rc.do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil); r.code != codes.FailedPrecondition || !strings.Contains(r.msg, "not initialised") {
+	if r := rc.do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil); r.kind != wire.KindNotReady || !strings.Contains(r.msg, "not initialised") {
 		t.Fatalf("pull before Init: %+v", r)
 	}
 	initDense(t, s, false, 2)
@@ -181,13 +207,13 @@ func TestDataPathRejectsBadPushes(t *testing.T) {
 		{func(f *wire.Frame) { f.SparsePush("nope", wire.KeysInline, wire.NoSlot, 1, []uint64{1}, []float32{1}) }, `unknown table "nope"`},
 	} {
 		r := rc.do(wire.ReqHeader{Op: wire.OpPushPull, PullDense: true}, tc.build)
-		if r.code != codes.InvalidArgument || !strings.Contains(r.msg, tc.want) {
-			t.Errorf("got %v %q, want InvalidArgument mentioning %q", r.code, r.msg, tc.want)
+		if r.kind != wire.KindInvalid || !strings.Contains(r.msg, tc.want) {
+			t.Errorf("got %v %q, want an invalid request mentioning %q", r.kind, r.msg, tc.want)
 		}
 	}
 	// Out of range worker: the tracker's error.
-	if r := rc.do(wire.ReqHeader{Op: wire.OpPush, Worker: 7}, nil); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "worker 7 out of range") {
-		t.Errorf("worker 7: %v %q", r.code, r.msg)
+	if r := rc.do(wire.ReqHeader{Op: wire.OpPush, Worker: 7}, nil); r.kind != wire.KindInvalid || !strings.Contains(r.msg, "worker 7 out of range") {
+		t.Errorf("worker 7: %v %q", r.kind, r.msg)
 	}
 	r := rc.do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil)
 	if r.Err || r.Step != 0 || r.dense["w"][0] != 1 || r.dense["w"][1] != 2 || r.dense["b"][0] != 0.5 {
@@ -224,13 +250,13 @@ func TestDataPathKeyOwnership(t *testing.T) {
 	r := rc.do(wire.ReqHeader{Op: wire.OpPush}, func(f *wire.Frame) {
 		f.SparsePush("emb", wire.KeysInline, 0, 2, []uint64{mine, theirs}, []float32{1, 1, 1, 1})
 	})
-	if r.code != codes.InvalidArgument || !strings.Contains(r.msg, "belongs to ps 1, not ps 0") {
-		t.Fatalf("push of a key of ps 1: %v %q", r.code, r.msg)
+	if r.kind != wire.KindInvalid || !strings.Contains(r.msg, "belongs to ps 1, not ps 0") {
+		t.Fatalf("push of a key of ps 1: %v %q", r.kind, r.msg)
 	}
 	// The slot was filled, but its keys were never accepted.
 	r = rc.do(wire.ReqHeader{Op: wire.OpPull}, func(f *wire.Frame) { f.SparsePull("emb", wire.KeysCached, 0, 2, nil) })
-	if r.code != codes.InvalidArgument || !strings.Contains(r.msg, "belongs to ps 1") {
-		t.Fatalf("pull of the kept set: %v %q", r.code, r.msg)
+	if r.kind != wire.KindInvalid || !strings.Contains(r.msg, "belongs to ps 1") {
+		t.Fatalf("pull of the kept set: %v %q", r.kind, r.msg)
 	}
 	r = rc.do(wire.ReqHeader{Op: wire.OpPushPull}, func(f *wire.Frame) {
 		f.SparsePush("emb", wire.KeysInline, 1, 1, []uint64{mine}, []float32{2, 4})
@@ -242,7 +268,7 @@ func TestDataPathKeyOwnership(t *testing.T) {
 }
 
 // Key cache slots: kept keys are named later by slot; a slot the
-// connection does not hold is a cache miss (Aborted, nothing applied, not
+// connection does not hold is a cache miss (nothing applied, not
 // counted as a rejected push); a request may not refill a slot it named.
 func TestDataPathKeyCache(t *testing.T) {
 	s := New(Config{NumWorkers: 1})
@@ -264,19 +290,19 @@ func TestDataPathKeyCache(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		build func(f *wire.Frame)
-		code  codes.Code
+		kind  wire.ErrorKind
 		want  string
 	}{
-		{func(f *wire.Frame) { f.SparsePush("emb", wire.KeysCached, 4, 3, nil, []float32{1, 1, 1, 1, 1, 1}) }, codes.Aborted, "key cache miss"},
-		{func(f *wire.Frame) { f.SparsePush("emb", wire.KeysCached, 3, 2, nil, []float32{1, 1, 1, 1}) }, codes.Aborted, "key cache miss"},
+		{func(f *wire.Frame) { f.SparsePush("emb", wire.KeysCached, 4, 3, nil, []float32{1, 1, 1, 1, 1, 1}) }, wire.KindCacheMiss, "key cache miss"},
+		{func(f *wire.Frame) { f.SparsePush("emb", wire.KeysCached, 3, 2, nil, []float32{1, 1, 1, 1}) }, wire.KindCacheMiss, "key cache miss"},
 		{func(f *wire.Frame) {
 			f.SparsePush("emb", wire.KeysCached, 3, 3, nil, []float32{1, 1, 1, 1, 1, 1})
 			f.SparsePull("emb", wire.KeysInline, 3, 1, []uint64{9})
-		}, codes.Aborted, "after using it"},
+		}, wire.KindInvalid, "after using it"},
 	} {
 		r := rc.do(wire.ReqHeader{Op: wire.OpPushPull}, tc.build)
-		if r.code != tc.code || !strings.Contains(r.msg, tc.want) {
-			t.Errorf("got %v %q, want %v mentioning %q", r.code, r.msg, tc.code, tc.want)
+		if r.kind != tc.kind || !strings.Contains(r.msg, tc.want) {
+			t.Errorf("got %v %q, want %v mentioning %q", r.kind, r.msg, tc.kind, tc.want)
 		}
 	}
 	st, _ := s.Status(context.Background(), &pb.StatusRequest{})
@@ -298,8 +324,8 @@ func TestDataPathMalformedFrame(t *testing.T) {
 	if _, err := bad.c.Write(hdr[:]); err != nil {
 		t.Fatal(err)
 	}
-	if r := bad.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "unknown op 77") {
-		t.Fatalf("reply to a bad frame: %v %q", r.code, r.msg)
+	if r := bad.read(); r.kind != wire.KindMalformed || !strings.Contains(r.msg, "unknown op 77") {
+		t.Fatalf("reply to a bad frame: %v %q", r.kind, r.msg)
 	}
 	if _, err := bad.br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("connection after a bad frame: %v, want EOF", err)
@@ -404,5 +430,67 @@ func TestDataPathWaitEndsWhenWorkerLeaves(t *testing.T) {
 	// The ps serves on.
 	if r := dialRaw(t, addr).do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil); r.Err {
 		t.Fatal(r.msg)
+	}
+}
+
+// A worker of before DataVersionKinds (asking for versions 1 to 3) gets
+// the status codes it reads: a cache miss is Aborted naming it, a shard
+// not initialised FailedPrecondition. A version past the newest is refused.
+func TestDataPathErrorCodesForOlderWorkers(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	addr := serveTCP(t, s)
+	old := dialRawVersion(t, addr, wire.DataVersion)
+	if r := old.do(wire.ReqHeader{Op: wire.OpPull, PullDense: true}, nil); r.code != codes.FailedPrecondition || !strings.Contains(r.msg, "not initialised") {
+		t.Fatalf("pull before Init: %v %q, want FailedPrecondition", r.code, r.msg)
+	}
+	initDense(t, s, false, 1)
+	r := old.do(wire.ReqHeader{Op: wire.OpPush}, func(f *wire.Frame) {
+		f.SparsePush("emb", wire.KeysCached, 4, 3, nil, []float32{1, 1, 1, 1, 1, 1})
+	})
+	if r.code != codes.Aborted || !strings.Contains(r.msg, "key cache miss") {
+		t.Fatalf("cache miss: %v %q, want Aborted naming it", r.code, r.msg)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(wire.PrefaceVersion(wire.DataVersionKinds + 1)); err != nil {
+		t.Fatal(err)
+	}
+	var hb [wire.HelloLen]byte
+	if _, err := io.ReadFull(c, hb[:]); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloBadVersion {
+		t.Fatalf("hello to version %d: %+v, %v; want a refusal", wire.DataVersionKinds+1, h, err)
+	}
+}
+
+// fakeReplicated is a replicated service that refuses every push with
+// err, as a copy without a majority does.
+type fakeReplicated struct{ err error }
+
+func (f fakeReplicated) ReplicatedPush(context.Context, *pb.PushRequest) (*pb.PushResponse, error) {
+	return nil, f.err
+}
+func (f fakeReplicated) ReplicatedServing(context.Context) error { return nil }
+func (f fakeReplicated) ReplicatedPulled(context.Context, int32, int64, []PulledRows) error {
+	return nil
+}
+
+// The replicated service answers with gRPC statuses; the data path gives
+// a worker their kinds (Unavailable: wait for the ps), with the status's
+// message, and an older worker the same code.
+func TestDataPathReplicatedErrorKinds(t *testing.T) {
+	s := New(Config{NumWorkers: 1, Replicated: fakeReplicated{status.Error(codes.Unavailable, "shard 0: replicating: no majority")}})
+	addr := serveTCP(t, s)
+	initDense(t, s, false, 1)
+	push := func(f *wire.Frame) { f.Dense("b", []float32{1}) }
+	if r := dialRaw(t, addr).do(wire.ReqHeader{Op: wire.OpPush}, push); r.kind != wire.KindUnavailable || r.msg != "shard 0: replicating: no majority" {
+		t.Errorf("push: %v %q, want unavailable with the status's message", r.kind, r.msg)
+	}
+	if r := dialRawVersion(t, addr, wire.DataVersion).do(wire.ReqHeader{Op: wire.OpPush}, push); r.code != codes.Unavailable {
+		t.Errorf("push of an older worker: %v %q, want Unavailable", r.code, r.msg)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -28,8 +26,8 @@ func (rc *rawConn) readDenseIncr() (ver uint64, blocks int, sel []uint64, counts
 	}
 	body := &wire.BodyReader{R: rc.br, Left: h.Body}
 	if h.Err {
-		code, msg, _ := wire.ReadErrorBody(body)
-		rc.t.Fatalf("error reply %d %q", code, msg)
+		kind, msg, _ := wire.ReadErrorBody(body, rc.version)
+		rc.t.Fatalf("error reply %v %q", kind, msg)
 	}
 	if ver, err = body.Uint64("version"); err != nil {
 		rc.t.Fatal(err)
@@ -74,16 +72,16 @@ func TestDenseIncrementalPulls(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := c.Write(wire.PrefaceVersion(wire.DataVersionDenseIncremental)); err != nil {
+	if _, err := c.Write(wire.PrefaceVersion(wire.DataVersionKinds)); err != nil {
 		t.Fatal(err)
 	}
-	rc := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+	rc := &rawConn{t: t, c: c, br: bufio.NewReader(c), version: wire.DataVersionKinds}
 	var hb [wire.HelloLen]byte
 	if _, err := io.ReadFull(rc.br, hb[:]); err != nil {
 		t.Fatal(err)
 	}
-	if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloOK || h.Version != wire.DataVersionDenseIncremental {
-		t.Fatalf("hello %+v, %v: want version %d spoken", h, err, wire.DataVersionDenseIncremental)
+	if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloOK || h.Version != wire.DataVersionKinds {
+		t.Fatalf("hello %+v, %v: want version %d spoken", h, err, wire.DataVersionKinds)
 	}
 	pull := func(held wire.DenseHeld) {
 		rc.f.Reset(wire.ReqHeaderLen)
@@ -126,8 +124,8 @@ func TestDenseIncrementalPulls(t *testing.T) {
 	h.Body = rc.f.BodyLen()
 	h.Put(bufs[0][:wire.ReqHeaderLen])
 	rc.send(bufs)
-	if r := rc.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "pulls no dense values") {
-		t.Fatalf("malformed pull: %v %q", r.code, r.msg)
+	if r := rc.read(); r.kind != wire.KindMalformed || !strings.Contains(r.msg, "pulls no dense values") {
+		t.Fatalf("malformed pull: %v %q", r.kind, r.msg)
 	}
 	// A pull whose versions are cut short (a body of 8 bytes of the 20):
 	// a frame error too, on a connection of its own.
@@ -138,8 +136,8 @@ func TestDenseIncrementalPulls(t *testing.T) {
 	h = wire.ReqHeader{Op: wire.OpPull, PullDense: true, DenseIncremental: true, Body: 8}
 	h.Put(bufs[0][:wire.ReqHeaderLen])
 	rc3.send(bufs)
-	if r := rc3.read(); r.code != codes.InvalidArgument || !strings.Contains(r.msg, "dense version") {
-		t.Fatalf("a pull cut short: %v %q", r.code, r.msg)
+	if r := rc3.read(); r.kind != wire.KindMalformed || !strings.Contains(r.msg, "dense version") {
+		t.Fatalf("a pull cut short: %v %q", r.kind, r.msg)
 	}
 	// The ps serves on.
 	rc2 := dialRaw(t, addr)

@@ -91,13 +91,13 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	start := time.Now()
 	r := &dc.req
 	if r.Incremental || r.DenseIncremental {
-		dc.errorReply(status.Errorf(codes.InvalidArgument, "ps %d: incremental pulls are not served by a replicated shard (a copy that takes over holds other row versions); pull without --incremental_pull", s.cfg.Task))
+		dc.errorReply(&shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: incremental pulls are not served by a replicated shard (a copy that takes over holds other row versions); pull without --incremental_pull", s.cfg.Task)})
 		return
 	}
 	// The key sets of the sparse sections (the data path's key cache is
 	// the connection's own, as without replicas).
 	if err := dc.locate(); err != nil {
-		dc.errorReply(&shard.Error{Kind: shard.CacheMiss, Msg: fmt.Sprintf("ps %d: %v", s.cfg.Task, err), Err: err})
+		dc.errorReply(s.locateError(err))
 		return
 	}
 	var pushed *pb.PushResponse
@@ -154,7 +154,7 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	defer s.mu.Unlock()
 	s.heard(r.Worker)
 	if !s.shard.Initialized() {
-		dc.errorReply(status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized))
+		dc.errorReply(s.notInitialized())
 		return
 	}
 	if !s.shard.Ready(r.MinStep) {

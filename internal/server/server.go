@@ -172,20 +172,10 @@ func statusOf(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := codes.Internal
-	kind := shard.KindOf(err)
-	switch kind {
-	case shard.Invalid:
-		code = codes.InvalidArgument
-	case shard.NotReady, shard.Conflict, shard.Behind:
-		code = codes.FailedPrecondition
-	case shard.Failed:
-		code = codes.DeadlineExceeded
-	case shard.Restored, shard.CacheMiss:
-		code = codes.Aborted
-	}
+	kind := kindOf(err)
+	code := codes.Code(wire.GRPCCode(kind))
 	st := status.New(code, err.Error())
-	if kind == shard.Conflict {
+	if kind == wire.KindConflict {
 		// FailedPrecondition is also "not initialised yet", which a
 		// client waits out: the detail tells it this one will not pass.
 		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}); derr == nil {
@@ -193,6 +183,24 @@ func statusOf(err error) error {
 		}
 	}
 	return st.Err()
+}
+
+// kindOfStatus is the kind of the ps's error that a gRPC status error
+// stands for (statusOf's inverse) and the status's message, and whether
+// err carries a status.
+func kindOfStatus(err error) (wire.ErrorKind, string, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, "", false
+	}
+	if st.Code() == codes.FailedPrecondition {
+		for _, d := range st.Details() {
+			if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
+				return wire.KindConflict, st.Message(), true
+			}
+		}
+	}
+	return wire.KindOfGRPCCode(uint32(st.Code())), st.Message(), true
 }
 
 // notify wakes every pull waiting on the shard if its version changed.
@@ -483,7 +491,7 @@ func (s *Server) waitStep(ctx context.Context, worker int, min int64) error {
 			// this because the ps is stopping (its calls are cancelled),
 			// and must wait for it to come back, as for a ps gone, not take
 			// the cancellation for its own and fail.
-			return status.Errorf(codes.Unavailable, "ps %d: stopping while worker %d waited for step %d (%v)", s.cfg.Task, worker, min, ctx.Err())
+			return &stoppingError{fmt.Sprintf("ps %d: stopping while worker %d waited for step %d (%v)", s.cfg.Task, worker, min, ctx.Err())}
 		}
 		if s.shard.Epoch() != epoch {
 			return &shard.Error{Kind: shard.Restored, Msg: fmt.Sprintf("ps %d was restored to step %d while this pull waited for step %d: pull again", s.cfg.Task, s.shard.Step(), min)}

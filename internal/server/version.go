@@ -5,18 +5,21 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/version"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // versionCheck is the ps's half of the version handshake (package
 // version): every answer carries the ps's protocol version, and a call
 // from a worker of another protocol version is refused with
-// FailedPrecondition naming both.
+// FailedPrecondition naming both, marked by an ErrorInfo detail of reason
+// VERSION_MISMATCH.
 func versionCheck(logf func(string, ...any)) grpc.UnaryServerInterceptor {
 	v := version.Get()
 	hdr := metadata.Pairs(version.Header, strconv.Itoa(version.Current()), version.SoftwareHeader, v.Software())
@@ -25,7 +28,11 @@ func versionCheck(logf func(string, ...any)) grpc.UnaryServerInterceptor {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if err := version.Mismatch("this ps", "the worker", first(md.Get(version.Header)), first(md.Get(version.SoftwareHeader))); err != nil {
 				logf("refused %s: %v", info.FullMethod, err)
-				return nil, status.Error(codes.FailedPrecondition, err.Error())
+				st := status.New(codes.FailedPrecondition, err.Error())
+				if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonVersionMismatch}); derr == nil {
+					st = d
+				}
+				return nil, st.Err()
 			}
 		}
 		return handler(ctx, req)

@@ -159,15 +159,38 @@ func TestReplyRoundTrip(t *testing.T) {
 	}
 	// An error reply.
 	f.Reset(RepHeaderLen)
-	f.ErrorBody(3, "ps 0 rejected the push: bad")
-	b = encode(t, f.Reply(RepHeader{Err: true}))
-	h, err = ParseRepHeader(b)
-	if err != nil || !h.Err {
-		t.Fatalf("error header %+v, %v", h, err)
-	}
-	code, msg, err := ReadErrorBody(&BodyReader{R: bufio.NewReader(bytes.NewReader(b[RepHeaderLen:])), Left: h.Body})
-	if err != nil || code != 3 || msg != "ps 0 rejected the push: bad" {
-		t.Fatalf("error body %d %q %v", code, msg, err)
+	for _, tc := range []struct {
+		version  int
+		kind     ErrorKind
+		code     uint32 // on the wire
+		readBack ErrorKind
+	}{
+		{DataVersionKinds, KindCacheMiss, 7, KindCacheMiss},
+		{DataVersionKinds, KindBehind, 4, KindBehind},
+		{DataVersionKinds, KindUnavailable, 64, KindUnavailable},
+		// Before DataVersionKinds, the gRPC status code older workers read.
+		{DataVersionDenseIncremental, KindCacheMiss, 10, KindRestored},
+		{DataVersion, KindBehind, 9, KindNotReady},
+		{DataVersion, KindInvalid, 3, KindInvalid},
+		{DataVersion, KindMalformed, 3, KindInvalid},
+		{DataVersion, KindFailed, 4, KindFailed},
+		{DataVersion, KindUnavailable, 14, KindUnavailable},
+		{DataVersion, KindInternal, 13, KindInternal},
+	} {
+		f.Reset(RepHeaderLen)
+		f.ErrorBody(tc.kind, tc.version, "ps 0 rejected the push: bad")
+		b = encode(t, f.Reply(RepHeader{Err: true}))
+		h, err = ParseRepHeader(b)
+		if err != nil || !h.Err {
+			t.Fatalf("error header %+v, %v", h, err)
+		}
+		if c := binary.LittleEndian.Uint32(b[RepHeaderLen:]); c != tc.code {
+			t.Errorf("version %d, %v: code %d on the wire, want %d", tc.version, tc.kind, c, tc.code)
+		}
+		kind, msg, err := ReadErrorBody(&BodyReader{R: bufio.NewReader(bytes.NewReader(b[RepHeaderLen:])), Left: h.Body}, tc.version)
+		if err != nil || kind != tc.readBack || msg != "ps 0 rejected the push: bad" {
+			t.Errorf("version %d, %v: error body %v %q %v, want %v", tc.version, tc.kind, kind, msg, err, tc.readBack)
+		}
 	}
 }
 

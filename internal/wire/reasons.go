@@ -10,4 +10,8 @@ const (
 	// Conflict): an input to fix, not a ps to wait for. Init is a gRPC
 	// call, so the data path never carries it.
 	ReasonLayoutConflict = "LAYOUT_CONFLICT"
+	// ReasonVersionMismatch marks a FailedPrecondition answered to a call
+	// from a worker of another wire protocol version (package version):
+	// the worker stops, it does not wait.
+	ReasonVersionMismatch = "VERSION_MISMATCH"
 )
