@@ -206,10 +206,3 @@ func ruleSlots(c optim.Config) ([]string, error) {
 	}
 	return shard.SlotNames(r.Name(), r.StateSlots()), nil
 }
-
-// SaveCheckpoint saves one checkpoint of step through c, as the chief's
-// schedule does, outside any schedule (a test's or a tool's save).
-func SaveCheckpoint(ctx context.Context, cfg Config, c *client.Client, step int64) error {
-	cfg.Defaults()
-	return newSaver(cfg, c, step).save(ctx, step)
-}

@@ -15,8 +15,9 @@ import (
 )
 
 // Replicated is the replicated shard a server is one copy of
-// (docs/REPLICATION.md; the trainer's replicatedCopy implements it). The
-// data path does not apply a push itself: it hands the push to
+// (docs/REPLICATION.md; package replication's copy of a shard implements
+// it, and drives the server through FSM). The data path does not apply a
+// push itself: it hands the push to
 // ReplicatedPush, which logs it, has every copy apply it in log order
 // (this one through Server.Push) and answers once every live copy holds
 // it; a retry of a push the log holds is recognised there by its request

@@ -1,4 +1,4 @@
-package trainer
+package replication
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // address, ps s+1 … at the copy addresses --replica_hosts gives them.
 func TestReplicationCopies(t *testing.T) {
 	ps := []string{"p0", "p1", "p2"}
-	r := Replication{Replicas: 2, FailoverTimeout: 1, Hosts: []string{"r0", "c0", "r1", "c1", "r2", "c2"}}
+	r := Options{Replicas: 2, FailoverTimeout: 1, Hosts: []string{"r0", "c0", "r1", "c1", "r2", "c2"}}
 	if err := r.Check(3); err != nil {
 		t.Fatal(err)
 	}
@@ -27,12 +27,12 @@ func TestReplicationCopies(t *testing.T) {
 			t.Errorf("copies of shard %d: %v, want %v", s, got, want)
 		}
 	}
-	r3 := Replication{Replicas: 3, FailoverTimeout: 1, Hosts: []string{"r0", "a0", "b0", "r1", "a1", "b1", "r2", "a2", "b2"}}
+	r3 := Options{Replicas: 3, FailoverTimeout: 1, Hosts: []string{"r0", "a0", "b0", "r1", "a1", "b1", "r2", "a2", "b2"}}
 	// ps 1 holds shard 0 one after its primary (a1); ps 2 holds it two after (b2).
 	if got, want := r3.copies(0, ps), []string{"p0", "a1", "b2"}; !slices.Equal(got, want) {
 		t.Errorf("3 copies of shard 0: %v, want %v", got, want)
 	}
-	for _, bad := range []Replication{
+	for _, bad := range []Options{
 		{Replicas: 4, FailoverTimeout: 1, Hosts: make([]string, 12)},
 		{Replicas: 2, FailoverTimeout: 0, Hosts: make([]string, 6)},
 		{Replicas: 2, FailoverTimeout: 1, Hosts: make([]string, 5)},
@@ -41,7 +41,7 @@ func TestReplicationCopies(t *testing.T) {
 			t.Errorf("%+v accepted for 3 ps", bad)
 		}
 	}
-	if (Replication{Replicas: 1}).Enabled() {
+	if (Options{Replicas: 1}).Enabled() {
 		t.Error("--replicas=1 enabled replication")
 	}
 }
@@ -140,12 +140,12 @@ func TestReplicatedCopiesServeTheDataPath(t *testing.T) {
 // naming the bound: nothing waits forever.
 func TestResendAfterFailoverBoundsEachResend(t *testing.T) {
 	logs := &logBuf{}
-	cfg := Config{RecoveryTimeout: 300 * time.Millisecond, WaitLogEvery: time.Hour, Logf: logs.logf("")}
+	cfg := WorkerConfig{RecoveryTimeout: 300 * time.Millisecond, WaitLogEvery: time.Hour, Logf: logs.logf("")}
 	first := fmt.Errorf("ps 1: %w", client.ErrUnavailable)
 	sends := 0
 	done := make(chan error, 1)
 	go func() {
-		_, err := resendAfterFailover(context.Background(), cfg, 7, first, func(ctx context.Context) (int64, error) {
+		_, err := cfg.ResendAfterFailover(context.Background(), 7, first, func(ctx context.Context) (int64, error) {
 			sends++
 			<-ctx.Done() // held, never acknowledged
 			return 0, ctx.Err()
@@ -155,10 +155,10 @@ func TestResendAfterFailoverBoundsEachResend(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != first {
-			t.Errorf("resendAfterFailover returned %v, want the last failover error %v", err, first)
+			t.Errorf("ResendAfterFailover returned %v, want the last failover error %v", err, first)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("resendAfterFailover still waits a minute after --recovery_timeout=300ms, on a resend that is never acknowledged")
+		t.Fatal("ResendAfterFailover still waits a minute after --recovery_timeout=300ms, on a resend that is never acknowledged")
 	}
 	if sends != 1 || logs.count("--recovery_timeout=300ms passed while step 7 was sent again") != 1 {
 		t.Errorf("%d sends; log:\n%s", sends, logs)

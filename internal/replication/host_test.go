@@ -1,4 +1,4 @@
-package replicate
+package replication
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // TestMain fails the run if a test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type cluster struct {
+type testCluster struct {
 	net      *memnet.Network
 	isolated []*atomic.Bool // per ps: what it writes to others is lost
 	hosts    []*Host
@@ -57,9 +57,9 @@ type logLine struct {
 }
 
 // start starts n hosts over memnet, or over loopback TCP if tcp.
-func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
+func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *testCluster {
 	t.Helper()
-	c := &cluster{net: memnet.New(), n: n, r: r, timeout: timeout, tcp: tcp, logs: make(chan logLine, 8192), padOnly: -1}
+	c := &testCluster{net: memnet.New(), n: n, r: r, timeout: timeout, tcp: tcp, logs: make(chan logLine, 8192), padOnly: -1}
 	var addrs []string
 	var ls []net.Listener
 	for id := 0; id < n; id++ {
@@ -100,10 +100,10 @@ func start(t testing.TB, n, r int, timeout time.Duration, tcp bool) *cluster {
 
 // startHost starts ps id's host on l; its copies are sums, and a copy for
 // a rejoining ps is the sum in 8 bytes plus c.pad bytes.
-func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
+func (c *testCluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 	t.Helper()
 	iso, took, tlog := c.isolated[id], c.took[id], logf(t)
-	h, err := Start(Config{
+	h, err := Start(HostConfig{
 		Config: replica.Config{ID: id, N: c.n, R: c.r, Timeout: c.timeout},
 		Addrs:  c.addrs, Listener: l,
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
@@ -162,7 +162,7 @@ func (c *cluster) startHost(t testing.TB, id int, l net.Listener) *Host {
 	return h
 }
 
-func (c *cluster) padOf(s int) int {
+func (c *testCluster) padOf(s int) int {
 	if c.padOnly >= 0 && s != c.padOnly {
 		return 0
 	}
@@ -190,7 +190,7 @@ func (l lossy) Write(b []byte) (int, error) {
 }
 
 // isolate cuts ps id off from the others both ways (or heals it).
-func (c *cluster) isolate(id int, on bool) {
+func (c *testCluster) isolate(id int, on bool) {
 	c.isolated[id].Store(on)
 	addr := fmt.Sprintf("ps%d:7000", id)
 	if on {
@@ -200,7 +200,7 @@ func (c *cluster) isolate(id int, on bool) {
 	}
 }
 
-func (c *cluster) sum(id, s int) int {
+func (c *testCluster) sum(id, s int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sums[id][s]

@@ -1,4 +1,4 @@
-package trainer
+package replication
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/server"
 )
 
 // BenchmarkReplicatedDensePushPull is a dense 16 MiB push+pull (one
@@ -20,7 +21,7 @@ import (
 // push costs the worker's round trip (docs/REPLICATION.md). Compare the
 // two in one run:
 //
-//	go test -run '^$' -bench ReplicatedDense -count 5 ./internal/trainer
+//	go test -run '^$' -bench ReplicatedDense -count 5 ./internal/replication
 func BenchmarkReplicatedDensePushPull(b *testing.B) {
 	for _, r := range []int{1, 2} {
 		b.Run(fmt.Sprintf("replicas=%d", r), func(b *testing.B) { benchReplicated(b, 3, r, 16<<20) })
@@ -84,13 +85,12 @@ func startReplicated(tb testing.TB, numPS, replicas int) (cluster.Spec, func(con
 		spec.PS = append(spec.PS, addr(i))
 	}
 	spec.Workers = []string{addr(numPS)}
-	rep := Replication{Replicas: replicas, FailoverTimeout: time.Second}
+	rep := Options{Replicas: replicas, FailoverTimeout: time.Second}
 	if replicas > 1 {
 		for i := numPS + 1; i < n; i++ {
 			rep.Hosts = append(rep.Hosts, addr(i))
 		}
 	}
-	base := Config{Replication: rep, StartupTimeout: time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, numPS)
 	tb.Cleanup(func() {
@@ -100,7 +100,12 @@ func startReplicated(tb testing.TB, numPS, replicas int) (cluster.Spec, func(con
 		}
 	})
 	for i := range numPS {
-		cfg := base
+		if replicas == 1 { // a ps without replicas
+			s := server.New(server.Config{Task: i, NumPS: numPS, NumWorkers: len(spec.Workers)})
+			go func() { done <- server.Serve(ctx, spec.PS[i], s) }()
+			continue
+		}
+		cfg := PSConfig{Options: rep, StartupTimeout: time.Minute}
 		cfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: i}}
 		go func() { done <- RunPS(ctx, cfg) }()
 	}
@@ -123,8 +128,6 @@ func startReplicated(tb testing.TB, numPS, replicas int) (cluster.Spec, func(con
 	if replicas == 1 {
 		return spec, nil
 	}
-	wcfg := base
-	wcfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
-	wcfg.defaults()
-	return spec, failoverDial(wcfg)
+	wcfg := WorkerConfig{Options: rep, Cluster: cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}}
+	return spec, wcfg.Dialer()
 }

@@ -1,21 +1,4 @@
-// Package replicate is the goroutine shell around a replica.Node: the part
-// of a ps that ticks the node on a real clock, carries its messages to the
-// other ps over connections (TCP, or memnet in tests) in the wire form of
-// replica.Message, applies its entries through a callback, and blocks a
-// push until it is acknowledged (docs/REPLICATION.md; the trainer's
-// replicated ps runs one).
-//
-// Concurrency: the Node is owned by whoever holds the host's lock (mu):
-// the goroutine that reads a peer's message steps the node with it, a
-// push proposes itself, a ticker goroutine ticks it, each then doing what
-// the node's Ready asks before letting go. No message, push or query waits
-// for a hand-off to another goroutine (on a loaded machine each hand-off
-// is a wake-up that can wait for a core). Apply and TookOver are called
-// with the lock held, in log order, so they must not call the host. Each
-// peer has a sender goroutine (dialling on demand, dropping what it cannot
-// send: the protocol sends again) and each accepted connection a reader
-// goroutine. Close stops them all.
-package replicate
+package replication
 
 import (
 	"bufio"
@@ -53,8 +36,8 @@ const MaxDirect = 64 << 10
 // beyond it is dropped (the protocol sends it again once the peer keeps up).
 const MaxQueued = 256 << 20
 
-// Config configures one ps's replication.
-type Config struct {
+// HostConfig configures one ps's Host.
+type HostConfig struct {
 	replica.Config
 	// Addrs are the replication addresses of the ps, by index.
 	Addrs []string
@@ -88,9 +71,24 @@ type Config struct {
 	TickEvery time.Duration
 }
 
-// Host runs one ps's replica.Node. Create it with Start.
+// Host runs one ps's replica.Node: it ticks the node on a real clock,
+// carries its messages to the other ps over connections (TCP, or memnet in
+// tests) in the wire form of replica.Message, hands its entries to
+// HostConfig.Apply, and blocks a push until it is acknowledged. Create it with
+// Start.
+//
+// Concurrency: the Node is owned by whoever holds the host's lock (mu):
+// the goroutine that reads a peer's message steps the node with it, a
+// push proposes itself, a ticker goroutine ticks it, each then doing what
+// the node's Ready asks before letting go. No message, push or query waits
+// for a hand-off to another goroutine (on a loaded machine each hand-off
+// is a wake-up that can wait for a core). Apply and TookOver are called
+// with the lock held, in log order, so they must not call the host. Each
+// peer has a sender goroutine (dialling on demand, dropping what it cannot
+// send: the protocol sends again) and each accepted connection a reader
+// goroutine. Close stops them all.
 type Host struct {
-	cfg      Config
+	cfg      HostConfig
 	quit     chan struct{}
 	wg       sync.WaitGroup
 	peers    []chan [][]byte
@@ -142,7 +140,7 @@ type ackKey struct {
 }
 
 // Start starts the ticker, the listener's accept loop and the senders.
-func Start(cfg Config) (*Host, error) {
+func Start(cfg HostConfig) (*Host, error) {
 	if cfg.Boot == 0 {
 		cfg.Boot = uint64(time.Now().UnixNano())
 	}
@@ -154,7 +152,7 @@ func Start(cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("replicate: %d addresses for %d ps", len(cfg.Addrs), cfg.N)
 	}
 	if cfg.Apply == nil || cfg.Listener == nil {
-		return nil, errors.New("replicate: Config.Apply and Config.Listener are required")
+		return nil, errors.New("replication: HostConfig.Apply and HostConfig.Listener are required")
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -429,29 +427,7 @@ func (h *Host) drain() {
 	// Send first: a backup's answer and a primary's appends need only
 	// the node's log, so the copies apply in parallel, not one after the
 	// other (nothing is answered to a worker before its Apply below).
-	for _, m := range rd.Messages {
-		b, err := m.AppendBuffers(nil)
-		if err != nil {
-			h.cfg.Logf("replicate: %v message to ps %d not sent: %v", m.Type, m.To, err)
-			continue
-		}
-		size := int64(0)
-		for _, p := range b {
-			size += int64(len(p))
-		}
-		if h.writeDirect(m.To, b, size) {
-			continue
-		}
-		if h.queued[m.To].Load()+size > MaxQueued {
-			continue // the peer is slow or gone: the protocol sends again
-		}
-		h.queued[m.To].Add(size) // before the sender can take it off
-		select {
-		case h.peers[m.To] <- b:
-		default:
-			h.queued[m.To].Add(-size)
-		}
-	}
+	h.sendMessages(rd.Messages)
 	if rd.Reformed != nil {
 		if h.cfg.Reformed != nil {
 			h.cfg.Reformed(*rd.Reformed)
@@ -486,30 +462,7 @@ func (h *Host) drain() {
 	for _, ev := range rd.Events {
 		h.cfg.Logf("%s", ev)
 	}
-	sent := false
-	for _, sr := range rd.Snapshots {
-		if h.cfg.Snapshot == nil {
-			break
-		}
-		if h.noSnapshots {
-			h.node.SnapshotLater(sr.Shard, sr.To)
-			h.snapshotLater = true
-			continue
-		}
-		start := time.Now()
-		b, err := h.cfg.Snapshot(sr.Shard)
-		if err == nil {
-			err = h.node.SendSnapshot(sr.Shard, sr.To, h.node.Applied(sr.Shard), b)
-		} else {
-			h.node.SnapshotLater(sr.Shard, sr.To) // a heartbeat asks again
-		}
-		if err != nil {
-			h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)
-			continue
-		}
-		sent = true
-		h.cfg.Logf("ps %d: sending its copy of shard %d (%d bytes, taken in %s) to ps %d, rejoining", h.cfg.ID, sr.Shard, len(b), time.Since(start).Round(time.Microsecond), sr.To)
-	}
+	sent := h.sendSnapshots(rd.Snapshots)
 	for _, c := range rd.CaughtUp {
 		d := time.Since(h.admittedAt)
 		copies := 0
@@ -544,6 +497,64 @@ func (h *Host) drain() {
 	if sent {
 		h.drain() // the snapshots' messages
 	}
+}
+
+// sendMessages writes the node's messages to their peers, or queues them
+// for the peers' senders (drain, the host's lock held).
+func (h *Host) sendMessages(msgs []replica.Message) {
+	for _, m := range msgs {
+		b, err := m.AppendBuffers(nil)
+		if err != nil {
+			h.cfg.Logf("replicate: %v message to ps %d not sent: %v", m.Type, m.To, err)
+			continue
+		}
+		size := int64(0)
+		for _, p := range b {
+			size += int64(len(p))
+		}
+		if h.writeDirect(m.To, b, size) {
+			continue
+		}
+		if h.queued[m.To].Load()+size > MaxQueued {
+			continue // the peer is slow or gone: the protocol sends again
+		}
+		h.queued[m.To].Add(size) // before the sender can take it off
+		select {
+		case h.peers[m.To] <- b:
+		default:
+			h.queued[m.To].Add(-size)
+		}
+	}
+}
+
+// sendSnapshots takes the copies the node asks for (a ps rejoins) and
+// hands them to it to send, or asks again later where no copy may be
+// taken now (drain). sent reports whether any went out.
+func (h *Host) sendSnapshots(reqs []replica.SnapshotReq) (sent bool) {
+	for _, sr := range reqs {
+		if h.cfg.Snapshot == nil {
+			break
+		}
+		if h.noSnapshots {
+			h.node.SnapshotLater(sr.Shard, sr.To)
+			h.snapshotLater = true
+			continue
+		}
+		start := time.Now()
+		b, err := h.cfg.Snapshot(sr.Shard)
+		if err == nil {
+			err = h.node.SendSnapshot(sr.Shard, sr.To, h.node.Applied(sr.Shard), b)
+		} else {
+			h.node.SnapshotLater(sr.Shard, sr.To) // a heartbeat asks again
+		}
+		if err != nil {
+			h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)
+			continue
+		}
+		sent = true
+		h.cfg.Logf("ps %d: sending its copy of shard %d (%d bytes, taken in %s) to ps %d, rejoining", h.cfg.ID, sr.Shard, len(b), time.Since(start).Round(time.Microsecond), sr.To)
+	}
+	return sent
 }
 
 // writeDirect leaves a message to peer id for this goroutine to write

@@ -1,4 +1,4 @@
-package trainer
+package replication
 
 import (
 	"context"
@@ -13,11 +13,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/shard"
+	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -25,7 +28,7 @@ import (
 // given failover timeout and checkpoint directory) in this process, each
 // logging to its own buffer, and returns the cluster, the worker's
 // dialler and the logs.
-func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir string) (cluster.Spec, Replication, func(context.Context, string) (net.Conn, error), []*logBuf) {
+func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir string) (cluster.Spec, Options, func(context.Context, string) (net.Conn, error), []*logBuf) {
 	const replicas = 2
 	n := numPS + 1 + numPS*replicas
 	ports, err := local.FreePorts(n)
@@ -38,7 +41,7 @@ func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir s
 		spec.PS = append(spec.PS, addr(i))
 	}
 	spec.Workers = []string{addr(numPS)}
-	rep := Replication{Replicas: replicas, FailoverTimeout: timeout}
+	rep := Options{Replicas: replicas, FailoverTimeout: timeout}
 	for i := numPS + 1; i < n; i++ {
 		rep.Hosts = append(rep.Hosts, addr(i))
 	}
@@ -53,7 +56,7 @@ func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir s
 	logs := make([]*logBuf, numPS)
 	for i := range numPS {
 		logs[i] = &logBuf{}
-		cfg := Config{Replication: rep, StartupTimeout: time.Minute, CheckpointDir: dir, Logf: logs[i].logf("")}
+		cfg := PSConfig{Options: rep, StartupTimeout: time.Minute, CheckpointDir: dir, Logf: logs[i].logf("")}
 		cfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: i}}
 		go func() { done <- RunPS(ctx, cfg) }()
 	}
@@ -71,10 +74,8 @@ func startReplicatedLogged(t *testing.T, numPS int, timeout time.Duration, dir s
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	wcfg := Config{Replication: rep, StartupTimeout: time.Minute}
-	wcfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
-	wcfg.defaults()
-	return spec, rep, failoverDial(wcfg), logs
+	wcfg := WorkerConfig{Options: rep, Cluster: cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}}
+	return spec, rep, wcfg.Dialer(), logs
 }
 
 // Sparse rows through replicated shards (the data path): a first pull
@@ -134,12 +135,8 @@ func TestReplicatedSparseRowsAndRestore(t *testing.T) {
 	// Without the first pull counted on every copy's log, the push would
 	// see each key for the first time and drop its gradient.
 	want("after a push (keys seen twice: admitted)", pull(true), -1)
-	cfg := Config{CheckpointDir: dir, Logf: logs[0].logf("chief: "), Optimizer: optim.Config{Name: "sgd", LearningRate: 1}}
-	cfg.defaults()
 	saved := step
-	if err := newSaver(cfg, c, step).save(ctx, step); err != nil {
-		t.Fatal(err)
-	}
+	saveCheckpoint(t, ctx, c, dir, step, tables[0])
 	want("after a second push", pull(true), -2)
 
 	if err := c.Restore(ctx, dir, saved, []int{0, 1, 2}); err != nil {
@@ -211,5 +208,46 @@ func TestCopyDropsCallerThatGaveUp(t *testing.T) {
 			t.Fatalf("the copy never dropped the connection of a caller that gave up (%d dials in 20s)", n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// saveCheckpoint saves the checkpoint of step in dir as a chief does
+// (trainer's saver, for an asynchronous job with sgd): every primary
+// writes its shard, then the manifest names them.
+func saveCheckpoint(t *testing.T, ctx context.Context, c *client.Client, dir string, step int64, table model.Table) {
+	t.Helper()
+	infos, err := c.CheckpointShards(ctx, dir, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := optim.Config{Name: "sgd", LearningRate: 1}
+	rule, err := optim.New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := shard.SlotNames(rule.Name(), rule.StateSlots())
+	m := checkpoint.Manifest{Step: step, Time: time.Now().UTC(), NumPS: c.NumPS(), NumWorkers: 1, Shards: infos}
+	for _, v := range c.Plan().Vars {
+		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}
+		for _, d := range v.Shape {
+			vi.Shape = append(vi.Shape, int64(d))
+		}
+		for _, p := range v.Parts {
+			vi.Parts = append(vi.Parts, checkpoint.Part{Shard: p.PS})
+		}
+		m.Variables = append(m.Variables, vi)
+	}
+	ti := checkpoint.TableInfo{Name: table.Name, Dim: int64(table.Dim), Slots: slots}
+	for k := range c.NumPS() {
+		ti.Shards = append(ti.Shards, k)
+	}
+	m.Tables = append(m.Tables, ti)
+	tr := checkpoint.Training{Mode: "async", Optimizer: opt, Tables: []checkpoint.TableSpec{{Name: table.Name, Dim: int32(table.Dim), Initializer: table.Init,
+		InitStddev: table.InitStddev, Seed: table.Seed, MinCount: table.MinCount, EvictAfterSteps: table.EvictAfterSteps}}}
+	if err := m.SetTraining(tr); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+		t.Fatal(err)
 	}
 }
