@@ -437,8 +437,11 @@ func (s *Session) done(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connections and the metrics endpoint.
+// Close closes the connections and the metrics endpoint, and gives up the
+// chief's lock on its checkpoint directory if Done has not (a session
+// closed without Done holds no directory: its heartbeat would outlive it).
 func (s *Session) Close() error {
+	s.w.Close()
 	err := s.c.Close()
 	if s.srv != nil {
 		_ = s.srv.Close()
