@@ -477,12 +477,22 @@ func TestDamaged(t *testing.T) {
 		kind:   ErrMismatch,
 		want:   `ckpt-500 damaged: shard-1-of-2.safetensors: metadata paramserv.step is "499", manifest implies "500"`,
 	}, {
-		name: "manifest disagrees with the shard's tensors",
+		// A variable's tensor of another dtype is refused by the manifest
+		// check, before any file is read (before, the manifest passed, ckpt
+		// ls said ok and the ps restoring it exited 1).
+		name: "a variable's tensor not F32",
 		damage: editManifest(func(m *Manifest) {
 			m.Shards[1].Tensors[5].DType = I64
 		}),
-		kind: ErrMismatch,
-		want: `ckpt-500 damaged: shard-1-of-2.safetensors: tensor 5 is "out_b/adam_m" F32 [2] in the file, "out_b/adam_m" I64 [2] in the manifest`,
+		kind: ErrFormat,
+		want: `ckpt-500 damaged: manifest.json: variable "out_b": shard-1-of-2.safetensors tensor "out_b/adam_m" is I64, want F32`,
+	}, {
+		name: "an optimizer record that does not read",
+		damage: editManifest(func(m *Manifest) {
+			m.Optimizer = json.RawMessage(`{"name":` + strings.Repeat(`{"a":`, 3000) + `1` + strings.Repeat(`}`, 3001))
+		}),
+		kind: ErrFormat,
+		want: `ckpt-500 damaged: manifest.json: checkpoint of step 500: optimizer`,
 	}, {
 		name:   "manifest inconsistent",
 		damage: editManifest(func(m *Manifest) { m.Variables[0].Parts[0].Shard = 1 }),

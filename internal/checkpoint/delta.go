@@ -69,7 +69,7 @@ func link(fsys vfs.FS, dir string, step int64, n int, verify bool, k int) (Manif
 		return Manifest{}, errorf(ErrMismatch, "a checkpoint of %d shards, not %d", len(m.Shards), n)
 	}
 	if verify {
-		if _, err := readShard(fsys, cdir, m, k, false); err != nil {
+		if _, err := readShard(fsys, cdir, m, k, verifyOnly); err != nil {
 			return Manifest{}, err
 		}
 	} else if err := statShard(fsys, cdir, m.Shards[k]); err != nil {

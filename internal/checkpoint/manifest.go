@@ -196,6 +196,12 @@ func (m Manifest) validate() error {
 	if len(m.Optimizer) > 0 && !json.Valid(m.Optimizer) {
 		return bad("optimizer is not valid JSON")
 	}
+	// The training record must read (an optimizer field nested thousands
+	// deep, say, does not): else the checkpoint passes here and fails
+	// the restore that reads it.
+	if _, err := m.Training(); err != nil {
+		return bad("%v", err)
+	}
 	deltas := 0
 	for _, s := range m.Shards {
 		if s.Delta {
@@ -284,6 +290,9 @@ func (m Manifest) validate() error {
 				}
 				if !slices.Equal(t.Shape, want) {
 					return bad("%s: %s tensor %q has shape %v, want %v", what, m.Shards[p.Shard].File, name, t.Shape, want)
+				}
+				if t.DType != F32 {
+					return bad("%s: %s tensor %q is %s, want F32", what, m.Shards[p.Shard].File, name, t.DType)
 				}
 			}
 		}

@@ -81,6 +81,11 @@ func list(fsys vfs.FS, dir string) ([]entry, error) {
 // the manifest itself could be read, even if a shard is damaged. Errors
 // are reasons.
 func check(fsys vfs.FS, dir string, step int64, full bool) (Manifest, error) {
+	return checkAs(fsys, dir, step, full, verifyOnly)
+}
+
+// checkAs is check, verifying each shard file in mode when full.
+func checkAs(fsys vfs.FS, dir string, step int64, full bool, mode readMode) (Manifest, error) {
 	cdir := filepath.Join(dir, CheckpointName(step))
 	m, err := readManifest(fsys, cdir, step)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -91,7 +96,7 @@ func check(fsys vfs.FS, dir string, step int64, full bool) (Manifest, error) {
 	}
 	for k, s := range m.Shards {
 		if full {
-			if _, err := readShard(fsys, cdir, m, k, false); err != nil {
+			if _, err := readShard(fsys, cdir, m, k, mode); err != nil {
 				return m, err
 			}
 			continue
@@ -123,12 +128,36 @@ func check(fsys vfs.FS, dir string, step int64, full bool) (Manifest, error) {
 // With no valid checkpoint, the error wraps ErrNotFound (and fs.ErrNotExist
 // if dir does not exist) and skipped still lists what was found.
 func Latest(fsys vfs.FS, dir string) (m Manifest, skipped []Skipped, err error) {
+	return Verifier{}.Latest(fsys, dir)
+}
+
+// Verifier says how Latest, LatestSetAside and List verify a checkpoint
+// beyond its format; the package's functions of those names are a zero
+// Verifier's.
+type Verifier struct {
+	// Finite: every F32 tensor (values, optimizer state, table rows) must
+	// hold only finite numbers, else the checkpoint is damaged (ErrFormat)
+	// and set aside by LatestSetAside. A job's checkpoints never hold an
+	// infinity or a NaN (the ps refuses an update that would make one), so
+	// paramserv's own readers ask for it; the format itself allows them.
+	Finite bool
+}
+
+func (v Verifier) mode() readMode {
+	if v.Finite {
+		return verifyFinite
+	}
+	return verifyOnly
+}
+
+// Latest is the package's Latest, verified as v says.
+func (v Verifier) Latest(fsys vfs.FS, dir string) (m Manifest, skipped []Skipped, err error) {
 	ents, err := list(fsys, dir)
 	if err != nil {
 		return Manifest{}, nil, fmt.Errorf("%w in %s: %w", ErrNotFound, dir, err)
 	}
 	for _, e := range ents {
-		m, err := check(fsys, dir, e.step, true)
+		m, err := checkAs(fsys, dir, e.step, true, v.mode())
 		if err == nil {
 			return m, skipped, nil
 		}

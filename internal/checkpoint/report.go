@@ -40,7 +40,10 @@ type Listing struct {
 // shard through) and reports each, newest first; a directory that
 // LatestSetAside set aside follows the checkpoint of its step, if any, with
 // the reason its REASON file gives.
-func List(fsys vfs.FS, dir string) (Listing, error) {
+func List(fsys vfs.FS, dir string) (Listing, error) { return Verifier{}.List(fsys, dir) }
+
+// List is the package's List, verified as v says.
+func (v Verifier) List(fsys vfs.FS, dir string) (Listing, error) {
 	des, err := fsys.ReadDir(dir)
 	if err != nil {
 		return Listing{}, fmt.Errorf("checkpoint: list %s: %w", dir, err)
@@ -52,7 +55,7 @@ func List(fsys vfs.FS, dir string) (Listing, error) {
 		}
 		name := de.Name()
 		if step, ok := parseCheckpointName(name); ok {
-			m, err := check(fsys, dir, step, true)
+			m, err := checkAs(fsys, dir, step, true, v.mode())
 			l.Entries = append(l.Entries, Entry{
 				Name:     name,
 				Step:     step,

@@ -90,7 +90,12 @@ func damaged(err error) bool {
 // failure to set aside is reported in Skipped.SetAsideErr and does not fail
 // the call.
 func LatestSetAside(fsys vfs.FS, dir string) (m Manifest, skipped []Skipped, err error) {
-	m, skipped, err = Latest(fsys, dir)
+	return Verifier{}.LatestSetAside(fsys, dir)
+}
+
+// LatestSetAside is the package's LatestSetAside, verified as v says.
+func (v Verifier) LatestSetAside(fsys vfs.FS, dir string) (m Manifest, skipped []Skipped, err error) {
+	m, skipped, err = v.Latest(fsys, dir)
 	for i := range skipped {
 		if damaged(skipped[i].Err) {
 			skipped[i].SetAside, skipped[i].SetAsideErr = setAside(fsys, dir, skipped[i])

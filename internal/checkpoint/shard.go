@@ -346,7 +346,7 @@ func ReadShardFile(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 		return Shard{}, err
 	}
 	cdir := filepath.Join(dir, CheckpointName(m.Step))
-	s, err := readShard(fsys, cdir, m, k, true)
+	s, err := readShard(fsys, cdir, m, k, withData)
 	if err != nil {
 		return Shard{}, fmt.Errorf("checkpoint: read %s: %w", cdir, err)
 	}
@@ -437,7 +437,7 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 	}
 	if fi.Size() != si.Size {
 		// readShard words the error.
-		s, err := readShard(fsys, cdir, m, k, true)
+		s, err := readShard(fsys, cdir, m, k, withData)
 		return s, func() {}, err
 	}
 	f, err := fsys.Open(path)
@@ -451,7 +451,7 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		progress = mr.ReadMapped
 	}
 	if !ok {
-		s, err := readShard(fsys, cdir, m, k, true)
+		s, err := readShard(fsys, cdir, m, k, withData)
 		return s, func() {}, err
 	}
 	fail := func(err error) (Shard, func(), error) {
@@ -518,9 +518,18 @@ func decodeMapped(data []byte) (hdr Header, tensors []Tensor, err error) {
 	return decodeBytes(data)
 }
 
+// readMode is what readShard does with a shard file.
+type readMode int
+
+const (
+	verifyOnly   readMode = iota // read through: size, checksum, header, key order
+	verifyFinite                 // verifyOnly, and every F32 value finite (finiteCheck)
+	withData                     // read into memory and decode
+)
+
 // readShard reads (withData) or only verifies shard k. Errors are reasons
 // that start with the shard's file name.
-func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shard, error) {
+func readShard(fsys vfs.FS, cdir string, m Manifest, k int, mode readMode) (Shard, error) {
 	si := m.Shards[k]
 	path := filepath.Join(cdir, si.File)
 	fail := func(err error) (Shard, error) { return Shard{}, fmt.Errorf("%s: %w", si.File, err) }
@@ -543,7 +552,7 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 	h := si.newHash()
 	var hdr Header
 	var tensors []Tensor
-	if withData {
+	if mode == withData {
 		// The whole file into one buffer, hashed as it arrives; the
 		// tensors are slices of it.
 		var data []byte
@@ -562,10 +571,18 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		// the better explanation of a bad header. The tables' keys are
 		// checked on the way.
 		var keys *keyOrder
+		var fin *finiteCheck
 		rest := hash.Hash(h)
 		if err == nil {
+			var tee teeAll
 			if keys = newKeyOrder(hdr, m, k); keys != nil {
-				rest = hashTee{h, keys}
+				tee = append(tee, keys)
+			}
+			if fin = newFiniteCheck(hdr); mode == verifyFinite && fin != nil {
+				tee = append(tee, fin)
+			}
+			if len(tee) > 0 {
+				rest = hashTee{h, tee}
 			}
 		}
 		if _, cerr := readHashed(br, rest, -1); cerr != nil {
@@ -576,6 +593,9 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, withData bool) (Shar
 		}
 		if keys != nil && keys.err != nil {
 			return fail(keys.err)
+		}
+		if fin != nil && fin.err != nil {
+			return fail(fin.err)
 		}
 	}
 	if err != nil {

@@ -97,7 +97,7 @@ func Ckpt(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	case "ls":
 		// ckpt/ckpt-3000, as ls names it, lists that one checkpoint.
 		parent, one, _ := resolveCheckpoint(dir, checkpoint.LatestStep, false)
-		l, err := checkpoint.List(vfs.OS, parent)
+		l, err := checkpoint.Verifier{Finite: true}.List(vfs.OS, parent)
 		if err != nil {
 			fmt.Fprintf(stderr, "paramserv ckpt ls: %v\n", err)
 			return 1

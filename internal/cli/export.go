@@ -125,7 +125,7 @@ func joinCheckpoint(dir string, step int64, withSlots bool) (checkpoint.Manifest
 	var m checkpoint.Manifest
 	var err error
 	if step == checkpoint.LatestStep {
-		m, _, err = checkpoint.Latest(vfs.OS, dir)
+		m, _, err = checkpoint.Verifier{Finite: true}.Latest(vfs.OS, dir)
 	} else {
 		m, err = checkpoint.Load(vfs.OS, dir, step)
 	}
@@ -135,6 +135,11 @@ func joinCheckpoint(dir string, step int64, withSlots bool) (checkpoint.Manifest
 	shards := make([]map[string]checkpoint.Tensor, len(m.Shards))
 	for k := range m.Shards {
 		s, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
+		if err == nil {
+			// A checkpoint named by its step was not checked for values
+			// that are not finite: no model is read from one that has any.
+			err = checkpoint.CheckFinite(s)
+		}
 		if err != nil {
 			return m, nil, err
 		}

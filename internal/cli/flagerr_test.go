@@ -18,6 +18,9 @@ func TestFlagValueErrorSaysWhatIsWanted(t *testing.T) {
 		{"--learning_rate=fast", `invalid value "fast" for flag --learning_rate: parse error (want a number such as 0.5 or 1e-3)`},
 		{"--sync_replicas=maybe", `invalid boolean value "maybe" for --sync_replicas: parse error (want true or false; --name alone is true)`},
 		{"--save_model_secs=x", `invalid value "x" for flag --save_model_secs: want seconds (60) or a duration (1m30s), got "x"`},
+		// Before, 1e20 seconds wrapped to a negative interval and turned
+		// timed saves off.
+		{"--save_model_secs=1e20", `invalid value "1e20" for flag --save_model_secs: want at most 9223372036 seconds (about 292 years), got "1e20"`},
 	} {
 		for _, cmd := range []string{"train", "local"} {
 			var out, errb bytes.Buffer
@@ -29,5 +32,14 @@ func TestFlagValueErrorSaysWhatIsWanted(t *testing.T) {
 				t.Errorf("%s %s: first line\n%q, want\n%q", cmd, c.arg, first, want)
 			}
 		}
+	}
+}
+
+// --batch_size beyond what a batch can sensibly hold is refused before
+// anything is allocated (before, 2^31 was accepted and allocated 1.7 GB).
+func TestBatchSizeBounded(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"local", "--batch_size=2147483648"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--batch_size=2147483648: want at most 1048576") {
+		t.Fatalf("exit %d, want 2 naming the bound:\n%s", code, errb.String())
 	}
 }

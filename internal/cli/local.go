@@ -268,7 +268,7 @@ func interruptedLine(step int64, checkpointDir string) string {
 	case checkpointDir == "":
 		return at + "; no checkpoint (no --checkpoint_dir)"
 	default:
-		m, _, err := checkpoint.Latest(vfs.OS, checkpointDir)
+		m, _, err := checkpoint.Verifier{Finite: true}.Latest(vfs.OS, checkpointDir)
 		if err != nil {
 			return fmt.Sprintf("%s; no valid checkpoint in %s", at, checkpointDir)
 		}

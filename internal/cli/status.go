@@ -110,7 +110,7 @@ Exit status 1 if a ps does not answer.
 		}
 	}
 	for _, d := range dirs {
-		l, err := checkpoint.List(vfs.OS, d)
+		l, err := checkpoint.Verifier{Finite: true}.List(vfs.OS, d)
 		if err != nil {
 			fmt.Fprintf(stdout, "checkpoints in %s: not readable here (%v)\n", d, err)
 			continue

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -324,6 +325,8 @@ func (f *trainFlags) checkRanges() error {
 	switch {
 	case f.batchSize <= 0:
 		return fmt.Errorf("--batch_size=%d: want a number > 0", f.batchSize)
+	case f.batchSize > maxBatchSize:
+		return fmt.Errorf("--batch_size=%d: want at most %d examples per batch (a batch is held in memory whole)", f.batchSize, maxBatchSize)
 	case f.hiddenUnits <= 0:
 		return fmt.Errorf("--hidden_units=%d: want a number > 0", f.hiddenUnits)
 	case f.keep < 1:
@@ -480,8 +483,17 @@ func (s secondsValue) String() string {
 	return s.d.String()
 }
 
+// maxBatchSize bounds --batch_size: a batch is allocated whole before the
+// first example is read.
+const maxBatchSize = 1 << 20
+
 func (s secondsValue) Set(v string) error {
 	if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 {
+		// A time.Duration holds about 292 years; more would wrap negative
+		// (and a negative interval turns timed saves off).
+		if n*float64(time.Second) >= math.MaxInt64 {
+			return fmt.Errorf("want at most %d seconds (about 292 years), got %q", int64(math.MaxInt64/time.Second), v)
+		}
 		*s.d = time.Duration(n * float64(time.Second))
 		return nil
 	}

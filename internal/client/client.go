@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"net"
 	"sync"
 	"time"
@@ -92,6 +94,37 @@ type Client struct {
 	dp *dataPath // pushes and pulls on the data path; nil with GRPCOnly
 }
 
+// MaxVarName bounds a variable's name: its part names ("w/part_12") must
+// fit the data path's names (wire.MaxName bytes).
+const MaxVarName = wire.MaxName - 16
+
+// MaxVarValues bounds a variable's values (2^31-1 float32), as a ps does.
+const MaxVarValues = math.MaxInt32
+
+// checkVars refuses what every ps would refuse, at once and on every
+// worker: a name too long for the data path (before, the chief's Init
+// accepted one and every push then failed), a shape of more values than a
+// ps holds (before, a worker other than the chief started with one).
+func checkVars(vars []model.Variable) error {
+	for _, v := range vars {
+		if len(v.Name) > MaxVarName {
+			return fmt.Errorf("client: variable %.40q... has a %d-byte name (want at most %d)", v.Name, len(v.Name), MaxVarName)
+		}
+		n := uint64(1)
+		for _, d := range v.Shape {
+			if d <= 0 {
+				return fmt.Errorf("client: variable %q has shape %v; every dimension must be positive", v.Name, v.Shape)
+			}
+			hi, lo := bits.Mul64(n, uint64(d))
+			if hi != 0 || lo > MaxVarValues {
+				return fmt.Errorf("client: variable %q has shape %v: more than %d values (8 GiB), the most a ps holds in one variable", v.Name, v.Shape, MaxVarValues)
+			}
+			n = lo
+		}
+	}
+	return nil
+}
+
 // New prepares a client for the ps at addrs and the model's variables. It
 // does not connect yet: connections are made on first use and retried.
 func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
@@ -106,6 +139,9 @@ func New(addrs []string, vars []model.Variable, opts Options) (*Client, error) {
 	}
 	if opts.ProbeTimeout <= 0 {
 		opts.ProbeTimeout = defaultProbeTimeout
+	}
+	if err := checkVars(vars); err != nil {
+		return nil, err
 	}
 	plan, err := placement.Place(len(addrs), vars, opts.SplitBytes)
 	if err != nil {

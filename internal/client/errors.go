@@ -36,9 +36,16 @@ type LayoutError struct {
 	Addr       string
 	Have, Want string
 	Detail     string // what disagreed first, if known
+	// Flag, if set, is the training flag (or "initial values") in which
+	// the Init differed from the model the ps hold, Detail the ps's
+	// account of it; Have and Want are then empty.
+	Flag string
 }
 
 func (e *LayoutError) Error() string {
+	if e.Flag != "" {
+		return e.Detail
+	}
 	// The error that wraps it names the ps (ps 0 at host:port: ...).
 	detail := ""
 	if e.Detail != "" {

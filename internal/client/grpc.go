@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -39,8 +40,13 @@ func (c *Client) Conn(i int) *grpc.ClientConn { return c.conns[i] }
 // handshake, and reconnects at least every 2s.
 func dialGRPC(addr string, dial func(context.Context, string) (net.Conn, error)) (*grpc.ClientConn, error) {
 	target, dialOpts := addr, []grpc.DialOption(nil)
+	if dial != nil || strings.Contains(addr, "%") {
+		// An IPv6 zone ([fe80::1%eth0]:2222) is escaped for gRPC's target
+		// URL and dialed as it is: gRPC's DNS resolver takes no zone
+		// (before, a zone failed the worker with exit 1).
+		target = "passthrough:///" + strings.ReplaceAll(addr, "%", "%25")
+	}
 	if dial != nil {
-		target = "passthrough:///" + addr
 		dialOpts = append(dialOpts, grpc.WithContextDialer(dial))
 	}
 	return grpc.NewClient(target, append(dialOpts,
@@ -86,6 +92,11 @@ func (c *Client) classifyStatus(i int, err error) error {
 		// given another model): the shard's Conflict, marked by the
 		// server's ErrorInfo detail (server.statusOf).
 		kind = wire.KindConflict
+		if flag := conflictFlag(st); flag != "" {
+			// Not another model: a training flag (or the initial values)
+			// differs from what the ps holds, as the ps's message says.
+			return &LayoutError{PS: i, Addr: c.addrs[i], Detail: st.Message(), Flag: flag}
+		}
 	}
 	switch kind {
 	case wire.KindUnavailable, wire.KindConflict, wire.KindNotReady, wire.KindRestored:
@@ -103,6 +114,17 @@ func hasReason(st *status.Status, reason string) bool {
 		}
 	}
 	return false
+}
+
+// conflictFlag is the training flag a layout conflict's ErrorInfo names
+// (server.statusOf), or "".
+func conflictFlag(st *status.Status) string {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
+			return ei.Metadata["flag"]
+		}
+	}
+	return ""
 }
 
 // isDeadline reports whether err is a gRPC call's deadline.

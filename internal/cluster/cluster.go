@@ -298,6 +298,7 @@ func validate(spec Spec, task Task, src sources) error {
 		job   string
 		index int
 		src   string
+		host  string
 	}
 	seen := make(map[string]owner)
 	for _, j := range []struct {
@@ -313,10 +314,14 @@ func validate(spec Spec, task Task, src sources) error {
 				return errorf(j.src, "%s task %d: %q %s", j.name, i, h, why)
 			}
 			if o, dup := seen[key]; dup {
+				if o.host != h {
+					return errorf("cluster", "%s task %d (%s) at %q and %s task %d (%s) at %q are the same address (want a distinct host:port for every task)",
+						o.job, o.index, o.src, o.host, j.name, i, j.src, h)
+				}
 				return errorf("cluster", "%s task %d (%s) and %s task %d (%s) both have address %q (want a distinct host:port for every task)",
 					o.job, o.index, o.src, j.name, i, j.src, h)
 			}
-			seen[key] = owner{j.name, i, j.src}
+			seen[key] = owner{j.name, i, j.src, h}
 		}
 	}
 

@@ -38,6 +38,9 @@ func parseHosts(src, list string) ([]string, error) {
 			return nil, errorf(src, "entry %d %q %s", i+1, p, why)
 		}
 		if j, dup := seen[key]; dup {
+			if hosts[j] != p {
+				return nil, errorf(src, "entries %d %q and %d %q are the same address (want a distinct host:port for every task)", j+1, hosts[j], i+1, p)
+			}
 			return nil, errorf(src, "entries %d and %d are both %q (want a distinct host:port for every task)", j+1, i+1, p)
 		}
 		seen[key] = i
@@ -92,6 +95,11 @@ func checkHostPort(s string) (key, why string) {
 		}
 		if a, err := netip.ParseAddr(host); err == nil {
 			hostKey = a.String()
+		}
+		if hostKey == "localhost" || strings.HasSuffix(hostKey, ".localhost") {
+			// localhost is the loopback address by every resolver
+			// (RFC 6761): localhost:P and 127.0.0.1:P are one task's port.
+			hostKey = "127.0.0.1"
 		}
 	}
 	if why := checkPort(port); why != "" {

@@ -56,9 +56,13 @@ func TestParseHostsErrors(t *testing.T) {
 		{"h/x:1", []string{`'/' in host`}},
 		{strings.Repeat("a", 254) + ":1", []string{"254-byte host", "at most 253"}},
 		{"h:1,h:1", []string{`entries 1 and 2 are both "h:1"`, "distinct"}},
-		{"HOST:1,host:1", []string{"entries 1 and 2"}},
-		{"[::1]:1,[0:0::1]:1", []string{"entries 1 and 2"}},
-		{"1.2.3.4:1,[::ffff:1.2.3.4]:1", []string{"entries 1 and 2"}},
+		{"HOST:1,host:1", []string{"entries 1 ", " and 2 "}},
+		{"[::1]:1,[0:0::1]:1", []string{"entries 1 \"[::1]:1\" and 2 \"[0:0::1]:1\" are the same address"}},
+		// Before, these two ps were caught only at Init, with a message
+		// about another layout.
+		{"127.0.0.1:7,localhost:7", []string{`entries 1 "127.0.0.1:7" and 2 "localhost:7" are the same address`}},
+		{"LocalHost:7,127.0.0.1:7", []string{`entries 1 "LocalHost:7" and 2 "127.0.0.1:7" are the same address`}},
+		{"1.2.3.4:1,[::ffff:1.2.3.4]:1", []string{"entries 1 ", " and 2 "}},
 	} {
 		_, err := ParseHosts(tc.in)
 		t.Run(fmt.Sprintf("%.40s", tc.in), func(t *testing.T) { wantErr(t, err, "", tc.pieces...) })

@@ -198,7 +198,38 @@ func object(src string, raw json.RawMessage, want string) (map[string]json.RawMe
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, &Error{Source: src, Msg: err.Error(), Err: err}
 	}
+	if key, ok := repeatedKey(raw); ok {
+		// encoding/json keeps the last silently; a TF_CONFIG naming "ps"
+		// twice is a mistake to show, not a choice to make.
+		return nil, errorf(src, "member %q given twice, %s", key, want)
+	}
 	return m, nil
+}
+
+// repeatedKey returns the first member name that raw, a valid JSON object,
+// gives more than once.
+func repeatedKey(raw json.RawMessage) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		key, _ := t.(string)
+		if seen[key] {
+			return key, true
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // hostList decodes a job's list of addresses and checks each one.

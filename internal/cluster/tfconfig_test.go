@@ -107,6 +107,8 @@ func TestParseTFConfigErrors(t *testing.T) {
 		{"empty host entry", `{"cluster":{"ps":[""]}}`, "TF_CONFIG cluster.ps[0]", []string{`"" is empty`}},
 		{"unknown job", `{"cluster":{"workers":["h:1"]}}`, "TF_CONFIG cluster", []string{`unknown job "workers"`, `"worker"`}},
 		{"upper-case job", `{"cluster":{"PS":["h:1"]}}`, "TF_CONFIG cluster", []string{`unknown job "PS"`, "lower case"}},
+		{"ps twice", `{"cluster":{"ps":["a:1"],"worker":["w:1"],"ps":["b:1"]}}`, "TF_CONFIG cluster", []string{`member "ps" given twice`}},
+		{"task twice", `{"cluster":{"ps":["a:1"],"worker":["w:1"]},"task":{"type":"worker","index":0},"task":{"type":"ps","index":0}}`, "TF_CONFIG", []string{`member "task" given twice`}},
 		{"two chiefs", `{"cluster":{"chief":["a:1","b:1"]}}`, "TF_CONFIG cluster.chief", []string{"has 2 hosts", "exactly one"}},
 		{"empty chief", `{"cluster":{"master":[]}}`, "TF_CONFIG cluster.master", []string{"has 0 hosts", "exactly one"}},
 		{"chief and master", `{"cluster":{"chief":["a:1"],"master":["b:1"]}}`, "TF_CONFIG cluster", []string{`both "chief" and "master"`}},

@@ -199,7 +199,7 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 		// ps restarted while the chief wrote its manifest. The ps then
 		// waits for the chief, which restores it there and rolls the
 		// others back to it.
-		m, _, err := checkpoint.Latest(cfg.FS, cfg.CheckpointDir)
+		m, _, err := checkpoint.Verifier{Finite: true}.Latest(cfg.FS, cfg.CheckpointDir)
 		if err != nil {
 			return fmt.Errorf("%w: ps %v not initialised, and no checkpoint to restore them from: %v", client.ErrNotReady, uninit, err)
 		}

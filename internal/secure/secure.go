@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -167,10 +168,24 @@ func names(c *x509.Certificate) string {
 	return strings.Join(n, ", ")
 }
 
+// MaxTokenFileBytes bounds the --auth_token_file read.
+const MaxTokenFileBytes = 4096
+
 func readToken(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--auth_token_file: %w", err)
+	}
+	defer f.Close()
+	// Read at most a byte more than a token may have: a device that never
+	// ends (/dev/zero) or a large file named by mistake is refused, not
+	// read into memory.
+	b, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--auth_token_file: %w", err)
+	}
+	if len(b) > MaxTokenFileBytes {
+		return nil, fmt.Errorf("--auth_token_file %s: longer than %d bytes; a token is a short secret, e.g. head -c 32 /dev/urandom | base64 > FILE", path, MaxTokenFileBytes)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) < MinTokenBytes {

@@ -107,7 +107,7 @@ func (s *Server) RestoreLatest() (bool, error) {
 		return false, nil
 	}
 	verify := s.meter("checkpoint: verifying the newest checkpoint", 0)
-	m, skipped, err := checkpoint.LatestSetAside(meteredFS{s.cfg.FS, verify}, s.cfg.CheckpointDir)
+	m, skipped, err := checkpoint.Verifier{Finite: true}.LatestSetAside(meteredFS{s.cfg.FS, verify}, s.cfg.CheckpointDir)
 	verify.done()
 	for _, sk := range skipped {
 		s.cfg.Logf("checkpoint: %s; trying an older one", sk)

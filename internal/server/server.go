@@ -18,6 +18,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -178,7 +179,14 @@ func statusOf(err error) error {
 	if kind == wire.KindConflict {
 		// FailedPrecondition is also "not initialised yet", which a
 		// client waits out: the detail tells it this one will not pass.
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}); derr == nil {
+		info := &errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}
+		var se *shard.Error
+		if errors.As(err, &se) && se.Flag != "" {
+			// Not another model: a training flag (or the initial values)
+			// differs from what the ps holds.
+			info.Metadata = map[string]string{"flag": se.Flag}
+		}
+		if d, derr := st.WithDetails(info); derr == nil {
 			st = d
 		}
 	}

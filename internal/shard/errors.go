@@ -49,6 +49,9 @@ type Error struct {
 	Kind Kind
 	Msg  string
 	Err  error
+	// Flag is the training flag a Conflict is about ("--optimizer"), if
+	// it is about one: the caller's input differs from the shard's.
+	Flag string
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -78,6 +81,11 @@ func KindOf(err error) Kind {
 
 // ErrNotInitialized is the cause of a NotReady error.
 var ErrNotInitialized = errors.New("not initialised yet: waiting for the chief (worker 0) to call Init")
+
+// ErrNonFinite is the cause of the Invalid error of a push whose update
+// would make a value or its optimizer state infinite or NaN: it was
+// refused whole and nothing changed.
+var ErrNonFinite = errors.New("update result not finite")
 
 // ErrCacheMiss is the cause of a CacheMiss error; the message carries its
 // text, which clients look for.

@@ -172,7 +172,9 @@ func TestOwnRulesCheckpointRoundTrip(t *testing.T) {
 // repeated Init.
 func TestOwnRuleIsPartOfTheLayout(t *testing.T) {
 	s := ownRuleInit(t, ownRuleLayout())
-	values := [][]float32{make([]float32, 12), make([]float32, 5)}
+	// The same initial values: an Init with others before any update is
+	// refused for them (reinit_test.go).
+	values := [][]float32{slices.Clone(s.Var("a").value), slices.Clone(s.Var("b").value)}
 	if already, err := s.Init(ownRuleLayout(), values); err != nil || !already {
 		t.Fatalf("the same layout again: already %v, %v", already, err)
 	}

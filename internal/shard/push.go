@@ -204,6 +204,16 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 	if st.layout.Sync && p.Step > st.tracker.Step() && p.Worker >= 0 && p.Worker < s.cfg.NumWorkers {
 		return Result{}, errorf(Behind, "ps %d is at step %d, the push is for step %d: pull again", s.cfg.Task, st.tracker.Step(), p.Step)
 	}
+	if !st.layout.Sync {
+		// An asynchronous push not dropped as stale is applied at once:
+		// try it first, so that one whose result is not finite changes
+		// nothing.
+		for i, v := range p.vars {
+			if err := s.checkResult(v, p.Dense[i].Values, v.updates+1); err != nil {
+				return Result{}, s.refuseResult(p.Worker, p.Step, err)
+			}
+		}
+	}
 	verdict, err := st.tracker.Push(p.Worker, p.Step)
 	if err != nil {
 		s.rejected++
@@ -238,7 +248,9 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 			t.accumulate(p.Sparse[i].keys(), p.Sparse[i].Values)
 		}
 		if verdict == consistency.Complete {
-			s.applyStep(st.layout.ReplicasToAggregate)
+			if err := s.applyStep(st.layout.ReplicasToAggregate); err != nil {
+				return Result{}, err
+			}
 		}
 	}
 	return Result{Verdict: verdict, Step: st.tracker.Step()}, nil
@@ -290,24 +302,41 @@ func scaleBy(x []float32, k float32) {
 }
 
 // applyStep applies the average of a completed synchronous step's sum of
-// count gradients, after the tracker advanced.
-func (s *Shard) applyStep(count int) {
+// count gradients, after the tracker advanced. An average whose update
+// would make a value or its state not finite is not applied: the step
+// fails (Failed reports it from then on, as a timed-out step does) with
+// every value as it was, and so does the job until a restore.
+func (s *Shard) applyStep(count int) error {
 	st := s.st
 	scale := 1 / float32(count)
 	hook := s.cfg.Aggregated != nil
-	if hook { // the whole step's average first, for the replicas
-		for _, v := range st.order {
-			scaleBy(v.accum, scale)
+	for _, v := range st.order {
+		scaleBy(v.accum, scale)
+	}
+	for _, v := range st.order {
+		if err := s.checkResult(v, v.accum, v.updates+1); err != nil {
+			for _, v := range st.order {
+				clear(v.accum)
+			}
+			for _, t := range st.tableOrd {
+				clear(t.accPos)
+				t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+			}
+			s.pendingSince = time.Time{}
+			s.syncFailed = fmt.Errorf("step %d: the average of the step's gradients was not applied: %w; failing the job (restore a checkpoint, or lower the learning rate)", st.tracker.Step()-1, err)
+			s.rejected++
+			s.cfg.Logf("%v", s.syncFailed)
+			s.version++ // every waiting pull fails too
+			return s.Failed()
 		}
+	}
+	if hook { // the whole step's average first, for the replicas
 		for _, t := range st.tableOrd {
 			scaleBy(t.acc, scale)
 		}
 		s.aggregated()
 	}
 	for _, v := range st.order {
-		if !hook {
-			scaleBy(v.accum, scale)
-		}
 		s.update(v, v.accum, nil)
 		clear(v.accum)
 	}
@@ -317,6 +346,16 @@ func (s *Shard) applyStep(count int) {
 	s.pendingSince = time.Time{}
 	s.maybeEvict()
 	s.version++
+	return nil
+}
+
+// refuseResult counts and logs an asynchronous push whose update would
+// make a value not finite, and returns its Invalid error naming the
+// variable and the step.
+func (s *Shard) refuseResult(worker int, step int64, err error) error {
+	s.rejected++
+	s.cfg.Logf("refused push from worker %d at step %d: %v (rejected pushes so far: %d)", worker, step, err, s.rejected)
+	return &Error{Kind: Invalid, Msg: fmt.Sprintf("ps %d refused the push of worker %d at step %d: %v", s.cfg.Task, worker, step, err), Err: fmt.Errorf("%w: %w", ErrNonFinite, err)}
 }
 
 // Tick enforces the synchronous step timeout at time now: a step that has
@@ -336,7 +375,7 @@ func (s *Shard) Tick(now time.Time) {
 	if l.SyncProceed {
 		n := s.st.tracker.ForceComplete()
 		s.cfg.Logf("step %d: --sync_timeout=%s passed with %d of %d gradients (none from workers %v); completing the step with those (--sync_on_timeout=proceed)", step, l.SyncTimeout, have, want, missing)
-		s.applyStep(n)
+		_ = s.applyStep(n) // a failure is logged and kept in Failed
 		return
 	}
 	s.syncFailed = fmt.Errorf("step %d: no gradient from workers %v within --sync_timeout=%s (%d of %d arrived); failing the job (--sync_on_timeout=fail; use proceed, backup workers, or restart the missing worker)", step, missing, l.SyncTimeout, have, want)

@@ -13,6 +13,7 @@ import (
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Config is what a shard knows of its place in the cluster.
@@ -142,6 +143,8 @@ type Shard struct {
 	rejected     int64     // pushes refused as malformed
 	done         map[int]bool
 	scratch      [][]float32 // state slot views of a streamed update
+	trial        trial       // scratch of checkResult
+	trialRule    trialRule   // the rule checkResult runs through Config.Update
 	aggBuf       [][]float32 // the averaged gradients handed to Config.Aggregated
 }
 
@@ -253,6 +256,9 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 		if err := sameLayout(s.st.layout, l); err != nil {
 			return false, errorf(Conflict, "ps %d is already initialised with a different layout: %v", s.cfg.Task, err)
 		}
+		if err := s.again(l, values); err != nil {
+			return false, err
+		}
 		return true, nil
 	}
 	if l.NumWorkers != s.cfg.NumWorkers {
@@ -328,6 +334,11 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	sizes := make([]int, len(l.Vars))
 	rules := make([]optim.Rule, len(l.Vars))
 	for i, spec := range l.Vars {
+		if len(spec.Name) == 0 || len(spec.Name) > wire.MaxName {
+			// The data path carries names of at most wire.MaxName bytes:
+			// a longer one would be initialised and then never pushed.
+			return nil, fmt.Errorf("variable %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), wire.MaxName)
+		}
 		n, err := NumValues(spec.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)

@@ -44,6 +44,10 @@ def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
     a = np.asarray(ids).reshape(-1)
     if a.dtype.kind not in "iu":
         raise ValueError(f"paramserv.torch.Embedding: ids of dtype {a.dtype}: want integers")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        # astype(uint64) would wrap -1 to 2**64-1 silently: another row.
+        i = int(np.argmax(a < 0))
+        raise ValueError(f"paramserv.torch.Embedding: id {int(a[i])} at flat position {i} is negative: want ids >= 0")
     return a.astype(np.uint64, copy=copy)
 
 

@@ -184,4 +184,7 @@ def test_embedding_ids_of_any_kind(make_cluster):
         assert tuple(net.emb(ids).shape) == shape, ids
     with pytest.raises(ValueError, match="want integers"):
         net.emb(torch.tensor([1.0]))
+    # A negative id wrapped to 2**64-1, another row, silently.
+    with pytest.raises(ValueError, match="id -1 at flat position 1 is negative"):
+        net.emb(torch.tensor([3, -1]))
     m.done()
