@@ -409,7 +409,7 @@ done, which paramserv local treats as a death by signal and restarts.
 			return 1
 		}
 	}
-	stopTelemetry, err := f.telemetry.start(&cfg, logf)
+	stopTelemetry, err := f.telemetry.start(&cfg, f.tls.files.Any(), logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2

@@ -163,7 +163,7 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 		}
 		return &sh, err
 	}
-	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers)
+	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
 	for _, release := range releases {
 		release()
 	}

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -31,6 +30,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -50,6 +51,9 @@ type Config struct {
 	// WaitLogEvery is how often a waiting pull logs what it waits for
 	// (default 5s).
 	WaitLogEvery time.Duration
+	// HandshakeTimeout bounds a new connection's handshake, from its
+	// accept to its preface (default 10s; mux.go).
+	HandshakeTimeout time.Duration
 	// CheckpointDir, if set, is where checkpoints live: at start the ps
 	// restores its shard of the latest valid one. Checkpoint and Restore
 	// requests may name no other directory.
@@ -101,12 +105,13 @@ type Server struct {
 // and 1.26-1.30x with it on one goroutine (2 cores, alternating runs).
 const parallelMin = 1 << 20
 
-// updateWorkers is how many goroutines update a variable of n values.
-func updateWorkers(n int) int {
+// updateRunner is what spreads the update of a variable of n values: the
+// cores, or the caller's goroutine alone below parallelMin.
+func updateRunner(n int) parallel.Runner {
 	if n < parallelMin {
-		return 1
+		return parallel.Serial
 	}
-	return runtime.GOMAXPROCS(0)
+	return goroutines.OnCores()
 }
 
 func New(cfg Config) *Server {
@@ -134,8 +139,11 @@ func New(cfg Config) *Server {
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {
-			optim.ApplyParallel(r, param, grad, state, step, updateWorkers(len(param)))
+			optim.ApplyParallel(r, param, grad, state, step, updateRunner(len(param)))
 		},
+		// Checkpoint copies, sorts and restores of large sparse tables
+		// likewise.
+		Parallel: goroutines.OnCores(),
 	})
 	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{}), seen: make(map[int]time.Time)}
 }
@@ -408,7 +416,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 	add := func(v *shard.Var) {
 		// Copy: the value changes after mu is released, before gRPC
 		// marshals.
-		l := v.Lend()
+		l := v.LeaseValues()
 		resp.Vars = append(resp.Vars, &pb.DenseTensor{Name: v.Name(), Data: slices.Clone(wire.Float32Bytes(l.Values()))})
 		l.Release()
 	}

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/table/sparse"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Unchecked in a gradient's Bad field asks Check to look for values that
@@ -97,7 +97,7 @@ func (s *Shard) check(p *Push) error {
 		}
 		bad := g.Bad
 		if bad == Unchecked {
-			bad = wire.FirstNonFinite(g.Values)
+			bad = format.FirstNonFinite(g.Values)
 		}
 		if bad >= 0 {
 			return fmt.Errorf("variable %q: gradient element %d is %v", g.Name, bad, g.Values[bad])
@@ -125,7 +125,7 @@ func (s *Shard) check(p *Push) error {
 		}
 		bad := g.Bad
 		if bad == Unchecked {
-			bad = wire.FirstNonFinite(g.Values)
+			bad = format.FirstNonFinite(g.Values)
 		}
 		if bad >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", g.Table, keys[bad/dim], bad%dim, g.Values[bad])
@@ -176,7 +176,7 @@ func (r Result) Dropped() bool { return r.Verdict.Dropped() }
 type Stream struct {
 	Chunk int // values updated at a time (> 0)
 	// Begin runs once the verdict is Apply, after every pushed variable has
-	// counted the update and been made writable (Lend now lends the
+	// counted the update and been made writable (LeaseValues now lends the
 	// buffer the update writes), before any value changes.
 	Begin func(step int64)
 	// Var runs before variable i of the push is updated.

@@ -3,9 +3,9 @@ package shard
 import (
 	"fmt"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/table/sparse"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // sketchWidth is the admission sketch's width of every table (0: the
@@ -36,8 +36,8 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if _, dup := tables[spec.Name]; dup {
 			return nil, nil, fmt.Errorf("table %q given twice", spec.Name)
 		}
-		if len(spec.Name) == 0 || len(spec.Name) > wire.MaxName {
-			return nil, nil, fmt.Errorf("table %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), wire.MaxName)
+		if len(spec.Name) == 0 || len(spec.Name) > format.MaxName {
+			return nil, nil, fmt.Errorf("table %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), format.MaxName)
 		}
 		r, err := ruleOf(rule, spec.Optimizer)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Errors returned by this package; each is wrapped with the details, so test
@@ -178,6 +179,10 @@ type Table struct {
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
+
+	// par runs the large jobs (Export, Sorted, Import into an empty
+	// table, Frozen) on several cores: parallel.Serial until SetParallel.
+	par parallel.Runner
 
 	// Key sets (keyset.go): gen counts the times rows were freed, so a
 	// KeySet's remembered row ids are valid while it is unchanged; mark and
@@ -592,3 +597,23 @@ func (t *Table) forLive(fn func(r int, p *page, o int)) {
 		}
 	}
 }
+
+// SetParallel makes run the Runner of the table's large jobs (Export,
+// Sorted, Import into an empty table, Frozen and FrozenSize.Alloc), which
+// spread them over the cores; the table's Frozen copies inherit it. nil is
+// parallel.Serial, the default: the package starts no goroutine of its
+// own. The result of every job is the same whatever the Runner.
+func (t *Table) SetParallel(run parallel.Runner) { t.par = run }
+
+// runner is the table's Runner: SetParallel's, else defaultRunner.
+func (t *Table) runner() parallel.Runner {
+	if t.par != nil {
+		return t.par
+	}
+	return defaultRunner
+}
+
+// defaultRunner runs the jobs of a table SetParallel was not called on:
+// parallel.Serial. The package's tests make it run on goroutines, so that
+// the race detector sees the parallel paths.
+var defaultRunner = parallel.Serial
