@@ -31,6 +31,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/wire"
 )
