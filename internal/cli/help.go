@@ -45,6 +45,7 @@ var flagGroups = map[string]string{
 
 	"checkpoint_dir": groupCheckpoints, "save_steps": groupCheckpoints,
 	"save_model_secs": groupCheckpoints, "keep_checkpoints": groupCheckpoints,
+	"table_memory": groupModel, "table_dir": groupModel, "evict_unseen": groupModel,
 	"incremental_checkpoints": groupCheckpoints, "full_checkpoint_every": groupCheckpoints,
 
 	"startup_timeout": groupRecovery, "worker_timeout": groupRecovery, "wait_log_every": groupRecovery,

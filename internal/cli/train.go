@@ -61,6 +61,7 @@ type trainFlags struct {
 	rep                                      *replicaFlags
 	validation                               *validationFlags
 	ckptIncr                                 *ckptIncrFlags
+	tier                                     *tierFlags
 	incrPull                                 *incrPullFlags
 }
 
@@ -127,6 +128,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
 	f.ckptIncr = defineCkptIncrFlags(fs)
+	f.tier = defineTierFlags(fs)
 	f.incrPull = defineIncrPullFlags(fs)
 	return f
 }
@@ -221,6 +223,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.tier.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
 	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
@@ -411,7 +416,7 @@ done, which paramserv local treats as a death by signal and restarts.
 			return 1
 		}
 	}
-	stopTelemetry, err := f.telemetry.start(&cfg, logf)
+	stopTelemetry, err := f.telemetry.start(&cfg, f.tls.files.Any(), logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2

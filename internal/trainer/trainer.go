@@ -51,6 +51,13 @@ type Config struct {
 	ResultRecord  map[string]string
 	Version       string
 	PSWaitForever bool
+	// Tiered gives a ps's sparse tables a disk tier (docs/TIERS.md):
+	// TableMemory bytes of rows stay in memory, the rest live on disk in
+	// TableDir; EvictUnseen drops rows not pushed for that long.
+	Tiered      bool
+	TableMemory int64
+	TableDir    string
+	EvictUnseen time.Duration
 
 	// Checkpoints: the chief saves every SaveSteps global steps and/or every
 	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
@@ -157,9 +164,16 @@ func (c *Config) defaults() {
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if cfg.Replication.Enabled() {
+		if cfg.Tiered {
+			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
+		}
 		return runReplicatedPS(ctx, cfg)
 	}
-	s := server.New(server.Config{
+	tiers, err := openTier(cfg)
+	if err != nil {
+		return err
+	}
+	s := server.New(serverConfig(tiers, server.Config{
 		Task:          cfg.Cluster.Task.Index,
 		NumPS:         len(cfg.Cluster.Spec.PS),
 		NumWorkers:    len(cfg.Cluster.Spec.Workers),
@@ -168,7 +182,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 		WaitLogEvery:  cfg.WaitLogEvery,
 		CheckpointDir: cfg.CheckpointDir,
 		Observer:      cfg.PSObserver,
-	})
+	}))
 	if cfg.OnServe != nil {
 		cfg.OnServe(s)
 	}
@@ -184,6 +198,12 @@ func RunPS(ctx context.Context, cfg Config) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	stopTier := func() error { return nil }
+	if tiers != nil {
+		watchTier(cfg, tiers, s)
+		stopTier = runTier(sctx, cfg, tiers, s, cancel)
+	}
+	defer stopTier()
 	var gaveUp error
 	watched := make(chan struct{})
 	if cfg.PSWaitForever {
@@ -197,7 +217,6 @@ func RunPS(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
-	var err error
 	if cfg.Listen != nil {
 		lis, lerr := cfg.Listen(cfg.Cluster.Addr())
 		if lerr != nil {
@@ -211,6 +230,9 @@ func RunPS(ctx context.Context, cfg Config) error {
 	}
 	cancel(nil)
 	<-watched
+	if terr := stopTier(); terr != nil {
+		return terr
+	}
 	var le *server.ListenError
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
