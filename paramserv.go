@@ -113,6 +113,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/secure"
@@ -289,11 +290,18 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, fmt.Errorf("paramserv: TF_CONFIG names task %s: a program is a worker (the ps are paramserv processes)", cl.Task)
 	}
 	sc := session.Config{
-		Cluster:   cl,
-		Optimizer: cfg.Optimizer.config(),
-		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		Config: lifecycle.Config{
+			Cluster:             cl,
+			Optimizer:           cfg.Optimizer.config(),
+			Sync:                cfg.Sync,
+			ReplicasToAggregate: cfg.ReplicasToAggregate,
+			MaxStaleness:        cfg.MaxStaleness,
+			CheckpointDir:       cfg.CheckpointDir,
+			SaveSteps:           cfg.SaveSteps,
+			StartupTimeout:      cfg.StartupTimeout,
+			RecoveryTimeout:     cfg.RecoveryTimeout,
+			Logf:                cfg.Logf,
+		},
 		MetricsAddr: cfg.metricsAddr(),
 	}
 	auth, err := cfg.Auth.policy(cl)
