@@ -773,11 +773,18 @@ func (x *SparseRows) GetValues() []byte {
 }
 
 type PushRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the global step the gradients were computed at
-	Grads         []*DenseTensor         `protobuf:"bytes,3,rep,name=grads,proto3" json:"grads,omitempty"`
-	Sparse        []*SparseRows          `protobuf:"bytes,4,rep,name=sparse,proto3" json:"sparse,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Step   int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the global step the gradients were computed at
+	Grads  []*DenseTensor         `protobuf:"bytes,3,rep,name=grads,proto3" json:"grads,omitempty"`
+	Sparse []*SparseRows          `protobuf:"bytes,4,rep,name=sparse,proto3" json:"sparse,omitempty"`
+	// The ps's incarnation the gradients were computed against (the one
+	// the worker last saw; 0: not known). Under --replicas a copy refuses a
+	// push of another incarnation unlogged (its answer carries its own, so
+	// the worker recovers): a step computed before the cluster re-formed
+	// from a checkpoint must not land in the new history, whose steps, and
+	// so the pushes' request ids, start again from the checkpoint's.
+	Incarnation   uint64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,6 +845,13 @@ func (x *PushRequest) GetSparse() []*SparseRows {
 		return x.Sparse
 	}
 	return nil
+}
+
+func (x *PushRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type PushResponse struct {
@@ -1912,12 +1926,13 @@ const file_paramserv_proto_rawDesc = "" +
 	"SparseRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\fR\x04keys\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"\x9c\x01\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"\xbe\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12/\n" +
 	"\x05grads\x18\x03 \x03(\v2\x19.paramserv.v1.DenseTensorR\x05grads\x120\n" +
-	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\"\x8c\x01\n" +
+	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"\x8c\x01\n" +
 	"\fPushResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
 	"globalStep\x12 \n" +
