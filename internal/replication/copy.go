@@ -231,7 +231,7 @@ func (c *shardCopy) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResp
 // ChangeRate is logged, so that every copy of the shard switches its rate
 // at the same step.
 func (c *shardCopy) ChangeRate(ctx context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
-	resp, err := c.propose(ctx, timeID(rateClient+int(req.Worker)), req)
+	resp, err := c.propose(ctx, timeID(rateClient+int(req.Worker)), req, nil)
 	if err != nil {
 		return nil, err
 	}
