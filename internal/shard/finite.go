@@ -27,6 +27,9 @@ type trial struct {
 // overflow: 3e38 pushed repeatedly drives a value to -Inf). The shard's
 // values and state are only read.
 func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
+	if bounded(v, grad, step) {
+		return nil // the rule's bounds rule overflow out (bound.go)
+	}
 	// The trial is spread over the cores as the update is (Config.Update);
 	// only when it finds a value not finite is it run again here, to say
 	// which.

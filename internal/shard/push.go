@@ -265,6 +265,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		v.updates++
 		v.writable()
 		s.cfg.Update(v.rule, v.value, grad, v.state, v.updates)
+		rebound(v, grad)
 		return
 	}
 	if cap(s.scratch) < len(v.state) {
@@ -280,6 +281,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		v.rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
 		stream.Updated(v, lo, hi)
 	}
+	rebound(v, grad)
 }
 
 // stream is the streamed dense update of an Apply verdict.

@@ -85,16 +85,19 @@ const MaxValues = math.MaxInt32
 
 // Var is one dense variable of the shard.
 type Var struct {
-	name    string
-	shape   []int64
-	value   []float32 // lent to replies in flight: see Lend before writing it
-	state   [][]float32
-	accum   []float32 // sync: sum of the current step's gradients
-	updates int64     // updates applied, for Adam's bias correction
-	cutAt   int64     // updates at the last incremental cut (ckpt_incr.go)
-	lent    lentBufs
-	rule    optim.Rule // the layout's rule or the variable's own
-	ver     []uint64   // each block's version (dense_ver.go); nil until stamped
+	name     string
+	shape    []int64
+	value    []float32 // lent to replies in flight: see Lend before writing it
+	state    [][]float32
+	accum    []float32 // sync: sum of the current step's gradients
+	updates  int64     // updates applied, for Adam's bias correction
+	cutAt    int64     // updates at the last incremental cut (ckpt_incr.go)
+	lent     lentBufs
+	rule     optim.Rule // the layout's rule or the variable's own
+	ver      []uint64   // each block's version (dense_ver.go); nil until stamped
+	bnd      varBound   // ranges holding value and state (bound.go)
+	next     varBound   // what bnd becomes after the update checkResult bounded
+	bndRetry int64      // measure bnd no sooner than at this update count
 }
 
 // Name is the variable's name on this shard.
