@@ -146,9 +146,10 @@ func measure(xs []float32) (optim.Range, bool) {
 // maxAbs is the largest |x| of g, and false if one is NaN or ±Inf. It
 // compares bit patterns: with the sign cleared, the order of finite
 // float32 is that of their bits, and NaN and Inf are above every finite one.
+// With AVX2 it reads about as fast as the finite check (maxabs_amd64.s).
 func maxAbs(g []float32) (float64, bool) {
-	var m0, m1, m2, m3 uint32
-	i := 0
+	m0, i := maxAbsKernel(g)
+	var m1, m2, m3 uint32
 	for ; i+4 <= len(g); i += 4 {
 		x := g[i : i+4 : i+4]
 		m0 = max(m0, math.Float32bits(x[0])&0x7fffffff)

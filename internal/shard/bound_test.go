@@ -137,3 +137,33 @@ func TestBoundSkipsTrial(t *testing.T) {
 		})
 	}
 }
+
+// maxAbs agrees with a plain loop at every length and position, and says
+// false for NaN and ±Inf.
+func TestMaxAbs(t *testing.T) {
+	for n := range 70 {
+		g := make([]float32, n)
+		for i := range g {
+			g[i] = float32(i%5) - 2
+		}
+		for pos := range n {
+			for _, x := range []float32{-7, 7, 3e38, -3e38, float32(math.Inf(-1)), float32(math.NaN())} {
+				old := g[pos]
+				g[pos] = x
+				var want float64
+				finite := true
+				for _, y := range g {
+					if math.IsNaN(float64(y)) || math.IsInf(float64(y), 0) {
+						finite = false
+					}
+					want = max(want, math.Abs(float64(y)))
+				}
+				got, ok := maxAbs(g)
+				if ok != finite || ok && got != want {
+					t.Fatalf("len %d, %v at %d: maxAbs = %v, %v; want %v, %v", n, x, pos, got, ok, want, finite)
+				}
+				g[pos] = old
+			}
+		}
+	}
+}
