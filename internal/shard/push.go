@@ -213,6 +213,11 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 				return Result{}, s.refuseResult(p.Worker, p.Step, err)
 			}
 		}
+		for i, t := range p.tabs {
+			if err := t.t.CheckPush(p.Sparse[i].keys(), p.Sparse[i].Values); err != nil {
+				return Result{}, s.refuseResult(p.Worker, p.Step, fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err))
+			}
+		}
 	}
 	verdict, err := st.tracker.Push(p.Worker, p.Step)
 	if err != nil {
@@ -315,27 +320,25 @@ func (s *Shard) applyStep(count int) error {
 	for _, v := range st.order {
 		scaleBy(v.accum, scale)
 	}
-	for _, v := range st.order {
-		if err := s.checkResult(v, v.accum, v.updates+1); err != nil {
-			for _, v := range st.order {
-				clear(v.accum)
-			}
-			for _, t := range st.tableOrd {
-				clear(t.accPos)
-				t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
-			}
-			s.pendingSince = time.Time{}
-			s.syncFailed = fmt.Errorf("step %d: the average of the step's gradients was not applied: %w; failing the job (restore a checkpoint, or lower the learning rate)", st.tracker.Step()-1, err)
-			s.rejected++
-			s.cfg.Logf("%v", s.syncFailed)
-			s.version++ // every waiting pull fails too
-			return s.Failed()
+	for _, t := range st.tableOrd {
+		scaleBy(t.acc, scale)
+	}
+	if err := s.checkStep(); err != nil {
+		for _, v := range st.order {
+			clear(v.accum)
 		}
+		for _, t := range st.tableOrd {
+			clear(t.accPos)
+			t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+		}
+		s.pendingSince = time.Time{}
+		s.syncFailed = fmt.Errorf("step %d: the average of the step's gradients was not applied: %w; failing the job (restore a checkpoint, or lower the learning rate)", st.tracker.Step()-1, err)
+		s.rejected++
+		s.cfg.Logf("%v", s.syncFailed)
+		s.version++ // every waiting pull fails too
+		return s.Failed()
 	}
 	if hook { // the whole step's average first, for the replicas
-		for _, t := range st.tableOrd {
-			scaleBy(t.acc, scale)
-		}
 		s.aggregated()
 	}
 	for _, v := range st.order {
@@ -343,11 +346,28 @@ func (s *Shard) applyStep(count int) error {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		t.applyAccumulated(scale, hook, st.tracker.Step())
+		t.applyAccumulated(st.tracker.Step())
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()
 	s.version++
+	return nil
+}
+
+// checkStep reports the first variable or table row that a completed
+// synchronous step's average (accumulated and scaled) would make not
+// finite.
+func (s *Shard) checkStep() error {
+	for _, v := range s.st.order {
+		if err := s.checkResult(v, v.accum, v.updates+1); err != nil {
+			return err
+		}
+	}
+	for _, t := range s.st.tableOrd {
+		if err := t.t.CheckPush(t.accKeys, t.acc); err != nil {
+			return fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err)
+		}
+	}
 	return nil
 }
 

@@ -21,6 +21,8 @@ var (
 	ErrSnapshot = errors.New("sparse: invalid snapshot")
 	// ErrFull: Import would take the table past Config.MaxRows.
 	ErrFull = errors.New("sparse: table full")
+	// ErrNotFinite: CheckPush found a row a push would make NaN or ±Inf.
+	ErrNotFinite = errors.New("sparse: the update would not be finite")
 )
 
 const (
@@ -178,6 +180,7 @@ type Table struct {
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
+	trial trial       // scratch of CheckPush (finite.go)
 
 	// Key sets (keyset.go): gen counts the times rows were freed, so a
 	// KeySet's remembered row ids are valid while it is unchanged; mark and
