@@ -113,6 +113,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/secure"
@@ -289,11 +290,18 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, fmt.Errorf("paramserv: TF_CONFIG names task %s: a program is a worker (the ps are paramserv processes)", cl.Task)
 	}
 	sc := session.Config{
-		Cluster:   cl,
-		Optimizer: cfg.Optimizer.config(),
-		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		Config: lifecycle.Config{
+			Cluster:             cl,
+			Optimizer:           cfg.Optimizer.config(),
+			Sync:                cfg.Sync,
+			ReplicasToAggregate: cfg.ReplicasToAggregate,
+			MaxStaleness:        cfg.MaxStaleness,
+			CheckpointDir:       cfg.CheckpointDir,
+			SaveSteps:           cfg.SaveSteps,
+			StartupTimeout:      cfg.StartupTimeout,
+			RecoveryTimeout:     cfg.RecoveryTimeout,
+			Logf:                cfg.Logf,
+		},
 		MetricsAddr: cfg.metricsAddr(),
 	}
 	auth, err := cfg.Auth.policy(cl)
@@ -513,6 +521,16 @@ type PSConfig struct {
 	Listen func(addr string) (net.Listener, error)
 	// Auth authenticates every connection to the ps (see Auth).
 	Auth Auth
+	// TableMemory, if > 0, is the memory in bytes the rows of the ps's
+	// sparse tables may take; the others live on disk in TableDir
+	// (default: beside CheckpointDir, else a temporary directory), the
+	// coldest moved out, a row read from disk moved back in, with the
+	// same results as all in memory (docs/TIERS.md). 0: every row in
+	// memory. EvictUnseen, with TableMemory, drops rows not pushed for
+	// that long.
+	TableMemory int64
+	TableDir    string
+	EvictUnseen time.Duration
 }
 
 // ServePS runs a ps task until every worker has said Done (nil) or ctx
@@ -546,7 +564,11 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 			return auth.Listener(lis, cfg.Logf), nil
 		}
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen})
+	if cfg.TableMemory < 0 || cfg.EvictUnseen < 0 || (cfg.TableMemory == 0 && (cfg.TableDir != "" || cfg.EvictUnseen != 0)) {
+		return fmt.Errorf("paramserv: TableMemory %d, TableDir %q, EvictUnseen %s: want TableMemory > 0 for a disk tier (then TableDir and EvictUnseen >= 0), or all three zero", cfg.TableMemory, cfg.TableDir, cfg.EvictUnseen)
+	}
+	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen,
+		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 )
 
 // benchSetup builds rule name over n parameters with small random gradients.
@@ -44,7 +46,7 @@ func BenchmarkApplyParallel(b *testing.B) {
 			step := int64(0)
 			for b.Loop() {
 				step++
-				ApplyParallel(r, param, grad, state, step, workers)
+				ApplyParallel(r, param, grad, state, step, goroutines.Width(workers))
 			}
 		})
 	}

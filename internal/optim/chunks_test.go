@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 )
 
 // lenRecorder is sgd that records the length of every Update call.
@@ -37,7 +39,7 @@ func TestApplyParallelChunks(t *testing.T) {
 		{3*MinChunk + 2, 2, []int{(3*MinChunk + 2) / 2, (3*MinChunk + 2) / 2}},
 	} {
 		r := &lenRecorder{Rule: mustNew(t, Config{Name: "sgd", LearningRate: 0.1})}
-		ApplyParallel(r, make([]float32, tc.n), make([]float32, tc.n), nil, 1, tc.workers)
+		ApplyParallel(r, make([]float32, tc.n), make([]float32, tc.n), nil, 1, goroutines.Width(tc.workers))
 		slices.Sort(r.lens)
 		if !slices.Equal(r.lens, tc.want) {
 			t.Errorf("n = %d, %d workers: Update lengths %v, want %v", tc.n, tc.workers, r.lens, tc.want)
@@ -55,7 +57,7 @@ func TestApplyParallelSmallNoAlloc(t *testing.T) {
 	step := int64(0)
 	allocs := testing.AllocsPerRun(5, func() {
 		step++
-		ApplyParallel(r, param, grad, state, step, 8)
+		ApplyParallel(r, param, grad, state, step, goroutines.Width(8))
 	})
 	if allocs != 0 {
 		t.Errorf("ApplyParallel of %d values allocates %v times per call, want 0", n, allocs)

@@ -7,7 +7,8 @@
 //
 // Rules are safe for concurrent use on disjoint slices; nothing here locks. A
 // Rule is immutable once New returns it. ApplyParallel splits one long slice
-// over several goroutines and waits for them all before it returns.
+// into pieces that a caller's parallel.Runner spreads over the cores, and
+// returns when they are all done; the package starts no goroutine.
 //
 // # Using a rule
 //

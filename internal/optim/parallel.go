@@ -1,23 +1,27 @@
 package optim
 
-import "sync"
+import "github.com/paramserv/paramserv/internal/parallel"
 
-// MinChunk is the fewest elements ApplyParallel gives one goroutine: below
-// about this many, starting a goroutine costs more than the update it runs.
+// MinChunk is the fewest elements ApplyParallel gives one piece: below
+// about this many, handing a piece to another core costs more than the
+// update it runs.
 const MinChunk = 64 << 10
 
-// ApplyParallel is r.Update(param, grad, state, step) split into contiguous
-// chunks of at least MinChunk elements, run on up to workers goroutines (the
-// caller's own included). It returns when every chunk is done, and starts no
-// goroutine for a slice shorter than 2*MinChunk or for workers < 2. Because
-// the rules are per-coordinate, the result is bit for bit that of one Update.
+// ApplyParallel is r.Update(param, grad, state, step) split into
+// contiguous chunks of at least MinChunk elements, run by run on up to
+// run.Width() cores at once (the package starts no goroutine: the caller's
+// Runner does). It returns when every chunk is done, and makes one piece
+// of a slice shorter than 2*MinChunk or of a Runner of Width 1 (nil is
+// parallel.Serial). Because the rules are per-coordinate, the result is
+// bit for bit that of one Update.
 //
 // As with Update, param, grad and each state slice must have the same length
-// (ApplyParallel panics, before starting any goroutine, if not), and nothing
+// (ApplyParallel panics, before running any piece, if not), and nothing
 // else may touch them until it returns.
-func ApplyParallel(r Rule, param, grad []float32, state [][]float32, step int64, workers int) {
+func ApplyParallel(r Rule, param, grad []float32, state [][]float32, step int64, run parallel.Runner) {
+	run = parallel.Or(run)
 	n := len(param)
-	chunks := min(workers, n/MinChunk)
+	chunks := min(run.Width(), n/MinChunk)
 	if chunks < 2 {
 		r.Update(param, grad, state, step)
 		return
@@ -28,18 +32,12 @@ func ApplyParallel(r Rule, param, grad []float32, state [][]float32, step int64,
 
 	k := len(state)
 	sub := make([][]float32, chunks*k) // chunk c's state is sub[c*k : (c+1)*k]
-	var wg sync.WaitGroup
-	defer wg.Wait() // even if the caller's share panics
-	for c := range chunks {
+	run.Run(chunks, func(c int) {
 		lo, hi := c*n/chunks, (c+1)*n/chunks
 		s := sub[c*k : (c+1)*k : (c+1)*k]
 		for j := range state {
 			s[j] = state[j][lo:hi]
 		}
-		if c == chunks-1 {
-			r.Update(param[lo:hi], grad[lo:hi], s, step) // the caller's share
-			break
-		}
-		wg.Go(func() { r.Update(param[lo:hi], grad[lo:hi], s, step) })
-	}
+		r.Update(param[lo:hi], grad[lo:hi], s, step)
+	})
 }

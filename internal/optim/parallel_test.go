@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 )
 
 // TestApplyParallelBitwise: ApplyParallel over any number of workers leaves
@@ -21,7 +23,7 @@ func TestApplyParallelBitwise(t *testing.T) {
 			for step := int64(1); step <= 3; step++ {
 				grad := randSlice(rng, n, 1, 0.2)
 				r.Update(want, grad, wantState, step)
-				ApplyParallel(r, got, grad, gotState, step, workers)
+				ApplyParallel(r, got, grad, gotState, step, goroutines.Width(workers))
 			}
 			if i := firstDiff(got, want); i >= 0 {
 				t.Fatalf("%s, %d workers: param[%d] = %v, want %v", name, workers, i, got[i], want[i])
@@ -58,5 +60,5 @@ func TestApplyParallelLengthMismatch(t *testing.T) {
 			t.Errorf("panic %q, want one about len(state[1])", msg)
 		}
 	}()
-	ApplyParallel(r, make([]float32, n), make([]float32, n), state, 1, 4)
+	ApplyParallel(r, make([]float32, n), make([]float32, n), state, 1, goroutines.Width(4))
 }

@@ -200,3 +200,41 @@ func FuzzStep(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStepFrom: whatever a peer sends over the connection of whichever ps
+// (or of no ps, sender -1), a healthy node takes it without a panic, and
+// no one message from a connection other than its claimed sender's
+// changes its membership or re-forms it.
+func FuzzStepFrom(f *testing.F) {
+	for _, b := range codecCluster(f) {
+		f.Add(b, int8(0))
+		f.Add(b, int8(2))
+		f.Add(b, int8(-1))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, sender int8) {
+		var m Message
+		if m.UnmarshalBinary(b) != nil {
+			return
+		}
+		nd, _ := New(Config{ID: 1, N: 3, R: 2, Timeout: time.Second})
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		nd.Tick(now)
+		for _, from := range []int{0, 2} { // it hears a majority
+			nd.Step(Message{Type: Heartbeat, From: from, To: 1, Boot: uint64(from + 1), Sent: now})
+		}
+		nd.Ready()
+		view, epoch := nd.View(), nd.epoch
+		err := nd.StepFrom(int(sender), m)
+		if int(sender) != m.From && err == nil {
+			t.Fatalf("a message claiming ps %d over the connection of %d was taken", m.From, sender)
+		}
+		if int(sender) != m.From && (nd.View() != view || nd.epoch != epoch) {
+			t.Fatalf("a refused message changed the view (%d → %d) or epoch (%d → %d)", view, nd.View(), epoch, nd.epoch)
+		}
+		if nd.epoch != epoch {
+			t.Fatalf("one message re-formed a node that hears a majority: epoch %d → %d", epoch, nd.epoch)
+		}
+		nd.Tick(now.Add(time.Second))
+		nd.Ready()
+	})
+}

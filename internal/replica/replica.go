@@ -125,7 +125,7 @@ type Message struct {
 	Removed  []int // ps whose incarnation (Gens) the sender knows removed
 	Votes    []int // ps the sender votes out (their incarnation in Gens)
 	Boot     uint64
-	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a message of a later one re-forms the receiver
+	Epoch    uint64   // the cluster's re-formations (checkpoint fallback): a later one re-forms a receiver that agrees (reformAgreed)
 	Gens     []uint64 // each ps's incarnation as the sender knows it (none: all 0)
 	Boots    []uint64 // the process each incarnation is, where known (0: not known)
 	Admits   []Admit  // removed ps the sender votes to readmit as their next incarnation
@@ -286,6 +286,7 @@ type Node struct {
 
 	// Re-formation (checkpoint fallback).
 	epoch           uint64
+	leasedOnce      bool        // this process held a lease: it is an established member (reformAgreed)
 	strangerAt      []time.Time // per ps: when a process other than its member was last heard
 	strangerBoot    []uint64
 	noMajoritySince time.Time
@@ -722,6 +723,7 @@ func (n *Node) Tick(now time.Time) {
 		n.beat()
 	}
 	lapsed := !n.leased()
+	n.leasedOnce = n.leasedOnce || !lapsed
 	if lapsed && !n.lapsed && n.primaryOfAny() {
 		n.event("ps %d: lease lapsed (no majority heard): not acknowledging", n.cfg.ID)
 	}
@@ -1055,26 +1057,102 @@ func (n *Node) SendSnapshot(s, to int, seq uint64, data any) error {
 	return nil
 }
 
-// Step feeds a message from another ps.
-func (n *Node) Step(m Message) {
-	if n.stopped || m.To != n.cfg.ID || m.From < 0 || m.From >= n.cfg.N || m.From == n.cfg.ID {
-		return
-	}
-	if (m.Gens != nil && len(m.Gens) != n.cfg.N) || (m.Boots != nil && len(m.Boots) != n.cfg.N) {
-		return // not from a peer of this cluster
+// ErrRefused is what StepFrom returns for a message it did not count: one
+// whose sender is not the ps it claims to be, not of this cluster, or a
+// re-formation this ps does not agree to.
+var ErrRefused = errors.New("replica: message refused")
+
+// Step feeds a message from another ps, taken to come from m.From. It is
+// for callers whose transport already proved that (tests, a fake network);
+// a caller reading connections uses StepFrom.
+func (n *Node) Step(m Message) { _ = n.StepFrom(m.From, m) }
+
+// StepFrom feeds a message that arrived over a connection whose peer is
+// ps sender: the identity its certificate proves (TLS), or the ps that
+// connection registered as (plain, token); -1 for a peer that is no ps (a
+// worker's certificate). The message counts only if m.From is sender:
+// nobody votes, grants a lease or appends in another ps's name. A later
+// epoch (a re-formation) is taken only where this ps agrees the old
+// membership cannot go on (reformAgreed); one message alone never re-forms
+// a healthy cluster. A refused message changes nothing and returns an
+// error wrapping ErrRefused that says why.
+func (n *Node) StepFrom(sender int, m Message) error {
+	switch {
+	case n.stopped:
+		return nil
+	case sender < 0 || sender >= n.cfg.N:
+		return fmt.Errorf("%w: a %v from a peer that is not a ps of this cluster (claims ps %d)", ErrRefused, m.Type, m.From)
+	case m.From != sender:
+		return fmt.Errorf("%w: a %v claiming to be from ps %d over the connection of ps %d", ErrRefused, m.Type, m.From, sender)
+	case m.To != n.cfg.ID || m.From == n.cfg.ID:
+		return fmt.Errorf("%w: a %v from ps %d to ps %d, received by ps %d", ErrRefused, m.Type, m.From, m.To, n.cfg.ID)
+	case (m.Gens != nil && len(m.Gens) != n.cfg.N) || (m.Boots != nil && len(m.Boots) != n.cfg.N):
+		return fmt.Errorf("%w: a %v from ps %d naming %d/%d ps, in a cluster of %d", ErrRefused, m.Type, m.From, len(m.Gens), len(m.Boots), n.cfg.N)
 	}
 	if m.Type == Heartbeat && m.Sent.After(n.now) {
 		m.Sent = n.now // a sender's clock ahead of ours grants no more than ours
 	}
 	switch {
 	case m.Epoch > n.epoch && m.Boots != nil:
-		n.reform(m.Epoch, m.Boots, &Reform{Epoch: m.Epoch, By: m.From})
+		if why := n.reformAgreed(m); why != "" {
+			return fmt.Errorf("%w: ps %d: re-formation epoch %d from ps %d not taken: %s", ErrRefused, n.cfg.ID, m.Epoch>>8, m.From, why)
+		}
+		n.reform(m.Epoch, m.Boots, &Reform{Epoch: m.Epoch, By: int(m.Epoch & 0xff)})
+	case m.Epoch > n.epoch:
+		return fmt.Errorf("%w: ps %d: a later epoch (%d) from ps %d without its processes", ErrRefused, n.cfg.ID, m.Epoch>>8, m.From)
 	case m.Epoch < n.epoch: // of a membership that re-formed since: it learns from the answer
 		if m.Type == Heartbeat {
 			n.send(Message{Type: HeartbeatResp, To: m.From, Sent: m.Sent})
 		}
-		return
+		return nil
 	}
+	n.step(m)
+	return nil
+}
+
+// reformAgreed says why this ps does not take the re-formation m carries,
+// or "" if it does. A re-formation replaces the membership with the
+// processes m.Boots names and throws every copy back to the checkpoint, so
+// a ps takes it only when its own view says the old membership cannot go
+// on, as the ps that started it saw (startReform): it is a new process not
+// yet readmitted (it holds nothing), or it has heard no majority for a
+// timeout, or it knows a shard lost; or it is a process started again
+// that never held a lease, and the re-formation leaves it out (it then
+// asks to be readmitted, as after any restart). And the processes named
+// must be the ones it hears: this one, and every ps it hears now as its
+// member.
+func (n *Node) reformAgreed(m Message) string {
+	if by := int(m.Epoch & 0xff); by >= n.cfg.N {
+		return fmt.Sprintf("it names ps %d as its author, in a cluster of %d", by, n.cfg.N)
+	}
+	if m.Boots[m.From] != m.Boot {
+		return fmt.Sprintf("its sender's process (%d) is not among the processes it names (%d)", m.Boot, m.Boots[m.From])
+	}
+	switch fresh := !n.leasedOnce && m.Boots[n.cfg.ID] != n.boot; {
+	case n.joining:
+	case fresh:
+		// A process started again that never held a lease: the
+		// re-formation leaves it out, so taking it only makes this
+		// process a joiner, as its peers already know it.
+	default:
+		noMajority := !n.noMajoritySince.IsZero() && n.now.Sub(n.noMajoritySince) >= n.cfg.Timeout
+		if !noMajority && len(n.lost) == 0 {
+			return "this ps hears a majority and no shard is lost"
+		}
+		if m.Boots[n.cfg.ID] != n.boot {
+			return fmt.Sprintf("it names another process (%d) as this ps (%d)", m.Boots[n.cfg.ID], n.boot)
+		}
+	}
+	for x := 0; x < n.cfg.N; x++ {
+		if x != n.cfg.ID && x != m.From && !n.removed[x] && n.bootOf[x] != 0 && n.now.Sub(n.lastHeard[x]) < n.cfg.Timeout && m.Boots[x] != n.bootOf[x] {
+			return fmt.Sprintf("it names another process (%d) as ps %d, which this ps hears as %d", m.Boots[x], x, n.bootOf[x])
+		}
+	}
+	return ""
+}
+
+// step is StepFrom once m is known to be from m.From, of this epoch.
+func (n *Node) step(m Message) {
 	if n.joining {
 		n.learn(m)
 		return
@@ -1119,6 +1197,12 @@ func (n *Node) Step(m Message) {
 	if n.stopped || n.joining {
 		return
 	}
+	n.stepKind(m)
+}
+
+// stepKind is Step's answer to a message by its kind, once its sender is
+// known to be a member heard from and its votes and admissions counted.
+func (n *Node) stepKind(m Message) {
 	ss := n.shards[m.Shard]
 	switch m.Type {
 	case Heartbeat:

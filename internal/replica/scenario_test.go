@@ -32,6 +32,12 @@ import (
 //	cut P / heal P                     messages between ps P and the other ps are lost / delivered again (workers still reach it)
 //	cut P Q / heal P Q                 the same for the link between ps P and ps Q only
 //	status                             every ps's view, lease, roles and copies
+//	forge TYPE to=P via=V from=F [epoch=E] [votes=X,Y] [removed=X,Y] [boot=B]
+//	                                   a message made up by an attacker, over a connection whose peer is ps V
+//	                                   (-1: a worker): ps P steps it (StepFrom) and says whether it counted;
+//	                                   epoch=E carries the processes as ps F knows them, a re-formation
+//	capture TYPE from=F to=P           keep the last TYPE message ps F sent ps P, for replay
+//	replay TYPE from=F to=P [via=V]    the captured message delivered again over V's connection (default F)
 //
 // Output lines are what happened: events, acknowledgements, takeovers
 // (with the new primary's step), lost shards. Throughout, the harness
@@ -165,6 +171,15 @@ func TestScenarios(t *testing.T) {
 				return "", nil
 			case "status":
 				return c.status(), nil
+			case "forge", "replay":
+				return c.forge(cmd), nil
+			case "capture":
+				var ok bool
+				k := c.msgKey(cmd)
+				if c.captured[k], ok = c.last[k]; !ok {
+					t.Fatalf("%s: ps %d sent ps %d no %s", cmd.Where, k[0], k[1], msgNames[k[2]])
+				}
+				return "", nil
 			}
 			t.Fatalf("%s: unknown command %q", cmd.Where, cmd.Name)
 			return "", nil
@@ -192,28 +207,30 @@ type toy struct {
 }
 
 type cluster struct {
-	t       *testing.T
-	n, r    int
-	timeout time.Duration
-	start   time.Time
-	now     time.Time
-	nodes   []*Node
-	state   []map[int]*toy
-	dead    []bool
-	cut     []bool
-	links   map[[2]int]bool // links cut
-	queue   []Message
-	boots   int
-	manual  bool
-	asked   []askedSnap
-	out     []string
-	acked   map[int]uint64 // per shard: highest seq acknowledged
-	maxStep map[int]int64  // per shard: highest step served
+	t        *testing.T
+	n, r     int
+	timeout  time.Duration
+	start    time.Time
+	now      time.Time
+	nodes    []*Node
+	state    []map[int]*toy
+	dead     []bool
+	cut      []bool
+	links    map[[2]int]bool // links cut
+	queue    []Message
+	boots    int
+	manual   bool
+	asked    []askedSnap
+	out      []string
+	acked    map[int]uint64     // per shard: highest seq acknowledged
+	last     map[[3]int]Message // the last message of each (from, to, type) delivered
+	captured map[[3]int]Message // for replay
+	maxStep  map[int]int64      // per shard: highest step served
 }
 
 func newCluster(t *testing.T, n, r int, timeout time.Duration) (*cluster, error) {
 	c := &cluster{t: t, n: n, r: r, timeout: timeout, dead: make([]bool, n), cut: make([]bool, n),
-		acked: map[int]uint64{}, maxStep: map[int]int64{}, links: map[[2]int]bool{}}
+		acked: map[int]uint64{}, maxStep: map[int]int64{}, links: map[[2]int]bool{}, last: map[[3]int]Message{}, captured: map[[3]int]Message{}}
 	c.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c.now = c.start
 	for id := 0; id < n; id++ {
@@ -280,11 +297,77 @@ func (c *cluster) deliver() {
 		c.queue = nil
 		for _, m := range q {
 			if c.up(m.From) && c.up(m.To) && !c.links[[2]int{min(m.From, m.To), max(m.From, m.To)}] {
-				c.nodes[m.To].Step(m)
+				c.last[[3]int{m.From, m.To, int(m.Type)}] = m
+				if err := c.nodes[m.To].StepFrom(m.From, m); err != nil {
+					c.t.Errorf("%s: ps %d refused a message of ps %d: %v", c.stamp(), m.To, m.From, err)
+				}
 			}
 		}
 	}
 	c.t.Fatalf("messages still flowing after 100000 rounds")
+}
+
+func (c *cluster) msgKey(cmd scenario.Cmd) [3]int {
+	typ := -1
+	for i, name := range msgNames {
+		if len(cmd.Args) > 0 && name == cmd.Args[0] {
+			typ = i
+		}
+	}
+	if typ < 0 {
+		c.t.Fatalf("%s: %s: want a message type (%v)", cmd.Where, cmd.Name, msgNames)
+	}
+	return [3]int{int(cmd.Int(c.t, "from", 0)), int(cmd.Int(c.t, "to", 0)), typ}
+}
+
+// forge delivers an attacker's message (forge) or a copy of one sent
+// before (replay) and says what became of it.
+func (c *cluster) forge(cmd scenario.Cmd) string {
+	t := c.t
+	k := c.msgKey(cmd)
+	from, to, typ := k[0], k[1], k[2]
+	via := int(cmd.Int(t, "via", int64(from)))
+	var m Message
+	if cmd.Name == "replay" {
+		var ok bool
+		if m, ok = c.captured[k]; !ok {
+			t.Fatalf("%s: no %s from ps %d to ps %d captured", cmd.Where, msgNames[typ], from, to)
+		}
+	} else {
+		m = Message{Type: MsgType(typ), From: from, To: to, Sent: c.now, Boot: uint64(cmd.Int(t, "boot", int64(c.nodes[from].boot)))}
+		list := func(k string) []int {
+			var out []int
+			for _, f := range strings.Split(cmd.KV[k], ",") {
+				if f != "" {
+					var x int
+					fmt.Sscan(f, &x)
+					out = append(out, x)
+				}
+			}
+			return out
+		}
+		m.Votes, m.Removed = list("votes"), list("removed")
+		if e := cmd.Int(t, "epoch", 0); e > 0 {
+			m.Epoch = uint64(e)<<8 | uint64(from)
+			m.Boots = make([]uint64, c.n)
+			for id, nd := range c.nodes {
+				m.Boots[id] = nd.boot
+			}
+			m.Boots[from] = m.Boot
+		}
+	}
+	before := c.status()
+	err := c.nodes[to].StepFrom(via, m)
+	c.deliver()
+	out := c.flush()
+	what := "counted"
+	if err != nil {
+		what = err.Error()
+	}
+	if after := c.status(); after == before {
+		what += "; nothing changed"
+	}
+	return strings.TrimSpace(fmt.Sprintf("ps %d: %s\n%s", to, what, out))
 }
 
 func (c *cluster) stamp() string {

@@ -402,7 +402,7 @@ func runJob(t *testing.T, j job) jobResult {
 							t.Errorf("worker %d pulled shard %d at step %d after step %d", w.id, s, st, w.seen[s])
 						}
 						w.seen[s] = copies[to][s].Step()
-						l := copies[to][s].Vars()[0].Lend()
+						l := copies[to][s].Vars()[0].LeaseValues()
 						w.params[s] = append([]float32(nil), l.Values()...)
 						l.Release()
 						delete(w.since, s)
@@ -479,7 +479,7 @@ func runJob(t *testing.T, j job) jobResult {
 	for s := 0; s < n; s++ {
 		for _, id := range Members(s, n, r) {
 			if !dead[id] && nodes[id].Serving(s) {
-				v := copies[id][s].Vars()[0].Lend()
+				v := copies[id][s].Vars()[0].LeaseValues()
 				res.values[s] = append([]float32(nil), v.Values()...)
 				v.Release()
 				res.steps[s] = copies[id][s].Step()

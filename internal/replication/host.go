@@ -87,16 +87,27 @@ type HostConfig struct {
 // peer has a sender goroutine (dialling on demand, dropping what it cannot
 // send: the protocol sends again) and each accepted connection a reader
 // goroutine. Close stops them all.
+//
+// A message counts only as the ps its connection is from (Node.StepFrom):
+// under TLS the ps whose certificate the peer proved (a worker's
+// certificate is closed at once); otherwise the ps the connection's first
+// message claims, if no other open connection claimed it first. Without
+// TLS that is no proof: a token keeps out those without it, but anyone
+// with the token, or anyone at all in plain mode, can claim a ps that is
+// not connected (docs/SECURITY.md).
 type Host struct {
-	cfg      HostConfig
-	quit     chan struct{}
-	wg       sync.WaitGroup
-	peers    []chan [][]byte
-	queued   []atomic.Int64 // per peer: bytes in peers[id] or being written
-	out      []peerConn     // per peer: the connection the sender writes
-	connsMu  sync.Mutex
-	conns    map[net.Conn]bool
-	stopOnce sync.Once
+	cfg     HostConfig
+	quit    chan struct{}
+	wg      sync.WaitGroup
+	peers   []chan [][]byte
+	queued  []atomic.Int64 // per peer: bytes in peers[id] or being written
+	out     []peerConn     // per peer: the connection the sender writes
+	connsMu sync.Mutex
+	conns   map[net.Conn]bool
+	// registered: without TLS, the connection each ps's messages come
+	// over, the first that claimed it, while it is open.
+	registered map[int]net.Conn
+	stopOnce   sync.Once
 
 	mu      sync.Mutex // owns what follows
 	closed  bool
@@ -664,7 +675,8 @@ func (h *Host) accept() {
 	}
 }
 
-// read decodes one connection's frames into the inbox.
+// read decodes one connection's frames and steps the node with each, as
+// the ps the connection is from (identify).
 func (h *Host) read(c net.Conn) {
 	defer h.wg.Done()
 	defer func() {
@@ -675,6 +687,7 @@ func (h *Host) read(c net.Conn) {
 	}()
 	r := bufio.NewReader(c)
 	var hdr [4]byte
+	sender, reg, refused := -1, false, 0
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return
@@ -693,8 +706,70 @@ func (h *Host) read(c net.Conn) {
 			h.cfg.Logf("replicate: from %v: %v: connection closed", c.RemoteAddr(), err)
 			return
 		}
-		if !h.do(func(n *replica.Node) { n.Step(m) }) {
+		if sender < 0 {
+			var why string
+			if sender, reg, why = h.identify(c, m); why != "" {
+				h.cfg.Logf("replicate: a connection from %v %s: closed", c.RemoteAddr(), why)
+				return
+			}
+			if reg {
+				defer h.unregister(sender, c)
+			}
+		}
+		var err error
+		if !h.do(func(n *replica.Node) { err = n.StepFrom(sender, m) }) {
 			return
 		}
+		if err != nil {
+			if refused++; refused == 1 || refused%1000 == 0 {
+				h.cfg.Logf("replicate: from %v (%d refused so far): %v", c.RemoteAddr(), refused, err)
+			}
+			if m.From != sender {
+				return
+			}
+		}
 	}
+}
+
+// PeerTasker is a connection that knows which task its peer proved (the
+// connections of secure's Listener under TLS). A replication connection
+// whose peer proves a task counts only as that ps.
+type PeerTasker interface {
+	PeerTask() (job string, index int, ok bool)
+}
+
+// identify says which ps the connection c, whose first message is m, is
+// from: the ps its peer's certificate proves (TLS), or else the ps m
+// claims to be, if no other open connection registered as it (reg: c is
+// now the one). why says why c is refused.
+func (h *Host) identify(c net.Conn, m replica.Message) (sender int, reg bool, why string) {
+	if pt, ok := c.(PeerTasker); ok {
+		if job, i, ok := pt.PeerTask(); ok {
+			if job != "ps" || i < 0 || i >= h.cfg.N || i == h.cfg.ID {
+				return -1, false, fmt.Sprintf("proves %s %d, not another ps of this cluster (claims ps %d)", job, i, m.From)
+			}
+			return i, false, ""
+		}
+	}
+	if m.From < 0 || m.From >= h.cfg.N || m.From == h.cfg.ID {
+		return -1, false, fmt.Sprintf("claims to be ps %d, not another ps of a cluster of %d", m.From, h.cfg.N)
+	}
+	h.connsMu.Lock()
+	defer h.connsMu.Unlock()
+	if h.registered == nil {
+		h.registered = map[int]net.Conn{}
+	}
+	if old := h.registered[m.From]; old != nil {
+		return -1, false, fmt.Sprintf("claims to be ps %d, which is connected already from %v", m.From, old.RemoteAddr())
+	}
+	h.registered[m.From] = c
+	return m.From, true, ""
+}
+
+func (h *Host) unregister(id int, c net.Conn) {
+	h.connsMu.Lock()
+	if h.registered[id] == c {
+		delete(h.registered, id)
+	}
+	h.connsMu.Unlock()
 }

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -105,7 +106,7 @@ func MakeCerts(cfg CertsConfig) ([]string, error) {
 			if host == "" {
 				return nil, fmt.Errorf("%s %d: address %q has no host", job.name, i, addr)
 			}
-			crt, key, err := issue(caCert, caKey, fmt.Sprintf("%s-%d", job.name, i), host, cfg)
+			crt, key, err := issue(caCert, caKey, job.name, i, host, cfg)
 			if err != nil {
 				return nil, err
 			}
@@ -147,7 +148,11 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 	return os.Rename(tmp, path)
 }
 
-func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, name, host string, cfg CertsConfig) (crt, key []byte, err error) {
+// issue makes the certificate of task job/index: its Common Name
+// JOB-INDEX and its URI TaskURI name the task, which decides the roles its
+// holder may take (docs/SECURITY.md); its DNS name or IP address, host.
+func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, job string, index int, host string, cfg CertsConfig) (crt, key []byte, err error) {
+	name := fmt.Sprintf("%s-%d", job, index)
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -159,6 +164,7 @@ func issue(ca *x509.Certificate, caKey *ecdsa.PrivateKey, name, host string, cfg
 		NotAfter:     cfg.Now.Add(cfg.Valid),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:         []*url.URL{TaskURI(job, index)},
 	}
 	if ip := net.ParseIP(host); ip != nil {
 		t.IPAddresses = []net.IP{ip}

@@ -138,6 +138,12 @@ func Load(f Files, job string, index int, host string) (*Policy, error) {
 			return nil, fmt.Errorf("the certificate %s does not name this ps's host %q (it names %s), so every worker would refuse it: make the certificates for this cluster (paramserv certs)", cert, host, names(leaf))
 		}
 	}
+	switch t, ok := TaskOf(leaf); {
+	case !ok:
+		return nil, fmt.Errorf("the certificate %s names no task (want a URI %s or a Common Name %s-%d), so no peer would know what it may do: make the certificates with paramserv certs", cert, TaskURI(job, index), job, index)
+	case t != (Task{Job: job, Index: index}):
+		return nil, fmt.Errorf("the certificate %s is %s's, not this task's (%s %d): give each task its own (--tls_dir picks %s)", cert, t, job, index, CertFile(job, index))
+	}
 	p.name = fmt.Sprintf("%s, for %s", leaf.Subject.CommonName, names(leaf))
 	p.server = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -260,6 +266,15 @@ func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, &HandshakeError{Addr: addr, Step: "TLS", Why: tlsWhy(err), Err: err}
 		}
+		// Only a ps serves: a worker's certificate, valid as it is, does
+		// not make its holder a ps to this task.
+		if t, ok := PeerTask(tc); !ok || t.Job != "ps" {
+			who := "names no task"
+			if ok {
+				who = "is " + t.String() + "'s"
+			}
+			return nil, &HandshakeError{Addr: addr, Step: "TLS", Why: "the peer is not a ps (its certificate " + who + ")", Err: ErrNotPS}
+		}
 		c = tc
 	}
 	if p.Token() {
@@ -270,6 +285,9 @@ func (p *Policy) clientHandshake(ctx context.Context, raw net.Conn, addr string)
 	_ = raw.SetDeadline(time.Time{})
 	return c, nil
 }
+
+// ErrNotPS is a dial whose peer proved a certificate that is not a ps's.
+var ErrNotPS = errors.New("secure: the peer's certificate is not a ps's")
 
 // HandshakeError is a connection to a ps that failed to authenticate. Its
 // message leads with what to check, since callers cut long messages.

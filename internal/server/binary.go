@@ -69,8 +69,10 @@ type keySlot struct {
 const dataBufSize = 64 << 10
 
 // serveData serves one data connection whose four magic bytes have been
-// read, until it closes, sends a malformed frame, or ctx ends.
-func (s *Server) serveData(ctx context.Context, conn net.Conn) {
+// read, until it closes, sends a malformed frame, or ctx ends. The read
+// deadline the caller set bounds the rest of the preface; once it is in,
+// the deadline is cleared and handshaken is called.
+func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -85,6 +87,8 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	if _, err := io.ReadFull(dc.br, pre[4:]); err != nil {
 		return
 	}
+	_ = conn.SetReadDeadline(time.Time{})
+	handshaken()
 	version, err := wire.CheckPreface(pre[:])
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
@@ -98,6 +102,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 	if _, err := conn.Write(hello[:]); err != nil || h.Status != wire.HelloOK {
 		return
 	}
+	task, proved := peerTask(conn)
 	for {
 		err := dc.req.ReadRequest(dc.br)
 		if err != nil {
@@ -107,6 +112,15 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn) {
 				dc.errorReply(fe)
 				_, _ = dc.reply.WriteTo(conn)
 			}
+			return
+		}
+		if proved && (task.Job != "worker" || int32(task.Index) != dc.req.Worker) {
+			// Nothing of it is applied: the connection's task is not
+			// the worker it names (roles.go).
+			err := asWorker(task, "a data-path request", dc.req.Worker)
+			s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
+			dc.errorReply(&shard.Error{Kind: shard.Invalid, Msg: err.Error(), Err: err})
+			_, _ = dc.reply.WriteTo(conn)
 			return
 		}
 		s.handleData(ctx, dc)
@@ -412,7 +426,7 @@ func (s *Server) dataPull(dc *dataConn, dropped bool, start time.Time) error {
 		// Written straight from the variables, which stay lent until the
 		// reply is out (shard.Lease).
 		for _, v := range s.shard.Vars() {
-			l := v.Lend()
+			l := v.LeaseValues()
 			dc.leases = append(dc.leases, l)
 			dc.reply.Dense(v.Name(), l.Values())
 			dense += 4 * len(l.Values())

@@ -1,5 +1,7 @@
 package server
 
+import "time"
+
 // EncodeCopy is this ps's shard as bytes, for a replica that rejoins
 // (shard.EncodeCopy; docs/REPLICATION.md). The copy is taken under the
 // lock; call it where no push can land between the log position it
@@ -15,7 +17,7 @@ func (s *Server) EncodeCopy() ([]byte, error) {
 func (s *Server) InstallCopy(b []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.shard.DecodeCopy(b); err != nil {
+	if err := s.shard.DecodeCopy(b, time.Now()); err != nil {
 		return err
 	}
 	s.notify()

@@ -86,7 +86,7 @@ func (s *Server) pullDenseIncr(dc *dataConn) (int, error) {
 	dc.reply.DenseIncrHead(s.shard.DenseVersion(), nb, sel)
 	dense, first := 0, 0
 	for _, v := range s.shard.Vars() {
-		l := v.Lend()
+		l := v.LeaseValues()
 		dc.leases = append(dc.leases, l)
 		dense += 4 * dc.reply.DenseBlocksOf(v.Name(), l.Values(), sel, first)
 		first += wire.DenseBlocks(v.Len())

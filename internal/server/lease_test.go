@@ -249,10 +249,10 @@ func TestPipelinable(t *testing.T) {
 // A variable's update is spread over the cores only from parallelMin
 // values: below, one goroutine does it.
 func TestUpdateWorkers(t *testing.T) {
-	if got := updateWorkers(256 << 10); got != 1 {
+	if got := updateRunner(256 << 10).Width(); got != 1 {
 		t.Errorf("a 1 MiB variable is updated by %d goroutines, want 1", got)
 	}
-	if got, want := updateWorkers(parallelMin), runtime.GOMAXPROCS(0); got != want {
+	if got, want := updateRunner(parallelMin).Width(), runtime.GOMAXPROCS(0); got != want {
 		t.Errorf("a variable of parallelMin values is updated by %d goroutines, want GOMAXPROCS = %d", got, want)
 	}
 }

@@ -13,8 +13,17 @@ import (
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
-// sniffTimeout bounds the wait for a new connection's first four bytes.
+// sniffTimeout (Config.HandshakeTimeout) bounds a new connection's handshake, from its accept: its
+// first four bytes and, on the data path, the rest of its preface (the
+// ps's hello answers it); gRPC bounds its own (grpc.ConnectionTimeout in
+// GRPCOptions). A peer that sends them a byte at a time (slowloris) is cut
+// when it runs out, as one that sends nothing is.
 const sniffTimeout = 10 * time.Second
+
+// grpcHandshakeLen is what a gRPC connection has sent once its handshake
+// is done: the HTTP/2 client preface (24 bytes) and its SETTINGS frame's
+// header (9); until then the connection is one the mux may shed.
+const grpcHandshakeLen = 24 + 9
 
 // Accept errors that are not the listener's end (the process is out of file
 // descriptors, a connection was reset before it was accepted, ...) are
@@ -36,10 +45,12 @@ const (
 // keeps one address, as cluster specs and TF_CONFIG give it.
 //
 // Out of file descriptors (EMFILE, ENFILE), the accept loop closes the
-// oldest connection that has not yet sent its first four bytes (an idle
-// connection that is neither a worker's gRPC nor its data path), pauses and
-// tries again, so a flood of idle connections cannot lock the workers out
-// nor stop the ps; it logs the condition once per burst.
+// oldest connection that has not completed its handshake (its first four
+// bytes, then the data path's preface or gRPC's), pauses and tries again,
+// so a flood of idle connections, bare or having sent a preface's first
+// bytes ("PSDP", "PRI "), cannot lock the workers out nor stop the ps; it
+// logs the condition once per burst. Every handshake has a deadline
+// (sniffTimeout), so such connections go on their own too.
 //
 // Concurrency: run accepts on one goroutine and sniffs each connection on
 // its own; data connections are served on their own goroutines, tracked in
@@ -55,7 +66,7 @@ type mux struct {
 
 	mu       sync.Mutex // guards conns, sniffing and closed
 	conns    map[net.Conn]struct{}
-	sniffing map[net.Conn]time.Time // not yet identified, by accept time
+	sniffing map[net.Conn]time.Time // handshake not completed, by accept time
 	closed   bool
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -210,7 +221,15 @@ func (m *mux) untrack(conn net.Conn) {
 	delete(m.sniffing, conn)
 }
 
-// identified takes conn out of the connections that may be shed.
+func (s *Server) handshakeTimeout() time.Duration {
+	if s.cfg.HandshakeTimeout > 0 {
+		return s.cfg.HandshakeTimeout
+	}
+	return sniffTimeout
+}
+
+// identified takes conn out of the connections that may be shed: its
+// handshake is done.
 func (m *mux) identified(conn net.Conn) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -219,28 +238,30 @@ func (m *mux) identified(conn net.Conn) {
 
 func (m *mux) sniff(conn net.Conn) {
 	var first [4]byte
-	_ = conn.SetReadDeadline(time.Now().Add(sniffTimeout))
+	// One deadline for the whole handshake: serveData clears it once the
+	// data path's preface is in.
+	_ = conn.SetReadDeadline(time.Now().Add(m.s.handshakeTimeout()))
 	_, err := io.ReadFull(conn, first[:])
-	_ = conn.SetReadDeadline(time.Time{})
 	if err != nil {
 		m.untrack(conn)
 		conn.Close()
 		return
 	}
-	m.identified(conn)
 	if string(first[:]) == wire.DataMagic {
 		defer func() {
 			m.untrack(conn)
 			conn.Close()
 		}()
-		m.s.serveData(m.ctx, conn)
+		m.s.serveData(m.ctx, conn, func() { m.identified(conn) })
 		return
 	}
-	// gRPC owns the connection from here; it closes it itself.
-	m.untrack(conn)
+	// gRPC owns the connection from here and bounds its handshake itself;
+	// the mux may shed it until it has sent its preface and settings.
+	_ = conn.SetReadDeadline(time.Time{})
 	select {
-	case m.grpc <- &replayConn{Conn: conn, head: first[:]}:
+	case m.grpc <- &replayConn{Conn: conn, head: first[:], m: m}:
 	case <-m.done:
+		m.untrack(conn)
 		conn.Close()
 	}
 }
@@ -284,17 +305,34 @@ func (l grpcListener) Accept() (net.Conn, error) {
 func (l grpcListener) Close() error   { l.m.stopAccepting(); return nil }
 func (l grpcListener) Addr() net.Addr { return l.m.lis.Addr() }
 
-// replayConn gives back the bytes the mux read before the rest.
+// replayConn gives back the bytes the mux read before the rest, and tells
+// the mux once the gRPC handshake is in (grpcHandshakeLen) or the
+// connection closed. gRPC reads it from one goroutine at a time.
 type replayConn struct {
 	net.Conn
 	head []byte
+	m    *mux
+	read int // bytes read, counted up to grpcHandshakeLen
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {
+	var n int
+	var err error
 	if len(c.head) > 0 {
-		n := copy(p, c.head)
+		n = copy(p, c.head)
 		c.head = c.head[n:]
-		return n, nil
+	} else {
+		n, err = c.Conn.Read(p)
 	}
-	return c.Conn.Read(p)
+	if c.read < grpcHandshakeLen {
+		if c.read += n; c.read >= grpcHandshakeLen {
+			c.m.untrack(c.Conn)
+		}
+	}
+	return n, err
+}
+
+func (c *replayConn) Close() error {
+	c.m.untrack(c.Conn)
+	return c.Conn.Close()
 }

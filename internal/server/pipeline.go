@@ -130,7 +130,7 @@ func (s *Server) pipeStream(dc *dataConn) *shard.Stream {
 			dc.reply.Reset(wire.RepHeaderLen)
 			if pull {
 				for _, g := range dc.push.Dense {
-					l := s.shard.Var(string(g.Name)).Lend()
+					l := s.shard.Var(string(g.Name)).LeaseValues()
 					dc.leases = append(dc.leases, l)
 					dc.reply.Dense(l.Var().Name(), l.Values())
 				}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -34,6 +35,14 @@ func GRPCOptions() []grpc.ServerOption {
 		grpc.InitialConnWindowSize(64 << 20),
 		grpc.ReadBufferSize(256 << 10),
 		grpc.WriteBufferSize(256 << 10),
+		// A connection that has not sent its preface and settings by
+		// then is closed (issue 28: idle "PRI *" connections held
+		// descriptors for gRPC's default of 120 s).
+		grpc.ConnectionTimeout(sniffTimeout),
+		// The task each connection's certificate proved, and what it may
+		// call (roles.go).
+		grpc.Creds(taskCreds{insecure.NewCredentials()}),
+		grpc.ChainUnaryInterceptor(roleCheck),
 	}
 }
 
@@ -50,7 +59,7 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 
 // ServeListener is Serve on an existing listener.
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
-	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)))...)
+	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
 	pb.RegisterParamServerServer(g, s)
 	// One port for both: data-path connections are served by s, every
 	// other one by gRPC (mux.go).

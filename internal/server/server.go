@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -31,6 +30,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -50,6 +51,9 @@ type Config struct {
 	// WaitLogEvery is how often a waiting pull logs what it waits for
 	// (default 5s).
 	WaitLogEvery time.Duration
+	// HandshakeTimeout bounds a new connection's handshake, from its
+	// accept to its preface (default 10s; mux.go).
+	HandshakeTimeout time.Duration
 	// CheckpointDir, if set, is where checkpoints live: at start the ps
 	// restores its shard of the latest valid one. Checkpoint and Restore
 	// requests may name no other directory.
@@ -76,6 +80,10 @@ type Config struct {
 	// (shard.Config.Aggregated): a replicated shard's primary logs them
 	// for its backups, which apply them with ApplyAggregate.
 	Aggregated func(step int64, grads [][]float32, rows []shard.RowGrads)
+	// Tiers, if set, gives the sparse tables a second tier on disk
+	// (shard.Config.Tiers; internal/table/tier), whose background work
+	// takes the server's lock (Lock).
+	Tiers shard.Tiers
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -101,12 +109,13 @@ type Server struct {
 // and 1.26-1.30x with it on one goroutine (2 cores, alternating runs).
 const parallelMin = 1 << 20
 
-// updateWorkers is how many goroutines update a variable of n values.
-func updateWorkers(n int) int {
+// updateRunner is what spreads the update of a variable of n values: the
+// cores, or the caller's goroutine alone below parallelMin.
+func updateRunner(n int) parallel.Runner {
 	if n < parallelMin {
-		return 1
+		return parallel.Serial
 	}
-	return runtime.GOMAXPROCS(0)
+	return goroutines.OnCores()
 }
 
 func New(cfg Config) *Server {
@@ -127,15 +136,18 @@ func New(cfg Config) *Server {
 	}
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf, Incarnation: cfg.Incarnation,
-		Aggregated: cfg.Aggregated,
+		Aggregated: cfg.Aggregated, Tiers: cfg.Tiers,
 		// A copy of a replicated shard reads rows without changing its
 		// tables; the changes a pull makes come through the shard's log.
 		PeekPulls: cfg.Replicated != nil,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {
-			optim.ApplyParallel(r, param, grad, state, step, updateWorkers(len(param)))
+			optim.ApplyParallel(r, param, grad, state, step, updateRunner(len(param)))
 		},
+		// Checkpoint copies, sorts and restores of large sparse tables
+		// likewise.
+		Parallel: goroutines.OnCores(),
 	})
 	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{}), seen: make(map[int]time.Time)}
 }
@@ -159,6 +171,10 @@ func (s *Server) heard(w int32) {
 		s.seen[int(w)] = time.Now()
 	}
 }
+
+// Lock is the lock that guards the server's shard: a second tier's
+// background work (Config.Tiers) holds it while it moves rows.
+func (s *Server) Lock() sync.Locker { return &s.mu }
 
 // AllDone is closed once every worker has reported Done. The caller stops
 // the gRPC server then (unless Config.WaitForever).
@@ -408,7 +424,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 	add := func(v *shard.Var) {
 		// Copy: the value changes after mu is released, before gRPC
 		// marshals.
-		l := v.Lend()
+		l := v.LeaseValues()
 		resp.Vars = append(resp.Vars, &pb.DenseTensor{Name: v.Name(), Data: slices.Clone(wire.Float32Bytes(l.Values()))})
 		l.Release()
 	}

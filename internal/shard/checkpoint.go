@@ -12,6 +12,7 @@ import (
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -82,7 +83,13 @@ type Cut struct {
 	updates map[string]int64 // every variable's update count
 
 	built *checkpoint.Shard // Shard's result
+	err   error             // a tier's rows could not be read
 }
+
+// Err reports a table's second tier that could not be read as the cut was
+// built (Shard, StreamShard): the shard built lacks its rows and must not
+// be written.
+func (c *Cut) Err() error { return c.err }
 
 type cutVar struct {
 	name    string
@@ -98,6 +105,7 @@ type frozenTable struct {
 	t       *sparse.Table // a Frozen copy
 	slots   []string      // its rule's slot names
 	deleted []uint64      // delta: keys dropped, unsorted
+	cold    TierCut       // the table's second tier at the cut; nil if none
 }
 
 // Cut copies the shard's state; see Cut.
@@ -164,7 +172,11 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 		if m != nil && i < len(m.tables) {
 			mem = m.tables[i]
 		}
-		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.FrozenShared(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
+		ft := frozenTable{name: t.name, t: t.t.FrozenShared(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())}
+		if t.tier != nil {
+			ft.cold = t.tier.Cut()
+		}
+		c.tables = append(c.tables, ft)
 	}
 	return c
 }
@@ -191,8 +203,12 @@ func (c *Cut) Shard() checkpoint.Shard {
 // without calling Shard should. It may be called from any goroutine, more
 // than once; Shard must not be called after it unless it was before.
 func (c *Cut) Release() {
-	for _, t := range c.tables {
+	for i := range c.tables {
+		t := &c.tables[i]
 		t.t.Release()
+		if t.cold != nil {
+			t.cold.Release()
+		}
 	}
 }
 
@@ -231,13 +247,20 @@ func (c *Cut) build(stream bool) checkpoint.Shard {
 		var snap sparse.Snapshot
 		if stream {
 			v := t.t.Sorted()
-			if v.InPlace() {
+			if v.InPlace() && t.cold == nil {
 				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
 				continue
 			}
 			snap = v.Snapshot()
 		} else {
 			snap = t.t.Export()
+		}
+		if t.cold != nil {
+			all, err := t.cold.Merge(snap)
+			if err != nil && c.err == nil {
+				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			}
+			snap = all
 		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
@@ -318,14 +341,16 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 // cluster of numWorkers workers. With the number of ps m was written with,
 // the ps reads only its own shard; otherwise it reads them all and takes
 // its share under the current placement (re-sharding). It takes no lock
-// and touches no shard: Install the result.
+// and touches no shard: Install the result. run spreads the import of
+// large tables over the cores (nil: parallel.Serial); the state's tables
+// keep it until Install gives them the shard's.
 //
 // read may return shards whose files are still being checked
 // (checkpoint.ReadShardOverlapped): Restore builds the state while they
 // are, then waits for every shard it read to be verified and returns the
 // first shard's error, and no state, if one was damaged. A fault reading a
 // mapped file (it shrank, or the disk failed) is an error too.
-func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (st *State, err error) {
+func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
 	var got []*checkpoint.Shard
 	defer func() {
 		// A damaged file's error comes before whatever building the
@@ -362,7 +387,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			got = append(got, sh)
 		}
 		return sh, err
-	}, task, numPS, numWorkers)
+	}, task, numPS, numWorkers, run)
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
@@ -380,7 +405,7 @@ func inShards(shards []*checkpoint.Shard, addr uintptr) bool {
 	return false
 }
 
-func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int) (*State, error) {
+func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
 	l, t, err := layoutOf(m, numWorkers)
 	if err != nil {
 		return nil, err
@@ -403,43 +428,8 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
 	}
 	reshard := m.NumPS != numPS
-	shards := make([]*checkpoint.Shard, len(m.Shards))
-	cached := func(k int) (*checkpoint.Shard, error) {
-		if k < 0 || k >= len(shards) {
-			return nil, fmt.Errorf("shard %d of a checkpoint of %d shards", k, len(shards))
-		}
-		if shards[k] == nil {
-			sh, err := read(k)
-			if err != nil {
-				return nil, err
-			}
-			shards[k] = sh
-		}
-		return shards[k], nil
-	}
-	// full assembles a tensor of variable v (its value or a slot) from the
-	// parts of every shard holding it, in row order.
-	full := func(v checkpoint.VariableInfo, name string) ([]float32, error) {
-		var out []float32
-		for _, p := range v.Parts {
-			sh, err := cached(p.Shard)
-			if err != nil {
-				return nil, err
-			}
-			f, err := sh.Float32s(name)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, f...)
-		}
-		return out, nil
-	}
-	type restored struct {
-		value   []float32
-		state   [][]float32
-		updates int64
-	}
-	var parts []restored
+	files := &shardFiles{m: m, read: read, shards: make([]*checkpoint.Shard, len(m.Shards))}
+	var parts []restoredPart
 	moved := reshard // a variable is not where the checkpoint put it
 	for i, pv := range plan.Vars {
 		v := m.Variables[i]
@@ -453,52 +443,9 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			if part.PS != task {
 				continue
 			}
-			get := func(name string) ([]float32, error) {
-				if direct {
-					sh, err := cached(task)
-					if err != nil {
-						return nil, err
-					}
-					return sh.Float32s(name)
-				}
-				f, err := full(v, name)
-				if err != nil {
-					return nil, err
-				}
-				if part.Offset+part.Len > len(f) {
-					return nil, fmt.Errorf("%q has %d values, the placement needs %d", name, len(f), part.Offset+part.Len)
-				}
-				return f[part.Offset : part.Offset+part.Len], nil
-			}
-			value, err := get(v.Name)
+			r, err := files.varPart(v, part, direct, task, rule, t.VarOptimizers[v.Name])
 			if err != nil {
-				return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
-			}
-			if len(value) != part.Len {
-				return nil, fmt.Errorf("checkpoint of step %d: variable %q has %d values for this ps, want %d", m.Step, v.Name, len(value), part.Len)
-			}
-			r := restored{value: value}
-			vrule, err := ruleOf(rule, t.VarOptimizers[v.Name])
-			if err != nil {
-				return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
-			}
-			for _, slot := range SlotNames(vrule.Name(), vrule.StateSlots()) {
-				st, err := get(checkpoint.SlotName(v.Name, slot))
-				if err != nil {
-					return nil, fmt.Errorf("checkpoint of step %d: variable %q: %w", m.Step, v.Name, err)
-				}
-				if len(st) != part.Len {
-					return nil, fmt.Errorf("checkpoint of step %d: variable %q: slot %s has %d values, want %d", m.Step, v.Name, slot, len(st), part.Len)
-				}
-				r.state = append(r.state, st)
-			}
-			// The update count (Adam's bias correction): the most any part
-			// recorded, which is every part's in a synchronous job.
-			for _, p := range v.Parts {
-				if sh, err := cached(p.Shard); err == nil {
-					n, _ := strconv.ParseInt(sh.Meta["updates/"+v.Name], 10, 64)
-					r.updates = max(r.updates, n)
-				}
+				return nil, err
 			}
 			shape := make([]int64, len(part.Shape))
 			for j, d := range part.Shape {
@@ -518,23 +465,143 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
 	}
+	st.setParallel(run)
 	for i, v := range st.order {
 		for j := range v.state {
 			copy(v.state[j], parts[i].state[j])
 		}
 		v.updates = parts[i].updates
 	}
+	if err := files.tables(st, task, numPS, reshard, run); err != nil {
+		return nil, err
+	}
+	st.restored = m.Step
+	st.resetChanges(m.Step)
+	if moved {
+		// A delta is taken against a checkpoint whose files hold what
+		// this ps holds: not one re-sharded or re-placed.
+		st.lastCut = -1
+	}
+	return st, nil
+}
+
+// shardFiles reads a checkpoint's shard files for restore, each once.
+type shardFiles struct {
+	m      checkpoint.Manifest
+	read   func(k int) (*checkpoint.Shard, error)
+	shards []*checkpoint.Shard // those read so far, by index
+}
+
+// shard returns shard file k, reading it the first time.
+func (c *shardFiles) shard(k int) (*checkpoint.Shard, error) {
+	if k < 0 || k >= len(c.shards) {
+		return nil, fmt.Errorf("shard %d of a checkpoint of %d shards", k, len(c.shards))
+	}
+	if c.shards[k] == nil {
+		sh, err := c.read(k)
+		if err != nil {
+			return nil, err
+		}
+		c.shards[k] = sh
+	}
+	return c.shards[k], nil
+}
+
+// full assembles a tensor of variable v (its value or a slot) from the
+// parts of every shard holding it, in row order.
+func (c *shardFiles) full(v checkpoint.VariableInfo, name string) ([]float32, error) {
+	var out []float32
+	for _, p := range v.Parts {
+		sh, err := c.shard(p.Shard)
+		if err != nil {
+			return nil, err
+		}
+		f, err := sh.Float32s(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f...)
+	}
+	return out, nil
+}
+
+// restoredPart is the part of a dense variable a ps restores.
+type restoredPart struct {
+	value   []float32
+	state   [][]float32
+	updates int64
+}
+
+// varPart reads the part of variable v that ps task holds under the
+// current placement, with the state slots of its rule (rule, or its own):
+// from its own file when direct, else cut from the whole variable.
+func (c *shardFiles) varPart(v checkpoint.VariableInfo, part placement.Part, direct bool, task int, rule optim.Rule, own *optim.Config) (restoredPart, error) {
+	step := c.m.Step
+	get := func(name string) ([]float32, error) {
+		if direct {
+			sh, err := c.shard(task)
+			if err != nil {
+				return nil, err
+			}
+			return sh.Float32s(name)
+		}
+		f, err := c.full(v, name)
+		if err != nil {
+			return nil, err
+		}
+		if part.Offset+part.Len > len(f) {
+			return nil, fmt.Errorf("%q has %d values, the placement needs %d", name, len(f), part.Offset+part.Len)
+		}
+		return f[part.Offset : part.Offset+part.Len], nil
+	}
+	value, err := get(v.Name)
+	if err != nil {
+		return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: %w", step, v.Name, err)
+	}
+	if len(value) != part.Len {
+		return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q has %d values for this ps, want %d", step, v.Name, len(value), part.Len)
+	}
+	r := restoredPart{value: value}
+	vrule, err := ruleOf(rule, own)
+	if err != nil {
+		return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: %w", step, v.Name, err)
+	}
+	for _, slot := range SlotNames(vrule.Name(), vrule.StateSlots()) {
+		st, err := get(checkpoint.SlotName(v.Name, slot))
+		if err != nil {
+			return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: %w", step, v.Name, err)
+		}
+		if len(st) != part.Len {
+			return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: slot %s has %d values, want %d", step, v.Name, slot, len(st), part.Len)
+		}
+		r.state = append(r.state, st)
+	}
+	// The update count (Adam's bias correction): the most any part
+	// recorded, which is every part's in a synchronous job.
+	for _, p := range v.Parts {
+		if sh, err := c.shard(p.Shard); err == nil {
+			n, _ := strconv.ParseInt(sh.Meta["updates/"+v.Name], 10, 64)
+			r.updates = max(r.updates, n)
+		}
+	}
+	return r, nil
+}
+
+// tables imports the rows of every sparse table of the checkpoint that
+// ps task of numPS holds into st's tables.
+func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner) error {
+	m := c.m
 	for _, tb := range m.Tables {
 		t, ok := st.tables[tb.Name]
 		if !ok {
-			return nil, fmt.Errorf("checkpoint of step %d: table %q has no spec in the manifest", m.Step, tb.Name)
+			return fmt.Errorf("checkpoint of step %d: table %q has no spec in the manifest", m.Step, tb.Name)
 		}
 		from := []int{task}
 		if reshard {
 			from = tb.Shards
 		}
 		rows := func(inOrder bool) error {
-			snap, err := tableRows(cached, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder)
+			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
 			}
@@ -548,17 +615,10 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			err = rows(false)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+			return fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
 		}
 	}
-	st.restored = m.Step
-	st.resetChanges(m.Step)
-	if moved {
-		// A delta is taken against a checkpoint whose files hold what
-		// this ps holds: not one re-sharded or re-placed.
-		st.lastCut = -1
-	}
-	return st, nil
+	return nil
 }
 
 // samePlacement reports whether the checkpoint placed v's parts on the
@@ -588,7 +648,7 @@ func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
 // the checkpoint's step: a value outside (a damaged or hand-made file) would
 // otherwise stretch the table's window of representable steps and lose
 // every row's.
-func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool) (sparse.Snapshot, error) {
+func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool, par parallel.Runner) (sparse.Snapshot, error) {
 	type row struct {
 		key      uint64
 		shard, i int
@@ -643,7 +703,7 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 	// A ps restoring its own shard takes the file's columns as they are
 	// when the keys are in order, as the writer leaves them (inOrder: the
 	// caller's Import checks).
-	if len(from) == 1 && !reshard && (inOrder || sparse.Unordered(keysOf[from[0]]) < 0) {
+	if len(from) == 1 && !reshard && (inOrder || sparse.Unordered(keysOf[from[0]], par) < 0) {
 		c := data[from[0]]
 		snap := sparse.Snapshot{Dim: dim, Keys: keysOf[from[0]], Values: c.values, State: c.state}
 		if snap.State == nil {

@@ -83,7 +83,7 @@ func ftrlShard(tb testing.TB, n, dim int) *Shard {
 		Optimizer:  optim.Config{Name: "ftrl", LearningRate: 0.05},
 		NumWorkers: 1,
 	}
-	s := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }})
+	s := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }, Parallel: testRunner})
 	if _, err := s.Init(layout, nil); err != nil {
 		tb.Fatal(err)
 	}

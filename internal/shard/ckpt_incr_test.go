@@ -160,7 +160,7 @@ func restoreState(t *testing.T, dir string, m checkpoint.Manifest, task, numPS i
 	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
 		sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
 		return &sh, err
-	}, task, numPS, 1)
+	}, task, numPS, 1, testRunner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestCutIncrementalFallsBackToFull(t *testing.T) {
 	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
 		sh, err := checkpoint.ReadShard(vfs.OS, j.dir, m, k)
 		return &sh, err
-	}, 0, 1, 1)
+	}, 0, 1, 1, testRunner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestNoDeltaOnReplacedRestore(t *testing.T) {
 		st, err := Restore(golden, func(k int) (*checkpoint.Shard, error) {
 			sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, golden, k)
 			return &sh, err
-		}, task, golden.NumPS, golden.NumWorkers)
+		}, task, golden.NumPS, golden.NumWorkers, testRunner)
 		if err != nil {
 			t.Fatal(err)
 		}

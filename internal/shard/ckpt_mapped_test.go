@@ -75,7 +75,7 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 			sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
 			defer release()
 			return &sh, err
-		}, 0, 1, 1)
+		}, 0, 1, 1, testRunner)
 		if err == nil {
 			t.Errorf("dim %d: a restore of a damaged file succeeded", dim)
 		}
@@ -86,7 +86,7 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 			sh, release, err := checkpoint.ReadShardOverlapped(vfs.OS, dir, m, k)
 			releases = append(releases, release)
 			return &sh, err
-		}, 0, 1, 1)
+		}, 0, 1, 1, testRunner)
 		for _, release := range releases {
 			release()
 		}
@@ -133,7 +133,7 @@ func TestRestoreOverlappedShrunkFile(t *testing.T) {
 			}
 			t.Cleanup(release)
 			return &sh, err
-		}, 0, 1, 1)
+		}, 0, 1, 1, testRunner)
 		if err == nil || st != nil {
 			t.Errorf("a file cut to %d of %d bytes while restored: state %v, error %v, want an error", keep, info.Size, st != nil, err)
 		}
@@ -158,7 +158,7 @@ func restoreOneFrom(m checkpoint.Manifest, dir string, mapped, overlapped bool) 
 		sh, release, err := read(vfs.OS, dir, m, k)
 		releases = append(releases, release)
 		return &sh, err
-	}, 0, 1, 1)
+	}, 0, 1, 1, testRunner)
 	for _, release := range releases {
 		release()
 	}

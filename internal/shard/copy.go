@@ -141,8 +141,9 @@ func appendFloats(b []byte, f []float32) []byte {
 
 // DecodeCopy replaces the shard's state by a copy EncodeCopy made (of
 // another copy of this shard): its incarnation too, so that the workers see
-// no restart.
-func (s *Shard) DecodeCopy(b []byte) error {
+// no restart. now is the time: a synchronous step the copy has pending
+// starts its timeout (Config's SyncTimeout) anew from it.
+func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	if len(b) < 4 {
 		return fmt.Errorf("shard: a copy of %d bytes: too short", len(b))
 	}
@@ -182,6 +183,7 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("shard: a copy: %w", err)
 	}
+	st.setParallel(s.cfg.Parallel)
 	for i, v := range st.order {
 		v.updates = h.Updates[i]
 		for _, slot := range v.state {
@@ -214,7 +216,7 @@ func (s *Shard) DecodeCopy(b []byte) error {
 	s.stampAll()
 	s.pendingSince, s.syncFailed = time.Time{}, nil
 	if h.Pending {
-		s.pendingSince = time.Now()
+		s.pendingSince = now
 	}
 	s.epoch++
 	s.version++

@@ -50,7 +50,7 @@ func TestCopyTrainsOnAsTheOriginal(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := New(Config{NumWorkers: 2, Incarnation: func() uint64 { return 99 }})
-		if err := b.DecodeCopy(enc); err != nil {
+		if err := b.DecodeCopy(enc, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		if b.Incarnation() != 7 || b.Step() != a.Step() || !slices.Equal(b.DoneWorkers(), []int{1}) {
@@ -65,7 +65,7 @@ func TestCopyTrainsOnAsTheOriginal(t *testing.T) {
 		if !bytes.Equal(ea, eb) {
 			t.Errorf("sync %v: after 4 more pushes the copy differs from the original", sync)
 		}
-		if err := b.DecodeCopy(enc[:len(enc)-3]); err == nil {
+		if err := b.DecodeCopy(enc[:len(enc)-3], time.Time{}); err == nil {
 			t.Errorf("sync %v: a copy cut short was taken", sync)
 		}
 	}

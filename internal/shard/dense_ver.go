@@ -3,11 +3,11 @@ package shard
 import (
 	"math"
 
-	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/format"
 )
 
 // Dense block versions, for incremental dense pulls (docs/WIRE.md): each
-// variable is cut into blocks of wire.DenseBlock values, each with the
+// variable is cut into blocks of format.DenseBlock values, each with the
 // version of the shard's dense values at which it last may have changed.
 // The shard's counter, dver, moves forward at every write of a variable's
 // values; every writer goes through update (a push, a sync step's apply,
@@ -27,11 +27,11 @@ import (
 func (s *Shard) stamp(v *Var, grad []float32) {
 	s.dver++
 	if v.ver == nil {
-		v.ver = make([]uint64, wire.DenseBlocks(len(v.value)))
+		v.ver = make([]uint64, format.DenseBlocks(len(v.value)))
 	}
 	sgd := v.rule.Name() == "sgd" && len(grad) == len(v.value)
 	for i := range v.ver {
-		if sgd && allPlusZero(grad[i*wire.DenseBlock:min((i+1)*wire.DenseBlock, len(grad))]) {
+		if sgd && allPlusZero(grad[i*format.DenseBlock:min((i+1)*format.DenseBlock, len(grad))]) {
 			continue
 		}
 		v.ver[i] = s.dver
@@ -56,7 +56,7 @@ func (s *Shard) stampAll() {
 	s.dver++
 	for _, v := range s.st.order {
 		if v.ver == nil {
-			v.ver = make([]uint64, wire.DenseBlocks(len(v.value)))
+			v.ver = make([]uint64, format.DenseBlocks(len(v.value)))
 		}
 		for i := range v.ver {
 			v.ver[i] = s.dver
@@ -72,7 +72,7 @@ func (s *Shard) DenseVersion() uint64 { return s.dver }
 func (s *Shard) DenseBlocks() int {
 	n := 0
 	for _, v := range s.Vars() {
-		n += wire.DenseBlocks(len(v.value))
+		n += format.DenseBlocks(len(v.value))
 	}
 	return n
 }
@@ -84,7 +84,7 @@ func (s *Shard) DenseChangedSince(since uint64, sel []uint64) int {
 	clear(sel)
 	n, b := 0, 0
 	for _, v := range s.Vars() {
-		for i := range wire.DenseBlocks(len(v.value)) {
+		for i := range format.DenseBlocks(len(v.value)) {
 			if since == 0 || v.ver == nil || v.ver[i] > since {
 				sel[b>>6] |= 1 << (b & 63)
 				n++

@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Every writer of dense values moves their blocks past the version a
 // worker holds: a push (the blocks its gradient may change) and a new
 // state installed (a restore).
 func TestDenseBlockVersions(t *testing.T) {
-	n := 2*wire.DenseBlock + 10 // 3 blocks
+	n := 2*format.DenseBlock + 10 // 3 blocks
 	l := Layout{Vars: []VarSpec{{Name: "w", Shape: []int64{int64(n)}}, {Name: "b", Shape: []int64{1}}}, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}
 	sh := New(Config{NumWorkers: 1})
 	if _, err := sh.Init(l, [][]float32{make([]float32, n), {0}}); err != nil {
@@ -35,7 +35,7 @@ func TestDenseBlockVersions(t *testing.T) {
 	}
 	// A gradient that is +0 but in w's middle block and b's.
 	g := make([]float32, n)
-	g[wire.DenseBlock+3] = 1
+	g[format.DenseBlock+3] = 1
 	push := func(g, b []float32) {
 		t.Helper()
 		p := &Push{Dense: []DenseGrad{{Name: []byte("w"), Values: g, Bad: -1}, {Name: []byte("b"), Values: b, Bad: -1}}}

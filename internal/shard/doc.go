@@ -5,7 +5,10 @@
 // accumulators, and the incarnation that tells a restarted ps apart.
 //
 // A Shard has no goroutines, sockets, clocks or locks. Requests enter as
-// plain values and time enters as an argument:
+// plain values, time enters as an argument, and a large job (a
+// checkpoint's sort, a restore's import, a big variable's update) is
+// spread over the cores by the parallel.Runner and Update its caller puts
+// in Config (the ps passes goroutines; by default one goroutine does it):
 //
 //	sh := shard.New(shard.Config{Task: 0, NumPS: 1, NumWorkers: 2})
 //	err := sh.Init(layout, values)        // the chief's Init
@@ -20,8 +23,9 @@
 // The ps process (package server) owns one Shard behind one mutex and is
 // a thin shell: its gRPC service and its binary data path decode requests
 // into the same Push type, call the same Check and Apply, and map the
-// errors of this package to status codes in one function (Code). So the
-// same pushes give the same bytes of state however they were framed.
+// errors of this package, by Kind, to what its clients see in one place.
+// So the same pushes give the same bytes of state however they were
+// framed.
 //
 // Errors are of type *Error with a Kind saying what a caller can do about
 // them: Invalid (a malformed request; nothing was applied and the shard
@@ -32,6 +36,6 @@
 // key set the connection no longer holds).
 //
 // Buffer ownership: a dense variable's value buffer may be lent to replies
-// that are written after the caller's lock is released (Var.Lend,
+// that are written after the caller's lock is released (Var.LeaseValues,
 // Lease.Release); an update of a lent variable updates a copy (lease.go).
 package shard

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // trialChunk is how many values a trial update works on at a time: small
@@ -61,11 +61,11 @@ func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
 			copy(views[j], v.state[j][lo:hi])
 		}
 		v.rule.Update(val, grad[lo:hi], views, step)
-		if i := wire.FirstNonFinite(val); i >= 0 {
+		if i := format.FirstNonFinite(val); i >= 0 {
 			return fmt.Errorf("variable %q: the update would make element %d %v (it is %v, the gradient %v); refused whole, nothing changed", v.name, lo+i, val[i], v.value[lo+i], grad[lo+i])
 		}
 		for j, sv := range views {
-			if i := wire.FirstNonFinite(sv); i >= 0 {
+			if i := format.FirstNonFinite(sv); i >= 0 {
 				return fmt.Errorf("variable %q: the update would make %s state slot %d element %d %v (the gradient is %v); refused whole, nothing changed", v.name, v.rule.Name(), j, lo+i, sv[i], grad[lo+i])
 			}
 		}
@@ -119,9 +119,9 @@ func (t *trialRule) Update(param, grad []float32, state [][]float32, step int64)
 			copy(views[j], state[j][lo:hi])
 		}
 		t.Rule.Update(val, grad[lo:hi], views, step)
-		ok := wire.AllFinite(val)
+		ok := format.AllFinite(val)
 		for _, sv := range views {
-			ok = ok && wire.AllFinite(sv)
+			ok = ok && format.AllFinite(sv)
 		}
 		if !ok {
 			t.bad.Store(true)

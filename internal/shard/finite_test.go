@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 )
 
 func pushW(worker int, step int64, g ...float32) *Push {
@@ -106,7 +107,7 @@ func assertFinite(t *testing.T, s *Shard) {
 func TestNonFiniteResultRefusedParallel(t *testing.T) {
 	n := 3 * optim.MinChunk
 	s := New(Config{NumWorkers: 1, Update: func(r optim.Rule, p, g []float32, st [][]float32, step int64) {
-		optim.ApplyParallel(r, p, g, st, step, 4)
+		optim.ApplyParallel(r, p, g, st, step, goroutines.Width(4))
 	}})
 	l := Layout{Vars: []VarSpec{{Name: "w", Shape: []int64{int64(n)}}}, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, NumWorkers: 1}
 	init := make([]float32, n)

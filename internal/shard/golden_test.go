@@ -43,7 +43,7 @@ func TestGoldenCheckpointsRestore(t *testing.T) {
 						sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, m, k)
 						return &sh, err
 					}
-					st, err := Restore(m, read, task, numPS, m.NumWorkers)
+					st, err := Restore(m, read, task, numPS, m.NumWorkers, testRunner)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -7,7 +7,7 @@ import (
 )
 
 // Replies on the data path are written straight from the variables' value
-// buffers, not from a copy: a pull lends each buffer it answers with (Lend),
+// buffers, not from a copy: a pull lends each buffer it answers with (LeaseValues),
 // and gives it back once the reply is written (Release). A push that must
 // update a buffer still lent updates a copy instead and makes it the
 // variable's value (writable); the lent buffer stays as it was until its
@@ -15,7 +15,7 @@ import (
 // such copy. With one worker, or pushes and pulls that do not overlap, no
 // copy is ever made.
 //
-// Like every method of a Shard, Lend and Release run serialised with the
+// Like every method of a Shard, LeaseValues and Release run serialised with the
 // shard's other calls (under the ps's lock); only the lent buffer's bytes
 // are read outside it. Any code that writes a Var's value in place must
 // call writable first.
@@ -45,14 +45,14 @@ func (l Lease) Var() *Var { return l.v }
 // Values are the lent values: unchanged until Release.
 func (l Lease) Values() []float32 { return l.buf }
 
-// Lend returns v's current values for a reply to write, which must call
+// LeaseValues returns v's current values for a reply to write, which must call
 // Release when it has.
-func (v *Var) Lend() Lease {
+func (v *Var) LeaseValues() Lease {
 	v.lent.cur++
 	return Lease{v: v, buf: v.value}
 }
 
-// Release gives back a buffer lent by Lend.
+// Release gives back a buffer lent by LeaseValues.
 func (l Lease) Release() {
 	lb := &l.v.lent
 	if sameBuf(l.buf, l.v.value) {

@@ -6,8 +6,8 @@ import "testing"
 // copy, and the lent buffer becomes the spare once its last reply is out.
 func TestLendWritableRelease(t *testing.T) {
 	v := &Var{name: "w", value: []float32{1, 2, 3}}
-	a := v.Lend()
-	b := v.Lend()
+	a := v.LeaseValues()
+	b := v.LeaseValues()
 	v.writable()
 	if sameBuf(v.value, a.buf) {
 		t.Fatal("writable kept the lent buffer")
@@ -16,7 +16,7 @@ func TestLendWritableRelease(t *testing.T) {
 	if a.buf[0] != 1 || b.buf[0] != 1 {
 		t.Fatalf("a lent buffer changed: %v", a.buf)
 	}
-	c := v.Lend() // lends the new buffer
+	c := v.LeaseValues() // lends the new buffer
 	a.Release()
 	if v.lent.spare != nil {
 		t.Fatal("the old buffer became spare while a reply still reads it")

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/table/sparse"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Unchecked in a gradient's Bad field asks Check to look for values that
@@ -74,6 +74,11 @@ func (s *Shard) Check(p *Push) error {
 	if err := s.check(p); err != nil {
 		return s.reject(p.Worker, p.Step, err)
 	}
+	for i, t := range p.tabs {
+		if err := t.fetch(p.Sparse[i].keys()); err != nil {
+			return s.tierFailed(t, err)
+		}
+	}
 	p.ok, p.st = true, s.st
 	return nil
 }
@@ -97,7 +102,7 @@ func (s *Shard) check(p *Push) error {
 		}
 		bad := g.Bad
 		if bad == Unchecked {
-			bad = wire.FirstNonFinite(g.Values)
+			bad = format.FirstNonFinite(g.Values)
 		}
 		if bad >= 0 {
 			return fmt.Errorf("variable %q: gradient element %d is %v", g.Name, bad, g.Values[bad])
@@ -125,7 +130,7 @@ func (s *Shard) check(p *Push) error {
 		}
 		bad := g.Bad
 		if bad == Unchecked {
-			bad = wire.FirstNonFinite(g.Values)
+			bad = format.FirstNonFinite(g.Values)
 		}
 		if bad >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", g.Table, keys[bad/dim], bad%dim, g.Values[bad])
@@ -176,7 +181,7 @@ func (r Result) Dropped() bool { return r.Verdict.Dropped() }
 type Stream struct {
 	Chunk int // values updated at a time (> 0)
 	// Begin runs once the verdict is Apply, after every pushed variable has
-	// counted the update and been made writable (Lend now lends the
+	// counted the update and been made writable (LeaseValues now lends the
 	// buffer the update writes), before any value changes.
 	Begin func(step int64)
 	// Var runs before variable i of the push is updated.
@@ -213,7 +218,7 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 				return Result{}, s.refuseResult(p.Worker, p.Step, err)
 			}
 		}
-		for i, t := range p.tabs {
+		for i, t := range p.tabs { // Check brought the rows back from a tier
 			if err := t.t.CheckPush(p.Sparse[i].keys(), p.Sparse[i].Values); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err))
 			}
@@ -235,7 +240,9 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 			}
 		}
 		for i, t := range p.tabs {
-			t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step())
+			if err := t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step()); err != nil {
+				return Result{}, s.tierFailed(t, err)
+			}
 		}
 		s.maybeEvict()
 		s.version++
@@ -323,6 +330,13 @@ func (s *Shard) applyStep(count int) error {
 	for _, t := range st.tableOrd {
 		scaleBy(t.acc, scale)
 	}
+	for _, t := range st.tableOrd {
+		// The check reads the rows the step updates: those a tier holds
+		// come back first, as they would for the update.
+		if err := t.fetch(t.accKeys); err != nil {
+			return s.tierFailed(t, err)
+		}
+	}
 	if err := s.checkStep(); err != nil {
 		for _, v := range st.order {
 			clear(v.accum)
@@ -346,7 +360,9 @@ func (s *Shard) applyStep(count int) error {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		t.applyAccumulated(st.tracker.Step())
+		if err := t.applyAccumulated(st.tracker.Step()); err != nil {
+			s.tierFailed(t, err)
+		}
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()

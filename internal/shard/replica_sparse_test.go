@@ -117,7 +117,7 @@ func replicatedTablesJob(t *testing.T, sync, log bool) {
 				t.Fatal(err)
 			}
 			backup = newCopy()
-			if err := backup.DecodeCopy(b); err != nil {
+			if err := backup.DecodeCopy(b, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		case 16: // failover: the primary dies, the backup serves, a new copy backs it
@@ -127,7 +127,7 @@ func replicatedTablesJob(t *testing.T, sync, log bool) {
 				t.Fatal(err)
 			}
 			backup = newCopy()
-			if err := backup.DecodeCopy(b); err != nil {
+			if err := backup.DecodeCopy(b, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -101,7 +101,7 @@ func TestScenarios(t *testing.T) {
 				}
 				var lines []string
 				for _, v := range sh.Vars() {
-					l := v.Lend()
+					l := v.LeaseValues()
 					lines = append(lines, fmt.Sprintf("%s=%v", v.Name(), l.Values()))
 					l.Release()
 				}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/consistency"
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Config is what a shard knows of its place in the cluster.
@@ -26,6 +27,10 @@ type Config struct {
 	// Update applies one dense gradient with a rule; nil is the rule's own
 	// Update. The ps passes optim.ApplyParallel's spread over its cores.
 	Update func(r optim.Rule, param, grad []float32, state [][]float32, step int64)
+	// Parallel runs the sparse tables' large jobs (a checkpoint's copy and
+	// sort, a restore's import) on several cores; nil is parallel.Serial.
+	// The package starts no goroutine: the ps passes one that does.
+	Parallel parallel.Runner
 	// Incarnation returns a new incarnation id (random if nil); tests pass
 	// a counter to make runs repeatable.
 	Incarnation func() uint64
@@ -40,6 +45,8 @@ type Config struct {
 	// of a replicated shard applies the changes a pull makes to its tables
 	// (admission counts, new rows) from the shard's log (TouchRows) instead.
 	PeekPulls bool
+	// Tiers, if set, gives every table a second tier (Tiers).
+	Tiers Tiers
 }
 
 // RowGrads is a synchronous step's averaged gradient of one sparse table:
@@ -87,7 +94,7 @@ const MaxValues = math.MaxInt32
 type Var struct {
 	name     string
 	shape    []int64
-	value    []float32 // lent to replies in flight: see Lend before writing it
+	value    []float32 // lent to replies in flight: see LeaseValues before writing it
 	state    [][]float32
 	accum    []float32 // sync: sum of the current step's gradients
 	updates  int64     // updates applied, for Adam's bias correction
@@ -172,9 +179,7 @@ func New(cfg Config) *Shard {
 
 func randomIncarnation() uint64 {
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return uint64(time.Now().UnixNano()) | 1
-	}
+	_, _ = rand.Read(b[:]) // never fails: it crashes the program instead
 	return binary.LittleEndian.Uint64(b[:]) | 1
 }
 
@@ -298,6 +303,13 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 	return false, nil
 }
 
+// setParallel makes run the Runner of the state's sparse tables.
+func (st *State) setParallel(run parallel.Runner) {
+	for _, t := range st.tableOrd {
+		t.t.SetParallel(run)
+	}
+}
+
 // NumValues checks a shape and returns its number of values: every
 // dimension > 0 and the product at most MaxValues (no overflow).
 func NumValues(shape []int64) (int, error) {
@@ -337,10 +349,10 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	sizes := make([]int, len(l.Vars))
 	rules := make([]optim.Rule, len(l.Vars))
 	for i, spec := range l.Vars {
-		if len(spec.Name) == 0 || len(spec.Name) > wire.MaxName {
-			// The data path carries names of at most wire.MaxName bytes:
+		if len(spec.Name) == 0 || len(spec.Name) > format.MaxName {
+			// The data path carries names of at most format.MaxName bytes:
 			// a longer one would be initialised and then never pushed.
-			return nil, fmt.Errorf("variable %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), wire.MaxName)
+			return nil, fmt.Errorf("variable %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), format.MaxName)
 		}
 		n, err := NumValues(spec.Shape)
 		if err != nil {
@@ -383,6 +395,8 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 // Install makes st the shard's state. A state built from a checkpoint
 // (Restore) gives the shard a new incarnation and aborts waiting pulls.
 func (s *Shard) Install(st *State) {
+	st.setParallel(s.cfg.Parallel)
+	s.attachTiers(st)
 	s.st = st
 	s.pendingSince = time.Time{}
 	s.syncFailed = nil

@@ -25,7 +25,7 @@ func TestStreamedApplyIsBitEqual(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			values := [][]float32{randFloats(rng, 111), randFloats(rng, 5)}
 			whole := New(Config{NumWorkers: 2, Update: func(r optim.Rule, p, g []float32, st [][]float32, step int64) {
-				optim.ApplyParallel(r, p, g, st, step, 4)
+				optim.ApplyParallel(r, p, g, st, step, testRunner)
 			}})
 			chunked := New(Config{NumWorkers: 2})
 			for _, sh := range []*Shard{whole, chunked} {

@@ -3,9 +3,9 @@ package shard
 import (
 	"fmt"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/table/sparse"
-	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // sketchWidth is the admission sketch's width of every table (0: the
@@ -20,6 +20,7 @@ type table struct {
 	t          *sparse.Table
 	rule       optim.Rule // the layout's rule or the table's own
 	evictEvery int64
+	tier       Tier // nil: every row in memory
 
 	// sync accumulator: accKeys[i] has gradient acc[i*dim:(i+1)*dim].
 	accPos  map[uint64]int
@@ -36,8 +37,8 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if _, dup := tables[spec.Name]; dup {
 			return nil, nil, fmt.Errorf("table %q given twice", spec.Name)
 		}
-		if len(spec.Name) == 0 || len(spec.Name) > wire.MaxName {
-			return nil, nil, fmt.Errorf("table %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), wire.MaxName)
+		if len(spec.Name) == 0 || len(spec.Name) > format.MaxName {
+			return nil, nil, fmt.Errorf("table %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), format.MaxName)
 		}
 		r, err := ruleOf(rule, spec.Optimizer)
 		if err != nil {
@@ -67,7 +68,10 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 
 // push applies an asynchronous step's gradient to the table's rows, through
 // the remembered rows of a key set where there is one (the same result).
-func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) {
+func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) error {
+	if err := t.fetch(keys); err != nil {
+		return err
+	}
 	var err error
 	if set != nil {
 		err = t.t.PushSet(set, grads, step)
@@ -78,6 +82,7 @@ func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step in
 	if err != nil {
 		panic(fmt.Sprintf("shard: checked push refused by table %q: %v", t.name, err))
 	}
+	return nil
 }
 
 // accumulate adds a synchronous step's row gradients to the sum.
@@ -100,13 +105,14 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 
 // applyAccumulated applies the sum, scaled already by 1/replicas, and
 // clears it.
-func (t *table) applyAccumulated(step int64) {
+func (t *table) applyAccumulated(step int64) error {
 	if len(t.accKeys) == 0 {
-		return
+		return nil
 	}
-	t.push(t.accKeys, nil, t.acc, step)
+	err := t.push(t.accKeys, nil, t.acc, step)
 	clear(t.accPos)
 	t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+	return err
 }
 
 // maybeEvict runs eviction every tenth of each table's idle limit, after
@@ -159,6 +165,9 @@ func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned b
 			return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 		}
 	}
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	var err error
 	switch {
 	case s.cfg.PeekPulls:
@@ -180,7 +189,11 @@ func (s *Shard) PullChanges(name []byte, keys []uint64) (bool, error) {
 	if _, err := s.TableDim(name); err != nil {
 		return false, err
 	}
-	return s.st.tables[string(name)].t.PullChanges(keys), nil
+	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return false, s.tierFailed(t, err)
+	}
+	return t.t.PullChanges(keys), nil
 }
 
 // TouchRows makes the changes PullRows of keys makes to a table without
@@ -195,6 +208,9 @@ func (s *Shard) TouchRows(name []byte, keys []uint64) error {
 		return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 	}
 	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	if n := len(keys) * dim; cap(t.touchBuf) < n {
 		t.touchBuf = make([]float32, n)
 	}

@@ -3,13 +3,14 @@ package trainer
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel/goroutines"
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 	"github.com/paramserv/paramserv/internal/wire/pb"
@@ -55,8 +56,9 @@ func newLocalPS(cfg Config, vars []model.Variable, tables []model.Table, init mo
 		NumPS: 1, NumWorkers: 1, Logf: cfg.Logf,
 		// The ps's own spread of a large update over the cores.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {
-			optim.ApplyParallel(r, param, grad, state, step, runtime.GOMAXPROCS(0))
+			optim.ApplyParallel(r, param, grad, state, step, goroutines.OnCores())
 		},
+		Parallel: goroutines.OnCores(),
 	})
 	l := shard.Layout{
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: 1, NumWorkers: 1,
@@ -172,7 +174,7 @@ func (p *localPS) do(req *client.Request, call *client.Call) error {
 			if !ok {
 				continue
 			}
-			lease := p.sh.Var(v.Name).Lend()
+			lease := p.sh.Var(v.Name).LeaseValues()
 			copy(dst, lease.Values())
 			lease.Release()
 		}
@@ -250,7 +252,7 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	if cfg.NewModel != nil {
 		m, err = cfg.NewModel(data)
 	} else {
-		m, err = NewModel(cfg.Model, data)
+		m, err = catalog.New(cfg.Model, data)
 	}
 	if err != nil {
 		return &ConfigError{Err: err}

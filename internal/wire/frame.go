@@ -1,6 +1,10 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/paramserv/paramserv/internal/format"
+)
 
 // The data path: push, pull and push+pull as length-prefixed binary frames
 // over a plain TCP connection, beside gRPC on the same port (the ps tells
@@ -45,8 +49,9 @@ const (
 	RepHeaderLen = 32
 	// MaxBody bounds the bytes after a header (as gRPC's message limit).
 	MaxBody = 1 << 30
-	// MaxName bounds a variable or table name.
-	MaxName = 1024
+	// MaxName bounds a variable or table name (format.MaxName, which the
+	// ps checks names against at Init).
+	MaxName = format.MaxName
 	// MaxSections bounds the sections of each kind in one frame.
 	MaxSections = 4096
 	// MaxErrorMessage bounds the message of an error reply.
@@ -104,15 +109,11 @@ const (
 )
 
 // DenseBlock is the number of float32 values of a dense block, the unit of
-// incremental dense pulls: each variable of a ps is cut into blocks of
-// DenseBlock values (the last one shorter), numbered over the variables in
-// the order the reply lists them. 64 KiB a block: a version per block
-// costs the ps nothing to keep and the request one bit to name, and a
-// variable rarely changes in part at a finer grain than that.
-const DenseBlock = 1 << 14
+// incremental dense pulls (format.DenseBlock, which the ps's versions use).
+const DenseBlock = format.DenseBlock
 
 // DenseBlocks is the number of blocks of a variable of n values.
-func DenseBlocks(n int) int { return (n + DenseBlock - 1) / DenseBlock }
+func DenseBlocks(n int) int { return format.DenseBlocks(n) }
 
 // MaxDenseBlocks bounds the blocks a request may name (MaxBody's worth of
 // values).

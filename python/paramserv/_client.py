@@ -710,9 +710,12 @@ class Client:
 
     def close(self) -> None:
         """Closes the connections, after any call still in flight. Safe to
-        call twice."""
+        call twice. In a process forked after the library was loaded it
+        raises ParamservError at once, as every other call does: the
+        calls in flight, the locks and the connections are the parent's."""
         if self._closed:
             return
+        _check_fork()
         with self._calls_lock:
             calls = list(self._calls.values())
         for f in calls:

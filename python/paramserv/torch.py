@@ -31,7 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ._client import Client
+from ._client import Client, _check_fork
 
 __all__ = ["DistributedModule", "Embedding"]
 
@@ -389,7 +389,9 @@ class DistributedModule(torch.nn.Module):
         self.client.done()
 
     def close(self) -> None:
-        """Closes the client (after the push in flight)."""
+        """Closes the client (after the push in flight); refused at once in a
+        forked child, as Client.close is."""
+        _check_fork()
         try:
             self._settle()
         finally:

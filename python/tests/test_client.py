@@ -297,6 +297,47 @@ def test_forked_child_is_refused(client):
     assert "forked" in got, got
 
 
+def _in_child(fn):
+    """Runs fn in a forked child; returns what it raised (or "no error"),
+    waiting at most a minute for the child to say so."""
+    import os
+    import select
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        msg = b"no error"
+        try:
+            fn()
+        except ParamservError as e:
+            msg = str(e).encode()
+        except BaseException as e:  # noqa: BLE001
+            msg = repr(e).encode()
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    ready, _, _ = select.select([r], [], [], 60)
+    if not ready:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child said nothing within 60 s: it hangs")
+    got = os.read(r, 1000).decode()
+    os.waitpid(pid, 0)
+    os.close(r)
+    return got
+
+
+def test_forked_child_close_is_refused(client):
+    """Issue 28: close() or leaving a with block in a forked child hung the
+    child and the parent; it is refused at once, as other calls are."""
+    assert "forked" in _in_child(client.close)
+
+    def leave_with():
+        with client:
+            pass
+    assert "forked" in _in_child(leave_with)
+    assert not client._closed  # the parent's client is untouched
+
+
 def test_tls_and_token(make_cluster, paramserv_bin, tmp_path):
     token = tmp_path / "token"
     token.write_text("the-python-workers-shared-secret\n")

@@ -35,5 +35,11 @@
 // # Concurrency
 //
 // A Table has no locks and must be used by one goroutine at a time; the
-// server's loop owns it. Nothing in the package starts goroutines.
+// server's loop owns it. Nothing in the package starts a goroutine: the
+// large jobs (Export, Sorted, Import into an empty table, Frozen,
+// FrozenSize.Alloc) run their pieces through the parallel.Runner given to
+// SetParallel, which may run them on several cores at once (parallel.Serial,
+// the caller's goroutine alone, by default). The results are the same
+// whatever the Runner. A Frozen or FrozenShared copy may be read from
+// another goroutine while its table changes (see FrozenShared).
 package sparse

@@ -18,14 +18,14 @@ func (t *Table) FrozenIn(m *FrozenMem) *Table {
 		pageShift: t.pageShift, pageMask: t.pageMask,
 		highWater: t.highWater, freeHead: -1, live: t.live,
 		base: t.base, clock: t.clock, maxRows: t.maxRows,
-		pages: make([]page, len(t.pages)),
+		pages: make([]page, len(t.pages)), par: t.par,
 	}
 	if m != nil && len(m.pages) < len(t.pages) {
 		m.pages = append(m.pages, make([]page, len(t.pages)-len(m.pages))...)
 	}
 	// The copy is memory bandwidth (and page faults, without m): spread it
 	// over the cores, a page at a time.
-	parallelPages(len(t.pages), func(i int) {
+	t.runner().Run(len(t.pages), func(i int) {
 		p := &t.pages[i]
 		q := &c.pages[i]
 		var mem page

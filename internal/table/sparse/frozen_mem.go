@@ -1,10 +1,6 @@
 package sparse
 
-import (
-	"runtime"
-	"sync"
-	"sync/atomic"
-)
+import "github.com/paramserv/paramserv/internal/parallel"
 
 // FrozenMem is memory for a Frozen copy, allocated and written once (so
 // the kernel has mapped every page of it) before the server takes its lock:
@@ -23,6 +19,7 @@ type FrozenMem struct {
 // FrozenSize is the size of a table's pages, for FrozenMem.
 type FrozenSize struct {
 	pages []pageSize
+	par   parallel.Runner // the table's, for Alloc
 }
 
 type pageSize struct{ keys, data, live, touch, count int }
@@ -30,7 +27,7 @@ type pageSize struct{ keys, data, live, touch, count int }
 // FrozenSize reports the size of the memory a Frozen copy of the table
 // takes now. It costs a few words per page.
 func (t *Table) FrozenSize() FrozenSize {
-	z := FrozenSize{pages: make([]pageSize, len(t.pages))}
+	z := FrozenSize{pages: make([]pageSize, len(t.pages)), par: t.runner()}
 	for i := range t.pages {
 		p := &t.pages[i]
 		z.pages[i] = pageSize{len(p.keys), len(p.data), len(p.live), len(p.touch), len(p.count)}
@@ -39,10 +36,11 @@ func (t *Table) FrozenSize() FrozenSize {
 }
 
 // Alloc allocates the memory of z and writes a zero into each of its
-// memory pages, spread over the cores. It touches no table.
+// memory pages, spread over the cores by the table's Runner. It touches no
+// table.
 func (z FrozenSize) Alloc() *FrozenMem {
 	m := &FrozenMem{pages: make([]page, len(z.pages))}
-	parallelPages(len(z.pages), func(i int) {
+	parallel.Or(z.par).Run(len(z.pages), func(i int) {
 		s, q := z.pages[i], &m.pages[i]
 		q.keys = touched(make([]uint64, s.keys), 512)
 		q.data = touched(make([]float32, s.data), 1024)
@@ -64,26 +62,6 @@ func touched[T uint64 | uint32 | float32](s []T, step int) []T {
 		s[i] = 0
 	}
 	return s
-}
-
-// parallelPages calls f for each of n pages, spread over the cores.
-func parallelPages(n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // into copies src into dst's memory when it has the room, else into new

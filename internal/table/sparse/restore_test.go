@@ -200,7 +200,7 @@ func TestFillPagesFindsKeysOutOfOrder(t *testing.T) {
 					}
 				}
 				got, _, gotErr, wantErr := importBoth(t, cfg, s)
-				if i := Unordered(s.Keys); i != min(bad[0], bad[len(bad)-1]) {
+				if i := Unordered(s.Keys, defaultRunner); i != min(bad[0], bad[len(bad)-1]) {
 					t.Fatalf("Unordered = %d, want %d: the case is wrong", i, min(bad[0], bad[len(bad)-1]))
 				}
 				if !errors.Is(gotErr, ErrSnapshot) || !errors.Is(gotErr, ErrUnordered) || wantErr == nil || gotErr.Error() != wantErr.Error() {

@@ -128,7 +128,7 @@ func (t *Table) ownRows(rows []int32) {
 		}
 		return
 	}
-	parallelPages(len(pages), func(i int) { t.copyPage(pages[i]) })
+	t.runner().Run(len(pages), func(i int) { t.copyPage(pages[i]) })
 }
 
 // copyPage gives page pi memory of its own, a copy of what it shares.

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/parallel"
 )
 
 // Errors returned by this package; each is wrapped with the details, so test
@@ -70,6 +71,10 @@ type Config struct {
 	// than EvictAfterSteps global steps before step. 0 never evicts, and
 	// then no per-row touch step is stored.
 	EvictAfterSteps int64
+	// KeepTouch stores each row's last-touched step even when
+	// EvictAfterSteps is 0 (4 bytes a row): a disk tier picks the rows it
+	// moves out by it (Coldest), and EvictBefore needs it.
+	KeepTouch bool
 	// MaxRows caps the number of rows; 0 means MaxRowsLimit. A key that
 	// would need a row past the cap is treated as not admitted (and counted
 	// in Stats.CapacityRejects).
@@ -177,10 +182,15 @@ type Table struct {
 	// Steps: touch values are relative to base; clock is the largest step
 	// seen (by Push or Evict) and stamps the rows Pull creates.
 	base, clock int64
+	cutoff      int64 // the largest eviction cutoff applied (tier.go)
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
 	trial trial       // scratch of CheckPush (finite.go)
+
+	// par runs the large jobs (Export, Sorted, Import into an empty
+	// table, Frozen) on several cores: parallel.Serial until SetParallel.
+	par parallel.Runner
 
 	// Key sets (keyset.go): gen counts the times rows were freed, so a
 	// KeySet's remembered row ids are valid while it is unchanged; mark and
@@ -251,7 +261,7 @@ func New(cfg Config) (*Table, error) {
 		minCount:   cfg.MinCount,
 		evictAfter: cfg.EvictAfterSteps,
 		maxRows:    cfg.MaxRows,
-		keepTouch:  cfg.EvictAfterSteps > 0,
+		keepTouch:  cfg.EvictAfterSteps > 0 || cfg.KeepTouch,
 		keepCount:  usesStep(cfg.Rule),
 		freeHead:   -1,
 		pageShift:  shift,
@@ -385,11 +395,27 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 func (t *Table) Evict(globalStep int64) int {
 	t.clock = max(t.clock, globalStep)
 	t.bump()
-	if t.evictAfter == 0 || t.live == 0 {
+	if t.evictAfter == 0 {
 		return 0
 	}
-	cutoff := globalStep - t.evictAfter // rows touched before cutoff go
-	if cutoff <= t.base {
+	return t.evictBefore(globalStep - t.evictAfter)
+}
+
+// EvictBefore drops every row last touched before step cutoff (a cutoff
+// found another way than EvictAfterSteps, such as from wall-clock time),
+// and returns how many it dropped. The table must keep last-touched steps
+// (Config.KeepTouch); without them it drops none.
+func (t *Table) EvictBefore(cutoff int64) int {
+	t.bump()
+	if !t.keepTouch {
+		return 0
+	}
+	return t.evictBefore(cutoff)
+}
+
+func (t *Table) evictBefore(cutoff int64) int {
+	t.cutoff = max(t.cutoff, cutoff)
+	if t.live == 0 || cutoff <= t.base { // rows touched before cutoff go
 		return 0
 	}
 	relCut := cutoff - t.base
@@ -595,3 +621,23 @@ func (t *Table) forLive(fn func(r int, p *page, o int)) {
 		}
 	}
 }
+
+// SetParallel makes run the Runner of the table's large jobs (Export,
+// Sorted, Import into an empty table, Frozen and FrozenSize.Alloc), which
+// spread them over the cores; the table's Frozen copies inherit it. nil is
+// parallel.Serial, the default: the package starts no goroutine of its
+// own. The result of every job is the same whatever the Runner.
+func (t *Table) SetParallel(run parallel.Runner) { t.par = run }
+
+// runner is the table's Runner: SetParallel's, else defaultRunner.
+func (t *Table) runner() parallel.Runner {
+	if t.par != nil {
+		return t.par
+	}
+	return defaultRunner
+}
+
+// defaultRunner runs the jobs of a table SetParallel was not called on:
+// parallel.Serial. The package's tests make it run on goroutines, so that
+// the race detector sees the parallel paths.
+var defaultRunner = parallel.Serial

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package wire
+package format
 
 import "golang.org/x/sys/cpu"
 

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/secure"
+)
+
+// Roles bound to certificates (docs/SECURITY.md). Under TLS every
+// connection's peer proved a task (secure.PeerTask): worker i pushes,
+// pulls and says Done only as worker i; only the chief (worker 0)
+// initialises, checkpoints and restores; a ps's certificate is no worker.
+// Status is open to every task. Without TLS (plain, or a token alone) a
+// connection proves no task and every role is open to it.
+
+// peerTasker is a connection that knows the task its peer proved.
+type peerTasker interface {
+	PeerTask() (job string, index int, ok bool)
+}
+
+// peerTask is the task conn's peer proved, if any.
+func peerTask(conn net.Conn) (secure.Task, bool) {
+	if pt, ok := conn.(peerTasker); ok {
+		if job, i, ok := pt.PeerTask(); ok {
+			return secure.Task{Job: job, Index: i}, true
+		}
+	}
+	return secure.Task{}, false
+}
+
+// PeerTask is the task the connection's peer proved (the mux's gRPC
+// connections wrap secure's).
+func (c *replayConn) PeerTask() (string, int, bool) {
+	t, ok := peerTask(c.Conn)
+	return t.Job, t.Index, ok
+}
+
+// taskCreds are gRPC's transport credentials on a mux's connections: no
+// handshake of their own (secure's listener ran it), only the task the
+// peer proved, as the call's peer.AuthInfo.
+type taskCreds struct {
+	credentials.TransportCredentials
+}
+
+type taskInfo struct {
+	credentials.CommonAuthInfo
+	task secure.Task
+	ok   bool
+}
+
+func (taskInfo) AuthType() string { return "paramserv-task" }
+
+func (c taskCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	t, ok := peerTask(conn)
+	return conn, taskInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, task: t, ok: ok}, nil
+}
+
+func (c taskCreds) Clone() credentials.TransportCredentials {
+	return taskCreds{c.TransportCredentials.Clone()}
+}
+
+// workerOf is the worker a request names, for the calls a worker makes
+// as itself.
+type workerOf interface{ GetWorker() int32 }
+
+// roleCheck refuses a call its caller's task may not make.
+func roleCheck(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	p, _ := peer.FromContext(ctx)
+	var ti taskInfo
+	if p != nil {
+		ti, _ = p.AuthInfo.(taskInfo)
+	}
+	if !ti.ok {
+		return handler(ctx, req)
+	}
+	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	if err := allowed(ti.task, method, req); err != nil {
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	return handler(ctx, req)
+}
+
+// allowed says why task may not make the call method with req, or nil.
+func allowed(task secure.Task, method string, req any) error {
+	switch method {
+	case "Status":
+		return nil
+	case "Init", "Checkpoint", "Restore":
+		if task != (secure.Task{Job: "worker", Index: 0}) {
+			return fmt.Errorf("%s: only the chief (worker 0) may call it; this connection's certificate is %s's", method, task)
+		}
+		return nil
+	case "Push", "Pull", "PushPull", "Done":
+		w, ok := req.(workerOf)
+		if !ok {
+			return nil
+		}
+		return asWorker(task, method, w.GetWorker())
+	}
+	return nil
+}
+
+// asWorker says why task may not act as worker w, or nil.
+func asWorker(task secure.Task, what string, w int32) error {
+	if task.Job != "worker" || int32(task.Index) != w {
+		return fmt.Errorf("%s as worker %d: this connection's certificate is %s's (a task acts only as itself)", what, w, task)
+	}
+	return nil
+}
