@@ -285,6 +285,11 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 		if n != len(values[i]) {
 			return false, errorf(Invalid, "variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, 4*len(values[i]))
 		}
+		// A value not finite would stay (no update can mend it) and reach
+		// every checkpoint.
+		if j := format.FirstNonFinite(values[i]); j >= 0 {
+			return false, errorf(Invalid, "variable %q: initial value %d is %v: the values of a model must be finite", spec.Name, j, values[i][j])
+		}
 	}
 	st, err := Build(l, func(i int, dst []float32) error {
 		if i >= len(values) {
