@@ -65,6 +65,25 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) e
 			return errorf(Invalid, "ps %d: aggregate: %w", s.cfg.Task, err)
 		}
 	}
+	// The primary checked this average before it applied it; a copy checks
+	// it again, so that what it holds (and checkpoints) stays finite
+	// whatever it is sent.
+	for i, v := range st.order {
+		if err := s.checkResult(v, grads[i], v.updates+1, step); err != nil {
+			return errorf(Invalid, "ps %d: aggregate of step %d: %v", s.cfg.Task, step, err)
+		}
+	}
+	for i, t := range st.tableOrd {
+		if len(rows[i].Keys) == 0 {
+			continue
+		}
+		if err := t.fetch(rows[i].Keys); err != nil {
+			return s.tierFailed(t, err)
+		}
+		if err := t.t.CheckPush(rows[i].Keys, rows[i].Values); err != nil {
+			return errorf(Invalid, "ps %d: aggregate of step %d: table %q: %v; refused whole, nothing changed", s.cfg.Task, step, t.name, err)
+		}
+	}
 	st.tracker.SetStep(step + 1)
 	for i, v := range st.order {
 		s.update(v, grads[i], nil)

@@ -25,12 +25,17 @@ type trial struct {
 // make infinite or NaN, so that a push whose result is not finite is
 // refused before anything changes (a gradient of finite values can still
 // overflow: 3e38 pushed repeatedly drives a value to -Inf). The shard's
-// values and state are only read.
-func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
+// values and state are only read. at is the global step whose rate the
+// update will run at (see update): the rule tried is the one in force then.
+func (s *Shard) checkResult(v *Var, grad []float32, step, at int64) error {
+	rule := v.sched.At(at)
+	if bounded(v, rule, grad, step) {
+		return nil // the rule's bounds rule overflow out (bound.go)
+	}
 	// The trial is spread over the cores as the update is (Config.Update);
 	// only when it finds a value not finite is it run again here, to say
 	// which.
-	s.trialRule.Rule = v.rule
+	s.trialRule.Rule = rule
 	s.trialRule.bad.Store(false)
 	s.cfg.Update(&s.trialRule, v.value, grad, v.state, step)
 	s.trialRule.Rule = nil
@@ -57,13 +62,13 @@ func (s *Shard) checkResult(v *Var, grad []float32, step int64) error {
 			views[j] = tr.state[j][:hi-lo]
 			copy(views[j], v.state[j][lo:hi])
 		}
-		v.rule.Update(val, grad[lo:hi], views, step)
+		rule.Update(val, grad[lo:hi], views, step)
 		if i := format.FirstNonFinite(val); i >= 0 {
 			return fmt.Errorf("variable %q: the update would make element %d %v (it is %v, the gradient %v); refused whole, nothing changed", v.name, lo+i, val[i], v.value[lo+i], grad[lo+i])
 		}
 		for j, sv := range views {
 			if i := format.FirstNonFinite(sv); i >= 0 {
-				return fmt.Errorf("variable %q: the update would make %s state slot %d element %d %v (the gradient is %v); refused whole, nothing changed", v.name, v.rule.Name(), j, lo+i, sv[i], grad[lo+i])
+				return fmt.Errorf("variable %q: the update would make %s state slot %d element %d %v (the gradient is %v); refused whole, nothing changed", v.name, rule.Name(), j, lo+i, sv[i], grad[lo+i])
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -9,8 +10,10 @@ import (
 )
 
 // BenchmarkDenseApply measures the update of a dense variable alone
-// (update), the trial that looks for values it would make not finite
-// (trial), and an asynchronous push's whole Apply, which runs both (apply).
+// (update), the check that the update leaves every value finite (check: the
+// rule's bounds, bound.go), the same check by a trial update on copies
+// (trial: what a rule without bounds costs), and an asynchronous push's
+// whole Apply, which checks and updates (apply).
 func BenchmarkDenseApply(b *testing.B) {
 	for _, rule := range []string{"sgd", "adam"} {
 		for _, n := range []int{1 << 18, 1 << 22} {
@@ -30,14 +33,23 @@ func BenchmarkDenseApply(b *testing.B) {
 					s.update(v, g, nil)
 				}
 			})
-			b.Run(fmt.Sprintf("%s/%dK/trial", rule, n>>10), func(b *testing.B) {
-				b.SetBytes(int64(4 * n))
-				for b.Loop() {
-					if err := s.checkResult(v, g, v.updates+1); err != nil {
-						b.Fatal(err)
+			for _, sub := range []string{"check", "trial"} {
+				b.Run(fmt.Sprintf("%s/%dK/%s", rule, n>>10, sub), func(b *testing.B) {
+					b.SetBytes(int64(4 * n))
+					if sub == "trial" {
+						defer func(r int64) { v.bndRetry = r }(v.bndRetry)
+						v.bndRetry = math.MaxInt64
 					}
-				}
-			})
+					for b.Loop() {
+						if sub == "trial" {
+							v.bnd.ok = false
+						}
+						if err := s.checkResult(v, g, v.updates+1, 0); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
 			b.Run(fmt.Sprintf("%s/%dK/apply", rule, n>>10), func(b *testing.B) {
 				b.SetBytes(int64(4 * n))
 				p := &Push{Dense: []DenseGrad{{Name: []byte("w"), Values: g, Bad: -1}}}

@@ -215,8 +215,13 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 		// try it first, so that one whose result is not finite changes
 		// nothing.
 		for i, v := range p.vars {
-			if err := s.checkResult(v, p.Dense[i].Values, v.updates+1); err != nil {
+			if err := s.checkResult(v, p.Dense[i].Values, v.updates+1, st.tracker.Step()); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, err)
+			}
+		}
+		for i, t := range p.tabs { // Check brought the rows back from a tier
+			if err := t.t.CheckPush(p.Sparse[i].keys(), p.Sparse[i].Values); err != nil {
+				return Result{}, s.refuseResult(p.Worker, p.Step, fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err))
 			}
 		}
 	}
@@ -278,11 +283,13 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		v.updates++
 		v.writable()
 		s.cfg.Update(rule, v.value, grad, v.state, v.updates)
+		rebound(v, grad)
 		return
 	}
 	if !optim.PerCoordinate(rule) {
 		s.cfg.Update(rule, v.value, grad, v.state, v.updates)
 		stream.Updated(v, 0, len(v.value))
+		rebound(v, grad)
 		return
 	}
 	if cap(s.scratch) < len(v.state) {
@@ -298,6 +305,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
 		stream.Updated(v, lo, hi)
 	}
+	rebound(v, grad)
 }
 
 // stream is the streamed dense update of an Apply verdict.
@@ -331,27 +339,32 @@ func (s *Shard) applyStep(count int) error {
 	for _, v := range st.order {
 		scaleBy(v.accum, scale)
 	}
-	for _, v := range st.order {
-		if err := s.checkResult(v, v.accum, v.updates+1); err != nil {
-			for _, v := range st.order {
-				clear(v.accum)
-			}
-			for _, t := range st.tableOrd {
-				clear(t.accPos)
-				t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
-			}
-			s.pendingSince = time.Time{}
-			s.syncFailed = fmt.Errorf("step %d: the average of the step's gradients was not applied: %w; failing the job (restore a checkpoint, or lower the learning rate)", st.tracker.Step()-1, err)
-			s.rejected++
-			s.cfg.Logf("%v", s.syncFailed)
-			s.version++ // every waiting pull fails too
-			return s.Failed()
+	for _, t := range st.tableOrd {
+		scaleBy(t.acc, scale)
+	}
+	for _, t := range st.tableOrd {
+		// The check reads the rows the step updates: those a tier holds
+		// come back first, as they would for the update.
+		if err := t.fetch(t.accKeys); err != nil {
+			return s.tierFailed(t, err)
 		}
 	}
-	if hook { // the whole step's average first, for the replicas
-		for _, t := range st.tableOrd {
-			scaleBy(t.acc, scale)
+	if err := s.checkStep(); err != nil {
+		for _, v := range st.order {
+			clear(v.accum)
 		}
+		for _, t := range st.tableOrd {
+			clear(t.accPos)
+			t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+		}
+		s.pendingSince = time.Time{}
+		s.syncFailed = fmt.Errorf("step %d: the average of the step's gradients was not applied: %w; failing the job (restore a checkpoint, or lower the learning rate)", st.tracker.Step()-1, err)
+		s.rejected++
+		s.cfg.Logf("%v", s.syncFailed)
+		s.version++ // every waiting pull fails too
+		return s.Failed()
+	}
+	if hook { // the whole step's average first, for the replicas
 		s.aggregated()
 	}
 	for _, v := range st.order {
@@ -359,13 +372,30 @@ func (s *Shard) applyStep(count int) error {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		if err := t.applyAccumulated(scale, hook, st.tracker.Step()); err != nil {
+		if err := t.applyAccumulated(st.tracker.Step()); err != nil {
 			s.tierFailed(t, err)
 		}
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()
 	s.version++
+	return nil
+}
+
+// checkStep reports the first variable or table row that a completed
+// synchronous step's average (accumulated and scaled) would make not
+// finite.
+func (s *Shard) checkStep() error {
+	for _, v := range s.st.order {
+		if err := s.checkResult(v, v.accum, v.updates+1, s.st.tracker.Step()-1); err != nil {
+			return err
+		}
+	}
+	for _, t := range s.st.tableOrd {
+		if err := t.t.CheckPush(t.accKeys, t.acc); err != nil {
+			return fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err)
+		}
+	}
 	return nil
 }
 

@@ -96,17 +96,20 @@ const MaxValues = math.MaxInt32
 
 // Var is one dense variable of the shard.
 type Var struct {
-	name    string
-	shape   []int64
-	value   []float32 // lent to replies in flight: see LeaseValues before writing it
-	state   [][]float32
-	accum   []float32 // sync: sum of the current step's gradients
-	updates int64     // updates applied, for Adam's bias correction
-	cutAt   int64     // updates at the last incremental cut (ckpt_incr.go)
-	lent    lentBufs
-	rule    optim.Rule       // the layout's rule or the variable's own
-	sched   *optim.Scheduled // rule under its schedule (shared with the layout's)
-	ver     []uint64         // each block's version (dense_ver.go); nil until stamped
+	name     string
+	shape    []int64
+	value    []float32 // lent to replies in flight: see LeaseValues before writing it
+	state    [][]float32
+	accum    []float32 // sync: sum of the current step's gradients
+	updates  int64     // updates applied, for Adam's bias correction
+	cutAt    int64     // updates at the last incremental cut (ckpt_incr.go)
+	lent     lentBufs
+	rule     optim.Rule       // the layout's rule or the variable's own
+	sched    *optim.Scheduled // rule under its schedule (shared with the layout's)
+	ver      []uint64         // each block's version (dense_ver.go); nil until stamped
+	bnd      varBound         // ranges holding value and state (bound.go)
+	next     varBound         // what bnd becomes after the update checkResult bounded
+	bndRetry int64            // measure bnd no sooner than at this update count
 }
 
 // Name is the variable's name on this shard.
@@ -289,6 +292,11 @@ func (s *Shard) Init(l Layout, values [][]float32) (already bool, err error) {
 		}
 		if n != len(values[i]) {
 			return false, errorf(Invalid, "variable %q: shape %v needs %d bytes of initial values, got %d", spec.Name, spec.Shape, 4*n, 4*len(values[i]))
+		}
+		// A value not finite would stay (no update can mend it) and reach
+		// every checkpoint.
+		if j := format.FirstNonFinite(values[i]); j >= 0 {
+			return false, errorf(Invalid, "variable %q: initial value %d is %v: the values of a model must be finite", spec.Name, j, values[i][j])
 		}
 	}
 	st, err := Build(l, func(i int, dst []float32) error {

@@ -112,14 +112,11 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 	}
 }
 
-// applyAccumulated applies the sum times scale (1/replicas) and clears it;
-// scaled says the sum was scaled already (for Config.Aggregated).
-func (t *table) applyAccumulated(scale float32, scaled bool, step int64) error {
+// applyAccumulated applies the sum, scaled already by 1/replicas, and
+// clears it.
+func (t *table) applyAccumulated(step int64) error {
 	if len(t.accKeys) == 0 {
 		return nil
-	}
-	if !scaled {
-		scaleBy(t.acc, scale)
 	}
 	err := t.push(t.accKeys, nil, t.acc, step)
 	clear(t.accPos)

@@ -22,6 +22,8 @@ var (
 	ErrSnapshot = errors.New("sparse: invalid snapshot")
 	// ErrFull: Import would take the table past Config.MaxRows.
 	ErrFull = errors.New("sparse: table full")
+	// ErrNotFinite: CheckPush found a row a push would make NaN or ±Inf.
+	ErrNotFinite = errors.New("sparse: the update would not be finite")
 )
 
 const (
@@ -184,6 +186,7 @@ type Table struct {
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
+	trial trial       // scratch of CheckPush (finite.go)
 
 	// par runs the large jobs (Export, Sorted, Import into an empty
 	// table, Frozen) on several cores: parallel.Serial until SetParallel.

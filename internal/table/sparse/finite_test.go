@@ -1,0 +1,97 @@
+package sparse
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/paramserv/paramserv/internal/optim"
+)
+
+// CheckPush finds the row a push would make infinite, a key given twice
+// counted twice and a new key tried on the row it would get, and changes
+// nothing; a push it passes stays finite when applied.
+func TestCheckPush(t *testing.T) {
+	for _, rule := range []string{"sgd", "momentum", "adagrad", "adam", "ftrl"} {
+		t.Run(rule, func(t *testing.T) {
+			r, err := optim.New(optim.Config{Name: rule, LearningRate: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tab, err := New(Config{Dim: 2, Rule: r, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tab.Push([]uint64{5}, []float32{1, -1}, 1); err != nil {
+				t.Fatal(err)
+			}
+			before := tab.Export()
+			var refused error
+			for step := int64(2); step < 200 && refused == nil; step++ {
+				keys := []uint64{5, 9, 5} // 5 twice; 9 new at first
+				grads := []float32{0, 2e38, 0, 1, 0, 2e38}
+				refused = tab.CheckPush(keys, grads)
+				if refused == nil {
+					if err := tab.Push(keys, grads, step); err != nil {
+						t.Fatal(err)
+					}
+					for row := range tab.All() {
+						for _, x := range row.Value {
+							if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+								t.Fatalf("step %d: a checked push made key %d %v", step, row.Key, row.Value)
+							}
+						}
+					}
+					before = tab.Export()
+				}
+			}
+			if rule == "sgd" && refused == nil {
+				t.Fatal("sgd: two pushes of 2e38 to one key were never refused")
+			}
+			if refused == nil {
+				return
+			}
+			if !errors.Is(refused, ErrNotFinite) {
+				t.Fatalf("CheckPush: %v, want ErrNotFinite", refused)
+			}
+			after := tab.Export()
+			if len(after.Keys) != len(before.Keys) || !equalBits(after.Values, before.Values) {
+				t.Fatalf("CheckPush changed the table: %v -> %v", before, after)
+			}
+		})
+	}
+}
+
+// The rows a push has not created yet are tried on what they would start
+// from, and the table does not grow.
+func TestCheckPushNewRows(t *testing.T) {
+	r, _ := optim.New(optim.Config{Name: "sgd", LearningRate: 1})
+	tab, err := New(Config{Dim: 1, Rule: r, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.CheckPush([]uint64{1, 1}, []float32{3e38, 3e38}); !errors.Is(err, ErrNotFinite) {
+		t.Fatalf("a new key pushed 3e38 twice: %v, want ErrNotFinite", err)
+	}
+	if err := tab.CheckPush([]uint64{1, 2}, []float32{3e38, 3e38}); err != nil {
+		t.Fatalf("two new keys pushed 3e38 once each: %v", err)
+	}
+	if tab.Len() != 0 {
+		t.Fatalf("CheckPush made %d rows", tab.Len())
+	}
+	if err := tab.CheckPush([]uint64{1}, []float32{1, 2}); !errors.Is(err, ErrShape) {
+		t.Fatalf("a gradient of the wrong length: %v, want ErrShape", err)
+	}
+}
+
+func equalBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
