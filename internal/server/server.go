@@ -80,6 +80,9 @@ type Config struct {
 	// (shard.Config.Aggregated): a replicated shard's primary logs them
 	// for its backups, which apply them with ApplyAggregate.
 	Aggregated func(step int64, grads [][]float32, rows []shard.RowGrads)
+	// MaxTableKeys, if positive, caps the keys each sparse table holds on
+	// this ps (shard.Config.MaxTableKeys; --max_table_keys).
+	MaxTableKeys int
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -135,7 +138,8 @@ func New(cfg Config) *Server {
 		Aggregated: cfg.Aggregated,
 		// A copy of a replicated shard reads rows without changing its
 		// tables; the changes a pull makes come through the shard's log.
-		PeekPulls: cfg.Replicated != nil,
+		PeekPulls:    cfg.Replicated != nil,
+		MaxTableKeys: cfg.MaxTableKeys,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {

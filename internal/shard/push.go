@@ -130,6 +130,11 @@ func (s *Shard) check(p *Push) error {
 		if bad >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", g.Table, keys[bad/dim], bad%dim, g.Values[bad])
 		}
+		if c := s.cfg.MaxTableKeys; c > 0 {
+			if n, add := t.t.Len(), t.t.Missing(keys); n+add > c {
+				return fmt.Errorf("table %q holds %d keys and the push adds %d: over this ps's cap of %d keys a table (--max_table_keys)", g.Table, n, add, c)
+			}
+		}
 		p.tabs = append(p.tabs, t)
 	}
 	return nil

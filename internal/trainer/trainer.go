@@ -51,6 +51,9 @@ type Config struct {
 	ResultRecord  map[string]string
 	Version       string
 	PSWaitForever bool
+	// MaxTableKeys, if positive, caps the keys each sparse table holds on
+	// this ps (server.Config.MaxTableKeys).
+	MaxTableKeys int
 
 	// Checkpoints: the chief saves every SaveSteps global steps and/or every
 	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
@@ -168,6 +171,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 		WaitLogEvery:  cfg.WaitLogEvery,
 		CheckpointDir: cfg.CheckpointDir,
 		Observer:      cfg.PSObserver,
+		MaxTableKeys:  cfg.MaxTableKeys,
 	})
 	if cfg.OnServe != nil {
 		cfg.OnServe(s)
