@@ -513,6 +513,11 @@ type PSConfig struct {
 	Listen func(addr string) (net.Listener, error)
 	// Auth authenticates every connection to the ps (see Auth).
 	Auth Auth
+	// MaxTableKeys, if positive, caps the keys (rows) each sparse table
+	// holds on this ps: a push that would add rows past it fails with an
+	// error naming the table and the cap, and a pull of a key past it
+	// reads the key's initial value (paramserv train --max_table_keys).
+	MaxTableKeys int
 }
 
 // ServePS runs a ps task until every worker has said Done (nil) or ctx
@@ -546,7 +551,7 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 			return auth.Listener(lis, cfg.Logf), nil
 		}
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen})
+	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen, MaxTableKeys: cfg.MaxTableKeys})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

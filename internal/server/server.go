@@ -23,6 +23,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -83,6 +84,10 @@ type Config struct {
 	// MaxTableKeys, if positive, caps the keys each sparse table holds on
 	// this ps (shard.Config.MaxTableKeys; --max_table_keys).
 	MaxTableKeys int
+	// MaxBuffered bounds the bytes of requests all data connections hold
+	// together (membound.go); 0: 2 × (NumWorkers + 1) requests of the
+	// largest size the layout allows, at least 64 MiB.
+	MaxBuffered int64
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -98,6 +103,10 @@ type Server struct {
 	allDone    chan struct{}     // closed once every worker has called Done
 	closed     bool              // allDone is closed
 	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
+	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
+
+	buffered atomic.Int64 // bytes the data connections hold (membound.go)
+	freeing  atomic.Bool  // a goroutine returns freed memory to the system
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
