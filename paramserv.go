@@ -113,6 +113,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/secure"
@@ -289,11 +290,18 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, fmt.Errorf("paramserv: TF_CONFIG names task %s: a program is a worker (the ps are paramserv processes)", cl.Task)
 	}
 	sc := session.Config{
-		Cluster:   cl,
-		Optimizer: cfg.Optimizer.config(),
-		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		Config: lifecycle.Config{
+			Cluster:             cl,
+			Optimizer:           cfg.Optimizer.config(),
+			Sync:                cfg.Sync,
+			ReplicasToAggregate: cfg.ReplicasToAggregate,
+			MaxStaleness:        cfg.MaxStaleness,
+			CheckpointDir:       cfg.CheckpointDir,
+			SaveSteps:           cfg.SaveSteps,
+			StartupTimeout:      cfg.StartupTimeout,
+			RecoveryTimeout:     cfg.RecoveryTimeout,
+			Logf:                cfg.Logf,
+		},
 		MetricsAddr: cfg.metricsAddr(),
 	}
 	auth, err := cfg.Auth.policy(cl)
@@ -517,7 +525,18 @@ type PSConfig struct {
 	// holds on this ps: a push that would add rows past it fails with an
 	// error naming the table and the cap, and a pull of a key past it
 	// reads the key's initial value (paramserv train --max_table_keys).
+	// Not with TableMemory.
 	MaxTableKeys int
+	// TableMemory, if > 0, is the memory in bytes the rows of the ps's
+	// sparse tables may take; the others live on disk in TableDir
+	// (default: beside CheckpointDir, else a temporary directory), the
+	// coldest moved out, a row read from disk moved back in, with the
+	// same results as all in memory (docs/TIERS.md). 0: every row in
+	// memory. EvictUnseen, with TableMemory, drops rows not pushed for
+	// that long.
+	TableMemory int64
+	TableDir    string
+	EvictUnseen time.Duration
 }
 
 // ServePS runs a ps task until every worker has said Done (nil) or ctx
@@ -551,7 +570,15 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 			return auth.Listener(lis, cfg.Logf), nil
 		}
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen, MaxTableKeys: cfg.MaxTableKeys})
+	if cfg.TableMemory < 0 || cfg.EvictUnseen < 0 || (cfg.TableMemory == 0 && (cfg.TableDir != "" || cfg.EvictUnseen != 0)) {
+		return fmt.Errorf("paramserv: TableMemory %d, TableDir %q, EvictUnseen %s: want TableMemory > 0 for a disk tier (then TableDir and EvictUnseen >= 0), or all three zero", cfg.TableMemory, cfg.TableDir, cfg.EvictUnseen)
+	}
+	if cfg.MaxTableKeys < 0 || (cfg.MaxTableKeys > 0 && cfg.TableMemory > 0) {
+		return fmt.Errorf("paramserv: MaxTableKeys %d with TableMemory %d: want MaxTableKeys >= 0 (0: no cap), and not both (the cap counts rows in memory, the disk tier keeps rows past its budget on disk)", cfg.MaxTableKeys, cfg.TableMemory)
+	}
+	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen,
+		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
+		MaxTableKeys: cfg.MaxTableKeys})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/trainer"
@@ -42,7 +43,7 @@ func evalHidden() map[string]bool {
 }
 
 func init() {
-	commandPlaceholders["paramserv eval --model"] = strings.Join(trainer.ModelNames(), "|")
+	commandPlaceholders["paramserv eval --model"] = strings.Join(catalog.BuiltinNames(), "|")
 }
 
 // Eval is `paramserv eval`: evaluate a checkpoint, in this process, as the
@@ -89,9 +90,9 @@ program, from the file paramserv export writes.
 		fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
 		return 2
 	}
-	if _, ok := trainer.Models[cfg.Model]; !ok {
+	if e, _ := catalog.Lookup(cfg.Model); !e.Builtin() {
 		fmt.Fprintf(stderr, "paramserv eval: --model=%s: eval evaluates the built-in models (%s); %s is a program on the public API: paramserv export writes its checkpoint for that program to read\n",
-			cfg.Model, strings.Join(trainer.ModelNames(), ", "), cfg.Model)
+			cfg.Model, strings.Join(catalog.BuiltinNames(), ", "), cfg.Model)
 		return 2
 	}
 	if cfg.ResultFile != "" {
@@ -121,7 +122,7 @@ program, from the file paramserv export writes.
 	name := filepath.Join(dir, checkpoint.CheckpointName(man.Step))
 	data := cfg.Data
 	data.Worker, data.NumWorkers, data.Logf = 0, 1, logf
-	m, err := trainer.NewModel(cfg.Model, data)
+	m, err := catalog.New(cfg.Model, data)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv eval: %v\n", err)
 		return 2

@@ -3,7 +3,7 @@ package cli
 import "flag"
 
 // modelFlags are the flags of the models written on the public API
-// (publicModels) that the built-in flags do not cover.
+// (the catalog's programs) that the built-in flags do not cover.
 type modelFlags struct {
 	dim       int
 	reg       float64

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/trainer"
 )
 
 // flagGroups maps a flag's name to the heading it is listed under in
@@ -45,6 +45,7 @@ var flagGroups = map[string]string{
 
 	"checkpoint_dir": groupCheckpoints, "save_steps": groupCheckpoints,
 	"save_model_secs": groupCheckpoints, "keep_checkpoints": groupCheckpoints,
+	"table_memory": groupModel, "table_dir": groupModel, "evict_unseen": groupModel,
 	"incremental_checkpoints": groupCheckpoints, "full_checkpoint_every": groupCheckpoints,
 
 	"startup_timeout": groupRecovery, "worker_timeout": groupRecovery, "wait_log_every": groupRecovery,
@@ -109,11 +110,8 @@ var commandPlaceholders = map[string]string{
 // flags whose zero means "the model's".
 func modelDefaults(name string) string {
 	var parts []string
-	for _, m := range modelNames() {
-		info, ok := trainer.Models[m]
-		if !ok {
-			info = publicModels[m].defaults
-		}
+	for _, m := range catalog.Names() {
+		info, _ := catalog.Lookup(m)
 		var v string
 		switch name {
 		case "train_steps":
@@ -158,7 +156,7 @@ func placeholder(fl *flag.Flag) string {
 	}
 	switch fl.Name {
 	case "model":
-		return strings.Join(modelNames(), "|")
+		return strings.Join(catalog.Names(), "|")
 	case "optimizer":
 		return strings.Join(optim.Names(), "|")
 	}

@@ -11,11 +11,6 @@ import (
 	"github.com/paramserv/paramserv/models/lda"
 )
 
-// ldaInfo and lbfgsInfo are the flag defaults of lda and logreg_lbfgs:
-// they pick their own update rule (a plain sum on the ps) and their own
-// step counts (Gibbs sweeps, L-BFGS iterations) when --train_steps is unset.
-var publicSumInfo = trainer.ModelInfo{Optimizer: "sgd", LearningRate: 1, StepsToValidate: 100}
-
 // dataFile finds a --train_data or --test_data file: as given, or under
 // --data_dir.
 func dataFile(flag, name, dataDir string) (string, error) {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/data/fetch"
 	"github.com/paramserv/paramserv/internal/data/sparse"
@@ -62,6 +63,7 @@ type trainFlags struct {
 	rep                                      *replicaFlags
 	validation                               *validationFlags
 	ckptIncr                                 *ckptIncrFlags
+	tier                                     *tierFlags
 	incrPull                                 *incrPullFlags
 }
 
@@ -129,6 +131,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	f.data = defineDataFlags(fs)
 	f.validation = defineValidationFlags(fs)
 	f.ckptIncr = defineCkptIncrFlags(fs)
+	f.tier = defineTierFlags(fs)
 	f.incrPull = defineIncrPullFlags(fs)
 	return f
 }
@@ -154,12 +157,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 			logf("warning: --%s has no effect in paramserv (accepted for TensorFlow compatibility)", name)
 		}
 	}
-	info, ok := trainer.Models[f.model]
-	if pm, public := publicModels[f.model]; public {
-		info, ok = pm.defaults, true
-	}
-	if !ok {
-		return trainer.Config{}, fmt.Errorf("--model: unknown model %q (want one of %s)", f.model, strings.Join(modelNames(), ", "))
+	info, err := catalog.Lookup(f.model)
+	if err != nil {
+		return trainer.Config{}, fmt.Errorf("--model: %w", err)
 	}
 	cfg := trainer.Config{
 		Cluster: cl,
@@ -224,6 +224,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		return cfg, err
 	}
 	if err := f.data.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.tier.apply(&cfg, f.set); err != nil {
 		return cfg, err
 	}
 	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
@@ -422,12 +425,12 @@ done, which paramserv local treats as a death by signal and restarts.
 	}
 	defer stopTelemetry()
 	cfg.Data.Stop = ctx.Done() // a signal ends a long load of the data too
-	pm, public := publicModels[f.model]
+	program, isProgram := programs[f.model]
 	switch {
 	case f.perf.standalone:
 		err = trainer.RunStandalone(ctx, cfg)
-	case public && cfg.Cluster.Task.Job == cluster.JobWorker:
-		err = pm.run(ctx, cfg, f)
+	case isProgram && cfg.Cluster.Task.Job == cluster.JobWorker:
+		err = program(ctx, cfg, f)
 	case cfg.Cluster.Task.Job == cluster.JobPS:
 		err = trainer.RunPS(ctx, cfg)
 	default:
@@ -537,38 +540,29 @@ func checkCheckpointDir(dir string) error {
 	return nil
 }
 
-// modelOnlyFlags are the flags that only some models use, and modelUses says
-// which of them each built-in model uses (publicModels say it of theirs).
-// Such a flag given with a model that does not use it is refused rather
-// than silently ignored. A model in neither (one added elsewhere) is not
-// checked.
-var (
-	modelOnlyFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
-		"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps", "dim", "reg", "deep_scale",
-		"dense_optimizer", "dense_learning_rate", "shuffle_buffer", "validation_data"}
-	modelUses = map[string][]string{
-		"linreg": nil,
-		"mnist":  {"hidden_units", "dataset", "data_dir"},
-		"sparse_lr": {"data_dir", "train_data", "test_data", "input_format", "num_features", "fields",
-			"skip_bad_lines", "min_count", "evict_after_steps", "shuffle_buffer", "validation_data"},
-	}
-)
+// modelOnlyFlags are the flags that only some models use (each model's
+// catalog.Entry.Uses says which of them it reads). Such a flag given with
+// a model that does not use it is refused rather than silently ignored.
+var modelOnlyFlags = []string{"hidden_units", "dataset", "data_dir", "train_data", "test_data", "input_format",
+	"num_features", "fields", "skip_bad_lines", "min_count", "evict_after_steps", "dim", "reg", "deep_scale",
+	"dense_optimizer", "dense_learning_rate", "shuffle_buffer", "validation_data"}
 
 // checkModelFlags refuses a flag the chosen model does not use, naming the
 // models that do, and the update-rule flags (updateRuleFlags) given to a
 // public model that picks its own.
 func (f *trainFlags) checkModelFlags() error {
-	uses, known := modelFlagUses(f.model)
-	if !known {
+	e, err := catalog.Lookup(f.model)
+	if err != nil {
 		return nil
 	}
+	uses := e.Uses
 	for _, name := range modelOnlyFlags {
 		if !f.set(name) || slices.Contains(uses, name) {
 			continue
 		}
 		var users []string
-		for _, m := range modelNames() {
-			if u, _ := modelFlagUses(m); slices.Contains(u, name) {
+		for _, m := range catalog.Names() {
+			if u, _ := catalog.Lookup(m); slices.Contains(u.Uses, name) {
 				users = append(users, m)
 			}
 		}

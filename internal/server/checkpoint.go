@@ -78,6 +78,11 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 
 	start := time.Now()
 	sh := cut.StreamShard() // tables are read as the file is written
+	if err := cut.Err(); err != nil {
+		cut.Release()
+		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
+		return nil, status.Errorf(codes.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
+	}
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
 	cut.Release()
 	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)

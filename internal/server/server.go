@@ -88,6 +88,10 @@ type Config struct {
 	// together (membound.go); 0: 2 × (NumWorkers + 1) requests of the
 	// largest size the layout allows, at least 64 MiB.
 	MaxBuffered int64
+	// Tiers, if set, gives the sparse tables a second tier on disk
+	// (shard.Config.Tiers; internal/table/tier), whose background work
+	// takes the server's lock (Lock).
+	Tiers shard.Tiers
 }
 
 // Server implements pb.ParamServerServer. Create it with New.
@@ -144,7 +148,7 @@ func New(cfg Config) *Server {
 	}
 	sh := shard.New(shard.Config{
 		Task: cfg.Task, NumPS: cfg.NumPS, NumWorkers: cfg.NumWorkers, Logf: cfg.Logf, Incarnation: cfg.Incarnation,
-		Aggregated: cfg.Aggregated,
+		Aggregated: cfg.Aggregated, Tiers: cfg.Tiers,
 		// A copy of a replicated shard reads rows without changing its
 		// tables; the changes a pull makes come through the shard's log.
 		PeekPulls:    cfg.Replicated != nil,
@@ -180,6 +184,10 @@ func (s *Server) heard(w int32) {
 		s.seen[int(w)] = time.Now()
 	}
 }
+
+// Lock is the lock that guards the server's shard: a second tier's
+// background work (Config.Tiers) holds it while it moves rows.
+func (s *Server) Lock() sync.Locker { return &s.mu }
 
 // AllDone is closed once every worker has reported Done. The caller stops
 // the gRPC server then (unless Config.WaitForever).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/memnet"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -49,10 +50,18 @@ func TestSessionRecoversFromAPSRestart(t *testing.T) {
 
 	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
 	s, err := Start(testCtx(t), Config{
-		Cluster:   cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}},
-		Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 0.5}, Sync: true,
-		CheckpointDir: dir, SaveSteps: 10, WaitLogEvery: 50 * time.Millisecond, RecoveryTimeout: 30 * time.Second,
-		Dial: nw.Dial, Logf: t.Logf,
+		Config: lifecycle.Config{
+			Cluster:         cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}},
+			Optimizer:       optim.Config{Name: "sgd", LearningRate: 0.5},
+			Sync:            true,
+			CheckpointDir:   dir,
+			SaveSteps:       10,
+			WaitLogEvery:    50 * time.Millisecond,
+			RecoveryTimeout: 30 * time.Second,
+			Logf:            t.Logf,
+		},
+		Variables: vars,
+		Dial:      nw.Dial,
 	}, model.Params{"w": {0, 0}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@
 // this Go code's and are not written again in another language.
 //
 // Start-up, recovery and checkpoints are the built-in training loop's
-// (trainer.Worker): the chief locks its checkpoint directory, initialises
+// (package lifecycle): the chief locks its checkpoint directory, initialises
 // the ps or finds them initialised or restored, and the others wait until
 // the ps hold one history; when an exchange fails because a ps went away
 // or restarted, the session waits for it (the chief rolling the cluster
@@ -25,55 +25,37 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
-	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
-	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
 // Config is one worker's view of the job.
 type Config struct {
-	// Cluster is the cluster and this worker's task (read it with
-	// cluster.Resolve from flags or TF_CONFIG). Task.Job must be "worker".
-	Cluster cluster.Config
+	// Config is the worker's life around the program's loop: Cluster, the
+	// cluster and this worker's task (read it with cluster.Resolve from
+	// flags or TF_CONFIG; Task.Job must be "worker"); the chief's choices
+	// for the whole cluster (the others' are ignored: the ps tell them the
+	// mode); SplitBytes (see client.Options; every worker must use the
+	// same); the chief's checkpoints in CheckpointDir, every SaveSteps
+	// global steps and/or SaveEvery (10 minutes if neither is set), and
+	// at Done, keeping the last KeepCheckpoints (every ps must have been
+	// started with the same --checkpoint_dir, which it restores from after
+	// a restart); StartupTimeout, bounding Start's wait for the ps, and
+	// RecoveryTimeout, the wait for them to come back after a failure (5
+	// minutes each if 0); the log (Logf, WaitLogEvery). Its Observer is
+	// the session's metrics (MetricsAddr), not set here.
+	lifecycle.Config
+
 	// Variables are the dense variables, in order; Tables the sparse ones.
 	// Every worker must declare the same.
 	Variables []model.Variable
 	Tables    []model.Table
-
-	// The chief's choices for the whole cluster (the others' are ignored:
-	// the ps tell them the mode).
-	Optimizer           optim.Config
-	Sync                bool
-	ReplicasToAggregate int   // sync: 0 means every worker
-	MaxStaleness        int64 // async: drop gradients older than this (0: never)
-
-	// SplitBytes: see client.Options. Every worker must use the same.
-	SplitBytes int
-	// CheckpointDir, if set, is where the chief saves checkpoints, every
-	// SaveSteps global steps and/or SaveEvery, and at Done, keeping the
-	// last KeepCheckpoints (5 if 0); every ps must have been started with
-	// the same --checkpoint_dir, which it restores from after a restart.
-	CheckpointDir   string
-	SaveSteps       int64
-	SaveEvery       time.Duration
-	KeepCheckpoints int
-
-	// StartupTimeout bounds Start's wait for the ps (5 minutes if 0);
-	// RecoveryTimeout the wait for them to come back after a failure (5
-	// minutes if 0).
-	StartupTimeout, RecoveryTimeout time.Duration
-
-	// Logf receives log lines (nil discards them); WaitLogEvery is how
-	// often a wait logs what it waits for (5s if 0).
-	Logf         func(format string, args ...any)
-	WaitLogEvery time.Duration
 
 	// Dial, if set, replaces TCP for the connections to the ps (tests run
 	// clusters over package memnet).
@@ -91,7 +73,7 @@ type Config struct {
 type Session struct {
 	cfg    Config
 	c      *client.Client
-	w      *trainer.Worker
+	w      *lifecycle.Worker
 	step   int64
 	worker int
 
@@ -105,20 +87,9 @@ type Session struct {
 }
 
 func (cfg *Config) defaults() {
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	if cfg.WaitLogEvery <= 0 {
-		cfg.WaitLogEvery = 5 * time.Second
-	}
-	if cfg.StartupTimeout <= 0 {
-		cfg.StartupTimeout = 5 * time.Minute
-	}
-	if cfg.RecoveryTimeout <= 0 {
-		cfg.RecoveryTimeout = 5 * time.Minute
-	}
-	if cfg.ReplicasToAggregate <= 0 {
-		cfg.ReplicasToAggregate = len(cfg.Cluster.Spec.Workers)
+	cfg.Config.Defaults()
+	if cfg.CheckpointDir != "" && cfg.SaveSteps <= 0 && cfg.SaveEvery <= 0 {
+		cfg.SaveEvery = 10 * time.Minute // as --save_model_secs
 	}
 }
 
@@ -147,7 +118,7 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 	}
 	var srv *telemetry.Server
 	var calls *telemetry.Calls
-	var observer trainer.Observer
+	var observer lifecycle.Observer
 	if cfg.MetricsAddr != "" {
 		reg := telemetry.NewRegistry()
 		mw := telemetry.NewWorker(reg)
@@ -172,7 +143,7 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 	return s, nil
 }
 
-func start(ctx context.Context, cfg Config, init model.Params, observer trainer.Observer) (*Session, error) {
+func start(ctx context.Context, cfg Config, init model.Params, observer lifecycle.Observer) (*Session, error) {
 	worker := cfg.Cluster.Task.Index
 	chief := cfg.Cluster.IsChief()
 	c, err := client.New(cfg.Cluster.Spec.PS, cfg.Variables, client.Options{
@@ -181,16 +152,9 @@ func start(ctx context.Context, cfg Config, init model.Params, observer trainer.
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	tcfg := trainer.Config{
-		Cluster: cfg.Cluster, Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
-		MaxStaleness: cfg.MaxStaleness, SplitBytes: cfg.SplitBytes, StartupTimeout: cfg.StartupTimeout,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
-		RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: observer,
-	}
-	if tcfg.CheckpointDir != "" && tcfg.SaveSteps <= 0 && tcfg.SaveEvery <= 0 {
-		tcfg.SaveEvery = 10 * time.Minute // as --save_model_secs
-	}
-	w, step, err := trainer.StartWorker(ctx, tcfg, c, cfg.Variables, func() model.Params { return init })
+	lcfg := cfg.Config
+	lcfg.Observer = observer
+	w, step, err := startWorker(ctx, lcfg, c, cfg.Variables, init)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("session: %w", err)
@@ -200,6 +164,29 @@ func start(ctx context.Context, cfg Config, init model.Params, observer trainer.
 		cfg.Logf("worker %d: warning: the ps train %s (restored from a checkpoint); going on so", worker, modeName(c.IsSync()))
 	}
 	return s, nil
+}
+
+// startWorker is the worker's start-up (lifecycle.Worker.Start): it
+// returns the worker and the global step the cluster is at.
+func startWorker(ctx context.Context, cfg lifecycle.Config, c *client.Client, vars []model.Variable, init model.Params) (*lifecycle.Worker, int64, error) {
+	w, err := lifecycle.New(cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := w.Start(ctx, c, vars, func() model.Params { return init }); err != nil {
+		w.Close()
+		return nil, 0, err
+	}
+	statuses, err := c.Status(ctx)
+	if err != nil {
+		w.Close()
+		return nil, 0, fmt.Errorf("worker %d: start-up: %w", cfg.Cluster.Task.Index, err)
+	}
+	var step int64
+	for _, st := range statuses {
+		step = max(step, st.GetGlobalStep())
+	}
+	return w, step, nil
 }
 
 func modeName(sync bool) string {
@@ -369,30 +356,16 @@ var firstNonFinite = wire.FirstNonFinite
 // pushed), as the built-in loop does, so that a long wait says what it
 // waits for.
 func (s *Session) do(ctx context.Context, req *client.Request, minStep int64) *client.Call {
-	start := time.Now()
-	var mu sync.Mutex // guards landed and t's re-arming
-	landed := false
-	var t *time.Timer
-	mu.Lock()
-	t = time.AfterFunc(s.cfg.WaitLogEvery, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if landed {
-			return
-		}
+	stop := lifecycle.LogWait(s.cfg.WaitLogEvery, func(waited time.Duration) bool {
 		hint := ""
 		if minStep > 0 {
 			hint = fmt.Sprintf(" (synchronous: step %d completes when %d of the %d workers have pushed)", minStep, s.cfg.ReplicasToAggregate, len(s.cfg.Cluster.Spec.Workers))
 		}
-		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, time.Since(start).Round(time.Second), hint)
-		t.Reset(s.cfg.WaitLogEvery)
+		s.cfg.Logf("worker %d: push of step %d has waited %s for the ps%s", s.worker, req.Step, waited.Round(time.Second), hint)
+		return true
 	})
-	mu.Unlock()
 	call := s.c.Do(ctx, req)
-	mu.Lock()
-	landed = true
-	t.Stop()
-	mu.Unlock()
+	stop()
 	return call
 }
 
@@ -464,8 +437,11 @@ func (s *Session) done(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connections and the metrics endpoint.
+// Close closes the connections and the metrics endpoint, and gives up the
+// chief's lock on its checkpoint directory if Done has not (a session
+// closed without Done holds no directory: its heartbeat would outlive it).
 func (s *Session) Close() error {
+	s.w.Close()
 	err := s.c.Close()
 	if s.srv != nil {
 		_ = s.srv.Close()
@@ -522,7 +498,7 @@ func denseBytes(p model.Params) int64 {
 
 // recover returns cause itself when it is not a failure the session
 // recovers from; otherwise it waits for the ps to come back as the built-in
-// loop does (trainer.Worker.Recover), up to RecoveryTimeout.
+// loop does (lifecycle.Worker.Recover), up to RecoveryTimeout.
 func (s *Session) recover(ctx context.Context, cause error) error {
 	err := s.w.Recover(ctx, s.step, cause)
 	if err == nil && s.calls != nil {
@@ -530,7 +506,7 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	}
 	if err != nil {
 		if err == cause || strings.Contains(err.Error(), cause.Error()) {
-			return err // it names the cause already (the trainer's "recovery after …")
+			return err // it names the cause already (the lifecycle's "recovery after …")
 		}
 		return fmt.Errorf("session: worker %d: recovery after %v: %w", s.worker, cause, err)
 	}

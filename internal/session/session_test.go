@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
@@ -61,10 +62,12 @@ func TestSyncOneWorkerAppliesSGD(t *testing.T) {
 	addrs := startPS(t, 2, 1)
 	vars := []model.Variable{{Name: "w", Shape: []int{2, 3}}, {Name: "b", Shape: []int{3}}}
 	cfg := Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Config: lifecycle.Config{
+			Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Optimizer: optim.Config{Name: "sgd", LearningRate: 0.5},
+			Sync:      true,
+		},
 		Variables: vars,
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.5},
-		Sync:      true,
 	}
 	init := model.Params{"w": {1, 2, 3, 4, 5, 6}, "b": {-1, 0, 1}}
 	s, err := Start(ctx, cfg, init)
@@ -110,10 +113,12 @@ func TestSparseRowsRoundTrip(t *testing.T) {
 	addrs := startPS(t, 2, 1)
 	vars := []model.Variable{{Name: "b", Shape: []int{1}}}
 	cfg := Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Config: lifecycle.Config{
+			Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+		},
 		Variables: vars,
 		Tables:    []model.Table{{Name: "emb", Dim: 2}},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
 	}
 	s, err := Start(ctx, cfg, model.Params{"b": {0}})
 	if err != nil {
@@ -147,7 +152,9 @@ func TestSparseRowsRoundTrip(t *testing.T) {
 
 func TestStartRefusesShortInit(t *testing.T) {
 	cfg := Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: []string{"127.0.0.1:1"}, Workers: []string{"127.0.0.1:2"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Config: lifecycle.Config{
+			Cluster: cluster.Config{Spec: cluster.Spec{PS: []string{"127.0.0.1:1"}, Workers: []string{"127.0.0.1:2"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		},
 		Variables: []model.Variable{{Name: "w", Shape: []int{4}}},
 	}
 	_, err := Start(context.Background(), cfg, model.Params{"w": {1}})
@@ -165,11 +172,13 @@ func TestPushPullRowsIsOnePush(t *testing.T) {
 	addrs := startPS(t, 2, 1)
 	vars := []model.Variable{{Name: "b", Shape: []int{2}}}
 	cfg := Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+		Config: lifecycle.Config{
+			Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+			Sync:      true,
+		},
 		Variables: vars,
 		Tables:    []model.Table{{Name: "emb", Dim: 1}},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
-		Sync:      true,
 	}
 	s, err := Start(ctx, cfg, model.Params{"b": {1, 1}})
 	if err != nil {
@@ -212,10 +221,12 @@ func TestPullRowsAsideKeepsComputeTime(t *testing.T) {
 	addrs := startPS(t, 1, 1)
 	for _, aside := range []bool{true, false} {
 		cfg := Config{
-			Cluster:     cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Config: lifecycle.Config{
+				Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+				Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+			},
 			Variables:   []model.Variable{{Name: "b", Shape: []int{1}}},
 			Tables:      []model.Table{{Name: "emb", Dim: 2}},
-			Optimizer:   optim.Config{Name: "sgd", LearningRate: 1},
 			MetricsAddr: "127.0.0.1:0",
 		}
 		s, err := Start(ctx, cfg, model.Params{"b": {0}})
@@ -287,11 +298,15 @@ func TestSyncPushLogsItsWait(t *testing.T) {
 	logs := make(chan string, 100)
 	cfg := func(i int) Config {
 		return Config{
-			Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1", "127.0.0.1:2"}},
-				Task: cluster.Task{Job: cluster.JobWorker, Index: i}},
-			Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, Sync: true,
-			WaitLogEvery: 20 * time.Millisecond,
-			Logf:         func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) },
+			Config: lifecycle.Config{
+				Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1", "127.0.0.1:2"}},
+					Task: cluster.Task{Job: cluster.JobWorker, Index: i}},
+				Optimizer:    optim.Config{Name: "sgd", LearningRate: 1},
+				Sync:         true,
+				WaitLogEvery: 20 * time.Millisecond,
+				Logf:         func(f string, a ...any) { logs <- fmt.Sprintf(f, a...) },
+			},
+			Variables: vars,
 		}
 	}
 	chief, err := Start(ctx, cfg(0), model.Params{"w": {0, 0}})
@@ -336,9 +351,12 @@ func TestNonFiniteGradientIsRefusedWhole(t *testing.T) {
 	addrs := startPS(t, 2, 1)
 	vars := []model.Variable{{Name: "a", Shape: []int{2}}, {Name: "b", Shape: []int{2}}, {Name: "c", Shape: []int{2}}, {Name: "d", Shape: []int{2}}}
 	cfg := Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
-		Variables: vars, Tables: []model.Table{{Name: "t", Dim: 2}},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+		Config: lifecycle.Config{
+			Cluster:   cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
+		},
+		Variables: vars,
+		Tables:    []model.Table{{Name: "t", Dim: 2}},
 	}
 	s, err := Start(ctx, cfg, model.Params{"a": {0, 0}, "b": {0, 0}, "c": {0, 0}, "d": {0, 0}})
 	if err != nil {
@@ -394,8 +412,12 @@ func TestRecoveryGivenUpSaysItOnce(t *testing.T) {
 	defer func() { stopPS(); <-psDone }()
 	vars := []model.Variable{{Name: "w", Shape: []int{2}}}
 	s, err := Start(ctx, Config{
-		Cluster:   cluster.Config{Spec: cluster.Spec{PS: []string{lis.Addr().String()}, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
-		Variables: vars, Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, RecoveryTimeout: 300 * time.Millisecond,
+		Config: lifecycle.Config{
+			Cluster:         cluster.Config{Spec: cluster.Spec{PS: []string{lis.Addr().String()}, Workers: []string{"127.0.0.1:1"}}, Task: cluster.Task{Job: cluster.JobWorker}},
+			Optimizer:       optim.Config{Name: "sgd", LearningRate: 1},
+			RecoveryTimeout: 300 * time.Millisecond,
+		},
+		Variables: vars,
 	}, model.Params{"w": {0, 0}})
 	if err != nil {
 		t.Fatal(err)

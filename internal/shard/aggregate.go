@@ -71,7 +71,9 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) e
 	}
 	for i, t := range st.tableOrd {
 		if len(rows[i].Keys) > 0 {
-			t.push(rows[i].Keys, nil, rows[i].Values, st.tracker.Step())
+			if err := t.push(rows[i].Keys, nil, rows[i].Values, st.tracker.Step()); err != nil {
+				return s.tierFailed(t, err)
+			}
 		}
 	}
 	s.maybeEvict()

@@ -83,7 +83,13 @@ type Cut struct {
 	updates map[string]int64 // every variable's update count
 
 	built *checkpoint.Shard // Shard's result
+	err   error             // a tier's rows could not be read
 }
+
+// Err reports a table's second tier that could not be read as the cut was
+// built (Shard, StreamShard): the shard built lacks its rows and must not
+// be written.
+func (c *Cut) Err() error { return c.err }
 
 type cutVar struct {
 	name    string
@@ -99,6 +105,7 @@ type frozenTable struct {
 	t       *sparse.Table // a Frozen copy
 	slots   []string      // its rule's slot names
 	deleted []uint64      // delta: keys dropped, unsorted
+	cold    TierCut       // the table's second tier at the cut; nil if none
 }
 
 // Cut copies the shard's state; see Cut.
@@ -165,7 +172,11 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 		if m != nil && i < len(m.tables) {
 			mem = m.tables[i]
 		}
-		c.tables = append(c.tables, frozenTable{name: t.name, t: t.t.FrozenShared(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
+		ft := frozenTable{name: t.name, t: t.t.FrozenShared(mem), slots: SlotNames(t.rule.Name(), t.rule.StateSlots())}
+		if t.tier != nil {
+			ft.cold = t.tier.Cut()
+		}
+		c.tables = append(c.tables, ft)
 	}
 	return c
 }
@@ -192,8 +203,12 @@ func (c *Cut) Shard() checkpoint.Shard {
 // without calling Shard should. It may be called from any goroutine, more
 // than once; Shard must not be called after it unless it was before.
 func (c *Cut) Release() {
-	for _, t := range c.tables {
+	for i := range c.tables {
+		t := &c.tables[i]
 		t.t.Release()
+		if t.cold != nil {
+			t.cold.Release()
+		}
 	}
 }
 
@@ -232,13 +247,20 @@ func (c *Cut) build(stream bool) checkpoint.Shard {
 		var snap sparse.Snapshot
 		if stream {
 			v := t.t.Sorted()
-			if v.InPlace() {
+			if v.InPlace() && t.cold == nil {
 				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
 				continue
 			}
 			snap = v.Snapshot()
 		} else {
 			snap = t.t.Export()
+		}
+		if t.cold != nil {
+			all, err := t.cold.Merge(snap)
+			if err != nil && c.err == nil {
+				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			}
+			snap = all
 		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,

@@ -74,6 +74,11 @@ func (s *Shard) Check(p *Push) error {
 	if err := s.check(p); err != nil {
 		return s.reject(p.Worker, p.Step, err)
 	}
+	for i, t := range p.tabs {
+		if err := t.fetch(p.Sparse[i].keys()); err != nil {
+			return s.tierFailed(t, err)
+		}
+	}
 	p.ok, p.st = true, s.st
 	return nil
 }
@@ -130,8 +135,8 @@ func (s *Shard) check(p *Push) error {
 		if bad >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", g.Table, keys[bad/dim], bad%dim, g.Values[bad])
 		}
-		if c := s.cfg.MaxTableKeys; c > 0 {
-			if n, add := t.t.Len(), t.t.Missing(keys); n+add > c {
+		if c := s.cfg.MaxTableKeys; c > 0 && t.tier == nil {
+			if n, add := t.t.Len(), t.t.CountMissing(keys); n+add > c {
 				return fmt.Errorf("table %q holds %d keys and the push adds %d: over this ps's cap of %d keys a table (--max_table_keys)", g.Table, n, add, c)
 			}
 		}
@@ -235,7 +240,9 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 			}
 		}
 		for i, t := range p.tabs {
-			t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step())
+			if err := t.push(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step()); err != nil {
+				return Result{}, s.tierFailed(t, err)
+			}
 		}
 		s.maybeEvict()
 		s.version++
@@ -346,7 +353,9 @@ func (s *Shard) applyStep(count int) error {
 		clear(v.accum)
 	}
 	for _, t := range st.tableOrd {
-		t.applyAccumulated(scale, hook, st.tracker.Step())
+		if err := t.applyAccumulated(scale, hook, st.tracker.Step()); err != nil {
+			s.tierFailed(t, err)
+		}
 	}
 	s.pendingSince = time.Time{}
 	s.maybeEvict()

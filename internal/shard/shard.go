@@ -51,6 +51,8 @@ type Config struct {
 	// whole (Invalid, naming the table and the cap), and a pull of a key
 	// past it reads the key's initial value without storing a row.
 	MaxTableKeys int
+	// Tiers, if set, gives every table a second tier (Tiers).
+	Tiers Tiers
 }
 
 // RowGrads is a synchronous step's averaged gradient of one sparse table:
@@ -398,9 +400,14 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 // (Restore) gives the shard a new incarnation and aborts waiting pulls.
 func (s *Shard) Install(st *State) {
 	st.setParallel(s.cfg.Parallel)
-	for _, t := range st.tableOrd {
-		_ = t.t.SetMaxRows(s.cfg.MaxTableKeys) // checked by New
+	if s.cfg.Tiers == nil {
+		// A tier keeps rows past memory; the cap counts rows in memory
+		// (the front ends refuse the two together).
+		for _, t := range st.tableOrd {
+			_ = t.t.SetMaxRows(s.cfg.MaxTableKeys) // checked by New
+		}
 	}
+	s.attachTiers(st)
 	s.st = st
 	s.pendingSince = time.Time{}
 	s.syncFailed = nil

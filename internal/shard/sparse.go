@@ -20,6 +20,7 @@ type table struct {
 	t          *sparse.Table
 	rule       optim.Rule // the layout's rule or the table's own
 	evictEvery int64
+	tier       Tier // nil: every row in memory
 
 	// sync accumulator: accKeys[i] has gradient acc[i*dim:(i+1)*dim].
 	accPos  map[uint64]int
@@ -67,7 +68,10 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 
 // push applies an asynchronous step's gradient to the table's rows, through
 // the remembered rows of a key set where there is one (the same result).
-func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) {
+func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) error {
+	if err := t.fetch(keys); err != nil {
+		return err
+	}
 	var err error
 	if set != nil {
 		err = t.t.PushSet(set, grads, step)
@@ -78,6 +82,7 @@ func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step in
 	if err != nil {
 		panic(fmt.Sprintf("shard: checked push refused by table %q: %v", t.name, err))
 	}
+	return nil
 }
 
 // accumulate adds a synchronous step's row gradients to the sum.
@@ -100,16 +105,17 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 
 // applyAccumulated applies the sum times scale (1/replicas) and clears it;
 // scaled says the sum was scaled already (for Config.Aggregated).
-func (t *table) applyAccumulated(scale float32, scaled bool, step int64) {
+func (t *table) applyAccumulated(scale float32, scaled bool, step int64) error {
 	if len(t.accKeys) == 0 {
-		return
+		return nil
 	}
 	if !scaled {
 		scaleBy(t.acc, scale)
 	}
-	t.push(t.accKeys, nil, t.acc, step)
+	err := t.push(t.accKeys, nil, t.acc, step)
 	clear(t.accPos)
 	t.accKeys, t.acc = t.accKeys[:0], t.acc[:0]
+	return err
 }
 
 // maybeEvict runs eviction every tenth of each table's idle limit, after
@@ -162,6 +168,9 @@ func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned b
 			return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 		}
 	}
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	var err error
 	switch {
 	case s.cfg.PeekPulls:
@@ -183,7 +192,11 @@ func (s *Shard) PullChanges(name []byte, keys []uint64) (bool, error) {
 	if _, err := s.TableDim(name); err != nil {
 		return false, err
 	}
-	return s.st.tables[string(name)].t.PullChanges(keys), nil
+	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return false, s.tierFailed(t, err)
+	}
+	return t.t.PullChanges(keys), nil
 }
 
 // TouchRows makes the changes PullRows of keys makes to a table without
@@ -198,6 +211,9 @@ func (s *Shard) TouchRows(name []byte, keys []uint64) error {
 		return errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
 	}
 	t := s.st.tables[string(name)]
+	if err := t.fetch(keys); err != nil {
+		return s.tierFailed(t, err)
+	}
 	if n := len(keys) * dim; cap(t.touchBuf) < n {
 		t.touchBuf = make([]float32, n)
 	}

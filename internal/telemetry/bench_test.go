@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 )
 
 // BenchmarkPSPushPull is what the metrics add to one push+pull on a ps:
@@ -20,7 +20,7 @@ func BenchmarkPSPushPull(b *testing.B) {
 // BenchmarkWorkerStep is what the metrics add to one step of a worker.
 func BenchmarkWorkerStep(b *testing.B) {
 	w := NewWorker(NewRegistry())
-	s := trainer.StepStats{GlobalStep: 1, LocalStep: 1, Loss: 0.5, Examples: 100, Compute: time.Millisecond, Exchange: time.Millisecond}
+	s := lifecycle.StepStats{GlobalStep: 1, LocalStep: 1, Loss: 0.5, Examples: 100, Compute: time.Millisecond, Exchange: time.Millisecond}
 	for b.Loop() {
 		s.GlobalStep++
 		w.Step(s)

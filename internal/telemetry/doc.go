@@ -10,7 +10,7 @@
 // scrapes (global step, tables' rows and bytes, admissions and evictions,
 // workers done and the age of each worker's last request). A worker's
 // metrics (prefix paramserv_worker_) come from the training loop's
-// Observer (Worker implements trainer.Observer): steps, examples, loss,
+// Observer (Worker implements lifecycle.Observer): steps, examples, loss,
 // compute and push+pull time, drops, checkpoints of the chief, recoveries,
 // and the progress of its data loads (DataLoad, from the model's
 // LoadProgress). A program with its own loop (package session) adds Calls:

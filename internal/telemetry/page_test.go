@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -27,7 +27,7 @@ func TestWorkerPage(t *testing.T) {
 		t.Errorf("page before any step:\n%s", body)
 	}
 	for s := int64(1); s <= 2000; s++ {
-		w.Step(trainer.StepStats{Worker: 1, GlobalStep: 2 * s, LocalStep: s, Loss: 1 / float64(s), Dropped: s%100 == 0})
+		w.Step(lifecycle.StepStats{Worker: 1, GlobalStep: 2 * s, LocalStep: s, Loss: 1 / float64(s), Dropped: s%100 == 0})
 	}
 	code, body := get(t, p, "/")
 	if code != 200 || !strings.Contains(body, "worker 1: global step 4000, 2000 local steps, loss 0.0005") || !strings.Contains(body, "20 of its pushes dropped") {

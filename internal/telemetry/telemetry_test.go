@@ -10,8 +10,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/progress"
-	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -36,7 +36,7 @@ func TestServeAndScrape(t *testing.T) {
 			LastSeen: map[int]time.Time{1: time.Now().Add(-3 * time.Second)},
 		}
 	})
-	w.Step(trainer.StepStats{GlobalStep: 5, LocalStep: 1, Loss: 0.5, Examples: 100, Compute: time.Millisecond, Exchange: time.Millisecond, Dropped: true})
+	w.Step(lifecycle.StepStats{GlobalStep: 5, LocalStep: 1, Loss: 0.5, Examples: 100, Compute: time.Millisecond, Exchange: time.Millisecond, Dropped: true})
 	w.CheckpointSaved(5, 2000, time.Second, nil)
 	w.Recovery(errors.New("ps 0 unavailable"))
 	w.Final(5, map[string]float64{"test_auc": 0.9})

@@ -6,14 +6,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/progress"
-	"github.com/paramserv/paramserv/internal/trainer"
 )
 
-// Worker holds a worker's metrics. It implements trainer.Observer; Next,
+// Worker holds a worker's metrics. It implements lifecycle.Observer; Next,
 // if set, is told everything too (the chief's summaries).
 type Worker struct {
-	Next trainer.Observer
+	Next lifecycle.Observer
 
 	steps, examples, dropped prometheus.Counter
 	globalStep, loss         prometheus.Gauge
@@ -28,13 +28,13 @@ type Worker struct {
 
 	curve    curve
 	mu       sync.Mutex
-	last     trainer.StepStats
+	last     lifecycle.StepStats
 	droppedN int64
 	started  time.Time
 	loads    map[string]progress.Update // the latest update of each data's load, guarded by mu
 }
 
-var _ trainer.Observer = (*Worker)(nil)
+var _ lifecycle.Observer = (*Worker)(nil)
 
 // NewWorker registers a worker's metrics in reg.
 func NewWorker(reg *prometheus.Registry) *Worker {
@@ -81,8 +81,8 @@ func (w *Worker) DataLoad(data string, u progress.Update) {
 	w.dataProgress.WithLabelValues(data).Set(u.Fraction())
 }
 
-// Step implements trainer.Observer.
-func (w *Worker) Step(s trainer.StepStats) {
+// Step implements lifecycle.Observer.
+func (w *Worker) Step(s lifecycle.StepStats) {
 	w.steps.Inc()
 	w.examples.Add(float64(s.Examples))
 	if s.Dropped {
@@ -104,7 +104,7 @@ func (w *Worker) Step(s trainer.StepStats) {
 	}
 }
 
-// CheckpointSaved implements trainer.Observer.
+// CheckpointSaved implements lifecycle.Observer.
 func (w *Worker) CheckpointSaved(step, bytes int64, took time.Duration, err error) {
 	if err != nil {
 		w.saveFailures.Inc()
@@ -118,7 +118,7 @@ func (w *Worker) CheckpointSaved(step, bytes int64, took time.Duration, err erro
 	}
 }
 
-// Recovery implements trainer.Observer.
+// Recovery implements lifecycle.Observer.
 func (w *Worker) Recovery(cause error) {
 	w.recoveries.Inc()
 	if w.Next != nil {
@@ -126,7 +126,7 @@ func (w *Worker) Recovery(cause error) {
 	}
 }
 
-// Final implements trainer.Observer.
+// Final implements lifecycle.Observer.
 func (w *Worker) Final(step int64, metrics map[string]float64) {
 	for k, v := range metrics {
 		w.final.WithLabelValues(k).Set(v)
@@ -136,7 +136,7 @@ func (w *Worker) Final(step int64, metrics map[string]float64) {
 	}
 }
 
-// Validated implements trainer.Observer.
+// Validated implements lifecycle.Observer.
 func (w *Worker) Validated(step int64, metrics map[string]float64) {
 	for k, v := range metrics {
 		w.validation.WithLabelValues(k).Set(v)

@@ -4,11 +4,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 )
 
 // Summaries writes the chief's scalar summaries: it implements
-// trainer.Observer. Every Every global steps (when the global step reaches
+// lifecycle.Observer. Every Every global steps (when the global step reaches
 // a multiple of Every) it writes the latest loss, the global steps and
 // examples per second since the previous summary, and the chief's pushes
 // dropped so far; at the end, the final evaluation's metrics (as
@@ -32,7 +32,7 @@ type Summaries struct {
 	failed   bool
 }
 
-var _ trainer.Observer = (*Summaries)(nil)
+var _ lifecycle.Observer = (*Summaries)(nil)
 
 func (s *Summaries) now() time.Time {
 	if s.Now != nil {
@@ -41,8 +41,8 @@ func (s *Summaries) now() time.Time {
 	return time.Now()
 }
 
-// Step implements trainer.Observer.
-func (s *Summaries) Step(st trainer.StepStats) {
+// Step implements lifecycle.Observer.
+func (s *Summaries) Step(st lifecycle.StepStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st.Dropped {
@@ -81,17 +81,17 @@ func (s *Summaries) write(step int64, now time.Time, vals map[string]float64) {
 	}
 }
 
-// CheckpointSaved implements trainer.Observer.
+// CheckpointSaved implements lifecycle.Observer.
 func (s *Summaries) CheckpointSaved(int64, int64, time.Duration, error) {}
 
-// Recovery implements trainer.Observer: the rates start again after it.
+// Recovery implements lifecycle.Observer: the rates start again after it.
 func (s *Summaries) Recovery(error) {
 	s.mu.Lock()
 	s.started = false
 	s.mu.Unlock()
 }
 
-// Validated implements trainer.Observer: the metrics as
+// Validated implements lifecycle.Observer: the metrics as
 // "validation/NAME" at step.
 func (s *Summaries) Validated(step int64, metrics map[string]float64) {
 	s.mu.Lock()
@@ -105,7 +105,7 @@ func (s *Summaries) Validated(step int64, metrics map[string]float64) {
 	}
 }
 
-// Final implements trainer.Observer.
+// Final implements lifecycle.Observer.
 func (s *Summaries) Final(step int64, metrics map[string]float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

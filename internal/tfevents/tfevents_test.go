@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 )
 
 // TestMaskedCRC checks the mask against CRC-32C's published check value
@@ -151,7 +151,7 @@ func TestSummariesEveryNSteps(t *testing.T) {
 	s := &Summaries{W: w, Every: 100, ExamplesPerStep: 50, Now: func() time.Time { return clock }}
 	for step := int64(1); step <= 1000; step += 2 { // two workers: the chief sees every other step
 		clock = clock.Add(10 * time.Millisecond)
-		s.Step(trainer.StepStats{GlobalStep: step, Loss: 1 / float64(step), Dropped: step%10 == 1})
+		s.Step(lifecycle.StepStats{GlobalStep: step, Loss: 1 / float64(step), Dropped: step%10 == 1})
 	}
 	s.Validated(500, map[string]float64{"val_accuracy": 0.9})
 	s.Final(1000, map[string]float64{"test_accuracy": 0.97})

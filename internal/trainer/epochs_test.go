@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
 
 // stepCounter is an Observer that keeps each worker's last local step.
 type stepCounter struct {
-	nopObserver
+	lifecycle.NopObserver
 	mu    sync.Mutex
 	local map[int]int64
 }

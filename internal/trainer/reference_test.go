@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
@@ -44,7 +45,7 @@ func TestMNISTMatchesAnIndependentReference(t *testing.T) {
 	// Adam computed in float64 with its moments kept in float32 as the ps
 	// keeps them, on this process.
 	data.NumWorkers = 1
-	m, err := NewModel("mnist", data)
+	m, err := catalog.New("mnist", data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -38,7 +39,7 @@ func TestSyncStepWaitingOnALivePSSeesARestart(t *testing.T) {
 	chief := make(chan error, 1)
 	go func() { chief <- RunWorker(ctx, cl.config("worker", 0)) }()
 
-	m, err := NewModel("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	m, err := catalog.New("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

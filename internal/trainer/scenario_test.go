@@ -21,6 +21,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/memnet"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -120,7 +121,7 @@ type memTask struct {
 
 // recoveryCounter is a worker's Observer for `wait recovering`.
 type recoveryCounter struct {
-	nopObserver
+	lifecycle.NopObserver
 	n *atomic.Int64
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 )
 
@@ -33,11 +34,12 @@ import (
 // The gradients computed when the goal is reached are not pushed; the last
 // batch of the data (--epochs) is pushed and waited for. When a call
 // fails, the batches read and not sent are kept for the loop after the
-// recovery (heldBatches), the gradients computed and not sent with them. st.compute counts
+// recovery (heldBatches), the gradients computed and not sent with them.
+// st.compute counts
 // the model's work (gradients and reading batches), st.comm the sending
 // and the waiting for calls, not the time a call was in flight under the
 // compute.
-func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.SparseReadAhead, params model.Params, sv *saver, st *loopStats) error {
+func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.SparseReadAhead, params model.Params, lw *lifecycle.Worker, st *loopStats) error {
 	tables := m.Tables()
 	st.lookup = func(t int, keys []uint64, out []float32) error {
 		_, err := c.PullRows(ctx, 0, tables[t].Name, keys, out)
@@ -46,134 +48,191 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	q := newBatchQueue(m, st)
 	keys, err := q.next()
 	if errors.Is(err, model.ErrEndOfData) {
-		if st.step, err = c.Pull(ctx, 0, params); err != nil {
-			return q.hold(st, fmt.Errorf("pull: %w", err), false, nil, nil)
-		}
-		if q.held.grads != nil {
-			// Back after a recovery with only the gradients of the last
-			// batch to push.
-			call := c.Do(ctx, &client.Request{Push: true, Step: st.step, Grads: q.held.grads, SparseGrads: q.held.rows, Pull: true, Params: params})
-			q.held.grads, q.held.rows = nil, nil // sent
-			if call.Err != nil {
-				return q.hold(st, fmt.Errorf("step %d: %w", st.step, call.Err), false, nil, nil)
-			}
-			st.step = call.Step
-			st.local++
-		}
-		endOfData(cfg, st)
-		return nil
+		return pushHeldAtEnd(ctx, cfg, c, q, params, st)
 	}
 	if err != nil {
 		return err
 	}
-	ps := [2]model.Params{params, model.NewParams(m.Variables())}
-	gs := [2]model.Params{q.held.grads, model.NewParams(m.Variables())}
-	if gs[0] == nil {
-		gs[0] = model.NewParams(m.Variables())
+	o := &sparseOverlap{ctx: ctx, cfg: cfg, c: c, m: m, lw: lw, st: st, q: q, tables: tables}
+	o.ps = [2]model.Params{params, model.NewParams(m.Variables())}
+	o.gs = [2]model.Params{q.held.grads, model.NewParams(m.Variables())}
+	if o.gs[0] == nil {
+		o.gs[0] = model.NewParams(m.Variables())
 	}
-	var (
-		sets     [2][]client.Rows // the rows pulled into set i, with their keys
-		pulledAt [2]int64         // the global step set i (dense and rows) was pulled at
-		rowGrads [2][][]float32
-		pushKeys [2][][]uint64
-		pushed   [2][]client.Rows
-	)
 	for i := range 2 {
-		sets[i] = make([]client.Rows, len(tables))
-		rowGrads[i] = make([][]float32, len(tables))
-		pushKeys[i] = make([][]uint64, len(tables))
-		pushed[i] = make([]client.Rows, len(tables))
-	}
-	fill := func(i int, keys [][]uint64) {
-		for t, tb := range tables {
-			sets[i][t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(sets[i][t].Values, len(keys[t])*tb.Dim)}
-		}
+		o.sets[i] = make([]client.Rows, len(tables))
+		o.rowGrads[i] = make([][]float32, len(tables))
+		o.pushKeys[i] = make([][]uint64, len(tables))
+		o.pushed[i] = make([]client.Rows, len(tables))
 	}
 	if q.held.grads != nil {
-		pushed[0] = q.held.rows // (its keys are the loop's copy)
+		o.pushed[0] = q.held.rows // (its keys are the loop's copy)
 	}
-	// readAhead reads the next batch into set i; false: the data ended.
-	readAhead := func(i int) (bool, error) {
-		next, err := q.next()
-		if errors.Is(err, model.ErrEndOfData) {
-			return false, nil
+	defer func() {
+		if o.inflight != nil {
+			_ = o.inflight.Wait() // the buffers are lent to it until it lands
 		}
-		if err != nil {
-			return false, fmt.Errorf("step %d: next batch: %w", st.step, err)
+		if o.cur != 0 {
+			copy2(params, o.ps[o.cur])
 		}
-		fill(i, next)
-		return true, nil
-	}
+	}()
+	return o.run(keys)
+}
 
-	cur, g := 0, 0 // the set computed from; the gradients written next
-	fill(cur, keys)
-	call := c.Do(ctx, &client.Request{Pull: true, Params: ps[cur], SparseParams: sets[cur]})
+// pushHeldAtEnd is the overlap loop back after a recovery with no batch
+// left to read: it pulls, and pushes the gradients of the last batch if
+// they were computed and not sent.
+func pushHeldAtEnd(ctx context.Context, cfg Config, c psClient, q *batchQueue, params model.Params, st *loopStats) error {
+	var err error
+	if st.step, err = c.Pull(ctx, 0, params); err != nil {
+		return q.hold(st, fmt.Errorf("pull: %w", err), false, nil, nil)
+	}
+	if q.held.grads != nil {
+		// Back after a recovery with only the gradients of the last
+		// batch to push.
+		call := c.Do(ctx, &client.Request{Push: true, Step: st.step, Grads: q.held.grads, SparseGrads: q.held.rows, Pull: true, Params: params})
+		q.held.grads, q.held.rows = nil, nil // sent
+		if call.Err != nil {
+			return q.hold(st, fmt.Errorf("step %d: %w", st.step, call.Err), false, nil, nil)
+		}
+		st.step = call.Step
+		st.local++
+	}
+	endOfData(cfg, st)
+	return nil
+}
+
+// sparseOverlap is the state of one sparseOverlapLoop: its buffers (see
+// there) and the call in flight. It is used by the loop's goroutine only.
+type sparseOverlap struct {
+	ctx    context.Context
+	cfg    Config
+	c      psClient
+	m      model.SparseReadAhead
+	lw     *lifecycle.Worker
+	st     *loopStats
+	q      *batchQueue
+	tables []model.Table
+
+	ps, gs   [2]model.Params
+	sets     [2][]client.Rows // the rows pulled into set i, with their keys
+	pulledAt [2]int64         // the global step set i (dense and rows) was pulled at
+	rowGrads [2][][]float32
+	pushKeys [2][][]uint64
+	pushed   [2][]client.Rows
+	cur, g   int // the set computed from; the gradients written next
+
+	inflight *client.Call
+	pushing  bool  // the call in flight carries a push
+	sentAt   int64 // the step its gradients were computed at
+}
+
+// fill makes set i the rows of keys, zeroed, for a pull.
+func (o *sparseOverlap) fill(i int, keys [][]uint64) {
+	for t, tb := range o.tables {
+		o.sets[i][t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(o.sets[i][t].Values, len(keys[t])*tb.Dim)}
+	}
+}
+
+// readAhead reads the next batch into set i; false: the data ended.
+func (o *sparseOverlap) readAhead(i int) (bool, error) {
+	next, err := o.q.next()
+	if errors.Is(err, model.ErrEndOfData) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("step %d: next batch: %w", o.st.step, err)
+	}
+	o.fill(i, next)
+	return true, nil
+}
+
+// send makes the call of the gradients in g, computed from set from, that
+// pulls into set to (rows too if withRows).
+func (o *sparseOverlap) send(push bool, from, to int, withRows bool) {
+	t := time.Now()
+	req := &client.Request{Pull: true, Params: o.ps[to]}
+	if withRows {
+		req.SparseParams = o.sets[to]
+	}
+	if push {
+		req.Push, req.Step, req.Grads, req.SparseGrads = true, o.pulledAt[from], o.gs[o.g], o.pushed[o.g]
+		o.sentAt = o.pulledAt[from]
+		if o.q.held.grads != nil {
+			o.q.held.grads, o.q.held.rows = nil, nil // those of a batch before the recovery
+		} else {
+			o.q.sent()
+		}
+	}
+	o.inflight, o.pushing = o.c.Send(o.ctx, req), push
+	o.st.comm += time.Since(t)
+}
+
+// land waits for the call in flight, which pulled into the other set: that
+// set becomes the current one. No lifecycle.RestartWatch: the overlap runs
+// only in asynchronous modes, where no step waits on another worker's
+// gradient.
+func (o *sparseOverlap) land() error {
+	call := o.inflight
+	o.inflight = nil
+	o.cur ^= 1
+	if o.pushing {
+		if _, err := o.st.land(o.ctx, o.cfg, o.m, o.ps[o.cur], o.lw, o.sentAt, call, nil); err != nil {
+			return err
+		}
+	} else {
+		t := time.Now()
+		if err := lifecycle.WaitCall(call, o.cfg.callLog(), o.st.step, 0, nil); err != nil {
+			return fmt.Errorf("pull: %w", err)
+		}
+		o.st.comm += time.Since(t)
+		o.st.step = call.Step
+	}
+	o.pulledAt[o.cur] = call.Step
+	return nil
+}
+
+// compute computes the gradients of the batch in the current set into g
+// (ahead: the model has read the next batch already) and copies out the
+// keys they are pushed with.
+func (o *sparseOverlap) compute(rows [][]float32, ahead bool) error {
+	st, cur, g := o.st, o.cur, o.g
+	for t := range o.tables {
+		rows[t] = o.sets[cur][t].Values
+		o.rowGrads[g][t] = zeroed(o.rowGrads[g][t], len(rows[t]))
+	}
+	var err error
+	if ahead {
+		st.loss, err = o.m.PrevSparseGradients(o.ps[cur], o.gs[g], rows, o.rowGrads[g])
+	} else {
+		st.loss, err = o.m.SparseGradients(o.ps[cur], o.gs[g], rows, o.rowGrads[g])
+	}
+	if err != nil {
+		return fmt.Errorf("step %d: %w", st.step, err)
+	}
+	for t, tb := range o.tables {
+		o.pushKeys[g][t] = append(o.pushKeys[g][t][:0], o.sets[cur][t].Keys...)
+		o.pushed[g][t] = client.Rows{Table: tb.Name, Keys: o.pushKeys[g][t], Values: o.rowGrads[g][t]}
+	}
+	return nil
+}
+
+// run trains from the batch of keys on.
+func (o *sparseOverlap) run(keys [][]uint64) error {
+	st, q := o.st, o.q
+	o.fill(o.cur, keys)
+	call := o.c.Do(o.ctx, &client.Request{Pull: true, Params: o.ps[o.cur], SparseParams: o.sets[o.cur]})
 	if call.Err != nil {
 		return q.hold(st, fmt.Errorf("pull: %w", call.Err), false, nil, nil)
 	}
-	st.step, pulledAt[cur] = call.Step, call.Step
-	if st.step >= cfg.TrainSteps {
+	st.step, o.pulledAt[o.cur] = call.Step, call.Step
+	if st.step >= o.cfg.TrainSteps {
 		return nil
 	}
-	var inflight *client.Call
-	var pushing bool // the call in flight carries a push
-	var sentAt int64 // the step its gradients were computed at
-	defer func() {
-		if inflight != nil {
-			_ = inflight.Wait() // the buffers are lent to it until it lands
-		}
-		if cur != 0 {
-			copy2(params, ps[cur])
-		}
-	}()
-	// send makes the call of the gradients in g, computed from set from,
-	// that pulls into set to (rows too if withRows).
-	send := func(push bool, from, to int, withRows bool) {
-		t := time.Now()
-		req := &client.Request{Pull: true, Params: ps[to]}
-		if withRows {
-			req.SparseParams = sets[to]
-		}
-		if push {
-			req.Push, req.Step, req.Grads, req.SparseGrads = true, pulledAt[from], gs[g], pushed[g]
-			sentAt = pulledAt[from]
-			if q.held.grads != nil {
-				q.held.grads, q.held.rows = nil, nil // those of a batch before the recovery
-			} else {
-				q.sent()
-			}
-		}
-		inflight, pushing = c.Send(ctx, req), push
-		st.comm += time.Since(t)
-	}
-	// land waits for the call in flight, which pulled into the other set:
-	// that set becomes the current one.
-	// No restartWatch: the overlap runs only in asynchronous modes, where no
-	// step waits on another worker's gradient.
-	land := func() error {
-		call := inflight
-		inflight = nil
-		cur ^= 1
-		if pushing {
-			if _, err := st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
-				return err
-			}
-		} else {
-			t := time.Now()
-			if err := waitCall(call, cfg, st.step, 0, nil); err != nil {
-				return fmt.Errorf("pull: %w", err)
-			}
-			st.comm += time.Since(t)
-			st.step = call.Step
-		}
-		pulledAt[cur] = call.Step
-		return nil
-	}
-
 	// ahead: batch t+1 is read and its rows are pulled into the other set
 	// by the call in flight (or a push of batch t-1's gradients is in
 	// flight and t is the last batch).
-	ahead, err := readAhead(cur ^ 1)
+	ahead, err := o.readAhead(o.cur ^ 1)
 	if err != nil {
 		return err
 	}
@@ -181,61 +240,48 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 	case q.held.grads != nil:
 		// Back after a recovery with the gradients of a batch computed
 		// and not sent: they go first.
-		send(true, cur, cur^1, ahead)
-		g ^= 1
+		o.send(true, o.cur, o.cur^1, ahead)
+		o.g ^= 1
 	case ahead:
-		send(false, cur, cur^1, true)
+		o.send(false, o.cur, o.cur^1, true)
 	}
-	rows := make([][]float32, len(tables))
+	rows := make([][]float32, len(o.tables))
 	for {
 		t0 := time.Now()
-		for t := range tables {
-			rows[t] = sets[cur][t].Values
-			rowGrads[g][t] = zeroed(rowGrads[g][t], len(rows[t]))
-		}
-		if ahead {
-			st.loss, err = m.PrevSparseGradients(ps[cur], gs[g], rows, rowGrads[g])
-		} else {
-			st.loss, err = m.SparseGradients(ps[cur], gs[g], rows, rowGrads[g])
-		}
-		if err != nil {
-			return fmt.Errorf("step %d: %w", st.step, err)
-		}
-		for t, tb := range tables {
-			pushKeys[g][t] = append(pushKeys[g][t][:0], sets[cur][t].Keys...)
-			pushed[g][t] = client.Rows{Table: tb.Name, Keys: pushKeys[g][t], Values: rowGrads[g][t]}
+		if err := o.compute(rows, ahead); err != nil {
+			return err
 		}
 		// Batch t+2's rows go into this batch's set, computed from and
 		// copied out; the call in flight writes the other.
 		more := false
 		if ahead {
-			if more, err = readAhead(cur); err != nil {
+			if more, err = o.readAhead(o.cur); err != nil {
 				return err
 			}
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		from := cur
-		if inflight != nil {
-			if err := land(); err != nil {
-				return q.hold(st, err, true, gs[g], pushed[g])
+		from := o.cur
+		if o.inflight != nil {
+			if err := o.land(); err != nil {
+				return q.hold(st, err, true, o.gs[o.g], o.pushed[o.g])
 			}
-			if st.step >= cfg.TrainSteps {
+			if st.step >= o.cfg.TrainSteps {
 				return nil
 			}
 		}
 		if !ahead {
 			// The last batch of the data: push it and wait.
-			send(true, from, cur^1, false)
-			g ^= 1
-			if err := land(); err != nil {
+			o.send(true, from, o.cur^1, false)
+			o.g ^= 1
+			if err := o.land(); err != nil {
 				return q.hold(st, err, false, nil, nil)
 			}
-			endOfData(cfg, st)
+			endOfData(o.cfg, st)
 			return nil
 		}
-		send(true, from, cur^1, more)
-		g ^= 1
+		o.send(true, from, o.cur^1, more)
+		o.g ^= 1
 		ahead = more
 	}
 }

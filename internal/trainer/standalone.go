@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -251,7 +252,7 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	if cfg.NewModel != nil {
 		m, err = cfg.NewModel(data)
 	} else {
-		m, err = NewModel(cfg.Model, data)
+		m, err = catalog.New(cfg.Model, data)
 	}
 	if err != nil {
 		return &ConfigError{Err: err}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -84,7 +85,7 @@ func TestStandaloneLetsTheModelUseEveryCore(t *testing.T) {
 	var pm *parallelModel
 	cfg := Config{Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 7}, Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 5,
 		NewModel: func(c model.Config) (model.Model, error) {
-			m, err := NewModel("linreg", c)
+			m, err := catalog.New("linreg", c)
 			pm = &parallelModel{Model: m}
 			return pm, err
 		}}

@@ -16,17 +16,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/vfs"
-	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Config is everything a task needs.
@@ -54,6 +54,13 @@ type Config struct {
 	// MaxTableKeys, if positive, caps the keys each sparse table holds on
 	// this ps (server.Config.MaxTableKeys).
 	MaxTableKeys int
+	// Tiered gives a ps's sparse tables a disk tier (docs/TIERS.md):
+	// TableMemory bytes of rows stay in memory, the rest live on disk in
+	// TableDir; EvictUnseen drops rows not pushed for that long.
+	Tiered      bool
+	TableMemory int64
+	TableDir    string
+	EvictUnseen time.Duration
 
 	// Checkpoints: the chief saves every SaveSteps global steps and/or every
 	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
@@ -87,8 +94,9 @@ type Config struct {
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 
 	// NewModel, if set, builds the worker's model instead of the built-in
-	// one Model names (a model of the user's own, run by this loop); Model
-	// is then only its name in the log and the result file.
+	// one Model names in the catalog (a model of the user's own, run by
+	// this loop); Model is then only its name in the log and the result
+	// file.
 	NewModel func(model.Config) (model.Model, error)
 
 	// WorkerTimeout bounds how long a ps waits for a worker not heard from
@@ -110,16 +118,17 @@ type Config struct {
 	// (client.Options.IncrementalPull, --incremental_pull).
 	IncrementalPull bool
 
+	// FS is the filesystem of CheckpointDir (vfs.OS if nil): the ps's
+	// shards, the chief's manifests and lock.
+	FS vfs.FS
+
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
 	probeAfter, probeTimeout time.Duration
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
+type ConfigError = lifecycle.ConfigError
 
 func (c *Config) defaults() {
 	if c.Logf == nil {
@@ -147,9 +156,42 @@ func (c *Config) defaults() {
 		c.KeepCheckpoints = checkpoint.DefaultKeep
 	}
 	if c.Observer == nil {
-		c.Observer = nopObserver{}
+		c.Observer = lifecycle.NopObserver{}
+	}
+	if c.FS == nil {
+		c.FS = vfs.OS
 	}
 }
+
+// lifecycle is the worker's lifecycle settings of cfg.
+func (cfg *Config) lifecycle() lifecycle.Config {
+	return lifecycle.Config{
+		Cluster:   cfg.Cluster,
+		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed, SplitBytes: cfg.SplitBytes,
+		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
+		IncrementalCheckpoints: cfg.IncrementalCheckpoints, FullCheckpointEvery: cfg.FullCheckpointEvery,
+		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout,
+		Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: cfg.Observer, FS: cfg.FS,
+		Hook: func(event string, step int64) { testHook(event, step) },
+	}
+}
+
+// callLog is how a worker's wait for a step's call is logged.
+func (cfg *Config) callLog() lifecycle.CallLog {
+	return lifecycle.CallLog{Logf: cfg.Logf, Every: cfg.WaitLogEvery, Worker: cfg.Cluster.Task.Index, Sync: cfg.Sync}
+}
+
+// testHook is called at the moments a fault test strikes at (see
+// lifecycle.Config.Hook). It does nothing outside tests.
+var testHook = func(event string, step int64) {}
+
+// retryable reports whether a training step's error is one the worker
+// recovers from (lifecycle.Retryable).
+func retryable(err error) bool { return lifecycle.Retryable(err) }
+
+// sleepCtx waits d, or until ctx ends (lifecycle.Sleep).
+func sleepCtx(ctx context.Context, d time.Duration) error { return lifecycle.Sleep(ctx, d) }
 
 // RunPS serves one ps until every worker is done or ctx ends; a ctx that
 // ends first is a *StoppedError. Unless --ps_wait_forever, it never waits
@@ -160,9 +202,16 @@ func (c *Config) defaults() {
 func RunPS(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	if cfg.Replication.Enabled() {
+		if cfg.Tiered {
+			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
+		}
 		return runReplicatedPS(ctx, cfg)
 	}
-	s := server.New(server.Config{
+	tiers, err := openTier(cfg)
+	if err != nil {
+		return err
+	}
+	s := server.New(serverConfig(tiers, server.Config{
 		Task:          cfg.Cluster.Task.Index,
 		NumPS:         len(cfg.Cluster.Spec.PS),
 		NumWorkers:    len(cfg.Cluster.Spec.Workers),
@@ -170,16 +219,17 @@ func RunPS(ctx context.Context, cfg Config) error {
 		Logf:          cfg.Logf,
 		WaitLogEvery:  cfg.WaitLogEvery,
 		CheckpointDir: cfg.CheckpointDir,
+		FS:            cfg.FS,
 		Observer:      cfg.PSObserver,
 		MaxTableKeys:  cfg.MaxTableKeys,
-	})
+	}))
 	if cfg.OnServe != nil {
 		cfg.OnServe(s)
 	}
 	if cfg.CheckpointDir != "" {
 		// A second job given a directory another job holds reads nothing
 		// of it (issue 12, failure 16): its chief is refused anyway.
-		if err := checkpoint.Held(vfs.OS, cfg.CheckpointDir, checkpoint.JobID(cfg.Cluster.Spec.PS, cfg.Cluster.Spec.Workers)); err != nil {
+		if err := checkpoint.Held(cfg.FS, cfg.CheckpointDir, checkpoint.JobID(cfg.Cluster.Spec.PS, cfg.Cluster.Spec.Workers)); err != nil {
 			return &ConfigError{Err: fmt.Errorf("ps %d: %w", cfg.Cluster.Task.Index, err)}
 		}
 	}
@@ -188,6 +238,12 @@ func RunPS(ctx context.Context, cfg Config) error {
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	stopTier := func() error { return nil }
+	if tiers != nil {
+		watchTier(cfg, tiers, s)
+		stopTier = runTier(sctx, cfg, tiers, s, cancel)
+	}
+	defer stopTier()
 	var gaveUp error
 	watched := make(chan struct{})
 	if cfg.PSWaitForever {
@@ -201,7 +257,6 @@ func RunPS(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
-	var err error
 	if cfg.Listen != nil {
 		lis, lerr := cfg.Listen(cfg.Cluster.Addr())
 		if lerr != nil {
@@ -215,6 +270,9 @@ func RunPS(ctx context.Context, cfg Config) error {
 	}
 	cancel(nil)
 	<-watched
+	if terr := stopTier(); terr != nil {
+		return terr
+	}
 	var le *server.ListenError
 	if errors.As(err, &le) {
 		return &ConfigError{Err: err}
@@ -393,37 +451,17 @@ func runWorker(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	start := time.Now()
 	worker := cfg.Cluster.Task.Index
-	if cfg.Cluster.IsChief() && cfg.CheckpointDir != "" {
-		// One job per checkpoint directory (issue 12, failure 16).
-		unlock, err := checkpoint.Lock(vfs.OS, cfg.CheckpointDir, checkpoint.JobID(cfg.Cluster.Spec.PS, cfg.Cluster.Spec.Workers), cfg.Logf)
-		if err != nil {
-			return &ConfigError{Err: fmt.Errorf("chief: %w", err)}
-		}
-		defer func() {
-			if err := unlock(); err != nil {
-				cfg.Logf("chief: %v", err)
-			}
-		}()
-	}
-	numWorkers := len(cfg.Cluster.Spec.Workers)
-	data := cfg.Data
-	data.Worker, data.NumWorkers = worker, numWorkers
-	if data.Logf == nil {
-		data.Logf = cfg.Logf
-	}
-	newModel := func(c model.Config) (model.Model, error) { return NewModel(cfg.Model, c) }
-	if cfg.NewModel != nil {
-		newModel = cfg.NewModel
-	}
-	m, err := newModel(data)
+	// The chief locks its checkpoint directory first: one job per
+	// directory (issue 12, failure 16).
+	lw, err := lifecycle.New(cfg.lifecycle())
 	if err != nil {
-		return &ConfigError{Err: err}
+		return err
 	}
-	if err := CheckEpochs(cfg); err != nil {
-		return &ConfigError{Err: err}
-	}
-	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
-		return &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
+	defer lw.Close()
+	numWorkers := len(cfg.Cluster.Spec.Workers)
+	m, err := workerModel(cfg)
+	if err != nil {
+		return err
 	}
 	sm, isSparse := m.(model.SparseModel)
 	var tables []model.Table
@@ -444,18 +482,15 @@ func runWorker(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	sv, err := startUp(ctx, cfg, c, m.Variables(), func() model.Params { return m.Init(cfg.Data.Seed) })
-	if err != nil {
-		return fmt.Errorf("worker %d: start-up: %w", worker, err)
+	if err := lw.Start(ctx, c, m.Variables(), func() model.Params { return m.Init(cfg.Data.Seed) }); err != nil {
+		return err
 	}
 	if c.IsSync() != cfg.Sync {
 		// A restored checkpoint keeps its mode: the cluster's wins.
 		cfg.Logf("worker %d: warning: the ps train %s (restored from a checkpoint), --sync_replicas says %s; going on %s",
 			worker, modeName(c.IsSync()), modeName(cfg.Sync), modeName(c.IsSync()))
 		cfg.Sync = c.IsSync()
-		if sv != nil {
-			sv.cfg.Sync = cfg.Sync
-		}
+		lw.SetSync(cfg.Sync)
 	}
 
 	params := model.NewParams(m.Variables())
@@ -464,25 +499,86 @@ func runWorker(ctx context.Context, cfg Config) error {
 	if cfg.Sync && !cfg.Replication.Enabled() {
 		st.restarted = c.CheckIncarnations
 	}
-	retry := newRetrier(cfg, fmt.Sprintf("--recovery_timeout=%s", cfg.RecoveryTimeout))
+	if err := trainToGoal(ctx, cfg, c, lw, m, params, &st); err != nil {
+		return err
+	}
+	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
+	elapsed := time.Since(trainStart)
+	localRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
+	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, localRate)
+	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
+
+	if cfg.Cluster.IsChief() {
+		if err := finish(ctx, cfg, c, m, params, Result{
+			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
+			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
+			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
+			ChiefExamplesPerS: localRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
+			Version: cfg.Version, Flags: cfg.ResultRecord,
+		}); err != nil {
+			return err
+		}
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	if err := c.Done(dctx); err != nil {
+		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
+	}
+	return nil
+}
+
+// workerModel builds the worker's model (cfg.NewModel's, or the built-in
+// one cfg.Model names) and checks the settings it trains with; errors are
+// the user's to fix.
+func workerModel(cfg Config) (model.Model, error) {
+	numWorkers := len(cfg.Cluster.Spec.Workers)
+	data := cfg.Data
+	data.Worker, data.NumWorkers = cfg.Cluster.Task.Index, numWorkers
+	if data.Logf == nil {
+		data.Logf = cfg.Logf
+	}
+	newModel := func(c model.Config) (model.Model, error) { return catalog.New(cfg.Model, c) }
+	if cfg.NewModel != nil {
+		newModel = cfg.NewModel
+	}
+	m, err := newModel(data)
+	if err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	if err := CheckEpochs(cfg); err != nil {
+		return nil, &ConfigError{Err: err}
+	}
+	if cfg.Sync && cfg.ReplicasToAggregate > numWorkers {
+		return nil, &ConfigError{Err: fmt.Errorf("--replicas_to_aggregate=%d is more than the %d workers", cfg.ReplicasToAggregate, numWorkers)}
+	}
+	return m, nil
+}
+
+// trainToGoal runs the training loop until the global step reaches the
+// goal (or the worker's data ends), the chief's final checkpoint saved;
+// after a failure it recovers (lw) and runs the loop again from the
+// cluster's step.
+func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycle.Worker, m model.Model, params model.Params, st *loopStats) error {
+	worker, numWorkers := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
 	for {
 		// A loop starts with a pull, so after a recovery it goes on from
 		// whatever step the cluster is at.
-		if isSparse {
-			err = sparseLoop(ctx, cfg, c, sm, params, sv, &st, overlaps(cfg, numWorkers))
+		var err error
+		if sm, isSparse := m.(model.SparseModel); isSparse {
+			err = sparseLoop(ctx, cfg, c, sm, params, lw, st, overlaps(cfg, numWorkers))
 		} else {
-			err = denseLoop(ctx, cfg, c, m, params, sv, &st, overlaps(cfg, numWorkers))
+			err = denseLoop(ctx, cfg, c, m, params, lw, st, overlaps(cfg, numWorkers))
 		}
 		if err == nil && st.ended && cfg.Cluster.IsChief() && numWorkers > 1 {
 			// The chief's data ended: the result is the job's once the
 			// others have trained theirs.
 			err = waitForWorkers(ctx, cfg, c)
 		}
-		if err == nil && sv != nil && cfg.CheckpointDir != "" && sv.lastStep != st.step {
+		if err == nil {
 			// A ps that dies during the final checkpoint restores an
 			// older one: recovery rolls the cluster back to it, and the
 			// loop trains up to the goal again.
-			if err = sv.save(ctx, st.step); err != nil {
+			if err = lw.SaveAt(ctx, st.step); err != nil {
 				err = fmt.Errorf("final checkpoint: %w", err)
 			}
 		}
@@ -505,70 +601,14 @@ func runWorker(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
 		cfg.Observer.Recovery(err)
-		if err := retry.pause(ctx, st.step, err); err != nil {
+		if err := lw.Pause(ctx, st.step, err); err != nil {
 			return fmt.Errorf("worker %d: %w", worker, err)
 		}
-		if err := recoverCluster(ctx, cfg, c, st.step, err, retry); err != nil {
+		if err := lw.Rejoin(ctx, st.step, err); err != nil {
 			return err
 		}
-	}
-	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
-	elapsed := time.Since(trainStart)
-	ownRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
-	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, ownRate)
-	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
-
-	if cfg.Cluster.IsChief() {
-		if err := finish(ctx, cfg, c, m, params, Result{
-			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
-			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
-			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
-			ChiefExamplesPerS: ownRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
-			Version: cfg.Version, Flags: cfg.ResultRecord,
-		}); err != nil {
-			return err
-		}
-	}
-	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer dcancel()
-	if err := c.Done(dctx); err != nil {
-		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
 	}
 	return nil
-}
-
-// startUp brings a worker up, within --startup_timeout: the chief waits
-// for every ps, initialises them and saves the first checkpoint
-// (chiefStart); another worker waits until every ps is initialised and
-// they hold one history. A ps that dies meanwhile is waited for (logging
-// every --wait_log_every) and the start-up is tried again, as a training
-// step is: Init is a no-op on a ps already initialised.
-func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
-	wctx, cancel := context.WithTimeoutCause(ctx, cfg.StartupTimeout,
-		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
-	defer cancel()
-	retry := newRetrier(cfg, fmt.Sprintf("--startup_timeout=%s", cfg.StartupTimeout))
-	for {
-		var sv *saver
-		var err error
-		if cfg.Cluster.IsChief() {
-			sv, err = chiefStart(wctx, cfg, c, vars, init)
-		} else {
-			err = waitOneHistory(wctx, cfg, c, retry)
-		}
-		if err == nil {
-			return sv, nil
-		}
-		if !retryable(err) || wctx.Err() != nil {
-			if wctx.Err() != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "--startup_timeout") {
-				return nil, fmt.Errorf("%w (%w)", err, context.Cause(wctx))
-			}
-			return nil, err
-		}
-		if err := retry.pause(wctx, 0, err); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // lingers reports whether a worker that reached the goal waits for the
@@ -716,7 +756,7 @@ type loopStats struct {
 	ended bool
 	// restarted, if set, reports a *client.RestartedError if a ps
 	// restarted since the worker last saw it: a synchronous step that
-	// waits asks it (see restartWatch).
+	// waits asks it (see lifecycle.RestartWatch).
 	restarted func(ctx context.Context) error
 	// held: what a sparse loop that ended with an error (a recovery
 	// follows) had read and not sent; the next loop trains it first.
@@ -792,9 +832,9 @@ func (q *batchQueue) hold(st *loopStats, err error, computed bool, grads model.P
 // denseLoop trains a dense model: compute gradients, PushPull, repeat.
 // With overlap (asynchronous modes, see overlaps) the round trip of one
 // step runs while the next is computed: see overlapLoop.
-func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, sv *saver, st *loopStats, overlap bool) error {
+func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, lw *lifecycle.Worker, st *loopStats, overlap bool) error {
 	if overlap {
-		return overlapLoop(ctx, cfg, c, m, params, sv, st)
+		return overlapLoop(ctx, cfg, c, m, params, lw, st)
 	}
 	grads := model.NewParams(m.Variables())
 	step, err := c.Pull(ctx, 0, params)
@@ -810,12 +850,12 @@ func denseLoop(ctx context.Context, cfg Config, c psClient, m model.Model, param
 		}
 		st.lastCompute = time.Since(t0)
 		st.compute += st.lastCompute
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
+		step, err = st.exchange(ctx, cfg, m, params, lw, step, func(ctx context.Context, minStep int64) *client.Call {
 			return c.PushPullAsync(ctx, step, grads, minStep, params)
 		})
 		if err != nil && cfg.Replication.Enabled() {
 			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
-				return st.exchange(rctx, cfg, m, params, sv, step, func(ctx context.Context, minStep int64) *client.Call {
+				return st.exchange(rctx, cfg, m, params, lw, step, func(ctx context.Context, minStep int64) *client.Call {
 					return c.PushPullAsync(ctx, step, grads, minStep, params)
 				})
 			})
@@ -873,7 +913,7 @@ func overlaps(cfg Config, numWorkers int) bool {
 // the parameters they were computed at, so the ps counts their staleness.
 // The gradients computed while the goal was reached are not pushed.
 // st.comm counts only the time the worker waited for a call to land.
-func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, sv *saver, st *loopStats) error {
+func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, lw *lifecycle.Worker, st *loopStats) error {
 	ps := [2]model.Params{params, model.NewParams(m.Variables())}
 	gs := [2]model.Params{model.NewParams(m.Variables()), model.NewParams(m.Variables())}
 	cur, g := 0, 0 // the parameters last landed; the gradients to write next
@@ -904,7 +944,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			call := inflight
 			inflight = nil
 			cur ^= 1 // the call pulled into the other set
-			if step, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
+			if step, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 				return err
 			}
 			if step >= cfg.TrainSteps {
@@ -919,7 +959,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 		call := inflight
 		inflight = nil
 		cur ^= 1
-		if _, err = st.land(ctx, cfg, m, ps[cur], sv, sentAt, call, nil); err != nil {
+		if _, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 			return err
 		}
 	}
@@ -938,37 +978,37 @@ func copy2(dst, src model.Params) {
 // (sync mode); then it waits, counts the step, logs progress every
 // StepsToValidate local steps and checkpoints when one is due. It returns
 // the new global step. With st.restarted set, a call that waits is ended
-// when a ps turns out to have restarted (see restartWatch).
-func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, send func(ctx context.Context, minStep int64) *client.Call) (int64, error) {
+// when a ps turns out to have restarted (see lifecycle.RestartWatch).
+func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, send func(ctx context.Context, minStep int64) *client.Call) (int64, error) {
 	var minStep int64
 	if cfg.Sync {
 		minStep = step + 1
 	}
-	var w *restartWatch
+	var w *lifecycle.RestartWatch
 	cctx := ctx
 	if st.restarted != nil {
 		var cancel context.CancelCauseFunc
 		cctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		w = &restartWatch{check: st.restarted, cancel: cancel}
+		w = &lifecycle.RestartWatch{Check: st.restarted, Cancel: cancel}
 	}
 	t := time.Now()
 	call := send(cctx, minStep)
 	st.comm += time.Since(t)
-	return st.land(ctx, cfg, m, params, sv, step, call, w)
+	return st.land(ctx, cfg, m, params, lw, step, call, w)
 }
 
 // land waits for the push+pull call of gradients computed at step (under
 // w's watch, if not nil), counts the step, logs progress every
 // StepsToValidate local steps and checkpoints when one is due. It returns
 // the new global step.
-func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, sv *saver, step int64, call *client.Call, w *restartWatch) (int64, error) {
+func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, call *client.Call, w *lifecycle.RestartWatch) (int64, error) {
 	t1 := time.Now()
 	var minStep int64
 	if cfg.Sync {
 		minStep = step + 1
 	}
-	if err := waitCall(call, cfg, step, minStep, w); err != nil {
+	if err := lifecycle.WaitCall(call, cfg.callLog(), step, minStep, w); err != nil {
 		return step, fmt.Errorf("step %d: %w", step, err)
 	}
 	exchange := time.Since(t1)
@@ -991,7 +1031,7 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 			validate(cfg, st.step, func() (map[string]float64, error) { return v.ValidateSparse(params, st.lookup) })
 		}
 	}
-	return st.step, sv.maybe(ctx, st.step)
+	return st.step, lw.Stepped(ctx, st.step)
 }
 
 // sparseLoop trains a sparse model. Each round trip pushes the gradients of
@@ -999,9 +1039,9 @@ func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params
 // next batch's keys. With overlap (asynchronous modes, see overlaps), a
 // model that can read a batch ahead has the round trip in flight while it
 // computes: see sparseOverlapLoop.
-func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel, params model.Params, sv *saver, st *loopStats, overlap bool) error {
+func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel, params model.Params, lw *lifecycle.Worker, st *loopStats, overlap bool) error {
 	if ra, ok := m.(model.SparseReadAhead); ok && overlap {
-		return sparseOverlapLoop(ctx, cfg, c, ra, params, sv, st)
+		return sparseOverlapLoop(ctx, cfg, c, ra, params, lw, st)
 	}
 	tables := m.Tables()
 	st.lookup = func(t int, keys []uint64, out []float32) error {
@@ -1079,17 +1119,17 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 			}
 			if st.restarted == nil && !cfg.Replication.Enabled() {
 				// Nothing watches the wait: the call is made and landed
-				// on this goroutine (waitCall), with no other in between.
+				// on this goroutine (lifecycle.WaitCall), with no other in between.
 				return c.Send(ctx, req)
 			}
 			return c.DoAsync(ctx, req)
 		}
-		step, err = st.exchange(ctx, cfg, m, params, sv, step, send)
+		step, err = st.exchange(ctx, cfg, m, params, lw, step, send)
 		if err != nil && cfg.Replication.Enabled() {
 			// The same step again while the shards fail over, as in
 			// denseLoop: each shard applies it once.
 			step, err = resendAfterFailover(ctx, cfg, step, err, func(rctx context.Context) (int64, error) {
-				return st.exchange(rctx, cfg, m, params, sv, step, send)
+				return st.exchange(rctx, cfg, m, params, lw, step, send)
 			})
 		}
 		q.sent() // (a failed call is not resent: see heldBatches)
@@ -1113,20 +1153,6 @@ func endOfData(cfg Config, st *loopStats) {
 		cfg.Cluster.Task.Index, cfg.Data.Epochs, st.step, st.local, cfg.TrainSteps)
 }
 
-// sameWorkerCount refuses, as input to fix, a ps started with another
-// number of workers than the chief's cluster: every task must be given the
-// same cluster, and the ps would refuse the chief's Init anyway (exit 1
-// before, as if something had failed while running).
-func sameWorkerCount(statuses []*pb.StatusResponse, cfg Config, c *client.Client) error {
-	want := len(cfg.Cluster.Spec.Workers)
-	for i, st := range statuses {
-		if n := int(st.GetNumWorkers()); n > 0 && n != want {
-			return &ConfigError{Err: fmt.Errorf("ps %d at %s was started with %d workers in its cluster, the chief with %d: give every task the same --worker_hosts (or TF_CONFIG cluster.worker and cluster.chief)", i, c.Addr(i), n, want)}
-		}
-	}
-	return nil
-}
-
 // zeroed returns n zeros in buf's memory if it has room, else in a new
 // slice.
 func zeroed(buf []float32, n int) []float32 {
@@ -1134,102 +1160,6 @@ func zeroed(buf []float32, n int) []float32 {
 	clear(buf)
 	return buf
 }
-
-// chiefStart brings the cluster up: wait for every ps, initialise them (a
-// no-op for ps already initialised, as after a chief restart or a restore),
-// make their states consistent, and save the first checkpoint of a fresh
-// run so that a ps failure always has one to restore.
-func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
-	statuses, err := c.WaitReady(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	if err := sameWorkerCount(statuses, cfg, c); err != nil {
-		return nil, err
-	}
-	testHook("init", 0)
-	step, err := c.Init(ctx, init(), client.InitOptions{
-		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
-		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
-		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
-	})
-	if err != nil {
-		return nil, err
-	}
-	statuses, err = c.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	fresh := true
-	for _, st := range statuses {
-		fresh = fresh && st.RestoredStep < 0
-	}
-	if err := consistent(ctx, cfg, c, statuses, step); err != nil {
-		return nil, err
-	}
-	switch {
-	case fresh && step == 0:
-		cfg.Logf("chief initialised %d variables on %d ps at global step %d", len(vars), c.NumPS(), step)
-	case fresh:
-		cfg.Logf("chief: the ps were already initialised; training goes on from global step %d", step)
-	default:
-		cfg.Logf("chief: the ps restored a checkpoint; training goes on from global step %d", step)
-	}
-	sv := newSaver(cfg, c, step)
-	if cfg.CheckpointDir != "" && fresh && step == 0 {
-		if err := sv.save(ctx, step); err != nil {
-			return nil, fmt.Errorf("first checkpoint: %w", err)
-		}
-	} else if cfg.CheckpointDir != "" {
-		// A restarted chief (or one started on a restored cluster) saves
-		// at the first step it sees complete, not at the next interval:
-		// the chief it replaces may have died saving, and the newest
-		// complete checkpoint may be an interval old already.
-		sv.force = true
-	}
-	return sv, nil
-}
-
-// waitSent is waitCall of a call made by Send, landed on this goroutine:
-// a wait of WaitLogEvery or longer is logged as waitCall logs it, from a
-// timer.
-func waitSent(call *client.Call, cfg Config, step, minStep int64) error {
-	start := time.Now()
-	var mu sync.Mutex // guards landed and t's re-arming
-	landed := false
-	var t *time.Timer
-	mu.Lock()
-	t = time.AfterFunc(cfg.WaitLogEvery, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if landed {
-			return
-		}
-		cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
-		t.Reset(cfg.WaitLogEvery)
-	})
-	mu.Unlock()
-	err := call.Wait()
-	mu.Lock()
-	landed = true
-	t.Stop()
-	mu.Unlock()
-	return err
-}
-
-// syncHint explains a long wait in synchronous mode.
-func syncHint(cfg Config) string {
-	if cfg.Sync {
-		return " (synchronous: the step completes when enough workers have pushed)"
-	}
-	return ""
-}
-
-// testHook is called at the moments a fault test strikes at: "init" just
-// before the chief's Init, "save" just before a checkpoint's shards are
-// written, "manifest" just before its manifest is. It does nothing outside
-// tests.
-var testHook = func(event string, step int64) {}
 
 // finish is the chief's end: evaluate, log, write the result file.
 func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, r Result) error {
@@ -1325,63 +1255,4 @@ func WriteJSON(path string, v any) error {
 		return fmt.Errorf("result file: %w", err)
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// restartWatch lets a synchronous step that waits find out that a ps
-// restarted (or was restored) since this worker last saw it. Without it
-// the step can wait for ever: when a ps dies just after completing a step,
-// a worker whose answer from it was lost goes into recovery, and its push
-// to another ps, not yet sent, never is. The chief's step then waits on
-// that other ps, which is alive and answers every health check, for the
-// lost gradient; the chief has no call to the ps that restarted, so it
-// never rolls the cluster back, and the worker in recovery waits for that
-// (until --recovery_timeout ends it, and --sync_timeout the job).
-type restartWatch struct {
-	check  func(ctx context.Context) error // a *client.RestartedError if a ps restarted
-	cancel context.CancelCauseFunc         // ends the call
-}
-
-// waitCall waits for call, the push of step and pull of minStep, logging
-// every WaitLogEvery that it waits. Under w (if not nil) it also checks,
-// as often, whether a ps restarted: if so it ends the call and returns
-// that (retryable) error once the call has landed.
-func waitCall(call *client.Call, cfg Config, step, minStep int64, w *restartWatch) error {
-	if call.Deferred() {
-		if w == nil {
-			return waitSent(call, cfg, step, minStep)
-		}
-		go func() { _ = call.Wait() }() // (its error is read below)
-	}
-	// Most calls have landed, or land before the first log is due: no
-	// ticker and no message for them (this runs every step).
-	select {
-	case <-call.Done:
-		return call.Err
-	default:
-	}
-	start := time.Now()
-	tick := time.NewTicker(cfg.WaitLogEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-call.Done:
-			return call.Err
-		case <-tick.C:
-			cfg.Logf("worker %d: push of step %d and pull of step %d has waited %s for the ps%s", cfg.Cluster.Task.Index, step, minStep, time.Since(start).Round(time.Second), syncHint(cfg))
-			if w == nil {
-				continue
-			}
-			// A check that gets no answer in time is no verdict: the
-			// call's own health checks deal with a silent ps.
-			ctx, cancel := context.WithTimeout(context.Background(), max(cfg.WaitLogEvery, time.Second))
-			err := w.check(ctx)
-			cancel()
-			var re *client.RestartedError
-			if errors.As(err, &re) {
-				w.cancel(err)
-				<-call.Done
-				return fmt.Errorf("while the step waited: %w", err)
-			}
-		}
-	}
 }

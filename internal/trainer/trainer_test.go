@@ -3,6 +3,7 @@ package trainer
 import (
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -23,7 +24,7 @@ func TestSyncOneWorkerEqualsSingleProcess(t *testing.T) {
 			r := runOneWorker(t, cfg)
 
 			// The reference: the same model and rule, no network.
-			m, _ := NewModel("linreg", model.Config{BatchSize: 10, Seed: 7, NumWorkers: 1})
+			m, _ := catalog.New("linreg", model.Config{BatchSize: 10, Seed: 7, NumWorkers: 1})
 			rule, _ := optim.New(cfg.Optimizer)
 			p, g := m.Init(7), model.NewParams(m.Variables())
 			state := map[string][][]float32{}

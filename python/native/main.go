@@ -41,6 +41,7 @@ import (
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/secure"
@@ -172,12 +173,19 @@ func parseConfig(text string) (session.Config, error) {
 		return session.Config{}, fmt.Errorf("paramserv: %s names task %s: want a worker task (the ps are paramserv processes)", src, cl.Task)
 	}
 	cfg := session.Config{
-		Cluster: cl, Optimizer: jc.Optimizer, Sync: jc.Sync, ReplicasToAggregate: jc.ReplicasToAggregate,
-		MaxStaleness: jc.MaxStaleness, SplitBytes: jc.SplitBytes,
-		StartupTimeout:  time.Duration(jc.StartupTimeoutS * float64(time.Second)),
-		RecoveryTimeout: time.Duration(jc.RecoveryTimeoutS * float64(time.Second)),
-		CheckpointDir:   jc.CheckpointDir, SaveSteps: jc.SaveSteps,
-		SaveEvery:   time.Duration(jc.SaveSecs * float64(time.Second)),
+		Config: lifecycle.Config{
+			Cluster:             cl,
+			Optimizer:           jc.Optimizer,
+			Sync:                jc.Sync,
+			ReplicasToAggregate: jc.ReplicasToAggregate,
+			MaxStaleness:        jc.MaxStaleness,
+			SplitBytes:          jc.SplitBytes,
+			StartupTimeout:      time.Duration(jc.StartupTimeoutS * float64(time.Second)),
+			RecoveryTimeout:     time.Duration(jc.RecoveryTimeoutS * float64(time.Second)),
+			CheckpointDir:       jc.CheckpointDir,
+			SaveSteps:           jc.SaveSteps,
+			SaveEvery:           time.Duration(jc.SaveSecs * float64(time.Second)),
+		},
 		MetricsAddr: jc.MetricsAddr,
 	}
 	auth, err := secure.Load(secure.Files{Dir: jc.TLSDir, Cert: jc.TLSCert, Key: jc.TLSKey, CA: jc.TLSCA, TokenFile: jc.AuthTokenFile}, string(cl.Task.Job), cl.Task.Index, "")

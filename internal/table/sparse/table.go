@@ -69,6 +69,10 @@ type Config struct {
 	// than EvictAfterSteps global steps before step. 0 never evicts, and
 	// then no per-row touch step is stored.
 	EvictAfterSteps int64
+	// KeepTouch stores each row's last-touched step even when
+	// EvictAfterSteps is 0 (4 bytes a row): a disk tier picks the rows it
+	// moves out by it (Coldest), and EvictBefore needs it.
+	KeepTouch bool
 	// MaxRows caps the number of rows; 0 means MaxRowsLimit. A key that
 	// would need a row past the cap is treated as not admitted (and counted
 	// in Stats.CapacityRejects).
@@ -176,6 +180,7 @@ type Table struct {
 	// Steps: touch values are relative to base; clock is the largest step
 	// seen (by Push or Evict) and stamps the rows Pull creates.
 	base, clock int64
+	cutoff      int64 // the largest eviction cutoff applied (tier.go)
 
 	stats Stats
 	views [][]float32 // scratch: state slices of the row being updated
@@ -253,7 +258,7 @@ func New(cfg Config) (*Table, error) {
 		minCount:   cfg.MinCount,
 		evictAfter: cfg.EvictAfterSteps,
 		maxRows:    cfg.MaxRows,
-		keepTouch:  cfg.EvictAfterSteps > 0,
+		keepTouch:  cfg.EvictAfterSteps > 0 || cfg.KeepTouch,
 		keepCount:  usesStep(cfg.Rule),
 		freeHead:   -1,
 		pageShift:  shift,
@@ -387,11 +392,27 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 func (t *Table) Evict(globalStep int64) int {
 	t.clock = max(t.clock, globalStep)
 	t.bump()
-	if t.evictAfter == 0 || t.live == 0 {
+	if t.evictAfter == 0 {
 		return 0
 	}
-	cutoff := globalStep - t.evictAfter // rows touched before cutoff go
-	if cutoff <= t.base {
+	return t.evictBefore(globalStep - t.evictAfter)
+}
+
+// EvictBefore drops every row last touched before step cutoff (a cutoff
+// found another way than EvictAfterSteps, such as from wall-clock time),
+// and returns how many it dropped. The table must keep last-touched steps
+// (Config.KeepTouch); without them it drops none.
+func (t *Table) EvictBefore(cutoff int64) int {
+	t.bump()
+	if !t.keepTouch {
+		return 0
+	}
+	return t.evictBefore(cutoff)
+}
+
+func (t *Table) evictBefore(cutoff int64) int {
+	t.cutoff = max(t.cutoff, cutoff)
+	if t.live == 0 || cutoff <= t.base { // rows touched before cutoff go
 		return 0
 	}
 	relCut := cutoff - t.base
@@ -618,10 +639,10 @@ func (t *Table) runner() parallel.Runner {
 // the race detector sees the parallel paths.
 var defaultRunner = parallel.Serial
 
-// Missing returns how many of keys have no row (a repeated key counts each
+// CountMissing returns how many of keys have no row (a repeated key counts each
 // time): the most rows a Push of keys could add. It changes nothing, not
 // even admission counts.
-func (t *Table) Missing(keys []uint64) int {
+func (t *Table) CountMissing(keys []uint64) int {
 	n := 0
 	for _, k := range keys {
 		if r, _ := t.find(k, hashKey(k)); r < 0 {

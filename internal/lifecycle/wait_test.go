@@ -1,4 +1,4 @@
-package trainer
+package lifecycle
 
 import (
 	"context"
@@ -15,24 +15,24 @@ import (
 	"github.com/paramserv/paramserv/internal/server"
 )
 
-// A call that has landed costs a step no ticker and no message: waitCall
+// A call that has landed costs a step no timer and no message: WaitCall
 // allocates nothing for it.
 func TestWaitCallLandedAllocatesNothing(t *testing.T) {
 	done := make(chan struct{})
 	close(done)
 	call := &client.Call{Done: done}
-	cfg := Config{WaitLogEvery: time.Minute, Logf: func(string, ...any) { t.Error("logged for a landed call") }}
+	cfg := CallLog{Every: time.Minute, Logf: func(string, ...any) { t.Error("logged for a landed call") }}
 	if n := testing.AllocsPerRun(100, func() {
-		if err := waitCall(call, cfg, 7, 0, nil); err != nil {
+		if err := WaitCall(call, cfg, 7, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
-		t.Errorf("waitCall of a landed call: %v allocations, want 0", n)
+		t.Errorf("WaitCall of a landed call: %v allocations, want 0", n)
 	}
 	want := errors.New("ps gone")
 	call.Err = want
-	if err := waitCall(call, cfg, 7, 0, nil); err != want {
-		t.Errorf("waitCall returned %v, want the call's error %v", err, want)
+	if err := WaitCall(call, cfg, 7, 0, nil); err != want {
+		t.Errorf("WaitCall returned %v, want the call's error %v", err, want)
 	}
 }
 
@@ -41,14 +41,14 @@ func TestWaitCallLogsWhileWaiting(t *testing.T) {
 	done := make(chan struct{})
 	call := &client.Call{Done: done}
 	logged := make(chan string, 1)
-	cfg := Config{WaitLogEvery: time.Millisecond, Sync: true, Logf: func(format string, args ...any) {
+	cfg := CallLog{Every: time.Millisecond, Sync: true, Logf: func(format string, args ...any) {
 		select {
 		case logged <- fmt.Sprintf(format, args...):
 		default:
 		}
 	}}
 	errc := make(chan error, 1)
-	go func() { errc <- waitCall(call, cfg, 41, 42, nil) }()
+	go func() { errc <- WaitCall(call, cfg, 41, 42, nil) }()
 	msg := <-logged // waits for the first log line, however long it takes
 	close(done)
 	if err := <-errc; err != nil {
@@ -61,7 +61,7 @@ func TestWaitCallLogsWhileWaiting(t *testing.T) {
 	}
 }
 
-// A call made by Send lands in waitCall, on its goroutine; while it waits
+// A call made by Send lands in WaitCall, on its goroutine; while it waits
 // (here for a step another push brings) it is logged as any call is.
 func TestWaitCallLandsASentCall(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,14 +89,14 @@ func TestWaitCallLandsASentCall(t *testing.T) {
 		t.Fatal("Send made a call that lands by itself")
 	}
 	logged := make(chan string, 1)
-	cfg := Config{WaitLogEvery: time.Millisecond, Logf: func(format string, args ...any) {
+	cfg := CallLog{Every: time.Millisecond, Logf: func(format string, args ...any) {
 		select {
 		case logged <- fmt.Sprintf(format, args...):
 		default:
 		}
 	}}
 	errc := make(chan error, 1)
-	go func() { errc <- waitCall(call, cfg, 3, 1, nil) }()
+	go func() { errc <- WaitCall(call, cfg, 3, 1, nil) }()
 	msg := <-logged // waits for the first log line, however long it takes
 	if !strings.Contains(msg, "push of step 3 and pull of step 1 has waited") {
 		t.Errorf("log line %q", msg)
@@ -115,4 +115,31 @@ func TestWaitCallLandsASentCall(t *testing.T) {
 	if call.Step != 1 || vals[0] != 0 {
 		t.Fatalf("the call landed at step %d with row %v, want step 1 and row 0", call.Step, vals)
 	}
+}
+
+// LogWait calls tick every period, with the time waited growing, until
+// tick says stop; after stop returns it never calls tick again.
+func TestLogWaitTicksUntilToldOrStopped(t *testing.T) {
+	waited := make(chan time.Duration, 10)
+	var calls int // guarded by LogWait: one tick at a time
+	stop := LogWait(time.Millisecond, func(d time.Duration) bool {
+		calls++
+		waited <- d
+		return calls < 3
+	})
+	first, second, third := <-waited, <-waited, <-waited
+	stop()
+	if !(first > 0 && second >= first && third >= second) {
+		t.Errorf("waited %v, %v, %v: want a growing wait", first, second, third)
+	}
+	time.Sleep(10 * time.Millisecond) // room for a fourth tick, which must not come
+	if calls != 3 {
+		t.Errorf("tick called %d times, want 3 (it said stop on the third)", calls)
+	}
+
+	stop = LogWait(time.Hour, func(time.Duration) bool {
+		t.Error("tick called after stop")
+		return true
+	})
+	stop()
 }

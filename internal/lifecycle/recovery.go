@@ -1,27 +1,22 @@
-package trainer
+package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
-	"github.com/paramserv/paramserv/internal/optim"
-	"github.com/paramserv/paramserv/internal/shard"
-	"github.com/paramserv/paramserv/internal/vfs"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
-// retryable reports whether a training step's error is one the worker
+// Retryable reports whether a training step's error is one the worker
 // recovers from (a ps down, restarted or restored, a step moved on) rather
 // than one that ends the job (another model on the ps, a malformed request,
 // a synchronous step that timed out with --sync_on_timeout=fail). The kinds
 // are the client's own errors (client.Retryable), never gRPC codes.
-func retryable(err error) bool { return client.Retryable(err) }
+func Retryable(err error) bool { return client.Retryable(err) }
 
 // retrier paces a retry loop: every pause after the first waits longer
 // (doubling from retryMin up to retryMax) unless the loop made progress
@@ -47,7 +42,7 @@ const (
 )
 
 func newRetrier(cfg Config, bound string) *retrier {
-	return &retrier{cfg: cfg, bound: bound, max: maxBackoff(cfg), sleep: sleepCtx, now: time.Now}
+	return &retrier{cfg: cfg, bound: bound, max: maxBackoff(cfg), sleep: Sleep, now: time.Now}
 }
 
 // maxBackoff is the longest pause between retries: retryMax, but in sync
@@ -61,7 +56,8 @@ func maxBackoff(cfg Config) time.Duration {
 	return retryMax
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends (returning its cause).
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -130,11 +126,11 @@ func recoverCluster(ctx context.Context, cfg Config, c *client.Client, lastStep 
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) {
+		if !Retryable(err) {
 			return err
 		}
 		retry.logf("chief: recovery: %v; trying again in %s", err, backoff)
-		if err := sleepCtx(rctx, backoff); err != nil {
+		if err := Sleep(rctx, backoff); err != nil {
 			return fmt.Errorf("chief: recovery after %v: %w", cause, err)
 		}
 		backoff = min(2*backoff, maxBackoff(cfg))
@@ -160,7 +156,7 @@ func waitOneHistory(ctx context.Context, cfg Config, c *client.Client, retry *re
 			return nil
 		}
 		retry.logf("worker %d: waiting for the chief to roll the ps back to one checkpoint (restored steps by ps: %v)", worker, restored)
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := Sleep(ctx, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("the ps hold different histories (restored steps by ps: %v): %w", restored, err)
 		}
 	}
@@ -203,7 +199,7 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 		// ps restarted while the chief wrote its manifest. The ps then
 		// waits for the chief, which restores it there and rolls the
 		// others back to it.
-		m, _, err := checkpoint.Verifier{Finite: true}.Latest(vfs.OS, cfg.CheckpointDir)
+		m, _, err := checkpoint.Verifier{Finite: true}.Latest(cfg.FS, cfg.CheckpointDir)
 		if err != nil {
 			return fmt.Errorf("%w: ps %v not initialised, and no checkpoint to restore them from: %v", client.ErrNotReady, uninit, err)
 		}
@@ -243,194 +239,16 @@ func consistent(ctx context.Context, cfg Config, c *client.Client, statuses []*p
 	return nil
 }
 
-// saver is the chief's checkpoint schedule.
-type saver struct {
-	cfg      Config
-	c        *client.Client
-	fs       vfs.FS
-	lastStep int64
-	lastTime time.Time
-	force    bool // save at the next step (a restarted chief)
-	// Incremental checkpoints: the checkpoint this chief saved last (-1:
-	// none; the next save is full), the full one its chain starts from,
-	// and the deltas saved since.
-	parent, base int64
-	deltas       int
-}
-
-func newSaver(cfg Config, c *client.Client, step int64) *saver {
-	return &saver{cfg: cfg, c: c, fs: vfs.OS, lastStep: step, lastTime: time.Now(), parent: -1, base: -1}
-}
-
-// nextParent is the checkpoint the next save is a delta of, or -1 for a
-// full one: the first save of this chief, and every FullCheckpointEvery-th.
-func (s *saver) nextParent() int64 {
-	if !s.cfg.IncrementalCheckpoints || s.parent < 0 || s.deltas+1 >= max(1, s.cfg.FullCheckpointEvery) {
-		return -1
-	}
-	return s.parent
-}
-
-// due reports whether a checkpoint is due at step.
-func (s *saver) due(step int64) bool {
-	if s == nil || s.cfg.CheckpointDir == "" || step <= s.lastStep {
-		return false
-	}
-	return s.force || (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
-		(s.cfg.SaveEvery > 0 && time.Since(s.lastTime) >= s.cfg.SaveEvery)
-}
-
-// maybe saves if due. A synchronous shard that moved on (backup workers)
-// is not an error: the save is tried again at the next step.
-func (s *saver) maybe(ctx context.Context, step int64) error {
-	if !s.due(step) {
-		return nil
-	}
-	err := s.save(ctx, step)
-	if err != nil && retryable(err) {
-		return nil
-	}
-	return err
-}
-
-// save writes a checkpoint of step: every ps its shard, then the manifest,
-// then old checkpoints are pruned.
-func (s *saver) save(ctx context.Context, step int64) (err error) {
-	cfg := s.cfg
-	start := time.Now()
-	var size int64
-	defer func() { cfg.Observer.CheckpointSaved(step, size, time.Since(start), err) }()
-	if _, err := s.fs.Stat(filepath.Join(cfg.CheckpointDir, checkpoint.CheckpointName(step), checkpoint.ManifestName)); err == nil {
-		// Saved by a chief before this one (which died after it).
-		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
-		s.lastStep, s.lastTime, s.force = step, time.Now(), false
-		s.parent = -1 // the ps may not have cut it: the next save is full
-		return nil
-	}
-	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
-	testHook("save", step)
-	parent := s.nextParent()
-	infos, err := s.c.CheckpointShardsIncremental(ctx, cfg.CheckpointDir, step, cfg.IncrementalCheckpoints, parent)
-	if err == nil {
-		// A ps that restarted since the chief last heard from it wrote
-		// the state it restored, not that of step: no manifest for it.
-		err = s.c.CheckIncarnations(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint of step %d: %w", step, err)
-	}
-	m, err := s.manifest(step, infos)
-	if err != nil {
-		return err
-	}
-	for _, in := range infos {
-		if in.Delta {
-			m.Kind, m.Parent, m.Base = checkpoint.KindDelta, parent, s.base
+// sameWorkerCount refuses, as input to fix, a ps started with another
+// number of workers than the chief's cluster: every task must be given the
+// same cluster, and the ps would refuse the chief's Init anyway (exit 1
+// before, as if something had failed while running).
+func sameWorkerCount(statuses []*pb.StatusResponse, cfg Config, c *client.Client) error {
+	want := len(cfg.Cluster.Spec.Workers)
+	for i, st := range statuses {
+		if n := int(st.GetNumWorkers()); n > 0 && n != want {
+			return &ConfigError{Err: fmt.Errorf("ps %d at %s was started with %d workers in its cluster, the chief with %d: give every task the same --worker_hosts (or TF_CONFIG cluster.worker and cluster.chief)", i, c.Addr(i), n, want)}
 		}
 	}
-	testHook("manifest", step)
-	if err := checkpoint.WriteManifest(s.fs, cfg.CheckpointDir, m); err != nil && !errors.Is(err, checkpoint.ErrExists) {
-		return fmt.Errorf("checkpoint of step %d: %w", step, err)
-	}
-	removed, err := checkpoint.Prune(s.fs, cfg.CheckpointDir, cfg.KeepCheckpoints)
-	if err != nil {
-		cfg.Logf("chief: pruning old checkpoints: %v", err)
-	}
-	for _, in := range infos {
-		size += in.Size
-	}
-	kind := ""
-	if cfg.IncrementalCheckpoints {
-		kind = "full, "
-		if m.IsDelta() {
-			kind = fmt.Sprintf("a delta of %s on %s, ", checkpoint.CheckpointName(m.Parent), checkpoint.CheckpointName(m.Base))
-		}
-	}
-	cfg.Logf("chief: saved checkpoint of step %d in %s (%s%d shards, %.1f MiB, %s; removed %d old)", step, cfg.CheckpointDir, kind, len(infos), float64(size)/(1<<20), time.Since(start).Round(time.Millisecond), len(removed))
-	s.lastStep, s.lastTime, s.force = step, time.Now(), false
-	if m.IsDelta() {
-		s.deltas++
-	} else {
-		s.base, s.deltas = step, 0
-	}
-	s.parent = step
 	return nil
-}
-
-// manifest describes the checkpoint: layout, optimizer and mode.
-func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.Manifest, error) {
-	cfg := s.cfg
-	rule, err := optim.New(cfg.Optimizer)
-	if err != nil {
-		return checkpoint.Manifest{}, err
-	}
-	slots := shard.SlotNames(rule.Name(), rule.StateSlots())
-	mode := "async"
-	if cfg.Sync {
-		mode = "sync"
-	}
-	m := checkpoint.Manifest{
-		Step: step, Time: time.Now().UTC(),
-		NumPS: s.c.NumPS(), NumWorkers: len(cfg.Cluster.Spec.Workers),
-		Shards: infos,
-	}
-	tr := checkpoint.Training{
-		Mode: mode, Optimizer: cfg.Optimizer,
-		ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
-		SplitBytes: int64(cfg.SplitBytes), SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
-	}
-	for _, v := range s.c.Plan().Vars {
-		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}
-		if v.Optimizer != nil {
-			if vi.Slots, err = ownSlots(*v.Optimizer); err != nil {
-				return m, fmt.Errorf("variable %q: %w", v.Name, err)
-			}
-			if tr.VarOptimizers == nil {
-				tr.VarOptimizers = map[string]*optim.Config{}
-			}
-			tr.VarOptimizers[v.Name] = v.Optimizer
-		}
-		for _, d := range v.Shape {
-			vi.Shape = append(vi.Shape, int64(d))
-		}
-		rowLen := v.Size()
-		if len(v.Shape) > 0 {
-			rowLen = v.Size() / v.Shape[0]
-		}
-		for _, p := range v.Parts {
-			part := checkpoint.Part{Shard: p.PS}
-			if len(v.Parts) > 1 {
-				part.Rows = []int64{int64(p.Offset / rowLen), int64((p.Offset + p.Len) / rowLen)}
-			}
-			vi.Parts = append(vi.Parts, part)
-		}
-		m.Variables = append(m.Variables, vi)
-	}
-	for _, t := range s.c.Tables() {
-		ti := checkpoint.TableInfo{Name: t.Name, Dim: int64(t.Dim), Slots: slots}
-		if t.Optimizer != nil {
-			if ti.Slots, err = ownSlots(*t.Optimizer); err != nil {
-				return m, fmt.Errorf("table %q: %w", t.Name, err)
-			}
-		}
-		for k := range s.c.NumPS() {
-			ti.Shards = append(ti.Shards, k)
-		}
-		m.Tables = append(m.Tables, ti)
-		tr.Tables = append(tr.Tables, checkpoint.TableSpec{Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer})
-	}
-	if err := m.SetTraining(tr); err != nil {
-		return m, err
-	}
-	return m, nil
-}
-
-// ownSlots names the state slots of a variable's or table's own rule.
-func ownSlots(c optim.Config) ([]string, error) {
-	r, err := optim.New(c)
-	if err != nil {
-		return nil, err
-	}
-	return shard.SlotNames(r.Name(), r.StateSlots()), nil
 }

@@ -1,0 +1,208 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/shard"
+	"github.com/paramserv/paramserv/internal/vfs"
+)
+
+// saver is the chief's checkpoint schedule.
+type saver struct {
+	cfg      Config
+	c        *client.Client
+	fs       vfs.FS
+	lastStep int64
+	lastTime time.Time
+	force    bool // save at the next step (a restarted chief)
+	// Incremental checkpoints: the checkpoint this chief saved last (-1:
+	// none; the next save is full), the full one its chain starts from,
+	// and the deltas saved since.
+	parent, base int64
+	deltas       int
+}
+
+func newSaver(cfg Config, c *client.Client, step int64) *saver {
+	return &saver{cfg: cfg, c: c, fs: cfg.FS, lastStep: step, lastTime: time.Now(), parent: -1, base: -1}
+}
+
+// nextParent is the checkpoint the next save is a delta of, or -1 for a
+// full one: the first save of this chief, and every FullCheckpointEvery-th.
+func (s *saver) nextParent() int64 {
+	if !s.cfg.IncrementalCheckpoints || s.parent < 0 || s.deltas+1 >= max(1, s.cfg.FullCheckpointEvery) {
+		return -1
+	}
+	return s.parent
+}
+
+// due reports whether a checkpoint is due at step.
+func (s *saver) due(step int64) bool {
+	if s == nil || s.cfg.CheckpointDir == "" || step <= s.lastStep {
+		return false
+	}
+	return s.force || (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
+		(s.cfg.SaveEvery > 0 && time.Since(s.lastTime) >= s.cfg.SaveEvery)
+}
+
+// maybe saves if due. A synchronous shard that moved on (backup workers)
+// is not an error: the save is tried again at the next step.
+func (s *saver) maybe(ctx context.Context, step int64) error {
+	if !s.due(step) {
+		return nil
+	}
+	err := s.save(ctx, step)
+	if err != nil && Retryable(err) {
+		return nil
+	}
+	return err
+}
+
+// save writes a checkpoint of step: every ps its shard, then the manifest,
+// then old checkpoints are pruned.
+func (s *saver) save(ctx context.Context, step int64) (err error) {
+	cfg := s.cfg
+	start := time.Now()
+	var size int64
+	defer func() { cfg.Observer.CheckpointSaved(step, size, time.Since(start), err) }()
+	if _, err := s.fs.Stat(filepath.Join(cfg.CheckpointDir, checkpoint.CheckpointName(step), checkpoint.ManifestName)); err == nil {
+		// Saved by a chief before this one (which died after it).
+		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
+		s.lastStep, s.lastTime, s.force = step, time.Now(), false
+		s.parent = -1 // the ps may not have cut it: the next save is full
+		return nil
+	}
+	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
+	cfg.Hook("save", step)
+	parent := s.nextParent()
+	infos, err := s.c.CheckpointShardsIncremental(ctx, cfg.CheckpointDir, step, cfg.IncrementalCheckpoints, parent)
+	if err == nil {
+		// A ps that restarted since the chief last heard from it wrote
+		// the state it restored, not that of step: no manifest for it.
+		err = s.c.CheckIncarnations(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint of step %d: %w", step, err)
+	}
+	m, err := s.manifest(step, infos)
+	if err != nil {
+		return err
+	}
+	for _, in := range infos {
+		if in.Delta {
+			m.Kind, m.Parent, m.Base = checkpoint.KindDelta, parent, s.base
+		}
+	}
+	cfg.Hook("manifest", step)
+	if err := checkpoint.WriteManifest(s.fs, cfg.CheckpointDir, m); err != nil && !errors.Is(err, checkpoint.ErrExists) {
+		return fmt.Errorf("checkpoint of step %d: %w", step, err)
+	}
+	removed, err := checkpoint.Prune(s.fs, cfg.CheckpointDir, cfg.KeepCheckpoints)
+	if err != nil {
+		cfg.Logf("chief: pruning old checkpoints: %v", err)
+	}
+	for _, in := range infos {
+		size += in.Size
+	}
+	kind := ""
+	if cfg.IncrementalCheckpoints {
+		kind = "full, "
+		if m.IsDelta() {
+			kind = fmt.Sprintf("a delta of %s on %s, ", checkpoint.CheckpointName(m.Parent), checkpoint.CheckpointName(m.Base))
+		}
+	}
+	cfg.Logf("chief: saved checkpoint of step %d in %s (%s%d shards, %.1f MiB, %s; removed %d old)", step, cfg.CheckpointDir, kind, len(infos), float64(size)/(1<<20), time.Since(start).Round(time.Millisecond), len(removed))
+	s.lastStep, s.lastTime, s.force = step, time.Now(), false
+	if m.IsDelta() {
+		s.deltas++
+	} else {
+		s.base, s.deltas = step, 0
+	}
+	s.parent = step
+	return nil
+}
+
+// manifest describes the checkpoint: layout, optimizer and mode.
+func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.Manifest, error) {
+	cfg := s.cfg
+	rule, err := optim.New(cfg.Optimizer)
+	if err != nil {
+		return checkpoint.Manifest{}, err
+	}
+	slots := shard.SlotNames(rule.Name(), rule.StateSlots())
+	mode := "async"
+	if cfg.Sync {
+		mode = "sync"
+	}
+	m := checkpoint.Manifest{
+		Step: step, Time: time.Now().UTC(),
+		NumPS: s.c.NumPS(), NumWorkers: len(cfg.Cluster.Spec.Workers),
+		Shards: infos,
+	}
+	tr := checkpoint.Training{
+		Mode: mode, Optimizer: cfg.Optimizer,
+		ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		SplitBytes: int64(cfg.SplitBytes), SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
+	}
+	for _, v := range s.c.Plan().Vars {
+		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}
+		if v.Optimizer != nil {
+			if vi.Slots, err = ruleSlots(*v.Optimizer); err != nil {
+				return m, fmt.Errorf("variable %q: %w", v.Name, err)
+			}
+			if tr.VarOptimizers == nil {
+				tr.VarOptimizers = map[string]*optim.Config{}
+			}
+			tr.VarOptimizers[v.Name] = v.Optimizer
+		}
+		for _, d := range v.Shape {
+			vi.Shape = append(vi.Shape, int64(d))
+		}
+		rowLen := v.Size()
+		if len(v.Shape) > 0 {
+			rowLen = v.Size() / v.Shape[0]
+		}
+		for _, p := range v.Parts {
+			part := checkpoint.Part{Shard: p.PS}
+			if len(v.Parts) > 1 {
+				part.Rows = []int64{int64(p.Offset / rowLen), int64((p.Offset + p.Len) / rowLen)}
+			}
+			vi.Parts = append(vi.Parts, part)
+		}
+		m.Variables = append(m.Variables, vi)
+	}
+	for _, t := range s.c.Tables() {
+		ti := checkpoint.TableInfo{Name: t.Name, Dim: int64(t.Dim), Slots: slots}
+		if t.Optimizer != nil {
+			if ti.Slots, err = ruleSlots(*t.Optimizer); err != nil {
+				return m, fmt.Errorf("table %q: %w", t.Name, err)
+			}
+		}
+		for k := range s.c.NumPS() {
+			ti.Shards = append(ti.Shards, k)
+		}
+		m.Tables = append(m.Tables, ti)
+		tr.Tables = append(tr.Tables, checkpoint.TableSpec{Name: t.Name, Dim: int32(t.Dim), Initializer: t.Init, InitStddev: t.InitStddev,
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer})
+	}
+	if err := m.SetTraining(tr); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// ruleSlots names the state slots of the update rule c (a variable's or
+// a table's, when it has one of its own).
+func ruleSlots(c optim.Config) ([]string, error) {
+	r, err := optim.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return shard.SlotNames(r.Name(), r.StateSlots()), nil
+}

@@ -1,0 +1,71 @@
+package shard
+
+import (
+	"github.com/paramserv/paramserv/internal/table/sparse"
+)
+
+// Tiers gives the tables of each state the shard installs a second tier
+// (internal/table/tier keeps rows past a memory budget on disk). The shard
+// calls it under its caller's lock; what it does with time and disk is its
+// own (a server runs its demotions).
+type Tiers interface {
+	// Attach is called as a state is installed, with its tables' names and
+	// tables in layout order; it returns each table's tier (nil: none).
+	// The tiers of the state it replaces are dropped.
+	Attach(names []string, tables []*sparse.Table) []Tier
+}
+
+// Tier is the second tier of one table: rows the table does not hold.
+type Tier interface {
+	// Fetch puts the rows of keys that the tier holds back into the table
+	// before the shard reads or changes them, so that every result is the
+	// one the table would give with every row in it. An error means the
+	// tier's rows are lost: the shard fails (Failed) and must be restored.
+	Fetch(keys []uint64) error
+	// Cut is a view of the tier's rows now, taken with the shard's Cut
+	// and read with no lock held.
+	Cut() TierCut
+}
+
+// TierCut is a view of a tier's rows at a cut.
+type TierCut interface {
+	// Merge returns the rows of hot, the table's rows at the cut, with the
+	// tier's, in ascending key order.
+	Merge(hot sparse.Snapshot) (sparse.Snapshot, error)
+	// Release lets go of the view.
+	Release()
+}
+
+// attachTiers gives st's tables their tiers, if the shard has Tiers.
+func (s *Shard) attachTiers(st *State) {
+	if s.cfg.Tiers == nil || st == nil {
+		return
+	}
+	names := make([]string, len(st.tableOrd))
+	tables := make([]*sparse.Table, len(st.tableOrd))
+	for i, t := range st.tableOrd {
+		names[i], tables[i] = t.name, t.t
+	}
+	for i, tier := range s.cfg.Tiers.Attach(names, tables) {
+		st.tableOrd[i].tier = tier
+	}
+}
+
+// fetch brings the rows of keys into the table from its tier.
+func (t *table) fetch(keys []uint64) error {
+	if t.tier == nil {
+		return nil
+	}
+	return t.tier.Fetch(keys)
+}
+
+// tierFailed makes the shard fail with a tier's error: every later push and
+// waiting pull fails with it, until a state is installed.
+func (s *Shard) tierFailed(t *table, err error) error {
+	if s.syncFailed == nil {
+		s.syncFailed = err
+		s.cfg.Logf("table %q: %v; the shard fails: restart the ps, which restores from its checkpoint", t.name, err)
+		s.version++
+	}
+	return s.Failed()
+}

@@ -1,0 +1,97 @@
+package tier
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/table/sparse"
+)
+
+// zipfKeys are n batches of b keys each, power-law skewed over space.
+func zipfKeys(n, b int, space uint64) [][]uint64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	z := rand.NewZipf(rng, 1.1, 1, space-1)
+	out := make([][]uint64, n)
+	for i := range out {
+		ks := make([]uint64, b)
+		for j := range ks {
+			ks[j] = z.Uint64()*0x9E3779B97F4A7C15 + 1
+		}
+		out[i] = ks
+	}
+	return out
+}
+
+// benchTable pushes batches of keys (a pull and a push of each) through a
+// table with 1/frac of its distinct keys' rows in memory (frac 0: no tier),
+// with the background round every fourth batch, and reports keys/s, the
+// hit rate of lookups on disk and the store's bytes per row on disk.
+//
+//	go test -run XXX -bench . -benchtime 200x ./internal/table/tier/
+func benchTable(b *testing.B, frac int) {
+	rule, _ := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.05})
+	hot, _ := sparse.New(sparse.Config{Dim: 8, Rule: rule})
+	const batch = 4096
+	batches := zipfKeys(64, batch, 1<<22)
+	distinct := map[uint64]bool{}
+	for _, ks := range batches {
+		for _, k := range ks {
+			distinct[k] = true
+		}
+	}
+	budget := -1
+	if frac > 0 {
+		budget = len(distinct) / frac
+	}
+	grads := make([]float32, batch*8)
+	for i := range grads {
+		grads[i] = 0.01
+	}
+	out := make([]float32, batch*8)
+	var mu sync.Mutex
+	var m *Manager
+	if budget >= 0 {
+		var err error
+		m, err = Open(Config{Dir: b.TempDir() + "/s", Budget: int64(budget) * (8 + 4*16 + 14)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		m.Attach([]string{"t"}, []*sparse.Table{hot})
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ks := batches[i%len(batches)]
+		mu.Lock()
+		if m != nil {
+			if err := m.tables[0].Fetch(ks); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = hot.Pull(ks, out)
+		_ = hot.Push(ks, grads, int64(i))
+		mu.Unlock()
+		if m != nil && i%4 == 3 {
+			if err := m.Round(&mu, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "keys/s")
+	if m != nil {
+		st := m.Stats()
+		b.ReportMetric(float64(st.Hits)/float64(max(1, st.Lookups)), "hit/lookup")
+		b.ReportMetric(float64(st.HotRows), "hot_rows")
+		b.ReportMetric(float64(st.DiskRows), "disk_rows")
+		b.ReportMetric(float64(m.store.DiskBytes())/float64(max(1, st.DiskRows)), "disk_B/row")
+	}
+	b.ReportMetric(float64(len(distinct)), "distinct_keys")
+}
+
+func BenchmarkMemory(b *testing.B)      { benchTable(b, 0) }
+func BenchmarkBudget10pct(b *testing.B) { benchTable(b, 10) }
+func BenchmarkBudget1pct(b *testing.B)  { benchTable(b, 100) }

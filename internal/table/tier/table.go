@@ -1,0 +1,419 @@
+package tier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/paramserv/paramserv/internal/table/sparse"
+)
+
+// Table is a sparse table in two tiers: the rows that fit its memory share
+// in a sparse.Table (the hot tier), the others in a Store.
+//
+// Concurrency: every method runs under the owner's lock (the one that
+// guards the sparse.Table, the server's), except Flight.Write, which runs
+// with no lock held and only reads the flight it was given.
+//
+// Every key is in one tier at most: in the hot table, or in the disk tier,
+// which is the store overlaid by the flight being written (flight) and the
+// changes not yet handed to a write (pend), the newer over the older. A row
+// moved to disk (Demote) goes into pend; Fetch takes a row back into the
+// hot table from whichever layer holds it and leaves a deletion in pend.
+type Table struct {
+	hot    *sparse.Table
+	store  *Store
+	prefix uint32
+	stride int  // floats per row: value and state
+	slots  int  // state slots
+	counts bool // rows carry update counts (Snapshot.Updates)
+
+	pend   map[uint64]*entry
+	flight map[uint64]*entry // nil when no write is in progress
+	onDisk int64             // rows in the disk tier (an estimate past evictions)
+	keyBuf []byte
+	miss   []uint64
+
+	stats Stats
+	err   error // the first store error; sticky
+}
+
+// entry is a change to the store: a row (encoded) or, with row nil, a
+// deletion.
+type entry struct{ row []byte }
+
+// Stats counts what the tiers have done.
+type Stats struct {
+	HotRows    int64 // rows in memory
+	DiskRows   int64 // rows in the disk tier (written or pending)
+	Lookups    int64 // keys looked for in the disk tier (not in memory)
+	Hits       int64 // of them, found there and promoted
+	Promotions int64 // rows moved into memory
+	Demotions  int64 // rows moved to disk
+	Evicted    int64 // rows found on disk past their eviction
+}
+
+// NewTable makes t the hot tier of a table whose other rows live in s. t
+// should be empty or freshly restored: nothing of it is on disk yet.
+func NewTable(t *sparse.Table, s *Store) *Table {
+	t.KeepTouch()
+	slots := t.Rule().StateSlots()
+	tb := &Table{
+		hot: t, store: s, prefix: s.next,
+		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
+		pend: make(map[uint64]*entry),
+	}
+	s.next++
+	return tb
+}
+
+// Hot is the memory tier.
+func (t *Table) Hot() *sparse.Table { return t.hot }
+
+// Err is the first store error the table met; once set, the table's rows
+// on disk cannot be trusted and the ps must stop.
+func (t *Table) Err() error { return t.err }
+
+// Stats returns the table's counters.
+func (t *Table) Stats() Stats {
+	s := t.stats
+	s.HotRows = int64(t.hot.Len())
+	s.DiskRows = t.onDisk
+	return s
+}
+
+// RowBytes is the memory a row takes in the hot tier, roughly: key, values,
+// state, update count, last touch, and the index's share.
+func (t *Table) RowBytes() int64 { return int64(8 + 4*t.stride + 4 + 4 + 6) }
+
+// Fetch moves the rows of keys that are in the disk tier into the hot
+// table, so that the table's next Pull, Push or Peek of keys gives what it
+// would have if every row had stayed in memory. A row whose last touch is
+// older than the table's eviction cutoff is dropped instead. A store error
+// is returned, and kept (Err).
+func (t *Table) Fetch(keys []uint64) error {
+	if t.err != nil {
+		return t.err
+	}
+	t.miss = t.hot.Missing(keys, t.miss[:0])
+	if len(t.miss) == 0 || t.onDisk == 0 {
+		return nil
+	}
+	slices.Sort(t.miss)
+	miss := slices.Compact(t.miss)
+	snap := sparse.Snapshot{Dim: t.hot.Dim(), State: make([][]float32, t.slots)}
+	if t.counts {
+		snap.Updates = []uint32{}
+	}
+	snap.LastTouch = []int64{}
+	cutoff := t.hot.EvictedBefore()
+	var it *pebble.Iterator
+	if len(miss) > 8 {
+		// One iterator for keys in order reads each block once.
+		lo, hi := bounds(t.prefix)
+		var err error
+		if it, err = t.store.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+			t.err = fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+			return t.err
+		}
+		defer it.Close()
+	}
+	for _, k := range miss {
+		t.stats.Lookups++
+		row, err := t.lookup(k, it)
+		if err != nil {
+			t.err = fmt.Errorf("%w: reading key %d from %s: %w", ErrStore, k, t.store.dir, err)
+			return t.err
+		}
+		if row == nil {
+			continue
+		}
+		t.pend[k] = &entry{} // gone from disk
+		t.onDisk--
+		touch := int64(binary.LittleEndian.Uint64(row[4:]))
+		if touch < cutoff {
+			t.stats.Evicted++
+			continue
+		}
+		t.stats.Hits++
+		t.decode(&snap, k, row)
+	}
+	if len(snap.Keys) == 0 {
+		return nil
+	}
+	if err := t.hot.Put(snap); err != nil {
+		return err
+	}
+	t.stats.Promotions += int64(len(snap.Keys))
+	return nil
+}
+
+// lookup finds key's row in the disk tier: nil if it has none.
+func (t *Table) lookup(k uint64, it *pebble.Iterator) ([]byte, error) {
+	if e, ok := t.pend[k]; ok {
+		return e.row, nil
+	}
+	if e, ok := t.flight[k]; ok {
+		return e.row, nil
+	}
+	t.keyBuf = keyOf(t.keyBuf, t.prefix, k)
+	if it != nil {
+		if !it.SeekGE(t.keyBuf) || string(it.Key()) != string(t.keyBuf) {
+			return nil, it.Error()
+		}
+		return t.checkRow(slices.Clone(it.Value()))
+	}
+	v, closer, err := t.store.db.Get(t.keyBuf)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	row := slices.Clone(v)
+	closer.Close()
+	return t.checkRow(row)
+}
+
+// checkRow checks the length of a row read from the store.
+func (t *Table) checkRow(row []byte) ([]byte, error) {
+	if len(row) != 12+4*t.stride {
+		return nil, fmt.Errorf("row of %d bytes, want %d", len(row), 12+4*t.stride)
+	}
+	return row, nil
+}
+
+// decode appends key's encoded row to snap.
+func (t *Table) decode(snap *sparse.Snapshot, k uint64, row []byte) {
+	d := snap.Dim
+	snap.Keys = append(snap.Keys, k)
+	if snap.Updates != nil {
+		snap.Updates = append(snap.Updates, binary.LittleEndian.Uint32(row))
+	}
+	snap.LastTouch = append(snap.LastTouch, int64(binary.LittleEndian.Uint64(row[4:])))
+	f := row[12:]
+	at := func(i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(f[4*i:])) }
+	for j := range d {
+		snap.Values = append(snap.Values, at(j))
+	}
+	for s := range t.slots {
+		for j := range d {
+			snap.State[s] = append(snap.State[s], at((s+1)*d+j))
+		}
+	}
+}
+
+// encode is row i of snap as the store keeps it: update count (uint32),
+// last touch (int64), then value and state slots (float32), little-endian.
+func (t *Table) encode(snap *sparse.Snapshot, i int) []byte {
+	d := snap.Dim
+	b := make([]byte, 12, 12+4*t.stride)
+	if snap.Updates != nil {
+		binary.LittleEndian.PutUint32(b, snap.Updates[i])
+	}
+	binary.LittleEndian.PutUint64(b[4:], uint64(snap.LastTouch[i]))
+	for _, x := range snap.Values[i*d : (i+1)*d] {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	for _, st := range snap.State {
+		for _, x := range st[i*d : (i+1)*d] {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		}
+	}
+	return b
+}
+
+// Demote moves up to n of the hot table's least recently touched rows to
+// the disk tier (into memory pending a write: see StartFlush) and returns
+// how many it moved.
+func (t *Table) Demote(n int) int {
+	if n <= 0 || t.err != nil {
+		return 0
+	}
+	keys := t.hot.Coldest(n, nil)
+	return t.demoteKeys(keys)
+}
+
+// demoteKeys moves the rows of keys to the disk tier.
+func (t *Table) demoteKeys(keys []uint64) int {
+	snap := t.hot.Take(keys)
+	for i, k := range snap.Keys {
+		t.pend[k] = &entry{row: t.encode(&snap, i)}
+	}
+	n := len(snap.Keys)
+	t.onDisk += int64(n)
+	t.stats.Demotions += int64(n)
+	return n
+}
+
+// Pending is the number of changes waiting to be written.
+func (t *Table) Pending() int { return len(t.pend) }
+
+// Flight is a set of changes being written to the store.
+type Flight struct {
+	t       *Table
+	changes map[uint64]*entry
+}
+
+// StartFlush hands the pending changes to a write: call Write on the
+// result with no lock held, then EndFlush under the lock. One flight at a
+// time; nil if there is nothing to write or a flight is out.
+func (t *Table) StartFlush() *Flight {
+	if len(t.pend) == 0 || t.flight != nil || t.err != nil {
+		return nil
+	}
+	t.flight, t.pend = t.pend, make(map[uint64]*entry)
+	return &Flight{t: t, changes: t.flight}
+}
+
+// Write writes the flight's changes to the store in one batch. It reads
+// only the flight, which no one changes while it is out.
+func (f *Flight) Write() error {
+	b := f.t.store.db.NewBatch()
+	defer b.Close()
+	var key []byte
+	for k, e := range f.changes {
+		key = keyOf(key, f.t.prefix, k)
+		var err error
+		if e.row == nil {
+			err = b.Delete(key, nil)
+		} else {
+			err = b.Set(key, e.row, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return f.t.store.db.Apply(b, pebble.NoSync)
+}
+
+// EndFlush ends the flight f, whose Write returned err: the store now
+// holds its changes, or, on an error, the table fails (Err).
+func (t *Table) EndFlush(f *Flight, err error) {
+	if f == nil || t.flight == nil {
+		return
+	}
+	if err != nil && t.err == nil {
+		t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
+	}
+	t.flight = nil
+}
+
+// Flush writes the pending changes at once (StartFlush, Write, EndFlush)
+// under the caller's lock: for tests and for a shutdown.
+func (t *Table) Flush() error {
+	f := t.StartFlush()
+	if f == nil {
+		return t.err
+	}
+	t.EndFlush(f, f.Write())
+	return t.err
+}
+
+// ColdRows returns every row of the disk tier, as of now, in key order,
+// with rows past eviction left out.
+func (t *Table) ColdRows() (sparse.Snapshot, error) {
+	c := t.Cut()
+	defer c.Release()
+	return c.Rows()
+}
+
+// Cut is a consistent view of a table's disk tier, taken under the lock
+// with the hot table's cut (a store snapshot and the changes not yet
+// written), read with no lock held.
+type Cut struct {
+	t       *Table
+	snap    *pebble.Snapshot
+	pend    map[uint64]*entry // pend over flight
+	cutoff  int64
+	dim     int
+	counts  bool
+	onDisk  int64
+	emptied bool
+}
+
+// Cut takes a view of the disk tier now; Release it when done.
+func (t *Table) Cut() *Cut {
+	c := &Cut{t: t, cutoff: t.hot.EvictedBefore(), dim: t.hot.Dim(), counts: t.counts, onDisk: t.onDisk}
+	if t.onDisk == 0 && len(t.pend) == 0 && t.flight == nil {
+		c.emptied = true
+		return c
+	}
+	c.snap = t.store.db.NewSnapshot()
+	c.pend = maps.Clone(t.flight)
+	if c.pend == nil {
+		c.pend = make(map[uint64]*entry, len(t.pend))
+	}
+	maps.Copy(c.pend, t.pend)
+	return c
+}
+
+// Rows reads the cut's rows, ascending by key; rows last touched before
+// the eviction cutoff at the cut are left out.
+func (c *Cut) Rows() (sparse.Snapshot, error) {
+	t := c.t
+	snap := sparse.Snapshot{Dim: c.dim, State: make([][]float32, t.slots), LastTouch: []int64{}}
+	if c.counts {
+		snap.Updates = []uint32{}
+	}
+	if c.emptied {
+		return snap, nil
+	}
+	add := func(k uint64, row []byte) {
+		if row != nil && int64(binary.LittleEndian.Uint64(row[4:])) >= c.cutoff {
+			t.decode(&snap, k, row)
+		}
+	}
+	over := slices.Sorted(maps.Keys(c.pend))
+	lo, hi := bounds(t.prefix)
+	it, err := c.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return snap, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+	}
+	defer it.Close()
+	oi := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := binary.BigEndian.Uint64(it.Key()[4:])
+		for oi < len(over) && over[oi] < k {
+			add(over[oi], c.pend[over[oi]].row)
+			oi++
+		}
+		if oi < len(over) && over[oi] == k {
+			add(k, c.pend[k].row)
+			oi++
+			continue
+		}
+		v := it.Value()
+		if len(v) != 12+4*t.stride {
+			return snap, fmt.Errorf("%w: %s: row of key %d has %d bytes, want %d", ErrStore, t.store.dir, k, len(v), 12+4*t.stride)
+		}
+		add(k, v)
+	}
+	if err := it.Error(); err != nil {
+		return snap, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+	}
+	for ; oi < len(over); oi++ {
+		add(over[oi], c.pend[over[oi]].row)
+	}
+	return snap, nil
+}
+
+// Release lets go of the cut's store snapshot.
+func (c *Cut) Release() {
+	if c.snap != nil {
+		c.snap.Close()
+		c.snap = nil
+	}
+}
+
+// Drop deletes every row of the table from the store (its state was
+// replaced); the Table must not be used after.
+func (t *Table) Drop() error {
+	lo, hi := bounds(t.prefix)
+	return t.store.db.DeleteRange(lo, hi, pebble.NoSync)
+}
