@@ -552,6 +552,12 @@ type PSConfig struct {
 	Listen func(addr string) (net.Listener, error)
 	// Auth authenticates every connection to the ps (see Auth).
 	Auth Auth
+	// MaxTableKeys, if positive, caps the keys (rows) each sparse table
+	// holds on this ps: a push that would add rows past it fails with an
+	// error naming the table and the cap, and a pull of a key past it
+	// reads the key's initial value (paramserv train --max_table_keys).
+	// Not with TableMemory.
+	MaxTableKeys int
 	// TableMemory, if > 0, is the memory in bytes the rows of the ps's
 	// sparse tables may take; the others live on disk in TableDir
 	// (default: beside CheckpointDir, else a temporary directory), the
@@ -598,8 +604,12 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 	if cfg.TableMemory < 0 || cfg.EvictUnseen < 0 || (cfg.TableMemory == 0 && (cfg.TableDir != "" || cfg.EvictUnseen != 0)) {
 		return fmt.Errorf("paramserv: TableMemory %d, TableDir %q, EvictUnseen %s: want TableMemory > 0 for a disk tier (then TableDir and EvictUnseen >= 0), or all three zero", cfg.TableMemory, cfg.TableDir, cfg.EvictUnseen)
 	}
+	if cfg.MaxTableKeys < 0 || (cfg.MaxTableKeys > 0 && cfg.TableMemory > 0) {
+		return fmt.Errorf("paramserv: MaxTableKeys %d with TableMemory %d: want MaxTableKeys >= 0 (0: no cap), and not both (the cap counts rows in memory, the disk tier keeps rows past its budget on disk)", cfg.MaxTableKeys, cfg.TableMemory)
+	}
 	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen,
-		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen})
+		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
+		MaxTableKeys: cfg.MaxTableKeys})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

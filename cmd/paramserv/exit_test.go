@@ -154,6 +154,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{"--max_staleness=-1", "--max_staleness=-1: want a number >= 0"},
 		{"--min_count=-1", "--min_count=-1: want a number >= 0"},
 		{"--evict_after_steps=-1", "--evict_after_steps=-1: want a number >= 0"},
+		{"--max_table_keys=-1", "--max_table_keys=-1: want a number >= 0"},
 		{"--num_features=-1", "num_features"},
 		{"--learning_rate=0", "--learning_rate=0: want a number > 0"},
 		{"--learning_rate=-0.5", "--learning_rate=-0.5: want a number > 0"},
@@ -189,6 +190,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{append(append([]string{"train"}, cluster...), "--model=sparse_lr", "--train_data=x.svm", "--epochs=1", "--sync_replicas"), "--epochs=1 with --sync_replicas and 2 workers needs --sync_on_timeout=proceed"},
 		{[]string{"local", "--workers=2", "--model=sparse_lr", "--train_data=x.svm", "--epochs=1", "--sync_replicas"}, "--epochs=1 with --sync_replicas and 2 workers needs --sync_on_timeout=proceed"},
 		{[]string{"local", "--ps=0"}, "--ps=0: want a number >= 1"},
+		{[]string{"local", "--max_table_keys=10", "--table_memory=1MiB"}, "--max_table_keys counts the rows in memory, and --table_memory keeps rows past its budget on disk"},
 		{[]string{"local", "--workers=0"}, "--workers=0: want a number >= 1"},
 		{[]string{"local", "--max_restarts=-1"}, "--max_restarts=-1: want a number >= 0"},
 		// More processes than one machine's cluster can hold: refused at

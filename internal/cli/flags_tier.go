@@ -42,6 +42,9 @@ func (f *tierFlags) apply(cfg *trainer.Config, set func(string) bool) error {
 		}
 		cfg.TableMemory = n
 	}
+	if cfg.Tiered && cfg.MaxTableKeys > 0 {
+		return fmt.Errorf("--max_table_keys counts the rows in memory, and --table_memory keeps rows past its budget on disk: give one of them")
+	}
 	if f.evictUnseen > 0 && !cfg.Tiered {
 		return fmt.Errorf("--evict_unseen needs --table_memory (rows are timed by the disk tier's loop); give --table_memory large enough to keep every row in memory")
 	}

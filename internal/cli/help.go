@@ -33,7 +33,7 @@ var flagGroups = map[string]string{
 	"model": groupModel, "data_dir": groupModel, "dataset": groupModel, "hidden_units": groupModel,
 	"train_data": groupModel, "test_data": groupModel, "input_format": groupModel,
 	"num_features": groupModel, "fields": groupModel, "skip_bad_lines": groupModel,
-	"min_count": groupModel, "evict_after_steps": groupModel,
+	"min_count": groupModel, "evict_after_steps": groupModel, "max_table_keys": groupModel,
 
 	"train_steps": groupTraining, "steps_to_validate": groupTraining, "batch_size": groupTraining,
 	"seed": groupTraining, "optimizer": groupTraining, "learning_rate": groupTraining,

@@ -52,6 +52,7 @@ type trainFlags struct {
 	numFeatures                              uint64
 	skipBad                                  bool
 	minCount, evictAfter                     int64
+	maxTableKeys                             int64
 	checkpointDir, syncOnTimeout             string
 	saveSteps                                int64
 	saveEvery, recoveryTimeout, syncTimeout  time.Duration
@@ -119,6 +120,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.BoolVar(&f.skipBad, "skip_bad_lines", false, "sparse_lr: skip and count malformed data lines instead of failing")
 	fs.Int64Var(&f.minCount, "min_count", 0, "sparse tables: a key gets a row only after it has been seen this many times (0: at once)")
 	fs.Int64Var(&f.evictAfter, "evict_after_steps", 0, "sparse tables: drop rows not touched for this many global steps (0: never)")
+	fs.Int64Var(&f.maxTableKeys, "max_table_keys", 0, "sparse tables: the most keys (rows) each ps holds of each table; a push that would add more is refused with an error naming the table and the cap, and a pull of a key past it reads the key's initial value (0: no cap; a ps flag)")
 	fs.StringVar(&f.checkpointDir, "checkpoint_dir", "", "directory of checkpoints, shared by the chief and every ps: the chief saves there, a ps restores the latest valid one at start")
 	fs.Int64Var(&f.saveSteps, "save_steps", 0, "the chief saves a checkpoint every this many global steps (0: by time only)")
 	f.saveEvery = 10 * time.Minute
@@ -185,6 +187,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		SplitBytes:          f.splitBytes,
 		ResultFile:          f.resultFile,
 		PSWaitForever:       f.psWaitForever,
+		MaxTableKeys:        int(f.maxTableKeys),
 		Logf:                logf,
 		WaitLogEvery:        f.waitLogEvery,
 		WorkerTimeout:       f.workerTimeout,
@@ -329,6 +332,7 @@ func (f *trainFlags) checkRanges() error {
 		nonNegative("max_staleness", f.maxStale, "0: no bound"),
 		nonNegative("min_count", f.minCount, "0: a row at once"),
 		nonNegative("evict_after_steps", f.evictAfter, "0: never"),
+		nonNegative("max_table_keys", f.maxTableKeys, "0: no cap"),
 		nonNegative("save_steps", f.saveSteps, "0: by time only"),
 		duration("startup_timeout", f.startupTimeout, ""),
 		duration("worker_timeout", f.workerTimeout, ""),

@@ -31,6 +31,9 @@ type PSConfig struct {
 	// WaitLogEvery is how often a wait logs what it waits for (the
 	// servers' --wait_log_every).
 	WaitLogEvery time.Duration
+	// MaxTableKeys, if positive, caps the keys each sparse table holds on
+	// each copy (server.Config.MaxTableKeys).
+	MaxTableKeys int
 	// Logf receives every log line; nil discards them.
 	Logf func(format string, args ...any)
 	// Listen and Dial, if set, replace TCP for the ps's addresses and its
@@ -155,8 +158,9 @@ func (p *replicatedPS) newCopies() error {
 		c.Server = server.New(server.Config{
 			Task: s, NumPS: p.n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
 			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: p.incs[s].next,
-			Replicated: c, // the data path's pushes go through the shard's log
-			Aggregated: c.aggregated,
+			Replicated:   c, // the data path's pushes go through the shard's log
+			Aggregated:   c.aggregated,
+			MaxTableKeys: cfg.MaxTableKeys,
 		})
 		c.fsm = server.NewFSM(c.Server, p.me)
 		c.logf = shardLogf(cfg.Logf, s)

@@ -52,6 +52,8 @@ type dataConn struct {
 	cur      int           // the variable being updated
 	sel      []uint64      // incremental pulls: the bitmaps of the rows sent (incr_pull.go)
 	dsel     []uint64      // incremental dense pulls: the bitmap of the blocks sent
+
+	held int64 // bytes of buffers counted against Config.MaxBuffered (membound.go)
 }
 
 // keySlot is one kept key set: its own copy of the keys, and whether their
@@ -81,6 +83,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 		if dc.pipe != nil {
 			dc.pipe.stop()
 		}
+		s.releaseBuffers(dc)
 	}()
 	var pre [wire.PrefaceLen]byte
 	copy(pre[:], wire.DataMagic)
@@ -103,9 +106,17 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 		return
 	}
 	task, proved := peerTask(conn)
+	admit := func(h *wire.ReqHeader) error { return s.admit(dc, h) } // made once: the steady state allocates nothing
 	for {
-		err := dc.req.ReadRequest(dc.br)
+		err := dc.req.ReadRequestAdmit(dc.br, admit)
 		if err != nil {
+			var ae *admitError
+			if errors.As(err, &ae) {
+				if err := s.refused(dc, ae); err != nil {
+					return
+				}
+				continue
+			}
 			var fe *wire.FrameError
 			if errors.As(err, &fe) {
 				s.cfg.Logf("data connection from %s: %v; closing it", conn.RemoteAddr(), err)
@@ -132,6 +143,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 			_, err = dc.reply.WriteTo(conn)
 		}
 		s.releaseLeases(dc)
+		s.account(dc)
 		if err != nil {
 			return
 		}

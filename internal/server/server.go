@@ -23,6 +23,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -80,6 +81,13 @@ type Config struct {
 	// (shard.Config.Aggregated): a replicated shard's primary logs them
 	// for its backups, which apply them with ApplyAggregate.
 	Aggregated func(step int64, grads [][]float32, rows []shard.RowGrads)
+	// MaxTableKeys, if positive, caps the keys each sparse table holds on
+	// this ps (shard.Config.MaxTableKeys; --max_table_keys).
+	MaxTableKeys int
+	// MaxBuffered bounds the bytes of requests all data connections hold
+	// together (membound.go); 0: 2 × (NumWorkers + 1) requests of the
+	// largest size the layout allows, at least 64 MiB.
+	MaxBuffered int64
 	// Tiers, if set, gives the sparse tables a second tier on disk
 	// (shard.Config.Tiers; internal/table/tier), whose background work
 	// takes the server's lock (Lock).
@@ -99,6 +107,10 @@ type Server struct {
 	allDone    chan struct{}     // closed once every worker has called Done
 	closed     bool              // allDone is closed
 	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
+	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
+
+	buffered atomic.Int64 // bytes the data connections hold (membound.go)
+	freeing  atomic.Bool  // a goroutine returns freed memory to the system
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -139,7 +151,8 @@ func New(cfg Config) *Server {
 		Aggregated: cfg.Aggregated, Tiers: cfg.Tiers,
 		// A copy of a replicated shard reads rows without changing its
 		// tables; the changes a pull makes come through the shard's log.
-		PeekPulls: cfg.Replicated != nil,
+		PeekPulls:    cfg.Replicated != nil,
+		MaxTableKeys: cfg.MaxTableKeys,
 		// A large variable's update is spread over the cores (bit for bit
 		// one Update); a worker waiting for its reply leaves them idle.
 		Update: func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {

@@ -136,6 +136,11 @@ func (s *Shard) check(p *Push) error {
 		if bad >= 0 {
 			return fmt.Errorf("table %q: gradient of key %d element %d is %v", g.Table, keys[bad/dim], bad%dim, g.Values[bad])
 		}
+		if c := s.cfg.MaxTableKeys; c > 0 && t.tier == nil {
+			if n, add := t.t.Len(), t.t.CountMissing(keys); n+add > c {
+				return fmt.Errorf("table %q holds %d keys and the push adds %d: over this ps's cap of %d keys a table (--max_table_keys)", g.Table, n, add, c)
+			}
+		}
 		p.tabs = append(p.tabs, t)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 	"math"
 	"math/bits"
 	"slices"
@@ -45,6 +46,11 @@ type Config struct {
 	// of a replicated shard applies the changes a pull makes to its tables
 	// (admission counts, new rows) from the shard's log (TouchRows) instead.
 	PeekPulls bool
+	// MaxTableKeys, if positive, caps the keys (rows) each sparse table of
+	// this shard holds: a push that would add rows past it is refused
+	// whole (Invalid, naming the table and the cap), and a pull of a key
+	// past it reads the key's initial value without storing a row.
+	MaxTableKeys int
 	// Tiers, if set, gives every table a second tier (Tiers).
 	Tiers Tiers
 }
@@ -172,6 +178,7 @@ func New(cfg Config) *Shard {
 	if cfg.NumPS <= 0 {
 		cfg.NumPS = 1
 	}
+	cfg.MaxTableKeys = min(max(cfg.MaxTableKeys, 0), sparse.MaxRowsLimit)
 	if cfg.Update == nil {
 		cfg.Update = func(r optim.Rule, param, grad []float32, state [][]float32, step int64) {
 			r.Update(param, grad, state, step)
@@ -411,6 +418,13 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 // (Restore) gives the shard a new incarnation and aborts waiting pulls.
 func (s *Shard) Install(st *State) {
 	st.setParallel(s.cfg.Parallel)
+	if s.cfg.Tiers == nil {
+		// A tier keeps rows past memory; the cap counts rows in memory
+		// (the front ends refuse the two together).
+		for _, t := range st.tableOrd {
+			_ = t.t.SetMaxRows(s.cfg.MaxTableKeys) // checked by New
+		}
+	}
 	s.attachTiers(st)
 	s.st = st
 	s.pendingSince = time.Time{}

@@ -17,7 +17,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 	err := replication.RunPS(ctx, replication.PSConfig{
 		Options: cfg.Replication, Cluster: cfg.Cluster, CheckpointDir: cfg.CheckpointDir,
 		StartupTimeout: cfg.StartupTimeout, WaitLogEvery: cfg.WaitLogEvery, Logf: cfg.Logf,
-		Listen: cfg.Listen, Dial: cfg.Dial,
+		Listen: cfg.Listen, Dial: cfg.Dial, MaxTableKeys: cfg.MaxTableKeys,
 	})
 	var ce *replication.ConfigError
 	var se *replication.StoppedError

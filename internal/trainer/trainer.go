@@ -51,6 +51,9 @@ type Config struct {
 	ResultRecord  map[string]string
 	Version       string
 	PSWaitForever bool
+	// MaxTableKeys, if positive, caps the keys each sparse table holds on
+	// this ps (server.Config.MaxTableKeys).
+	MaxTableKeys int
 	// Tiered gives a ps's sparse tables a disk tier (docs/TIERS.md):
 	// TableMemory bytes of rows stay in memory, the rest live on disk in
 	// TableDir; EvictUnseen drops rows not pushed for that long.
@@ -218,6 +221,7 @@ func RunPS(ctx context.Context, cfg Config) error {
 		CheckpointDir: cfg.CheckpointDir,
 		FS:            cfg.FS,
 		Observer:      cfg.PSObserver,
+		MaxTableKeys:  cfg.MaxTableKeys,
 	}))
 	if cfg.OnServe != nil {
 		cfg.OnServe(s)

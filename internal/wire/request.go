@@ -84,6 +84,15 @@ func (r *Request) Floats(n int) []float32 {
 // the connection ended cleanly between frames, a *FrameError if the frame
 // is malformed (the connection cannot go on), or the I/O error.
 func (r *Request) ReadRequest(br *bufio.Reader) error {
+	return r.ReadRequestAdmit(br, nil)
+}
+
+// ReadRequestAdmit is ReadRequest with admit, if not nil, asked about each
+// request once its header is read and checked, before any of its body is:
+// an error from admit is returned as it is, with r.ReqHeader the request's
+// header and its body (r.Body bytes) still unread in br, so the caller can
+// skip it (DiscardBody) and answer, or close the connection.
+func (r *Request) ReadRequestAdmit(br *bufio.Reader, admit func(h *ReqHeader) error) error {
 	if _, err := io.ReadFull(br, r.hdr[:]); err != nil {
 		return err // io.EOF only if the connection ended between frames
 	}
@@ -92,6 +101,11 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 		return err
 	}
 	r.ReqHeader = h
+	if admit != nil {
+		if err := admit(&r.ReqHeader); err != nil {
+			return err
+		}
+	}
 	r.names, r.floats, r.keys, r.offs = r.names[:0], r.floats[:0], r.keys[:0], r.offs[:0]
 	r.body = BodyReader{R: br, Left: h.Body}
 	for range h.Dense {
@@ -112,6 +126,27 @@ func (r *Request) ReadRequest(br *bufio.Reader) error {
 	}
 	r.views()
 	return nil
+}
+
+// DiscardBody reads and drops the body of the request whose header
+// ReadRequestAdmit read before its admit refused it, so the connection can
+// carry the next one; it keeps none of it.
+func (r *Request) DiscardBody(br *bufio.Reader) error {
+	_, err := io.CopyN(io.Discard, br, r.Body)
+	return noEOF(err)
+}
+
+// Held is the bytes of memory r keeps for reuse between requests (its
+// arenas), whatever the last request used of them.
+func (r *Request) Held() int64 {
+	return int64(cap(r.names)) + 4*int64(cap(r.floats)) + 8*int64(cap(r.keys))
+}
+
+// Release drops the memory r keeps for reuse: the next request allocates
+// afresh.
+func (r *Request) Release() {
+	r.names, r.floats, r.keys = nil, nil, nil
+	r.Dense, r.SparsePush, r.SparsePull = nil, nil, nil
 }
 
 // readDense reads one dense push section into the arenas.

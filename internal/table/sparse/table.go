@@ -479,11 +479,11 @@ func (t *Table) acquire(key uint64, step int64) int {
 	if t.sketch != nil && !t.sketch.see(key, t.minCount) {
 		return -1
 	}
+	if t.live >= t.maxRows {
+		t.stats.CapacityRejects++
+		return -1
+	}
 	if t.live >= t.maxLive {
-		if t.live >= t.maxRows {
-			t.stats.CapacityRejects++
-			return -1
-		}
 		t.grow(t.live + 1)
 		_, pos = t.find(key, h)
 	}
@@ -642,3 +642,33 @@ func (t *Table) runner() parallel.Runner {
 // parallel.Serial. The package's tests make it run on goroutines, so that
 // the race detector sees the parallel paths.
 var defaultRunner = parallel.Serial
+
+// CountMissing returns how many of keys have no row (a repeated key counts each
+// time): the most rows a Push of keys could add. It changes nothing, not
+// even admission counts.
+func (t *Table) CountMissing(keys []uint64) int {
+	n := 0
+	for _, k := range keys {
+		if r, _ := t.find(k, hashKey(k)); r < 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxRows is the cap on rows (Config.MaxRows; MaxRowsLimit if none was set).
+func (t *Table) MaxRows() int { return t.maxRows }
+
+// SetMaxRows sets the cap on rows as Config.MaxRows does (0: MaxRowsLimit).
+// A table already holding more keeps them and adds no row until it holds
+// fewer.
+func (t *Table) SetMaxRows(n int) error {
+	if n < 0 || n > MaxRowsLimit {
+		return fmt.Errorf("%w: MaxRows %d (want 0 for no cap, or 1 to %d)", ErrConfig, n, MaxRowsLimit)
+	}
+	if n == 0 {
+		n = MaxRowsLimit
+	}
+	t.maxRows = n
+	return nil
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// initVar gives s one dense variable "w" of n values, asynchronous.
+func initVar(t *testing.T, s *Server, n int) {
+	t.Helper()
+	_, err := s.Init(context.Background(), &pb.InitRequest{
+		Vars:       []*pb.VarSpec{{Name: "w", Shape: []int64{int64(n)}, Init: f32(make([]float32, n)...)}},
+		Optimizer:  &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5},
+		NumWorkers: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitBuffered waits, a bounded number of times, for what the data
+// connections hold to come down to at most want (a closing connection
+// gives its buffers back from its own goroutine).
+func waitBuffered(t *testing.T, s *Server, want int64) {
+	t.Helper()
+	for i := 0; s.DataBuffered() > want; i++ {
+		if i == 2000 {
+			t.Fatalf("data connections still hold %d bytes, want at most %d", s.DataBuffered(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Issue 28, item 5: a request larger than the job's layout allows is
+// refused from its header, before any of its body is buffered, on every
+// connection at once; each connection then goes on. Six connections each
+// sending an 8 MiB push to a ps whose one variable has 4 values used to
+// buffer all 48 MiB.
+func TestDataPathRequestOverLayoutLimit(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	addr := serveTCP(t, s)
+	initVar(t, s, 4)
+	const conns, big = 6, 2 << 20 // values: 8 MiB a request
+	rcs := make([]*rawConn, conns)
+	errs := make(chan error, conns)
+	for i := range rcs {
+		rc := dialRaw(t, addr)
+		rcs[i] = rc
+		rc.f.Reset(wire.ReqHeaderLen)
+		rc.f.Dense("w", make([]float32, big))
+		bufs := rc.f.Request(wire.ReqHeader{Op: wire.OpPush})
+		// Written while the reply is read: the ps answers from the
+		// header and drops the body as it comes.
+		go func() { _, err := bufs.WriteTo(rc.c); errs <- err }()
+	}
+	for i, rc := range rcs {
+		r := rc.read()
+		if r.kind != wire.KindInvalid || !strings.Contains(r.msg, "over this ps's limit") || !strings.Contains(r.msg, "4 values in 1 variables") {
+			t.Fatalf("connection %d: got %v %q, want an invalid request over the layout's limit", i, r.kind, r.msg)
+		}
+		if i == 0 {
+			t.Log(r.msg)
+		}
+		if held := s.DataBuffered(); held > int64(conns)*preInitBody {
+			t.Fatalf("the data connections hold %d bytes after refusing every request", held)
+		}
+	}
+	for range rcs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, rc := range rcs {
+		r := rc.do(wire.ReqHeader{Op: wire.OpPushPull, PullDense: true}, func(f *wire.Frame) { f.Dense("w", []float32{1, 1, 1, 1}) })
+		if r.Err || len(r.dense["w"]) != 4 {
+			t.Fatalf("connection %d after its refused request: %+v", i, r)
+		}
+	}
+	for _, rc := range rcs {
+		rc.c.Close()
+	}
+	waitBuffered(t, s, 0)
+}
+
+// Issue 28, item 5: what all data connections hold together is bounded
+// (Config.MaxBuffered): a request past it is answered Unavailable at once,
+// and a connection's buffers count until it closes, when they are given
+// back and another connection's request goes through.
+func TestDataPathBuffersBoundedAcrossConnections(t *testing.T) {
+	const n = 256 << 10 // 1 MiB a push
+	s := New(Config{NumWorkers: 1, MaxBuffered: 3 << 20})
+	addr := serveTCP(t, s)
+	initVar(t, s, n)
+	push := func(rc *rawConn) reply {
+		return rc.do(wire.ReqHeader{Op: wire.OpPush}, func(f *wire.Frame) { f.Dense("w", make([]float32, n)) })
+	}
+	var rcs []*rawConn
+	for i := range 6 {
+		rc := dialRaw(t, addr)
+		rcs = append(rcs, rc)
+		r := push(rc)
+		switch {
+		case i < 2 && r.Err:
+			t.Fatalf("push %d within the bound: %v %q", i, r.kind, r.msg)
+		case i >= 2 && (r.kind != wire.KindUnavailable || !strings.Contains(r.msg, "over the limit of 3145728")):
+			t.Fatalf("push %d past the bound: %+v, want Unavailable naming the limit", i, r)
+		}
+		if held := s.DataBuffered(); held > 3<<20 {
+			t.Fatalf("after push %d the data connections hold %d bytes, over the bound", i, held)
+		}
+	}
+	// The first connection goes: its megabyte is given back, and the
+	// third connection's push, sent again, goes through.
+	rcs[0].c.Close()
+	waitBuffered(t, s, 2<<20)
+	if r := push(rcs[2]); r.Err {
+		t.Fatalf("push after a connection closed: %v %q", r.kind, r.msg)
+	}
+	for _, rc := range rcs {
+		rc.c.Close()
+	}
+	waitBuffered(t, s, 0)
+}
