@@ -165,6 +165,16 @@ func (s *Server) WorkerActivity() (done []int, lastSeen map[int]time.Time) {
 	return s.shard.DoneWorkers(), lastSeen
 }
 
+// GiveUp makes every later push and waiting pull fail with err, an error
+// the worker does not retry: the ps's watch over its workers gave up on
+// the job, and the workers waiting on it read why before the ps exits.
+func (s *Server) GiveUp(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shard.Fail(err)
+	s.notify()
+}
+
 // heard records that worker w was heard from. Call with mu held.
 func (s *Server) heard(w int32) {
 	if w >= 0 && int(w) < s.cfg.NumWorkers {
