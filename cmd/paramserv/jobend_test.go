@@ -35,3 +35,20 @@ func TestPSGivingUpTellsTheWorkers(t *testing.T) {
 		t.Errorf("ps exited 0 though worker 1 never came:\n%s", p0.output())
 	}
 }
+
+// Issue 31, item 5: a worker that only polls Status (here worker 1,
+// waiting for a chief that has not come) names itself on those calls, so
+// the ps does not list it as never heard from.
+func TestStatusPollingWorkerIsHeardFrom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 3)
+	ps, workers := hosts[:1], hosts[1:]
+	p0 := start(t, "ps0", nil, append(clusterArgs(ps, workers, "ps", 0), "--startup_timeout=1m")...)
+	p0.waitFor(t, "serving on", time.Minute)
+	start(t, "worker1", nil, append(clusterArgs(ps, workers, "worker", 1), "--startup_timeout=1m", "--model=linreg")...)
+	// Before, the ps said "never heard from workers [0 1]" for as long as
+	// worker 1 polled.
+	p0.waitFor(t, "never heard from workers [0])", 30*time.Second)
+}

@@ -98,7 +98,7 @@ type Server struct {
 	version    uint64            // the shard's version stepCh was made for
 	allDone    chan struct{}     // closed once every worker has called Done
 	closed     bool              // allDone is closed
-	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
+	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done, Status)
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -567,6 +567,11 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 // waiting for the chief's Init starts at once rather than at its next poll.
 func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s.mu.Lock()
+	if req != nil && req.Worker != nil {
+		// A worker waiting for the chief or checking the ps's health is
+		// heard from too: it is there, not "never heard from".
+		s.heard(req.GetWorker())
+	}
 	if wait := waitInit(ctx); wait > 0 && !s.shard.Status().Initialized {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
