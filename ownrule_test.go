@@ -118,7 +118,7 @@ func TestVariableOwnOptimizer(t *testing.T) {
 // Start, naming it, before any connection.
 func TestStartRefusesABadOwnOptimizer(t *testing.T) {
 	tf := `{"cluster":{"ps":["127.0.0.1:1"],"worker":["127.0.0.1:2"]},"task":{"type":"worker","index":0}}`
-	bad := &paramserv.Optimizer{Name: "adamw", LearningRate: 0.1}
+	bad := &paramserv.Optimizer{Name: "adamax", LearningRate: 0.1}
 	for what, cfg := range map[string]paramserv.Config{
 		`variable "a"`: {Variables: []paramserv.Variable{{Name: "a", Shape: []int{1}, Optimizer: bad}}},
 		`table "t"`:    {Tables: []paramserv.Table{{Name: "t", Dim: 1, Optimizer: bad}}},
@@ -126,8 +126,8 @@ func TestStartRefusesABadOwnOptimizer(t *testing.T) {
 		cfg.TFConfig, cfg.Optimizer = tf, paramserv.Optimizer{Name: "sgd", LearningRate: 0.1}
 		cfg.StartupTimeout = time.Second
 		_, err := paramserv.Start(context.Background(), cfg, nil)
-		if err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), "adamw") {
-			t.Errorf("%s with rule adamw: %v, want an error naming both", what, err)
+		if err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), "adamax") {
+			t.Errorf("%s with rule adamax: %v, want an error naming both", what, err)
 		}
 	}
 }

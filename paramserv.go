@@ -160,20 +160,36 @@ type Table struct {
 	Optimizer *Optimizer
 }
 
-// Optimizer is the update rule the ps apply: Name is "sgd", "momentum",
-// "adagrad", "adam" or "ftrl"; a zero hyper-parameter means the rule's
-// default (TensorFlow's).
+// Optimizer is the update rule the ps apply: Name is one of "sgd",
+// "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "adamw",
+// "rmsprop", "ftrl", "proximal_sgd", "proximal_adagrad" or "lamb"; a zero
+// hyper-parameter means the rule's default (TensorFlow's, or PyTorch's
+// where TensorFlow 1 has no such rule). docs/OPTIMIZERS.md gives each
+// rule's formula.
 type Optimizer struct {
 	Name         string
 	LearningRate float64
-	Momentum     float64 // momentum (0.9)
+	// Schedule is the learning-rate schedule over the global step, e.g.
+	// "warmup(steps=500)+exponential(decay_steps=1000,decay_rate=0.96)";
+	// "": constant. See docs/OPTIMIZERS.md.
+	Schedule     string
+	Momentum     float64 // momentum (0.9), rmsprop (0)
 	Nesterov     bool
-	Beta1, Beta2 float64 // adam (0.9, 0.999)
-	Epsilon      float64 // adam (1e-8)
-	// InitialAccumulator: adagrad and ftrl (0.1).
+	Beta1, Beta2 float64 // adam, adamw, lamb (0.9, 0.999)
+	// Epsilon: adam, adamw, adadelta (1e-8), rmsprop (1e-10), lamb (1e-6),
+	// adagrad (0).
+	Epsilon float64
+	// InitialAccumulator: adagrad, ftrl, adagrad_da, proximal_adagrad
+	// (0.1), rmsprop (1).
 	InitialAccumulator float64
-	// FTRL-Proximal: beta (1), L1 and L2 (0).
-	FTRLBeta, L1, L2 float64
+	// FTRL-Proximal: beta (1), L1 and L2 (0, also adagrad_da's and the
+	// proximal rules'), L2Shrinkage (0).
+	FTRLBeta, L1, L2, L2Shrinkage float64
+	// Rho: adadelta (0.95), rmsprop's decay (0.9). Centered: rmsprop.
+	Rho      float64
+	Centered bool
+	// WeightDecay: adamw (0.01), lamb (0).
+	WeightDecay float64
 }
 
 // Params holds a value slice per variable name.
@@ -445,6 +461,21 @@ func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out 
 	return ctxErr(ctx, w.s.PullRows(ctx, table, keys, out))
 }
 
+// ChangeRate changes the job's learning rate and schedule on every ps from
+// global step from on: the updates applied at that step and after use
+// learningRate under schedule (ParseSchedule's syntax; "" is constant),
+// evaluated on the global step. Variables and tables with their own
+// Optimizer keep theirs. Only the chief may call it; name a step ahead of
+// the ps's (Step() plus a few) so that every ps switches at the same one.
+// The ps log the change and keep it in their checkpoints.
+func (w *Worker) ChangeRate(ctx context.Context, from int64, learningRate float64, schedule string) error {
+	w.settle()
+	if err := w.closedErr("ChangeRate"); err != nil {
+		return err
+	}
+	return ctxErr(ctx, w.s.ChangeRate(ctx, optim.RateChange{From: from, LearningRate: learningRate, Schedule: schedule}))
+}
+
 // Done ends this worker's training: the chief saves the final checkpoint,
 // then every ps is told this worker has finished. Once it has succeeded, a
 // second Done does nothing and returns nil.
@@ -592,7 +623,8 @@ func (o Optimizer) config() optim.Config {
 	return optim.Config{
 		Name: o.Name, LearningRate: o.LearningRate, Momentum: o.Momentum, Nesterov: o.Nesterov,
 		InitialAccumulator: o.InitialAccumulator, Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
-		FTRLBeta: o.FTRLBeta, L1: o.L1, L2: o.L2,
+		FTRLBeta: o.FTRLBeta, L1: o.L1, L2: o.L2, L2Shrinkage: o.L2Shrinkage,
+		Rho: o.Rho, Centered: o.Centered, WeightDecay: o.WeightDecay, Schedule: o.Schedule,
 	}
 }
 

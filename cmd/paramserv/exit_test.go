@@ -166,6 +166,10 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{"--ftrl_beta=-1", "--ftrl_beta=-1: want >= 0"},
 		{"--l1=-1", "--l1=-1: want >= 0"},
 		{"--l2=-1", "--l2=-1: want >= 0"},
+		{"--rho=1", "--rho=1: want >= 0 and < 1"},
+		{"--weight_decay=-1", "--weight_decay=-1: want >= 0"},
+		{"--l2_shrinkage=-1", "--l2_shrinkage=-1: want >= 0"},
+		{"--lr_schedule=cosine()", "--lr_schedule: optim: invalid learning-rate schedule \"cosine()\": cosine: missing decay_steps"},
 		{"--epochs=-1", "--epochs=-1: want 0"},
 		{"--epochs=1", "--model=linreg reads its data until --train_steps; only sparse_lr counts passes"},
 	}
@@ -210,7 +214,8 @@ func TestBadNumbersExitTwo(t *testing.T) {
 			if args[0] == "train" || args[0] == "local" {
 				// The optimizer whose hyper-parameter the flag is.
 				for opt, flags := range map[string][]string{"momentum": {"--momentum="}, "adam": {"--beta1=", "--beta2=", "--epsilon="},
-					"adagrad": {"--initial_accumulator_value="}, "ftrl": {"--ftrl_beta=", "--l1=", "--l2="}} {
+					"adagrad": {"--initial_accumulator_value="}, "ftrl": {"--ftrl_beta=", "--l1=", "--l2=", "--l2_shrinkage="},
+					"adadelta": {"--rho="}, "adamw": {"--weight_decay="}} {
 					for _, fl := range flags {
 						if strings.HasPrefix(args[len(args)-1], fl) {
 							args = append(slices.Clone(args), "--optimizer="+opt)

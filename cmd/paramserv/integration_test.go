@@ -384,7 +384,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"unknown job", nil, []string{"train", "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2", "--job_name=boss"}, `"boss" is not a job`},
 		{"invalid TF_CONFIG", []string{`TF_CONFIG={"cluster": {"ps": ["a:1"]`}, []string{"train"}, "TF_CONFIG"},
 		{"port in use", nil, []string{"train", "--ps_hosts=" + busy.Addr().String(), "--worker_hosts=127.0.0.1:2", "--job_name=ps"}, "cannot listen on " + busy.Addr().String()},
-		{"unknown optimizer", nil, []string{"local", "--optimizer=adamw"}, `unknown optimizer "adamw"`},
+		{"unknown optimizer", nil, []string{"local", "--optimizer=adamax"}, `unknown optimizer "adamax"`},
 		{"unknown model", nil, []string{"local", "--model=gpt"}, `unknown model "gpt"`},
 		{"unknown flag", nil, []string{"train", "--nope=1"}, "unknown flag --nope"},
 		{"unknown command", nil, []string{"serve"}, `unknown command "serve"`},

@@ -107,7 +107,7 @@ def main():
     ap.add_argument("--train_steps", type=int, default=3000, help="stop when the global step reaches this")
     ap.add_argument("--batch_size", type=int, default=100)
     ap.add_argument("--learning_rate", type=float, default=0.2)
-    ap.add_argument("--optimizer", default="ftrl", help="the ps's update rule: sgd, momentum, adagrad, adam, ftrl")
+    ap.add_argument("--optimizer", default="ftrl", help="the ps's update rule (docs/OPTIMIZERS.md): sgd, momentum, adagrad, adam, ftrl, ...")
     ap.add_argument("--embedding_dim", type=int, default=8)
     ap.add_argument("--hidden_units", type=int, default=32)
     ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")

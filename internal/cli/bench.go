@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/bench"
+	"github.com/paramserv/paramserv/internal/optim"
 )
 
 // benchHiddenFlags are for profiling and for the baseline child process,
@@ -39,6 +40,9 @@ func Bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	baseline := fs.Bool("baseline", true, "measure the plain TCP baseline (a child process) next to every operation")
 	baselineApply := fs.Bool("baseline_apply", false, "the baseline server also applies each dense push's gradients to values of its own with sgd, as the ps must, whole between reading the request and writing the reply; the plain baseline only moves the bytes")
 	seed := fs.Uint64("seed", 1, "seed of the sparse keys")
+	optimizer := fs.String("optimizer", "sgd", "the update rule the ps apply (docs/OPTIMIZERS.md), with its defaults")
+	lr := fs.Float64("learning_rate", 1, "the rule's learning rate")
+	lrSchedule := fs.String("lr_schedule", "", "the rule's learning-rate schedule (docs/OPTIMIZERS.md; default constant)")
 	grpcOnly := fs.Bool("grpc_only", false, "send pushes and pulls by gRPC instead of the data path, to compare the two")
 	keyCache := fs.Bool("key_cache", true, "name a sparse key set sent in a recent call by its cache slot; false sends the keys in full every call, to compare with systems that cache no keys")
 	verbose := fs.Bool("verbose", false, "show the ps processes' output")
@@ -182,9 +186,13 @@ GB = 1e9 bytes), keys/s, and the ratio to the baseline's median.
 		SessionConfig: bench.SessionConfig{
 			NumPS: *numPS, NumWorkers: *numWorkers, SplitBytes: *splitBytes,
 			Start: bench.ProcessStarter(exe, psLog), Seed: *seed, Logf: logf, GRPCOnly: *grpcOnly, NoKeyCache: !*keyCache,
+			Optimizer: optim.Config{Name: *optimizer, LearningRate: *lr, Schedule: *lrSchedule},
 		},
 		Cases: list, Ops: opList,
 		MemOps: *memOps, MemBytes: mb, MemKeys: mk, MemDim: int64(*memDim),
+	}
+	if _, err := optim.New(cfg.Optimizer); err != nil {
+		return bad("--optimizer: %v", err)
 	}
 	cfg.BaselineApply = *baselineApply
 	modes, err := benchAuthModes(*auth)

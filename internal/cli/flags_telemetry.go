@@ -14,6 +14,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/local"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/tfevents"
@@ -158,6 +159,9 @@ func (f *telemetryFlags) start(cfg *trainer.Config, auth bool, logf func(string,
 			perStep *= cmp.Or(cfg.ReplicasToAggregate, len(cfg.Cluster.Spec.Workers))
 		}
 		summaries = &tfevents.Summaries{W: w, Every: f.saveSummariesSteps, ExamplesPerStep: perStep, Logf: logf}
+		if sched, err := optim.NewScheduled(cfg.Optimizer, nil); err == nil {
+			summaries.Rate = sched.Rate
+		}
 		cfg.Observer = summaries
 	}
 	closeSummaries := func() {

@@ -40,6 +40,8 @@ var flagGroups = map[string]string{
 	"momentum": groupTraining, "use_nesterov": groupTraining, "beta1": groupTraining,
 	"beta2": groupTraining, "epsilon": groupTraining, "initial_accumulator_value": groupTraining,
 	"ftrl_beta": groupTraining, "l1": groupTraining, "l2": groupTraining,
+	"l2_shrinkage": groupTraining, "rho": groupTraining, "centered": groupTraining,
+	"weight_decay": groupTraining, "lr_schedule": groupTraining,
 	"sync_replicas": groupTraining, "replicas_to_aggregate": groupTraining,
 	"max_staleness": groupTraining, "split_bytes": groupTraining, "result_file": groupTraining,
 
@@ -210,8 +212,8 @@ func flagSynopsis(fl *flag.Flag) string {
 
 func flagDescription(fl *flag.Flag) string {
 	usage := fl.Usage
-	if d := modelDefaults(fl.Name); d != "" {
-		return usage + " (" + d + ")"
+	if d := modelDefaults(fl.Name); d != "" && (fl.DefValue == "" || fl.DefValue == "0") {
+		return usage + " (" + d + ")" // a zero that means the model's (not bench's own default)
 	}
 	if strings.Contains(usage, "default") {
 		return usage

@@ -41,7 +41,8 @@ func tfConfigOf(cl cluster.Config) string {
 // updateRuleFlags choose the update rule on the ps and the batches of a
 // step; a model with a catalog.Entry.CustomRule refuses them.
 var updateRuleFlags = []string{"optimizer", "learning_rate", "batch_size", "momentum", "use_nesterov",
-	"beta1", "beta2", "epsilon", "initial_accumulator_value", "ftrl_beta", "l1", "l2"}
+	"beta1", "beta2", "epsilon", "initial_accumulator_value", "ftrl_beta", "l1", "l2",
+	"l2_shrinkage", "rho", "centered", "weight_decay", "lr_schedule"}
 
 // checkUpdateRuleFlags refuses an update-rule flag given to a model that
 // picks its own rule and batches.

@@ -40,6 +40,9 @@ type trainFlags struct {
 	optimizer                                string
 	lr, momentum, beta1, beta2, eps, initAcc float64
 	ftrlBeta, l1, l2                         float64
+	l2Shrinkage, rho, weightDecay            float64
+	centered                                 bool
+	lrSchedule                               string
 	nesterov, sync, psWaitForever            bool
 	startupTimeout, waitLogEvery             time.Duration
 	workerTimeout                            time.Duration
@@ -86,15 +89,20 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.Int64Var(&f.seed, "seed", 1, "random seed for initial values and data order")
 	fs.StringVar(&f.optimizer, "optimizer", "", "update rule run on the ps")
 	fs.Float64Var(&f.lr, "learning_rate", 0, "learning rate; FTRL's alpha")
-	fs.Float64Var(&f.momentum, "momentum", 0, "momentum coefficient (momentum; default 0.9)")
+	fs.StringVar(&f.lrSchedule, "lr_schedule", "", "learning-rate schedule on the global step, e.g. exponential(decay_steps=1000,decay_rate=0.96,staircase) or warmup(steps=500)+cosine(decay_steps=10000) (docs/OPTIMIZERS.md; default constant)")
+	fs.Float64Var(&f.momentum, "momentum", 0, "momentum coefficient (momentum: default 0.9; rmsprop: default 0)")
 	fs.BoolVar(&f.nesterov, "use_nesterov", false, "Nesterov momentum (momentum)")
 	fs.Float64Var(&f.beta1, "beta1", 0, "Adam beta1 (default 0.9)")
 	fs.Float64Var(&f.beta2, "beta2", 0, "Adam beta2 (default 0.999)")
-	fs.Float64Var(&f.eps, "epsilon", 0, "Adam epsilon (default 1e-8)")
-	fs.Float64Var(&f.initAcc, "initial_accumulator_value", 0, "Adagrad and FTRL initial accumulator (default 0.1)")
+	fs.Float64Var(&f.eps, "epsilon", 0, "epsilon (adam, adamw, adadelta: default 1e-8; rmsprop 1e-10; lamb 1e-6; adagrad 0)")
+	fs.Float64Var(&f.initAcc, "initial_accumulator_value", 0, "initial accumulator (adagrad, ftrl, adagrad_da, proximal_adagrad: default 0.1; rmsprop: 1)")
 	fs.Float64Var(&f.ftrlBeta, "ftrl_beta", 0, "FTRL beta (default 1)")
-	fs.Float64Var(&f.l1, "l1", 0, "FTRL L1 regularisation strength")
-	fs.Float64Var(&f.l2, "l2", 0, "FTRL L2 regularisation strength")
+	fs.Float64Var(&f.l1, "l1", 0, "L1 regularisation strength (ftrl, adagrad_da, proximal_sgd, proximal_adagrad)")
+	fs.Float64Var(&f.l2, "l2", 0, "L2 regularisation strength (ftrl, adagrad_da, proximal_sgd, proximal_adagrad)")
+	fs.Float64Var(&f.l2Shrinkage, "l2_shrinkage", 0, "FTRL L2 shrinkage regularisation strength (TF's l2_shrinkage_regularization_strength)")
+	fs.Float64Var(&f.rho, "rho", 0, "Adadelta rho (default 0.95), RMSProp decay (default 0.9)")
+	fs.BoolVar(&f.centered, "centered", false, "RMSProp: normalise by the estimated variance of the gradient")
+	fs.Float64Var(&f.weightDecay, "weight_decay", 0, "decoupled weight decay (adamw: default 0.01; lamb: default 0)")
 	fs.BoolVar(&f.sync, "sync_replicas", false, "synchronous training: average replicas_to_aggregate gradients per step, drop stale ones")
 	fs.IntVar(&f.replicas, "replicas_to_aggregate", 0, "gradients averaged per synchronous step (default: the number of workers; fewer makes the rest backups)")
 	fs.Int64Var(&f.maxStale, "max_staleness", 0, "asynchronous training: drop gradients computed more than this many steps ago (0: no bound)")
@@ -165,7 +173,8 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 		Optimizer: optim.Config{
 			Name: f.optimizer, LearningRate: f.lr, Momentum: f.momentum, Nesterov: f.nesterov,
 			InitialAccumulator: f.initAcc, Beta1: f.beta1, Beta2: f.beta2, Epsilon: f.eps,
-			FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2,
+			FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2, L2Shrinkage: f.l2Shrinkage,
+			Rho: f.rho, Centered: f.centered, WeightDecay: f.weightDecay, Schedule: f.lrSchedule,
 		},
 		Sync:                f.sync,
 		ReplicasToAggregate: f.replicas,
@@ -268,6 +277,9 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 				return cfg, fmt.Errorf("--%s=%v: want %s (optimizer %s)", flagName, oe.Value, oe.Want, oe.Rule)
 			}
 		}
+		if errors.Is(err, optim.ErrSchedule) {
+			return cfg, fmt.Errorf("--lr_schedule: %w", err)
+		}
 		return cfg, fmt.Errorf("--optimizer: %w", err)
 	}
 	if err := f.tls.apply(&cfg, logf); err != nil {
@@ -280,6 +292,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 var optimFlags = map[string]string{
 	"learning_rate": "learning_rate", "momentum": "momentum", "initial_accumulator": "initial_accumulator_value",
 	"beta1": "beta1", "beta2": "beta2", "epsilon": "epsilon", "ftrl_beta": "ftrl_beta", "l1": "l1", "l2": "l2",
+	"l2_shrinkage": "l2_shrinkage", "rho": "rho", "weight_decay": "weight_decay",
 }
 
 // checkRanges refuses numeric flags outside the values that mean something,

@@ -245,7 +245,7 @@ func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 			var push *pb.PushRequest
 			var pull *pb.PullRequest
 			if req.Push {
-				push = &pb.PushRequest{Worker: int32(c.opts.Worker), Step: req.Step, Sparse: pushRows[i]}
+				push = &pb.PushRequest{Worker: int32(c.opts.Worker), Step: req.Step, Sparse: pushRows[i], Incarnation: c.seen(i)}
 				if req.Grads != nil {
 					push.Grads = c.denseTensors(i, req.Grads)
 				}

@@ -36,6 +36,14 @@ func (c *Client) checkIncarnation(ps int, inc uint64) error {
 	return &RestartedError{PS: ps, Addr: c.addrs[ps]}
 }
 
+// seen is the incarnation of ps last seen (0: none yet): the one the
+// gradients of a push were computed against, sent with it.
+func (c *Client) seen(ps int) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.incarnations[ps]
+}
+
 // Remember records the incarnations in statuses (from WaitReady or Status)
 // as the ones this client has seen.
 func (c *Client) Remember(statuses []*pb.StatusResponse) {

@@ -20,6 +20,7 @@ import (
 	"math"
 	"math/bits"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -449,6 +450,28 @@ func (c *Client) Status(ctx context.Context) ([]*pb.StatusResponse, error) {
 	return out, err
 }
 
+// ChangeRate changes the job's learning rate and schedule on every ps from
+// global step c.From on. The chief calls it; the change is checked here
+// first, so a bad one reaches no ps. It returns the highest step a ps was
+// at when the change arrived: a From below it took effect late on that ps.
+func (c *Client) ChangeRate(ctx context.Context, ch optim.RateChange) (int64, error) {
+	if _, err := optim.NewScheduled(optim.Config{Name: "sgd", LearningRate: ch.LearningRate, Schedule: ch.Schedule}, []optim.RateChange{ch}); err != nil {
+		return 0, err
+	}
+	steps := make([]int64, len(c.ps))
+	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
+		return c.watched(ctx, i, func(ctx context.Context) error {
+			resp, err := c.ps[i].ChangeRate(ctx, &pb.ChangeRateRequest{Worker: int32(c.opts.Worker), FromStep: ch.From,
+				LearningRate: ch.LearningRate, Schedule: ch.Schedule})
+			if err == nil {
+				steps[i] = resp.GlobalStep
+			}
+			return err
+		})
+	})
+	return slices.Max(append(steps, 0)), err
+}
+
 // Done tells every ps that this worker has finished.
 func (c *Client) Done(ctx context.Context) error {
 	return c.each(func(i int) error {
@@ -474,6 +497,7 @@ func pbOptimizer(o *optim.Config) *pb.OptimizerConfig {
 		Name: o.Name, LearningRate: o.LearningRate, Momentum: o.Momentum,
 		Nesterov: o.Nesterov, InitialAccumulator: o.InitialAccumulator,
 		Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
-		FtrlBeta: o.FTRLBeta, L1: o.L1, L2: o.L2,
+		FtrlBeta: o.FTRLBeta, L1: o.L1, L2: o.L2, L2Shrinkage: o.L2Shrinkage,
+		Rho: o.Rho, Centered: o.Centered, WeightDecay: o.WeightDecay, Schedule: o.Schedule,
 	}
 }

@@ -47,7 +47,7 @@ func newDataPath(c *Client) *dataPath {
 	dp := &dataPath{c: c}
 	for _, a := range c.addrs {
 		p := &connPool{addr: a, dial: c.opts.Dial, incremental: c.opts.IncrementalPull}
-		p.version.Store(wire.DataVersionKinds)
+		p.version.Store(wire.DataVersionIncarnation)
 		if c.opts.IncrementalPull {
 			dp.held = append(dp.held, newRowStore())
 			dp.dense = append(dp.dense, newDenseStore())

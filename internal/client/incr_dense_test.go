@@ -209,8 +209,8 @@ func TestIncrementalDensePullFromVersion2PS(t *testing.T) {
 			t.Errorf("a pull read %d bytes from a version 2 ps, want the full %d of the values", n, 4*len(got["w"]))
 		}
 	}
-	if refused.Load() != 2 {
-		t.Errorf("the version 2 ps refused %d versions, want two (4, 3)", refused.Load())
+	if refused.Load() != 3 {
+		t.Errorf("the version 2 ps refused %d versions, want three (5, 4, 3)", refused.Load())
 	}
 	if p := c.dp.ps[0]; p.version.Load() != wire.DataVersionIncremental {
 		t.Errorf("the client speaks version %d to a version 2 ps, want 2", p.version.Load())

@@ -329,8 +329,8 @@ func TestIncrementalPullFromOlderPS(t *testing.T) {
 			}
 		}
 	}
-	if refused.Load() != 3 {
-		t.Errorf("the older ps refused a version %d times, want three times (4, 3, then 2; the client then asks for version 1)", refused.Load())
+	if refused.Load() != 4 {
+		t.Errorf("the older ps refused a version %d times, want four times (5, 4, 3, then 2; the client then asks for version 1)", refused.Load())
 	}
 	if c.dp.off.Load() {
 		t.Error("the client turned the data path off")
@@ -397,8 +397,8 @@ func TestDataPathToOlderPS(t *testing.T) {
 		t.Fatalf("push to an unknown table: %v, want an error that is not retryable", err)
 	}
 	p := c.dp.ps[0]
-	if refused.Load() != 1 || p.version.Load() != wire.DataVersion {
-		t.Errorf("refused %d versions, speaks version %d; want one refusal (4), then version 1", refused.Load(), p.version.Load())
+	if refused.Load() != 2 || p.version.Load() != wire.DataVersion {
+		t.Errorf("refused %d versions, speaks version %d; want two refusals (5, 4), then version 1", refused.Load(), p.version.Load())
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

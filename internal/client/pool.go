@@ -15,9 +15,9 @@ import (
 type connPool struct {
 	addr string
 	dial func(ctx context.Context, addr string) (net.Conn, error) // tests: nil dials TCP
-	// version is the data path version asked for: DataVersionKinds until
-	// the ps refuses it (an older ps), then the version below it that
-	// the client needs (see get).
+	// version is the data path version asked for: DataVersionIncarnation
+	// until the ps refuses it (an older ps), then the version below it
+	// that the client needs (see get).
 	version     atomic.Int32
 	incremental bool       // the client pulls incrementally
 	mu          sync.Mutex // guards idle and shut
@@ -73,7 +73,7 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 		// a ps of version 2, full pulls from one of version 1). Without
 		// incremental pulls version 1 has all the client uses.
 		v--
-		if !p.incremental {
+		if !p.incremental && v < wire.DataVersionKinds {
 			v = wire.DataVersion
 		}
 		p.version.Store(int32(v))

@@ -68,7 +68,11 @@ func (dp *dataPath) send(ctx context.Context, d *dataConn, cs *callState, i int,
 		incr = dp.encodePull(d, cs, i, push, &sl)
 	}
 	dincr := pull && dp.encodeDenseHeld(d, cs, i)
-	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, DenseIncremental: dincr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep})
+	var inc uint32 // the low bits of the incarnation the push was computed against
+	if push && d.version >= wire.DataVersionIncarnation {
+		inc = uint32(c.seen(i))
+	}
+	f.Request(wire.ReqHeader{Op: op, PullDense: pull && req.Params != nil, Incremental: incr, DenseIncremental: dincr, Worker: int32(c.opts.Worker), Step: req.Step, MinStep: minStep, Incarnation: inc})
 
 	if err := d.setDeadline(ctx); err != nil {
 		return err

@@ -1,6 +1,11 @@
-// Package optim holds the update rules the parameter servers apply: SGD,
-// Momentum, Adagrad, Adam and FTRL-Proximal, each a pure function over float32
-// slices. A rule keeps no state of its own: the caller owns the state slices
+// Package optim holds the update rules the parameter servers apply, each a
+// pure function over float32 slices, and the learning-rate schedules that
+// set their rate from the global step. The rules are every optimizer of
+// TensorFlow 1's tf.train (GradientDescent, Momentum, Adagrad, AdagradDA,
+// Adadelta, Adam, RMSProp, FTRL, ProximalGradientDescent, ProximalAdagrad)
+// plus AdamW and LAMB. This page details the first five; rules_tf.go and
+// rules_decoupled.go give the others' formulas, and docs/OPTIMIZERS.md all of
+// them with their defaults and the schedules' syntax (Schedule). A rule keeps no state of its own: the caller owns the state slices
 // (one per StateSlots) and passes them in, so the same rule serves a dense
 // variable (one long slice) and a sparse table (one short slice per row, the
 // state held in flat arrays).
@@ -114,4 +119,14 @@
 //
 // The rules are per-coordinate, so splitting a slice changes nothing:
 // ApplyParallel gives the same bits as one Update over the whole slice.
+// LAMB is the exception (PerCoordinate): its trust ratio is a norm over the
+// slice it is given, so it is applied whole.
+//
+// # Schedules
+//
+// A rule's rate is fixed by New; WithRate gives the same rule at another
+// rate, sharing nothing mutable. Scheduled wraps a rule with its Schedule
+// (Config.Schedule, parsed by ParseSchedule) and the RateChanges the chief
+// makes while training, and At(step) returns the rule at the rate in force
+// at a global step: a pure function of the step.
 package optim

@@ -10,7 +10,7 @@ import (
 
 // Rule is an update rule over a slice of parameters.
 type Rule interface {
-	// Name is the rule's flag name: "sgd", "momentum", "adagrad", "adam", "ftrl".
+	// Name is the rule's flag name: "sgd", "momentum", "adam", ... (Names).
 	Name() string
 	// StateSlots is the number of state vectors the rule needs, each as long
 	// as the parameter slice it serves.
@@ -40,8 +40,22 @@ type Config struct {
 	Epsilon float64 `json:"epsilon,omitempty"`
 	// FTRL-Proximal: alpha is LearningRate; beta (1), L1 and L2 (0).
 	FTRLBeta float64 `json:"ftrl_beta,omitempty"`
-	L1       float64 `json:"l1,omitempty"`
-	L2       float64 `json:"l2,omitempty"`
+	// L1 and L2: FTRL's, AdagradDA's and the proximal rules' regularization
+	// strengths (0).
+	L1 float64 `json:"l1,omitempty"`
+	L2 float64 `json:"l2,omitempty"`
+	// L2Shrinkage: FTRL's l2_shrinkage_regularization_strength (0), TF's
+	// ApplyFtrlV2.
+	L2Shrinkage float64 `json:"l2_shrinkage,omitempty"`
+	// Rho: Adadelta's rho (0.95) and RMSProp's decay (0.9).
+	Rho float64 `json:"rho,omitempty"`
+	// Centered: RMSProp normalizes by the estimated variance.
+	Centered bool `json:"centered,omitempty"`
+	// WeightDecay: AdamW's (0.01) and LAMB's (0) decoupled weight decay.
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	// Schedule is the learning-rate schedule over the global step, in the
+	// syntax ParseSchedule reads ("" or "constant": LearningRate always).
+	Schedule string `json:"schedule,omitempty"`
 }
 
 // ErrUnknown is returned by New for a name that names no rule.
@@ -72,6 +86,14 @@ var constructors = map[string]func(Config) (Rule, error){
 	"adagrad":  newAdagrad,
 	"adam":     newAdam,
 	"ftrl":     newFTRL,
+
+	"adagrad_da":       newAdagradDA,
+	"adadelta":         newAdadelta,
+	"rmsprop":          newRMSProp,
+	"proximal_sgd":     newProximalSGD,
+	"proximal_adagrad": newProximalAdagrad,
+	"adamw":            newAdamW,
+	"lamb":             newLAMB,
 }
 
 // Names lists the known rule names, sorted.
@@ -120,6 +142,9 @@ func validate(rule string, cfg Config) error {
 		{"ftrl_beta", cfg.FTRLBeta, math.Inf(1)},
 		{"l1", cfg.L1, math.Inf(1)},
 		{"l2", cfg.L2, math.Inf(1)},
+		{"l2_shrinkage", cfg.L2Shrinkage, math.Inf(1)},
+		{"rho", cfg.Rho, 1},
+		{"weight_decay", cfg.WeightDecay, math.Inf(1)},
 	} {
 		if !(f.v >= 0) || !finite(f.v) || f.v >= f.below {
 			want := ">= 0 and finite"
@@ -128,6 +153,9 @@ func validate(rule string, cfg Config) error {
 			}
 			return &ConfigError{Rule: rule, Field: f.name, Value: f.v, Want: want}
 		}
+	}
+	if _, err := ParseSchedule(cfg.Schedule); err != nil {
+		return err
 	}
 	return nil
 }
@@ -138,4 +166,27 @@ func orDefault(v, def float64) float64 {
 		return def
 	}
 	return v
+}
+
+// PerCoordinate says whether r updates each coordinate from that
+// coordinate's parameter, gradient and state alone, so that a slice may be
+// updated in pieces with the same result. Every rule is, except LAMB,
+// whose trust ratio is a norm over the whole slice. A rule of another
+// package says so by implementing PerCoordinate() bool; otherwise it is
+// assumed to be per-coordinate.
+func PerCoordinate(r Rule) bool {
+	if p, ok := r.(interface{ PerCoordinate() bool }); ok {
+		return p.PerCoordinate()
+	}
+	return true
+}
+
+// WithRate returns r with its learning rate set to lr and every other
+// hyper-parameter unchanged, for a schedule to apply; r itself is not
+// changed. A rule of another package is returned as it is.
+func WithRate(r Rule, lr float64) Rule {
+	if w, ok := r.(interface{ withRate(float64) Rule }); ok {
+		return w.withRate(lr)
+	}
+	return r
 }

@@ -9,16 +9,17 @@ import (
 )
 
 func TestNames(t *testing.T) {
-	want := []string{"adagrad", "adam", "ftrl", "momentum", "sgd"}
+	want := []string{"adadelta", "adagrad", "adagrad_da", "adam", "adamw", "ftrl", "lamb", "momentum",
+		"proximal_adagrad", "proximal_sgd", "rmsprop", "sgd"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Errorf("Names() = %v, want %v", got, want)
 	}
 }
 
 func TestNewUnknown(t *testing.T) {
-	_, err := New(Config{Name: "rmsprop", LearningRate: 0.1})
-	if !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), `"rmsprop"`) || !strings.Contains(err.Error(), "adam") {
-		t.Errorf("New(rmsprop) = %v, want ErrUnknown naming rmsprop and listing the known rules", err)
+	_, err := New(Config{Name: "adamax", LearningRate: 0.1})
+	if !errors.Is(err, ErrUnknown) || !strings.Contains(err.Error(), `"adamax"`) || !strings.Contains(err.Error(), "adam") {
+		t.Errorf("New(adamax) = %v, want ErrUnknown naming adamax and listing the known rules", err)
 	}
 }
 

@@ -13,7 +13,8 @@ const MinChunk = 64 << 10
 // Runner does). It returns when every chunk is done, and makes one piece
 // of a slice shorter than 2*MinChunk or of a Runner of Width 1 (nil is
 // parallel.Serial). Because the rules are per-coordinate, the result is
-// bit for bit that of one Update.
+// bit for bit that of one Update. A rule that is not (PerCoordinate false:
+// LAMB) is given the whole slice in one Update on the caller's goroutine.
 //
 // As with Update, param, grad and each state slice must have the same length
 // (ApplyParallel panics, before running any piece, if not), and nothing
@@ -22,7 +23,7 @@ func ApplyParallel(r Rule, param, grad []float32, state [][]float32, step int64,
 	run = parallel.Or(run)
 	n := len(param)
 	chunks := min(run.Width(), n/MinChunk)
-	if chunks < 2 {
+	if chunks < 2 || !PerCoordinate(r) {
 		r.Update(param, grad, state, step)
 		return
 	}

@@ -41,7 +41,9 @@ func newSGD(cfg Config) (Rule, error) {
 	return &sgd{lr: cfg.LearningRate}, nil
 }
 
-func (r *sgd) Name() string    { return "sgd" }
+func (r *sgd) Name() string             { return "sgd" }
+func (r *sgd) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *sgd) StateSlots() int { return 0 }
 
 func (r *sgd) InitState(state [][]float32) { checkSlots("sgd", 0, state) }
@@ -69,7 +71,9 @@ func newMomentum(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *momentum) Name() string    { return "momentum" }
+func (r *momentum) Name() string             { return "momentum" }
+func (r *momentum) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *momentum) StateSlots() int { return 1 }
 
 func (r *momentum) InitState(state [][]float32) {
@@ -113,7 +117,9 @@ func newAdagrad(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *adagrad) Name() string    { return "adagrad" }
+func (r *adagrad) Name() string             { return "adagrad" }
+func (r *adagrad) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *adagrad) StateSlots() int { return 1 }
 
 func (r *adagrad) InitState(state [][]float32) {
@@ -148,7 +154,9 @@ func newAdam(cfg Config) (Rule, error) {
 	}, nil
 }
 
-func (r *adam) Name() string    { return "adam" }
+func (r *adam) Name() string             { return "adam" }
+func (r *adam) withRate(lr float64) Rule { c := *r; c.lr = lr; return &c }
+
 func (r *adam) StateSlots() int { return 2 }
 
 func (r *adam) InitState(state [][]float32) {
@@ -180,6 +188,8 @@ func (r *adam) Update(param, grad []float32, state [][]float32, step int64) {
 // the paper's beta; state [n, z] (TF's accum and linear).
 type ftrl struct {
 	alpha, beta, l1, l2, init float64
+	shrink                    float64 // l2_shrinkage
+	frozen                    bool    // rate not positive (withRate): Update changes nothing
 }
 
 func newFTRL(cfg Config) (Rule, error) {
@@ -189,10 +199,21 @@ func newFTRL(cfg Config) (Rule, error) {
 		l1:    cfg.L1,
 		l2:    cfg.L2,
 		init:  orDefault(cfg.InitialAccumulator, 0.1),
+
+		shrink: cfg.L2Shrinkage,
 	}, nil
 }
 
-func (r *ftrl) Name() string    { return "ftrl" }
+func (r *ftrl) Name() string { return "ftrl" }
+
+// withRate: FTRL divides by its rate, so at a rate that is not positive
+// (a schedule's end at 0) the rule leaves parameters and state unchanged.
+func (r *ftrl) withRate(lr float64) Rule {
+	c := *r
+	c.alpha, c.frozen = lr, !(lr > 0)
+	return &c
+}
+
 func (r *ftrl) StateSlots() int { return 2 }
 
 func (r *ftrl) InitState(state [][]float32) {
@@ -203,18 +224,25 @@ func (r *ftrl) InitState(state [][]float32) {
 
 func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 	checkLens("ftrl", 2, param, grad, state)
+	if r.frozen {
+		return
+	}
 	g := grad[:len(param)]
 	n := state[0][:len(param)]
 	z := state[1][:len(param)]
 	invAlpha := 1 / r.alpha
-	l1, beta, l2x2 := r.l1, r.beta, 2*r.l2
+	l1, beta, l2x2, shrink2 := r.l1, r.beta, 2*r.l2, 2*r.shrink
 	for i, p := range param {
 		gi := float64(g[i])
 		n0 := float64(n[i])
 		n1 := n0 + gi*gi
 		s1 := math.Sqrt(n1)
 		sigma := (s1 - math.Sqrt(n0)) * invAlpha
-		zi := float64(z[i]) + gi - sigma*float64(p)
+		gz := gi // TF's grad_with_shrinkage
+		if shrink2 != 0 {
+			gz += shrink2 * float64(p)
+		}
+		zi := float64(z[i]) + gz - sigma*float64(p)
 		n[i] = float32(n1)
 		z[i] = float32(zi)
 		if math.Abs(zi) <= l1 {

@@ -230,6 +230,14 @@ func TestInitState(t *testing.T) {
 		"adagrad":  {0.1},
 		"adam":     {0, 0},
 		"ftrl":     {0.1, 0},
+
+		"adagrad_da":       {0, 0.1},
+		"adadelta":         {0, 0},
+		"rmsprop":          {1, 0},
+		"proximal_sgd":     {},
+		"proximal_adagrad": {0.1},
+		"adamw":            {0, 0},
+		"lamb":             {0, 0},
 	}
 	for _, name := range Names() {
 		r := mustNew(t, Config{Name: name, LearningRate: 0.1})

@@ -336,6 +336,10 @@ func (n *Node) View() int {
 // job, one more each time it is readmitted).
 func (n *Node) Gen(id int) uint64 { return n.gen[id] }
 
+// Epoch names the cluster's re-formations so far (0: none): every copy
+// restored the newest checkpoint at each (Ready's Reformed).
+func (n *Node) Epoch() uint64 { return n.epoch }
+
 // Joining reports whether this process waits to be readmitted.
 func (n *Node) Joining() bool { return n.joining }
 

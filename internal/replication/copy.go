@@ -22,6 +22,7 @@ import (
 const (
 	initClient = 1 << 20
 	doneClient = 2 << 20
+	rateClient = 3 << 20
 )
 
 // shardCopy is one ps's copy of one shard, served at its own address:
@@ -146,8 +147,9 @@ func (c *shardCopy) waitServing(ctx context.Context) error {
 }
 
 // propose logs a request and waits until every live copy holds it; it
-// returns this copy's result (nil, nil for a retry applied before).
-func (c *shardCopy) propose(ctx context.Context, id replica.ReqID, req proto.Message) (proto.Message, error) {
+// returns this copy's result (nil, nil for a retry applied before). ok,
+// if not nil, is Host.PushIf's precondition; its error comes back as it is.
+func (c *shardCopy) propose(ctx context.Context, id replica.ReqID, req proto.Message, ok func(*replica.Node) error) (proto.Message, error) {
 	// A push waits neither for the pushes before it to be held by every
 	// copy nor for their update here: it is logged (and shipped) at once,
 	// and applied after them. Only a copy that cannot log it now waits,
@@ -173,7 +175,10 @@ func (c *shardCopy) propose(ctx context.Context, id replica.ReqID, req proto.Mes
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.host.Push(ctx, c.shard, id, b); err != nil {
+	if err := c.host.PushIf(ctx, c.shard, id, b, ok); err != nil {
+		if errors.Is(err, errOtherHistory) {
+			return nil, err
+		}
 		var np *replica.NotPrimaryError
 		if errors.As(err, &np) || errors.Is(err, replica.ErrNotPrimary) || errors.Is(err, replica.ErrReformed) {
 			return nil, status.Errorf(codes.Unavailable, "shard %d: %v", c.shard, err)
@@ -213,7 +218,7 @@ func timeID(client int) replica.ReqID {
 }
 
 func (c *shardCopy) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
-	resp, err := c.propose(ctx, timeID(initClient+int(req.Worker)), req)
+	resp, err := c.propose(ctx, timeID(initClient+int(req.Worker)), req, nil)
 	if err != nil || resp == nil {
 		if err == nil {
 			return c.Server.Init(ctx, req) // applied before: a repeated Init changes nothing
@@ -223,8 +228,21 @@ func (c *shardCopy) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResp
 	return resp.(*pb.InitResponse), nil
 }
 
+// ChangeRate is logged, so that every copy of the shard switches its rate
+// at the same step.
+func (c *shardCopy) ChangeRate(ctx context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+	resp, err := c.propose(ctx, timeID(rateClient+int(req.Worker)), req, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil { // applied before
+		return &pb.ChangeRateResponse{}, nil
+	}
+	return resp.(*pb.ChangeRateResponse), nil
+}
+
 func (c *shardCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
-	resp, err := c.propose(ctx, timeID(doneClient+int(req.Worker)), req)
+	resp, err := c.propose(ctx, timeID(doneClient+int(req.Worker)), req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -234,11 +252,38 @@ func (c *shardCopy) Done(ctx context.Context, req *pb.DoneRequest) (*pb.DoneResp
 	return resp.(*pb.DoneResponse), nil
 }
 
+// errOtherHistory refuses a push computed against another incarnation of
+// the shard (Push).
+var errOtherHistory = errors.New("the push was computed against another incarnation of the shard")
+
 func (c *shardCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	// A push computed against another incarnation of the shard (one the
+	// worker saw before the cluster re-formed from a checkpoint, sent
+	// again after) belongs to a history this copy no longer holds. Logged,
+	// its request id (its step, from that history) would stand above the
+	// ids of this history's pushes, whose steps start again from the
+	// checkpoint's, and they would all be taken for retries of it, answered
+	// and never applied. It is answered unlogged instead, with this copy's
+	// incarnation: the worker sees the shard restored and recovers as from
+	// a restart. The epoch read before the check is still the node's when
+	// the push is logged (PushIf), so no re-formation comes in between.
+	epoch := c.host.Epoch()
+	if other := uint32(req.Incarnation); other != 0 && other != uint32(c.Server.Incarnation()) {
+		return c.otherHistory(ctx)
+	}
+	sameEpoch := func(n *replica.Node) error {
+		if n.Epoch() != epoch {
+			return errOtherHistory
+		}
+		return nil
+	}
 	if c.Server.Sync() {
 		return c.pushHeld(ctx, req) // replication after aggregation
 	}
-	resp, err := c.propose(ctx, replica.ReqID{Client: int(req.Worker), N: uint64(req.Step) + 1}, req)
+	resp, err := c.propose(ctx, replica.ReqID{Client: int(req.Worker), N: uint64(req.Step) + 1}, req, sameEpoch)
+	if errors.Is(err, errOtherHistory) {
+		return c.otherHistory(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +295,17 @@ func (c *shardCopy) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResp
 		return &pb.PushResponse{GlobalStep: st.GlobalStep, Incarnation: st.Incarnation}, nil
 	}
 	return resp.(*pb.PushResponse), nil
+}
+
+// otherHistory answers a push not logged because it was computed against
+// another incarnation of the shard: dropped, with this copy's step and
+// incarnation.
+func (c *shardCopy) otherHistory(ctx context.Context) (*pb.PushResponse, error) {
+	st, err := c.Server.Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PushResponse{GlobalStep: st.GlobalStep, Incarnation: st.Incarnation, Dropped: true, DropReason: errOtherHistory.Error()}, nil
 }
 
 // ReplicatedPush is Push for the data path (server.Replicated).

@@ -112,7 +112,7 @@ func (c *shardCopy) Restore(ctx context.Context, req *pb.RestoreRequest) (*pb.Re
 		c.holdMu.Lock() // as a logged pull: the primary's own updates stay in log order
 		defer c.holdMu.Unlock()
 	}
-	resp, err := c.propose(ctx, timeID(restoreClient), req)
+	resp, err := c.propose(ctx, timeID(restoreClient), req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -235,6 +235,15 @@ func (h *Host) Close() error {
 // *replica.NotPrimaryError naming the primary), or ctx ends. A retry with
 // the same request id after a failover is recognised, not applied again.
 func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) error {
+	return h.PushIf(ctx, s, req, data, nil)
+}
+
+// PushIf is Push with a precondition: ok, if not nil, is asked with the
+// host's lock held, just before the push is logged, and its error refuses
+// the push unlogged. A re-formation restores the copies under the same
+// lock (HostConfig.Reformed), so what ok sees of the node's epoch holds
+// when the push is logged.
+func (h *Host) PushIf(ctx context.Context, s int, req replica.ReqID, data []byte, ok func(*replica.Node) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -243,6 +252,12 @@ func (h *Host) Push(ctx context.Context, s int, req replica.ReqID, data []byte) 
 	if h.closed {
 		h.unlock()
 		return net.ErrClosed
+	}
+	if ok != nil {
+		if err := ok(h.node); err != nil {
+			h.unlock()
+			return err
+		}
 	}
 	if _, _, err := h.node.Propose(s, req, data); err != nil {
 		h.unlock()
@@ -371,6 +386,14 @@ func (h *Host) Joining() bool {
 	var ok bool
 	h.query(func(n *replica.Node) { ok = n.Joining() })
 	return ok
+}
+
+// Epoch is the node's (replica.Node.Epoch): it changes when the cluster
+// re-forms and every copy restores the newest checkpoint.
+func (h *Host) Epoch() uint64 {
+	var e uint64
+	h.query(func(n *replica.Node) { e = n.Epoch() })
+	return e
 }
 
 // Primary is the ps this one believes serves shard s (-1: none left).

@@ -93,7 +93,7 @@ func (s *Server) serveData(ctx context.Context, conn net.Conn, handshaken func()
 	var hello [wire.HelloLen]byte
 	h := wire.Hello{Version: wire.DataVersion, Slots: wire.CacheSlots, MaxCachedKeys: wire.MaxCachedKeys}
 	switch {
-	case err != nil || version < wire.DataVersion || version > wire.DataVersionKinds:
+	case err != nil || version < wire.DataVersion || version > wire.DataVersionIncarnation:
 		h.Status = wire.HelloBadVersion
 	default:
 		h.Version, dc.version = version, version

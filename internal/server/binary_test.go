@@ -455,7 +455,7 @@ func TestDataPathErrorCodesForOlderWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write(wire.PrefaceVersion(wire.DataVersionKinds + 1)); err != nil {
+	if _, err := c.Write(wire.PrefaceVersion(wire.DataVersionIncarnation + 1)); err != nil {
 		t.Fatal(err)
 	}
 	var hb [wire.HelloLen]byte
@@ -463,7 +463,7 @@ func TestDataPathErrorCodesForOlderWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if h, err := wire.ParseHello(hb[:]); err != nil || h.Status != wire.HelloBadVersion {
-		t.Fatalf("hello to version %d: %+v, %v; want a refusal", wire.DataVersionKinds+1, h, err)
+		t.Fatalf("hello to version %d: %+v, %v; want a refusal", wire.DataVersionIncarnation+1, h, err)
 	}
 }
 

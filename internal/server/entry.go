@@ -16,8 +16,8 @@ import (
 // then the kind's bytes. The replication shell ships them as they are; FSM
 // applies them. Their bytes travel between ps: the format does not change.
 //
-//   - entryInit, entryPush, entryDone, entryRestore: the request,
-//     marshalled (EncodeEntry).
+//   - entryInit, entryPush, entryDone, entryRestore, entryChangeRate: the
+//     request, marshalled (EncodeEntry).
 //   - entryAggregate: a synchronous step's aggregate (EncodeAggregate):
 //     step i64, the number of variables u32, then each variable's values
 //     (u32 count, float32 values), in the shard's layout order; then, for
@@ -31,9 +31,11 @@ const (
 	entryAggregate
 	entryTouch
 	entryRestore
+	entryChangeRate
 )
 
-// EncodeEntry is the log entry of an Init, Push, Done or Restore request:
+// EncodeEntry is the log entry of an Init, Push, Done, Restore or
+// ChangeRate request:
 // its kind, then the request marshalled after it (one copy of its bytes).
 func EncodeEntry(req proto.Message) ([]byte, error) {
 	var kind byte
@@ -46,6 +48,8 @@ func EncodeEntry(req proto.Message) ([]byte, error) {
 		kind = entryDone
 	case *pb.RestoreRequest:
 		kind = entryRestore
+	case *pb.ChangeRateRequest:
+		kind = entryChangeRate
 	default:
 		return nil, fmt.Errorf("a %T is not logged", req)
 	}

@@ -72,6 +72,12 @@ func (f *FSM) Apply(seq uint64, data []byte, own proto.Message) (proto.Message, 
 			s.cfg.Logf("log entry %d: %v", seq, err)
 		}
 		return nil, err
+	case entryChangeRate:
+		req := &pb.ChangeRateRequest{}
+		if err := proto.Unmarshal(data[1:], req); err != nil {
+			return nil, err
+		}
+		return s.ChangeRate(ctx, req)
 	case entryRestore:
 		req := &pb.RestoreRequest{}
 		if err := proto.Unmarshal(data[1:], req); err != nil {

@@ -27,6 +27,7 @@ func TestFSMCopiesApplyTheSameLog(t *testing.T) {
 			Optimizer: &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5}, NumWorkers: 1,
 		},
 		&pb.PushRequest{Worker: 0, Step: 0, Grads: []*pb.DenseTensor{{Name: "w", Data: f32(2, 4)}}},
+		&pb.ChangeRateRequest{Worker: 0, FromStep: 1, LearningRate: 0.125}, // every copy switches at step 1
 		&pb.PushRequest{Worker: 0, Step: 1, Grads: []*pb.DenseTensor{{Name: "w", Data: f32(1, 1)}},
 			Sparse: []*pb.SparseRows{{Table: "emb", Keys: wire.Uint64Bytes([]uint64{7}), Values: wire.Float32Bytes([]float32{2, 2})}}},
 	}
@@ -44,7 +45,7 @@ func TestFSMCopiesApplyTheSameLog(t *testing.T) {
 	}
 	touch := EncodeTouch([]PulledRows{{Table: []byte("emb"), Keys: []uint64{9, 7}}})
 	for _, f := range []*FSM{primary, backup} {
-		if _, err := f.Apply(3, touch, nil); err != nil {
+		if _, err := f.Apply(4, touch, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,8 +61,8 @@ func TestFSMCopiesApplyTheSameLog(t *testing.T) {
 	if !proto.Equal(p1, p2) {
 		t.Fatalf("the copies differ after the same log:\nprimary %v\nbackup  %v", p1, p2)
 	}
-	if got, _ := wire.Float32s(p1.Vars[0].Data); !reflect.DeepEqual(got, []float32{-0.5, -0.5}) {
-		t.Errorf("w = %v after pushes of (2, 4) and (1, 1) at rate 0.5, want [-0.5 -0.5]", got)
+	if got, _ := wire.Float32s(p1.Vars[0].Data); !reflect.DeepEqual(got, []float32{-0.125, -0.125}) {
+		t.Errorf("w = %v after pushes of (2, 4) at rate 0.5 and (1, 1) at 0.125, want [-0.125 -0.125]", got)
 	}
 	snap, err := primary.Snapshot()
 	if err != nil {
@@ -74,6 +75,9 @@ func TestFSMCopiesApplyTheSameLog(t *testing.T) {
 	again, err := third.Snapshot()
 	if err != nil || !bytes.Equal(again, snap) {
 		t.Fatalf("a restored copy's snapshot differs from the one it was restored from (%v)", err)
+	}
+	if st, _ := third.s.Status(context.Background(), &pb.StatusRequest{}); st.GetLearningRate() != 0.125 {
+		t.Errorf("a copy restored from a snapshot runs at rate %v, want the changed 0.125", st.GetLearningRate())
 	}
 }
 

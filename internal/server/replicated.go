@@ -106,7 +106,7 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 		// The gradients stay in the connection's buffers: the call
 		// returns only once this copy applied them (or gave up on them
 		// without logging them).
-		req := &pb.PushRequest{Worker: r.Worker, Step: r.Step, Grads: make([]*pb.DenseTensor, len(r.Dense))}
+		req := &pb.PushRequest{Worker: r.Worker, Step: r.Step, Incarnation: uint64(r.Incarnation), Grads: make([]*pb.DenseTensor, len(r.Dense))}
 		for i, d := range r.Dense {
 			req.Grads[i] = &pb.DenseTensor{Name: string(d.Name), Data: wire.Float32Bytes(d.Data)}
 		}

@@ -315,13 +315,21 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	if !already {
 		st := s.shard.Status()
 		s.cfg.Logf("initialised by worker %d: %d variables, %d sparse tables, optimizer %s, %s, global step %d",
-			req.Worker, len(l.Vars), len(l.Tables), s.shard.Layout().Optimizer.Name, describeMode(l), st.GlobalStep)
+			req.Worker, len(l.Vars), len(l.Tables), describeRule(s.shard.Layout().Optimizer), describeMode(l), st.GlobalStep)
 		// The request's initial values (as large as the model, and copied
 		// by gRPC and protobuf on the way in) are garbage now: give their
 		// memory back rather than leave it in the ps's resident set.
 		debug.FreeOSMemory()
 	}
 	return &pb.InitResponse{AlreadyInitialized: already, GlobalStep: s.shard.Step()}, nil
+}
+
+// describeRule is the job's rule for the log: its name, rate and schedule.
+func describeRule(c optim.Config) string {
+	if c.Schedule == "" {
+		return fmt.Sprintf("%s at rate %v", c.Name, c.LearningRate)
+	}
+	return fmt.Sprintf("%s at rate %v, schedule %s", c.Name, c.LearningRate, c.Schedule)
 }
 
 func describeMode(l shard.Layout) string {
@@ -338,7 +346,8 @@ func optimConfig(c *pb.OptimizerConfig) optim.Config {
 	return optim.Config{
 		Name: c.Name, LearningRate: c.LearningRate, Momentum: c.Momentum, Nesterov: c.Nesterov,
 		InitialAccumulator: c.InitialAccumulator, Beta1: c.Beta1, Beta2: c.Beta2, Epsilon: c.Epsilon,
-		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2,
+		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2, L2Shrinkage: c.L2Shrinkage,
+		Rho: c.Rho, Centered: c.Centered, WeightDecay: c.WeightDecay, Schedule: c.Schedule,
 	}
 }
 
@@ -607,6 +616,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		StaleDropped:   st.StaleDropped,
 		AppliedPushes:  st.AppliedPushes,
 		Mode:           st.Mode,
+		LearningRate:   st.LearningRate,
 	}
 	for _, t := range st.Tables {
 		resp.Tables = append(resp.Tables, &pb.TableStatus{
@@ -639,6 +649,19 @@ func (s *Server) details() *pb.StatusResponse {
 		out.Workers = append(out.Workers, a)
 	}
 	return out
+}
+
+// ChangeRate changes the job's learning rate and schedule from the step
+// the request names (the chief sends it to every ps).
+func (s *Server) ChangeRate(_ context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heard(req.Worker)
+	err := s.shard.ChangeRate(optim.RateChange{From: req.FromStep, LearningRate: req.LearningRate, Schedule: req.Schedule})
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return &pb.ChangeRateResponse{GlobalStep: s.shard.Step()}, nil
 }
 
 // Done records that a worker has finished.

@@ -31,6 +31,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/wire"
 )
@@ -416,6 +417,27 @@ func (s *Session) PushRows(ctx context.Context, table string, keys []uint64, gra
 	}
 	s.observe("push_rows", telemetry.Bytes{PushSparse: 8*int64(len(keys)) + 4*int64(len(grads))}, start, err)
 	return err
+}
+
+// ChangeRate changes the job's learning rate and schedule on every ps from
+// global step ch.From on (variables and tables with their own rule keep
+// theirs). Only the chief may; name a step ahead of every ps's so that all
+// switch at the same step. The change is logged here and on each ps, and
+// the ps keep it in their checkpoints.
+func (s *Session) ChangeRate(ctx context.Context, ch optim.RateChange) error {
+	if s.worker != 0 {
+		return fmt.Errorf("session: worker %d: ChangeRate: only the chief (worker 0) changes the learning rate", s.worker)
+	}
+	at, err := s.c.ChangeRate(ctx, ch)
+	if err != nil {
+		return fmt.Errorf("session: worker %d: rate change: %w", s.worker, err)
+	}
+	late := ""
+	if at > ch.From {
+		late = fmt.Sprintf(" (a ps was already at step %d: it switched at its next update)", at)
+	}
+	s.cfg.Logf("learning rate %v, schedule %q, from global step %d%s", ch.LearningRate, ch.Schedule, ch.From, late)
+	return nil
 }
 
 // Done ends this worker's training: the chief saves the final checkpoint,

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -31,6 +32,11 @@ import (
 // Variables split across ps are stored under their own name on each shard,
 // with the rows each holds recorded in the manifest.
 
+// metaRateChanges is the shard Meta key of the chief's rate changes (a JSON
+// array of optim.RateChange), absent when there are none: every ps holds
+// the same, and a delta's replaces its parent's.
+const metaRateChanges = "rate_changes"
+
 // SlotNames names the state slots of a rule, in the order of its state
 // vectors, as checkpoints store them.
 func SlotNames(rule string, slots int) []string {
@@ -39,9 +45,19 @@ func SlotNames(rule string, slots int) []string {
 		"adagrad":  {"adagrad_accum"},
 		"adam":     {"adam_m", "adam_v"},
 		"ftrl":     {"ftrl_n", "ftrl_z"},
+
+		"adagrad_da":       {"adagrad_da_g", "adagrad_da_gg"},
+		"adadelta":         {"adadelta_accum", "adadelta_update"},
+		"rmsprop":          {"rmsprop_ms", "rmsprop_mom", "rmsprop_mg"}, // mg only when centered
+		"proximal_adagrad": {"proximal_adagrad_accum"},
+		"adamw":            {"adamw_m", "adamw_v"},
+		"lamb":             {"lamb_m", "lamb_v"},
 	}
 	if names, ok := known[strings.ToLower(rule)]; ok && len(names) == slots {
 		return names
+	}
+	if names, ok := known[strings.ToLower(rule)]; ok && rule == "rmsprop" && slots == 2 {
+		return names[:2]
 	}
 	names := make([]string, slots)
 	for i := range names {
@@ -80,7 +96,8 @@ type Cut struct {
 	// since the parent, tables only their changed rows and deleted keys.
 	delta   bool
 	parent  int64
-	updates map[string]int64 // every variable's update count
+	updates map[string]int64   // every variable's update count
+	rates   []optim.RateChange // the chief's rate changes (Layout.RateChanges)
 
 	built *checkpoint.Shard // Shard's result
 	err   error             // a tier's rows could not be read
@@ -158,7 +175,7 @@ func (z CutSize) Alloc() *CutMem {
 // CutSize); m may be nil, and must not be used again.
 func (s *Shard) CutIn(m *CutMem) *Cut {
 	st := s.st
-	c := &Cut{step: st.tracker.Step()}
+	c := &Cut{step: st.tracker.Step(), rates: slices.Clone(st.layout.RateChanges)}
 	for _, v := range st.order {
 		cv := cutVar{name: baseName(v.name), shape: v.shape, value: slices.Clone(v.value), updates: v.updates,
 			slots: SlotNames(v.rule.Name(), v.rule.StateSlots())}
@@ -233,6 +250,13 @@ func (c *Cut) shard() checkpoint.Shard { return c.build(false) }
 // as they are written where stream is set.
 func (c *Cut) build(stream bool) checkpoint.Shard {
 	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
+	if len(c.rates) > 0 {
+		b, err := json.Marshal(c.rates)
+		if err != nil {
+			panic(fmt.Sprintf("shard: rate changes %+v: %v", c.rates, err)) // plain numbers and strings
+		}
+		sh.Meta[metaRateChanges] = string(b)
+	}
 	for name, n := range c.updates {
 		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)
 	}
@@ -429,6 +453,13 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 	}
 	reshard := m.NumPS != numPS
 	files := &shardFiles{m: m, read: read, shards: make([]*checkpoint.Shard, len(m.Shards))}
+	// The chief's rate changes, the same in every shard: this ps's own
+	// (read below in any case), or the first when re-sharding.
+	if sh, err := files.shard(min(task, len(m.Shards)-1)); err == nil && sh.Meta[metaRateChanges] != "" {
+		if err := json.Unmarshal([]byte(sh.Meta[metaRateChanges]), &l.RateChanges); err != nil {
+			return nil, fmt.Errorf("checkpoint of step %d: meta %s: %w", m.Step, metaRateChanges, err)
+		}
+	}
 	var parts []restoredPart
 	moved := reshard // a variable is not where the checkpoint put it
 	for i, pv := range plan.Vars {

@@ -45,7 +45,7 @@ func (s *Shard) deltaCut(parent int64) (*Cut, bool) {
 			return nil, false
 		}
 	}
-	c := &Cut{step: st.tracker.Step(), delta: true, parent: parent, updates: map[string]int64{}}
+	c := &Cut{step: st.tracker.Step(), delta: true, parent: parent, updates: map[string]int64{}, rates: slices.Clone(st.layout.RateChanges)}
 	for _, v := range st.order {
 		name := baseName(v.name)
 		c.updates[name] = max(c.updates[name], v.updates)

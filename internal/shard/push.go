@@ -6,6 +6,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/format"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/placement"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -266,12 +267,22 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 // update applies one dense gradient to v with the rule: whole (spread over
 // the cores by Config.Update), or chunk by chunk with updated called after
 // each. If replies in flight still read v's values, it updates a copy.
+//
+// The rule runs at the rate its schedule gives for the global step before
+// this update (TF's global_step as the update reads it). A rule that is not
+// per-coordinate (LAMB) is applied whole, and streamed as one chunk.
 func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 	s.stamp(v, grad)
+	rule := v.sched.At(s.st.tracker.Step() - 1)
 	if stream == nil {
 		v.updates++
 		v.writable()
-		s.cfg.Update(v.rule, v.value, grad, v.state, v.updates)
+		s.cfg.Update(rule, v.value, grad, v.state, v.updates)
+		return
+	}
+	if !optim.PerCoordinate(rule) {
+		s.cfg.Update(rule, v.value, grad, v.state, v.updates)
+		stream.Updated(v, 0, len(v.value))
 		return
 	}
 	if cap(s.scratch) < len(v.state) {
@@ -284,7 +295,7 @@ func (s *Shard) update(v *Var, grad []float32, stream *Stream) {
 		for j := range st {
 			st[j] = v.state[j][lo:hi]
 		}
-		v.rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
+		rule.Update(v.value[lo:hi], grad[lo:hi], st, v.updates)
 		stream.Updated(v, lo, hi)
 	}
 }

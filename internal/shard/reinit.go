@@ -44,10 +44,11 @@ func (s *Shard) again(l Layout, values [][]float32) error {
 	}
 	changes := optimizerChanges(have.Optimizer, l.Optimizer)
 	if len(changes) > 0 {
-		rule, err := optim.New(l.Optimizer)
+		sched, err := optim.NewScheduled(l.Optimizer, have.RateChanges)
 		if err != nil {
 			return &Error{Kind: Invalid, Flag: "--optimizer", Msg: fmt.Sprintf("ps %d: optimizer %s: %v", s.cfg.Task, l.Optimizer.Name, err), Err: err}
 		}
+		rule := sched.Rule()
 		if rule.StateSlots() != st.rule.StateSlots() {
 			return conflict("--optimizer", "%s with these settings keeps %d state slots, the ps's %d", l.Optimizer.Name, rule.StateSlots(), st.rule.StateSlots())
 		}
@@ -56,15 +57,15 @@ func (s *Shard) again(l Layout, values [][]float32) error {
 				if err := t.t.SetRule(rule); err != nil {
 					return conflict(changes[0].flag, "sparse table %q: %v", t.name, err)
 				}
-				t.rule = rule
+				t.rule, t.sched = rule, sched
 			}
 		}
 		for _, v := range st.order {
-			if v.rule == st.rule {
-				v.rule = rule
+			if v.sched == st.sched {
+				v.rule, v.sched = rule, sched
 			}
 		}
-		st.rule = rule
+		st.rule, st.sched = rule, sched
 		st.layout.Optimizer = l.Optimizer
 		for _, c := range changes {
 			s.cfg.Logf("ps %d: %s %s → %s from step %d (%s of the chief's Init)", s.cfg.Task, c.name, c.was, c.now, step, c.flag)
@@ -143,5 +144,14 @@ func optimizerChanges(a, b optim.Config) []optimizerChange {
 	f("ftrl beta", "--ftrl_beta", a.FTRLBeta, b.FTRLBeta)
 	f("l1", "--l1", a.L1, b.L1)
 	f("l2", "--l2", a.L2, b.L2)
+	f("l2 shrinkage", "--l2_shrinkage", a.L2Shrinkage, b.L2Shrinkage)
+	f("rho", "--rho", a.Rho, b.Rho)
+	if a.Centered != b.Centered {
+		out = append(out, optimizerChange{"centered", "--centered", fmt.Sprint(a.Centered), fmt.Sprint(b.Centered)})
+	}
+	f("weight decay", "--weight_decay", a.WeightDecay, b.WeightDecay)
+	if a.Schedule != b.Schedule {
+		out = append(out, optimizerChange{"learning-rate schedule", "--lr_schedule", fmt.Sprintf("%q", a.Schedule), fmt.Sprintf("%q", b.Schedule)})
+	}
 	return slices.Clip(out)
 }

@@ -84,6 +84,10 @@ type Layout struct {
 	SyncProceed         bool  // after SyncTimeout complete with what came (else fail)
 	SplitBytes          int64 // the placement threshold, recorded in checkpoints
 	GlobalStep          int64 // the step to start at
+	// RateChanges are the chief's changes of the job's learning rate and
+	// schedule while training (ChangeRate), as a checkpoint records them.
+	// Variables and tables with their own rule keep their own schedule.
+	RateChanges []optim.RateChange
 }
 
 // MaxValues bounds the values of one variable (2^31-1 float32, 8 GiB): a
@@ -100,8 +104,9 @@ type Var struct {
 	updates int64     // updates applied, for Adam's bias correction
 	cutAt   int64     // updates at the last incremental cut (ckpt_incr.go)
 	lent    lentBufs
-	rule    optim.Rule // the layout's rule or the variable's own
-	ver     []uint64   // each block's version (dense_ver.go); nil until stamped
+	rule    optim.Rule       // the layout's rule or the variable's own
+	sched   *optim.Scheduled // rule under its schedule (shared with the layout's)
+	ver     []uint64         // each block's version (dense_ver.go); nil until stamped
 }
 
 // Name is the variable's name on this shard.
@@ -120,6 +125,7 @@ type State struct {
 	tables   map[string]*table
 	tableOrd []*table
 	rule     optim.Rule
+	sched    *optim.Scheduled // rule under the job's schedule and rate changes
 	tracker  *consistency.Tracker
 	restored int64 // the checkpoint step it came from, or -1
 	lastCut  int64 // the checkpoint the last incremental cut was for, or -1 (ckpt_incr.go)
@@ -191,7 +197,9 @@ func (s *Shard) Layout() Layout {
 	if s.st == nil {
 		return Layout{}
 	}
-	return s.st.layout
+	l := s.st.layout
+	l.RateChanges = slices.Clone(l.RateChanges)
+	return l
 }
 
 // Step is the global step; 0 before Init.
@@ -327,10 +335,11 @@ func NumValues(shape []int64) (int, error) {
 // Build makes a state from a layout, checking everything; fill writes the
 // initial values of variable i into dst (len(dst) values) or refuses them.
 func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
-	rule, err := optim.New(l.Optimizer)
+	sched, err := optim.NewScheduled(l.Optimizer, l.RateChanges)
 	if err != nil {
 		return nil, err
 	}
+	rule := sched.Rule()
 	tracker, err := consistency.New(consistency.Config{
 		Sync:                l.Sync,
 		ReplicasToAggregate: l.ReplicasToAggregate,
@@ -340,11 +349,11 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{layout: l, vars: make(map[string]*Var, len(l.Vars)), rule: rule, tracker: tracker, restored: -1, lastCut: -1}
+	st := &State{layout: l, vars: make(map[string]*Var, len(l.Vars)), rule: rule, sched: sched, tracker: tracker, restored: -1, lastCut: -1}
 	// Check every shape before allocating any, so that a bad request
 	// costs nothing.
 	sizes := make([]int, len(l.Vars))
-	rules := make([]optim.Rule, len(l.Vars))
+	rules := make([]*optim.Scheduled, len(l.Vars))
 	for i, spec := range l.Vars {
 		if len(spec.Name) == 0 || len(spec.Name) > format.MaxName {
 			// The data path carries names of at most format.MaxName bytes:
@@ -355,7 +364,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
 		}
-		if rules[i], err = ruleOf(rule, spec.Optimizer); err != nil {
+		if rules[i], err = schedOf(sched, spec.Optimizer); err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
 		}
 		if _, dup := st.vars[spec.Name]; dup {
@@ -366,7 +375,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 	}
 	for i, spec := range l.Vars {
 		n := sizes[i]
-		v := &Var{name: spec.Name, shape: slices.Clone(spec.Shape), value: hugemem.Float32s(n), rule: rules[i]}
+		v := &Var{name: spec.Name, shape: slices.Clone(spec.Shape), value: hugemem.Float32s(n), rule: rules[i].Rule(), sched: rules[i]}
 		if err := fill(i, v.value); err != nil {
 			return nil, fmt.Errorf("variable %q: %w", spec.Name, err)
 		}
@@ -381,11 +390,12 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 		st.vars[spec.Name] = v
 		st.order = append(st.order, v)
 	}
-	if st.tables, st.tableOrd, err = newTables(l, rule); err != nil {
+	if st.tables, st.tableOrd, err = newTables(l, sched); err != nil {
 		return nil, err
 	}
 	st.layout.Vars = slices.Clone(l.Vars)
 	st.layout.Tables = slices.Clone(l.Tables)
+	st.layout.RateChanges = slices.Clone(l.RateChanges)
 	return st, nil
 }
 
@@ -441,6 +451,16 @@ func sameLayout(have, want Layout) error {
 	return nil
 }
 
+// schedOf is the scheduled rule of a variable or table: its own where it
+// has one (under its own schedule, without the job's rate changes), else
+// the layout's.
+func schedOf(layout *optim.Scheduled, own *optim.Config) (*optim.Scheduled, error) {
+	if own == nil {
+		return layout, nil
+	}
+	return optim.NewScheduled(*own, nil)
+}
+
 // ruleOf is the rule of a variable or table: its own where it has one,
 // else the layout's.
 func ruleOf(layout optim.Rule, own *optim.Config) (optim.Rule, error) {
@@ -480,6 +500,7 @@ type Status struct {
 	Tables         []TableStatus
 	Incarnation    uint64
 	RestoredStep   int64
+	LearningRate   float64 // the job's rule's rate for the next update
 }
 
 // TableStatus is one table's line of a Status.
@@ -504,6 +525,7 @@ func (s *Shard) Status() Status {
 	}
 	ts := s.st.tracker.Stats()
 	out.GlobalStep = s.st.tracker.Step()
+	out.LearningRate = s.Rate()
 	out.StaleDropped = ts.StaleDropped + ts.DuplicateDrops
 	out.AppliedPushes = ts.Applied
 	out.Mode = "async"

@@ -18,7 +18,8 @@ type table struct {
 	name       string
 	spec       TableSpec
 	t          *sparse.Table
-	rule       optim.Rule // the layout's rule or the table's own
+	rule       optim.Rule       // the layout's rule or the table's own
+	sched      *optim.Scheduled // rule under its schedule
 	evictEvery int64
 	tier       Tier // nil: every row in memory
 
@@ -30,7 +31,7 @@ type table struct {
 	touchBuf []float32 // TouchRows's values, read and dropped
 }
 
-func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
+func newTables(l Layout, sched *optim.Scheduled) (map[string]*table, []*table, error) {
 	tables := make(map[string]*table, len(l.Tables))
 	var order []*table
 	for _, spec := range l.Tables {
@@ -40,10 +41,11 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if len(spec.Name) == 0 || len(spec.Name) > format.MaxName {
 			return nil, nil, fmt.Errorf("table %.40q has a %d-byte name (want 1 to %d)", spec.Name, len(spec.Name), format.MaxName)
 		}
-		r, err := ruleOf(rule, spec.Optimizer)
+		rs, err := schedOf(sched, spec.Optimizer)
 		if err != nil {
 			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
 		}
+		r := rs.Rule()
 		cfg := sparse.Config{Dim: int(spec.Dim), Rule: r, MinCount: int(spec.MinCount), EvictAfterSteps: spec.EvictAfterSteps, SketchWidth: sketchWidth}
 		switch spec.Initializer {
 		case "", "zeros":
@@ -56,7 +58,7 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("table %q: %w", spec.Name, err)
 		}
-		st := &table{name: spec.Name, spec: spec, t: t, rule: r, evictEvery: max(1, spec.EvictAfterSteps/10)}
+		st := &table{name: spec.Name, spec: spec, t: t, rule: r, sched: rs, evictEvery: max(1, spec.EvictAfterSteps/10)}
 		if l.Sync {
 			st.accPos = make(map[uint64]int)
 		}
@@ -68,11 +70,18 @@ func newTables(l Layout, rule optim.Rule) (map[string]*table, []*table, error) {
 
 // push applies an asynchronous step's gradient to the table's rows, through
 // the remembered rows of a key set where there is one (the same result).
+// step is the global step after the update (the rate is the one in force
+// at step-1).
 func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step int64) error {
 	if err := t.fetch(keys); err != nil {
 		return err
 	}
 	var err error
+	if !t.sched.Constant() {
+		if err := t.t.SetRule(t.sched.At(step - 1)); err != nil {
+			panic(fmt.Sprintf("shard: table %q: %v", t.name, err))
+		}
+	}
 	if set != nil {
 		err = t.t.PushSet(set, grads, step)
 	} else {

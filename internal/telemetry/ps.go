@@ -193,6 +193,7 @@ func (p *PS) State() PSState {
 
 var (
 	descStep        = prometheus.NewDesc("paramserv_ps_global_step", "The shard's global step.", nil, nil)
+	descRate        = prometheus.NewDesc("paramserv_ps_learning_rate", "The job's rule's learning rate in force for the next update, under its schedule and the chief's changes.", nil, nil)
 	descInit        = prometheus.NewDesc("paramserv_ps_initialized", "1 once the shard holds variables (the chief's Init or a restore).", nil, nil)
 	descIncarnation = prometheus.NewDesc("paramserv_ps_incarnation", "The shard's incarnation: it changes with every restore.", nil, nil)
 	descWorkers     = prometheus.NewDesc("paramserv_ps_workers", "Workers in the cluster.", nil, nil)
@@ -209,7 +210,7 @@ var (
 type psCollector struct{ p *PS }
 
 func (c psCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStep, descInit, descIncarnation, descWorkers, descDone, descLastSeen, descRows, descTableBytes, descAdmitted, descEvicted, descRefused} {
+	for _, d := range []*prometheus.Desc{descStep, descRate, descInit, descIncarnation, descWorkers, descDone, descLastSeen, descRows, descTableBytes, descAdmitted, descEvicted, descRefused} {
 		ch <- d
 	}
 }
@@ -231,6 +232,9 @@ func (c psCollector) Collect(ch chan<- prometheus.Metric) {
 		init = 1
 	}
 	gauge(descStep, float64(s.GlobalStep))
+	if s.Initialized {
+		gauge(descRate, s.LearningRate)
+	}
 	gauge(descInit, init)
 	gauge(descIncarnation, float64(s.Incarnation))
 	gauge(descWorkers, float64(s.NumWorkers))

@@ -10,8 +10,8 @@ import (
 // Summaries writes the chief's scalar summaries: it implements
 // lifecycle.Observer. Every Every global steps (when the global step reaches
 // a multiple of Every) it writes the latest loss, the global steps and
-// examples per second since the previous summary, and the chief's pushes
-// dropped so far; at the end, the final evaluation's metrics (as
+// examples per second since the previous summary, the chief's pushes
+// dropped so far and, with Rate, the learning rate; at the end, the final evaluation's metrics (as
 // "eval/NAME"). A write that fails is logged once; training goes on.
 type Summaries struct {
 	W     *Writer
@@ -20,6 +20,9 @@ type Summaries struct {
 	// size, times the gradients aggregated per step in synchronous mode.
 	ExamplesPerStep int
 	Logf            func(string, ...any)
+	// Rate, if set, gives the job's learning rate at a global step (its
+	// schedule's); it is summarised as "learning_rate".
+	Rate func(step int64) float64
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
 
@@ -60,6 +63,9 @@ func (s *Summaries) Step(st lifecycle.StepStats) {
 		return
 	}
 	vals := map[string]float64{"loss": st.Loss, "dropped_pushes": float64(s.dropped)}
+	if s.Rate != nil {
+		vals["learning_rate"] = s.Rate(st.GlobalStep)
+	}
 	if dt := now.Sub(s.lastTime).Seconds(); dt > 0 && st.GlobalStep > s.lastStep {
 		rate := float64(st.GlobalStep-s.lastStep) / dt
 		vals["global_step/sec"] = rate

@@ -148,7 +148,8 @@ func TestSummariesEveryNSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Summaries{W: w, Every: 100, ExamplesPerStep: 50, Now: func() time.Time { return clock }}
+	s := &Summaries{W: w, Every: 100, ExamplesPerStep: 50, Now: func() time.Time { return clock },
+		Rate: func(step int64) float64 { return 1 / float64(1+step) }}
 	for step := int64(1); step <= 1000; step += 2 { // two workers: the chief sees every other step
 		clock = clock.Add(10 * time.Millisecond)
 		s.Step(lifecycle.StepStats{GlobalStep: step, Loss: 1 / float64(step), Dropped: step%10 == 1})
@@ -174,6 +175,9 @@ func TestSummariesEveryNSteps(t *testing.T) {
 	}
 	if ex := got["examples/sec"]; len(ex) != 9 || math.Abs(ex[0].Value-200*50) > 0.1 {
 		t.Errorf("examples/sec %v, want 10000", ex)
+	}
+	if r := got["learning_rate"]; len(r) != 9 || math.Abs(r[8].Value-1.0/902) > 1e-9 {
+		t.Errorf("learning_rate %v, want 1/902 at step 901", r)
 	}
 	if d := got["dropped_pushes"]; len(d) != 9 || d[8].Value != 91 {
 		t.Errorf("dropped_pushes %v, want 91 at the last", d)

@@ -34,6 +34,11 @@ const (
 	// refuses it (an older one); a ps of this version still serves
 	// versions 1 to 3 to older workers, with status codes.
 	DataVersionKinds = 4
+	// DataVersionIncarnation is version 4 whose pushes name the ps's
+	// incarnation their gradients were computed against
+	// (ReqHeader.Incarnation), where earlier versions send 0 there. A
+	// ps that refuses it is asked for DataVersionKinds.
+	DataVersionIncarnation = 5
 	// PrefaceLen is the client preface: magic, u16 version, then zeros. It
 	// is as long as HTTP/2's, so that a ps that only speaks gRPC reads all
 	// of it, sees a bad preface and closes the connection at once (the

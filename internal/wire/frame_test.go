@@ -47,7 +47,7 @@ func sampleRequests(t testing.TB) [][]byte {
 	f.Reset(ReqHeaderLen)
 	f.Dense("w", []float32{-1, 0.5})
 	f.SparsePush("emb", KeysCached, 1, 2, nil, []float32{1, 2, 3, 4})
-	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPush, Worker: 4, Step: 12})))
+	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPush, Worker: 4, Step: 12, Incarnation: 0xdeadbeef})))
 	// A dense pull alone, waiting for step 3.
 	f.Reset(ReqHeaderLen)
 	out = append(out, encode(t, f.Request(ReqHeader{Op: OpPull, PullDense: true, MinStep: 3})))
@@ -120,6 +120,10 @@ func TestRequestRoundTrip(t *testing.T) {
 			}
 			if p := r.SparsePull[0]; p.Mode != KeysAsPush || p.Arg != 0 || p.NumKeys != 3 {
 				t.Fatalf("request 1 pull section: %+v", p)
+			}
+		case 3:
+			if r.Op != OpPush || r.Incarnation != 0xdeadbeef {
+				t.Fatalf("request 3: %+v, want a push naming incarnation 0xdeadbeef", r.ReqHeader)
 			}
 		}
 	}
@@ -211,7 +215,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"op 0", mod(0, func(b []byte) []byte { b[0] = 0; return b }), "unknown op 0"},
 		{"op 9", mod(0, func(b []byte) []byte { b[0] = 9; return b }), "unknown op 9"},
 		{"flags", mod(0, func(b []byte) []byte { b[1] = 0x80; return b }), "unknown flags"},
-		{"reserved", mod(0, func(b []byte) []byte { b[12] = 1; return b }), "reserved"},
+		{"pull naming an incarnation", mod(2, func(b []byte) []byte { b[12] = 1; return b }), "a pull names the incarnation"},
 		{"sections", mod(0, func(b []byte) []byte { return put16(b, 2, MaxSections+1) }), "at most 4096"},
 		{"pull with push sections", mod(0, func(b []byte) []byte { b[0] = byte(OpPull); return b }), "a pull carries"},
 		{"push asks to pull", mod(2, func(b []byte) []byte { b[0] = byte(OpPush); return b }), "a push asks to pull"},

@@ -12,7 +12,7 @@ import (
 //	4  u16 sparse push sections
 //	6  u16 sparse pull sections
 //	8  i32 worker
-//	12 u32 reserved, 0
+//	12 u32 incarnation (push; 0 in a pull)
 type ReqHeader struct {
 	Op        Op
 	PullDense bool
@@ -29,6 +29,11 @@ type ReqHeader struct {
 	Worker                        int32
 	Step, MinStep                 int64
 	Body                          int64
+	// Incarnation is, in a push, the low 32 bits of the ps's incarnation
+	// the gradients were computed against (0: not known): a replicated
+	// copy refuses a push of another one (docs/WIRE.md). Needs
+	// DataVersionIncarnation.
+	Incarnation uint32
 }
 
 // Put writes h into b (ReqHeaderLen bytes).
@@ -49,7 +54,7 @@ func (h ReqHeader) Put(b []byte) {
 	binary.LittleEndian.PutUint16(b[4:], uint16(h.SparsePush))
 	binary.LittleEndian.PutUint16(b[6:], uint16(h.SparsePull))
 	binary.LittleEndian.PutUint32(b[8:], uint32(h.Worker))
-	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint32(b[12:], h.Incarnation)
 	binary.LittleEndian.PutUint64(b[16:], uint64(h.Step))
 	binary.LittleEndian.PutUint64(b[24:], uint64(h.MinStep))
 	binary.LittleEndian.PutUint64(b[32:], uint64(h.Body))
@@ -69,17 +74,20 @@ func ParseReqHeader(b []byte) (ReqHeader, error) {
 		Worker:           int32(binary.LittleEndian.Uint32(b[8:])),
 		Step:             int64(binary.LittleEndian.Uint64(b[16:])),
 		MinStep:          int64(binary.LittleEndian.Uint64(b[24:])),
+		Incarnation:      binary.LittleEndian.Uint32(b[12:]),
 	}
 	body := binary.LittleEndian.Uint64(b[32:])
 	switch {
 	case h.Op != OpPush && h.Op != OpPull && h.Op != OpPushPull:
 		return h, frameErr("unknown op %d (want 1 push, 2 pull, 3 push+pull)", b[0])
-	case b[1]&^(flagPullDense|flagIncremental|flagDenseIncr) != 0 || binary.LittleEndian.Uint32(b[12:]) != 0:
-		return h, frameErr("unknown flags %#x or reserved bits set", b[1])
+	case b[1]&^(flagPullDense|flagIncremental|flagDenseIncr) != 0:
+		return h, frameErr("unknown flags %#x", b[1])
 	case h.Dense > MaxSections || h.SparsePush > MaxSections || h.SparsePull > MaxSections:
 		return h, frameErr("%d dense, %d sparse push and %d sparse pull sections: at most %d of each", h.Dense, h.SparsePush, h.SparsePull, MaxSections)
 	case !h.Op.Push() && (h.Dense > 0 || h.SparsePush > 0):
 		return h, frameErr("a pull carries %d dense and %d sparse push sections", h.Dense, h.SparsePush)
+	case !h.Op.Push() && h.Incarnation != 0:
+		return h, frameErr("a pull names the incarnation of a push")
 	case !h.Op.Pull() && (h.PullDense || h.SparsePull > 0 || h.Incremental):
 		return h, frameErr("a push asks to pull")
 	case h.DenseIncremental && !h.PullDense:

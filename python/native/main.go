@@ -58,17 +58,19 @@ type jsonConfig struct {
 	// TFConfigSource names where TFConfig came from, for messages.
 	TFConfigSource string `json:"tf_config_source"`
 	Variables      []struct {
-		Name  string `json:"name"`
-		Shape []int  `json:"shape"`
+		Name      string        `json:"name"`
+		Shape     []int         `json:"shape"`
+		Optimizer *optim.Config `json:"optimizer"` // its own rule; nil: the job's
 	} `json:"variables"`
 	Tables []struct {
-		Name            string  `json:"name"`
-		Dim             int     `json:"dim"`
-		Init            string  `json:"init"`
-		InitStddev      float64 `json:"init_stddev"`
-		Seed            uint64  `json:"seed"`
-		MinCount        int64   `json:"min_count"`
-		EvictAfterSteps int64   `json:"evict_after_steps"`
+		Name            string        `json:"name"`
+		Dim             int           `json:"dim"`
+		Init            string        `json:"init"`
+		InitStddev      float64       `json:"init_stddev"`
+		Seed            uint64        `json:"seed"`
+		MinCount        int64         `json:"min_count"`
+		EvictAfterSteps int64         `json:"evict_after_steps"`
+		Optimizer       *optim.Config `json:"optimizer"` // its own rule; nil: the job's
 	} `json:"tables"`
 	Optimizer           optim.Config `json:"optimizer"`
 	Sync                bool         `json:"sync"`
@@ -194,11 +196,11 @@ func parseConfig(text string) (session.Config, error) {
 	}
 	cfg.Dial = auth.Dialer(cfg.Dial)
 	for _, v := range jc.Variables {
-		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape})
+		cfg.Variables = append(cfg.Variables, model.Variable{Name: v.Name, Shape: v.Shape, Optimizer: v.Optimizer})
 	}
 	for _, t := range jc.Tables {
 		cfg.Tables = append(cfg.Tables, model.Table{Name: t.Name, Dim: t.Dim, Init: t.Init, InitStddev: t.InitStddev,
-			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps})
+			Seed: t.Seed, MinCount: t.MinCount, EvictAfterSteps: t.EvictAfterSteps, Optimizer: t.Optimizer})
 	}
 	if !jc.Quiet {
 		logger := log.New(os.Stderr, fmt.Sprintf("paramserv worker %d: ", cl.Task.Index), log.LstdFlags)
@@ -794,6 +796,25 @@ func ps_push_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 		err = h.s.PushRows(callCtx(), name, k, v)
 	}
 	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
+// ps_change_rate changes the job's learning rate and schedule on every ps
+// from global step from on (the chief only).
+//
+//export ps_change_rate
+func ps_change_rate(hd C.int64_t, from C.int64_t, lr C.double, schedule *C.char) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(callCtx(), 30*time.Second)
+	defer cancel()
+	ch := optim.RateChange{From: int64(from), LearningRate: float64(lr), Schedule: C.GoString(schedule)}
+	if err := h.s.ChangeRate(ctx, ch); err != nil {
 		return h.fail(err)
 	}
 	return 0

@@ -91,6 +91,7 @@ def _load():
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
+            "ps_change_rate": (i32, [i64, i64, ctypes.c_double, ctypes.c_char_p]),
             "ps_close": (i32, [i64]),
             "ps_watch_interrupts": (i32, [i32]),
         }
@@ -176,10 +177,28 @@ def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
 
 # The keys optimizer_options and table_options[name] take (the JSON fields
 # of the Go side's optimizer and table).
-_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "ftrl")
+_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "adamw", "rmsprop",
+               "ftrl", "proximal_sgd", "proximal_adagrad", "lamb")
 _OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
-                      "ftrl_beta", "l1", "l2")
-_TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps")
+                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "rho", "centered", "weight_decay", "schedule")
+_TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps", "optimizer")
+_VARIABLE_OPTIONS = ("optimizer",)
+
+
+def _own_optimizer(what: str, o: Any) -> dict:
+    """Checks a variable's or table's own rule: a dict with "name",
+    "learning_rate" and optimizer_options' keys; returns it as sent."""
+    if not isinstance(o, Mapping):
+        raise ValueError(f"paramserv: {what}: got {type(o).__name__}, want a dict with name, learning_rate and options")
+    if o.get("name") not in _OPTIMIZERS:
+        raise ValueError(f"paramserv: {what}: name {o.get('name')!r}: want one of {', '.join(_OPTIMIZERS)}")
+    lr = o.get("learning_rate")
+    if not _is_number(lr) or not lr > 0 or not math.isfinite(lr):
+        raise ValueError(f"paramserv: {what}: learning_rate {lr!r}: want a finite number > 0")
+    unknown = [k for k in o if k not in ("name", "learning_rate") + _OPTIMIZER_OPTIONS]
+    if unknown:
+        raise ValueError(f"paramserv: {what} {unknown}: unknown; want name, learning_rate and some of {', '.join(_OPTIMIZER_OPTIONS)}")
+    return dict(o)
 
 
 def _check_array(what: str, a: Any, shape: Tuple[int, ...], writable: bool) -> np.ndarray:
@@ -235,6 +254,7 @@ class Client:
         split_bytes: int = 0,
         optimizer_options: Optional[Mapping[str, Any]] = None,
         table_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        variable_options: Optional[Mapping[str, Mapping[str, Any]]] = None,
         startup_timeout: float = 300.0,
         recovery_timeout: float = 300.0,
         checkpoint_dir: Optional[str] = None,
@@ -251,9 +271,15 @@ class Client:
         """Checks the declaration and reads the cluster; connects nothing yet.
 
         ``optimizer_options`` adds the rule's other hyper-parameters (momentum,
-        beta1, beta2, epsilon, l1, l2, ...); ``table_options[name]`` a table's
+        beta1, beta2, epsilon, l1, l2, rho, weight_decay, ...) and its
+        learning-rate ``schedule`` on the global step (e.g.
+        ``"warmup(steps=500)+step(step_size=1000,gamma=0.7)"``; every rule,
+        option and schedule is in docs/OPTIMIZERS.md); ``table_options[name]`` a table's
         init ("zeros" or "normal"), init_stddev, seed, min_count and
-        evict_after_steps. With ``checkpoint_dir`` (the directory every ps
+        evict_after_steps, and its own rule: ``"optimizer": {"name": "adagrad",
+        "learning_rate": 0.05, ...}`` (the keys of optimizer_options);
+        ``variable_options[name]`` a variable's own rule the same way
+        (embeddings on Adagrad, dense layers on Adam). With ``checkpoint_dir`` (the directory every ps
         was started with as --checkpoint_dir) the chief saves a checkpoint
         every ``save_steps`` global steps and/or ``save_secs`` seconds (600 s
         if neither is given) and at done(); after a ps restarts, every
@@ -303,6 +329,16 @@ class Client:
             unknown = [k for k in (opts or {}) if k not in _TABLE_OPTIONS]
             if unknown:
                 raise ValueError(f"paramserv: table_options[{name!r}] {unknown}: unknown; want some of {', '.join(_TABLE_OPTIONS)}")
+            if "optimizer" in (opts or {}):
+                _own_optimizer(f"table_options[{name!r}]['optimizer']", opts["optimizer"])
+        for name, opts in (variable_options or {}).items():
+            if name not in self._shapes:
+                raise ValueError(f"paramserv: variable_options[{name!r}]: no such variable; the variables are {list(self._shapes)}")
+            unknown = [k for k in (opts or {}) if k not in _VARIABLE_OPTIONS]
+            if unknown:
+                raise ValueError(f"paramserv: variable_options[{name!r}] {unknown}: unknown; want some of {', '.join(_VARIABLE_OPTIONS)}")
+            if "optimizer" in (opts or {}):
+                _own_optimizer(f"variable_options[{name!r}]['optimizer']", opts["optimizer"])
         if replicas_to_aggregate is not None and (not _is_int(replicas_to_aggregate) or replicas_to_aggregate < 1):
             raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate!r}: want an int >= 1 or None")
         for what, val in (("max_staleness", max_staleness), ("split_bytes", split_bytes), ("save_steps", save_steps)):
@@ -326,7 +362,8 @@ class Client:
         cfg = {
             "tf_config": tf_config or "",
             "tf_config_source": source,
-            "variables": [{"name": n, "shape": list(s)} for n, s in self._shapes.items()],
+            "variables": [dict({"name": n, "shape": list(s)}, **dict((variable_options or {}).get(n, {})))
+                          for n, s in self._shapes.items()],
             "tables": [dict({"name": n, "dim": d}, **dict((table_options or {}).get(n, {})))
                        for n, d in self._dims.items()],
             "optimizer": opt,
@@ -696,6 +733,25 @@ class Client:
         if not isinstance(examples, (int, np.integer)) or isinstance(examples, bool) or examples < 0:
             raise ValueError(f"paramserv: report_loss: examples {examples!r}: want an int >= 0")
         self._lib.ps_report_loss(self._h, loss, int(examples))
+
+    def change_rate(self, from_step: int, learning_rate: float, schedule: str = "") -> None:
+        """Changes the job's learning rate and schedule on every ps from global
+        step ``from_step`` on (the chief only): the updates applied at that
+        step and after use ``learning_rate`` under ``schedule`` (the syntax of
+        ``optimizer_options["schedule"]``, docs/OPTIMIZERS.md; "" is constant),
+        evaluated on the global step. Name a step ahead of the ps's
+        (``step + a few``) so that every ps switches at the same one.
+        Variables and tables with their own rule keep theirs."""
+        self._need_started()
+        if not _is_int(from_step) or from_step < 0:
+            raise ValueError(f"paramserv: change_rate: from_step {from_step!r}: want an int >= 0")
+        if not _is_number(learning_rate):
+            raise ValueError(f"paramserv: change_rate: learning_rate {learning_rate!r}: want a number")
+        if not isinstance(schedule, str):
+            raise ValueError(f"paramserv: change_rate: schedule {schedule!r}: want a str")
+        with self._lock:
+            if self._lib.ps_change_rate(self._h, int(from_step), float(learning_rate), schedule.encode()) != 0:
+                self._raise()
 
     def done(self) -> None:
         """Tells every ps this worker has finished (they exit once every

@@ -415,3 +415,71 @@ def test_done_twice(make_cluster):
         c.done()
         assert cl.wait(30) == [0]
         c.done()
+
+
+def test_schedule_and_change_rate(make_cluster):
+    # The ps run Adadelta under StepLR-like decay on the global step, and the
+    # chief's change_rate switches the rate at the step it names; sgd makes
+    # the arithmetic exact: rate 1, 0.5 on steps 0 and 1, then 0.125.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 1}, optimizer="sgd", learning_rate=1.0,
+                optimizer_options={"schedule": "step(step_size=1, gamma=0.5)"},
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.zeros(1, np.float32)})
+        c.change_rate(2, 0.125)
+        with pytest.raises(ParamservError, match="missing decay_steps"):
+            c.change_rate(3, 0.1, "cosine()")
+        with pytest.raises(ValueError, match="from_step -1"):
+            c.change_rate(-1, 0.1)
+        params = {"w": np.zeros(1, np.float32)}
+        for _ in range(4):
+            c.push_pull({"w": np.ones(1, np.float32)}, params)
+        np.testing.assert_array_equal(params["w"], np.array([-1.75], np.float32))
+        c.done()
+    assert cl.wait() == [0]
+
+
+def test_adadelta_with_warmup(make_cluster):
+    # A rule new to the ps, its hyper-parameters and a warm-up from Python.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 2}, tables={"t": 2}, optimizer="adadelta", learning_rate=1.0,
+                optimizer_options={"rho": 0.9, "epsilon": 1e-6, "schedule": "warmup(steps=2)"},
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.ones(2, np.float32)})
+        params = {"w": np.zeros(2, np.float32)}
+        for _ in range(3):
+            c.push_pull({"w": np.ones(2, np.float32)}, params)
+        # Warm-up: rate 0 at step 0, then 0.5, then 1.
+        assert params["w"][0] < 1
+        c.done()
+    assert cl.wait() == [0]
+
+
+def test_own_rule_per_variable_and_table(make_cluster):
+    # A variable and a table with rules (and a schedule) of their own beside
+    # the job's: each moves at its own rate; a bad own rule is refused early.
+    with pytest.raises(ValueError, match=r"variable_options\['v'\]\['optimizer'\]: name 'adamax'"):
+        Client(variables={"v": 1}, variable_options={"v": {"optimizer": {"name": "adamax", "learning_rate": 1}}},
+               tf_config=ONE)
+    with pytest.raises(ValueError, match=r"variable_options\['x'\]: no such variable"):
+        Client(variables={"v": 1}, variable_options={"x": {}}, tf_config=ONE)
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 1, "v": 1}, tables={"t": 1}, optimizer="sgd", learning_rate=1.0,
+                variable_options={"v": {"optimizer": {"name": "sgd", "learning_rate": 0.5,
+                                                      "schedule": "step(step_size=1,gamma=0.5)"}}},
+                table_options={"t": {"optimizer": {"name": "sgd", "learning_rate": 0.25}}},
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.zeros(1, np.float32), "v": np.zeros(1, np.float32)})
+        params = {"w": np.zeros(1, np.float32), "v": np.zeros(1, np.float32)}
+        keys = np.array([3], np.uint64)
+        for _ in range(2):
+            c.push({"w": np.ones(1, np.float32), "v": np.ones(1, np.float32)},
+                   rows=[("t", keys, np.ones((1, 1), np.float32))])
+        c.pull(params)
+        rows = np.zeros((1, 1), np.float32)
+        c.pull_rows("t", keys, rows)
+        np.testing.assert_array_equal(params["w"], [-2])
+        np.testing.assert_array_equal(params["v"], [-0.75])
+        np.testing.assert_array_equal(rows, [[-0.5]])
+        c.done()
+    assert cl.wait() == [0]

@@ -3,6 +3,8 @@ package sparse
 import (
 	"fmt"
 	"math"
+
+	"github.com/paramserv/paramserv/internal/optim"
 )
 
 // A KeySet is a list of keys together with the row ids they had in one
@@ -140,7 +142,7 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 	missing := t.resolve(ks, false)
 	t.ownRows(ks.rows)
 	touch := t.rel(t.clock)
-	if ks.distinct && !t.keepCount {
+	if ks.distinct && !t.keepCount && optim.PerCoordinate(t.rule) {
 		t.pushBatched(ks.rows, grads, missing, touch)
 		return nil
 	}

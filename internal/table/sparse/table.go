@@ -289,8 +289,9 @@ func (t *Table) Dim() int { return t.dim }
 func (t *Table) Rule() optim.Rule { return t.rule }
 
 // SetRule replaces the update rule by one of the same name and state
-// slots whose use of the step is the same (another learning rate, say: a
-// job restarted with changed flags); the rows and their state stay.
+// slots whose use of the step is the same (another learning rate: a job
+// restarted with changed flags, or a schedule's rate, optim.WithRate); the
+// rows and their state stay.
 func (t *Table) SetRule(r optim.Rule) error {
 	if r == nil || r.Name() != t.rule.Name() || r.StateSlots() != t.slots || usesStep(r) != t.keepCount {
 		return fmt.Errorf("%w: rule %v cannot replace %s with %d state slots", ErrConfig, r, t.rule.Name(), t.slots)

@@ -43,6 +43,11 @@ type OptimizerConfig struct {
 	FtrlBeta           float64                `protobuf:"fixed64,9,opt,name=ftrl_beta,json=ftrlBeta,proto3" json:"ftrl_beta,omitempty"`
 	L1                 float64                `protobuf:"fixed64,10,opt,name=l1,proto3" json:"l1,omitempty"`
 	L2                 float64                `protobuf:"fixed64,11,opt,name=l2,proto3" json:"l2,omitempty"`
+	L2Shrinkage        float64                `protobuf:"fixed64,12,opt,name=l2_shrinkage,json=l2Shrinkage,proto3" json:"l2_shrinkage,omitempty"` // ftrl
+	Rho                float64                `protobuf:"fixed64,13,opt,name=rho,proto3" json:"rho,omitempty"`                                    // adadelta, rmsprop (TF's decay)
+	Centered           bool                   `protobuf:"varint,14,opt,name=centered,proto3" json:"centered,omitempty"`                           // rmsprop
+	WeightDecay        float64                `protobuf:"fixed64,15,opt,name=weight_decay,json=weightDecay,proto3" json:"weight_decay,omitempty"` // adamw, lamb
+	Schedule           string                 `protobuf:"bytes,16,opt,name=schedule,proto3" json:"schedule,omitempty"`                            // learning-rate schedule (docs/OPTIMIZERS.md); "": constant
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -154,6 +159,153 @@ func (x *OptimizerConfig) GetL2() float64 {
 	return 0
 }
 
+func (x *OptimizerConfig) GetL2Shrinkage() float64 {
+	if x != nil {
+		return x.L2Shrinkage
+	}
+	return 0
+}
+
+func (x *OptimizerConfig) GetRho() float64 {
+	if x != nil {
+		return x.Rho
+	}
+	return 0
+}
+
+func (x *OptimizerConfig) GetCentered() bool {
+	if x != nil {
+		return x.Centered
+	}
+	return false
+}
+
+func (x *OptimizerConfig) GetWeightDecay() float64 {
+	if x != nil {
+		return x.WeightDecay
+	}
+	return 0
+}
+
+func (x *OptimizerConfig) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+type ChangeRateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`                     // the chief's task index
+	FromStep      int64                  `protobuf:"varint,2,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"` // the first global step the change applies to
+	LearningRate  float64                `protobuf:"fixed64,3,opt,name=learning_rate,json=learningRate,proto3" json:"learning_rate,omitempty"`
+	Schedule      string                 `protobuf:"bytes,4,opt,name=schedule,proto3" json:"schedule,omitempty"` // "" or "constant": learning_rate at every step
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeRateRequest) Reset() {
+	*x = ChangeRateRequest{}
+	mi := &file_paramserv_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeRateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeRateRequest) ProtoMessage() {}
+
+func (x *ChangeRateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeRateRequest.ProtoReflect.Descriptor instead.
+func (*ChangeRateRequest) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChangeRateRequest) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *ChangeRateRequest) GetFromStep() int64 {
+	if x != nil {
+		return x.FromStep
+	}
+	return 0
+}
+
+func (x *ChangeRateRequest) GetLearningRate() float64 {
+	if x != nil {
+		return x.LearningRate
+	}
+	return 0
+}
+
+func (x *ChangeRateRequest) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+type ChangeRateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GlobalStep    int64                  `protobuf:"varint,1,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"` // the shard's step when the change arrived
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeRateResponse) Reset() {
+	*x = ChangeRateResponse{}
+	mi := &file_paramserv_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeRateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeRateResponse) ProtoMessage() {}
+
+func (x *ChangeRateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeRateResponse.ProtoReflect.Descriptor instead.
+func (*ChangeRateResponse) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChangeRateResponse) GetGlobalStep() int64 {
+	if x != nil {
+		return x.GlobalStep
+	}
+	return 0
+}
+
 // A dense variable (or one part of a partitioned one) held on this shard.
 type VarSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -167,7 +319,7 @@ type VarSpec struct {
 
 func (x *VarSpec) Reset() {
 	*x = VarSpec{}
-	mi := &file_paramserv_proto_msgTypes[1]
+	mi := &file_paramserv_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +331,7 @@ func (x *VarSpec) String() string {
 func (*VarSpec) ProtoMessage() {}
 
 func (x *VarSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[1]
+	mi := &file_paramserv_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +344,7 @@ func (x *VarSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VarSpec.ProtoReflect.Descriptor instead.
 func (*VarSpec) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{1}
+	return file_paramserv_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VarSpec) GetName() string {
@@ -240,7 +392,7 @@ type TableSpec struct {
 
 func (x *TableSpec) Reset() {
 	*x = TableSpec{}
-	mi := &file_paramserv_proto_msgTypes[2]
+	mi := &file_paramserv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +404,7 @@ func (x *TableSpec) String() string {
 func (*TableSpec) ProtoMessage() {}
 
 func (x *TableSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[2]
+	mi := &file_paramserv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +417,7 @@ func (x *TableSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSpec.ProtoReflect.Descriptor instead.
 func (*TableSpec) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{2}
+	return file_paramserv_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TableSpec) GetName() string {
@@ -344,7 +496,7 @@ type InitRequest struct {
 
 func (x *InitRequest) Reset() {
 	*x = InitRequest{}
-	mi := &file_paramserv_proto_msgTypes[3]
+	mi := &file_paramserv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +508,7 @@ func (x *InitRequest) String() string {
 func (*InitRequest) ProtoMessage() {}
 
 func (x *InitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[3]
+	mi := &file_paramserv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +521,7 @@ func (x *InitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitRequest.ProtoReflect.Descriptor instead.
 func (*InitRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{3}
+	return file_paramserv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InitRequest) GetWorker() int32 {
@@ -466,7 +618,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_paramserv_proto_msgTypes[4]
+	mi := &file_paramserv_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +630,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[4]
+	mi := &file_paramserv_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +643,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{4}
+	return file_paramserv_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InitResponse) GetAlreadyInitialized() bool {
@@ -518,7 +670,7 @@ type DenseTensor struct {
 
 func (x *DenseTensor) Reset() {
 	*x = DenseTensor{}
-	mi := &file_paramserv_proto_msgTypes[5]
+	mi := &file_paramserv_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +682,7 @@ func (x *DenseTensor) String() string {
 func (*DenseTensor) ProtoMessage() {}
 
 func (x *DenseTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[5]
+	mi := &file_paramserv_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +695,7 @@ func (x *DenseTensor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenseTensor.ProtoReflect.Descriptor instead.
 func (*DenseTensor) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{5}
+	return file_paramserv_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DenseTensor) GetName() string {
@@ -571,7 +723,7 @@ type SparseRows struct {
 
 func (x *SparseRows) Reset() {
 	*x = SparseRows{}
-	mi := &file_paramserv_proto_msgTypes[6]
+	mi := &file_paramserv_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +735,7 @@ func (x *SparseRows) String() string {
 func (*SparseRows) ProtoMessage() {}
 
 func (x *SparseRows) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[6]
+	mi := &file_paramserv_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +748,7 @@ func (x *SparseRows) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SparseRows.ProtoReflect.Descriptor instead.
 func (*SparseRows) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{6}
+	return file_paramserv_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SparseRows) GetTable() string {
@@ -621,18 +773,25 @@ func (x *SparseRows) GetValues() []byte {
 }
 
 type PushRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the global step the gradients were computed at
-	Grads         []*DenseTensor         `protobuf:"bytes,3,rep,name=grads,proto3" json:"grads,omitempty"`
-	Sparse        []*SparseRows          `protobuf:"bytes,4,rep,name=sparse,proto3" json:"sparse,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Step   int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"` // the global step the gradients were computed at
+	Grads  []*DenseTensor         `protobuf:"bytes,3,rep,name=grads,proto3" json:"grads,omitempty"`
+	Sparse []*SparseRows          `protobuf:"bytes,4,rep,name=sparse,proto3" json:"sparse,omitempty"`
+	// The ps's incarnation the gradients were computed against (the one
+	// the worker last saw; 0: not known). Under --replicas a copy refuses a
+	// push of another incarnation unlogged (its answer carries its own, so
+	// the worker recovers): a step computed before the cluster re-formed
+	// from a checkpoint must not land in the new history, whose steps, and
+	// so the pushes' request ids, start again from the checkpoint's.
+	Incarnation   uint64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_paramserv_proto_msgTypes[7]
+	mi := &file_paramserv_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +803,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[7]
+	mi := &file_paramserv_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +816,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{7}
+	return file_paramserv_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PushRequest) GetWorker() int32 {
@@ -688,6 +847,13 @@ func (x *PushRequest) GetSparse() []*SparseRows {
 	return nil
 }
 
+func (x *PushRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 type PushResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	GlobalStep    int64                  `protobuf:"varint,1,opt,name=global_step,json=globalStep,proto3" json:"global_step,omitempty"`
@@ -700,7 +866,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_paramserv_proto_msgTypes[8]
+	mi := &file_paramserv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +878,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[8]
+	mi := &file_paramserv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +891,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{8}
+	return file_paramserv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PushResponse) GetGlobalStep() int64 {
@@ -769,7 +935,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_paramserv_proto_msgTypes[9]
+	mi := &file_paramserv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +947,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[9]
+	mi := &file_paramserv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +960,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{9}
+	return file_paramserv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PullRequest) GetWorker() int32 {
@@ -845,7 +1011,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_paramserv_proto_msgTypes[10]
+	mi := &file_paramserv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1023,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[10]
+	mi := &file_paramserv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1036,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{10}
+	return file_paramserv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PullResponse) GetGlobalStep() int64 {
@@ -918,7 +1084,7 @@ type PushPullRequest struct {
 
 func (x *PushPullRequest) Reset() {
 	*x = PushPullRequest{}
-	mi := &file_paramserv_proto_msgTypes[11]
+	mi := &file_paramserv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1096,7 @@ func (x *PushPullRequest) String() string {
 func (*PushPullRequest) ProtoMessage() {}
 
 func (x *PushPullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[11]
+	mi := &file_paramserv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1109,7 @@ func (x *PushPullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullRequest.ProtoReflect.Descriptor instead.
 func (*PushPullRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{11}
+	return file_paramserv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PushPullRequest) GetPush() *PushRequest {
@@ -977,7 +1143,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_paramserv_proto_msgTypes[12]
+	mi := &file_paramserv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1155,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[12]
+	mi := &file_paramserv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1168,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{12}
+	return file_paramserv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusRequest) GetDetails() bool {
@@ -1030,7 +1196,7 @@ type VarStatus struct {
 
 func (x *VarStatus) Reset() {
 	*x = VarStatus{}
-	mi := &file_paramserv_proto_msgTypes[13]
+	mi := &file_paramserv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1208,7 @@ func (x *VarStatus) String() string {
 func (*VarStatus) ProtoMessage() {}
 
 func (x *VarStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[13]
+	mi := &file_paramserv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1221,7 @@ func (x *VarStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VarStatus.ProtoReflect.Descriptor instead.
 func (*VarStatus) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{13}
+	return file_paramserv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VarStatus) GetName() string {
@@ -1084,7 +1250,7 @@ type WorkerActivity struct {
 
 func (x *WorkerActivity) Reset() {
 	*x = WorkerActivity{}
-	mi := &file_paramserv_proto_msgTypes[14]
+	mi := &file_paramserv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1262,7 @@ func (x *WorkerActivity) String() string {
 func (*WorkerActivity) ProtoMessage() {}
 
 func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[14]
+	mi := &file_paramserv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1275,7 @@ func (x *WorkerActivity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerActivity.ProtoReflect.Descriptor instead.
 func (*WorkerActivity) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{14}
+	return file_paramserv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkerActivity) GetWorker() int32 {
@@ -1147,7 +1313,7 @@ type TableStatus struct {
 
 func (x *TableStatus) Reset() {
 	*x = TableStatus{}
-	mi := &file_paramserv_proto_msgTypes[15]
+	mi := &file_paramserv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1325,7 @@ func (x *TableStatus) String() string {
 func (*TableStatus) ProtoMessage() {}
 
 func (x *TableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[15]
+	mi := &file_paramserv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1338,7 @@ func (x *TableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableStatus.ProtoReflect.Descriptor instead.
 func (*TableStatus) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{15}
+	return file_paramserv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TableStatus) GetName() string {
@@ -1229,8 +1395,9 @@ type StatusResponse struct {
 	Mode           string                 `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
 	Tables         []*TableStatus         `protobuf:"bytes,9,rep,name=tables,proto3" json:"tables,omitempty"`
 	AppliedPushes  int64                  `protobuf:"varint,10,opt,name=applied_pushes,json=appliedPushes,proto3" json:"applied_pushes,omitempty"`
-	Incarnation    uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                       // a random id, new at each start and each restore
-	RestoredStep   int64                  `protobuf:"varint,12,opt,name=restored_step,json=restoredStep,proto3" json:"restored_step,omitempty"` // the checkpoint step this incarnation restored, or -1
+	Incarnation    uint64                 `protobuf:"varint,11,opt,name=incarnation,proto3" json:"incarnation,omitempty"`                        // a random id, new at each start and each restore
+	RestoredStep   int64                  `protobuf:"varint,12,opt,name=restored_step,json=restoredStep,proto3" json:"restored_step,omitempty"`  // the checkpoint step this incarnation restored, or -1
+	LearningRate   float64                `protobuf:"fixed64,13,opt,name=learning_rate,json=learningRate,proto3" json:"learning_rate,omitempty"` // the job's rule's rate in force at global_step
 	// Only when the request asks for details:
 	Vars          []*VarStatus      `protobuf:"bytes,100,rep,name=vars,proto3" json:"vars,omitempty"`
 	Workers       []*WorkerActivity `protobuf:"bytes,101,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -1241,7 +1408,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_paramserv_proto_msgTypes[16]
+	mi := &file_paramserv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1420,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[16]
+	mi := &file_paramserv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1433,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{16}
+	return file_paramserv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetTask() int32 {
@@ -1353,6 +1520,13 @@ func (x *StatusResponse) GetRestoredStep() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetLearningRate() float64 {
+	if x != nil {
+		return x.LearningRate
+	}
+	return 0
+}
+
 func (x *StatusResponse) GetVars() []*VarStatus {
 	if x != nil {
 		return x.Vars
@@ -1383,7 +1557,7 @@ type DoneRequest struct {
 
 func (x *DoneRequest) Reset() {
 	*x = DoneRequest{}
-	mi := &file_paramserv_proto_msgTypes[17]
+	mi := &file_paramserv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1569,7 @@ func (x *DoneRequest) String() string {
 func (*DoneRequest) ProtoMessage() {}
 
 func (x *DoneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[17]
+	mi := &file_paramserv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1582,7 @@ func (x *DoneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneRequest.ProtoReflect.Descriptor instead.
 func (*DoneRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{17}
+	return file_paramserv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DoneRequest) GetWorker() int32 {
@@ -1426,7 +1600,7 @@ type DoneResponse struct {
 
 func (x *DoneResponse) Reset() {
 	*x = DoneResponse{}
-	mi := &file_paramserv_proto_msgTypes[18]
+	mi := &file_paramserv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1612,7 @@ func (x *DoneResponse) String() string {
 func (*DoneResponse) ProtoMessage() {}
 
 func (x *DoneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[18]
+	mi := &file_paramserv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1625,7 @@ func (x *DoneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneResponse.ProtoReflect.Descriptor instead.
 func (*DoneResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{18}
+	return file_paramserv_proto_rawDescGZIP(), []int{20}
 }
 
 type CheckpointRequest struct {
@@ -1470,7 +1644,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_paramserv_proto_msgTypes[19]
+	mi := &file_paramserv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1656,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[19]
+	mi := &file_paramserv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1669,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{19}
+	return file_paramserv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointRequest) GetDir() string {
@@ -1543,7 +1717,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_paramserv_proto_msgTypes[20]
+	mi := &file_paramserv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1729,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[20]
+	mi := &file_paramserv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1742,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{20}
+	return file_paramserv_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointResponse) GetShardInfo() []byte {
@@ -1595,7 +1769,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_paramserv_proto_msgTypes[21]
+	mi := &file_paramserv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1781,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[21]
+	mi := &file_paramserv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1794,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{21}
+	return file_paramserv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RestoreRequest) GetDir() string {
@@ -1647,7 +1821,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_paramserv_proto_msgTypes[22]
+	mi := &file_paramserv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1833,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_paramserv_proto_msgTypes[22]
+	mi := &file_paramserv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1846,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_paramserv_proto_rawDescGZIP(), []int{22}
+	return file_paramserv_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RestoreResponse) GetGlobalStep() int64 {
@@ -1693,7 +1867,7 @@ var File_paramserv_proto protoreflect.FileDescriptor
 
 const file_paramserv_proto_rawDesc = "" +
 	"\n" +
-	"\x0fparamserv.proto\x12\fparamserv.v1\"\xb6\x02\n" +
+	"\x0fparamserv.proto\x12\fparamserv.v1\"\xc6\x03\n" +
 	"\x0fOptimizerConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rlearning_rate\x18\x02 \x01(\x01R\flearningRate\x12\x1a\n" +
@@ -1706,7 +1880,20 @@ const file_paramserv_proto_rawDesc = "" +
 	"\tftrl_beta\x18\t \x01(\x01R\bftrlBeta\x12\x0e\n" +
 	"\x02l1\x18\n" +
 	" \x01(\x01R\x02l1\x12\x0e\n" +
-	"\x02l2\x18\v \x01(\x01R\x02l2\"\x84\x01\n" +
+	"\x02l2\x18\v \x01(\x01R\x02l2\x12!\n" +
+	"\fl2_shrinkage\x18\f \x01(\x01R\vl2Shrinkage\x12\x10\n" +
+	"\x03rho\x18\r \x01(\x01R\x03rho\x12\x1a\n" +
+	"\bcentered\x18\x0e \x01(\bR\bcentered\x12!\n" +
+	"\fweight_decay\x18\x0f \x01(\x01R\vweightDecay\x12\x1a\n" +
+	"\bschedule\x18\x10 \x01(\tR\bschedule\"\x89\x01\n" +
+	"\x11ChangeRateRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1b\n" +
+	"\tfrom_step\x18\x02 \x01(\x03R\bfromStep\x12#\n" +
+	"\rlearning_rate\x18\x03 \x01(\x01R\flearningRate\x12\x1a\n" +
+	"\bschedule\x18\x04 \x01(\tR\bschedule\"5\n" +
+	"\x12ChangeRateResponse\x12\x1f\n" +
+	"\vglobal_step\x18\x01 \x01(\x03R\n" +
+	"globalStep\"\x84\x01\n" +
 	"\aVarSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x12\n" +
@@ -1750,12 +1937,13 @@ const file_paramserv_proto_rawDesc = "" +
 	"SparseRows\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\fR\x04keys\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"\x9c\x01\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\"\xbe\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12/\n" +
 	"\x05grads\x18\x03 \x03(\v2\x19.paramserv.v1.DenseTensorR\x05grads\x120\n" +
-	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\"\x8c\x01\n" +
+	"\x06sparse\x18\x04 \x03(\v2\x18.paramserv.v1.SparseRowsR\x06sparse\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"\x8c\x01\n" +
 	"\fPushResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
 	"globalStep\x12 \n" +
@@ -1796,7 +1984,7 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x03R\badmitted\x12\x18\n" +
 	"\aevicted\x18\x05 \x01(\x03R\aevicted\x122\n" +
-	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xba\x04\n" +
+	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xdf\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x05R\x04task\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x1f\n" +
@@ -1812,7 +2000,8 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0eapplied_pushes\x18\n" +
 	" \x01(\x03R\rappliedPushes\x12 \n" +
 	"\vincarnation\x18\v \x01(\x04R\vincarnation\x12#\n" +
-	"\rrestored_step\x18\f \x01(\x03R\frestoredStep\x12+\n" +
+	"\rrestored_step\x18\f \x01(\x03R\frestoredStep\x12#\n" +
+	"\rlearning_rate\x18\r \x01(\x01R\flearningRate\x12+\n" +
 	"\x04vars\x18d \x03(\v2\x17.paramserv.v1.VarStatusR\x04vars\x126\n" +
 	"\aworkers\x18e \x03(\v2\x1c.paramserv.v1.WorkerActivityR\aworkers\x12%\n" +
 	"\x0echeckpoint_dir\x18f \x01(\tR\rcheckpointDir\"%\n" +
@@ -1836,7 +2025,7 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0fRestoreResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
 	"globalStep\x12 \n" +
-	"\vincarnation\x18\x02 \x01(\x04R\vincarnation2\xae\x04\n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation2\xff\x04\n" +
 	"\vParamServer\x12=\n" +
 	"\x04Init\x12\x19.paramserv.v1.InitRequest\x1a\x1a.paramserv.v1.InitResponse\x12=\n" +
 	"\x04Push\x12\x19.paramserv.v1.PushRequest\x1a\x1a.paramserv.v1.PushResponse\x12=\n" +
@@ -1846,7 +2035,9 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x04Done\x12\x19.paramserv.v1.DoneRequest\x1a\x1a.paramserv.v1.DoneResponse\x12O\n" +
 	"\n" +
 	"Checkpoint\x12\x1f.paramserv.v1.CheckpointRequest\x1a .paramserv.v1.CheckpointResponse\x12F\n" +
-	"\aRestore\x12\x1c.paramserv.v1.RestoreRequest\x1a\x1d.paramserv.v1.RestoreResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
+	"\aRestore\x12\x1c.paramserv.v1.RestoreRequest\x1a\x1d.paramserv.v1.RestoreResponse\x12O\n" +
+	"\n" +
+	"ChangeRate\x12\x1f.paramserv.v1.ChangeRateRequest\x1a .paramserv.v1.ChangeRateResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
 
 var (
 	file_paramserv_proto_rawDescOnce sync.Once
@@ -1860,67 +2051,71 @@ func file_paramserv_proto_rawDescGZIP() []byte {
 	return file_paramserv_proto_rawDescData
 }
 
-var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_paramserv_proto_goTypes = []any{
 	(*OptimizerConfig)(nil),    // 0: paramserv.v1.OptimizerConfig
-	(*VarSpec)(nil),            // 1: paramserv.v1.VarSpec
-	(*TableSpec)(nil),          // 2: paramserv.v1.TableSpec
-	(*InitRequest)(nil),        // 3: paramserv.v1.InitRequest
-	(*InitResponse)(nil),       // 4: paramserv.v1.InitResponse
-	(*DenseTensor)(nil),        // 5: paramserv.v1.DenseTensor
-	(*SparseRows)(nil),         // 6: paramserv.v1.SparseRows
-	(*PushRequest)(nil),        // 7: paramserv.v1.PushRequest
-	(*PushResponse)(nil),       // 8: paramserv.v1.PushResponse
-	(*PullRequest)(nil),        // 9: paramserv.v1.PullRequest
-	(*PullResponse)(nil),       // 10: paramserv.v1.PullResponse
-	(*PushPullRequest)(nil),    // 11: paramserv.v1.PushPullRequest
-	(*StatusRequest)(nil),      // 12: paramserv.v1.StatusRequest
-	(*VarStatus)(nil),          // 13: paramserv.v1.VarStatus
-	(*WorkerActivity)(nil),     // 14: paramserv.v1.WorkerActivity
-	(*TableStatus)(nil),        // 15: paramserv.v1.TableStatus
-	(*StatusResponse)(nil),     // 16: paramserv.v1.StatusResponse
-	(*DoneRequest)(nil),        // 17: paramserv.v1.DoneRequest
-	(*DoneResponse)(nil),       // 18: paramserv.v1.DoneResponse
-	(*CheckpointRequest)(nil),  // 19: paramserv.v1.CheckpointRequest
-	(*CheckpointResponse)(nil), // 20: paramserv.v1.CheckpointResponse
-	(*RestoreRequest)(nil),     // 21: paramserv.v1.RestoreRequest
-	(*RestoreResponse)(nil),    // 22: paramserv.v1.RestoreResponse
+	(*ChangeRateRequest)(nil),  // 1: paramserv.v1.ChangeRateRequest
+	(*ChangeRateResponse)(nil), // 2: paramserv.v1.ChangeRateResponse
+	(*VarSpec)(nil),            // 3: paramserv.v1.VarSpec
+	(*TableSpec)(nil),          // 4: paramserv.v1.TableSpec
+	(*InitRequest)(nil),        // 5: paramserv.v1.InitRequest
+	(*InitResponse)(nil),       // 6: paramserv.v1.InitResponse
+	(*DenseTensor)(nil),        // 7: paramserv.v1.DenseTensor
+	(*SparseRows)(nil),         // 8: paramserv.v1.SparseRows
+	(*PushRequest)(nil),        // 9: paramserv.v1.PushRequest
+	(*PushResponse)(nil),       // 10: paramserv.v1.PushResponse
+	(*PullRequest)(nil),        // 11: paramserv.v1.PullRequest
+	(*PullResponse)(nil),       // 12: paramserv.v1.PullResponse
+	(*PushPullRequest)(nil),    // 13: paramserv.v1.PushPullRequest
+	(*StatusRequest)(nil),      // 14: paramserv.v1.StatusRequest
+	(*VarStatus)(nil),          // 15: paramserv.v1.VarStatus
+	(*WorkerActivity)(nil),     // 16: paramserv.v1.WorkerActivity
+	(*TableStatus)(nil),        // 17: paramserv.v1.TableStatus
+	(*StatusResponse)(nil),     // 18: paramserv.v1.StatusResponse
+	(*DoneRequest)(nil),        // 19: paramserv.v1.DoneRequest
+	(*DoneResponse)(nil),       // 20: paramserv.v1.DoneResponse
+	(*CheckpointRequest)(nil),  // 21: paramserv.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 22: paramserv.v1.CheckpointResponse
+	(*RestoreRequest)(nil),     // 23: paramserv.v1.RestoreRequest
+	(*RestoreResponse)(nil),    // 24: paramserv.v1.RestoreResponse
 }
 var file_paramserv_proto_depIdxs = []int32{
 	0,  // 0: paramserv.v1.VarSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
 	0,  // 1: paramserv.v1.TableSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
-	1,  // 2: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
-	2,  // 3: paramserv.v1.InitRequest.tables:type_name -> paramserv.v1.TableSpec
+	3,  // 2: paramserv.v1.InitRequest.vars:type_name -> paramserv.v1.VarSpec
+	4,  // 3: paramserv.v1.InitRequest.tables:type_name -> paramserv.v1.TableSpec
 	0,  // 4: paramserv.v1.InitRequest.optimizer:type_name -> paramserv.v1.OptimizerConfig
-	5,  // 5: paramserv.v1.PushRequest.grads:type_name -> paramserv.v1.DenseTensor
-	6,  // 6: paramserv.v1.PushRequest.sparse:type_name -> paramserv.v1.SparseRows
-	6,  // 7: paramserv.v1.PullRequest.sparse:type_name -> paramserv.v1.SparseRows
-	5,  // 8: paramserv.v1.PullResponse.vars:type_name -> paramserv.v1.DenseTensor
-	6,  // 9: paramserv.v1.PullResponse.sparse:type_name -> paramserv.v1.SparseRows
-	8,  // 10: paramserv.v1.PullResponse.push:type_name -> paramserv.v1.PushResponse
-	7,  // 11: paramserv.v1.PushPullRequest.push:type_name -> paramserv.v1.PushRequest
-	9,  // 12: paramserv.v1.PushPullRequest.pull:type_name -> paramserv.v1.PullRequest
-	15, // 13: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
-	13, // 14: paramserv.v1.StatusResponse.vars:type_name -> paramserv.v1.VarStatus
-	14, // 15: paramserv.v1.StatusResponse.workers:type_name -> paramserv.v1.WorkerActivity
-	3,  // 16: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
-	7,  // 17: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
-	9,  // 18: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
-	11, // 19: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
-	12, // 20: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
-	17, // 21: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
-	19, // 22: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
-	21, // 23: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
-	4,  // 24: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	8,  // 25: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	10, // 26: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	10, // 27: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	16, // 28: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	18, // 29: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	20, // 30: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
-	22, // 31: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
+	7,  // 5: paramserv.v1.PushRequest.grads:type_name -> paramserv.v1.DenseTensor
+	8,  // 6: paramserv.v1.PushRequest.sparse:type_name -> paramserv.v1.SparseRows
+	8,  // 7: paramserv.v1.PullRequest.sparse:type_name -> paramserv.v1.SparseRows
+	7,  // 8: paramserv.v1.PullResponse.vars:type_name -> paramserv.v1.DenseTensor
+	8,  // 9: paramserv.v1.PullResponse.sparse:type_name -> paramserv.v1.SparseRows
+	10, // 10: paramserv.v1.PullResponse.push:type_name -> paramserv.v1.PushResponse
+	9,  // 11: paramserv.v1.PushPullRequest.push:type_name -> paramserv.v1.PushRequest
+	11, // 12: paramserv.v1.PushPullRequest.pull:type_name -> paramserv.v1.PullRequest
+	17, // 13: paramserv.v1.StatusResponse.tables:type_name -> paramserv.v1.TableStatus
+	15, // 14: paramserv.v1.StatusResponse.vars:type_name -> paramserv.v1.VarStatus
+	16, // 15: paramserv.v1.StatusResponse.workers:type_name -> paramserv.v1.WorkerActivity
+	5,  // 16: paramserv.v1.ParamServer.Init:input_type -> paramserv.v1.InitRequest
+	9,  // 17: paramserv.v1.ParamServer.Push:input_type -> paramserv.v1.PushRequest
+	11, // 18: paramserv.v1.ParamServer.Pull:input_type -> paramserv.v1.PullRequest
+	13, // 19: paramserv.v1.ParamServer.PushPull:input_type -> paramserv.v1.PushPullRequest
+	14, // 20: paramserv.v1.ParamServer.Status:input_type -> paramserv.v1.StatusRequest
+	19, // 21: paramserv.v1.ParamServer.Done:input_type -> paramserv.v1.DoneRequest
+	21, // 22: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
+	23, // 23: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
+	1,  // 24: paramserv.v1.ParamServer.ChangeRate:input_type -> paramserv.v1.ChangeRateRequest
+	6,  // 25: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	10, // 26: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	12, // 27: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	12, // 28: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	18, // 29: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	20, // 30: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	22, // 31: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	24, // 32: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	2,  // 33: paramserv.v1.ParamServer.ChangeRate:output_type -> paramserv.v1.ChangeRateResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1938,7 +2133,7 @@ func file_paramserv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paramserv_proto_rawDesc), len(file_paramserv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

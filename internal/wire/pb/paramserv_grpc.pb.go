@@ -36,6 +36,7 @@ const (
 	ParamServer_Done_FullMethodName       = "/paramserv.v1.ParamServer/Done"
 	ParamServer_Checkpoint_FullMethodName = "/paramserv.v1.ParamServer/Checkpoint"
 	ParamServer_Restore_FullMethodName    = "/paramserv.v1.ParamServer/Restore"
+	ParamServer_ChangeRate_FullMethodName = "/paramserv.v1.ParamServer/ChangeRate"
 )
 
 // ParamServerClient is the client API for ParamServer service.
@@ -64,6 +65,10 @@ type ParamServerClient interface {
 	// Restore replaces this shard's state with a checkpoint's (the chief rolls
 	// the cluster back after a ps restarted from it).
 	Restore(ctx context.Context, in *RestoreRequest, opts ...grpc.CallOption) (*RestoreResponse, error)
+	// ChangeRate changes the job's learning rate and schedule from a global
+	// step on (the chief sends the same change to every ps, so all switch at
+	// that step). Variables and tables with their own rule keep theirs.
+	ChangeRate(ctx context.Context, in *ChangeRateRequest, opts ...grpc.CallOption) (*ChangeRateResponse, error)
 }
 
 type paramServerClient struct {
@@ -154,6 +159,16 @@ func (c *paramServerClient) Restore(ctx context.Context, in *RestoreRequest, opt
 	return out, nil
 }
 
+func (c *paramServerClient) ChangeRate(ctx context.Context, in *ChangeRateRequest, opts ...grpc.CallOption) (*ChangeRateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeRateResponse)
+	err := c.cc.Invoke(ctx, ParamServer_ChangeRate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParamServerServer is the server API for ParamServer service.
 // All implementations must embed UnimplementedParamServerServer
 // for forward compatibility.
@@ -180,6 +195,10 @@ type ParamServerServer interface {
 	// Restore replaces this shard's state with a checkpoint's (the chief rolls
 	// the cluster back after a ps restarted from it).
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
+	// ChangeRate changes the job's learning rate and schedule from a global
+	// step on (the chief sends the same change to every ps, so all switch at
+	// that step). Variables and tables with their own rule keep theirs.
+	ChangeRate(context.Context, *ChangeRateRequest) (*ChangeRateResponse, error)
 	mustEmbedUnimplementedParamServerServer()
 }
 
@@ -213,6 +232,9 @@ func (UnimplementedParamServerServer) Checkpoint(context.Context, *CheckpointReq
 }
 func (UnimplementedParamServerServer) Restore(context.Context, *RestoreRequest) (*RestoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedParamServerServer) ChangeRate(context.Context, *ChangeRateRequest) (*ChangeRateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangeRate not implemented")
 }
 func (UnimplementedParamServerServer) mustEmbedUnimplementedParamServerServer() {}
 func (UnimplementedParamServerServer) testEmbeddedByValue()                     {}
@@ -379,6 +401,24 @@ func _ParamServer_Restore_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParamServer_ChangeRate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeRateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParamServerServer).ChangeRate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParamServer_ChangeRate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParamServerServer).ChangeRate(ctx, req.(*ChangeRateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParamServer_ServiceDesc is the grpc.ServiceDesc for ParamServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -417,6 +457,10 @@ var ParamServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Restore",
 			Handler:    _ParamServer_Restore_Handler,
+		},
+		{
+			MethodName: "ChangeRate",
+			Handler:    _ParamServer_ChangeRate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
