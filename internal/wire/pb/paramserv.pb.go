@@ -2126,7 +2126,7 @@ func file_paramserv_proto_init() {
 	if File_paramserv_proto != nil {
 		return
 	}
-	file_paramserv_proto_msgTypes[12].OneofWrappers = []any{}
+	file_paramserv_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
