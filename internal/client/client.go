@@ -229,7 +229,7 @@ func (c *Client) WaitReady(ctx context.Context, needInit bool) ([]*pb.StatusResp
 				cctx = withWaitInit(cctx, "1500ms")
 			}
 			called := time.Now()
-			st, err := ps.Status(cctx, &pb.StatusRequest{})
+			st, err := ps.Status(cctx, c.statusRequest())
 			cancel()
 			if err == nil && longPoll && !st.Initialized && time.Since(called) < time.Second {
 				onlyInit = false // a ps that does not wait: poll it
@@ -443,7 +443,7 @@ func (c *Client) Status(ctx context.Context) ([]*pb.StatusResponse, error) {
 	out := make([]*pb.StatusResponse, len(c.ps))
 	err := c.eachCtx(ctx, func(ctx context.Context, i int) error {
 		return c.watched(ctx, i, func(ctx context.Context) (err error) {
-			out[i], err = c.ps[i].Status(ctx, &pb.StatusRequest{})
+			out[i], err = c.ps[i].Status(ctx, c.statusRequest())
 			return err
 		})
 	})

@@ -72,10 +72,17 @@ func withWaitInit(ctx context.Context, d string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, version.WaitInitHeader, d)
 }
 
+// statusRequest is a Status call that names this worker, so that the ps
+// counts a worker that only polls Status as heard from.
+func (c *Client) statusRequest() *pb.StatusRequest {
+	w := int32(c.opts.Worker)
+	return &pb.StatusRequest{Worker: &w}
+}
+
 // ping asks ps i for its status, waiting for the connection to be ready:
 // the health check of probe.go.
 func (c *Client) ping(ctx context.Context, i int) error {
-	_, err := c.ps[i].Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	_, err := c.ps[i].Status(ctx, c.statusRequest(), grpc.WaitForReady(true))
 	return err
 }
 

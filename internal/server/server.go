@@ -106,7 +106,7 @@ type Server struct {
 	version    uint64            // the shard's version stepCh was made for
 	allDone    chan struct{}     // closed once every worker has called Done
 	closed     bool              // allDone is closed
-	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done)
+	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done, Status)
 	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
 
 	buffered atomic.Int64 // bytes the data connections hold (membound.go)
@@ -176,6 +176,16 @@ func (s *Server) WorkerActivity() (done []int, lastSeen map[int]time.Time) {
 		lastSeen[w] = t
 	}
 	return s.shard.DoneWorkers(), lastSeen
+}
+
+// GiveUp makes every later push and waiting pull fail with err, an error
+// the worker does not retry: the ps's watch over its workers gave up on
+// the job, and the workers waiting on it read why before the ps exits.
+func (s *Server) GiveUp(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shard.Fail(err)
+	s.notify()
 }
 
 // heard records that worker w was heard from. Call with mu held.
@@ -579,6 +589,11 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 // waiting for the chief's Init starts at once rather than at its next poll.
 func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	s.mu.Lock()
+	if req != nil && req.Worker != nil {
+		// A worker waiting for the chief or checking the ps's health is
+		// heard from too: it is there, not "never heard from".
+		s.heard(req.GetWorker())
+	}
 	if wait := waitInit(ctx); wait > 0 && !s.shard.Status().Initialized {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()

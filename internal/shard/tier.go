@@ -59,6 +59,17 @@ func (t *table) fetch(keys []uint64) error {
 	return t.tier.Fetch(keys)
 }
 
+// Fail makes the shard fail with err (its ps gave up on the job): every
+// later push and waiting pull fails with it, a kind the worker does not
+// retry, until a state is installed. A shard already failed keeps its
+// first error.
+func (s *Shard) Fail(err error) {
+	if s.syncFailed == nil {
+		s.syncFailed = err
+		s.version++
+	}
+}
+
 // tierFailed makes the shard fail with a tier's error: every later push and
 // waiting pull fails with it, until a state is installed.
 func (s *Shard) tierFailed(t *table, err error) error {

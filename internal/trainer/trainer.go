@@ -253,6 +253,12 @@ func RunPS(ctx context.Context, cfg Config) error {
 			defer close(watched)
 			gaveUp = watchWorkers(sctx, cfg, s, time.Now())
 			if gaveUp != nil {
+				// The workers waiting on this ps read why it gives up
+				// (and stop, naming it) rather than retrying its address
+				// until --recovery_timeout once it is gone.
+				s.GiveUp(gaveUp)
+				cfg.Logf("%v; answering the workers with it for %s before exiting", gaveUp, giveUpGrace)
+				_ = sleepCtx(sctx, giveUpGrace)
 				cancel(gaveUp)
 			}
 		}()
@@ -293,6 +299,11 @@ func RunPS(ctx context.Context, cfg Config) error {
 	}
 	return err
 }
+
+// giveUpGrace is how long a ps that gave up on the job keeps answering
+// its workers with the reason before it exits: a waiting pull reads it at
+// once, a worker between calls at its next one.
+const giveUpGrace = 2 * time.Second
 
 // StoppedError is RunPS's error when its context ended (a SIGTERM) before
 // every worker had finished: the job is not done, so the ps did not succeed.

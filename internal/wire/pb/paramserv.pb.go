@@ -1132,7 +1132,11 @@ type StatusRequest struct {
 	// checkpoint directory too (paramserv status, the status page); the
 	// workers' frequent health checks leave it false. Numbered from 100 so
 	// that additions to the message elsewhere do not collide.
-	Details       bool `protobuf:"varint,100,opt,name=details,proto3" json:"details,omitempty"`
+	Details bool `protobuf:"varint,100,opt,name=details,proto3" json:"details,omitempty"`
+	// worker is the calling worker's index, so that a worker that only
+	// polls Status (waiting for the chief's Init, health checks) counts as
+	// heard from; absent from other callers (paramserv status, local).
+	Worker        *int32 `protobuf:"varint,101,opt,name=worker,proto3,oneof" json:"worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1172,6 +1176,13 @@ func (x *StatusRequest) GetDetails() bool {
 		return x.Details
 	}
 	return false
+}
+
+func (x *StatusRequest) GetWorker() int32 {
+	if x != nil && x.Worker != nil {
+		return *x.Worker
+	}
+	return 0
 }
 
 // VarStatus is one dense variable (or this ps's rows of a split one).
@@ -1955,9 +1966,11 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x04push\x18\x04 \x01(\v2\x1a.paramserv.v1.PushResponseR\x04push\"o\n" +
 	"\x0fPushPullRequest\x12-\n" +
 	"\x04push\x18\x01 \x01(\v2\x19.paramserv.v1.PushRequestR\x04push\x12-\n" +
-	"\x04pull\x18\x02 \x01(\v2\x19.paramserv.v1.PullRequestR\x04pull\")\n" +
+	"\x04pull\x18\x02 \x01(\v2\x19.paramserv.v1.PullRequestR\x04pull\"Q\n" +
 	"\rStatusRequest\x12\x18\n" +
-	"\adetails\x18d \x01(\bR\adetails\";\n" +
+	"\adetails\x18d \x01(\bR\adetails\x12\x1b\n" +
+	"\x06worker\x18e \x01(\x05H\x00R\x06worker\x88\x01\x01B\t\n" +
+	"\a_worker\";\n" +
 	"\tVarStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\belements\x18\x02 \x01(\x03R\belements\"e\n" +
@@ -2113,6 +2126,7 @@ func file_paramserv_proto_init() {
 	if File_paramserv_proto != nil {
 		return
 	}
+	file_paramserv_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
