@@ -599,6 +599,18 @@ func (f *trainFlags) record(cfg trainer.Config) map[string]string {
 	r["steps_to_validate"] = strconv.FormatInt(cfg.StepsToValidate, 10)
 	r["optimizer"] = cfg.Optimizer.Name
 	r["learning_rate"] = strconv.FormatFloat(cfg.Optimizer.LearningRate, 'g', -1, 64)
+	// The rule's hyper-parameters as they are in force: a flag left at 0
+	// means "the rule's default", which the record writes out (Adam's
+	// beta1 0.9, not 0).
+	o := optim.Resolved(cfg.Optimizer)
+	for flagName, v := range map[string]float64{
+		"momentum": o.Momentum, "initial_accumulator_value": o.InitialAccumulator, "beta1": o.Beta1,
+		"beta2": o.Beta2, "epsilon": o.Epsilon, "ftrl_beta": o.FTRLBeta, "rho": o.Rho, "weight_decay": o.WeightDecay,
+	} {
+		if _, ok := r[flagName]; ok {
+			r[flagName] = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+	}
 	return r
 }
 
