@@ -19,7 +19,7 @@ type tierFlags struct {
 
 func defineTierFlags(fs *flag.FlagSet) *tierFlags {
 	f := &tierFlags{}
-	fs.StringVar(&f.memory, "table_memory", "", "sparse tables: the `SIZE` of memory a ps keeps rows in (e.g. 2GiB, 512MiB, 0); the rest live on its disk under --table_dir, the coldest moved out, a row read from disk moved back in (default: every row in memory)")
+	fs.StringVar(&f.memory, "table_memory", "", "sparse tables: the memory a ps keeps rows in (e.g. 2GiB, 512MiB, 0); the rest live on its disk under --table_dir, the coldest moved out, a row read from disk moved back in (default: every row in memory)")
 	fs.StringVar(&f.dir, "table_dir", "", "with --table_memory: the directory of a ps's disk tier, emptied at start (default: tables-ps-N beside --checkpoint_dir, else a temporary directory the log names)")
 	fs.DurationVar(&f.evictUnseen, "evict_unseen", 0, "sparse tables: drop rows not pushed for this long by the wall clock, in memory and on disk (0: never)")
 	return f
