@@ -93,7 +93,8 @@ func init() {
 // says too little.
 var flagPlaceholders = map[string]string{
 	"ps_hosts": "HOST:PORT,...", "worker_hosts": "HOST:PORT,...", "job_name": "ps|worker",
-	"save_model_secs": "SECONDS|DURATION", "split_bytes": "BYTES",
+	"save_model_secs": "SECONDS|DURATION", "split_bytes": "BYTES", "table_memory": "SIZE", "table_dir": "DIR",
+	"lr_schedule":  "SCHEDULE",
 	"input_format": "libsvm|criteo", "sync_on_timeout": "fail|proceed",
 	"train_data": "FILE,...", "test_data": "FILE,...", "validation_data": "FILE,...", "data_dir": "DIR", "checkpoint_dir": "DIR",
 	"result_file": "FILE", "dir": "DIR", "out": "DIR",
