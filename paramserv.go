@@ -116,6 +116,7 @@ import (
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
 	"github.com/paramserv/paramserv/internal/trainer"
@@ -607,9 +608,10 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 	if cfg.MaxTableKeys < 0 || (cfg.MaxTableKeys > 0 && cfg.TableMemory > 0) {
 		return fmt.Errorf("paramserv: MaxTableKeys %d with TableMemory %d: want MaxTableKeys >= 0 (0: no cap), and not both (the cap counts rows in memory, the disk tier keeps rows past its budget on disk)", cfg.MaxTableKeys, cfg.TableMemory)
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen,
-		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
-		MaxTableKeys: cfg.MaxTableKeys})
+	return trainer.RunPS(ctx, trainer.PSConfig{
+		PSConfig: replication.PSConfig{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen, MaxTableKeys: cfg.MaxTableKeys},
+		Tiered:   cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
+	})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

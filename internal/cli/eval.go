@@ -190,7 +190,7 @@ program, from the file paramserv export writes.
 	r := map[string]any{
 		"model": cfg.Model, "mode": man.Mode, "global_step": man.Step, "checkpoint": name,
 		"workers": man.NumWorkers, "ps": man.NumPS, "metrics": metrics, "loss": metrics["loss"],
-		"version": version.Get().Short(), "flags": f.record(cfg),
+		"version": version.Get().Short(), "flags": f.record(cfg.Config),
 	}
 	keys := make([]string, 0, len(metrics))
 	for k := range metrics {

@@ -12,6 +12,22 @@ import (
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
+// StoppedError is a ps's error when its context ended (a SIGTERM) before
+// every worker had finished: the job is not done, so the ps did not
+// succeed (trainer.RunPS, replication.RunPS).
+type StoppedError struct {
+	Task          int
+	Cause         error // the context's cause
+	Step          int64 // the global step then
+	Done, Workers int   // workers finished, of all
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("ps %d: %v at global step %d before every worker finished (%d of %d done)", e.Task, e.Cause, e.Step, e.Done, e.Workers)
+}
+
+func (e *StoppedError) Unwrap() error { return e.Cause }
+
 // ListenError is returned by Serve when the ps cannot listen on its
 // address (the port is in use, the host is not local, ...).
 type ListenError struct {
