@@ -23,6 +23,7 @@ const python = "/usr/bin/python3"
 // with the reason when this machine cannot run it.
 func pythonEnv(t *testing.T) []string {
 	t.Helper()
+	testutil.Full(t, "a PyTorch example under paramserv local (minutes of CPU); python/tests cover the package in the quick run")
 	if out, err := exec.Command(python, "-c", "import numpy, torch").CombinedOutput(); err != nil {
 		t.Skipf("%s cannot import numpy and torch (install python3-numpy and python3-torch): %v: %s", python, err, strings.TrimSpace(string(out)))
 	}
