@@ -42,13 +42,22 @@ type PSConfig struct {
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 }
 
-func (c *PSConfig) defaults() {
+// Defaults fills in the zero fields of c that have a default: Logf
+// discards, StartupTimeout is 5 minutes, WaitLogEvery 5 seconds.
+func (c *PSConfig) Defaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
 	if c.StartupTimeout <= 0 {
 		c.StartupTimeout = 5 * time.Minute
 	}
+	if c.WaitLogEvery <= 0 {
+		c.WaitLogEvery = 5 * time.Second
+	}
+}
+
+func (c *PSConfig) defaults() {
+	c.Defaults()
 	if c.Listen == nil {
 		c.Listen = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 	}

@@ -123,15 +123,7 @@ func (c *Config) defaults() {
 }
 
 func (c *PSConfig) defaults() {
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
-	}
-	if c.WaitLogEvery <= 0 {
-		c.WaitLogEvery = 5 * time.Second
-	}
-	if c.StartupTimeout <= 0 {
-		c.StartupTimeout = 5 * time.Minute
-	}
+	c.PSConfig.Defaults()
 	if c.WorkerTimeout <= 0 {
 		c.WorkerTimeout = 30 * time.Minute
 	}
