@@ -121,41 +121,6 @@ func (s ShardInfo) version() int {
 	return FormatVersion
 }
 
-// VariableInfo places a dense variable. Its values are the tensor named
-// Name, and each slot the tensor SlotName(Name, slot), in the shards its
-// parts name.
-type VariableInfo struct {
-	Name  string  `json:"name"`
-	Shape []int64 `json:"shape"`
-	// Slots names the optimizer state tensors ("adam_m", "adam_v").
-	Slots []string `json:"slots,omitempty"`
-	// Parts says which shards hold the variable: one part without Rows
-	// for a variable placed whole on one server, or several with Rows
-	// for one split along its first dimension.
-	Parts []Part `json:"parts"`
-}
-
-// Part is the piece of a variable one shard holds.
-type Part struct {
-	Shard int `json:"shard"`
-	// Rows is the [begin, end) range of the variable's first dimension
-	// this part holds; nil for the whole variable.
-	Rows []int64 `json:"rows,omitempty"`
-}
-
-// TableInfo places a sparse table. Each shard in Shards holds the rows
-// whose keys hash to it, as the tensors KeysName(Name) (U64 [n]),
-// ValuesName(Name) (F32 [n, Dim]) and SlotName(Name, slot) ([n, ...]) for
-// each slot.
-type TableInfo struct {
-	Name string `json:"name"`
-	Dim  int64  `json:"dim"`
-	// Slots names the per-row state tensors besides keys and values:
-	// optimizer state ("adagrad") and per-row counters ("updates").
-	Slots  []string `json:"slots,omitempty"`
-	Shards []int    `json:"shards"`
-}
-
 // Rows is the total number of rows of table name across the shards, from
 // the shapes recorded in the manifest. For a delta checkpoint it counts the
 // rows its own files hold (those that changed), not the table's.

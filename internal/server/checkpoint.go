@@ -168,7 +168,11 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 		}
 		return &sh, err
 	}
-	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+	c, err := m.Contents()
+	var st *shard.State
+	if err == nil {
+		st, err = shard.Restore(c, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+	}
 	for _, release := range releases {
 		release()
 	}
