@@ -6,5 +6,6 @@
 // parallel.Runner runs at once, or for the reference counts of
 // copy-on-write copies read on other goroutines), nor wire or checkpoint,
 // nor parallel/goroutines; they read no clock (time.Now and the calls
-// built on it) and start no goroutine.
+// built on it) and start no goroutine. In server and client, gRPC is
+// imported by one file, grpc.go: the rest speaks the shard's error kinds.
 package arch
