@@ -159,8 +159,9 @@ func (r *rmsprop) Update(param, grad []float32, state [][]float32, _ int64) {
 		}
 		return
 	}
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [5]float64{rho, 1 - rho, mu, lr, eps}
+	for i := rmspropKernel(param, g, ms, mom, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		s := rho*float64(ms[i]) + (1-rho)*gi*gi
 		m := mu*float64(mom[i]) + lr*gi/math.Sqrt(s+eps)
 		ms[i] = float32(s)
