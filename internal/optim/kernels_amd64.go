@@ -82,3 +82,33 @@ func rmspropAVX2(n int, param, grad, ms, mom *float32, k *[5]float64) int
 
 //go:noescape
 func ftrlAVX2(n int, param, grad, nacc, z *float32, k *[5]float64) int
+
+func proximalSGDKernel(param, grad []float32, k *[4]float64) int {
+	if !useAVX2 || len(param) < kernelMin {
+		return 0
+	}
+	return proximalSGDAVX2(len(param), &param[0], &grad[0], k)
+}
+
+func proximalAdagradKernel(param, grad, acc []float32, k *[4]float64) int {
+	if !useAVX2 || len(param) < kernelMin {
+		return 0
+	}
+	return proximalAdagradAVX2(len(param), &param[0], &grad[0], &acc[0], k)
+}
+
+func adadeltaKernel(param, grad, acc, upd []float32, k *[4]float64) int {
+	if !useAVX2 || len(param) < kernelMin {
+		return 0
+	}
+	return adadeltaAVX2(len(param), &param[0], &grad[0], &acc[0], &upd[0], k)
+}
+
+//go:noescape
+func proximalSGDAVX2(n int, param, grad *float32, k *[4]float64) int
+
+//go:noescape
+func proximalAdagradAVX2(n int, param, grad, acc *float32, k *[4]float64) int
+
+//go:noescape
+func adadeltaAVX2(n int, param, grad, acc, upd *float32, k *[4]float64) int

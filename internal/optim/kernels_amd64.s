@@ -377,3 +377,168 @@ ftrlloop:
 
 ftrldone:
 	RET
+
+// shrink: Y0 = copysign(max(|Y0| - Y1, 0), Y0), with Y15 the sign bits and
+// Y14 zero (prox's l1 step). VMAXPD passes its second source on a NaN, as
+// Go's max passes the NaN. Uses Y2, Y3.
+#define SHRINK \
+	VANDNPD   Y0, Y15, Y2; \
+	VSUBPD    Y1, Y2, Y2; \
+	VMAXPD    Y2, Y14, Y2; \
+	VANDPD    Y15, Y0, Y3; \
+	VANDNPD   Y2, Y15, Y2; \
+	VORPD     Y3, Y2, Y0
+
+// func proximalSGDAVX2(n int, param, grad *float32, k *[4]float64) int
+// k: lr, lr*l1, 1 + lr*l2, l1 > 0 (1 or 0).
+TEXT ·proximalSGDAVX2(SB), NOSPLIT, $0-40
+	MOVQ n+0(FP), CX
+	MOVQ param+8(FP), DI
+	MOVQ grad+16(FP), SI
+	MOVQ k+24(FP), AX
+	VBROADCASTSD 0(AX), Y11
+	VBROADCASTSD 8(AX), Y12
+	VBROADCASTSD 16(AX), Y13
+	MOVQ 24(AX), DX
+	VXORPD    Y14, Y14, Y14
+	VPCMPEQQ  Y15, Y15, Y15
+	VPSLLQ    $63, Y15, Y15
+	ANDQ $-4, CX
+	MOVQ CX, ret+32(FP)
+	SHRQ $2, CX
+	JZ   proxsgddone
+
+proxsgdloop:
+	VCVTPS2PD (SI), Y4       // g
+	VCVTPS2PD (DI), Y0       // p
+	VMULPD    Y11, Y4, Y4    // lr*g
+	VSUBPD    Y4, Y0, Y0     // v = p - lr*g
+	TESTQ     DX, DX
+	JZ        proxsgdnol1
+	VMOVAPD   Y12, Y1
+	SHRINK
+
+proxsgdnol1:
+	VDIVPD    Y13, Y0, Y0    // v / (1 + lr*l2)
+	VCVTPD2PSY Y0, X0
+	VMOVUPS   X0, (DI)
+	ADDQ      $16, DI
+	ADDQ      $16, SI
+	DECQ      CX
+	JNZ       proxsgdloop
+	VZEROUPPER
+
+proxsgddone:
+	RET
+
+// func proximalAdagradAVX2(n int, param, grad, acc *float32, k *[4]float64) int
+// k: lr, l1, l2, l1 > 0 (1 or 0).
+TEXT ·proximalAdagradAVX2(SB), NOSPLIT, $0-48
+	MOVQ n+0(FP), CX
+	MOVQ param+8(FP), DI
+	MOVQ grad+16(FP), SI
+	MOVQ acc+24(FP), R8
+	MOVQ k+32(FP), AX
+	VBROADCASTSD 0(AX), Y11
+	VBROADCASTSD 8(AX), Y12
+	VBROADCASTSD 16(AX), Y13
+	MOVQ 24(AX), DX
+	VXORPD    Y14, Y14, Y14
+	VPCMPEQQ  Y15, Y15, Y15
+	VPSLLQ    $63, Y15, Y15
+	VPCMPEQQ  Y10, Y10, Y10
+	VPSRLQ    $54, Y10, Y10
+	VPSLLQ    $52, Y10, Y10  // 1.0: exponent bits 0x3ff
+	ANDQ $-4, CX
+	MOVQ CX, ret+40(FP)
+	SHRQ $2, CX
+	JZ   proxadadone
+
+proxadaloop:
+	VCVTPS2PD (SI), Y4       // g
+	VCVTPS2PD (R8), Y5       // acc
+	VMULPD    Y4, Y4, Y6     // g*g
+	VADDPD    Y6, Y5, Y5     // a = acc + g*g
+	VCVTPD2PSY Y5, X6
+	VMOVUPS   X6, (R8)
+	VSQRTPD   Y5, Y5
+	VDIVPD    Y5, Y11, Y5    // lrt = lr / sqrt(a)
+	VCVTPS2PD (DI), Y0       // p
+	VMULPD    Y5, Y4, Y4     // lrt*g
+	VSUBPD    Y4, Y0, Y0     // v = p - lrt*g
+	TESTQ     DX, DX
+	JZ        proxadanol1
+	VMULPD    Y12, Y5, Y1    // lrt*l1
+	SHRINK
+
+proxadanol1:
+	VMULPD    Y13, Y5, Y5    // lrt*l2
+	VADDPD    Y5, Y10, Y5    // 1 + lrt*l2
+	VDIVPD    Y5, Y0, Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS   X0, (DI)
+	ADDQ      $16, DI
+	ADDQ      $16, SI
+	ADDQ      $16, R8
+	DECQ      CX
+	JNZ       proxadaloop
+	VZEROUPPER
+
+proxadadone:
+	RET
+
+// func adadeltaAVX2(n int, param, grad, acc, upd *float32, k *[4]float64) int
+// k: rho, 1-rho, eps, lr.
+TEXT ·adadeltaAVX2(SB), NOSPLIT, $0-56
+	MOVQ n+0(FP), CX
+	MOVQ param+8(FP), DI
+	MOVQ grad+16(FP), SI
+	MOVQ acc+24(FP), R8
+	MOVQ upd+32(FP), R9
+	MOVQ k+40(FP), AX
+	VBROADCASTSD 0(AX), Y12
+	VBROADCASTSD 8(AX), Y13
+	VBROADCASTSD 16(AX), Y14
+	VBROADCASTSD 24(AX), Y15
+	ANDQ $-4, CX
+	MOVQ CX, ret+48(FP)
+	SHRQ $2, CX
+	JZ   adadeltadone
+
+adadeltaloop:
+	VCVTPS2PD (SI), Y0       // g
+	VCVTPS2PD (R8), Y1       // acc
+	VCVTPS2PD (R9), Y2       // upd
+	VMULPD    Y12, Y1, Y1    // rho*acc
+	VMULPD    Y13, Y0, Y3    // (1-rho)*g
+	VMULPD    Y0, Y3, Y3     // (1-rho)*g*g
+	VADDPD    Y3, Y1, Y1     // a
+	VCVTPD2PSY Y1, X3
+	VMOVUPS   X3, (R8)
+	VADDPD    Y14, Y2, Y4    // upd + eps
+	VSQRTPD   Y4, Y4
+	VADDPD    Y14, Y1, Y1    // a + eps
+	VSQRTPD   Y1, Y1
+	VDIVPD    Y1, Y4, Y4     // sqrt(upd+eps) / sqrt(a+eps)
+	VMULPD    Y0, Y4, Y4     // u = ... * g
+	VMULPD    Y12, Y2, Y2    // rho*upd
+	VMULPD    Y13, Y4, Y5    // (1-rho)*u
+	VMULPD    Y4, Y5, Y5     // (1-rho)*u*u
+	VADDPD    Y5, Y2, Y2
+	VCVTPD2PSY Y2, X2
+	VMOVUPS   X2, (R9)
+	VMULPD    Y15, Y4, Y4    // lr*u
+	VCVTPS2PD (DI), Y6
+	VSUBPD    Y4, Y6, Y6
+	VCVTPD2PSY Y6, X6
+	VMOVUPS   X6, (DI)
+	ADDQ      $16, DI
+	ADDQ      $16, SI
+	ADDQ      $16, R8
+	ADDQ      $16, R9
+	DECQ      CX
+	JNZ       adadeltaloop
+	VZEROUPPER
+
+adadeltadone:
+	RET

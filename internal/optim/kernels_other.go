@@ -14,3 +14,7 @@ func ftrlKernel(param, grad, n, z []float32, k *[5]float64) int               { 
 
 // useAVX2 is false: there are no kernels to use.
 var useAVX2 = false
+
+func proximalSGDKernel(param, grad []float32, k *[4]float64) int          { return 0 }
+func proximalAdagradKernel(param, grad, acc []float32, k *[4]float64) int { return 0 }
+func adadeltaKernel(param, grad, acc, upd []float32, k *[4]float64) int   { return 0 }

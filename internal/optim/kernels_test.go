@@ -3,6 +3,8 @@ package optim
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -25,6 +27,13 @@ var kernelConfigs = []Config{
 	{Name: "ftrl", LearningRate: 0.05, L1: 1e-3, L2: 0.1, FTRLBeta: 0.5, InitialAccumulator: 1e-30},
 	{Name: "ftrl", LearningRate: 0.05, L1: 1e-3, L2Shrinkage: 0.01},
 	{Name: "sgd", LearningRate: 0.1},
+	{Name: "proximal_sgd", LearningRate: 0.1},
+	{Name: "proximal_sgd", LearningRate: 0.1, L1: 0.01, L2: 0.1},
+	{Name: "proximal_sgd", LearningRate: 0.1, L1: 1e30, L2: 0.1},
+	{Name: "proximal_adagrad", LearningRate: 0.1},
+	{Name: "proximal_adagrad", LearningRate: 0.1, L1: 0.01, L2: 0.1, InitialAccumulator: 1e-30},
+	{Name: "adadelta", LearningRate: 1},
+	{Name: "adadelta", LearningRate: 0.1, Rho: 0.5, Epsilon: 1e-3},
 }
 
 // edgeValue draws a float32 that is usually ordinary and often not: zeros of
@@ -112,5 +121,32 @@ func same(t *testing.T, cfg Config, n, off int, step int64, what string, got, wa
 			t.Fatalf("%+v, n %d, offset %d, step %d, %s[%d]: kernel %v (%08x), scalar %v (%08x)",
 				cfg, n, off, step, what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
 		}
+	}
+}
+
+// TestKernelsOffByGODEBUG runs the rules' tests again in a process started
+// with GODEBUG=cpu.avx2=off, as on a CPU without AVX2: the kernels must be
+// off there, and the scalar loops must pass the hand-computed and formula
+// checks on their own.
+func TestKernelsOffByGODEBUG(t *testing.T) {
+	if os.Getenv("OPTIM_WANT_NO_AVX2") == "1" {
+		if useAVX2 {
+			t.Fatal("GODEBUG=cpu.avx2=off left the AVX2 kernels on")
+		}
+		return
+	}
+	if !useAVX2 {
+		t.Skip("no vector kernels on this CPU or build: the other tests already run the scalar loops")
+	}
+	godebug := "cpu.avx2=off"
+	if v := os.Getenv("GODEBUG"); v != "" {
+		godebug = v + "," + godebug
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1",
+		"-test.run=^(TestKernelsOffByGODEBUG|TestHandComputed|TestRulesAgainstFormulas|TestSGDKernelMatchesScalar)$")
+	cmd.Env = append(os.Environ(), "GODEBUG="+godebug, "OPTIM_WANT_NO_AVX2=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the rules' tests under GODEBUG=%s: %v\n%s", godebug, err, out)
 	}
 }

@@ -89,8 +89,9 @@ func (r *adadelta) Update(param, grad []float32, state [][]float32, _ int64) {
 	acc := state[0][:len(param)]
 	upd := state[1][:len(param)]
 	lr, rho, eps := r.lr, r.rho, r.eps
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [4]float64{rho, 1 - rho, eps, lr}
+	for i := adadeltaKernel(param, g, acc, upd, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		a := rho*float64(acc[i]) + (1-rho)*gi*gi
 		u := math.Sqrt(float64(upd[i])+eps) / math.Sqrt(a+eps) * gi
 		acc[i] = float32(a)
@@ -170,6 +171,14 @@ func (r *rmsprop) Update(param, grad []float32, state [][]float32, _ int64) {
 	}
 }
 
+// b2f is 1 for true and 0 for false: a kernel's flag among its constants.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // prox is the proximal step of FOBOS with rate a: shrink v towards 0 by
 // a*l1, then scale by 1/(1+a*l2).
 func prox(v, a, l1, l2 float64) float64 {
@@ -201,8 +210,9 @@ func (r *proximalSGD) Update(param, grad []float32, state [][]float32, _ int64) 
 	checkLens("proximal_sgd", 0, param, grad, state)
 	g := grad[:len(param)]
 	lr, l1, l2 := r.lr, r.l1, r.l2
-	for i, p := range param {
-		param[i] = float32(prox(float64(p)-lr*float64(g[i]), lr, l1, l2))
+	k := [4]float64{lr, lr * l1, 1 + lr*l2, b2f(l1 > 0)}
+	for i := proximalSGDKernel(param, g, &k); i < len(param); i++ {
+		param[i] = float32(prox(float64(param[i])-lr*float64(g[i]), lr, l1, l2))
 	}
 }
 
@@ -237,8 +247,9 @@ func (r *proximalAdagrad) Update(param, grad []float32, state [][]float32, _ int
 	g := grad[:len(param)]
 	acc := state[0][:len(param)]
 	lr, l1, l2 := r.lr, r.l1, r.l2
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [4]float64{lr, l1, l2, b2f(l1 > 0)}
+	for i := proximalAdagradKernel(param, g, acc, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		a := float64(acc[i]) + gi*gi
 		acc[i] = float32(a)
 		lrt := lr / math.Sqrt(a)
