@@ -3,15 +3,19 @@
 the size of internal/optim's BenchmarkUpdate, and prints ns per parameter
 and CPU ns per parameter (medians of rounds) so the two can be run alternately on the same machine:
 
-    /usr/bin/python3 scripts/torch_adam_ns.py [rounds] [steps]
+    /usr/bin/python3 scripts/torch_adam_ns.py [--malloc-defaults] [rounds] [steps]
     go test -run XXX -bench 'BenchmarkUpdate/adam$' ./internal/optim
 
 One thread, as the Go benchmark's one Update call runs on one core.
 Adam's step makes new tensors for sqrt(v) and the division each step, and
-glibc hands 4 MiB blocks back to the kernel, so each step faults fresh pages
-in; with MALLOC_MMAP_THRESHOLD_=268435456 in the environment it reuses them,
-which is torch's best figure (on a loaded machine about 15x less CPU).
+glibc hands 4 MiB blocks back to the kernel (mmap'd blocks, and the heap's
+top past the trim threshold), so each step faults fresh pages in. The script
+runs itself again with MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ at
+256 MiB so that glibc keeps and reuses them: torch's best figure (on a loaded
+machine about 20x less CPU than with glibc's defaults). Pass --malloc-defaults
+to time it without.
 """
+import os
 import statistics
 import sys
 import time
@@ -19,9 +23,17 @@ import time
 import torch
 
 
+KEEP = {"MALLOC_MMAP_THRESHOLD_": "268435456", "MALLOC_TRIM_THRESHOLD_": "268435456"}
+
+
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+    args = sys.argv[1:]
+    if "--malloc-defaults" in args:
+        args.remove("--malloc-defaults")
+    elif any(os.environ.get(k) != v for k, v in KEEP.items()):
+        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **KEEP})
+    rounds = int(args[0]) if len(args) > 0 else 5
+    steps = int(args[1]) if len(args) > 1 else 50
     torch.set_num_threads(1)
     n = 1 << 20
     g = torch.Generator().manual_seed(1)
