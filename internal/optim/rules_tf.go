@@ -171,14 +171,6 @@ func (r *rmsprop) Update(param, grad []float32, state [][]float32, _ int64) {
 	}
 }
 
-// b2f is 1 for true and 0 for false: a kernel's flag among its constants.
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // prox is the proximal step of FOBOS with rate a: shrink v towards 0 by
 // a*l1, then scale by 1/(1+a*l2).
 func prox(v, a, l1, l2 float64) float64 {
