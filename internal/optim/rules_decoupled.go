@@ -42,8 +42,9 @@ func (r *adamW) Update(param, grad []float32, state [][]float32, step int64) {
 	decay := 1 - r.lr*r.wd
 	stepSize := r.lr / (1 - math.Pow(b1, t))
 	invSqrtBC2 := 1 / math.Sqrt(1-math.Pow(b2, t))
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [8]float64{b1, 1 - b1, b2, 1 - b2, eps, stepSize, decay, invSqrtBC2}
+	for i := adamWKernel(param, g, m, v, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		mi := b1*float64(m[i]) + (1-b1)*gi
 		vi := b2*float64(v[i]) + (1-b2)*gi*gi
 		m[i] = float32(mi)
