@@ -244,7 +244,7 @@ type Result struct {
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	start := time.Now()
-	w, d, err := join(ctx, cfg)
+	w, d, err := startWorker(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -287,10 +287,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, w.Done(ctx)
 }
 
-// join starts this worker on the job's three variables, of d features
+// startWorker starts this worker on the job's three variables, of d features
 // (cfg.NumFeatures, or as many as the training file has), and checks that
 // the ps train synchronously.
-func join(ctx context.Context, cfg Config) (w *paramserv.Worker, d int, err error) {
+func startWorker(ctx context.Context, cfg Config) (w *paramserv.Worker, d int, err error) {
 	d = cfg.NumFeatures
 	if d <= 0 {
 		all, err := ReadLIBSVM(cfg.Train, 0, 1, 0)
