@@ -68,7 +68,7 @@ type momentum struct {
 func newMomentum(cfg Config) (Rule, error) {
 	return &momentum{
 		lr:       cfg.LearningRate,
-		mu:       orDefault(cfg.Momentum, 0.9),
+		mu:       cfg.Momentum,
 		nesterov: cfg.Nesterov,
 	}, nil
 }
@@ -116,7 +116,7 @@ type adagrad struct {
 func newAdagrad(cfg Config) (Rule, error) {
 	return &adagrad{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		eps:  cfg.Epsilon, // 0 by default, as TF1
 	}, nil
 }
@@ -153,9 +153,9 @@ type adam struct {
 func newAdam(cfg Config) (Rule, error) {
 	return &adam{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-8),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
 	}, nil
 }
 
@@ -201,10 +201,10 @@ type ftrl struct {
 func newFTRL(cfg Config) (Rule, error) {
 	return &ftrl{
 		alpha: cfg.LearningRate,
-		beta:  orDefault(cfg.FTRLBeta, 1),
+		beta:  cfg.FTRLBeta,
 		l1:    cfg.L1,
 		l2:    cfg.L2,
-		init:  orDefault(cfg.InitialAccumulator, 0.1),
+		init:  cfg.InitialAccumulator,
 
 		shrink: cfg.L2Shrinkage,
 	}, nil

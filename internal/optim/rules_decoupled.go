@@ -13,10 +13,10 @@ type adamW struct {
 func newAdamW(cfg Config) (Rule, error) {
 	return &adamW{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-8),
-		wd:  orDefault(cfg.WeightDecay, 0.01),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
+		wd:  cfg.WeightDecay,
 	}, nil
 }
 
@@ -67,9 +67,9 @@ type lamb struct {
 func newLAMB(cfg Config) (Rule, error) {
 	return &lamb{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-6),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
 		wd:  cfg.WeightDecay,
 	}, nil
 }

@@ -17,7 +17,7 @@ type adagradDA struct {
 func newAdagradDA(cfg Config) (Rule, error) {
 	return &adagradDA{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		l1:   cfg.L1,
 		l2:   cfg.L2,
 	}, nil
@@ -66,8 +66,8 @@ type adadelta struct {
 func newAdadelta(cfg Config) (Rule, error) {
 	return &adadelta{
 		lr:  cfg.LearningRate,
-		rho: orDefault(cfg.Rho, 0.95),
-		eps: orDefault(cfg.Epsilon, 1e-8),
+		rho: cfg.Rho,
+		eps: cfg.Epsilon,
 	}, nil
 }
 
@@ -112,10 +112,10 @@ type rmsprop struct {
 func newRMSProp(cfg Config) (Rule, error) {
 	return &rmsprop{
 		lr:       cfg.LearningRate,
-		rho:      orDefault(cfg.Rho, 0.9),
+		rho:      cfg.Rho,
 		mu:       cfg.Momentum,
-		eps:      orDefault(cfg.Epsilon, 1e-10),
-		init:     orDefault(cfg.InitialAccumulator, 1),
+		eps:      cfg.Epsilon,
+		init:     cfg.InitialAccumulator,
 		centered: cfg.Centered,
 	}, nil
 }
@@ -217,7 +217,7 @@ type proximalAdagrad struct {
 func newProximalAdagrad(cfg Config) (Rule, error) {
 	return &proximalAdagrad{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		l1:   cfg.L1,
 		l2:   cfg.L2,
 	}, nil
