@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -25,7 +27,18 @@ type Config struct {
 	Every time.Duration
 	// Logf receives the log lines; nil discards them.
 	Logf func(format string, args ...any)
+	// FS is the filesystem the store is on (nil: the disk's); tests give
+	// one that fails (pebble's vfs/errorfs).
+	FS vfs.FS
 }
+
+// cacheBytes is the store's block cache for a budget: a sixteenth of it,
+// between 2 and 256 MiB. memtableBytes is its write buffer: an eighth,
+// between 2 and 64 MiB. With a small budget pebble's own memory is then
+// about 6 MiB (two memtables and the cache), not the 16 MiB of its
+// defaults; with a large one, fewer flushes and compactions.
+func cacheBytes(budget int64) int64    { return min(max(budget/16, 2<<20), 256<<20) }
+func memtableBytes(budget int64) int64 { return min(max(budget/8, 2<<20), 64<<20) }
 
 // Manager is the disk tier of one ps: one Store, and a Table for each
 // sparse table of the installed state. It implements shard.Tiers.
@@ -60,8 +73,7 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	// A block cache of a sixteenth of the budget, between 8 and 256 MiB.
-	s, err := OpenStore(cfg.Dir, min(max(cfg.Budget/16, 8<<20), 256<<20))
+	s, err := openStore(cfg.Dir, cacheBytes(cfg.Budget), memtableBytes(cfg.Budget), cfg.FS)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +165,9 @@ func (m *Manager) Stats() Totals {
 // ps must stop then).
 func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 	lock.Lock()
+	if m.err == nil {
+		m.err = m.store.Err()
+	}
 	if m.err != nil {
 		lock.Unlock()
 		return m.err
@@ -193,6 +208,9 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 		if err := t.Err(); err != nil && m.err == nil {
 			m.err = err
 		}
+	}
+	if m.err == nil {
+		m.err = m.store.Err()
 	}
 	return m.err
 }

@@ -100,6 +100,10 @@ func (t *Table) Fetch(keys []uint64) error {
 	if t.err != nil {
 		return t.err
 	}
+	if err := t.store.Err(); err != nil {
+		t.err = err
+		return err
+	}
 	t.miss = t.hot.Missing(keys, t.miss[:0])
 	if len(t.miss) == 0 || t.onDisk == 0 {
 		return nil
@@ -274,6 +278,10 @@ func (t *Table) StartFlush() *Flight {
 // Write writes the flight's changes to the store in one batch. It reads
 // only the flight, which no one changes while it is out.
 func (f *Flight) Write() error {
+	// Past a failed flush pebble would stall this write for ever.
+	if err := f.t.store.Err(); err != nil {
+		return err
+	}
 	b := f.t.store.db.NewBatch()
 	defer b.Close()
 	var key []byte
@@ -299,7 +307,10 @@ func (t *Table) EndFlush(f *Flight, err error) {
 		return
 	}
 	if err != nil && t.err == nil {
-		t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
+		t.err = err
+		if !errors.Is(err, ErrStore) {
+			t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
+		}
 	}
 	t.flight = nil
 }

@@ -79,7 +79,7 @@ func TestTiersGiveTheSameResults(t *testing.T) {
 	if testing.Short() {
 		rounds = 120
 	}
-	s, err := OpenStore(t.TempDir()+"/store", 0)
+	s, err := OpenStore(t.TempDir()+"/store", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func sameRows(a, b sparse.Snapshot) error {
 // A damaged store file is reported as ErrStore when a row is read from
 // it, and the table keeps failing (the ps stops and restores).
 func TestDamagedStoreIsReported(t *testing.T) {
-	s, err := OpenStore(t.TempDir()+"/store", 0)
+	s, err := OpenStore(t.TempDir()+"/store", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
