@@ -153,6 +153,9 @@ func (m *Manager) Stats() Totals {
 		t.Promotions += s.Promotions
 		t.Demotions += s.Demotions
 		t.Evicted += s.Evicted
+		t.Filtered += s.Filtered
+		t.Rebuilds += s.Rebuilds
+		t.FilterBytes += s.FilterBytes
 		t.HotBytes += s.HotRows * tb.RowBytes()
 	}
 	return t
@@ -187,8 +190,10 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 	}
 	m.evictUnseen(now)
 	flights := make([]*Flight, len(m.tables))
+	rebuilds := make([]*Rebuild, len(m.tables))
 	for i, t := range m.tables {
 		flights[i] = t.StartFlush()
+		rebuilds[i] = t.StartRebuild()
 	}
 	lock.Unlock()
 	errs := make([]error, len(flights))
@@ -197,11 +202,22 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 			errs[i] = f.Write()
 		}
 	}
+	scanErrs := make([]error, len(rebuilds))
+	for i, rb := range rebuilds {
+		if rb != nil {
+			scanErrs[i] = rb.Scan()
+		}
+	}
 	lock.Lock()
 	defer lock.Unlock()
 	for i, f := range flights {
 		if f != nil && i < len(m.tables) && f.t == m.tables[i] {
 			f.t.EndFlush(f, errs[i])
+		}
+	}
+	for i, rb := range rebuilds {
+		if rb != nil {
+			rb.t.EndRebuild(rb, scanErrs[i])
 		}
 	}
 	for _, t := range m.tables {

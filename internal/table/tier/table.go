@@ -39,6 +39,9 @@ type Table struct {
 	keyBuf []byte
 	miss   []uint64
 
+	filter  *missFilter // every key in the disk tier, and some that left it (filter.go)
+	rebuild *Rebuild    // the filter's rebuild out, or nil
+
 	stats Stats
 	err   error // the first store error; sticky
 }
@@ -56,6 +59,11 @@ type Stats struct {
 	Promotions int64 // rows moved into memory
 	Demotions  int64 // rows moved to disk
 	Evicted    int64 // rows found on disk past their eviction
+	Filtered   int64 // of Lookups, keys the miss filter knew were not on disk
+	Rebuilds   int64 // rebuilds of the miss filter
+	// FilterBytes is the miss filter's memory (beside the budget: about
+	// 1.9 bytes per row on disk).
+	FilterBytes int64
 }
 
 // NewTable makes t the hot tier of a table whose other rows live in s. t
@@ -66,7 +74,7 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 	tb := &Table{
 		hot: t, store: s, prefix: s.next,
 		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
-		pend: make(map[uint64]*entry),
+		pend: make(map[uint64]*entry), filter: newMissFilter(0),
 	}
 	s.next++
 	return tb
@@ -84,6 +92,7 @@ func (t *Table) Stats() Stats {
 	s := t.stats
 	s.HotRows = int64(t.hot.Len())
 	s.DiskRows = t.onDisk
+	s.FilterBytes = t.filter.bytes()
 	return s
 }
 
@@ -104,12 +113,28 @@ func (t *Table) Fetch(keys []uint64) error {
 		t.err = err
 		return err
 	}
+	if t.onDisk == 0 {
+		return nil
+	}
 	t.miss = t.hot.Missing(keys, t.miss[:0])
-	if len(t.miss) == 0 || t.onDisk == 0 {
+	if len(t.miss) == 0 {
 		return nil
 	}
 	slices.Sort(t.miss)
 	miss := slices.Compact(t.miss)
+	t.stats.Lookups += int64(len(miss))
+	n := 0
+	for _, k := range miss {
+		if t.filter.has(k) {
+			miss[n] = k
+			n++
+		}
+	}
+	t.stats.Filtered += int64(len(miss) - n)
+	miss = miss[:n]
+	if n == 0 {
+		return nil
+	}
 	snap := sparse.Snapshot{Dim: t.hot.Dim(), State: make([][]float32, t.slots)}
 	if t.counts {
 		snap.Updates = []uint32{}
@@ -128,7 +153,6 @@ func (t *Table) Fetch(keys []uint64) error {
 		defer it.Close()
 	}
 	for _, k := range miss {
-		t.stats.Lookups++
 		row, err := t.lookup(k, it)
 		if err != nil {
 			t.err = fmt.Errorf("%w: reading key %d from %s: %w", ErrStore, k, t.store.dir, err)
@@ -248,6 +272,10 @@ func (t *Table) demoteKeys(keys []uint64) int {
 	snap := t.hot.Take(keys)
 	for i, k := range snap.Keys {
 		t.pend[k] = &entry{row: t.encode(&snap, i)}
+		t.filter.add(k)
+	}
+	if t.rebuild != nil {
+		t.rebuild.later = append(t.rebuild.later, snap.Keys...)
 	}
 	n := len(snap.Keys)
 	t.onDisk += int64(n)
