@@ -39,6 +39,13 @@ type Table struct {
 	keyBuf []byte
 	miss   []uint64
 
+	// fresh are the keys promoted at the table's step freshAt, old those
+	// of the step before: rows a pull brought in whose push may not have
+	// come yet. Demote leaves them, since they are about to be used again.
+	fresh, old map[uint64]struct{}
+	freshAt    int64
+	freshFor   int // Demotes since fresh started
+
 	filter  *missFilter // every key in the disk tier, and some that left it (filter.go)
 	rebuild *Rebuild    // the filter's rebuild out, or nil
 
@@ -75,6 +82,7 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 		hot: t, store: s, prefix: s.next,
 		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
 		pend: make(map[uint64]*entry), filter: newMissFilter(0),
+		fresh: make(map[uint64]struct{}), old: make(map[uint64]struct{}),
 	}
 	s.next++
 	return tb
@@ -169,6 +177,7 @@ func (t *Table) Fetch(keys []uint64) error {
 			continue
 		}
 		t.stats.Hits++
+		t.fresh[k] = struct{}{}
 		t.decode(&snap, k, row)
 	}
 	if len(snap.Keys) == 0 {
@@ -259,11 +268,32 @@ func (t *Table) encode(snap *sparse.Snapshot, i int) []byte {
 // Demote moves up to n of the hot table's least recently touched rows to
 // the disk tier (into memory pending a write: see StartFlush) and returns
 // how many it moved.
+//
+// Rows promoted at the table's latest step or the one before are left in
+// memory (up to 64 Demotes, for pulls that no push follows): most were
+// fetched for a pull whose push comes next, and moving them out would bring
+// them back at once. So a budget smaller than the rows of the requests in
+// progress holds those rows, more than it.
 func (t *Table) Demote(n int) int {
+	if clock := t.hot.Clock(); clock != t.freshAt || t.freshFor >= 64 {
+		t.old, t.fresh = t.fresh, t.old
+		clear(t.fresh)
+		t.freshAt, t.freshFor = clock, 0
+	}
+	t.freshFor++
+	protected := t.fresh
+	if len(t.old) > 0 {
+		protected = maps.Clone(t.fresh)
+		maps.Copy(protected, t.old)
+	}
 	if n <= 0 || t.err != nil {
 		return 0
 	}
-	keys := t.hot.Coldest(n, nil)
+	keys := t.hot.Coldest(n+len(protected), nil)
+	if len(protected) > 0 {
+		keys = slices.DeleteFunc(keys, func(k uint64) bool { _, ok := protected[k]; return ok })
+		keys = keys[:min(n, len(keys))]
+	}
 	return t.demoteKeys(keys)
 }
 
