@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -81,9 +82,10 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // a miss reads no block
+		// Rows are floats, which compress little: decoding every block
+		// read costs more than the bytes it saves.
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
-	// Rows are floats, which compress little: decoding every block read
-	// cost more than the bytes it saved.
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %w", ErrStore, dir, err)
