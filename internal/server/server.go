@@ -635,6 +635,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		resp.Tables = append(resp.Tables, &pb.TableStatus{
 			Name: t.Name, Rows: t.Rows, Bytes: t.Bytes, Admitted: t.Admitted,
 			Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission,
+			DiskRows: t.TierRows, DiskLookups: t.TierLookups, DiskHits: t.TierHits,
 		})
 	}
 	if details != nil {

@@ -107,6 +107,10 @@ type attached struct{ *Table }
 
 func (a attached) Cut() shard.TierCut { return a.Table.Cut() }
 
+func (a attached) Counts() shard.TierCounts {
+	return shard.TierCounts{Rows: a.onDisk, Lookups: a.stats.Lookups, Hits: a.stats.Hits}
+}
+
 // Merge returns hot's rows with the cut's, in key order.
 func (c *Cut) Merge(hot sparse.Snapshot) (sparse.Snapshot, error) {
 	rows, err := c.Rows()
