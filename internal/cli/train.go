@@ -21,7 +21,7 @@ import (
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/data/fetch"
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/replication"
@@ -469,7 +469,7 @@ done, which paramserv local treats as a death by signal and restarts.
 	var ce *trainer.ConfigError
 	var sig *SignalError
 	var stopped *trainer.StoppedError
-	var bad *sparse.InputError
+	var bad *sparsedata.InputError
 	switch {
 	case err != nil && errors.As(context.Cause(ctx), &sig):
 		// Stopped from outside before the work was done: a death, exit

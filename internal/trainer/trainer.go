@@ -537,7 +537,7 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 				err = fmt.Errorf("final checkpoint: %w", err)
 			}
 		}
-		if err == nil && lingers(cfg) && !st.ended {
+		if err == nil && staysForChief(cfg) && !st.ended {
 			// (A worker whose data ended has nothing to train again
 			// after a roll back: it leaves at once, and the chief, which
 			// waits for it (waitForWorkers), goes on.)
@@ -566,18 +566,18 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 	return nil
 }
 
-// lingers reports whether a worker that reached the goal waits for the
-// chief before it leaves: another worker in synchronous mode, where the
+// staysForChief reports whether a worker that reached the goal waits for
+// the chief before it leaves: another worker in synchronous mode, where the
 // chief alone cannot complete a step; and any other worker of a job with
 // checkpoints, since a ps that restarts after the worker left would
 // restore an older step and wait for that worker's Done, which it no
 // longer remembers, while the worker can still train the lost steps.
-func lingers(cfg Config) bool {
+func staysForChief(cfg Config) bool {
 	return !cfg.Cluster.IsChief() && ((cfg.Sync && cfg.ReplicasToAggregate > 1) || cfg.CheckpointDir != "")
 }
 
-// waitForChief is the wait of a worker that lingers: until the chief has
-// told a ps it is done (it has saved the final checkpoint; the chief is
+// waitForChief is the wait of a worker that stays for the chief: until the
+// chief has told a ps it is done (it has saved the final checkpoint; the chief is
 // the first to call Done, as every other worker waits for it), or a ps is
 // back below the goal (again: it restored an older checkpoint, the worker
 // must train again), or --worker_timeout passes (the chief is gone; the
@@ -884,7 +884,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			<-inflight.Done // the buffers are lent to it until it lands
 		}
 		if cur != 0 {
-			copy2(params, ps[cur])
+			copyParams(params, ps[cur])
 		}
 	}()
 	for step < cfg.TrainSteps {
@@ -899,7 +899,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			call := inflight
 			inflight = nil
 			cur ^= 1 // the call pulled into the other set
-			if step, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
+			if step, err = st.completeStep(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 				return err
 			}
 			if step >= cfg.TrainSteps {
@@ -914,15 +914,15 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 		call := inflight
 		inflight = nil
 		cur ^= 1
-		if _, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
+		if _, err = st.completeStep(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copy2 copies every variable of src into dst.
-func copy2(dst, src model.Params) {
+// copyParams copies every variable of src into dst.
+func copyParams(dst, src model.Params) {
 	for k, v := range src {
 		copy(dst[k], v)
 	}
@@ -950,14 +950,14 @@ func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, pa
 	t := time.Now()
 	call := send(cctx, minStep)
 	st.comm += time.Since(t)
-	return st.land(ctx, cfg, m, params, lw, step, call, w)
+	return st.completeStep(ctx, cfg, m, params, lw, step, call, w)
 }
 
-// land waits for the push+pull call of gradients computed at step (under
-// w's watch, if not nil), counts the step, logs progress every
+// completeStep waits for the push+pull call of gradients computed at step
+// (under w's watch, if not nil), counts the step, logs progress every
 // StepsToValidate local steps and checkpoints when one is due. It returns
 // the new global step.
-func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, call *client.Call, w *lifecycle.RestartWatch) (int64, error) {
+func (st *loopStats) completeStep(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, call *client.Call, w *lifecycle.RestartWatch) (int64, error) {
 	t1 := time.Now()
 	var minStep int64
 	if cfg.Sync {
