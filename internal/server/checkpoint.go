@@ -138,7 +138,7 @@ func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.Restore
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	m, err := checkpoint.Load(s.cfg.FS, dir, req.Step)
+	m, err := checkpoint.Verifier{Finite: true}.Load(s.cfg.FS, dir, req.Step)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: checkpoint of step %d in %s: %v", s.cfg.Task, req.Step, dir, err)
 	}
