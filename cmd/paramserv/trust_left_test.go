@@ -104,3 +104,12 @@ func chunks8(b []byte) [][]byte {
 	}
 	return out
 }
+
+// paramserv status dials a ps address with an IPv6 zone as workers do.
+// Before, gRPC's target parse refused it: "invalid URL escape "%lo"".
+func TestStatusIPv6Zone(t *testing.T) {
+	code, out, errOut := runCLI(t, nil, "status", "--ps_hosts=[::1%lo]:1", "--timeout=300ms")
+	if code == 0 || strings.Contains(out+errOut, "invalid URL escape") || !strings.Contains(out+errOut, "dial tcp [::1%lo]:1") {
+		t.Fatalf("status of [::1%%lo]:1: exit %d, want the address dialed:\n%s%s", code, out, errOut)
+	}
+}
