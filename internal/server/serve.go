@@ -59,7 +59,7 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 
 // ServeListener is Serve on an existing listener.
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
-	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
+	g := grpc.NewServer(append(GRPCOptions(), s.GRPCLimit(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
 	pb.RegisterParamServerServer(g, s)
 	// One port for both: data-path connections are served by s, every
 	// other one by gRPC (mux.go).
