@@ -125,3 +125,24 @@ func TestStatusIPv6Zone(t *testing.T) {
 		t.Fatalf("status of %s: exit %d, want the ps's answer:\n%s%s", zoned, code, out, errOut)
 	}
 }
+
+// A worker trains against a ps it names with an IPv6 zone, [::1%lo], over
+// gRPC and the data path, and the ps ends when it is done. Before, the
+// worker exited 1 on gRPC's target parse.
+func TestTrainIPv6Zone(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ps := start(t, "ps0", nil, "train", "--job_name=ps", "--task_index=0", fmt.Sprintf("--ps_hosts=[::1]:%d", port), "--worker_hosts=127.0.0.1:1")
+	ps.waitFor(t, "serving on", time.Minute)
+	w := start(t, "worker0", nil, "train", "--job_name=worker", "--task_index=0", fmt.Sprintf("--ps_hosts=[::1%%lo]:%d", port), "--worker_hosts=127.0.0.1:1", "--model=linreg", "--train_steps=20")
+	if code := w.wait(t, 2*time.Minute); code != 0 || !strings.Contains(w.output(), "finished at global step 20") {
+		t.Fatalf("worker: exit %d\n%s", code, w.output())
+	}
+	if code := ps.wait(t, time.Minute); code != 0 {
+		t.Fatalf("ps: exit %d\n%s", code, ps.output())
+	}
+}
