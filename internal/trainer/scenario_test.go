@@ -43,6 +43,7 @@ import (
 //	start ps|worker I            a task starts (again)
 //	kill ps|worker I             a task dies at once: its port closes, its connections reset
 //	wait step=S                  until ps 0 reports global step >= S
+//	wait checkpoint=S            until a complete checkpoint of step >= S is in the checkpoint directory
 //	wait exit ps|worker I        until the task ends; prints how
 //	wait done                    until every task ends; prints how each ended
 //	wait recovering              until every running worker has begun a recovery since the kills before
@@ -267,6 +268,15 @@ func (cl *memCluster) wait(t *testing.T, c scenario.Cmd) (string, error) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		return "", nil
+	case c.Has("checkpoint"):
+		want := c.Int(t, "checkpoint", 0)
+		for cl.newestCheckpoint() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: newest complete checkpoint of step %d after %s, want %d\n%s", c.Where, cl.newestCheckpoint(), limit, want, cl.tail())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return "", nil
 	case len(c.Args) == 3 && c.Args[0] == "exit":
 		tk := cl.task(c.Args[1] + " " + c.Args[2])
 		if tk == nil {
@@ -398,6 +408,22 @@ func (cl *memCluster) damageNewest(t *testing.T) (string, error) {
 		return "", err
 	}
 	return "", nil
+}
+
+// newestCheckpoint is the step of the newest complete checkpoint, -1 if
+// there is none.
+func (cl *memCluster) newestCheckpoint() int64 {
+	list, err := checkpoint.List(vfs.OS, cl.dir)
+	if err != nil {
+		return -1
+	}
+	newest := int64(-1)
+	for _, e := range list.Entries {
+		if e.Err == nil && !strings.Contains(e.Name, ".set-aside-") {
+			newest = max(newest, e.Step)
+		}
+	}
+	return newest
 }
 
 func (cl *memCluster) checkpoints(t *testing.T) string {
