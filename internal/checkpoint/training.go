@@ -33,6 +33,11 @@ type Training struct {
 	// under "var_optimizers" (a JSON object), absent when empty, so a
 	// checkpoint without per-variable rules is written as before.
 	VarOptimizers map[string]*optim.Config
+	// GoalStep is the job's goal (--train_steps) when the checkpoint was
+	// written; 0: not known. A checkpoint at or past its goal is the
+	// job's final one: a ps that restores it knows the job had ended. It
+	// is in Meta under "goal_step", absent when 0.
+	GoalStep int64
 }
 
 // TableSpec is a sparse table's specification as manifests record it.
@@ -57,6 +62,7 @@ const (
 	metaSyncProceed  = "sync_proceed"
 	metaTables       = "tables"
 	metaVarOptims    = "var_optimizers"
+	metaGoalStep     = "goal_step"
 )
 
 // Training reads the manifest's training record. A field a manifest lacks
@@ -95,6 +101,12 @@ func (m Manifest) Training() (Training, error) {
 		return Training{}, err
 	}
 	t.SyncTimeout = time.Duration(ms) * time.Millisecond
+	if t.GoalStep, err = num(metaGoalStep); err != nil {
+		return Training{}, err
+	}
+	if t.GoalStep < 0 {
+		return Training{}, fmt.Errorf("checkpoint of step %d: meta %s=%d: want 0 or more", m.Step, metaGoalStep, t.GoalStep)
+	}
 	switch s := m.Meta[metaSyncProceed]; s {
 	case "", "false":
 	case "true":
@@ -142,6 +154,10 @@ func (m *Manifest) SetTraining(t Training) error {
 			return err
 		}
 		m.Meta[metaTables] = string(b)
+	}
+	delete(m.Meta, metaGoalStep)
+	if t.GoalStep > 0 {
+		m.Meta[metaGoalStep] = strconv.FormatInt(t.GoalStep, 10)
 	}
 	delete(m.Meta, metaVarOptims)
 	if len(t.VarOptimizers) > 0 {

@@ -357,6 +357,7 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
+		GoalStep:            t.GoalStep,
 	}, t, nil
 }
 
