@@ -204,3 +204,55 @@ func TestPSExitsWhenAWorkerIsGoneAfterTheGoal(t *testing.T) {
 		}
 	}
 }
+
+// Issue 31, item 1: a ps restarted after the job ended reads from the
+// final checkpoint (its goal step) that the job is over. A worker started
+// again finishes at once; the ps, stopped by SIGTERM (as local stops it
+// once every worker has exited), exits 0; left alone, it exits 0 once the
+// workers it did not hear from have had --startup_timeout. Before, it
+// waited for them, and a SIGTERM made it exit 143.
+func TestPSRestartedAfterTheJobEnded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 3)
+	ps, workers := hosts[:1], hosts[1:]
+	dir := t.TempDir()
+	flags := []string{"--checkpoint_dir=" + dir}
+	train := append(flags, "--model=linreg", "--train_steps=300")
+	procs := []*proc{start(t, "ps0", nil, append(clusterArgs(ps, workers, "ps", 0), flags...)...)}
+	for i := range workers {
+		procs = append(procs, start(t, fmt.Sprintf("worker%d", i), nil, append(clusterArgs(ps, workers, "worker", i), train...)...))
+	}
+	for _, p := range procs {
+		if code := p.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("%s exited %d", p.name, code)
+		}
+	}
+	const over = "the job is over"
+
+	// Stopped by SIGTERM: exit 0.
+	p := start(t, "ps0-again", nil, append(clusterArgs(ps, workers, "ps", 0), flags...)...)
+	p.waitFor(t, over, time.Minute)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("the restarted ps exited %d after SIGTERM, want 0: the job was over", code)
+	}
+
+	// Left alone, with worker 1 started again: the worker finishes, and
+	// the ps exits 0 once worker 0 has not come for --startup_timeout.
+	p = start(t, "ps0-third", nil, append(clusterArgs(ps, workers, "ps", 0), append(flags, "--startup_timeout=5s")...)...)
+	p.waitFor(t, over, time.Minute)
+	w1 := start(t, "worker1-again", nil, append(clusterArgs(ps, workers, "worker", 1), train...)...)
+	if code := w1.wait(t, time.Minute); code != 0 {
+		t.Errorf("worker 1 started after the job ended exited %d, want 0", code)
+	}
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("the restarted ps exited %d, want 0", code)
+	}
+	if out := p.output(); !strings.Contains(out, "worker 0 never heard from (the job was over), worker 1 done") {
+		t.Errorf("the restarted ps does not say how each worker ended")
+	}
+}

@@ -237,6 +237,10 @@ func RunPS(ctx context.Context, cfg Config) error {
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
+	if over, final, goal := s.JobOver(); over && final {
+		cfg.Logf("ps %d: the restored checkpoint is the job's final one (at its goal step %d): the job is over; this ps exits 0 when stopped, or once every worker has ended (a worker not heard from within --startup_timeout=%s counts as ended)",
+			cfg.Cluster.Task.Index, goal, cfg.StartupTimeout)
+	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopTier := func() error { return nil }
@@ -436,7 +440,9 @@ func watchWorkers(ctx context.Context, cfg Config, s *server.Server, started tim
 			return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
 				ps, vanished, cfg.WorkerTimeout, done, len(done), n)
 		}
-		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout {
+		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout && !(over && final) {
+			// (A ps that restored the job's final checkpoint counts a
+			// worker never heard from as ended: jobEnd.)
 			return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
 				ps, cfg.StartupTimeout, never, len(done), n)
 		}
@@ -758,7 +764,8 @@ func lingers(cfg Config) bool {
 // told a ps it is done (it has saved the final checkpoint; the chief is
 // the first to call Done, as every other worker waits for it), or a ps is
 // back below the goal (again: it restored an older checkpoint, the worker
-// must train again), or --worker_timeout passes (the chief is gone; the
+// must train again), or a ps restored a checkpoint at the goal (the job's
+// final one: the job is over), or --worker_timeout passes (the chief is gone; the
 // worker's own work is done). A ps that restarted at the goal changes
 // nothing; one that does not answer is waited for. It logs every
 // --wait_log_every.
@@ -779,6 +786,14 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 		default:
 			for _, st := range statuses {
 				if st.WorkersDone > 0 {
+					return false, nil
+				}
+				if st.Initialized && st.RestoredStep >= cfg.TrainSteps && st.GlobalStep >= cfg.TrainSteps {
+					// The ps restored a checkpoint at the goal: the job's
+					// final one, saved by the chief, which then called
+					// Done on a ps that is gone (this worker was started
+					// again after the job ended).
+					cfg.Logf("worker %d: at the goal; ps %d restored the job's final checkpoint (step %d): the job is over", worker, st.Task, st.RestoredStep)
 					return false, nil
 				}
 			}
