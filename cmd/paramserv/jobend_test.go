@@ -256,3 +256,38 @@ func TestPSRestartedAfterTheJobEnded(t *testing.T) {
 		t.Errorf("the restarted ps does not say how each worker ended")
 	}
 }
+
+// Issue 31, item 2, with --replicas: both workers give up (a learning rate
+// that makes every push non-finite, which the ps refuse), and each
+// replicated ps, hand-started, then exits 1 naming who ended how. Before,
+// a replicated ps had no watch over its workers and ran on.
+func TestReplicatedPSExitsWhenEveryWorkerGaveUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 4+4)
+	ps, workers, repl := hosts[:2], hosts[2:4], hosts[4:]
+	flags := []string{"--replicas=2", "--replica_hosts=" + strings.Join(repl, ",")}
+	var pss []*proc
+	for i := range ps {
+		pss = append(pss, start(t, fmt.Sprintf("ps%d", i), nil, append(clusterArgs(ps, workers, "ps", i), flags...)...))
+	}
+	for i := range workers {
+		w := start(t, fmt.Sprintf("worker%d", i), nil, append(clusterArgs(ps, workers, "worker", i),
+			append(flags, "--model=linreg", "--learning_rate=1e30", "--train_steps=1000000")...)...)
+		if code := w.wait(t, 2*time.Minute); code != 1 {
+			t.Fatalf("%s exited %d, want 1 (its pushes refused as non-finite)", w.name, code)
+		}
+	}
+	for _, p := range pss {
+		if code := p.wait(t, time.Minute); code != 1 {
+			t.Fatalf("%s exited %d once every worker gave up, want 1", p.name, code)
+		}
+		out := p.output()
+		for _, want := range []string{"every worker has ended before the job's goal", "worker 0 gave up (", "worker 1 gave up ("} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s's output lacks %q", p.name, want)
+			}
+		}
+	}
+}

@@ -3,8 +3,11 @@ package trainer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/replication"
+	"github.com/paramserv/paramserv/internal/server"
 )
 
 // Replication configures replicated shards (--replicas,
@@ -18,6 +21,7 @@ func runReplicatedPS(ctx context.Context, cfg Config) error {
 		Options: cfg.Replication, Cluster: cfg.Cluster, CheckpointDir: cfg.CheckpointDir,
 		StartupTimeout: cfg.StartupTimeout, WaitLogEvery: cfg.WaitLogEvery, Logf: cfg.Logf,
 		Listen: cfg.Listen, Dial: cfg.Dial, MaxTableKeys: cfg.MaxTableKeys,
+		Ended: func(s *server.Server) error { return workersEnded(cfg, s) },
 	})
 	var ce *replication.ConfigError
 	var se *replication.StoppedError
@@ -55,4 +59,17 @@ func replicatedWorker(cfg *Config, sparse bool) error {
 // (replication.WorkerConfig.ResendAfterFailover).
 func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func(context.Context) (int64, error)) (int64, error) {
 	return workerReplication(cfg).ResendAfterFailover(ctx, step, err, send)
+}
+
+// workersEnded is a replicated ps's check that every worker has ended,
+// each done or gave up and some gave up (jobEnd without the goal: a copy
+// hears a worker's calls only while it is the primary, so "gone after the
+// goal" is the unreplicated ps's alone): the job failed, and the ps exits
+// 1 naming who ended how rather than waiting for workers that have exited.
+func workersEnded(cfg Config, s *server.Server) error {
+	done, lastSeen := s.WorkerActivity()
+	if ended, _, how := jobEnd(len(cfg.Cluster.Spec.Workers), done, lastSeen, s.WorkersGaveUp(), false, false, time.Time{}, time.Now(), cfg.StartupTimeout); ended {
+		return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", cfg.Cluster.Task.Index, how)
+	}
+	return nil
 }
