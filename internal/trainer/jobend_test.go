@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/catalog"
+	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
 )
 
@@ -47,5 +51,78 @@ func TestJobEnd(t *testing.T) {
 		if ended && !strings.Contains(how, "worker 1") {
 			t.Errorf("%s: %q does not name every worker", tc.name, how)
 		}
+	}
+}
+
+// A ps started again on the job's final checkpoint does not give up on a
+// worker never heard from after --startup_timeout while another worker is
+// still there (heard, not yet done): the job was over, so the one never
+// heard from counts as ended, and once the other is done the ps exits 0
+// naming both. Before, it gave up (exit 1) on the first.
+func TestRestoredFinalPSWaitsForAWorkerStillThere(t *testing.T) {
+	dir := t.TempDir()
+	cl := newTestCluster(t, 1, 2, Config{
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
+		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, CheckpointDir: dir,
+		WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 500 * time.Millisecond,
+	})
+	ps := cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	for i, err := range cl.runWorkers(ctx) {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	select {
+	case <-ps.done:
+		if ps.err != nil {
+			t.Fatalf("first ps: %v", ps.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the first ps did not exit")
+	}
+
+	ps = cl.startPS(0)
+	m, err := catalog.New("linreg", model.Config{Worker: 1, NumWorkers: 2, BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cl.spec.PS, m.Variables(), client.Options{Worker: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for { // until the ps serves
+		if _, err := c.Status(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Worker 1 polls for six startup timeouts: the ps must not give up.
+	for range 30 {
+		if _, err := c.Status(ctx); err != nil {
+			t.Fatalf("worker 1's Status: %v (the ps gave up?)", err)
+		}
+		select {
+		case <-ps.done:
+			t.Fatalf("the ps exited (%v) while worker 1 was still there", ps.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := c.Done(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ps.done:
+		if ps.err != nil {
+			t.Fatalf("RunPS: %v, want nil", ps.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the ps did not exit once worker 1 was done")
+	}
+	if cl.log.count("worker 0 never heard from (the job was over), worker 1 done") == 0 {
+		t.Error("the ps did not say how each worker ended")
 	}
 }
