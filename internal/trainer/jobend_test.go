@@ -7,6 +7,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/server"
@@ -62,9 +63,9 @@ func TestJobEnd(t *testing.T) {
 func TestRestoredFinalPSWaitsForAWorkerStillThere(t *testing.T) {
 	dir := t.TempDir()
 	cl := newTestCluster(t, 1, 2, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, CheckpointDir: dir,
-		WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 500 * time.Millisecond,
+		Config: lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, CheckpointDir: dir,
+			WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 500 * time.Millisecond},
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3}, TrainSteps: 50,
 	})
 	ps := cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)

@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,25 +13,6 @@ import (
 // docs/REPLICATION.md); package replication runs them. Replicas <= 1 is
 // today's cluster: none of it runs.
 type Replication = replication.Options
-
-// runReplicatedPS is RunPS with --replicas > 1 (replication.RunPS).
-func runReplicatedPS(ctx context.Context, cfg Config) error {
-	err := replication.RunPS(ctx, replication.PSConfig{
-		Options: cfg.Replication, Cluster: cfg.Cluster, CheckpointDir: cfg.CheckpointDir,
-		StartupTimeout: cfg.StartupTimeout, WaitLogEvery: cfg.WaitLogEvery, Logf: cfg.Logf,
-		Listen: cfg.Listen, Dial: cfg.Dial, MaxTableKeys: cfg.MaxTableKeys,
-		Ended: func(s *server.Server) error { return workersEnded(cfg, s) },
-	})
-	var ce *replication.ConfigError
-	var se *replication.StoppedError
-	switch {
-	case errors.As(err, &ce):
-		return &ConfigError{Err: ce.Err}
-	case errors.As(err, &se):
-		return &StoppedError{Task: se.Task, Cause: se.Cause, Step: se.Step, Done: se.Done, Workers: se.Workers}
-	}
-	return err
-}
 
 // workerReplication is a worker's side of replicated shards.
 func workerReplication(cfg Config) replication.WorkerConfig {
@@ -66,7 +46,7 @@ func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error,
 // hears a worker's calls only while it is the primary, so "gone after the
 // goal" is the unreplicated ps's alone): the job failed, and the ps exits
 // 1 naming who ended how rather than waiting for workers that have exited.
-func workersEnded(cfg Config, s *server.Server) error {
+func workersEnded(cfg PSConfig, s *server.Server) error {
 	done, lastSeen := s.WorkerActivity()
 	if ended, _, how := jobEnd(len(cfg.Cluster.Spec.Workers), done, lastSeen, s.WorkersGaveUp(), false, false, time.Time{}, time.Now(), cfg.StartupTimeout); ended {
 		return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", cfg.Cluster.Task.Index, how)
