@@ -15,7 +15,11 @@
 //
 // Asynchronous mode applies every push at once and advances the step by one
 // per push. With MaxStaleness > 0 (bounded staleness), a push computed more
-// than MaxStaleness steps ago is dropped as stale.
+// than MaxStaleness steps ago is dropped as stale. A push may claim a step
+// ahead of the shard's own (with several shards each counts its own pushes,
+// and a worker sends every shard the step it last read from the first), but
+// not more than MaxAsyncLead ahead: such a step is no step any shard of the
+// job reached, and would count as fresh to every staleness check.
 //
 // With a Goal (the job's last step), a push that would take the shard past
 // it is dropped: once every shard is at the goal the parameters stand still,
@@ -37,6 +41,12 @@ type Config struct {
 	MaxStaleness        int64 // async: 0 = unbounded
 	Goal                int64 // the last step; pushes past it are dropped (0: none)
 }
+
+// MaxAsyncLead is how far past the shard's step an asynchronous push's
+// step may be (2^40: more updates than any job makes, so a lead between
+// shards that a restart or a skewed placement opens never reaches it, while
+// a step such as 2^62 is refused).
+const MaxAsyncLead = int64(1) << 40
 
 // Validate reports a configuration that can never make progress.
 func (c Config) Validate() error {
@@ -144,6 +154,9 @@ func (t *Tracker) Push(worker int, step int64) (Verdict, error) {
 		return DropPastGoal, nil
 	}
 	if !t.cfg.Sync {
+		if step-t.step > MaxAsyncLead {
+			return 0, fmt.Errorf("consistency: worker %d pushed for step %d, more than %d steps past this shard's step %d (an asynchronous worker sends the step it last pulled)", worker, step, MaxAsyncLead, t.step)
+		}
 		if t.cfg.MaxStaleness > 0 && t.step-step > t.cfg.MaxStaleness {
 			t.stats.StaleDropped++
 			return DropStale, nil
