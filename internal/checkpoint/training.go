@@ -16,6 +16,7 @@ const (
 	metaSyncProceed  = "sync_proceed"
 	metaTables       = "tables"
 	metaVarOptims    = "var_optimizers"
+	metaGoalStep     = "goal_step"
 )
 
 // Training reads the manifest's training record. A field a manifest lacks
@@ -54,6 +55,12 @@ func (m Manifest) Training() (Training, error) {
 		return Training{}, err
 	}
 	t.SyncTimeout = time.Duration(ms) * time.Millisecond
+	if t.GoalStep, err = num(metaGoalStep); err != nil {
+		return Training{}, err
+	}
+	if t.GoalStep < 0 {
+		return Training{}, fmt.Errorf("checkpoint of step %d: meta %s=%d: want 0 or more", m.Step, metaGoalStep, t.GoalStep)
+	}
 	switch s := m.Meta[metaSyncProceed]; s {
 	case "", "false":
 	case "true":
@@ -101,6 +108,10 @@ func (m *Manifest) SetTraining(t Training) error {
 			return err
 		}
 		m.Meta[metaTables] = string(b)
+	}
+	delete(m.Meta, metaGoalStep)
+	if t.GoalStep > 0 {
+		m.Meta[metaGoalStep] = strconv.FormatInt(t.GoalStep, 10)
 	}
 	delete(m.Meta, metaVarOptims)
 	if len(t.VarOptimizers) > 0 {

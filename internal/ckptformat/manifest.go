@@ -66,6 +66,11 @@ type Training struct {
 	// under "var_optimizers" (a JSON object), absent when empty, so a
 	// checkpoint without per-variable rules is written as before.
 	VarOptimizers map[string]*optim.Config
+	// GoalStep is the job's goal (--train_steps) when the checkpoint was
+	// written; 0: not known. A checkpoint at or past its goal is the
+	// job's final one: a ps that restores it knows the job had ended. It
+	// is in Meta under "goal_step", absent when 0.
+	GoalStep int64
 }
 
 // TableSpec is a sparse table's specification as manifests record it.

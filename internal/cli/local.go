@@ -70,7 +70,11 @@ A ps that exits unexpectedly, other than with exit status 2, is restarted
 signal ended it: SIGKILL, or a SIGTERM or SIGINT sent from outside, after
 which a paramserv task that had not finished exits 143 or 130 (128 + the
 signal). Each at most --max_restarts times. The SIGTERM this command sends
-its own processes when it stops them all never restarts one.
+its own processes when it stops them all never restarts one. Once every
+worker has exited 0, a ps that was restarted is stopped at once (it cannot
+have heard the workers that were done before it started): it exits 0 if it
+restored the job's final checkpoint, and the job succeeds. A ps not
+restarted has 30s to exit by itself, then is stopped and judged the same way.
 `)
 		printFlags(w, fs, true, localHidden)
 	}

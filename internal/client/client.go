@@ -314,6 +314,9 @@ type InitOptions struct {
 	// SyncProceed, else the job fails naming the missing workers.
 	SyncTimeout time.Duration
 	SyncProceed bool
+	// GoalStep is the job's last step (0: none): each ps drops the pushes
+	// past it, so the parameters stand still once every ps is there.
+	GoalStep int64
 }
 
 // IsSync reports whether the cluster trains synchronously, as the ps said
@@ -348,6 +351,7 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 			SyncTimeoutMs:       o.SyncTimeout.Milliseconds(),
 			SyncProceed:         o.SyncProceed,
 			SplitBytes:          int64(c.opts.SplitBytes),
+			GoalStep:            o.GoalStep,
 		}
 		for _, t := range c.opts.Tables {
 			req.Tables = append(req.Tables, &pb.TableSpec{
@@ -478,6 +482,29 @@ func (c *Client) Done(ctx context.Context) error {
 		_, err := c.ps[i].Done(ctx, &pb.DoneRequest{Worker: int32(c.opts.Worker)})
 		return err
 	})
+}
+
+// GaveUp tells every ps it can reach that this worker gave up on the
+// job, and why: the ps counts it as ended, not done (once every worker
+// has ended so, it exits non-zero naming them). Each ps is tried once,
+// all at once, within ctx; it returns the ps that could not be told.
+func (c *Client) GaveUp(ctx context.Context, why string) (missed []int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range c.ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.ps[i].Done(ctx, &pb.DoneRequest{Worker: int32(c.opts.Worker), GaveUp: why}); err != nil {
+				mu.Lock()
+				missed = append(missed, i)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(missed)
+	return missed
 }
 
 func shortErr(err error) string {

@@ -21,6 +21,11 @@
 // not more than MaxAsyncLead ahead: such a step is no step any shard of the
 // job reached, and would count as fresh to every staleness check.
 //
+// With a Goal (the job's last step), a push that would take the shard past
+// it is dropped: once every shard is at the goal the parameters stand still,
+// so the chief's final checkpoint and its evaluation read the same ones
+// however many workers still push.
+//
 // A Tracker is not safe for concurrent use; the server serialises calls.
 package consistency
 
@@ -34,6 +39,7 @@ type Config struct {
 	ReplicasToAggregate int   // sync: gradients averaged per step (1..NumWorkers)
 	NumWorkers          int   // workers in the cluster
 	MaxStaleness        int64 // async: 0 = unbounded
+	Goal                int64 // the last step; pushes past it are dropped (0: none)
 }
 
 // MaxAsyncLead is how far past the shard's step an asynchronous push's
@@ -53,6 +59,9 @@ func (c Config) Validate() error {
 	if c.MaxStaleness < 0 {
 		return fmt.Errorf("consistency: max staleness must be >= 0, got %d", c.MaxStaleness)
 	}
+	if c.Goal < 0 {
+		return fmt.Errorf("consistency: goal must be >= 0, got %d", c.Goal)
+	}
 	return nil
 }
 
@@ -71,6 +80,8 @@ const (
 	DropStale
 	// DropDuplicate: this worker already contributed to this step.
 	DropDuplicate
+	// DropPastGoal: the shard is at the job's goal; nothing more counts.
+	DropPastGoal
 )
 
 func (v Verdict) String() string {
@@ -85,18 +96,21 @@ func (v Verdict) String() string {
 		return "drop-stale"
 	case DropDuplicate:
 		return "drop-duplicate"
+	case DropPastGoal:
+		return "drop-past-goal"
 	}
 	return fmt.Sprintf("Verdict(%d)", int(v))
 }
 
 // Dropped reports whether the push is not applied.
-func (v Verdict) Dropped() bool { return v == DropStale || v == DropDuplicate }
+func (v Verdict) Dropped() bool { return v == DropStale || v == DropDuplicate || v == DropPastGoal }
 
 // Stats counts verdicts since the tracker was made.
 type Stats struct {
 	Applied        int64 // pushes applied (async) or counted into a completed step (sync)
 	StaleDropped   int64
 	DuplicateDrops int64
+	PastGoal       int64 // pushes dropped because the shard was at the goal
 }
 
 // Tracker is the state of one shard. See the package doc.
@@ -135,6 +149,10 @@ func (t *Tracker) Push(worker int, step int64) (Verdict, error) {
 	if step < 0 {
 		return 0, fmt.Errorf("consistency: worker %d pushed for negative step %d", worker, step)
 	}
+	if t.cfg.Goal > 0 && t.step >= t.cfg.Goal {
+		t.stats.PastGoal++
+		return DropPastGoal, nil
+	}
 	if !t.cfg.Sync {
 		if step-t.step > MaxAsyncLead {
 			return 0, fmt.Errorf("consistency: worker %d pushed for step %d, more than %d steps past this shard's step %d (an asynchronous worker sends the step it last pulled)", worker, step, MaxAsyncLead, t.step)
@@ -167,6 +185,14 @@ func (t *Tracker) Push(worker int, step int64) (Verdict, error) {
 	t.count = 0
 	t.step++
 	return Complete, nil
+}
+
+// SetGoal sets the job's goal (0: none), as a repeated Init of a resumed
+// job does.
+func (t *Tracker) SetGoal(goal int64) {
+	if goal >= 0 {
+		t.cfg.Goal = goal
+	}
 }
 
 // Ready reports whether a pull that needs step minStep can be answered.

@@ -5,12 +5,12 @@ import (
 	"testing"
 )
 
-// Only the two drop verdicts are "dropped"; the server skips the gradient
+// Only the drop verdicts are "dropped"; the server skips the gradient
 // exactly for those.
 func TestVerdictDropped(t *testing.T) {
 	for v, want := range map[Verdict]bool{
 		Apply: false, Accumulate: false, Complete: false,
-		DropStale: true, DropDuplicate: true,
+		DropStale: true, DropDuplicate: true, DropPastGoal: true,
 	} {
 		if got := v.Dropped(); got != want {
 			t.Errorf("%v.Dropped() = %v, want %v", v, got, want)
@@ -166,5 +166,40 @@ func TestSetStepDiscardsPartialStep(t *testing.T) {
 	}
 	if v, err := tr.Push(1, 3); err != nil || v != Complete || tr.Step() != 4 {
 		t.Fatalf("worker 1 at step 3: %v, %v, step %d; want complete, step 4", v, err, tr.Step())
+	}
+}
+
+// With a goal, the shard stops there: async pushes and sync steps past it
+// are dropped, counted apart from stale ones, and a new goal (a resumed
+// job) lets training go on.
+func TestGoalStopsTheShard(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		tr, err := New(Config{Sync: sync, NumWorkers: 2, ReplicasToAggregate: 1, Goal: 3}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			if v, err := tr.Push(i%2, tr.Step()); err != nil || v.Dropped() {
+				t.Fatalf("sync=%v: push %d below the goal: %v, %v", sync, i, v, err)
+			}
+		}
+		if tr.Step() != 3 {
+			t.Fatalf("sync=%v: step %d, want 3", sync, tr.Step())
+		}
+		for w := range 2 {
+			if v, err := tr.Push(w, 3); err != nil || v != DropPastGoal {
+				t.Errorf("sync=%v: push at the goal: %v, %v; want %v", sync, v, err, DropPastGoal)
+			}
+		}
+		if st := tr.Stats(); st.PastGoal != 2 || st.StaleDropped != 0 || tr.Step() != 3 {
+			t.Errorf("sync=%v: stats %+v at step %d, want 2 past the goal, none stale, step 3", sync, st, tr.Step())
+		}
+		tr.SetGoal(4)
+		if v, err := tr.Push(0, 3); err != nil || v.Dropped() || tr.Step() != 4 {
+			t.Errorf("sync=%v: push after the goal moved: %v, %v at step %d", sync, v, err, tr.Step())
+		}
+	}
+	if err := (Config{NumWorkers: 1, Goal: -1}).Validate(); err == nil {
+		t.Error("a negative goal validated")
 	}
 }

@@ -27,6 +27,10 @@ type Config struct {
 	SyncTimeout         time.Duration
 	SyncProceed         bool
 	SplitBytes          int // as the client splits variables (for the manifest)
+	// GoalStep is the job's last step (--train_steps; 0: none): each ps
+	// drops the pushes past it, and a checkpoint at it is the job's final
+	// one (a ps that restores it knows the job had ended).
+	GoalStep int64
 
 	// Checkpoints: the chief saves every SaveSteps global steps and/or
 	// every SaveEvery, and at the end, keeping the last KeepCheckpoints

@@ -149,6 +149,7 @@ func (s *saver) manifest(step int64, infos []checkpoint.ShardInfo) (checkpoint.M
 		Mode: mode, Optimizer: cfg.Optimizer,
 		ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
 		SplitBytes: int64(cfg.SplitBytes), SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
+		GoalStep: max(cfg.GoalStep, 0),
 	}
 	for _, v := range s.c.Plan().Vars {
 		vi := checkpoint.VariableInfo{Name: v.Name, Slots: slots}

@@ -238,7 +238,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	step, err := c.Init(ctx, init(), client.InitOptions{
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate,
 		NumWorkers: len(cfg.Cluster.Spec.Workers), MaxStaleness: cfg.MaxStaleness,
-		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed,
+		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed, GoalStep: cfg.GoalStep,
 	})
 	if err != nil {
 		return nil, err

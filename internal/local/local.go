@@ -283,6 +283,7 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 				workersLeft--
 				if workersLeft == 0 {
 					psDeadline = time.After(cfg.PSExitTimeout)
+					stopRestartedPS(cfg, children)
 				}
 			}
 		case <-psDeadline:
@@ -292,16 +293,30 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 				stopAll(children, cfg.Grace)
 				return nil
 			}
-			var running []string
+			var running []*child
 			for _, c := range children {
 				select {
 				case <-c.done:
 				default:
-					running = append(running, c.name)
+					running = append(running, c)
 				}
 			}
 			stopAll(children, cfg.Grace)
-			return fmt.Errorf("local: every worker finished but %s did not exit within %s", strings.Join(running, ", "), cfg.PSExitTimeout)
+			// A ps that exits 0 on the SIGTERM knew the job was over (it
+			// restored the job's final checkpoint); one that did not says
+			// so by its exit status (143: stopped before every worker
+			// finished).
+			var failed []string
+			for _, c := range running {
+				if c.err != nil {
+					failed = append(failed, fmt.Sprintf("%s (stopped: %s)", c.name, DescribeExit(c.err)))
+				}
+			}
+			if len(failed) == 0 {
+				cfg.Logf("every worker finished; the ps still running after %s knew the job was over and exited 0 when stopped", cfg.PSExitTimeout)
+				return nil
+			}
+			return fmt.Errorf("local: every worker finished but %s did not exit within %s", strings.Join(failed, ", "), cfg.PSExitTimeout)
 		case <-ctx.Done():
 			// The workers first, so that none is left waiting for a ps;
 			// then the ps.
@@ -323,6 +338,27 @@ func supervise(ctx context.Context, cfg Config, children []*child, outMu *sync.M
 		}
 	}
 	return nil
+}
+
+// stopRestartedPS sends SIGTERM, once every worker has exited 0, to each
+// ps that was restarted and still runs. A restarted ps cannot have heard
+// the workers that said they were done before it started, so it would
+// wait for them (issue 31, item 1); stopped, it exits 0 if it knows the job
+// was over (it restored the job's final checkpoint, at the goal step) and
+// 143 if not, which supervise then reports as a failure.
+func stopRestartedPS(cfg Config, children []*child) {
+	for _, c := range children {
+		if c.job != "ps" || c.restarts == 0 {
+			continue
+		}
+		select {
+		case <-c.done:
+			continue
+		default:
+		}
+		cfg.Logf("every worker finished; stopping %s, which was restarted after some of them had said they were done (it exits 0 if it knows the job is over)", c.name)
+		signalGroup(c, syscall.SIGTERM)
+	}
 }
 
 // Failure is Run's error when a child failed and was not restarted: the

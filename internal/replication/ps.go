@@ -40,6 +40,12 @@ type PSConfig struct {
 	// connections to the other ps (the transport seam of tests).
 	Listen func(addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
+	// Ended, if set, is asked once a second, with this ps's copy of its
+	// own shard, whether every worker has ended without the job being
+	// done (each done or gave up, some gave up: Done and a worker's word
+	// that it gave up go through the shard's log, so every copy holds
+	// them). A non-nil error ends RunPS with it, on every ps alike.
+	Ended func(s *server.Server) error
 }
 
 // Defaults fills in the zero fields of c that have a default: Logf
@@ -349,9 +355,30 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 		}
 		close(allDone)
 	}()
+	ended := make(chan error, 1)
+	if p.cfg.Ended != nil {
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-tick.C:
+				}
+				if err := p.cfg.Ended(p.copies[p.me].Server); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("ps %d: grpc server: %w", p.me, err)
+	case err := <-ended:
+		p.cfg.Logf("%v; exiting", err)
+		return err
 	case <-allDone:
 		p.cfg.Logf("every worker has finished; shutting down")
 		time.Sleep(p.cfg.FailoverTimeout / 2) // let the last acknowledgements reach the copies

@@ -93,6 +93,9 @@ func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointRespo
 	} else if req.Incremental && req.Parent >= 0 {
 		kind = fmt.Sprintf(", full: this ps holds no cut of %s to take a delta against", checkpoint.CheckpointName(req.Parent))
 	}
+	s.mu.Lock()
+	s.savedStep = max(s.savedStep, sh.Step)
+	s.mu.Unlock()
 	s.cfg.Logf("checkpoint: wrote %s of step %d (cut at step %d, %d bytes%s) in %s", info.File, req.Step, sh.Step, info.Size, kind, time.Since(start).Round(time.Millisecond))
 	return &pb.CheckpointResponse{ShardInfo: b, CutStep: sh.Step}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -108,6 +109,8 @@ type Server struct {
 	allDone    chan struct{}     // closed once every worker has called Done
 	closed     bool              // allDone is closed
 	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done, Status)
+	gaveUp     map[int]GaveUp    // the workers that said they gave up
+	savedStep  int64             // the step of the last checkpoint shard written, or -1
 	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
 
 	buffered atomic.Int64 // bytes the data connections hold (membound.go)
@@ -163,7 +166,40 @@ func New(cfg Config) *Server {
 		// likewise.
 		Parallel: goroutines.OnCores(),
 	})
-	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{}), seen: make(map[int]time.Time)}
+	return &Server{cfg: cfg, shard: sh, stepCh: make(chan struct{}), allDone: make(chan struct{}), seen: make(map[int]time.Time),
+		gaveUp: make(map[int]GaveUp), savedStep: -1}
+}
+
+// GaveUp is a worker's word that it gave up on the job (DoneRequest's
+// gave_up): why, and when the ps heard it. A worker heard from after At is
+// back.
+type GaveUp struct {
+	Why string
+	At  time.Time
+}
+
+// WorkersGaveUp reports the workers that said they gave up, with why.
+func (s *Server) WorkersGaveUp() map[int]GaveUp {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.gaveUp)
+}
+
+// JobOver reports whether this ps knows the job reached its goal: the
+// goal step is known (the chief's Init or the restored checkpoint), the
+// shard is at it, and, with a checkpoint directory, a checkpoint at the
+// goal was written or restored (the chief's final one). final says the
+// state was restored from that checkpoint: the job had ended before this
+// ps started. Nothing the workers push changes the parameters then.
+func (s *Server) JobOver() (over, final bool, goal int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	goal = s.shard.GoalStep()
+	if goal <= 0 || s.shard.Step() < goal {
+		return false, false, goal
+	}
+	final = s.shard.RestoredStep() >= goal
+	return s.cfg.CheckpointDir == "" || final || s.savedStep >= goal, final, goal
 }
 
 // WorkerActivity reports the workers that have called Done, and when each
@@ -229,6 +265,7 @@ func layoutOf(req *pb.InitRequest) (shard.Layout, [][]float32, error) {
 		SyncProceed:         req.SyncProceed,
 		SplitBytes:          req.SplitBytes,
 		GlobalStep:          req.GlobalStep,
+		GoalStep:            max(req.GoalStep, 0),
 	}
 	values := make([][]float32, len(req.Vars))
 	for i, v := range req.Vars {
@@ -618,6 +655,13 @@ func (s *Server) done(req *pb.DoneRequest) (*pb.DoneResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heard(req.Worker)
+	if req.GaveUp != "" {
+		if req.Worker >= 0 && int(req.Worker) < s.cfg.NumWorkers {
+			s.gaveUp[int(req.Worker)] = GaveUp{Why: req.GaveUp, At: time.Now()}
+			s.cfg.Logf("worker %d gave up: %s", req.Worker, req.GaveUp)
+		}
+		return &pb.DoneResponse{}, nil
+	}
 	all, err := s.shard.Done(int(req.Worker))
 	if err != nil {
 		return nil, err

@@ -348,6 +348,7 @@ func LayoutOf(m ckptformat.Contents, numWorkers int) Layout {
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
+		GoalStep:            t.GoalStep,
 	}
 }
 

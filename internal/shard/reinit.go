@@ -79,6 +79,14 @@ func (s *Shard) again(l Layout, values [][]float32) error {
 		s.cfg.Logf("ps %d: on a sync timeout, proceed %v → %v from step %d (--sync_on_timeout of the chief's Init)", s.cfg.Task, have.SyncProceed, l.SyncProceed, step)
 		st.layout.SyncProceed = l.SyncProceed
 	}
+	if l.GoalStep > 0 && have.GoalStep != l.GoalStep {
+		// A job resumed with another --train_steps: the chief's goal wins.
+		if have.GoalStep > 0 {
+			s.cfg.Logf("ps %d: goal step %d → %d at step %d (--train_steps of the chief's Init)", s.cfg.Task, have.GoalStep, l.GoalStep, step)
+		}
+		st.layout.GoalStep = l.GoalStep
+		st.tracker.SetGoal(l.GoalStep)
+	}
 	return nil
 }
 

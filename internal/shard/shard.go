@@ -90,6 +90,10 @@ type Layout struct {
 	SyncProceed         bool  // after SyncTimeout complete with what came (else fail)
 	SplitBytes          int64 // the placement threshold, recorded in checkpoints
 	GlobalStep          int64 // the step to start at
+	// GoalStep is the job's last step (--train_steps; 0: none): pushes
+	// past it are dropped (consistency.Config.Goal). A repeated Init sets
+	// it again; a checkpoint records it.
+	GoalStep int64
 	// RateChanges are the chief's changes of the job's learning rate and
 	// schedule while training (ChangeRate), as a checkpoint records them.
 	// Variables and tables with their own rule keep their own schedule.
@@ -218,6 +222,15 @@ func (s *Shard) Step() int64 {
 		return 0
 	}
 	return s.st.tracker.Step()
+}
+
+// GoalStep is the job's goal as the chief's Init or the restored
+// checkpoint set it; 0 when none is known.
+func (s *Shard) GoalStep() int64 {
+	if s.st == nil {
+		return 0
+	}
+	return s.st.tracker.Config().Goal
 }
 
 // Incarnation is the id of this life of the shard: new at start and at
@@ -360,6 +373,7 @@ func Build(l Layout, fill func(i int, dst []float32) error) (*State, error) {
 		ReplicasToAggregate: l.ReplicasToAggregate,
 		NumWorkers:          l.NumWorkers,
 		MaxStaleness:        l.MaxStaleness,
+		Goal:                max(l.GoalStep, 0),
 	}, l.GlobalStep)
 	if err != nil {
 		return nil, err

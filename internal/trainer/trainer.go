@@ -114,6 +114,8 @@ func (c *Config) defaults() {
 		c.Hook = func(event string, step int64) { testHook(event, step) }
 	}
 	c.Config.Defaults()
+	// The chief's Init gives each ps the goal; checkpoints record it.
+	c.GoalStep = c.TrainSteps
 	if c.StepsToValidate <= 0 {
 		c.StepsToValidate = 100
 	}
@@ -160,6 +162,9 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 		if cfg.Tiered {
 			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
 		}
+		if cfg.Ended == nil {
+			cfg.Ended = func(s *server.Server) error { return workersEnded(cfg, s) }
+		}
 		return replication.RunPS(ctx, cfg.PSConfig)
 	}
 	tiers, err := openTier(cfg)
@@ -191,6 +196,10 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	if _, err := s.RestoreLatest(); err != nil {
 		return fmt.Errorf("ps %d: restoring from %s: %w", cfg.Cluster.Task.Index, cfg.CheckpointDir, err)
 	}
+	if over, final, goal := s.JobOver(); over && final {
+		cfg.Logf("ps %d: the restored checkpoint is the job's final one (at its goal step %d): the job is over; this ps exits 0 when stopped, or once every worker has ended (a worker not heard from within --startup_timeout=%s counts as ended)",
+			cfg.Cluster.Task.Index, goal, cfg.StartupTimeout)
+	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopTier := func() error { return nil }
@@ -207,6 +216,11 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 		go func() {
 			defer close(watched)
 			gaveUp = watchWorkers(sctx, cfg, s, time.Now())
+			if errors.Is(gaveUp, errJobEnded) {
+				gaveUp = nil
+				cancel(errJobEnded)
+				return
+			}
 			if gaveUp != nil {
 				// The workers waiting on this ps read why it gives up
 				// (and stop, naming it) rather than retrying its address
@@ -243,10 +257,17 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	}
 	if err == nil && ctx.Err() != nil {
 		// Stopped from outside (SIGTERM): a success only if every worker
-		// had finished.
+		// had finished, or the job was over before this ps started (it
+		// restored the final checkpoint: the workers told the ps before
+		// it, and `local` stops it so once they have all exited 0).
+		over, final, goal := s.JobOver()
 		select {
 		case <-s.AllDone():
 		default:
+			if over && final {
+				cfg.Logf("ps %d: stopped (%v); the job was over: this ps restored the final checkpoint, at the goal step %d", cfg.Cluster.Task.Index, context.Cause(ctx), goal)
+				return nil
+			}
 			st, _ := s.Status(context.Background(), nil) // Status reads no field of its request
 			return &StoppedError{Task: cfg.Cluster.Task.Index, Cause: context.Cause(ctx),
 				Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(cfg.Cluster.Spec.Workers)}
@@ -264,9 +285,56 @@ const giveUpGrace = 2 * time.Second
 // every worker had finished: the job is not done, so the ps did not succeed.
 type StoppedError = server.StoppedError
 
+// errJobEnded is watchWorkers' word that every worker has ended and the
+// job succeeded though not every worker called Done: the ps exits 0.
+var errJobEnded = errors.New("the job has ended")
+
+// goneAfter is how long a worker is silent, once the job reached its goal,
+// before the ps counts it as gone. A worker still there is heard from far
+// more often: it pushes, polls Status while it lingers for the chief, and
+// the chief polls while it evaluates.
+const goneAfter = 5 * time.Second
+
+// jobEnd decides whether every worker has ended, some not by Done (the
+// case of every worker done is the server's own): each worker is done,
+// gave up (and was not heard from since), or is gone, that is silent for
+// goneAfter (never heard from: for --startup_timeout since started) once
+// this ps knows the job reached its goal (over; see server.JobOver). A
+// worker that may still come back, the goal not reached, is not gone. ok
+// says the job succeeded: it reached its goal and the chief finished it,
+// or the ps restored the job's final checkpoint (final). how names who
+// ended how.
+func jobEnd(n int, done []int, lastSeen map[int]time.Time, gaveUp map[int]server.GaveUp, over, final bool, started, now time.Time, startupTimeout time.Duration) (ended, ok bool, how string) {
+	var parts []string
+	notDone := false
+	for w := range n {
+		t, heard := lastSeen[w]
+		g, gave := gaveUp[w]
+		switch {
+		case slices.Contains(done, w):
+			parts = append(parts, fmt.Sprintf("worker %d done", w))
+		case gave && (!heard || !t.After(g.At)):
+			parts = append(parts, fmt.Sprintf("worker %d gave up (%s)", w, g.Why))
+			notDone = true
+		case over && heard && now.Sub(t) >= goneAfter:
+			parts = append(parts, fmt.Sprintf("worker %d gone after the goal (last heard %s ago)", w, now.Sub(t).Round(time.Second)))
+			notDone = true
+		case over && !heard && now.Sub(started) >= startupTimeout:
+			parts = append(parts, fmt.Sprintf("worker %d never heard from (the job was over)", w))
+			notDone = true
+		default:
+			return false, false, ""
+		}
+	}
+	ok = over && (final || slices.Contains(done, 0))
+	return notDone, ok, strings.Join(parts, ", ")
+}
+
 // watchWorkers is a ps's watch over its workers (see RunPS): it returns
-// nil when ctx ends or every worker is done, an error naming who is
-// missing when it gives up. started is when the ps started.
+// nil when ctx ends or every worker is done, errJobEnded when every worker
+// has ended, some not by Done, and the job succeeded (jobEnd), and an
+// error naming who is missing, or who ended how, when it gives up.
+// started is when the ps started.
 func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started time.Time) error {
 	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
 	tick := time.NewTicker(min(cfg.WaitLogEvery, time.Second))
@@ -282,6 +350,17 @@ func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started t
 		}
 		now := time.Now()
 		done, lastSeen := s.WorkerActivity()
+		over, final, goal := s.JobOver()
+		if ended, ok, how := jobEnd(n, done, lastSeen, s.WorkersGaveUp(), over, final, started, now, cfg.StartupTimeout); ended {
+			if ok {
+				cfg.Logf("ps %d: every worker has ended and the job reached its goal step %d: %s; shutting down", ps, goal, how)
+				return errJobEnded
+			}
+			if over {
+				return fmt.Errorf("ps %d: every worker has ended, the goal step %d reached but the chief did not finish the job: %s", ps, goal, how)
+			}
+			return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", ps, how)
+		}
 		var never, vanished []int
 		var heard []string
 		quiet := true // every missing worker was heard from within --wait_log_every
@@ -309,7 +388,9 @@ func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started t
 			return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
 				ps, vanished, cfg.WorkerTimeout, done, len(done), n)
 		}
-		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout {
+		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout && !(over && final) {
+			// (A ps that restored the job's final checkpoint counts a
+			// worker never heard from as ended: jobEnd.)
 			return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
 				ps, cfg.StartupTimeout, never, len(done), n)
 		}
@@ -402,7 +483,7 @@ func RunWorker(ctx context.Context, cfg Config) error {
 	return err
 }
 
-func runWorker(ctx context.Context, cfg Config) error {
+func runWorker(ctx context.Context, cfg Config) (err error) {
 	cfg.defaults()
 	start := time.Now()
 	worker := cfg.Cluster.Task.Index
@@ -436,9 +517,19 @@ func runWorker(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.Close()
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			tellGaveUp(cfg, c, err)
+		}
+	}()
 
 	if err := lw.Start(ctx, c, m.Variables(), func() model.Params { return m.Init(cfg.Data.Seed) }); err != nil {
 		return err
+	}
+	if cfg.Cluster.IsChief() {
+		// The chief's final checkpoint and evaluation may keep it from
+		// the ps for longer than goneAfter: it says it is there.
+		defer keepHeard(ctx, c)()
 	}
 	if c.IsSync() != cfg.Sync {
 		// A restored checkpoint keeps its mode: the cluster's wins.
@@ -480,6 +571,42 @@ func runWorker(ctx context.Context, cfg Config) error {
 		cfg.Logf("worker %d: could not tell every ps it is done (they may not exit by themselves): %v", worker, err)
 	}
 	return nil
+}
+
+// keepHeard has the worker call Status on every ps once a second until
+// the returned stop is called, so that each ps hears from it (a Status
+// call names its worker) while it works without calling them.
+func keepHeard(ctx context.Context, c *client.Client) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for sleepCtx(ctx, time.Second) == nil {
+			sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+			_, _ = c.Status(sctx) // a ps that does not answer is the loop's to handle
+			scancel()
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// gaveUpWait bounds a worker's word to the ps that it gave up.
+const gaveUpWait = 5 * time.Second
+
+// tellGaveUp tells every ps the worker can reach that it gave up on the
+// job with err (not a stop from outside: a worker stopped by a signal may
+// come back), so that a ps whose workers have all ended exits rather than
+// wait for this one.
+func tellGaveUp(cfg Config, c *client.Client, err error) {
+	why := err.Error()
+	if len(why) > 300 {
+		why = why[:300] + "..."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gaveUpWait)
+	defer cancel()
+	if missed := c.GaveUp(ctx, why); len(missed) > 0 {
+		cfg.Logf("worker %d: could not tell ps %v it gave up (told the others)", cfg.Cluster.Task.Index, missed)
+	}
 }
 
 // workerModel builds the worker's model (cfg.NewModel's, or the built-in
@@ -528,6 +655,11 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 			// The chief's data ended: the result is the job's once the
 			// others have trained theirs.
 			err = waitForWorkers(ctx, cfg, c)
+		}
+		if err == nil && cfg.Cluster.IsChief() {
+			// The final checkpoint and the evaluation (finish) must read
+			// the same parameters: wait until no ps takes another push.
+			err = waitPSAtGoal(ctx, cfg, c)
 		}
 		if err == nil {
 			// A ps that dies during the final checkpoint restores an
@@ -580,7 +712,8 @@ func staysForChief(cfg Config) bool {
 // chief has told a ps it is done (it has saved the final checkpoint; the chief is
 // the first to call Done, as every other worker waits for it), or a ps is
 // back below the goal (again: it restored an older checkpoint, the worker
-// must train again), or --worker_timeout passes (the chief is gone; the
+// must train again), or a ps restored a checkpoint at the goal (the job's
+// final one: the job is over), or --worker_timeout passes (the chief is gone; the
 // worker's own work is done). A ps that restarted at the goal changes
 // nothing; one that does not answer is waited for. It logs every
 // --wait_log_every.
@@ -601,6 +734,14 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 		default:
 			for _, st := range statuses {
 				if st.WorkersDone > 0 {
+					return false, nil
+				}
+				if st.Initialized && st.RestoredStep >= cfg.TrainSteps && st.GlobalStep >= cfg.TrainSteps {
+					// The ps restored a checkpoint at the goal: the job's
+					// final one, saved by the chief, which then called
+					// Done on a ps that is gone (this worker was started
+					// again after the job ended).
+					cfg.Logf("worker %d: at the goal; ps %d restored the job's final checkpoint (step %d): the job is over", worker, st.Task, st.RestoredStep)
 					return false, nil
 				}
 			}
@@ -685,6 +826,63 @@ func waitForWorkers(ctx context.Context, cfg Config, c *client.Client) error {
 			lastLog = time.Now()
 		}
 		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// goalStall is how long the chief waits at the goal for a ps below it
+// that stopped moving (a push lost with a worker that died): the
+// parameters then stand still anyway.
+const goalStall = 10 * time.Second
+
+// waitPSAtGoal is the chief's wait, once it has reached the goal, until
+// every ps is there too. Asynchronous ps count their own steps, and the
+// chief sees ps 0's: another ps may still apply pushes in flight. Each ps
+// drops the pushes past the goal (the goal step of the chief's Init), so
+// once all are there the parameters stand still, and the final checkpoint
+// and the evaluation read the same ones. It returns at once when no ps is
+// at the goal (the workers' data ended first: they no longer push), and
+// after goalStall with no ps moving. It logs every --wait_log_every.
+func waitPSAtGoal(ctx context.Context, cfg Config, c *client.Client) error {
+	if cfg.TrainSteps <= 0 {
+		return nil
+	}
+	start := time.Now()
+	lastLog, lastMove := start, start
+	var last []int64
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		statuses, err := c.Status(sctx)
+		cancel()
+		if err != nil {
+			return err // the caller recovers and comes back here
+		}
+		steps := make([]int64, len(statuses))
+		reached, behind := false, []string(nil)
+		for i, st := range statuses {
+			steps[i] = st.GlobalStep
+			if st.GlobalStep >= cfg.TrainSteps {
+				reached = true
+			} else {
+				behind = append(behind, fmt.Sprintf("ps %d at step %d", i, st.GlobalStep))
+			}
+		}
+		if !reached || len(behind) == 0 {
+			return nil
+		}
+		if !slices.Equal(steps, last) {
+			last, lastMove = steps, time.Now()
+		}
+		if time.Since(lastMove) >= goalStall {
+			cfg.Logf("chief: at the goal step %d, %s did not move for %s; saving and evaluating as they are", cfg.TrainSteps, strings.Join(behind, ", "), goalStall)
+			return nil
+		}
+		if time.Since(lastLog) >= cfg.WaitLogEvery {
+			cfg.Logf("chief: at the goal step %d; waiting for %s to apply the pushes in flight (waited %s)", cfg.TrainSteps, strings.Join(behind, ", "), time.Since(start).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -490,8 +490,13 @@ type InitRequest struct {
 	SyncTimeoutMs       int64                  `protobuf:"varint,10,opt,name=sync_timeout_ms,json=syncTimeoutMs,proto3" json:"sync_timeout_ms,omitempty"` // sync: how long a step waits for missing gradients; 0 = forever
 	SyncProceed         bool                   `protobuf:"varint,11,opt,name=sync_proceed,json=syncProceed,proto3" json:"sync_proceed,omitempty"`         // sync: after the timeout, complete with the gradients that came (else fail)
 	SplitBytes          int64                  `protobuf:"varint,12,opt,name=split_bytes,json=splitBytes,proto3" json:"split_bytes,omitempty"`            // the placement threshold the workers use (recorded in checkpoints)
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The job's goal (--train_steps; 0: none): a push that would take the
+	// ps past it is dropped, so the parameters stand still once every ps is
+	// there and the chief's final checkpoint and evaluation read the same
+	// ones. A repeated Init sets it again (a job resumed with a new goal).
+	GoalStep      int64 `protobuf:"varint,100,opt,name=goal_step,json=goalStep,proto3" json:"goal_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InitRequest) Reset() {
@@ -604,6 +609,13 @@ func (x *InitRequest) GetSyncProceed() bool {
 func (x *InitRequest) GetSplitBytes() int64 {
 	if x != nil {
 		return x.SplitBytes
+	}
+	return 0
+}
+
+func (x *InitRequest) GetGoalStep() int64 {
+	if x != nil {
+		return x.GoalStep
 	}
 	return 0
 }
@@ -1575,8 +1587,12 @@ func (x *StatusResponse) GetCheckpointDir() string {
 }
 
 type DoneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// Not empty: the worker did not finish, it gave up (why, e.g. the
+	// --recovery_timeout that passed). The ps counts it as ended, not done:
+	// once every worker has ended so, the ps exits non-zero naming them.
+	GaveUp        string `protobuf:"bytes,100,opt,name=gave_up,json=gaveUp,proto3" json:"gave_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1616,6 +1632,13 @@ func (x *DoneRequest) GetWorker() int32 {
 		return x.Worker
 	}
 	return 0
+}
+
+func (x *DoneRequest) GetGaveUp() string {
+	if x != nil {
+		return x.GaveUp
+	}
+	return ""
 }
 
 type DoneResponse struct {
@@ -1934,7 +1957,7 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1b\n" +
 	"\tmin_count\x18\x06 \x01(\x03R\bminCount\x12*\n" +
 	"\x11evict_after_steps\x18\a \x01(\x03R\x0fevictAfterSteps\x12;\n" +
-	"\toptimizer\x18\b \x01(\v2\x1d.paramserv.v1.OptimizerConfigR\toptimizer\"\xd9\x03\n" +
+	"\toptimizer\x18\b \x01(\v2\x1d.paramserv.v1.OptimizerConfigR\toptimizer\"\xf6\x03\n" +
 	"\vInitRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12)\n" +
 	"\x04vars\x18\x02 \x03(\v2\x15.paramserv.v1.VarSpecR\x04vars\x12/\n" +
@@ -1951,7 +1974,8 @@ const file_paramserv_proto_rawDesc = "" +
 	" \x01(\x03R\rsyncTimeoutMs\x12!\n" +
 	"\fsync_proceed\x18\v \x01(\bR\vsyncProceed\x12\x1f\n" +
 	"\vsplit_bytes\x18\f \x01(\x03R\n" +
-	"splitBytes\"`\n" +
+	"splitBytes\x12\x1b\n" +
+	"\tgoal_step\x18d \x01(\x03R\bgoalStep\"`\n" +
 	"\fInitResponse\x12/\n" +
 	"\x13already_initialized\x18\x01 \x01(\bR\x12alreadyInitialized\x12\x1f\n" +
 	"\vglobal_step\x18\x02 \x01(\x03R\n" +
@@ -2033,9 +2057,10 @@ const file_paramserv_proto_rawDesc = "" +
 	"\rlearning_rate\x18\r \x01(\x01R\flearningRate\x12+\n" +
 	"\x04vars\x18d \x03(\v2\x17.paramserv.v1.VarStatusR\x04vars\x126\n" +
 	"\aworkers\x18e \x03(\v2\x1c.paramserv.v1.WorkerActivityR\aworkers\x12%\n" +
-	"\x0echeckpoint_dir\x18f \x01(\tR\rcheckpointDir\"%\n" +
+	"\x0echeckpoint_dir\x18f \x01(\tR\rcheckpointDir\">\n" +
 	"\vDoneRequest\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\x05R\x06worker\"\x0e\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x17\n" +
+	"\agave_up\x18d \x01(\tR\x06gaveUp\"\x0e\n" +
 	"\fDoneResponse\"\x92\x01\n" +
 	"\x11CheckpointRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x12\n" +
