@@ -109,6 +109,8 @@ type Server struct {
 	seen       map[int]time.Time // when each worker was last heard from (a push, a pull, Init, Done, Status)
 	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
 
+	coll gatherings // the workers' barriers and all-reduces (collective.go), under its own lock
+
 	buffered atomic.Int64 // bytes the data connections hold (membound.go)
 	freeing  atomic.Bool  // a goroutine returns freed memory to the system
 }
