@@ -342,3 +342,29 @@ def test_interrupted_job_resumes_the_recipe(paramserv_bin, tmp_path):
             sched.step()
     for a, b in zip(got, model.parameters()):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _write_idx(path, a):
+    import gzip
+    import struct
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">HBB", 0, 0x08, a.ndim) + struct.pack(">" + "I" * a.ndim, *a.shape) + a.tobytes())
+
+
+def test_mnist_cnn_example_runs(paramserv_bin, tmp_path):
+    """examples/torch/mnist_cnn.py, the upstream CNN example ported, runs as
+    two workers of paramserv local (on a small made-up MNIST)."""
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 256), ("t10k", 100)):
+        _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+        _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, n, dtype=np.uint8))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(REPO, "python"),
+                                                                     os.environ.get("PYTHONPATH")])))
+    env.pop("TF_CONFIG", None)
+    p = subprocess.run([paramserv_bin, "local", "--ps=1", "--workers=2", "--", sys.executable,
+                        os.path.join(REPO, "examples", "torch", "mnist_cnn.py"), "--data_dir=" + str(tmp_path),
+                        "--epochs=2", "--max_batches=2", "--batch-size=16"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert p.stdout.count("Test set: Average loss") == 2, p.stdout[-3000:]
+    assert "examples/s (this worker)" in p.stdout
