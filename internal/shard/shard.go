@@ -4,18 +4,18 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"github.com/paramserv/paramserv/internal/table/sparse"
 	"math"
 	"math/bits"
 	"slices"
 	"time"
 
-	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
 // Config is what a shard knows of its place in the cluster.
@@ -72,7 +72,7 @@ type VarSpec struct {
 }
 
 // TableSpec is a sparse table: the checkpoint manifest's record of one.
-type TableSpec = checkpoint.TableSpec
+type TableSpec = ckptformat.TableSpec
 
 // Layout is everything the chief's Init (or a checkpoint) fixes about a
 // shard except the values: its variables and tables, the optimizer and the
