@@ -15,6 +15,7 @@ import (
 	"github.com/paramserv/paramserv/internal/memnet"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
@@ -32,7 +33,7 @@ func TestStateSavedWithCheckpoints(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = trainer.RunPS(ctx, trainer.Config{
+			_ = trainer.RunPS(ctx, trainer.PSConfig{PSConfig: replication.PSConfig{
 				Cluster:       cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}},
 				CheckpointDir: dir, WaitLogEvery: time.Hour,
 				Listen: func(addr string) (net.Listener, error) {
@@ -41,7 +42,7 @@ func TestStateSavedWithCheckpoints(t *testing.T) {
 					close(ready)
 					return l, err
 				},
-			})
+			}})
 		}()
 		<-ready
 		return lis, func() { cancel(); <-done }
