@@ -573,6 +573,7 @@ func (s *Server) report(ctx context.Context, req *pb.StatusRequest, wait time.Du
 		resp.Tables = append(resp.Tables, &pb.TableStatus{
 			Name: t.Name, Rows: t.Rows, Bytes: t.Bytes, Admitted: t.Admitted,
 			Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission,
+			DiskRows: t.TierRows, DiskLookups: t.TierLookups, DiskHits: t.TierHits,
 		})
 	}
 	if details != nil {

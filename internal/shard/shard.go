@@ -533,6 +533,9 @@ type TableStatus struct {
 	Admitted            int64
 	Evicted             int64
 	RejectedByAdmission int64
+	// With a second tier (Tiers): of Rows, those in the tier, and the keys
+	// looked for there and found.
+	TierRows, TierLookups, TierHits int64
 }
 
 // Status reports the shard's state.

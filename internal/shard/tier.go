@@ -25,6 +25,15 @@ type Tier interface {
 	// Cut is a view of the tier's rows now, taken with the shard's Cut
 	// and read with no lock held.
 	Cut() TierCut
+	// Counts are the tier's rows and lookups, for the shard's Status.
+	Counts() TierCounts
+}
+
+// TierCounts are what a tier reports in the shard's Status.
+type TierCounts struct {
+	Rows    int64 // rows the tier holds, not in the table
+	Lookups int64 // keys looked for in the tier (not in the table)
+	Hits    int64 // of them, found there
 }
 
 // TierCut is a view of a tier's rows at a cut.

@@ -89,7 +89,8 @@ func watchTier(cfg PSConfig, m *tier.Manager, s *server.Server) {
 		t := m.Stats()
 		lock.Unlock()
 		return TierStats{HotRows: t.HotRows, DiskRows: t.DiskRows, HotBytes: t.HotBytes, Budget: t.Budget, DiskBytes: t.DiskBytes,
-			Lookups: t.Lookups, Hits: t.Hits, Promotions: t.Promotions, Demotions: t.Demotions, EvictedOnDisk: t.Evicted}
+			Lookups: t.Lookups, Hits: t.Hits, Promotions: t.Promotions, Demotions: t.Demotions, EvictedOnDisk: t.Evicted,
+			Filtered: t.Filtered, FilterBytes: t.FilterBytes}
 	})
 }
 
@@ -103,4 +104,6 @@ type TierStats struct {
 	Promotions        int64 // rows moved into memory
 	Demotions         int64 // rows moved to disk
 	EvictedOnDisk     int64 // rows found on disk past their eviction
+	Filtered          int64 // of Lookups, keys the miss filter knew were not on disk
+	FilterBytes       int64 // the miss filter's memory
 }
