@@ -32,6 +32,11 @@ import (
 // at once, and the longest wait a call may ask for.
 const (
 	MaxCollectiveValues = 1 << 16
+	// maxCollectiveBytes bounds a collective request on the wire, apart
+	// from the layout's bound (GRPCLimit), which a small model makes
+	// smaller than an all-reduce of MaxCollectiveValues: 8 bytes a value
+	// and the other fields.
+	maxCollectiveBytes = 8*MaxCollectiveValues + 1024
 	maxGatherings       = 4096
 	maxCollectiveWait   = 24 * time.Hour
 )

@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/wire/pb"
@@ -152,5 +154,30 @@ func TestCollectiveRetryAfterCompletion(t *testing.T) {
 	resp, err := s.Collective(context.Background(), reqs[0])
 	if err != nil || resp.Values[0] != 3 {
 		t.Fatalf("retry: %v %v", resp, err)
+	}
+}
+
+// An all-reduce of MaxCollectiveValues values reaches a ps whose layout
+// allows far smaller requests (4 values: a 64 KiB bound), over gRPC; a
+// larger request is still refused.
+func TestCollectiveOverGRPCPassesTheLayoutBound(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	addr := serveTCP(t, s)
+	initVar(t, s, 4)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ps := pb.NewParamServerClient(conn)
+	values := make([]float64, MaxCollectiveValues)
+	values[7] = 3
+	resp, err := ps.Collective(context.Background(), &pb.CollectiveRequest{Op: "sum", Values: values, World: 1, TimeoutMs: 60_000})
+	if err != nil || len(resp.GetValues()) != MaxCollectiveValues || resp.GetValues()[7] != 3 {
+		t.Fatalf("an all-reduce of %d values: %d values back, %v", MaxCollectiveValues, len(resp.GetValues()), err)
+	}
+	_, err = ps.Collective(context.Background(), &pb.CollectiveRequest{Seq: 1, Op: "sum", Values: make([]float64, 2*MaxCollectiveValues), World: 1, TimeoutMs: 60_000})
+	if err == nil || !strings.Contains(err.Error(), "is over this ps's limit") {
+		t.Fatalf("an all-reduce of %d values: %v, want it refused by the layout's bound", 2*MaxCollectiveValues, err)
 	}
 }
