@@ -37,8 +37,8 @@ const (
 	// smaller than an all-reduce of MaxCollectiveValues: 8 bytes a value
 	// and the other fields.
 	maxCollectiveBytes = 8*MaxCollectiveValues + 1024
-	maxGatherings       = 4096
-	maxCollectiveWait   = 24 * time.Hour
+	maxGatherings      = 4096
+	maxCollectiveWait  = 24 * time.Hour
 )
 
 // collectiveOps are the operations a gathering may reduce by.
