@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--steps_to_validate", type=int, default=200)
     ap.add_argument("--overlap", action="store_true",
                     help="async: push+pull in the background while the next batch computes")
+    ap.add_argument("--worker_optimizer", action="store_true",
+                    help="run torch.optim.Adam on each worker and push its changes (the ps: sgd at 1.0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--result_file", default="")
     ap.add_argument("--checkpoint_dir", default="",
@@ -156,7 +158,9 @@ def main():
 
     (train_x, train_y), (val_x, val_y), (test_x, test_y) = load(args.data_dir, args.dataset)
     net = MLP(args.hidden_units, args.seed)
-    model = pst.DistributedModule(net, optimizer="adam", learning_rate=args.learning_rate,
+    rule = ({"optimizer": torch.optim.Adam(net.parameters(), lr=args.learning_rate)} if args.worker_optimizer
+            else {"optimizer": "adam", "learning_rate": args.learning_rate})
+    model = pst.DistributedModule(net, **rule,
                                   sync=args.sync_replicas, replicas_to_aggregate=args.replicas_to_aggregate,
                                   checkpoint_dir=args.checkpoint_dir or None, save_steps=args.save_steps,
                                   overlap=args.overlap)
@@ -195,7 +199,8 @@ def main():
             result = {
                 "model": "torch_mnist", "mode": "sync" if client.sync else "async", "global_step": step,
                 "local_steps": local, "elapsed_s": elapsed, "workers": workers, "ps": client.num_ps,
-                "optimizer": "adam", "learning_rate": args.learning_rate,
+                "optimizer": "torch.optim.Adam on the worker" if args.worker_optimizer else "adam",
+                "learning_rate": args.learning_rate,
                 "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm,
                 "val_cross_entropy": val_ce, "val_accuracy": val_acc,
                 "test_cross_entropy": test_ce, "test_accuracy": test_acc,

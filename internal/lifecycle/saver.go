@@ -27,6 +27,9 @@ type saver struct {
 	// and the deltas saved since.
 	parent, base int64
 	deltas       int
+	// state is the program's own state for the next save (SetState),
+	// written into the checkpoint before its manifest, then dropped.
+	state []byte
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
@@ -76,6 +79,7 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
 		s.lastStep, s.lastTime, s.force = step, time.Now(), false
 		s.parent = -1 // the ps may not have cut it: the next save is full
+		s.state = nil
 		return nil
 	}
 	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
@@ -89,6 +93,11 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 	}
 	if err != nil {
 		return fmt.Errorf("checkpoint of step %d: %w", step, err)
+	}
+	if s.state != nil {
+		if err := checkpoint.WriteUserState(s.fs, cfg.CheckpointDir, step, s.state); err != nil {
+			return fmt.Errorf("checkpoint of step %d: %w", step, err)
+		}
 	}
 	m, err := s.manifest(step, infos)
 	if err != nil {
@@ -125,6 +134,7 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 		s.base, s.deltas = step, 0
 	}
 	s.parent = step
+	s.state = nil
 	return nil
 }
 

@@ -108,6 +108,23 @@ func (w *Worker) Stepped(ctx context.Context, step int64) error {
 	return w.sv.maybe(ctx, step)
 }
 
+// Due reports whether the chief's checkpoint is due at step (false for
+// the other workers): a program that saves a state of its own with the
+// checkpoint (SetState) asks before it makes one.
+func (w *Worker) Due(step int64) bool {
+	return w != nil && w.sv.due(step)
+}
+
+// SetState gives the chief's next checkpoint a state of the program's own
+// (bytes it alone reads: checkpoint.WriteUserState), written before the
+// manifest so that the checkpoint holds it once complete; the save after
+// that has none unless set again. The other workers ignore it.
+func (w *Worker) SetState(state []byte) {
+	if w != nil && w.sv != nil {
+		w.sv.state = state
+	}
+}
+
 // Recover is called after an exchange at step failed with cause. It
 // returns cause itself when that is not a failure to recover from (a
 // layout that differs from the ps's is an input to fix: a *ConfigError);

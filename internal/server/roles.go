@@ -46,7 +46,7 @@ func allowed(task secure.Task, method string, req any) error {
 			return fmt.Errorf("%s: only the chief (worker 0) may call it; this connection's certificate is %s's", method, task)
 		}
 		return nil
-	case "Push", "Pull", "PushPull", "Done":
+	case "Push", "Pull", "PushPull", "Done", "Collective":
 		w, ok := req.(workerOf)
 		if !ok {
 			return nil

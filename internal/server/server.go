@@ -113,6 +113,8 @@ type Server struct {
 	savedStep  int64             // the step of the last checkpoint shard written, or -1
 	limits     bufLimits         // the data path's bounds for the shard's state (membound.go)
 
+	coll gatherings // the workers' barriers and all-reduces (collective.go), under its own lock
+
 	buffered atomic.Int64 // bytes the data connections hold (membound.go)
 	freeing  atomic.Bool  // a goroutine returns freed memory to the system
 }

@@ -85,6 +85,9 @@ type Session struct {
 	calls    *telemetry.Calls
 	local    int64
 	returned time.Time
+
+	collectives int64 // the collective calls made (collective.go): the next one's number
+	deferSaves  bool  // the program saves the due checkpoints with its state (DeferSaves)
 }
 
 func (cfg *Config) defaults() {
@@ -308,6 +311,9 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep
+		if s.deferSaves {
+			return newStep, call.Dropped, nil
+		}
 		if err := s.w.Stepped(ctx, newStep); err != nil {
 			return newStep, call.Dropped, fmt.Errorf("session: worker %d: checkpoint of step %d: %w", s.worker, newStep, err)
 		}

@@ -94,6 +94,12 @@ def _load():
             "ps_change_rate": (i32, [i64, i64, ctypes.c_double, ctypes.c_char_p]),
             "ps_close": (i32, [i64]),
             "ps_watch_interrupts": (i32, [i32]),
+            "ps_collective": (i32, [i64, ctypes.c_char_p, ctypes.c_void_p, i64, ctypes.c_void_p, ctypes.c_double]),
+            "ps_defer_saves": (i32, [i64]),
+            "ps_save_due": (i32, [i64]),
+            "ps_save_state": (i32, [i64, ctypes.c_char_p, i64, i32]),
+            "ps_resume_state": (i32, [i64, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(i64), ctypes.POINTER(i64)]),
+            "ps_free": (None, [ctypes.c_void_p]),
         }
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
@@ -415,6 +421,8 @@ class Client:
                              f"{self.num_workers} workers")
         self._started = False
         self._done = False
+        self._checkpoint_dir: Optional[str] = cfg["checkpoint_dir"] or None
+        self._optimizer: Dict[str, Any] = opt  # the job's rule, as sent
 
     # -- properties -------------------------------------------------------
 
@@ -422,6 +430,24 @@ class Client:
     def is_chief(self) -> bool:
         """Whether this worker is the chief (worker 0), which initialises the ps."""
         return self.worker == 0
+
+    @property
+    def rank(self) -> int:
+        """This worker's index among the workers, 0 to world_size - 1 (as
+        ``torch.distributed.get_rank()``); 0 is the chief. The same as
+        ``worker``."""
+        return self.worker
+
+    @property
+    def world_size(self) -> int:
+        """The number of workers (as ``torch.distributed.get_world_size()``;
+        the ps do not count). The same as ``num_workers``."""
+        return self.num_workers
+
+    @property
+    def checkpoint_dir(self) -> Optional[str]:
+        """The checkpoint directory (absolute), or None."""
+        return self._checkpoint_dir
 
     @property
     def variables(self) -> Dict[str, Tuple[int, ...]]:
@@ -717,6 +743,106 @@ class Client:
         with self._calls_lock:
             self._calls.pop(ticket, None)
         return rc == 0, msg, step
+
+    # -- the workers among themselves -------------------------------------
+
+    def barrier(self, timeout: float = 600.0) -> None:
+        """Returns once every worker has called ``barrier()`` (as
+        ``torch.distributed.barrier()``), e.g. to let the chief evaluate
+        an epoch's model before the others go on.
+
+        Barriers and all-reduces are collective calls, made through ps 0:
+        every worker must make the same sequence of them. A call waits at
+        most ``timeout`` seconds for the others, saying in the log every
+        few seconds what it waits for; then it raises a ParamservError
+        naming the workers missing and what the ps knows of them (done,
+        never heard from, last heard from N s ago), so a worker that died
+        does not hang the others. A call that failed may be made again.
+        """
+        self._collective("barrier", np.empty(0, np.float64), timeout)
+
+    def all_reduce(self, values: Any, op: str = "sum", timeout: float = 600.0) -> np.ndarray:
+        """Returns the reduction over every worker of ``values`` (a number or
+        a sequence or array of up to 65,536 numbers), element by element:
+        ``op`` is "sum", "mean" or "max". Every worker gets the same float64
+        array (summed in worker order). For metrics (a test loss, counts),
+        not for gradients: it travels through ps 0 over gRPC. Waits and
+        failures are ``barrier()``'s."""
+        if op not in ("sum", "mean", "max"):
+            raise ValueError(f"paramserv: all_reduce: op {op!r}: want 'sum', 'mean' or 'max'")
+        try:
+            a = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(-1))
+        except (TypeError, ValueError):
+            raise ValueError(f"paramserv: all_reduce: values of type {type(values).__name__}: want numbers") from None
+        if a.size > 1 << 16:
+            raise ValueError(f"paramserv: all_reduce: {a.size} values: at most 65536 (it is for metrics)")
+        return self._collective(op, a, timeout)
+
+    def _collective(self, op: str, a: np.ndarray, timeout: float) -> np.ndarray:
+        if not _is_number(timeout) or not timeout > 0 or not math.isfinite(timeout):
+            raise ValueError(f"paramserv: {op}: timeout {timeout!r}: want a finite number of seconds > 0")
+        self._need_started()
+        out = np.empty_like(a)
+        with self._lock:
+            if self._lib.ps_collective(self._h, op.encode(), a.ctypes.data if a.size else None, a.size,
+                                       out.ctypes.data if a.size else None, float(timeout)) != 0:
+                self._raise()
+        return out
+
+    # -- a state of the program's own in the checkpoints ------------------
+
+    def defer_saves(self) -> None:
+        """Makes the chief's checkpoints carry a state of the program's own:
+        from now on a push no longer saves the checkpoint that is due; call
+        ``save_due()`` after each step and, when it is True, ``save_state(b)``.
+        ``paramserv.torch.DistributedModule`` does this for you."""
+        self._need_started()
+        with self._lock:
+            if self._lib.ps_defer_saves(self._h) != 0:
+                self._raise()
+
+    def save_due(self) -> bool:
+        """Whether the chief's checkpoint is due at the current step (after
+        ``defer_saves()``); always False on the other workers."""
+        self._need_started()
+        with self._lock:
+            rc = self._lib.ps_save_due(self._h)
+        if rc < 0:
+            self._raise()
+        return rc == 1
+
+    def save_state(self, state: bytes, final: bool = False) -> None:
+        """Saves the chief's due checkpoint, of the current step, with
+        ``state`` (bytes of the program's own: a pickle), written into the
+        checkpoint before its manifest so a complete checkpoint holds it.
+        ``final=True`` keeps the state for the checkpoint ``done()`` saves
+        instead. A ps that failed meanwhile is not an error: the save is
+        due again at the next step."""
+        if not isinstance(state, (bytes, bytearray)):
+            raise ValueError(f"paramserv: save_state: got {type(state).__name__}, want bytes")
+        self._need_started()
+        with self._lock:
+            if self._lib.ps_save_state(self._h, bytes(state), len(state), 1 if final else 0) != 0:
+                self._raise()
+
+    def resume_state(self) -> Tuple[Optional[bytes], int]:
+        """The program's state saved with the checkpoint the ps restored (at
+        their start, or in a recovery since) and that checkpoint's step:
+        ``(None, -1)`` when they restored none, ``(None, step)`` when it
+        holds no state (a fresh job's first checkpoint). Read from the
+        checkpoint directory, which this worker must see (under
+        ``paramserv local`` every worker does)."""
+        self._need_started()
+        p, n, step = ctypes.c_void_p(), ctypes.c_int64(), ctypes.c_int64()
+        with self._lock:
+            if self._lib.ps_resume_state(self._h, ctypes.byref(p), ctypes.byref(n), ctypes.byref(step)) != 0:
+                self._raise()
+        if not p.value:
+            return None, step.value
+        try:
+            return ctypes.string_at(p.value, n.value), step.value
+        finally:
+            self._lib.ps_free(p)
 
     def report_loss(self, loss: float, examples: int = 0) -> None:
         """Gives the training loss of the batch computed last (at the global

@@ -15,8 +15,11 @@ Example (every worker runs this under ``paramserv local -- python3 train.py``)::
 
 The parameters' ``.data`` are views of numpy buffers (CPU, float32) that the
 client fills in place, and their ``.grad`` views of buffers it sends from: no
-copies. The chief's current parameter values initialise the ps. Do not call
-a torch optimizer: the ps apply the optimizer. ``Embedding`` is a lookup
+copies (a module on a GPU is copied to and from pinned host buffers). The
+chief's current parameter values initialise the ps. The ps apply the
+optimizer; or pass a ``torch.optim`` optimizer (``optimizer=torch.optim.
+Adadelta(net.parameters(), lr=1.0)``) and it runs on the worker, which
+pushes each step's change (see DistributedModule). ``Embedding`` is a lookup
 table held in a sparse table on the ps: a forward pass pulls only the rows
 of the batch's distinct ids, and ``step()`` pushes their gradients;
 ``Embedding.prefetch(next_ids)`` pulls the next batch's rows in the
@@ -26,14 +29,32 @@ background while this one computes.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+import inspect
+import io
+import itertools
+import json
+import os
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from ._client import Client, _check_fork
 
-__all__ = ["DistributedModule", "Embedding"]
+__all__ = ["DistributedModule", "Embedding", "DistributedSampler"]
+
+
+# Tests set it to run a CPU module through the copies a GPU module makes.
+_FORCE_COPIES = False
+
+
+def _host_buffer(shape: Tuple[int, ...], pinned: bool) -> np.ndarray:
+    """A float32 host buffer of shape: page-locked (pinned) memory when
+    pinned, so that copies to and from a GPU run at full speed and may be
+    asynchronous; numpy's otherwise."""
+    if pinned:
+        return torch.empty(shape, dtype=torch.float32, pin_memory=True).numpy()
+    return np.empty(shape, np.float32)
 
 
 def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
@@ -73,12 +94,23 @@ class Embedding(torch.nn.Module):
     """
 
     def __init__(self, table: str, dim: int, init: str = "normal", init_stddev: float = 0.01,
-                 seed: int = 0, min_count: int = 0, evict_after_steps: int = 0) -> None:
+                 seed: int = 0, min_count: int = 0, evict_after_steps: int = 0,
+                 optimizer: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
         self.table, self.dim = table, int(dim)
-        self.options = {"init": init, "init_stddev": float(init_stddev), "seed": int(seed),
-                        "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
+        self.options: Dict[str, Any] = {
+            "init": init, "init_stddev": float(init_stddev), "seed": int(seed),
+            "min_count": int(min_count), "evict_after_steps": int(evict_after_steps)}
+        if optimizer is not None:
+            # The table's own rule on the ps ({"name": "adagrad",
+            # "learning_rate": 0.05, ...}); needed when the dense
+            # parameters' optimizer runs on the worker.
+            self.options["optimizer"] = dict(optimizer)
         self._client: Optional[Client] = None
+        # The device the rows go to (set by the DistributedModule: its
+        # parameters'), and whether host buffers are pinned.
+        self._device = torch.device("cpu")
+        self._pinned = False
         self._pending: List[Tuple[np.ndarray, torch.Tensor]] = []
         self._prefetched: Deque[_Prefetch] = collections.deque()
         # Set by the DistributedModule: whether a prefetch (made while
@@ -138,7 +170,7 @@ class Embedding(torch.nn.Module):
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=True)
         keys, inverse = np.unique(flat, return_inverse=True)
-        pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, np.empty((len(keys), self.dim), np.float32))
+        pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, _host_buffer((len(keys), self.dim), self._pinned))
         if not (self._hold is not None and self._hold(bool(self._prefetched))):
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
         self._prefetched.append(pf)
@@ -178,13 +210,19 @@ class Embedding(torch.nn.Module):
                 # its pull has returned).
                 self.prefetch_misses += 1
         if rows is None:
-            rows = np.empty((len(keys), self.dim), np.float32)
+            rows = _host_buffer((len(keys), self.dim), self._pinned)
             self._client.pull_rows(self.table, keys, rows)
         leaf = torch.from_numpy(rows)
+        index = torch.from_numpy(inverse.astype(np.int64, copy=False))
+        if self._device.type != "cpu":
+            # A copy of its own on the device: the host buffer may be
+            # reused once it has been read.
+            leaf = leaf.to(self._device)
+            index = index.to(self._device)
         if torch.is_grad_enabled() and self.training:
             leaf.requires_grad_(True)
             leaf.register_hook(lambda g, k=keys: self._pending.append((k, g)))
-        out = leaf[torch.from_numpy(inverse.astype(np.int64, copy=False))]
+        out = leaf[index]
         shape = tuple(ids.shape) if isinstance(ids, (torch.Tensor, np.ndarray)) else np.shape(ids)
         return out.reshape(*shape, self.dim)
 
@@ -196,11 +234,11 @@ class Embedding(torch.nn.Module):
             return None
         if len(pending) == 1:
             keys, g = pending[0]
-            return self.table, keys, np.ascontiguousarray(g.detach().numpy(), dtype=np.float32)
+            return self.table, keys, np.ascontiguousarray(g.detach().cpu().numpy(), dtype=np.float32)
         all_keys = np.concatenate([k for k, _ in pending])
         keys, inverse = np.unique(all_keys, return_inverse=True)
         grads = np.zeros((len(keys), self.dim), np.float32)
-        np.add.at(grads, inverse, np.concatenate([g.detach().numpy() for _, g in pending]))
+        np.add.at(grads, inverse, np.concatenate([g.detach().cpu().numpy() for _, g in pending]))
         return self.table, np.ascontiguousarray(keys), grads
 
 
@@ -208,16 +246,55 @@ class DistributedModule(torch.nn.Module):
     """Wraps ``module`` so its parameters live on the parameter servers.
 
     ``client_kwargs`` go to ``paramserv.Client`` (optimizer, learning_rate,
-    sync, replicas_to_aggregate, tf_config, ...); the variables are the
-    module's parameters (named as in ``named_parameters()``) and the tables
-    those of its ``Embedding`` modules. The constructor starts the client:
-    the chief's current parameter values initialise the ps, the other
-    workers wait for them.
+    sync, replicas_to_aggregate, tf_config, checkpoint_dir, save_steps,
+    ...); the variables are the module's parameters (named as in
+    ``named_parameters()``) and the tables those of its ``Embedding``
+    modules. The constructor starts the client: the chief's current
+    parameter values initialise the ps, the other workers wait for them.
 
     Call the wrapper as the module; the first forward pass pulls the values
     (``pull()`` pulls explicitly). After ``loss.backward()``, ``step()``
     pushes the gradients and pulls the next values in place, then zeroes
     the gradients.
+
+    **The optimizer on the worker.** ``optimizer`` is either the name of
+    the ps's rule (``"adam"``, with ``learning_rate`` and
+    ``optimizer_options``: the ps apply it) or a ``torch.optim.Optimizer``
+    over the module's parameters, which then runs here: ``step()`` calls
+    its ``step()`` on the gradients, pushes the change it made to the
+    parameters (values before minus after) and pulls the next values; the
+    ps run plain SGD at rate 1.0 on those changes. Asynchronous training:
+    each worker's change is added to the values as it arrives (with one
+    worker, the run is the single-process one, to float rounding).
+    Synchronous: the step's changes are averaged (``replicas_to_aggregate``
+    of them), as gradients are; each worker's optimizer keeps its own
+    state, from its own gradients. A ``scheduler`` (any
+    ``torch.optim.lr_scheduler``) is yours to step as usual (per epoch,
+    per batch); given here, its state is saved with the checkpoints.
+    Embeddings are not covered by a worker's optimizer: give their tables
+    a rule of their own on the ps (``Embedding(..., optimizer={"name":
+    "adagrad", "learning_rate": 0.05})``).
+
+    **State saved with each checkpoint.** With a checkpoint directory
+    (``checkpoint_dir=...``) the chief saves, with every checkpoint, its
+    worker optimizer's and the scheduler's ``state_dict`` and ``state``:
+    any picklable object of yours (the epoch, the batch reached, RNG
+    states), or a function returning one, called inside the ``step()``
+    whose checkpoint is due, after its push: describe where the program
+    goes on from (the next batch: ``lambda: {"epoch": epoch, "batch": i +
+    1, "rng": torch.get_rng_state()}``), and ``done()``'s final one. When
+    the job starts again (the ps restore the newest checkpoint), every
+    worker that sees the directory loads the chief's optimizer and
+    scheduler state and finds yours in ``resumed`` (None on a fresh
+    start), so the same command continues where it stopped. After a
+    recovery that rolled the ps back to an earlier checkpoint, they are
+    loaded again (``resumed`` changes).
+
+    **Devices.** A module on a GPU (``net.cuda()`` before wrapping) stays
+    there: values are pulled into page-locked host buffers and copied to
+    the device, gradients (or changes) copied back before the push;
+    Embeddings' rows likewise. On the CPU, parameters are views of the
+    client's buffers: no copies.
 
     With ``overlap=True`` and asynchronous training, ``step()`` returns at
     once and the push+pull runs while the next batch computes, at values
@@ -229,6 +306,7 @@ class DistributedModule(torch.nn.Module):
     """
 
     def __init__(self, module: torch.nn.Module, client: Optional[Client] = None, *, overlap: bool = False,
+                 optimizer: Any = None, scheduler: Any = None, state: Any = None,
                  **client_kwargs: Any) -> None:
         super().__init__()
         self.module = module
@@ -248,22 +326,81 @@ class DistributedModule(torch.nn.Module):
                     f"and dim {e.dim} {e.options}: Embeddings sharing a table must declare it alike")
         named = [(n, p) for n, p in module.named_parameters()]
         self._named = named
+        devices = {p.device for _, p in named}
         for n, p in named:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"paramserv.torch: parameter {n!r} is {p.dtype} on {p.device}: want float32 on the CPU")
+            if p.dtype != torch.float32:
+                raise ValueError(f"paramserv.torch: parameter {n!r} is {p.dtype} on {p.device}: want float32")
+        if len(devices) > 1:
+            raise ValueError(f"paramserv.torch: the parameters are on several devices {sorted(map(str, devices))}: "
+                             "want one (move the module with .to(device) before wrapping it)")
+        self.device = devices.pop() if devices else torch.device("cpu")
+        """The device of the module's parameters (the CPU's or a GPU's)."""
+        # Views on the CPU; copies through (pinned) host buffers elsewhere.
+        self._copies = self.device.type != "cpu" or _FORCE_COPIES
+        pinned = self._copies and torch.cuda.is_available()
+        self._torch_opt = None
+        if optimizer is not None and not isinstance(optimizer, str):
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise ValueError(f"paramserv.torch: optimizer of type {type(optimizer).__name__}: want the name of "
+                                 "the ps's rule (\"adam\") or a torch.optim.Optimizer over the module's parameters")
+            mine = {id(p) for _, p in named}
+            for g in optimizer.param_groups:
+                for p in g["params"]:
+                    if id(p) not in mine:
+                        raise ValueError("paramserv.torch: the optimizer holds a tensor that is not a parameter "
+                                         f"of the module (shape {tuple(p.shape)}): make it over module.parameters()")
+            clash = [k for k in ("learning_rate", "optimizer_options", "variable_options") if k in client_kwargs]
+            if clash:
+                raise ValueError(f"paramserv.torch: {', '.join(clash)} given with a torch.optim optimizer: its "
+                                 "rate and options are the torch optimizer's (the ps apply its changes at rate 1.0)")
+            for e in self._embeddings:
+                if "optimizer" not in e.options:
+                    raise ValueError(f"paramserv.torch: Embedding {e.table!r} with a torch.optim optimizer on the "
+                                     "worker: give its table a rule of its own on the ps (Embedding(..., "
+                                     "optimizer={'name': 'adagrad', 'learning_rate': 0.05}))")
+            if client is not None and getattr(client, "_optimizer", None) != {"name": "sgd", "learning_rate": 1.0}:
+                raise ValueError("paramserv.torch: a torch.optim optimizer with a client of rule "
+                                 f"{getattr(client, '_optimizer', None)}: the ps must run plain SGD at rate 1.0 on "
+                                 "the changes (Client(..., optimizer='sgd', learning_rate=1.0)), or leave the "
+                                 "client to DistributedModule")
+            self._torch_opt = optimizer
+            client_kwargs["optimizer"], client_kwargs["learning_rate"] = "sgd", 1.0
+        elif optimizer is not None:
+            client_kwargs["optimizer"] = optimizer
+        if scheduler is not None and not hasattr(scheduler, "state_dict"):
+            raise ValueError(f"paramserv.torch: scheduler of type {type(scheduler).__name__}: want a "
+                             "torch.optim.lr_scheduler (with state_dict and load_state_dict)")
+        self._scheduler = scheduler
+        self.state = state
+        """Yours to save with each checkpoint: any picklable object, or a
+        function returning one (called at each save)."""
+        self.resumed: Any = None
+        """The ``state`` saved with the checkpoint the job resumed from
+        (None on a fresh start, or when that checkpoint has none)."""
+        self.resumed_step = -1
+        """The step of that checkpoint (-1 when the ps restored none)."""
         self._params: Dict[str, np.ndarray] = {}
         self._grads: Dict[str, np.ndarray] = {}
+        # With a worker's optimizer: the values before its step.
+        self._before: Dict[str, torch.Tensor] = {}
         init = {}
         for n, p in named:
-            init[n] = np.ascontiguousarray(p.detach().numpy(), dtype=np.float32).copy()
+            init[n] = np.ascontiguousarray(p.detach().cpu().numpy(), dtype=np.float32).copy()
             # The module's own values until the first pull: a client that
             # fails (a bad argument, no ps) leaves the module as it was.
-            self._params[n] = init[n].copy()
-            self._grads[n] = np.zeros(tuple(p.shape), np.float32)
+            self._params[n] = _host_buffer(tuple(p.shape), pinned)
+            self._params[n][...] = init[n]
+            self._grads[n] = _host_buffer(tuple(p.shape), pinned)
+            self._grads[n].fill(0)
+            if self._copies:
+                continue
             # The parameter's values and gradient become views of the
             # buffers the client reads and writes: no copies.
             p.data = torch.from_numpy(self._params[n])
             p.grad = torch.from_numpy(self._grads[n])
+        # A GPU module's copies from the host buffers, not yet known to be
+        # over (the next pull writes into them).
+        self._h2d: Any = None
         if client is None:
             client = Client(
                 variables={n: tuple(p.shape) for n, p in named},
@@ -275,6 +412,7 @@ class DistributedModule(torch.nn.Module):
         for e in self._embeddings:
             e._client = client
             e._hold = self._holds_prefetch
+            e._device, e._pinned = self.device, pinned
         self.client.start(init=init if client.is_chief else None)
         self._sync = self.client.sync  # the cluster's mode, fixed for the job
         self._fresh = False
@@ -282,6 +420,48 @@ class DistributedModule(torch.nn.Module):
         # Overlap only where the push's semantics allow it: asynchronous
         # training (a synchronous step must complete before the next).
         self._overlap = bool(overlap) and not self.client.sync
+        # The chief saves the checkpoints that are due itself, with the
+        # state of the optimizer, the scheduler and yours.
+        self._saves = self.client.checkpoint_dir is not None
+        if self._saves:
+            self.client.defer_saves()
+            self._load_resumed()
+
+    # -- the process group's calls ----------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This worker's index, 0 to world_size - 1 (``Client.rank``)."""
+        return self.client.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of workers (``Client.world_size``)."""
+        return self.client.world_size
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this worker is the chief (worker 0)."""
+        return self.client.is_chief
+
+    def barrier(self, timeout: float = 600.0) -> None:
+        """Returns once every worker has called it (``Client.barrier``)."""
+        self._settle()
+        self.client.barrier(timeout)
+
+    def all_reduce(self, value: Any, op: str = "sum", timeout: float = 600.0) -> Any:
+        """Reduces ``value`` over every worker by ``op`` ("sum", "mean",
+        "max"; ``Client.all_reduce``). A tensor (any dtype and device) is
+        reduced in place, as ``torch.distributed.all_reduce`` does, and
+        returned; a number gives a float; an array or a sequence, a
+        float64 array."""
+        if isinstance(value, torch.Tensor):
+            out = self.client.all_reduce(value.detach().cpu().double().numpy(), op, timeout)
+            with torch.no_grad():
+                value.copy_(torch.from_numpy(out).reshape(value.shape))
+            return value
+        out = self.client.all_reduce(value, op, timeout)
+        return float(out[0]) if np.ndim(value) == 0 else out
 
     @property
     def global_step(self) -> int:
@@ -296,17 +476,80 @@ class DistributedModule(torch.nn.Module):
         return self._overlap
 
     @property
-    def is_chief(self) -> bool:
-        """Whether this worker is the chief (worker 0)."""
-        return self.client.is_chief
+    def optimizer(self) -> Optional[torch.optim.Optimizer]:
+        """The torch optimizer run on the worker, or None (the ps's rule)."""
+        return self._torch_opt
+
+    # -- checkpointed state -----------------------------------------------
+
+    def _pack(self) -> bytes:
+        """The state saved with a checkpoint, as bytes."""
+        state = self.state() if callable(self.state) else self.state
+        blob = {"format": 1,
+                "optimizer": self._torch_opt.state_dict() if self._torch_opt is not None else None,
+                "scheduler": self._scheduler.state_dict() if self._scheduler is not None else None,
+                "state": state}
+        buf = io.BytesIO()
+        torch.save(blob, buf)
+        return buf.getvalue()
+
+    def _load_resumed(self) -> None:
+        """Loads the state saved with the checkpoint the ps restored."""
+        b, self.resumed_step = self.client.resume_state()
+        if b is None:
+            return
+        # Not weights_only (torch 2.6's default): the state is any picklable
+        # object, from this job's own checkpoint.
+        kw = {"weights_only": False} if "weights_only" in inspect.signature(torch.load).parameters else {}
+        blob = torch.load(io.BytesIO(b), map_location="cpu", **kw)
+        if self._torch_opt is not None and blob.get("optimizer") is not None:
+            self._torch_opt.load_state_dict(blob["optimizer"])
+        if self._scheduler is not None and blob.get("scheduler") is not None:
+            self._scheduler.load_state_dict(blob["scheduler"])
+        self.resumed = blob.get("state")
+
+    def _after_step(self, before: int, step: int) -> None:
+        """After a step that landed: the chief's due checkpoint, with the
+        state; after a recovery that rolled the ps back, the state of the
+        checkpoint restored."""
+        if not self._saves:
+            return
+        if step <= before:
+            # Rolled back (a restored checkpoint): the optimizer's state
+            # is ahead of the values; take the checkpoint's.
+            self._load_resumed()
+        if self.client.save_due():
+            self.client.save_state(self._pack())
+
+    # -- values and steps -------------------------------------------------
 
     def pull(self) -> int:
         """Pulls every parameter's values in place; returns the global step.
         With ``overlap``, it first waits for the push in flight."""
         self._settle()
+        self._host_free()
         step = self.client.pull(self._params)
+        self._to_device()
         self._fresh, self._step = True, step
         return step
+
+    def _host_free(self) -> None:
+        """Waits until the copies to the device from the host buffers are
+        over, before a pull writes into them."""
+        if self._h2d is not None:
+            self._h2d.synchronize()
+            self._h2d = None
+
+    def _to_device(self) -> None:
+        """A module on a device: copies the values pulled to it."""
+        if not self._copies:
+            return
+        with torch.no_grad():
+            for n, p in self._named:
+                p.data.copy_(torch.from_numpy(self._params[n]), non_blocking=True)
+        if self.device.type == "cuda":
+            self._h2d = torch.cuda.Event()
+            self._h2d.record()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._fresh:
@@ -322,28 +565,57 @@ class DistributedModule(torch.nn.Module):
         before it), the rows it would read now may be the step's old ones."""
         return self._sync and (self._under_way or queued)
 
+    def _gather(self) -> None:
+        """Puts what step() pushes into the gradient buffers: the gradients,
+        or, with a worker's optimizer, the change its step makes to the
+        values (before minus after, which the ps's SGD at 1.0 subtracts)."""
+        opt = self._torch_opt
+        if opt is not None:
+            with torch.no_grad():
+                for n, p in self._named:
+                    if n not in self._before:
+                        self._before[n] = torch.empty_like(p.data)
+                    self._before[n].copy_(p.data)
+            opt.step()
+        with torch.no_grad():
+            for n, p in self._named:
+                host = torch.from_numpy(self._grads[n])
+                if opt is not None:
+                    host.copy_(self._before[n].sub_(p.data))
+                elif self._copies:
+                    if p.grad is not None:
+                        host.copy_(p.grad)  # from the device: a synchronous copy
+                elif p.grad is not None and p.grad.data_ptr() != host.data_ptr():
+                    host.copy_(p.grad)  # something replaced .grad (set_to_none)
+                if self._copies:
+                    if p.grad is not None:
+                        p.grad.zero_()
+                elif p.grad is None or p.grad.data_ptr() != host.data_ptr():
+                    p.grad = host
+
     def step(self) -> int:
         """Pushes the gradients of the last backward pass (and of the
-        embeddings' rows), pulls the next values in place, zeroes the
-        gradients, and returns the new global step."""
+        embeddings' rows) — with a worker's optimizer, first runs its
+        ``step()`` and pushes the change it made — pulls the next values in
+        place, zeroes the gradients, saves the chief's checkpoint when one
+        is due, and returns the new global step."""
         rows = _merge([r for r in (e._rows() for e in self._embeddings) if r is not None])
-        for n, p in self.module.named_parameters():
-            if p.grad is None or p.grad.data_ptr() != self._grads[n].ctypes.data:
-                # Something replaced .grad (set_to_none): copy it back.
-                if p.grad is not None:
-                    self._grads[n][...] = p.grad.detach().numpy()
-                p.grad = torch.from_numpy(self._grads[n])
+        self._gather()
         if self._overlap:
             return self._step_overlapped(rows)
+        self._host_free()
+        before = self._step
         step = self.client.push_pull(self._grads, self._params, rows=rows)
         for g in self._grads.values():
             g.fill(0)
+        self._to_device()
         self._fresh, self._step, self._under_way = True, step, False
         if self._sync:
             # The step has completed: a prefetch's rows must be read from
             # now on (Embedding.prefetch), so that sync stays exact.
             for e in self._embeddings:
                 e._pull_again()
+        self._after_step(before, step)
         return step
 
     def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> int:
@@ -353,19 +625,25 @@ class DistributedModule(torch.nn.Module):
         previous push+pull filled; the next step waits for the call in
         flight before it starts its own. Returns the step of the last call
         that completed."""
+        before = self._step
         if self._spare is None:
             # First step: the second set starts as the values just used.
             self._spare = ({n: a.copy() for n, a in self._params.items()},
                            {n: np.zeros_like(g) for n, g in self._grads.items()})
         else:
             self._settle()
+            self._after_step(before, self._step)
+        self._host_free()
         self._future = self.client.push_pull_async(self._grads, self._params, rows=rows)
         (self._params, self._grads), self._spare = self._spare, (self._params, self._grads)
         for g in self._grads.values():
             g.fill(0)
-        for n, p in self._named:
-            p.data = torch.from_numpy(self._params[n])
-            p.grad = torch.from_numpy(self._grads[n])
+        if self._copies:
+            self._to_device()
+        else:
+            for n, p in self._named:
+                p.data = torch.from_numpy(self._params[n])
+                p.grad = torch.from_numpy(self._grads[n])
         self._fresh, self._under_way = True, False
         return self._step
 
@@ -384,8 +662,11 @@ class DistributedModule(torch.nn.Module):
         self.client.report_loss(loss, examples)
 
     def done(self) -> None:
-        """Tells the ps this worker has finished (after the push in flight)."""
+        """Tells the ps this worker has finished (after the push in flight);
+        the chief's final checkpoint holds the state of now."""
         self._settle()
+        if self._saves and self.client.is_chief:
+            self.client.save_state(self._pack(), final=True)
         self.client.done()
 
     def close(self) -> None:
@@ -396,6 +677,67 @@ class DistributedModule(torch.nn.Module):
             self._settle()
         finally:
             self.client.close()
+
+
+class DistributedSampler(torch.utils.data.distributed.DistributedSampler):
+    """Gives each worker its part of a dataset, reshuffled every epoch: a
+    drop-in for ``torch.utils.data.distributed.DistributedSampler`` in a
+    ``DataLoader`` (the same arguments, ``set_epoch``, ``__len__`` and
+    ``__iter__``: it is one), whose ``num_replicas`` and ``rank`` default
+    to the workers of the job (TF_CONFIG, as ``paramserv local`` sets it)
+    instead of torch's process group::
+
+        sampler = pst.DistributedSampler(dataset, shuffle=True, seed=1)
+        loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+        for epoch in range(1, epochs + 1):
+            sampler.set_epoch(epoch)      # every worker: the same permutation
+            for x, y in loader: ...
+
+    Every worker shuffles with the same seed and epoch and takes every
+    ``num_replicas``-th index from its rank, so the parts do not overlap;
+    ``drop_last`` as torch's. ``set_epoch(epoch, start=k)`` skips this
+    worker's first k examples of the epoch: resuming mid-epoch from a
+    checkpoint's state.
+    """
+
+    def __init__(self, dataset: Any, num_replicas: Optional[int] = None, rank: Optional[int] = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+        if num_replicas is None or rank is None:
+            n, r = _workers_from_tf_config()
+            num_replicas = n if num_replicas is None else num_replicas
+            rank = r if rank is None else rank
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
+                         drop_last=drop_last)
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Sets the epoch, which seeds the shuffle, and the number of this
+        worker's examples of it to skip (0: the whole part)."""
+        if start < 0 or start > self.num_samples:
+            raise ValueError(f"paramserv.torch.DistributedSampler: start {start}: want 0..{self.num_samples}")
+        super().set_epoch(epoch)
+        self.start = int(start)
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(super().__iter__(), self.start, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+def _workers_from_tf_config() -> Tuple[int, int]:
+    """The number of workers and this task's index, from TF_CONFIG."""
+    text = os.environ.get("TF_CONFIG", "")
+    try:
+        cfg = json.loads(text)
+        workers = cfg["cluster"]["worker"]
+        task = cfg["task"]
+        if task.get("type") != "worker":
+            raise ValueError(f"task type {task.get('type')!r}, want 'worker'")
+        return len(workers), int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError("paramserv.torch.DistributedSampler: no num_replicas and rank given, and TF_CONFIG "
+                         f"({text[:80]!r}) names no worker task ({e}): pass them, or run under paramserv local") from None
 
 
 def _merge(rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> List[Tuple[str, np.ndarray, np.ndarray]]:

@@ -1912,6 +1912,134 @@ func (x *RestoreResponse) GetIncarnation() uint64 {
 	return 0
 }
 
+type CollectiveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`                        // the calling worker's index
+	Seq           int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`                              // the worker's count of collective calls before this one
+	Op            string                 `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`                                 // "barrier", "sum", "mean" or "max"
+	Values        []float64              `protobuf:"fixed64,4,rep,packed,name=values,proto3" json:"values,omitempty"`                // this worker's numbers (none for a barrier)
+	World         int32                  `protobuf:"varint,5,opt,name=world,proto3" json:"world,omitempty"`                          // the number of workers taking part (every worker)
+	TimeoutMs     int64                  `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // how long the ps waits for the others
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectiveRequest) Reset() {
+	*x = CollectiveRequest{}
+	mi := &file_paramserv_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectiveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectiveRequest) ProtoMessage() {}
+
+func (x *CollectiveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectiveRequest.ProtoReflect.Descriptor instead.
+func (*CollectiveRequest) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CollectiveRequest) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *CollectiveRequest) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CollectiveRequest) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *CollectiveRequest) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *CollectiveRequest) GetWorld() int32 {
+	if x != nil {
+		return x.World
+	}
+	return 0
+}
+
+func (x *CollectiveRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type CollectiveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float64              `protobuf:"fixed64,1,rep,packed,name=values,proto3" json:"values,omitempty"` // the reduction over every worker's values
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectiveResponse) Reset() {
+	*x = CollectiveResponse{}
+	mi := &file_paramserv_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectiveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectiveResponse) ProtoMessage() {}
+
+func (x *CollectiveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectiveResponse.ProtoReflect.Descriptor instead.
+func (*CollectiveResponse) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CollectiveResponse) GetValues() []float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_paramserv_proto protoreflect.FileDescriptor
 
 const file_paramserv_proto_rawDesc = "" +
@@ -2079,7 +2207,17 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0fRestoreResponse\x12\x1f\n" +
 	"\vglobal_step\x18\x01 \x01(\x03R\n" +
 	"globalStep\x12 \n" +
-	"\vincarnation\x18\x02 \x01(\x04R\vincarnation2\xff\x04\n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\x9a\x01\n" +
+	"\x11CollectiveRequest\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x16\n" +
+	"\x06values\x18\x04 \x03(\x01R\x06values\x12\x14\n" +
+	"\x05world\x18\x05 \x01(\x05R\x05world\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\",\n" +
+	"\x12CollectiveResponse\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values2\xd0\x05\n" +
 	"\vParamServer\x12=\n" +
 	"\x04Init\x12\x19.paramserv.v1.InitRequest\x1a\x1a.paramserv.v1.InitResponse\x12=\n" +
 	"\x04Push\x12\x19.paramserv.v1.PushRequest\x1a\x1a.paramserv.v1.PushResponse\x12=\n" +
@@ -2091,7 +2229,9 @@ const file_paramserv_proto_rawDesc = "" +
 	"Checkpoint\x12\x1f.paramserv.v1.CheckpointRequest\x1a .paramserv.v1.CheckpointResponse\x12F\n" +
 	"\aRestore\x12\x1c.paramserv.v1.RestoreRequest\x1a\x1d.paramserv.v1.RestoreResponse\x12O\n" +
 	"\n" +
-	"ChangeRate\x12\x1f.paramserv.v1.ChangeRateRequest\x1a .paramserv.v1.ChangeRateResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
+	"ChangeRate\x12\x1f.paramserv.v1.ChangeRateRequest\x1a .paramserv.v1.ChangeRateResponse\x12O\n" +
+	"\n" +
+	"Collective\x12\x1f.paramserv.v1.CollectiveRequest\x1a .paramserv.v1.CollectiveResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
 
 var (
 	file_paramserv_proto_rawDescOnce sync.Once
@@ -2105,7 +2245,7 @@ func file_paramserv_proto_rawDescGZIP() []byte {
 	return file_paramserv_proto_rawDescData
 }
 
-var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_paramserv_proto_goTypes = []any{
 	(*OptimizerConfig)(nil),    // 0: paramserv.v1.OptimizerConfig
 	(*ChangeRateRequest)(nil),  // 1: paramserv.v1.ChangeRateRequest
@@ -2132,6 +2272,8 @@ var file_paramserv_proto_goTypes = []any{
 	(*CheckpointResponse)(nil), // 22: paramserv.v1.CheckpointResponse
 	(*RestoreRequest)(nil),     // 23: paramserv.v1.RestoreRequest
 	(*RestoreResponse)(nil),    // 24: paramserv.v1.RestoreResponse
+	(*CollectiveRequest)(nil),  // 25: paramserv.v1.CollectiveRequest
+	(*CollectiveResponse)(nil), // 26: paramserv.v1.CollectiveResponse
 }
 var file_paramserv_proto_depIdxs = []int32{
 	0,  // 0: paramserv.v1.VarSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
@@ -2159,17 +2301,19 @@ var file_paramserv_proto_depIdxs = []int32{
 	21, // 22: paramserv.v1.ParamServer.Checkpoint:input_type -> paramserv.v1.CheckpointRequest
 	23, // 23: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
 	1,  // 24: paramserv.v1.ParamServer.ChangeRate:input_type -> paramserv.v1.ChangeRateRequest
-	6,  // 25: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	10, // 26: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	12, // 27: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	12, // 28: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	18, // 29: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	20, // 30: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	22, // 31: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
-	24, // 32: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
-	2,  // 33: paramserv.v1.ParamServer.ChangeRate:output_type -> paramserv.v1.ChangeRateResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
+	25, // 25: paramserv.v1.ParamServer.Collective:input_type -> paramserv.v1.CollectiveRequest
+	6,  // 26: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	10, // 27: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	12, // 28: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	12, // 29: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	18, // 30: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	20, // 31: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	22, // 32: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	24, // 33: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	2,  // 34: paramserv.v1.ParamServer.ChangeRate:output_type -> paramserv.v1.ChangeRateResponse
+	26, // 35: paramserv.v1.ParamServer.Collective:output_type -> paramserv.v1.CollectiveResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -2187,7 +2331,7 @@ func file_paramserv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paramserv_proto_rawDesc), len(file_paramserv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

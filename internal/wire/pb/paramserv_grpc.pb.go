@@ -37,6 +37,7 @@ const (
 	ParamServer_Checkpoint_FullMethodName = "/paramserv.v1.ParamServer/Checkpoint"
 	ParamServer_Restore_FullMethodName    = "/paramserv.v1.ParamServer/Restore"
 	ParamServer_ChangeRate_FullMethodName = "/paramserv.v1.ParamServer/ChangeRate"
+	ParamServer_Collective_FullMethodName = "/paramserv.v1.ParamServer/Collective"
 )
 
 // ParamServerClient is the client API for ParamServer service.
@@ -69,6 +70,11 @@ type ParamServerClient interface {
 	// step on (the chief sends the same change to every ps, so all switch at
 	// that step). Variables and tables with their own rule keep theirs.
 	ChangeRate(ctx context.Context, in *ChangeRateRequest, opts ...grpc.CallOption) (*ChangeRateResponse, error)
+	// Collective is a barrier or an all-reduce of a few numbers among the
+	// workers, answered by ps 0 once every worker has made the call of the
+	// same sequence number (or refused when the wait runs out, naming the
+	// workers it still waits for).
+	Collective(ctx context.Context, in *CollectiveRequest, opts ...grpc.CallOption) (*CollectiveResponse, error)
 }
 
 type paramServerClient struct {
@@ -169,6 +175,16 @@ func (c *paramServerClient) ChangeRate(ctx context.Context, in *ChangeRateReques
 	return out, nil
 }
 
+func (c *paramServerClient) Collective(ctx context.Context, in *CollectiveRequest, opts ...grpc.CallOption) (*CollectiveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CollectiveResponse)
+	err := c.cc.Invoke(ctx, ParamServer_Collective_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParamServerServer is the server API for ParamServer service.
 // All implementations must embed UnimplementedParamServerServer
 // for forward compatibility.
@@ -199,6 +215,11 @@ type ParamServerServer interface {
 	// step on (the chief sends the same change to every ps, so all switch at
 	// that step). Variables and tables with their own rule keep theirs.
 	ChangeRate(context.Context, *ChangeRateRequest) (*ChangeRateResponse, error)
+	// Collective is a barrier or an all-reduce of a few numbers among the
+	// workers, answered by ps 0 once every worker has made the call of the
+	// same sequence number (or refused when the wait runs out, naming the
+	// workers it still waits for).
+	Collective(context.Context, *CollectiveRequest) (*CollectiveResponse, error)
 	mustEmbedUnimplementedParamServerServer()
 }
 
@@ -235,6 +256,9 @@ func (UnimplementedParamServerServer) Restore(context.Context, *RestoreRequest) 
 }
 func (UnimplementedParamServerServer) ChangeRate(context.Context, *ChangeRateRequest) (*ChangeRateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeRate not implemented")
+}
+func (UnimplementedParamServerServer) Collective(context.Context, *CollectiveRequest) (*CollectiveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Collective not implemented")
 }
 func (UnimplementedParamServerServer) mustEmbedUnimplementedParamServerServer() {}
 func (UnimplementedParamServerServer) testEmbeddedByValue()                     {}
@@ -419,6 +443,24 @@ func _ParamServer_ChangeRate_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParamServer_Collective_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CollectiveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParamServerServer).Collective(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParamServer_Collective_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParamServerServer).Collective(ctx, req.(*CollectiveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParamServer_ServiceDesc is the grpc.ServiceDesc for ParamServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -461,6 +503,10 @@ var ParamServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeRate",
 			Handler:    _ParamServer_ChangeRate_Handler,
+		},
+		{
+			MethodName: "Collective",
+			Handler:    _ParamServer_Collective_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
