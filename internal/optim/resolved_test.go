@@ -29,8 +29,11 @@ func TestResolvedIsWhatNewFillsIn(t *testing.T) {
 		named := map[float64]bool{0: true}
 		rv := reflect.ValueOf(r)
 		for i := 0; i < rv.NumField(); i++ {
-			if f := rv.Field(i); f.Kind() == reflect.Float64 {
+			switch f := rv.Field(i); {
+			case f.Kind() == reflect.Float64:
 				named[f.Float()] = true
+			case f.Kind() == reflect.Pointer && !f.IsNil() && f.Elem().Kind() == reflect.Float64:
+				named[f.Elem().Float()] = true
 			}
 		}
 		av := reflect.ValueOf(a).Elem()
