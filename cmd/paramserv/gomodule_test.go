@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/testutil"
 )
 
 // A model of its own, in a module of its own that imports only the public
@@ -15,6 +17,7 @@ import (
 // checkout), builds and trains on a real local cluster run by
 // paramserv local -- CMD, both workers ending at the right model.
 func TestOwnModelInASeparateModule(t *testing.T) {
+	testutil.Full(t, "builds a second Go module; scripts/test vets it in the quick run")
 	root, _ := filepath.Abs("../..")
 	dir := filepath.Join(root, "examples", "go", "linreg")
 	exe := filepath.Join(t.TempDir(), "linreg")

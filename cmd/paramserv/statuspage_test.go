@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/paramserv/paramserv/internal/testutil"
 )
 
 // chromium returns the path of Debian's headless-capable chromium. It is
@@ -105,6 +107,7 @@ func checkScreenshot(t *testing.T, path string) (inked, red int) {
 // worker's (its step and the loss curve as SVG). The screenshots are kept
 // in the test's artefact dir.
 func TestStatusPageInChromium(t *testing.T) {
+	testutil.Full(t, "drives a headless Chromium; TestMetricsOfLiveCluster reads the same server's pages")
 	browser := chromium(t)
 	out := artifactDir(t)
 	hosts := freeHosts(t, 2)

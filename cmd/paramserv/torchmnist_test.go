@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,11 +19,21 @@ import (
 // CI gives python3-numpy and python3-torch.
 const python = "/usr/bin/python3"
 
+// The client library the Python examples load, built by the first test
+// that needs it.
+var (
+	libOnce sync.Once
+	libPath string
+	libOut  []byte
+	libErr  error
+)
+
 // pythonEnv returns the environment that lets python import the checkout's
 // paramserv package with a freshly built client library, or skips the test
 // with the reason when this machine cannot run it.
 func pythonEnv(t *testing.T) []string {
 	t.Helper()
+	testutil.Full(t, "a PyTorch example under paramserv local (minutes of CPU); python/tests cover the package in the quick run")
 	if out, err := exec.Command(python, "-c", "import numpy, torch").CombinedOutput(); err != nil {
 		t.Skipf("%s cannot import numpy and torch (install python3-numpy and python3-torch): %v: %s", python, err, strings.TrimSpace(string(out)))
 	}
@@ -30,13 +41,18 @@ func pythonEnv(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lib := filepath.Join(t.TempDir(), "libparamserv.so")
-	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, "./python/native")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Skipf("cannot build the client library with cgo (a C compiler is needed): %v\n%s", err, out)
+	libOnce.Do(func() {
+		// Built once for the package's tests, beside the test binary.
+		libPath = filepath.Join(filepath.Dir(binary), "libparamserv.so")
+		build := exec.Command("go", "build", "-buildmode=c-shared", "-o", libPath, "./python/native")
+		build.Dir = root
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		libOut, libErr = build.CombinedOutput()
+	})
+	if libErr != nil {
+		t.Skipf("cannot build the client library with cgo (a C compiler is needed): %v\n%s", libErr, libOut)
 	}
+	lib := libPath
 	return []string{"PARAMSERV_LIB=" + lib, "PYTHONPATH=" + filepath.Join(root, "python"), "OMP_NUM_THREADS=1"}
 }
 

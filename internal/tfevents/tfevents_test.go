@@ -219,3 +219,35 @@ func TestReadScalarsRestart(t *testing.T) {
 		}
 	}
 }
+
+// A program's own loop (ExamplesPerStep 0): no loss is written while the
+// program reports none (NaN), and examples/sec counts the examples its
+// steps carry.
+func TestSummariesOfAnOwnLoop(t *testing.T) {
+	dir := t.TempDir()
+	clock := time.Unix(1700000000, 0)
+	w, err := Create(dir, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Summaries{W: w, Every: 10, Now: func() time.Time { return clock }}
+	for step := int64(1); step <= 40; step++ {
+		clock = clock.Add(100 * time.Millisecond)
+		loss := math.NaN()
+		if step > 20 {
+			loss = 2
+		}
+		s.Step(lifecycle.StepStats{GlobalStep: step, Loss: loss, Examples: 8})
+	}
+	w.Close()
+	got, err := ReadScalars(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := got["loss"]; len(l) != 2 || l[0].Step != 30 || l[0].Value != 2 {
+		t.Errorf("loss %v, want 2 at steps 30 and 40 only (none reported before step 21)", l)
+	}
+	if ex := got["examples/sec"]; len(ex) != 3 || math.Abs(ex[0].Value-80) > 1e-6 {
+		t.Errorf("examples/sec %v, want 80 (8 per step, 10 steps a second)", ex)
+	}
+}
