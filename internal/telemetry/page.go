@@ -194,8 +194,12 @@ func (w *Worker) text() string {
 		return fmt.Sprintf("worker: no step yet (started %s ago)", time.Since(w.started).Round(time.Second))
 	}
 	s := w.last
-	return fmt.Sprintf("worker %d: global step %d, %d local steps, loss %.4g\nlast step: compute %s, push+pull %s\n%d of its pushes dropped as stale",
-		s.Worker, s.GlobalStep, s.LocalStep, s.Loss, s.Compute.Round(time.Microsecond), s.Exchange.Round(time.Microsecond), w.droppedN)
+	loss := fmt.Sprintf("loss %.4g", s.Loss)
+	if math.IsNaN(s.Loss) {
+		loss = "no loss reported"
+	}
+	return fmt.Sprintf("worker %d: global step %d, %d local steps, %s\nlast step: compute %s, push+pull %s\n%d of its pushes dropped as stale",
+		s.Worker, s.GlobalStep, s.LocalStep, loss, s.Compute.Round(time.Microsecond), s.Exchange.Round(time.Microsecond), w.droppedN)
 }
 
 // Page returns the worker's status page.
