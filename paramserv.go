@@ -185,6 +185,9 @@ type Optimizer struct {
 	// FTRL-Proximal: beta (1), L1 and L2 (0, also adagrad_da's and the
 	// proximal rules'), L2Shrinkage (0).
 	FTRLBeta, L1, L2, L2Shrinkage float64
+	// LearningRatePower: ftrl's learning_rate_power, <= 0 (nil: -0.5; 0:
+	// a fixed rate per coordinate), as TF's FtrlOptimizer.
+	LearningRatePower *float64
 	// Rho: adadelta (0.95), rmsprop's decay (0.9). Centered: rmsprop.
 	Rho      float64
 	Centered bool
@@ -635,6 +638,7 @@ func (o Optimizer) config() optim.Config {
 		InitialAccumulator: o.InitialAccumulator, Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
 		FTRLBeta: o.FTRLBeta, L1: o.L1, L2: o.L2, L2Shrinkage: o.L2Shrinkage,
 		Rho: o.Rho, Centered: o.Centered, WeightDecay: o.WeightDecay, Schedule: o.Schedule,
+		LearningRatePower: o.LearningRatePower,
 	}
 }
 

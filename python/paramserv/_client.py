@@ -180,7 +180,8 @@ def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
 _OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "adamw", "rmsprop",
                "ftrl", "proximal_sgd", "proximal_adagrad", "lamb")
 _OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
-                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "rho", "centered", "weight_decay", "schedule")
+                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "learning_rate_power", "rho", "centered", "weight_decay",
+                      "schedule")
 _TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps", "optimizer")
 _VARIABLE_OPTIONS = ("optimizer",)
 
