@@ -24,6 +24,9 @@ func FormatStatus(i int, host string, st *pb.StatusResponse) string {
 		}
 		fmt.Fprintf(&b, "ps %d at %s: global step %d, %s, incarnation %x%s\n", i, host, st.GlobalStep, st.Mode, st.Incarnation, restored)
 		fmt.Fprintf(&b, "  pushes: %d applied, %d dropped as stale or duplicate, %d rejected\n", st.AppliedPushes, st.StaleDropped, st.RejectedPushes)
+		if st.LearningRate > 0 {
+			fmt.Fprintf(&b, "  learning rate: %v (the job's rule, at the next update)\n", st.LearningRate)
+		}
 	}
 	if len(st.Vars) > 0 {
 		var parts []string
