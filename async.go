@@ -98,8 +98,9 @@ func (w *Worker) async(ctx context.Context, call string, f func() (int64, error)
 	return c
 }
 
-// settle waits for the calls in flight.
-func (w *Worker) settle() {
+// waitInFlight waits for the calls in flight (each waits for the one
+// before it, so the last one done means all are).
+func (w *Worker) waitInFlight() {
 	if w.last != nil {
 		<-w.last.done
 	}

@@ -118,6 +118,7 @@ import (
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
 	"github.com/paramserv/paramserv/internal/trainer"
@@ -392,7 +393,7 @@ func (w *Worker) Sync() bool { return w.s.Sync() }
 // Step is the global step of the values last pulled.
 // It waits for the calls in flight.
 func (w *Worker) Step() int64 {
-	w.settle()
+	w.waitInFlight()
 	return w.s.Step()
 }
 
@@ -409,7 +410,7 @@ func (w *Worker) NewParams() Params {
 // Pull reads every variable's current values into params and returns
 // their global step.
 func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("Pull"); err != nil {
 		return w.s.Step(), err
 	}
@@ -421,7 +422,7 @@ func (w *Worker) Pull(ctx context.Context, params Params) (int64, error) {
 // the next values into params: at once in asynchronous training, once the
 // step completes in synchronous training. It returns the new global step.
 func (w *Worker) PushPull(ctx context.Context, grads, params Params) (int64, error) {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("PushPull"); err != nil {
 		return w.s.Step(), err
 	}
@@ -441,7 +442,7 @@ type Rows struct {
 // the same request, so that they count as one push of this worker's step.
 // Each table appears once in rows, the gradients of a key summed.
 func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []Rows) (int64, error) {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("PushPullRows"); err != nil {
 		return w.s.Step(), err
 	}
@@ -455,7 +456,7 @@ func (w *Worker) PushPullRows(ctx context.Context, grads, params Params, rows []
 // returns the new global step: at once in asynchronous training, once the
 // step completes in synchronous training (the next Pull reads its values).
 func (w *Worker) Push(ctx context.Context, grads Params) (int64, error) {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("Push"); err != nil {
 		return w.s.Step(), err
 	}
@@ -470,7 +471,7 @@ func (w *Worker) Push(ctx context.Context, grads Params) (int64, error) {
 // its rows with PushPullRows instead. After a ps failure the worker
 // recovers and the gradients are lost.
 func (w *Worker) PushRows(ctx context.Context, table string, keys []uint64, grads []float32) error {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("PushRows"); err != nil {
 		return err
 	}
@@ -481,7 +482,7 @@ func (w *Worker) PushRows(ctx context.Context, table string, keys []uint64, grad
 // (len(keys)×Dim values, row i for keys[i]); keys not seen before read as
 // the table's initial value.
 func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out []float32) error {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("PullRows"); err != nil {
 		return err
 	}
@@ -496,7 +497,7 @@ func (w *Worker) PullRows(ctx context.Context, table string, keys []uint64, out 
 // the ps's (Step() plus a few) so that every ps switches at the same one.
 // The ps log the change and keep it in their checkpoints.
 func (w *Worker) ChangeRate(ctx context.Context, from int64, learningRate float64, schedule string) error {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("ChangeRate"); err != nil {
 		return err
 	}
@@ -507,7 +508,7 @@ func (w *Worker) ChangeRate(ctx context.Context, from int64, learningRate float6
 // then every ps is told this worker has finished. Once it has succeeded, a
 // second Done does nothing and returns nil.
 func (w *Worker) Done(ctx context.Context) error {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("Done"); err != nil {
 		return err
 	}
@@ -525,7 +526,7 @@ func (w *Worker) Done(ctx context.Context) error {
 // the calls in flight. A second Close does nothing and returns nil; the
 // calls made after Close fail at once, saying so.
 func (w *Worker) Close() error {
-	w.settle()
+	w.waitInFlight()
 	if w.closed {
 		return nil
 	}
@@ -634,9 +635,10 @@ func ServePS(ctx context.Context, cfg PSConfig) error {
 	if cfg.MaxTableKeys < 0 || (cfg.MaxTableKeys > 0 && cfg.TableMemory > 0) {
 		return fmt.Errorf("paramserv: MaxTableKeys %d with TableMemory %d: want MaxTableKeys >= 0 (0: no cap), and not both (the cap counts rows in memory, the disk tier keeps rows past its budget on disk)", cfg.MaxTableKeys, cfg.TableMemory)
 	}
-	return trainer.RunPS(ctx, trainer.Config{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen,
-		Tiered: cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
-		MaxTableKeys: cfg.MaxTableKeys})
+	return trainer.RunPS(ctx, trainer.PSConfig{
+		PSConfig: replication.PSConfig{Cluster: cl, CheckpointDir: cfg.CheckpointDir, Logf: cfg.Logf, Listen: listen, MaxTableKeys: cfg.MaxTableKeys},
+		Tiered:   cfg.TableMemory > 0, TableMemory: cfg.TableMemory, TableDir: cfg.TableDir, EvictUnseen: cfg.EvictUnseen,
+	})
 }
 
 // clusterOf reads the cluster and this task from tf, TF_CONFIG's JSON

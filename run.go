@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -172,15 +174,23 @@ func Run(ctx context.Context, cfg RunConfig) error {
 	if err != nil {
 		return err
 	}
+	if cl.Task.Job == cluster.JobPS {
+		return trainer.RunPS(ctx, trainer.PSConfig{PSConfig: replication.PSConfig{
+			Cluster: cl, CheckpointDir: cfg.CheckpointDir, StartupTimeout: cfg.StartupTimeout, Logf: cfg.Logf,
+		}})
+	}
 	tc := trainer.Config{
-		Cluster: cl, Model: name,
-		Data:      model.Config{Seed: cfg.Seed, BatchSize: max(cfg.BatchSize, 1)},
-		Optimizer: cfg.Optimizer.config(),
-		Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+		Config: lifecycle.Config{
+			Cluster:   cl,
+			Optimizer: cfg.Optimizer.config(),
+			Sync:      cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
+			CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
+			StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		},
+		Model:      name,
+		Data:       model.Config{Seed: cfg.Seed, BatchSize: max(cfg.BatchSize, 1)},
 		Overlap:    overlap,
-		TrainSteps: cfg.TrainSteps, StepsToValidate: cfg.StepsToValidate,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, ResultFile: cfg.ResultFile,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		TrainSteps: cfg.TrainSteps, StepsToValidate: cfg.StepsToValidate, ResultFile: cfg.ResultFile,
 		NewModel: func(c model.Config) (model.Model, error) {
 			m, err := cfg.NewModel(ModelConfig{Worker: c.Worker, NumWorkers: c.NumWorkers, Seed: c.Seed})
 			if err != nil {
@@ -200,9 +210,6 @@ func Run(ctx context.Context, cfg RunConfig) error {
 	}
 	if tc.CheckpointDir != "" && tc.SaveSteps <= 0 {
 		tc.SaveEvery = 10 * time.Minute
-	}
-	if cl.Task.Job == cluster.JobPS {
-		return trainer.RunPS(ctx, tc)
 	}
 	return trainer.RunWorker(ctx, tc)
 }

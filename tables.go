@@ -14,7 +14,7 @@ import (
 // table's initial value. Like PullRows, it first waits for the calls in
 // flight.
 func (w *Worker) PullTables(ctx context.Context, rows []Rows) error {
-	w.settle()
+	w.waitInFlight()
 	if err := w.closedErr("PullTables"); err != nil {
 		return err
 	}

@@ -246,52 +246,81 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 			bt[t.Name] = t
 		}
 	}
-	keysOf := func(where string, m map[string]Tensor, name string) ([]uint64, error) {
-		t, ok := m[name]
-		if !ok {
-			return nil, fmt.Errorf("%w: no %q in the %s", ErrNoTensor, name, where)
-		}
-		k, err := t.Uint64s()
-		if err != nil {
-			return nil, fmt.Errorf("%s %q: %w", where, name, err)
-		}
-		for i := 1; i < len(k); i++ {
-			if k[i] <= k[i-1] {
-				return nil, fmt.Errorf("%w: %s %q: keys not strictly ascending at %d", ErrFormat, where, name, i)
-			}
-		}
-		return k, nil
-	}
-	// Source 0 is base, source j the delta dts[j-1].
-	n := len(dts)
-	keys := make([][]uint64, n+1)
-	del := make([][]uint64, n+1)
-	var err error
-	if keys[0], err = keysOf("base", bt, KeysName(table)); err != nil {
+	keys, del, err := tableKeys(bt, dts, table)
+	if err != nil {
 		return nil, err
+	}
+	rows := mergedRows(keys[0], deltaEvents(keys, del))
+	out := map[string]Tensor{}
+	for name, b := range bt {
+		t, err := mergeTensor(name, b, dts, keys, rows)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// tableKeys reads table's keys in the base tensors (source 0) and in each
+// delta (source j is dts[j-1]), and the keys each delta deleted.
+func tableKeys(bt map[string]Tensor, dts []map[string]Tensor, table string) (keys, del [][]uint64, err error) {
+	n := len(dts)
+	keys, del = make([][]uint64, n+1), make([][]uint64, n+1)
+	if keys[0], err = ascendingKeys("base", bt, KeysName(table)); err != nil {
+		return nil, nil, err
 	}
 	for j := 1; j <= n; j++ {
 		where := fmt.Sprintf("delta %d", j)
-		if keys[j], err = keysOf(where, dts[j-1], KeysName(table)); err != nil {
-			return nil, err
+		if keys[j], err = ascendingKeys(where, dts[j-1], KeysName(table)); err != nil {
+			return nil, nil, err
 		}
-		if del[j], err = keysOf(where, dts[j-1], DeletedName(table)); err != nil {
-			return nil, err
+		if del[j], err = ascendingKeys(where, dts[j-1], DeletedName(table)); err != nil {
+			return nil, nil, err
 		}
 	}
-	// The rows of the result, in key order. First the deltas' events
-	// (small: the rows that changed), each key's newest winning: a
-	// delta's row, or its deletion (a delta deletes before it adds).
-	// Then one pass over base's rows, the events replacing or removing.
-	type from struct {
-		src int32 // 0: base; j: delta j; -1: deleted
-		i   int32
+	return keys, del, nil
+}
+
+// ascendingKeys reads the key tensor name of where (the base or a delta),
+// which must be strictly ascending.
+func ascendingKeys(where string, m map[string]Tensor, name string) ([]uint64, error) {
+	t, ok := m[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: no %q in the %s", ErrNoTensor, name, where)
 	}
-	type event struct {
-		key uint64
-		from
+	k, err := t.Uint64s()
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", where, name, err)
 	}
-	var events []event
+	for i := 1; i < len(k); i++ {
+		if k[i] <= k[i-1] {
+			return nil, fmt.Errorf("%w: %s %q: keys not strictly ascending at %d", ErrFormat, where, name, i)
+		}
+	}
+	return k, nil
+}
+
+// rowSource is where a merged row comes from: row i of source src (0:
+// base; j: delta j), or src -1 where it was deleted.
+type rowSource struct {
+	src int32
+	i   int32
+}
+
+// rowEvent is the newest change of a key in the deltas.
+type rowEvent struct {
+	key uint64
+	rowSource
+}
+
+// deltaEvents merges the deltas' keys and deleted keys (sources 1..n of
+// keys and del) into one event per key, in key order, each key's newest
+// winning: a delta's row, or its deletion (a delta deletes before it
+// adds).
+func deltaEvents(keys, del [][]uint64) []rowEvent {
+	n := len(keys) - 1
+	var events []rowEvent
 	pos, dpos := make([]int, n+1), make([]int, n+1)
 	for {
 		var k uint64
@@ -305,12 +334,12 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 			}
 		}
 		if !found {
-			break
+			return events
 		}
-		e := event{key: k, from: from{src: -1}}
+		e := rowEvent{key: k, rowSource: rowSource{src: -1}}
 		for s := n; s >= 1; s-- {
 			if pos[s] < len(keys[s]) && keys[s][pos[s]] == k {
-				e.from = from{int32(s), int32(pos[s])}
+				e.rowSource = rowSource{int32(s), int32(pos[s])}
 				break
 			}
 			if dpos[s] < len(del[s]) && del[s][dpos[s]] == k {
@@ -327,63 +356,71 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 			}
 		}
 	}
-	rows := make([]from, 0, len(keys[0])+len(events))
-	bk := keys[0]
+}
+
+// mergedRows is the rows of the result, in key order: one pass over the
+// base's keys, the deltas' events (small: the rows that changed)
+// replacing or removing them.
+func mergedRows(bk []uint64, events []rowEvent) []rowSource {
+	rows := make([]rowSource, 0, len(bk)+len(events))
 	for i, o := 0, 0; i < len(bk) || o < len(events); {
 		switch {
 		case o == len(events) || (i < len(bk) && bk[i] < events[o].key):
-			rows = append(rows, from{0, int32(i)})
+			rows = append(rows, rowSource{0, int32(i)})
 			i++
 			continue
 		case i < len(bk) && bk[i] == events[o].key:
 			i++
 		}
 		if events[o].src > 0 {
-			rows = append(rows, events[o].from)
+			rows = append(rows, events[o].rowSource)
 		}
 		o++
 	}
-	out := map[string]Tensor{}
-	for name, b := range bt {
-		if len(b.Shape) == 0 || b.Shape[0] != int64(len(keys[0])) {
-			return nil, fmt.Errorf("%w: %q has shape %v in the base, for %d keys", ErrMismatch, name, b.Shape, len(keys[0]))
-		}
-		w := b.DType.Size() // bytes per row
-		for _, d := range b.Shape[1:] {
-			w *= int(d)
-		}
-		src := make([][]byte, n+1)
-		src[0] = b.Data
-		for j := 1; j <= n; j++ {
-			dn, ok := dts[j-1][name]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("%w: %q is in the base but not in delta %d", ErrNoTensor, name, j)
-			case dn.DType != b.DType || len(dn.Shape) != len(b.Shape) || !slices.Equal(dn.Shape[1:], b.Shape[1:]) || dn.Shape[0] != int64(len(keys[j])):
-				return nil, fmt.Errorf("%w: %q is %s %v in delta %d (of %d keys), %s %v in the base", ErrMismatch, name, dn.DType, dn.Shape, j, len(keys[j]), b.DType, b.Shape)
-			}
-			src[j] = dn.Data
-		}
-		for j, d := range src {
-			if len(d) != w*len(keys[j]) {
-				return nil, fmt.Errorf("%w: %q has %d bytes for %d rows of %d", ErrMismatch, name, len(d), len(keys[j]), w)
-			}
-		}
-		data := make([]byte, 0, w*len(rows))
-		// Copy runs of consecutive rows of one source at once.
-		for r := 0; r < len(rows); {
-			e := r + 1
-			for e < len(rows) && rows[e].src == rows[r].src && rows[e].i == rows[e-1].i+1 {
-				e++
-			}
-			s := rows[r]
-			data = append(data, src[s.src][int(s.i)*w:(int(s.i)+e-r)*w]...)
-			r = e
-		}
-		shape := append([]int64{int64(len(rows))}, b.Shape[1:]...)
-		out[name] = Tensor{Name: name, DType: b.DType, Shape: shape, Data: data}
+	return rows
+}
+
+// mergeTensor builds the merged tensor name (base b, and the same name in
+// each delta, of keys[j] rows each) from rows.
+func mergeTensor(name string, b Tensor, dts []map[string]Tensor, keys [][]uint64, rows []rowSource) (Tensor, error) {
+	n := len(dts)
+	if len(b.Shape) == 0 || b.Shape[0] != int64(len(keys[0])) {
+		return Tensor{}, fmt.Errorf("%w: %q has shape %v in the base, for %d keys", ErrMismatch, name, b.Shape, len(keys[0]))
 	}
-	return out, nil
+	w := b.DType.Size() // bytes per row
+	for _, d := range b.Shape[1:] {
+		w *= int(d)
+	}
+	src := make([][]byte, n+1)
+	src[0] = b.Data
+	for j := 1; j <= n; j++ {
+		dn, ok := dts[j-1][name]
+		switch {
+		case !ok:
+			return Tensor{}, fmt.Errorf("%w: %q is in the base but not in delta %d", ErrNoTensor, name, j)
+		case dn.DType != b.DType || len(dn.Shape) != len(b.Shape) || !slices.Equal(dn.Shape[1:], b.Shape[1:]) || dn.Shape[0] != int64(len(keys[j])):
+			return Tensor{}, fmt.Errorf("%w: %q is %s %v in delta %d (of %d keys), %s %v in the base", ErrMismatch, name, dn.DType, dn.Shape, j, len(keys[j]), b.DType, b.Shape)
+		}
+		src[j] = dn.Data
+	}
+	for j, d := range src {
+		if len(d) != w*len(keys[j]) {
+			return Tensor{}, fmt.Errorf("%w: %q has %d bytes for %d rows of %d", ErrMismatch, name, len(d), len(keys[j]), w)
+		}
+	}
+	data := make([]byte, 0, w*len(rows))
+	// Copy runs of consecutive rows of one source at once.
+	for r := 0; r < len(rows); {
+		e := r + 1
+		for e < len(rows) && rows[e].src == rows[r].src && rows[e].i == rows[e-1].i+1 {
+			e++
+		}
+		s := rows[r]
+		data = append(data, src[s.src][int(s.i)*w:(int(s.i)+e-r)*w]...)
+		r = e
+	}
+	shape := append([]int64{int64(len(rows))}, b.Shape[1:]...)
+	return Tensor{Name: name, DType: b.DType, Shape: shape, Data: data}, nil
 }
 
 // DiffTensors returns nil when two shards hold the same tensors, byte for

@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+
+	"github.com/paramserv/paramserv/internal/ckptformat"
 )
 
 // Errors. Use errors.Is: the errors this package returns wrap one of these
@@ -13,7 +15,7 @@ var (
 	// shard it does not list, ...).
 	ErrInvalid = errors.New("checkpoint: invalid argument")
 	// ErrFormat: a file is not a well-formed shard or manifest.
-	ErrFormat = errors.New("checkpoint: malformed file")
+	ErrFormat = ckptformat.ErrFormat
 	// ErrVersion: a manifest was written by a newer format version.
 	ErrVersion = errors.New("checkpoint: unsupported format version")
 	// ErrSize: a shard file's size differs from what the manifest records
@@ -32,13 +34,13 @@ var (
 	// ErrNotFound: no valid checkpoint (or not the one asked for).
 	ErrNotFound = errors.New("checkpoint: no valid checkpoint")
 	// ErrNoTensor: a shard has no tensor of the name asked for.
-	ErrNoTensor = errors.New("checkpoint: no such tensor")
+	ErrNoTensor = ckptformat.ErrNoTensor
 	// ErrChain: a delta checkpoint whose chain of parents back to its
 	// base is broken (a parent missing, incomplete or damaged), so it
 	// cannot be restored although its own files are intact.
 	ErrChain = errors.New("checkpoint: broken chain")
 	// ErrDType: a tensor was read as a type it does not have.
-	ErrDType = errors.New("checkpoint: wrong dtype")
+	ErrDType = ckptformat.ErrDType
 )
 
 // reason is an error that says only what happened to a file ("shard-1-of-2:

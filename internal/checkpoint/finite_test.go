@@ -39,7 +39,7 @@ func TestNonFiniteSetAside(t *testing.T) {
 // The streaming check finds a value however the bytes are cut.
 func TestFiniteCheckPieces(t *testing.T) {
 	vals := []float32{1, 2, 3, float32(math.Inf(-1)), 5}
-	data := asBytes(vals)
+	data := Float32Tensor("w", []int64{5}, vals).Data
 	for size := 1; size <= len(data); size++ {
 		c := finiteCheck{ranges: []finiteRange{{name: "w", begin: 0, end: int64(len(data))}}}
 		for off := 0; off < len(data); off += size {

@@ -121,41 +121,6 @@ func (s ShardInfo) version() int {
 	return FormatVersion
 }
 
-// VariableInfo places a dense variable. Its values are the tensor named
-// Name, and each slot the tensor SlotName(Name, slot), in the shards its
-// parts name.
-type VariableInfo struct {
-	Name  string  `json:"name"`
-	Shape []int64 `json:"shape"`
-	// Slots names the optimizer state tensors ("adam_m", "adam_v").
-	Slots []string `json:"slots,omitempty"`
-	// Parts says which shards hold the variable: one part without Rows
-	// for a variable placed whole on one server, or several with Rows
-	// for one split along its first dimension.
-	Parts []Part `json:"parts"`
-}
-
-// Part is the piece of a variable one shard holds.
-type Part struct {
-	Shard int `json:"shard"`
-	// Rows is the [begin, end) range of the variable's first dimension
-	// this part holds; nil for the whole variable.
-	Rows []int64 `json:"rows,omitempty"`
-}
-
-// TableInfo places a sparse table. Each shard in Shards holds the rows
-// whose keys hash to it, as the tensors KeysName(Name) (U64 [n]),
-// ValuesName(Name) (F32 [n, Dim]) and SlotName(Name, slot) ([n, ...]) for
-// each slot.
-type TableInfo struct {
-	Name string `json:"name"`
-	Dim  int64  `json:"dim"`
-	// Slots names the per-row state tensors besides keys and values:
-	// optimizer state ("adagrad") and per-row counters ("updates").
-	Slots  []string `json:"slots,omitempty"`
-	Shards []int    `json:"shards"`
-}
-
 // Rows is the total number of rows of table name across the shards, from
 // the shapes recorded in the manifest. For a delta checkpoint it counts the
 // rows its own files hold (those that changed), not the table's.
@@ -184,24 +149,59 @@ func (m Manifest) Validate() error {
 
 // validate is Validate, returning a bare reason.
 func (m Manifest) validate() error {
-	bad := func(format string, args ...any) error {
-		return errorf(ErrInvalid, format, args...)
+	if err := m.validateHeader(); err != nil {
+		return err
 	}
+	if err := m.validateKind(); err != nil {
+		return err
+	}
+	ix, err := m.indexShards()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{} // the names of variables and tables so far
+	for _, v := range m.Variables {
+		if err := ix.checkVariable(v, seen); err != nil {
+			return err
+		}
+	}
+	for _, tb := range m.Tables {
+		if err := ix.checkTable(tb, seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// invalid is a manifest's reason to be invalid.
+func invalid(format string, args ...any) error {
+	return errorf(ErrInvalid, format, args...)
+}
+
+// validateHeader checks the manifest's step, shard count, optimizer and
+// training record.
+func (m Manifest) validateHeader() error {
 	if m.Step < 0 {
-		return bad("step %d is negative", m.Step)
+		return invalid("step %d is negative", m.Step)
 	}
 	if len(m.Shards) == 0 {
-		return bad("no shards")
+		return invalid("no shards")
 	}
 	if len(m.Optimizer) > 0 && !json.Valid(m.Optimizer) {
-		return bad("optimizer is not valid JSON")
+		return invalid("optimizer is not valid JSON")
 	}
 	// The training record must read (an optimizer field nested thousands
 	// deep, say, does not): else the checkpoint passes here and fails
 	// the restore that reads it.
 	if _, err := m.Training(); err != nil {
-		return bad("%v", err)
+		return invalid("%v", err)
 	}
+	return nil
+}
+
+// validateKind checks that the kind, the shards' delta marks, the parent
+// and base steps and the format version agree.
+func (m Manifest) validateKind() error {
 	deltas := 0
 	for _, s := range m.Shards {
 		if s.Delta {
@@ -210,139 +210,182 @@ func (m Manifest) validate() error {
 	}
 	switch {
 	case m.Kind != "" && m.Kind != KindFull && m.Kind != KindDelta:
-		return bad("kind %q (want %q or %q)", m.Kind, KindFull, KindDelta)
+		return invalid("kind %q (want %q or %q)", m.Kind, KindFull, KindDelta)
 	case m.IsDelta() && deltas == 0:
-		return bad("kind %q but no shard is a delta", m.Kind)
+		return invalid("kind %q but no shard is a delta", m.Kind)
 	case !m.IsDelta() && deltas > 0:
-		return bad("%d delta shards in a checkpoint of kind %q", deltas, m.KindName())
+		return invalid("%d delta shards in a checkpoint of kind %q", deltas, m.KindName())
 	case m.IsDelta() && (m.Parent < 0 || m.Parent >= m.Step || m.Base < 0 || m.Base > m.Parent):
-		return bad("delta of step %d has parent %d and base %d (want 0 <= base <= parent < step)", m.Step, m.Parent, m.Base)
+		return invalid("delta of step %d has parent %d and base %d (want 0 <= base <= parent < step)", m.Step, m.Parent, m.Base)
 	case m.IsDelta() && m.FormatVersion != 0 && m.FormatVersion < DeltaFormatVersion:
-		return bad("delta checkpoint of format_version %d (want %d)", m.FormatVersion, DeltaFormatVersion)
+		return invalid("delta checkpoint of format_version %d (want %d)", m.FormatVersion, DeltaFormatVersion)
 	}
+	return nil
+}
+
+// shardIndex is a valid manifest's shards with their tensors by name, for
+// checking what the variables and tables say they hold.
+type shardIndex struct {
+	m       Manifest
+	tensors []map[string]TensorInfo // by shard, then name
+}
+
+// indexShards checks each shard's entry and indexes its tensors.
+func (m Manifest) indexShards() (shardIndex, error) {
 	n := len(m.Shards)
-	tensors := make([]map[string]TensorInfo, n)
+	ix := shardIndex{m: m, tensors: make([]map[string]TensorInfo, n)}
 	for k, s := range m.Shards {
 		switch {
 		case s.Delta && s.Parent != m.Parent:
-			return bad("shards[%d] is a delta of step %d, the manifest's parent is %d", k, s.Parent, m.Parent)
+			return ix, invalid("shards[%d] is a delta of step %d, the manifest's parent is %d", k, s.Parent, m.Parent)
 		case s.Index != k:
-			return bad("shards[%d] has index %d", k, s.Index)
+			return ix, invalid("shards[%d] has index %d", k, s.Index)
 		case s.File != ShardFileName(k, n):
-			return bad("shards[%d] is file %q, want %q", k, s.File, ShardFileName(k, n))
+			return ix, invalid("shards[%d] is file %q, want %q", k, s.File, ShardFileName(k, n))
 		case s.Size < 8:
-			return bad("%s: size %d is too small", s.File, s.Size)
+			return ix, invalid("%s: size %d is too small", s.File, s.Size)
 		case s.Step < 0:
-			return bad("%s: step %d is negative", s.File, s.Step)
+			return ix, invalid("%s: step %d is negative", s.File, s.Step)
 		}
 		if err := s.validChecksum(); err != nil {
-			return err
+			return ix, err
 		}
 		if s.Checksum != "" && m.FormatVersion != 0 && m.FormatVersion < ChecksumFormatVersion {
-			return bad("%s: a %s checksum in a checkpoint of format_version %d (want %d)", s.File, ChecksumCRC32C4M, m.FormatVersion, ChecksumFormatVersion)
+			return ix, invalid("%s: a %s checksum in a checkpoint of format_version %d (want %d)", s.File, ChecksumCRC32C4M, m.FormatVersion, ChecksumFormatVersion)
 		}
-		tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
+		ix.tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
 		for _, t := range s.Tensors {
-			tensors[k][t.Name] = t
+			ix.tensors[k][t.Name] = t
 		}
 	}
-	find := func(what string, shard int, name string) (TensorInfo, error) {
-		if shard < 0 || shard >= n {
-			return TensorInfo{}, bad("%s: shard %d out of range [0,%d)", what, shard, n)
-		}
-		t, ok := tensors[shard][name]
-		if !ok {
-			return TensorInfo{}, bad("%s: %s has no tensor %q", what, m.Shards[shard].File, name)
-		}
-		return t, nil
+	return ix, nil
+}
+
+// find is the tensor name of shard, which what (a variable or a table)
+// says is there.
+func (ix shardIndex) find(what string, shard int, name string) (TensorInfo, error) {
+	if shard < 0 || shard >= len(ix.tensors) {
+		return TensorInfo{}, invalid("%s: shard %d out of range [0,%d)", what, shard, len(ix.tensors))
 	}
-	seen := map[string]bool{}
-	for _, v := range m.Variables {
-		what := fmt.Sprintf("variable %q", v.Name)
-		if v.Name == "" || seen[v.Name] {
-			return bad("%s: empty or repeated name", what)
-		}
-		seen[v.Name] = true
-		if len(v.Parts) == 0 {
-			return bad("%s: no parts", what)
-		}
-		split := len(v.Parts) > 1 || v.Parts[0].Rows != nil
-		var next int64 // the first row not yet covered by a part
-		for i, p := range v.Parts {
-			want := v.Shape
-			if split {
-				if len(p.Rows) != 2 || len(v.Shape) == 0 || p.Rows[0] != next || p.Rows[1] < p.Rows[0] {
-					return bad("%s: part %d rows %v do not continue from row %d", what, i, p.Rows, next)
-				}
-				next = p.Rows[1]
-				want = append([]int64{p.Rows[1] - p.Rows[0]}, v.Shape[1:]...)
+	t, ok := ix.tensors[shard][name]
+	if !ok {
+		return TensorInfo{}, invalid("%s: %s has no tensor %q", what, ix.m.Shards[shard].File, name)
+	}
+	return t, nil
+}
+
+// checkVariable checks a variable's name (not in seen, which it joins)
+// and that its parts cover its rows, each with its values and slots in
+// its shard as F32 of the part's shape.
+func (ix shardIndex) checkVariable(v VariableInfo, seen map[string]bool) error {
+	what := fmt.Sprintf("variable %q", v.Name)
+	if v.Name == "" || seen[v.Name] {
+		return invalid("%s: empty or repeated name", what)
+	}
+	seen[v.Name] = true
+	if len(v.Parts) == 0 {
+		return invalid("%s: no parts", what)
+	}
+	split := len(v.Parts) > 1 || v.Parts[0].Rows != nil
+	var next int64 // the first row not yet covered by a part
+	for i, p := range v.Parts {
+		want := v.Shape
+		if split {
+			if len(p.Rows) != 2 || len(v.Shape) == 0 || p.Rows[0] != next || p.Rows[1] < p.Rows[0] {
+				return invalid("%s: part %d rows %v do not continue from row %d", what, i, p.Rows, next)
 			}
-			for _, name := range append([]string{v.Name}, slotNames(v.Name, v.Slots)...) {
-				if p.Shard >= 0 && p.Shard < n && m.Shards[p.Shard].Delta {
-					// A delta holds the variables that changed.
-					if _, ok := tensors[p.Shard][name]; !ok {
-						continue
-					}
-				}
-				t, err := find(what, p.Shard, name)
-				if err != nil {
-					return err
-				}
-				if !slices.Equal(t.Shape, want) {
-					return bad("%s: %s tensor %q has shape %v, want %v", what, m.Shards[p.Shard].File, name, t.Shape, want)
-				}
-				if t.DType != F32 {
-					return bad("%s: %s tensor %q is %s, want F32", what, m.Shards[p.Shard].File, name, t.DType)
-				}
-			}
+			next = p.Rows[1]
+			want = append([]int64{p.Rows[1] - p.Rows[0]}, v.Shape[1:]...)
 		}
-		if split && next != v.Shape[0] {
-			return bad("%s: parts cover rows [0,%d) of %d", what, next, v.Shape[0])
+		if err := ix.checkPart(what, v, p.Shard, want); err != nil {
+			return err
 		}
 	}
-	for _, tb := range m.Tables {
-		what := fmt.Sprintf("table %q", tb.Name)
-		if tb.Name == "" || seen[tb.Name] {
-			return bad("%s: empty or repeated name", what)
+	if split && next != v.Shape[0] {
+		return invalid("%s: parts cover rows [0,%d) of %d", what, next, v.Shape[0])
+	}
+	return nil
+}
+
+// checkPart checks that shard holds the values and slots of a part of v
+// as F32 of shape want; a delta shard holds only the variables that
+// changed.
+func (ix shardIndex) checkPart(what string, v VariableInfo, shard int, want []int64) error {
+	for _, name := range append([]string{v.Name}, slotNames(v.Name, v.Slots)...) {
+		if shard >= 0 && shard < len(ix.tensors) && ix.m.Shards[shard].Delta {
+			if _, ok := ix.tensors[shard][name]; !ok {
+				continue
+			}
 		}
-		seen[tb.Name] = true
-		if tb.Dim < 1 {
-			return bad("%s: dim %d", what, tb.Dim)
+		t, err := ix.find(what, shard, name)
+		if err != nil {
+			return err
 		}
-		for _, k := range tb.Shards {
-			keys, err := find(what, k, KeysName(tb.Name))
-			if err != nil {
-				return err
-			}
-			if keys.DType != U64 || len(keys.Shape) != 1 {
-				return bad("%s: %s keys are %s %v, want U64 [n]", what, m.Shards[k].File, keys.DType, keys.Shape)
-			}
-			rows := keys.Shape[0]
-			vals, err := find(what, k, ValuesName(tb.Name))
-			if err != nil {
-				return err
-			}
-			if vals.DType != F32 || !slices.Equal(vals.Shape, []int64{rows, tb.Dim}) {
-				return bad("%s: %s values are %s %v, want F32 [%d %d]", what, m.Shards[k].File, vals.DType, vals.Shape, rows, tb.Dim)
-			}
-			for _, name := range slotNames(tb.Name, tb.Slots) {
-				t, err := find(what, k, name)
-				if err != nil {
-					return err
-				}
-				if len(t.Shape) == 0 || t.Shape[0] != rows {
-					return bad("%s: %s tensor %q has shape %v, want %d rows", what, m.Shards[k].File, name, t.Shape, rows)
-				}
-			}
-			if m.Shards[k].Delta {
-				del, err := find(what, k, DeletedName(tb.Name))
-				if err != nil {
-					return err
-				}
-				if del.DType != U64 || len(del.Shape) != 1 {
-					return bad("%s: %s deleted keys are %s %v, want U64 [n]", what, m.Shards[k].File, del.DType, del.Shape)
-				}
-			}
+		file := ix.m.Shards[shard].File
+		if !slices.Equal(t.Shape, want) {
+			return invalid("%s: %s tensor %q has shape %v, want %v", what, file, name, t.Shape, want)
+		}
+		if t.DType != F32 {
+			return invalid("%s: %s tensor %q is %s, want F32", what, file, name, t.DType)
+		}
+	}
+	return nil
+}
+
+// checkTable checks a table's name (not in seen, which it joins), its
+// width, and its keys, values, slots and (in a delta) deleted keys in each
+// of its shards.
+func (ix shardIndex) checkTable(tb TableInfo, seen map[string]bool) error {
+	what := fmt.Sprintf("table %q", tb.Name)
+	if tb.Name == "" || seen[tb.Name] {
+		return invalid("%s: empty or repeated name", what)
+	}
+	seen[tb.Name] = true
+	if tb.Dim < 1 {
+		return invalid("%s: dim %d", what, tb.Dim)
+	}
+	for _, k := range tb.Shards {
+		if err := ix.checkTableShard(what, tb, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTableShard checks table tb's tensors in shard k.
+func (ix shardIndex) checkTableShard(what string, tb TableInfo, k int) error {
+	keys, err := ix.find(what, k, KeysName(tb.Name))
+	if err != nil {
+		return err
+	}
+	file := ix.m.Shards[k].File
+	if keys.DType != U64 || len(keys.Shape) != 1 {
+		return invalid("%s: %s keys are %s %v, want U64 [n]", what, file, keys.DType, keys.Shape)
+	}
+	rows := keys.Shape[0]
+	vals, err := ix.find(what, k, ValuesName(tb.Name))
+	if err != nil {
+		return err
+	}
+	if vals.DType != F32 || !slices.Equal(vals.Shape, []int64{rows, tb.Dim}) {
+		return invalid("%s: %s values are %s %v, want F32 [%d %d]", what, file, vals.DType, vals.Shape, rows, tb.Dim)
+	}
+	for _, name := range slotNames(tb.Name, tb.Slots) {
+		t, err := ix.find(what, k, name)
+		if err != nil {
+			return err
+		}
+		if len(t.Shape) == 0 || t.Shape[0] != rows {
+			return invalid("%s: %s tensor %q has shape %v, want %d rows", what, file, name, t.Shape, rows)
+		}
+	}
+	if ix.m.Shards[k].Delta {
+		del, err := ix.find(what, k, DeletedName(tb.Name))
+		if err != nil {
+			return err
+		}
+		if del.DType != U64 || len(del.Shape) != 1 {
+			return invalid("%s: %s deleted keys are %s %v, want U64 [n]", what, file, del.DType, del.Shape)
 		}
 	}
 	return nil

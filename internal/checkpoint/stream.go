@@ -31,8 +31,8 @@ func writePieces(f vfs.File, tensors []Tensor, meta map[string]string) (*chunkCR
 	segs := []segment{{at: 0, size: int64(len(hdr)), data: hdr}}
 	size := int64(len(hdr))
 	for _, t := range tensors {
-		segs = append(segs, segment{at: size, size: t.size(), data: t.Data, fill: t.Fill})
-		size += t.size()
+		segs = append(segs, segment{at: size, size: t.ByteSize(), data: t.Data, fill: t.Fill})
+		size += t.ByteSize()
 	}
 	// make writes bytes [at, at+len(b)) of the file into b.
 	makeAt := func(b []byte, at int64) {

@@ -5,48 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/paramserv/paramserv/internal/optim"
 )
-
-// Training is what a manifest records of how the job trains, typed: the
-// mode, the optimizer, the consistency settings and the sparse tables'
-// specifications. A ps restoring a checkpoint builds its shard from it.
-//
-// On disk it lives where every checkpoint since format version 1 keeps
-// it, so old checkpoints load and old readers read new ones: Mode and
-// Optimizer in their own manifest fields, the rest in Meta under the keys
-// below (numbers as decimal strings, the tables as a JSON array). Read it
-// with Manifest.Training and write it with Manifest.SetTraining, never
-// through Meta.
-type Training struct {
-	Mode                string // "sync" or "async"
-	Optimizer           optim.Config
-	ReplicasToAggregate int   // sync: gradients averaged per step
-	MaxStaleness        int64 // async: 0 = no bound
-	SplitBytes          int64 // the placement threshold the workers used
-	SyncTimeout         time.Duration
-	SyncProceed         bool
-	Tables              []TableSpec
-	// VarOptimizers holds the update rules of the variables that have
-	// their own, by variable name; the others use Optimizer. It is in Meta
-	// under "var_optimizers" (a JSON object), absent when empty, so a
-	// checkpoint without per-variable rules is written as before.
-	VarOptimizers map[string]*optim.Config
-}
-
-// TableSpec is a sparse table's specification as manifests record it.
-type TableSpec struct {
-	Name            string  `json:"name,omitempty"`
-	Dim             int32   `json:"dim,omitempty"`
-	Initializer     string  `json:"initializer,omitempty"` // "zeros" (or "") or "normal"
-	InitStddev      float64 `json:"init_stddev,omitempty"`
-	Seed            uint64  `json:"seed,omitempty"`
-	MinCount        int64   `json:"min_count,omitempty"` // admission threshold; 0 admits at once
-	EvictAfterSteps int64   `json:"evict_after_steps,omitempty"`
-	// Optimizer is the table's own update rule; nil (absent): the job's.
-	Optimizer *optim.Config `json:"optimizer,omitempty"`
-}
 
 // The Meta keys that hold a Training's fields.
 const (

@@ -26,7 +26,7 @@ func defineReplicaFlags(fs *flag.FlagSet) *replicaFlags {
 }
 
 // apply puts the flags into cfg and checks them against its cluster.
-func (r *replicaFlags) apply(cfg *trainer.Config) error {
+func (r *replicaFlags) apply(cfg *taskConfig) error {
 	if r.replicas < 1 {
 		return fmt.Errorf("--replicas=%d: want 1 or more", r.replicas)
 	}
@@ -45,6 +45,6 @@ func (r *replicaFlags) apply(cfg *trainer.Config) error {
 	if err := rc.Check(n); err != nil && !(r.hosts == "" && r.replicas <= n && r.failoverTimeout > 0) {
 		return err
 	}
-	cfg.Replication = rc
+	cfg.Replication, cfg.PS.Options = rc, rc
 	return nil
 }

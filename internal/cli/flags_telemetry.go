@@ -146,7 +146,7 @@ func metricsListenAddr(addr string, auth bool, logf func(string, ...any)) string
 // start serves the task's metrics if --metrics_addr is set, and hooks the
 // ps's server or the worker's loop to them in cfg. stop ends the endpoint.
 // auth: the task authenticates its connections (metricsListenAddr).
-func (f *telemetryFlags) start(cfg *trainer.Config, auth bool, logf func(string, ...any)) (stop func(), err error) {
+func (f *telemetryFlags) start(cfg *taskConfig, auth bool, logf func(string, ...any)) (stop func(), err error) {
 	var summaries *tfevents.Summaries
 	if dir := cmp.Or(f.summaryDir, cfg.CheckpointDir); dir != "" && cfg.Cluster.IsChief() {
 		w, err := tfevents.Create(dir, time.Now())
@@ -179,8 +179,8 @@ func (f *telemetryFlags) start(cfg *trainer.Config, auth bool, logf func(string,
 	if cfg.Cluster.Task.Job == cluster.JobPS {
 		ps := telemetry.NewPS(reg)
 		page = ps.Page(cfg.Cluster.Task.Index, cfg.Cluster.Addr())
-		cfg.PSObserver = ps
-		cfg.OnServe = func(s *server.Server) {
+		cfg.PS.PSObserver = ps
+		cfg.PS.OnServe = func(s *server.Server) {
 			ps.Watch(func() telemetry.PSState {
 				st, _ := s.Status(context.Background(), &pb.StatusRequest{Details: true})
 				_, seen := s.WorkerActivity()

@@ -25,8 +25,8 @@ func defineTierFlags(fs *flag.FlagSet) *tierFlags {
 	return f
 }
 
-// apply puts the flags into a trainer configuration.
-func (f *tierFlags) apply(cfg *trainer.Config, set func(string) bool) error {
+// apply puts the flags into a ps's configuration.
+func (f *tierFlags) apply(cfg *trainer.PSConfig, set func(string) bool) error {
 	switch {
 	case f.evictUnseen < 0:
 		return fmt.Errorf("--evict_unseen=%s: want a duration >= 0 (0: never)", f.evictUnseen)

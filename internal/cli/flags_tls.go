@@ -7,7 +7,6 @@ import (
 
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/secure"
-	"github.com/paramserv/paramserv/internal/trainer"
 )
 
 // tlsFlags are the authentication flags of `paramserv train` (and `local`,
@@ -29,7 +28,7 @@ func defineTLSFlags(fs *flag.FlagSet) *tlsFlags {
 // apply loads the policy for cfg's task and wraps cfg's listener and dialer
 // with it; errors are the user's to fix. A ps that listens beyond loopback
 // without any authentication says so loudly.
-func (t *tlsFlags) apply(cfg *trainer.Config, logf func(string, ...any)) error {
+func (t *tlsFlags) apply(cfg *taskConfig, logf func(string, ...any)) error {
 	task := cfg.Cluster.Task
 	host := hostOf(cfg.Cluster.Addr())
 	p, err := secure.Load(t.files, string(task.Job), task.Index, host)
@@ -43,8 +42,8 @@ func (t *tlsFlags) apply(cfg *trainer.Config, logf func(string, ...any)) error {
 		return nil
 	}
 	logf("connections require %s", p)
-	baseListen := cfg.Listen
-	cfg.Listen = func(addr string) (net.Listener, error) {
+	baseListen := cfg.PS.Listen
+	cfg.PS.Listen = func(addr string) (net.Listener, error) {
 		var lis net.Listener
 		var err error
 		if baseListen != nil {
@@ -59,6 +58,7 @@ func (t *tlsFlags) apply(cfg *trainer.Config, logf func(string, ...any)) error {
 		return p.Listener(lis, logf), nil
 	}
 	cfg.Dial = p.Dialer(cfg.Dial)
+	cfg.PS.Dial = p.Dialer(cfg.PS.Dial)
 	return nil
 }
 

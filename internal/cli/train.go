@@ -21,8 +21,10 @@ import (
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/data/fetch"
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/trainer"
 	"github.com/paramserv/paramserv/internal/version"
 )
@@ -153,11 +155,19 @@ func (f *trainFlags) set(name string) bool {
 	return found
 }
 
-// config builds the trainer configuration; errors are the user's to fix.
-func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer.Config, error) {
+// taskConfig is a task's settings from the command line: trainer.Config
+// a worker's (and a standalone job's), PS a ps's. The flags both roles
+// read go into both: trainer.RunPS reads PS, the others the rest.
+type taskConfig struct {
+	trainer.Config
+	PS trainer.PSConfig
+}
+
+// config builds the task's configuration; errors are the user's to fix.
+func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskConfig, error) {
 	cl, err := cluster.Resolve(f.cluster(), tfConfig)
 	if err != nil {
-		return trainer.Config{}, err
+		return taskConfig{}, err
 	}
 	for _, w := range cl.Warnings {
 		logf("warning: %s", w)
@@ -169,31 +179,38 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	}
 	info, err := catalog.Lookup(f.model)
 	if err != nil {
-		return trainer.Config{}, fmt.Errorf("--model: %w", err)
+		return taskConfig{}, fmt.Errorf("--model: %w", err)
 	}
-	cfg := trainer.Config{
-		Cluster: cl,
-		Model:   f.model,
-		Optimizer: optim.Config{
-			Name: f.optimizer, LearningRate: f.lr, Momentum: f.momentum, Nesterov: f.nesterov,
-			InitialAccumulator: f.initAcc, Beta1: f.beta1, Beta2: f.beta2, Epsilon: f.eps,
-			FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2, L2Shrinkage: f.l2Shrinkage,
-			Rho: f.rho, Centered: f.centered, WeightDecay: f.weightDecay, Schedule: f.lrSchedule,
-			LearningRatePower: ftrlPowerFlag(f.lrPower),
+	cfg := taskConfig{Config: trainer.Config{
+		Config: lifecycle.Config{
+			Cluster: cl,
+			Optimizer: optim.Config{
+				Name: f.optimizer, LearningRate: f.lr, Momentum: f.momentum, Nesterov: f.nesterov,
+				InitialAccumulator: f.initAcc, Beta1: f.beta1, Beta2: f.beta2, Epsilon: f.eps,
+				FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2, L2Shrinkage: f.l2Shrinkage,
+				Rho: f.rho, Centered: f.centered, WeightDecay: f.weightDecay, Schedule: f.lrSchedule,
+				LearningRatePower: ftrlPowerFlag(f.lrPower),
+			},
+			Sync:                f.sync,
+			ReplicasToAggregate: f.replicas,
+			MaxStaleness:        f.maxStale,
+			StartupTimeout:      f.startupTimeout,
+			SplitBytes:          f.splitBytes,
+			Logf:                logf,
+			WaitLogEvery:        f.waitLogEvery,
 		},
-		Sync:                f.sync,
-		ReplicasToAggregate: f.replicas,
-		MaxStaleness:        f.maxStale,
-		TrainSteps:          f.trainSteps,
-		StepsToValidate:     f.stepsToValidate,
-		StartupTimeout:      f.startupTimeout,
-		SplitBytes:          f.splitBytes,
-		ResultFile:          f.resultFile,
-		PSWaitForever:       f.psWaitForever,
-		MaxTableKeys:        int(f.maxTableKeys),
-		Logf:                logf,
-		WaitLogEvery:        f.waitLogEvery,
-		WorkerTimeout:       f.workerTimeout,
+		Model:           f.model,
+		TrainSteps:      f.trainSteps,
+		StepsToValidate: f.stepsToValidate,
+		ResultFile:      f.resultFile,
+		WorkerTimeout:   f.workerTimeout,
+	}}
+	cfg.PS = trainer.PSConfig{
+		PSConfig: replication.PSConfig{
+			Cluster: cl, CheckpointDir: f.checkpointDir, StartupTimeout: f.startupTimeout,
+			WaitLogEvery: f.waitLogEvery, MaxTableKeys: int(f.maxTableKeys), Logf: logf,
+		},
+		PSWaitForever: f.psWaitForever, WorkerTimeout: f.workerTimeout,
 	}
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
@@ -235,20 +252,20 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	if err := f.telemetry.check(); err != nil {
 		return cfg, err
 	}
-	if err := f.data.apply(&cfg); err != nil {
+	if err := f.data.apply(&cfg.Config); err != nil {
 		return cfg, err
 	}
-	if err := f.tier.apply(&cfg, f.set); err != nil {
+	if err := f.tier.apply(&cfg.PS, f.set); err != nil {
 		return cfg, err
 	}
-	if err := f.ckptIncr.apply(&cfg, f.set); err != nil {
+	if err := f.ckptIncr.apply(&cfg.Config, f.set); err != nil {
 		return cfg, err
 	}
-	f.incrPull.apply(&cfg)
-	if err := f.validation.apply(&cfg, f.model); err != nil {
+	f.incrPull.apply(&cfg.Config)
+	if err := f.validation.apply(&cfg.Config, f.model); err != nil {
 		return cfg, err
 	}
-	if err := f.perf.apply(&cfg); err != nil {
+	if err := f.perf.apply(&cfg.Config); err != nil {
 		return cfg, err
 	}
 	if err := f.rep.apply(&cfg); err != nil {
@@ -275,7 +292,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (trainer
 	case f.maxStale > 0 && f.sync:
 		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
-	cfg.ResultRecord, cfg.Version = f.record(cfg), version.Get().Short()
+	cfg.ResultRecord, cfg.Version = f.record(cfg.Config), version.Get().Short()
 	if _, err := optim.New(cfg.Optimizer); err != nil {
 		var oe *optim.ConfigError
 		if errors.As(err, &oe) {
@@ -454,18 +471,18 @@ done, which paramserv local treats as a death by signal and restarts.
 	program, isProgram := programs[f.model]
 	switch {
 	case f.perf.standalone:
-		err = trainer.RunStandalone(ctx, cfg)
+		err = trainer.RunStandalone(ctx, cfg.Config)
 	case isProgram && cfg.Cluster.Task.Job == cluster.JobWorker:
-		err = program(ctx, cfg, f)
+		err = program(ctx, cfg.Config, f)
 	case cfg.Cluster.Task.Job == cluster.JobPS:
-		err = trainer.RunPS(ctx, cfg)
+		err = trainer.RunPS(ctx, cfg.PS)
 	default:
-		err = trainer.RunWorker(ctx, cfg)
+		err = trainer.RunWorker(ctx, cfg.Config)
 	}
 	var ce *trainer.ConfigError
 	var sig *SignalError
 	var stopped *trainer.StoppedError
-	var bad *sparse.InputError
+	var bad *sparsedata.InputError
 	switch {
 	case err != nil && errors.As(context.Cause(ctx), &sig):
 		// Stopped from outside before the work was done: a death, exit

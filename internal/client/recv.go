@@ -21,7 +21,7 @@ func (e *replyError) Error() string { return e.err.Error() }
 // recv reads the reply of the request send wrote to ps i into the
 // caller's params and rows.
 func (dp *dataPath) recv(d *dataConn, cs *callState, i int, pull bool) (int64, bool, error) {
-	defer d.settle()
+	defer d.releaseSent()
 	c, req := dp.c, cs.req
 	incr, held := d.sent.held != nil, d.sent.held
 	dincr, ds, heldSince := d.sent.ds != nil, d.sent.ds, d.sent.heldSince

@@ -18,8 +18,8 @@ type sent struct {
 	armed     bool        // the health check is armed
 }
 
-// settle gives back what the request in flight held (see sent).
-func (d *dataConn) settle() {
+// releaseSent gives back what the request in flight held (see sent).
+func (d *dataConn) releaseSent() {
 	s := &d.sent
 	if s.armed && d.probe.disarm() {
 		d.broken = true
@@ -38,11 +38,11 @@ func (d *dataConn) settle() {
 
 // send writes one request to ps i; recv reads its reply. noCache sends
 // every key set's keys and keeps none. On an error the connection holds
-// nothing (settle has run).
+// nothing (releaseSent has run).
 func (dp *dataPath) send(ctx context.Context, d *dataConn, cs *callState, i int, push, pull bool, minStep int64, noCache bool) (err error) {
 	defer func() {
 		if err != nil {
-			d.settle()
+			d.releaseSent()
 		}
 	}()
 	c, req := dp.c, cs.req

@@ -109,6 +109,14 @@ const (
 	flagIndexEnv = "--task_index_env"
 )
 
+// ConfigError marks a task's configuration the user must fix: not a
+// failure to wait out or retry (paramserv exits 2). The packages that run
+// a ps or a worker (trainer, lifecycle, replication) return it.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // Error is the type of every error this package returns. Its message names
 // where the bad value came from, what was expected and what came.
 type Error struct {

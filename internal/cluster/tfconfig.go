@@ -52,8 +52,28 @@ type TFConfig struct {
 // "TF_CONFIG".
 func ParseTFConfig(s string) (TFConfig, error) {
 	var tc TFConfig
+	top, err := tfConfigObject(s)
+	if err != nil {
+		return tc, err
+	}
+	if raw, ok := top["cluster"]; ok && !isNull(raw) {
+		if err := tc.parseCluster(raw); err != nil {
+			return tc, err
+		}
+	}
+	if raw, ok := top["task"]; ok && !isNull(raw) {
+		if err := tc.parseTask(raw); err != nil {
+			return tc, err
+		}
+	}
+	return tc, nil
+}
+
+// tfConfigObject reads TF_CONFIG's top-level object, at most
+// MaxTFConfigSize bytes of JSON.
+func tfConfigObject(s string) (map[string]json.RawMessage, error) {
 	if len(s) > MaxTFConfigSize {
-		return tc, errorf("TF_CONFIG", "%d bytes, over the %d-byte (1 MiB) limit", len(s), MaxTFConfigSize)
+		return nil, errorf("TF_CONFIG", "%d bytes, over the %d-byte (1 MiB) limit", len(s), MaxTFConfigSize)
 	}
 	var whole json.RawMessage
 	if err := json.Unmarshal([]byte(s), &whole); err != nil {
@@ -65,120 +85,135 @@ func ParseTFConfig(s string) (TFConfig, error) {
 			if off > 0 && !strings.HasPrefix(se.Error(), "unexpected end") {
 				off--
 			}
-			return tc, &Error{Source: "TF_CONFIG", Msg: fmt.Sprintf("invalid JSON at offset %d: %v (%s)", off, se, tfWant), Err: err}
+			return nil, &Error{Source: "TF_CONFIG", Msg: fmt.Sprintf("invalid JSON at offset %d: %v (%s)", off, se, tfWant), Err: err}
 		}
-		return tc, &Error{Source: "TF_CONFIG", Msg: fmt.Sprintf("invalid JSON: %v (%s)", err, tfWant), Err: err}
+		return nil, &Error{Source: "TF_CONFIG", Msg: fmt.Sprintf("invalid JSON: %v (%s)", err, tfWant), Err: err}
 	}
-	top, err := object("TF_CONFIG", whole, tfWant)
+	return object("TF_CONFIG", whole, tfWant)
+}
+
+// parseCluster reads TF_CONFIG's cluster: the ps and worker hosts, the
+// chief's (first of the workers), and the evaluator's (ignored, with a
+// warning).
+func (tc *TFConfig) parseCluster(raw json.RawMessage) error {
+	cluster, err := object("TF_CONFIG cluster", raw, `want an object like {"ps":["h:2222"],"worker":["h:2223"]}`)
 	if err != nil {
-		return tc, err
+		return err
 	}
-
+	jobs := make([]string, 0, len(cluster))
+	for job := range cluster {
+		jobs = append(jobs, job)
+	}
+	slices.Sort(jobs) // errors in a stable order
 	var worker, chief []string
-	if raw, ok := top["cluster"]; ok && !isNull(raw) {
-		cluster, err := object("TF_CONFIG cluster", raw, `want an object like {"ps":["h:2222"],"worker":["h:2223"]}`)
-		if err != nil {
-			return tc, err
-		}
-		jobs := make([]string, 0, len(cluster))
-		for job := range cluster {
-			jobs = append(jobs, job)
-		}
-		slices.Sort(jobs) // errors in a stable order
-		for _, job := range jobs {
-			raw := cluster[job]
-			key := "TF_CONFIG cluster." + job
-			switch job {
-			case JobPS:
-				if tc.PS, err = hostList(key, raw); err != nil {
-					return tc, err
-				}
-				tc.PSSet = true
-			case JobWorker:
-				if worker, err = hostList(key, raw); err != nil {
-					return tc, err
-				}
-				tc.WorkersSet = true
-			case "chief", "master":
-				if tc.Chief != "" {
-					return tc, errorf("TF_CONFIG cluster", `has both "chief" and "master" (want at most one; master is the old name for chief)`)
-				}
-				if chief, err = hostList(key, raw); err != nil {
-					return tc, err
-				}
-				if len(chief) != 1 {
-					return tc, errorf(key, "has %d hosts (want exactly one)", len(chief))
-				}
-				tc.Chief = job
-				tc.WorkersSet = true
-			case "evaluator":
-				tc.Warnings = append(tc.Warnings, "TF_CONFIG cluster.evaluator ignored: paramserv runs no evaluator job")
-			default:
-				msg := fmt.Sprintf(`unknown job %q (want "ps", "worker", "chief", "master" or "evaluator")`, job)
-				if lower := strings.ToLower(job); lower != job && isTFJob(lower) {
-					msg += "; job names are lower case"
-				}
-				return tc, errorf("TF_CONFIG cluster", "%s", msg)
-			}
-		}
-		if tc.WorkersSet {
-			tc.Workers = append(chief, worker...)
-		}
-	}
-
-	if raw, ok := top["task"]; ok && !isNull(raw) {
-		task, err := object("TF_CONFIG task", raw, `want an object like {"type":"worker","index":0}`)
-		if err != nil {
-			return tc, err
-		}
-		typ := ""
-		if raw, ok := task["type"]; ok && !isNull(raw) {
-			if kind(raw) != "string" {
-				return tc, errorf("TF_CONFIG task.type", `got %s, want a string: "ps", "worker" or "chief"`, described(kind(raw), raw))
-			}
-			if err := json.Unmarshal(raw, &typ); err != nil {
-				return tc, &Error{Source: "TF_CONFIG task.type", Msg: err.Error(), Err: err}
-			}
-			if typ == "" {
-				return tc, errorf("TF_CONFIG task.type", `empty (want "ps", "worker" or "chief")`)
-			}
-		}
-		if raw, ok := task["index"]; ok && !isNull(raw) {
-			if tc.Index, err = parseIndex(raw); err != nil {
-				return tc, err
-			}
-			tc.IndexSet = true
-		} else if typ != "" {
-			tc.IndexSet = true // TensorFlow's default, index 0
-		}
-		switch typ {
-		case "":
+	for _, job := range jobs {
+		raw := cluster[job]
+		key := "TF_CONFIG cluster." + job
+		switch job {
 		case JobPS:
-			tc.Job = JobPS
+			if tc.PS, err = hostList(key, raw); err != nil {
+				return err
+			}
+			tc.PSSet = true
 		case JobWorker:
-			tc.Job = JobWorker
-			if tc.Chief != "" {
-				tc.Index++
+			if worker, err = hostList(key, raw); err != nil {
+				return err
 			}
+			tc.WorkersSet = true
 		case "chief", "master":
-			if tc.Chief == "" {
-				return tc, errorf("TF_CONFIG task.type", `is %q, but cluster has no "chief" or "master" job (want cluster.%s with the chief's host:port)`, typ, typ)
+			if tc.Chief != "" {
+				return errorf("TF_CONFIG cluster", `has both "chief" and "master" (want at most one; master is the old name for chief)`)
 			}
-			if tc.Index != 0 {
-				return tc, errorf("TF_CONFIG task.index", "task index %d out of range: the %s job has 1 task (0..0)", tc.Index, typ)
+			if chief, err = hostList(key, raw); err != nil {
+				return err
 			}
-			tc.Job = JobWorker
+			if len(chief) != 1 {
+				return errorf(key, "has %d hosts (want exactly one)", len(chief))
+			}
+			tc.Chief = job
+			tc.WorkersSet = true
 		case "evaluator":
-			return tc, errorf("TF_CONFIG task.type", `"evaluator" is not supported (want "ps", "worker" or "chief"; run evaluation outside the training cluster)`)
+			tc.Warnings = append(tc.Warnings, "TF_CONFIG cluster.evaluator ignored: paramserv runs no evaluator job")
 		default:
-			msg := fmt.Sprintf(`%q is not a job (want "ps", "worker", "chief" or "master")`, typ)
-			if lower := strings.ToLower(typ); lower != typ && isTFJob(lower) {
+			msg := fmt.Sprintf(`unknown job %q (want "ps", "worker", "chief", "master" or "evaluator")`, job)
+			if lower := strings.ToLower(job); lower != job && isTFJob(lower) {
 				msg += "; job names are lower case"
 			}
-			return tc, errorf("TF_CONFIG task.type", "%s", msg)
+			return errorf("TF_CONFIG cluster", "%s", msg)
 		}
 	}
-	return tc, nil
+	if tc.WorkersSet {
+		tc.Workers = append(chief, worker...)
+	}
+	return nil
+}
+
+// parseTask reads TF_CONFIG's task: this process's job and index, after
+// the cluster (a chief's task is worker 0, and shifts the workers' indexes
+// by one).
+func (tc *TFConfig) parseTask(raw json.RawMessage) error {
+	task, err := object("TF_CONFIG task", raw, `want an object like {"type":"worker","index":0}`)
+	if err != nil {
+		return err
+	}
+	typ, err := taskType(task)
+	if err != nil {
+		return err
+	}
+	if raw, ok := task["index"]; ok && !isNull(raw) {
+		if tc.Index, err = parseIndex(raw); err != nil {
+			return err
+		}
+		tc.IndexSet = true
+	} else if typ != "" {
+		tc.IndexSet = true // TensorFlow's default, index 0
+	}
+	switch typ {
+	case "":
+	case JobPS:
+		tc.Job = JobPS
+	case JobWorker:
+		tc.Job = JobWorker
+		if tc.Chief != "" {
+			tc.Index++
+		}
+	case "chief", "master":
+		if tc.Chief == "" {
+			return errorf("TF_CONFIG task.type", `is %q, but cluster has no "chief" or "master" job (want cluster.%s with the chief's host:port)`, typ, typ)
+		}
+		if tc.Index != 0 {
+			return errorf("TF_CONFIG task.index", "task index %d out of range: the %s job has 1 task (0..0)", tc.Index, typ)
+		}
+		tc.Job = JobWorker
+	case "evaluator":
+		return errorf("TF_CONFIG task.type", `"evaluator" is not supported (want "ps", "worker" or "chief"; run evaluation outside the training cluster)`)
+	default:
+		msg := fmt.Sprintf(`%q is not a job (want "ps", "worker", "chief" or "master")`, typ)
+		if lower := strings.ToLower(typ); lower != typ && isTFJob(lower) {
+			msg += "; job names are lower case"
+		}
+		return errorf("TF_CONFIG task.type", "%s", msg)
+	}
+	return nil
+}
+
+// taskType is the task's type, "" where it has none.
+func taskType(task map[string]json.RawMessage) (string, error) {
+	raw, ok := task["type"]
+	if !ok || isNull(raw) {
+		return "", nil
+	}
+	if kind(raw) != "string" {
+		return "", errorf("TF_CONFIG task.type", `got %s, want a string: "ps", "worker" or "chief"`, described(kind(raw), raw))
+	}
+	var typ string
+	if err := json.Unmarshal(raw, &typ); err != nil {
+		return "", &Error{Source: "TF_CONFIG task.type", Msg: err.Error(), Err: err}
+	}
+	if typ == "" {
+		return "", errorf("TF_CONFIG task.type", `empty (want "ps", "worker" or "chief")`)
+	}
+	return typ, nil
 }
 
 func isTFJob(name string) bool {

@@ -61,10 +61,7 @@ type Config struct {
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
+type ConfigError = cluster.ConfigError
 
 // Defaults fills in the zero fields of c that have a default.
 func (c *Config) Defaults() {

@@ -3,7 +3,7 @@
 // that gathers predictions as they come (and merges the parts of several
 // workers).
 //
-// Labels are float32 as in sparse.Example: a label > 0.5 is positive.
+// Labels are float32 as in sparsedata.Example: a label > 0.5 is positive.
 // Probabilities and scores are float64. The functions panic if the labels
 // and scores differ in length, like a slice index out of range: that is a
 // bug in the caller, not bad data.

@@ -19,7 +19,9 @@ func benchSetup(b *testing.B, name string, n int) (Rule, []float32, []float32, [
 // BenchmarkUpdate times one Update over 1M parameters. The MB/s column is
 // parameter bytes updated per second (4 per element); the memory traffic is
 // that times 3 + 2*StateSlots (param, grad and each slot read; param and
-// each slot written).
+// each slot written). ns/param is wall time and cpu-ns/param the process's
+// CPU time a parameter (the figure to compare on a loaded machine;
+// scripts/torch_adam_ns.py prints both for torch.optim.Adam).
 func BenchmarkUpdate(b *testing.B) {
 	const n = 1 << 20
 	for _, name := range Names() {
@@ -27,9 +29,15 @@ func BenchmarkUpdate(b *testing.B) {
 			r, param, grad, state := benchSetup(b, name, n)
 			b.SetBytes(4 * n)
 			step := int64(0)
+			cpu0 := cpuNanos()
 			for b.Loop() {
 				step++
 				r.Update(param, grad, state, step)
+			}
+			cpu1 := cpuNanos()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/param")
+			if cpu0 >= 0 && cpu1 >= 0 {
+				b.ReportMetric(float64(cpu1-cpu0)/float64(b.N)/n, "cpu-ns/param")
 			}
 		})
 	}

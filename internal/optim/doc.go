@@ -113,6 +113,15 @@
 // float32 kernels in the last bit. Adam's lr_t is computed once per Update
 // call, in float64.
 //
+// On amd64 CPUs with AVX2, SGD, Momentum, Adagrad, Adam, AdamW, RMSProp (not
+// centered), FTRL (without l2 shrinkage), Adadelta, ProximalSGD and
+// ProximalAdagrad run their loops four float64 lanes at a time in Go
+// assembly: the same operations in the same order, each correctly rounded,
+// so the results are the scalar loop's bits (a NaN may come out with another
+// NaN's sign). Build with -tags purego to use the scalar loops everywhere, or
+// run with GODEBUG=cpu.avx2=off to use them in one process (as on a CPU
+// without AVX2).
+//
 // Update panics if grad or a state slice is not as long as param, or state
 // does not hold StateSlots() slices: that is a bug in the caller, which should
 // have rejected the request that carried the wrong length.

@@ -25,7 +25,7 @@ type Rule interface {
 }
 
 // Config names a rule and its hyper-parameters. The zero value of a
-// hyper-parameter means the rule's default (see New).
+// hyper-parameter means the rule's default (see Resolved).
 type Config struct {
 	Name         string  `json:"name"`
 	LearningRate float64 `json:"learning_rate"`
@@ -111,9 +111,9 @@ func Names() []string {
 	return names
 }
 
-// New returns the rule that cfg names (case-insensitive), with defaults
-// filled in for zero hyper-parameters. LearningRate has no default: it must
-// be positive and finite. Every other hyper-parameter, whether or not the
+// New returns the rule that cfg names (case-insensitive), built from
+// Resolved(cfg): zero hyper-parameters take the rule's defaults.
+// LearningRate has no default: it must be positive and finite. Every other hyper-parameter, whether or not the
 // rule uses it, must be finite and not negative, and Beta1 and Beta2 must be
 // below 1; anything else is a *ConfigError wrapping ErrInvalidConfig.
 func New(cfg Config) (Rule, error) {
@@ -125,7 +125,9 @@ func New(cfg Config) (Rule, error) {
 	if err := validate(name, cfg); err != nil {
 		return nil, err
 	}
-	return c(cfg)
+	// The defaults live in Resolved alone: a constructor takes every
+	// hyper-parameter as given.
+	return c(Resolved(cfg))
 }
 
 // validate checks every hyper-parameter in cfg against its range.

@@ -6,8 +6,9 @@ import "strings"
 // hyper-parameters written out (Adam's beta1 0.9, beta2 0.999, epsilon
 // 1e-8, ...), so that a record of the run shows the values in force rather
 // than the zeros that mean "the default". Fields the rule does not read are
-// left as they are. The rule New builds from the result is the one it
-// builds from cfg.
+// left as they are. It is the one place the defaults are written: New
+// builds each rule from Resolved(cfg), and the rules' constructors take
+// their hyper-parameters as given.
 func Resolved(cfg Config) Config {
 	def := func(v *float64, d float64) { *v = orDefault(*v, d) }
 	switch strings.ToLower(cfg.Name) {

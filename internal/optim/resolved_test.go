@@ -5,27 +5,61 @@ import (
 	"testing"
 )
 
-// Resolved writes out exactly the defaults New fills in: the rule built
-// from the resolved config is the rule built from the zeros, for every rule
-// (a default Resolved got wrong would build another rule), and Adam's
-// record shows 0.9 and 0.999 where the flags held 0.
+// Resolved writes out the defaults each rule documents (the table below is
+// the one in the rules' doc comments and train --help), and it is the only
+// place they are written: the rule New builds from the zeros holds exactly
+// the numbers Resolved names, no default of its own. A default dropped from
+// Resolved fails the table; a default written back into a constructor would
+// hold a number Resolved does not name, or one New(cfg) and a constructor
+// given the zeros disagree on.
 func TestResolvedIsWhatNewFillsIn(t *testing.T) {
+	const lr = 0.01
+	ftrlPower := -0.5
+	want := map[string]Config{
+		"sgd":              {},
+		"momentum":         {Momentum: 0.9},
+		"adagrad":          {InitialAccumulator: 0.1},
+		"adagrad_da":       {InitialAccumulator: 0.1},
+		"proximal_adagrad": {InitialAccumulator: 0.1},
+		"proximal_sgd":     {},
+		"adam":             {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8},
+		"adamw":            {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, WeightDecay: 0.01},
+		"lamb":             {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-6},
+		"ftrl":             {FTRLBeta: 1, InitialAccumulator: 0.1, LearningRatePower: &ftrlPower},
+		"adadelta":         {Rho: 0.95, Epsilon: 1e-8},
+		"rmsprop":          {Rho: 0.9, Epsilon: 1e-10, InitialAccumulator: 1},
+	}
 	for _, name := range Names() {
-		cfg := Config{Name: name, LearningRate: 0.01}
+		cfg := Config{Name: name, LearningRate: lr}
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("%s: a rule with no row in this test's table of defaults: add one", name)
+			continue
+		}
+		w.Name, w.LearningRate = name, lr
+		r := Resolved(cfg)
+		if !reflect.DeepEqual(r, w) {
+			t.Errorf("%s: Resolved = %+v, want %+v", name, r, w)
+		}
+		if again := Resolved(r); !reflect.DeepEqual(again, r) {
+			t.Errorf("%s: Resolved(Resolved(cfg)) = %+v, want %+v (a written-out value is kept)", name, again, r)
+		}
 		a, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(Resolved(cfg))
+		// The constructor given the zeros as they are builds the rule New
+		// builds only if Resolved has nothing to add: for rules with
+		// defaults it must differ, or the constructor fills them in itself.
+		raw, err := constructors[name](cfg)
 		if err != nil {
-			t.Fatalf("%s: New(Resolved(cfg)): %v", name, err)
+			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("%s: New(Resolved(cfg)) = %+v, New(cfg) = %+v", name, b, a)
+		if same := reflect.DeepEqual(a, raw); same != reflect.DeepEqual(r, cfg) {
+			t.Errorf("%s: the constructor given the zeros builds %+v, New builds %+v: the defaults belong in Resolved alone", name, raw, a)
 		}
 		// Every non-zero number the rule holds is one the resolved config
-		// names: a default Resolved does not write out would show here.
-		r := Resolved(cfg)
+		// names.
 		named := map[float64]bool{0: true}
 		rv := reflect.ValueOf(r)
 		for i := 0; i < rv.NumField(); i++ {
@@ -42,9 +76,5 @@ func TestResolvedIsWhatNewFillsIn(t *testing.T) {
 				t.Errorf("%s: the rule's %s is %v, which Resolved does not write out", name, av.Type().Field(i).Name, f.Float())
 			}
 		}
-	}
-	r := Resolved(Config{Name: "adam", LearningRate: 0.01})
-	if r.Beta1 != 0.9 || r.Beta2 != 0.999 || r.Epsilon != 1e-8 {
-		t.Errorf("Resolved(adam) = %+v, want beta1 0.9, beta2 0.999, epsilon 1e-8", r)
 	}
 }

@@ -9,7 +9,9 @@ import (
 // checks the lengths once (a mismatch is a bug in the caller, and panics with
 // the lengths in the message), re-slices the inputs to len(param) so the
 // compiler drops the bounds checks, then runs one loop that does not
-// allocate. Arithmetic is float64, rounded once per stored value.
+// allocate. Arithmetic is float64, rounded once per stored value. Where a
+// rule has a vector kernel (kernels_amd64.go), the kernel does the first
+// values and the loop the rest.
 
 // checkLens panics unless grad and the slots state slices are all as long
 // as param.
@@ -66,7 +68,7 @@ type momentum struct {
 func newMomentum(cfg Config) (Rule, error) {
 	return &momentum{
 		lr:       cfg.LearningRate,
-		mu:       orDefault(cfg.Momentum, 0.9),
+		mu:       cfg.Momentum,
 		nesterov: cfg.Nesterov,
 	}, nil
 }
@@ -86,17 +88,19 @@ func (r *momentum) Update(param, grad []float32, state [][]float32, _ int64) {
 	g := grad[:len(param)]
 	acc := state[0][:len(param)]
 	lr, mu := r.lr, r.mu
+	lrmu := lr * mu
+	k := [3]float64{lr, mu, lrmu}
 	if r.nesterov {
-		lrmu := lr * mu
-		for i, p := range param {
-			gi := float64(g[i])
+		for i := momentumKernel(param, g, acc, &k, true); i < len(param); i++ {
+			p, gi := param[i], float64(g[i])
 			a := mu*float64(acc[i]) + gi
 			acc[i] = float32(a)
 			param[i] = float32(float64(p) - (lr*gi + lrmu*a))
 		}
 		return
 	}
-	for i, p := range param {
+	for i := momentumKernel(param, g, acc, &k, false); i < len(param); i++ {
+		p := param[i]
 		a := mu*float64(acc[i]) + float64(g[i])
 		acc[i] = float32(a)
 		param[i] = float32(float64(p) - lr*a)
@@ -112,7 +116,7 @@ type adagrad struct {
 func newAdagrad(cfg Config) (Rule, error) {
 	return &adagrad{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		eps:  cfg.Epsilon, // 0 by default, as TF1
 	}, nil
 }
@@ -132,8 +136,9 @@ func (r *adagrad) Update(param, grad []float32, state [][]float32, _ int64) {
 	g := grad[:len(param)]
 	acc := state[0][:len(param)]
 	lr, eps := r.lr, r.eps
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [2]float64{lr, eps}
+	for i := adagradKernel(param, g, acc, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		a := float64(acc[i]) + gi*gi
 		acc[i] = float32(a)
 		param[i] = float32(float64(p) - lr*gi/(math.Sqrt(a)+eps))
@@ -148,9 +153,9 @@ type adam struct {
 func newAdam(cfg Config) (Rule, error) {
 	return &adam{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-8),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
 	}, nil
 }
 
@@ -174,8 +179,9 @@ func (r *adam) Update(param, grad []float32, state [][]float32, step int64) {
 	b1, b2, eps := r.b1, r.b2, r.eps
 	// b1, b2 in (0, 1) and t >= 1, so 1-b1^t > 0.
 	lrt := r.lr * math.Sqrt(1-math.Pow(b2, t)) / (1 - math.Pow(b1, t))
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [6]float64{b1, 1 - b1, b2, 1 - b2, eps, lrt}
+	for i := adamKernel(param, g, m, v, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		mi := b1*float64(m[i]) + (1-b1)*gi
 		vi := b2*float64(v[i]) + (1-b2)*gi*gi
 		m[i] = float32(mi)
@@ -198,10 +204,10 @@ type ftrl struct {
 func newFTRL(cfg Config) (Rule, error) {
 	return &ftrl{
 		alpha: cfg.LearningRate,
-		beta:  orDefault(cfg.FTRLBeta, 1),
+		beta:  cfg.FTRLBeta,
 		l1:    cfg.L1,
 		l2:    cfg.L2,
-		init:  orDefault(cfg.InitialAccumulator, 0.1),
+		init:  cfg.InitialAccumulator,
 
 		shrink: cfg.L2Shrinkage,
 		power:  cfg.FTRLPower(),
@@ -240,8 +246,13 @@ func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 	z := state[1][:len(param)]
 	invAlpha := 1 / r.alpha
 	l1, beta, l2x2, shrink2 := r.l1, r.beta, 2*r.l2, 2*r.shrink
-	for i, p := range param {
-		gi := float64(g[i])
+	i := 0
+	if shrink2 == 0 { // the kernel has no shrinkage term (gi + 0*p is not gi at gi = -0)
+		k := [5]float64{invAlpha, l1, beta, l2x2, math.Abs(l1)}
+		i = ftrlKernel(param, g, n, z, &k)
+	}
+	for ; i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		n0 := float64(n[i])
 		n1 := n0 + gi*gi
 		s1 := math.Sqrt(n1)

@@ -13,10 +13,10 @@ type adamW struct {
 func newAdamW(cfg Config) (Rule, error) {
 	return &adamW{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-8),
-		wd:  orDefault(cfg.WeightDecay, 0.01),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
+		wd:  cfg.WeightDecay,
 	}, nil
 }
 
@@ -42,8 +42,9 @@ func (r *adamW) Update(param, grad []float32, state [][]float32, step int64) {
 	decay := 1 - r.lr*r.wd
 	stepSize := r.lr / (1 - math.Pow(b1, t))
 	invSqrtBC2 := 1 / math.Sqrt(1-math.Pow(b2, t))
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [8]float64{b1, 1 - b1, b2, 1 - b2, eps, stepSize, decay, invSqrtBC2}
+	for i := adamWKernel(param, g, m, v, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		mi := b1*float64(m[i]) + (1-b1)*gi
 		vi := b2*float64(v[i]) + (1-b2)*gi*gi
 		m[i] = float32(mi)
@@ -66,9 +67,9 @@ type lamb struct {
 func newLAMB(cfg Config) (Rule, error) {
 	return &lamb{
 		lr:  cfg.LearningRate,
-		b1:  orDefault(cfg.Beta1, 0.9),
-		b2:  orDefault(cfg.Beta2, 0.999),
-		eps: orDefault(cfg.Epsilon, 1e-6),
+		b1:  cfg.Beta1,
+		b2:  cfg.Beta2,
+		eps: cfg.Epsilon,
 		wd:  cfg.WeightDecay,
 	}, nil
 }

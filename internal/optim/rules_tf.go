@@ -17,7 +17,7 @@ type adagradDA struct {
 func newAdagradDA(cfg Config) (Rule, error) {
 	return &adagradDA{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		l1:   cfg.L1,
 		l2:   cfg.L2,
 	}, nil
@@ -66,8 +66,8 @@ type adadelta struct {
 func newAdadelta(cfg Config) (Rule, error) {
 	return &adadelta{
 		lr:  cfg.LearningRate,
-		rho: orDefault(cfg.Rho, 0.95),
-		eps: orDefault(cfg.Epsilon, 1e-8),
+		rho: cfg.Rho,
+		eps: cfg.Epsilon,
 	}, nil
 }
 
@@ -89,8 +89,9 @@ func (r *adadelta) Update(param, grad []float32, state [][]float32, _ int64) {
 	acc := state[0][:len(param)]
 	upd := state[1][:len(param)]
 	lr, rho, eps := r.lr, r.rho, r.eps
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [4]float64{rho, 1 - rho, eps, lr}
+	for i := adadeltaKernel(param, g, acc, upd, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		a := rho*float64(acc[i]) + (1-rho)*gi*gi
 		u := math.Sqrt(float64(upd[i])+eps) / math.Sqrt(a+eps) * gi
 		acc[i] = float32(a)
@@ -111,10 +112,10 @@ type rmsprop struct {
 func newRMSProp(cfg Config) (Rule, error) {
 	return &rmsprop{
 		lr:       cfg.LearningRate,
-		rho:      orDefault(cfg.Rho, 0.9),
+		rho:      cfg.Rho,
 		mu:       cfg.Momentum,
-		eps:      orDefault(cfg.Epsilon, 1e-10),
-		init:     orDefault(cfg.InitialAccumulator, 1),
+		eps:      cfg.Epsilon,
+		init:     cfg.InitialAccumulator,
 		centered: cfg.Centered,
 	}, nil
 }
@@ -159,8 +160,9 @@ func (r *rmsprop) Update(param, grad []float32, state [][]float32, _ int64) {
 		}
 		return
 	}
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [5]float64{rho, 1 - rho, mu, lr, eps}
+	for i := rmspropKernel(param, g, ms, mom, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		s := rho*float64(ms[i]) + (1-rho)*gi*gi
 		m := mu*float64(mom[i]) + lr*gi/math.Sqrt(s+eps)
 		ms[i] = float32(s)
@@ -200,8 +202,9 @@ func (r *proximalSGD) Update(param, grad []float32, state [][]float32, _ int64) 
 	checkLens("proximal_sgd", 0, param, grad, state)
 	g := grad[:len(param)]
 	lr, l1, l2 := r.lr, r.l1, r.l2
-	for i, p := range param {
-		param[i] = float32(prox(float64(p)-lr*float64(g[i]), lr, l1, l2))
+	k := [4]float64{lr, lr * l1, 1 + lr*l2, b2f(l1 > 0)}
+	for i := proximalSGDKernel(param, g, &k); i < len(param); i++ {
+		param[i] = float32(prox(float64(param[i])-lr*float64(g[i]), lr, l1, l2))
 	}
 }
 
@@ -214,7 +217,7 @@ type proximalAdagrad struct {
 func newProximalAdagrad(cfg Config) (Rule, error) {
 	return &proximalAdagrad{
 		lr:   cfg.LearningRate,
-		init: orDefault(cfg.InitialAccumulator, 0.1),
+		init: cfg.InitialAccumulator,
 		l1:   cfg.L1,
 		l2:   cfg.L2,
 	}, nil
@@ -236,8 +239,9 @@ func (r *proximalAdagrad) Update(param, grad []float32, state [][]float32, _ int
 	g := grad[:len(param)]
 	acc := state[0][:len(param)]
 	lr, l1, l2 := r.lr, r.l1, r.l2
-	for i, p := range param {
-		gi := float64(g[i])
+	k := [4]float64{lr, l1, l2, b2f(l1 > 0)}
+	for i := proximalAdagradKernel(param, g, acc, &k); i < len(param); i++ {
+		p, gi := param[i], float64(g[i])
 		a := float64(acc[i]) + gi*gi
 		acc[i] = float32(a)
 		lrt := lr / math.Sqrt(a)

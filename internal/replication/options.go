@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/replica"
 )
 
@@ -66,25 +67,5 @@ func (o Options) copies(s int, psAddrs []string) []string {
 	return out
 }
 
-// ConfigError marks a configuration the user must fix (the trainer's
-// ConfigError: exit status 2).
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// StoppedError is RunPS's error when its context ended (a SIGTERM) before
-// every worker had finished: the job is not done, so the ps did not
-// succeed (the trainer's StoppedError).
-type StoppedError struct {
-	Task          int
-	Cause         error // the context's cause
-	Step          int64 // the global step then
-	Done, Workers int   // workers finished, of all
-}
-
-func (e *StoppedError) Error() string {
-	return fmt.Sprintf("ps %d: %v at global step %d before every worker finished (%d of %d done)", e.Task, e.Cause, e.Step, e.Done, e.Workers)
-}
-
-func (e *StoppedError) Unwrap() error { return e.Cause }
+// ConfigError marks a configuration the user must fix (exit status 2).
+type ConfigError = cluster.ConfigError

@@ -42,13 +42,22 @@ type PSConfig struct {
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
 }
 
-func (c *PSConfig) defaults() {
+// Defaults fills in the zero fields of c that have a default: Logf
+// discards, StartupTimeout is 5 minutes, WaitLogEvery 5 seconds.
+func (c *PSConfig) Defaults() {
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
 	if c.StartupTimeout <= 0 {
 		c.StartupTimeout = 5 * time.Minute
 	}
+	if c.WaitLogEvery <= 0 {
+		c.WaitLogEvery = 5 * time.Second
+	}
+}
+
+func (c *PSConfig) defaults() {
+	c.Defaults()
 	if c.Listen == nil {
 		c.Listen = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
 	}
@@ -76,7 +85,7 @@ type replicatedPS struct {
 // RunPS is a ps with --replicas > 1 (docs/REPLICATION.md): it serves its
 // own shard and a copy of each of the Replicas-1 shards before it, each at
 // its own address, and replicates them through a Host, until every worker
-// is done or ctx ends (a *StoppedError). A ps that learns it was removed
+// is done or ctx ends (a *server.StoppedError). A ps that learns it was removed
 // exits with an error; `paramserv local` starts it again, and it rejoins
 // as a new copy of its shards (re-replication).
 func RunPS(ctx context.Context, cfg PSConfig) error {
@@ -351,7 +360,7 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 		return fmt.Errorf("ps %d was removed from the cluster (its shards failed over to their copies); exiting without serving", p.me)
 	case <-ctx.Done():
 		st, _ := p.copies[p.me].Server.Status(context.Background(), &pb.StatusRequest{})
-		return &StoppedError{Task: p.me, Cause: context.Cause(ctx), Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(p.cfg.Cluster.Spec.Workers)}
+		return &server.StoppedError{Task: p.me, Cause: context.Cause(ctx), Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(p.cfg.Cluster.Spec.Workers)}
 	}
 }
 

@@ -1,16 +1,12 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/progress"
@@ -30,21 +26,18 @@ func (s *Server) confine(dir string) (string, error) {
 	return d, nil
 }
 
-// Checkpoint writes this shard into dir/ckpt-<step>/, dir being the ps's
-// own --checkpoint_dir. In synchronous mode the shard must be exactly at
-// the requested step (else Aborted: the chief tries again at a later
-// step); in asynchronous mode it is cut at its current step, which the
-// answer reports.
-func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+// writeCheckpoint does the work of Checkpoint. A synchronous shard not at
+// the step asked for is a Restored error (Aborted in gRPC).
+func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
 	if req.Dir == "" || req.NumShards != int32(s.cfg.NumPS) {
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d: checkpoint needs a directory and %d shards, got %q and %d", s.cfg.Task, s.cfg.NumPS, req.Dir, req.NumShards)
+		return nil, kindErrorf(shard.Invalid, "ps %d: checkpoint needs a directory and %d shards, got %q and %d", s.cfg.Task, s.cfg.NumPS, req.Dir, req.NumShards)
 	}
 	dir, err := s.confine(req.Dir)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, &shard.Error{Kind: shard.Invalid, Msg: err.Error()}
 	}
 	if req.Step < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "ps %d: checkpoint of step %d: want a step >= 0", s.cfg.Task, req.Step)
+		return nil, kindErrorf(shard.Invalid, "ps %d: checkpoint of step %d: want a step >= 0", s.cfg.Task, req.Step)
 	}
 	// A full cut's memory is allocated, and mapped by the kernel, before
 	// the lock is taken for the copy: pushes wait for the copy only.
@@ -58,12 +51,12 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	s.mu.Lock()
 	if !s.shard.Initialized() {
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
+		return nil, s.notInitialized()
 	}
 	if s.shard.Sync() && s.shard.Step() != req.Step {
 		step := s.shard.Step()
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.Aborted, "ps %d is at step %d, not %d: a synchronous checkpoint must cut every shard at the same step", s.cfg.Task, step, req.Step)
+		return nil, kindErrorf(shard.Restored, "ps %d is at step %d, not %d: a synchronous checkpoint must cut every shard at the same step", s.cfg.Task, step, req.Step)
 	}
 	// Under the lock only a memory copy of the state (of what changed
 	// since the parent, for a delta); pushes go on while it is sorted,
@@ -81,18 +74,18 @@ func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.C
 	if err := cut.Err(); err != nil {
 		cut.Release()
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
-		return nil, status.Errorf(codes.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
+		return nil, kindErrorf(shard.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
 	}
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
 	cut.Release()
 	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)
 	if err != nil {
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
-		return nil, status.Errorf(codes.Internal, "ps %d: writing its checkpoint shard: %v", s.cfg.Task, err)
+		return nil, kindErrorf(shard.Internal, "ps %d: writing its checkpoint shard: %v", s.cfg.Task, err)
 	}
 	b, err := json.Marshal(info)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, &shard.Error{Kind: shard.Internal, Msg: err.Error()}
 	}
 	kind := ""
 	if info.Delta {
@@ -130,20 +123,19 @@ func (s *Server) RestoreLatest() (bool, error) {
 	return true, nil
 }
 
-// Restore replaces the shard's state with the checkpoint of req.Step in the
-// ps's own --checkpoint_dir, aborts every waiting pull, and takes a new
-// incarnation.
-func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.RestoreResponse, error) {
+// restoreStep does the work of Restore. A checkpoint it cannot read or
+// restore is a NotReady error (FailedPrecondition in gRPC).
+func (s *Server) restoreStep(req *pb.RestoreRequest) (*pb.RestoreResponse, error) {
 	dir, err := s.confine(req.Dir)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, &shard.Error{Kind: shard.Invalid, Msg: err.Error()}
 	}
 	m, err := checkpoint.Load(s.cfg.FS, dir, req.Step)
 	if err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: checkpoint of step %d in %s: %v", s.cfg.Task, req.Step, dir, err)
+		return nil, kindErrorf(shard.NotReady, "ps %d: checkpoint of step %d in %s: %v", s.cfg.Task, req.Step, dir, err)
 	}
 	if err := s.restore(dir, m, false); err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, err)
+		return nil, kindErrorf(shard.NotReady, "ps %d: %v", s.cfg.Task, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,7 +160,11 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 		}
 		return &sh, err
 	}
-	st, err := shard.Restore(m, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+	c, err := m.Contents()
+	var st *shard.State
+	if err == nil {
+		st, err = shard.Restore(c, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+	}
 	for _, release := range releases {
 		release()
 	}

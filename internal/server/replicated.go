@@ -6,9 +6,6 @@ import (
 	"net"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
@@ -76,7 +73,7 @@ func (s *Server) WaitStep(ctx context.Context, worker int32, min int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.shard.Initialized() {
-		return status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
+		return statusOf(s.notInitialized())
 	}
 	if s.shard.Ready(min) {
 		return nil

@@ -1,16 +1,8 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net"
-	"strings"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/secure"
 )
@@ -42,51 +34,6 @@ func peerTask(conn net.Conn) (secure.Task, bool) {
 func (c *replayConn) PeerTask() (string, int, bool) {
 	t, ok := peerTask(c.Conn)
 	return t.Job, t.Index, ok
-}
-
-// taskCreds are gRPC's transport credentials on a mux's connections: no
-// handshake of their own (secure's listener ran it), only the task the
-// peer proved, as the call's peer.AuthInfo.
-type taskCreds struct {
-	credentials.TransportCredentials
-}
-
-type taskInfo struct {
-	credentials.CommonAuthInfo
-	task secure.Task
-	ok   bool
-}
-
-func (taskInfo) AuthType() string { return "paramserv-task" }
-
-func (c taskCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	t, ok := peerTask(conn)
-	return conn, taskInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, task: t, ok: ok}, nil
-}
-
-func (c taskCreds) Clone() credentials.TransportCredentials {
-	return taskCreds{c.TransportCredentials.Clone()}
-}
-
-// workerOf is the worker a request names, for the calls a worker makes
-// as itself.
-type workerOf interface{ GetWorker() int32 }
-
-// roleCheck refuses a call its caller's task may not make.
-func roleCheck(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	p, _ := peer.FromContext(ctx)
-	var ti taskInfo
-	if p != nil {
-		ti, _ = p.AuthInfo.(taskInfo)
-	}
-	if !ti.ok {
-		return handler(ctx, req)
-	}
-	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
-	if err := allowed(ti.task, method, req); err != nil {
-		return nil, status.Error(codes.PermissionDenied, err.Error())
-	}
-	return handler(ctx, req)
 }
 
 // allowed says why task may not make the call method with req, or nil.

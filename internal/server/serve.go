@@ -5,12 +5,23 @@ import (
 	"fmt"
 	"net"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/paramserv/paramserv/internal/wire/pb"
 )
+
+// StoppedError is a ps's error when its context ended (a SIGTERM) before
+// every worker had finished: the job is not done, so the ps did not
+// succeed (trainer.RunPS, replication.RunPS).
+type StoppedError struct {
+	Task          int
+	Cause         error // the context's cause
+	Step          int64 // the global step then
+	Done, Workers int   // workers finished, of all
+}
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("ps %d: %v at global step %d before every worker finished (%d of %d done)", e.Task, e.Cause, e.Step, e.Done, e.Workers)
+}
+
+func (e *StoppedError) Unwrap() error { return e.Cause }
 
 // ListenError is returned by Serve when the ps cannot listen on its
 // address (the port is in use, the host is not local, ...).
@@ -25,27 +36,6 @@ func (e *ListenError) Error() string {
 
 func (e *ListenError) Unwrap() error { return e.Err }
 
-// GRPCOptions are the server options shared by every ps: large messages
-// (a dense variable travels in one message) and large flow-control windows.
-func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(1 << 30),
-		grpc.MaxSendMsgSize(1 << 30),
-		grpc.InitialWindowSize(64 << 20),
-		grpc.InitialConnWindowSize(64 << 20),
-		grpc.ReadBufferSize(256 << 10),
-		grpc.WriteBufferSize(256 << 10),
-		// A connection that has not sent its preface and settings by
-		// then is closed (issue 28: idle "PRI *" connections held
-		// descriptors for gRPC's default of 120 s).
-		grpc.ConnectionTimeout(sniffTimeout),
-		// The task each connection's certificate proved, and what it may
-		// call (roles.go).
-		grpc.Creds(taskCreds{insecure.NewCredentials()}),
-		grpc.ChainUnaryInterceptor(roleCheck),
-	}
-}
-
 // Serve listens on addr and serves s until every worker is done (unless
 // WaitForever) or ctx ends, then stops gracefully, giving in-flight calls a
 // few seconds. It returns nil after a normal end.
@@ -59,8 +49,7 @@ func Serve(ctx context.Context, addr string, s *Server) error {
 
 // ServeListener is Serve on an existing listener.
 func ServeListener(ctx context.Context, lis net.Listener, s *Server) error {
-	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
-	pb.RegisterParamServerServer(g, s)
+	g := s.newGRPC()
 	// One port for both: data-path connections are served by s, every
 	// other one by gRPC (mux.go).
 	m := newMux(lis, s)

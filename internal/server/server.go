@@ -3,8 +3,13 @@
 // that holds the variables, tables, optimizer state and tracker.
 //
 // The server is a thin shell. Both front ends decode requests into the
-// shard's Push type, call the same Check and Apply, and map the shard's
-// errors to status codes in one place (statusOf). What the shell adds is
+// shard's Push type, call the same Check and Apply, and answer the shard's
+// errors (shard.Error, of a Kind): the data path sends the kind as it is,
+// gRPC maps it to a status code (statusOf). Everything of gRPC (the
+// service's methods, options, credentials, interceptors, statuses) is in
+// one file, grpc.go; the work each method does is in the method of the
+// same name in lower case (push, pull, writeCheckpoint, ...), which
+// returns the shard's errors. What the shell adds is
 // what the state machine must not have: a lock, waiting, clocks, sockets,
 // files.
 //
@@ -25,10 +30,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
@@ -203,53 +204,6 @@ func (s *Server) Lock() sync.Locker { return &s.mu }
 // the gRPC server then (unless Config.WaitForever).
 func (s *Server) AllDone() <-chan struct{} { return s.allDone }
 
-// statusOf maps an error of the shard to the status code its clients act
-// on; every front end answers through it.
-func statusOf(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	kind := kindOf(err)
-	code := codes.Code(wire.GRPCCode(kind))
-	st := status.New(code, err.Error())
-	if kind == wire.KindConflict {
-		// FailedPrecondition is also "not initialised yet", which a
-		// client waits out: the detail tells it this one will not pass.
-		info := &errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}
-		var se *shard.Error
-		if errors.As(err, &se) && se.Flag != "" {
-			// Not another model: a training flag (or the initial values)
-			// differs from what the ps holds.
-			info.Metadata = map[string]string{"flag": se.Flag}
-		}
-		if d, derr := st.WithDetails(info); derr == nil {
-			st = d
-		}
-	}
-	return st.Err()
-}
-
-// kindOfStatus is the kind of the ps's error that a gRPC status error
-// stands for (statusOf's inverse) and the status's message, and whether
-// err carries a status.
-func kindOfStatus(err error) (wire.ErrorKind, string, bool) {
-	st, ok := status.FromError(err)
-	if !ok {
-		return 0, "", false
-	}
-	if st.Code() == codes.FailedPrecondition {
-		for _, d := range st.Details() {
-			if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
-				return wire.KindConflict, st.Message(), true
-			}
-		}
-	}
-	return wire.KindOfGRPCCode(uint32(st.Code())), st.Message(), true
-}
-
 // notify wakes every pull waiting on the shard if its version changed.
 // Call with mu held, after every call that may change the shard.
 func (s *Server) notify() {
@@ -310,12 +264,11 @@ func ownOptimizer(c *pb.OptimizerConfig) *optim.Config {
 	return &o
 }
 
-// Init creates the shard's variables and sets the mode. A repeated Init with
-// the same layout (a restarted chief) changes nothing and reports the step.
-func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
+// initialize does the work of Init.
+func (s *Server) initialize(req *pb.InitRequest) (*pb.InitResponse, error) {
 	l, values, err := layoutOf(req)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, &shard.Error{Kind: shard.Invalid, Msg: err.Error()}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -323,7 +276,7 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 	already, err := s.shard.Init(l, values)
 	s.notify()
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, err
 	}
 	if !already {
 		st := s.shard.Status()
@@ -389,24 +342,17 @@ func decodePush(req *pb.PushRequest, p *shard.Push) error {
 	return nil
 }
 
-// Push applies or accumulates gradients.
-func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.push(req)
-}
-
 // push does the work of Push with mu held.
 func (s *Server) push(req *pb.PushRequest) (*pb.PushResponse, error) {
 	s.heard(req.Worker)
 	var p shard.Push
 	if err := decodePush(req, &p); err != nil && s.shard.Initialized() {
 		s.cfg.Observer.Rejected(shard.Invalid.String())
-		return nil, statusOf(s.shard.Reject(p.Worker, p.Step, err))
+		return nil, s.shard.Reject(p.Worker, p.Step, err)
 	}
 	res, err := s.apply(&p, nil)
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, err
 	}
 	return &pb.PushResponse{GlobalStep: res.Step, Dropped: res.Dropped(), DropReason: dropReason(res), Incarnation: s.shard.Incarnation()}, nil
 }
@@ -436,22 +382,15 @@ func (s *Server) apply(p *shard.Push, stream *shard.Stream) (shard.Result, error
 	return res, err
 }
 
-// Pull returns values once the shard's step reaches min_step.
-func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pull(ctx, req)
-}
-
 // pull waits (releasing mu) until the step reaches req.MinStep, then reads.
 // Call with mu held; it returns with mu held.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
 	start := time.Now()
 	if !s.shard.Initialized() {
-		return nil, status.Errorf(codes.FailedPrecondition, "ps %d: %v", s.cfg.Task, shard.ErrNotInitialized)
+		return nil, s.notInitialized()
 	}
 	if err := s.waitStep(ctx, int(req.Worker), req.MinStep); err != nil {
-		return nil, statusOf(err)
+		return nil, err
 	}
 	resp := &pb.PullResponse{GlobalStep: s.shard.Step(), Incarnation: s.shard.Incarnation()}
 	add := func(v *shard.Var) {
@@ -466,7 +405,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 		for _, name := range req.Names {
 			v := s.shard.Var(name)
 			if v == nil {
-				return nil, status.Errorf(codes.InvalidArgument, "ps %d: unknown variable %q", s.cfg.Task, name)
+				return nil, kindErrorf(shard.Invalid, "ps %d: unknown variable %q", s.cfg.Task, name)
 			}
 			add(v)
 		}
@@ -478,15 +417,15 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 	for _, r := range req.Sparse {
 		keys, err := wire.Uint64s(r.Keys)
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "ps %d: table %q: %v", s.cfg.Task, r.Table, err)
+			return nil, kindErrorf(shard.Invalid, "ps %d: table %q: %v", s.cfg.Task, r.Table, err)
 		}
 		dim, err := s.shard.TableDim([]byte(r.Table))
 		if err != nil {
-			return nil, statusOf(err)
+			return nil, err
 		}
 		out := make([]float32, len(keys)*dim)
 		if err := s.shard.PullRows([]byte(r.Table), keys, nil, false, out); err != nil {
-			return nil, statusOf(err)
+			return nil, err
 		}
 		resp.Sparse = append(resp.Sparse, &pb.SparseRows{Table: r.Table, Keys: r.Keys, Values: wire.Float32Bytes(out)})
 	}
@@ -564,10 +503,10 @@ func min64dur(a, b time.Duration) time.Duration {
 	return b
 }
 
-// PushPull pushes, then pulls, in one round trip.
-func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
+// pushPull does the work of PushPull.
+func (s *Server) pushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
 	if req.Push == nil || req.Pull == nil {
-		return nil, status.Error(codes.InvalidArgument, "PushPull needs both push and pull")
+		return nil, &shard.Error{Kind: shard.Invalid, Msg: "PushPull needs both push and pull"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -583,19 +522,16 @@ func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 	return resp, nil
 }
 
-// Status reports the shard's state (with details, its variables, workers
-// and checkpoint directory too). A call whose metadata asks to wait for
-// the chief (version.WaitInitHeader, a duration) is answered as soon as the shard
-// is initialised, or when that duration has passed, so that a worker
-// waiting for the chief's Init starts at once rather than at its next poll.
-func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+// report does the work of Status: the shard's state, once it is
+// initialised or wait has passed (or ctx ended).
+func (s *Server) report(ctx context.Context, req *pb.StatusRequest, wait time.Duration) *pb.StatusResponse {
 	s.mu.Lock()
 	if req != nil && req.Worker != nil {
 		// A worker waiting for the chief or checking the ps's health is
 		// heard from too: it is there, not "never heard from".
 		s.heard(req.GetWorker())
 	}
-	if wait := waitInit(ctx); wait > 0 && !s.shard.Status().Initialized {
+	if wait > 0 && !s.shard.Status().Initialized {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		for waiting := true; waiting && !s.shard.Status().Initialized; {
@@ -636,12 +572,13 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		resp.Tables = append(resp.Tables, &pb.TableStatus{
 			Name: t.Name, Rows: t.Rows, Bytes: t.Bytes, Admitted: t.Admitted,
 			Evicted: t.Evicted, RejectedByAdmission: t.RejectedByAdmission,
+			DiskRows: t.TierRows, DiskLookups: t.TierLookups, DiskHits: t.TierHits,
 		})
 	}
 	if details != nil {
 		resp.Vars, resp.Workers, resp.CheckpointDir = details.Vars, details.Workers, details.CheckpointDir
 	}
-	return resp, nil
+	return resp
 }
 
 // details reports the variables, every worker's activity and the
@@ -665,31 +602,38 @@ func (s *Server) details() *pb.StatusResponse {
 	return out
 }
 
-// ChangeRate changes the job's learning rate and schedule from the step
-// the request names (the chief sends it to every ps).
-func (s *Server) ChangeRate(_ context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+// changeRate does the work of ChangeRate.
+func (s *Server) changeRate(req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heard(req.Worker)
 	err := s.shard.ChangeRate(optim.RateChange{From: req.FromStep, LearningRate: req.LearningRate, Schedule: req.Schedule})
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, err
 	}
 	return &pb.ChangeRateResponse{GlobalStep: s.shard.Step()}, nil
 }
 
-// Done records that a worker has finished.
-func (s *Server) Done(_ context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
+// done does the work of Done.
+func (s *Server) done(req *pb.DoneRequest) (*pb.DoneResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heard(req.Worker)
 	all, err := s.shard.Done(int(req.Worker))
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, err
 	}
 	if all && !s.closed {
 		s.closed = true
 		close(s.allDone)
 	}
 	return &pb.DoneResponse{}, nil
+}
+
+// kindErrorf is an error of kind k with a message made as fmt.Errorf
+// makes it: what the shard's own errors are, so that gRPC (statusOf) and
+// the data path (kindOf) answer it alike.
+func kindErrorf(k shard.Kind, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &shard.Error{Kind: k, Msg: err.Error(), Err: errors.Unwrap(err)}
 }

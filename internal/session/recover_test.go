@@ -13,6 +13,7 @@ import (
 	"github.com/paramserv/paramserv/internal/memnet"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -32,7 +33,7 @@ func TestSessionRecoversFromAPSRestart(t *testing.T) {
 		errc := make(chan error, 1)
 		ready := make(chan struct{})
 		go func() {
-			errc <- trainer.RunPS(ctx, trainer.Config{
+			errc <- trainer.RunPS(ctx, trainer.PSConfig{PSConfig: replication.PSConfig{
 				Cluster:       cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}},
 				CheckpointDir: dir, WaitLogEvery: 50 * time.Millisecond,
 				Listen: func(addr string) (net.Listener, error) {
@@ -41,7 +42,7 @@ func TestSessionRecoversFromAPSRestart(t *testing.T) {
 					close(ready)
 					return l, err
 				},
-			})
+			}})
 		}()
 		<-ready
 		return lis, cancel, errc

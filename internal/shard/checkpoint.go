@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
@@ -79,7 +79,7 @@ func baseName(part string) string {
 // Snapshot copies the shard's state into a checkpoint shard, to be written
 // to disk after the caller's lock is released. It is Cut().Shard(); a
 // server takes the Cut under its lock and builds the Shard after.
-func (s *Shard) Snapshot() checkpoint.Shard { return s.Cut().Shard() }
+func (s *Shard) Snapshot() ckptformat.Shard { return s.Cut().Shard() }
 
 // Cut is a consistent copy of a shard's state, taken under the caller's
 // lock. A full cut copies the dense variables and shares the sparse
@@ -99,7 +99,7 @@ type Cut struct {
 	updates map[string]int64   // every variable's update count
 	rates   []optim.RateChange // the chief's rate changes (Layout.RateChanges)
 
-	built *checkpoint.Shard // Shard's result
+	built *ckptformat.Shard // Shard's result
 	err   error             // a tier's rows could not be read
 }
 
@@ -205,7 +205,7 @@ func (c *Cut) Step() int64 { return c.step }
 // every tensor encoded. It may run concurrently with the shard's training.
 // The tensors share the cut's memory, which nothing changes. It releases
 // the tables' pages (see Release); a second call returns the same shard.
-func (c *Cut) Shard() checkpoint.Shard {
+func (c *Cut) Shard() ckptformat.Shard {
 	if c.built == nil {
 		sh := c.shard()
 		c.built = &sh
@@ -234,22 +234,22 @@ func (c *Cut) Release() {
 // rows are in key order already (sparse.Sorted.InPlace: a restored table
 // that has gained no rows) is not copied into memory, its tensors are
 // filled from the cut's pages as the file is written
-// (checkpoint.Tensor.Fill). Anything else is as Shard builds it. The
+// (ckptformat.Tensor.Fill). Anything else is as Shard builds it. The
 // tensors read the cut's pages until WriteShard returns: call Release
 // after. A delta cut's shard is Shard's.
-func (c *Cut) StreamShard() checkpoint.Shard {
+func (c *Cut) StreamShard() ckptformat.Shard {
 	if c.delta || c.built != nil {
 		return c.Shard()
 	}
 	return c.build(true)
 }
 
-func (c *Cut) shard() checkpoint.Shard { return c.build(false) }
+func (c *Cut) shard() ckptformat.Shard { return c.build(false) }
 
 // build builds the cut's shard, with the in-order tables' tensors filled
 // as they are written where stream is set.
-func (c *Cut) build(stream bool) checkpoint.Shard {
-	sh := checkpoint.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
+func (c *Cut) build(stream bool) ckptformat.Shard {
+	sh := ckptformat.Shard{Step: c.step, Meta: map[string]string{}, Delta: c.delta, Parent: c.parent}
 	if len(c.rates) > 0 {
 		b, err := json.Marshal(c.rates)
 		if err != nil {
@@ -261,9 +261,9 @@ func (c *Cut) build(stream bool) checkpoint.Shard {
 		sh.Meta["updates/"+name] = strconv.FormatInt(n, 10)
 	}
 	for _, v := range c.vars {
-		sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(v.name, v.shape, v.value))
+		sh.Tensors = append(sh.Tensors, ckptformat.Float32TensorOf(v.name, v.shape, v.value))
 		for i, state := range v.state {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(v.name, v.slots[i]), v.shape, state))
+			sh.Tensors = append(sh.Tensors, ckptformat.Float32TensorOf(ckptformat.SlotName(v.name, v.slots[i]), v.shape, state))
 		}
 		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
 	}
@@ -288,24 +288,24 @@ func (c *Cut) build(stream bool) checkpoint.Shard {
 		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
-			checkpoint.Uint64TensorOf(checkpoint.KeysName(t.name), []int64{n}, snap.Keys),
-			checkpoint.Float32TensorOf(checkpoint.ValuesName(t.name), []int64{n, d}, snap.Values))
+			ckptformat.Uint64TensorOf(ckptformat.KeysName(t.name), []int64{n}, snap.Keys),
+			ckptformat.Float32TensorOf(ckptformat.ValuesName(t.name), []int64{n, d}, snap.Values))
 		for i, state := range snap.State {
-			sh.Tensors = append(sh.Tensors, checkpoint.Float32TensorOf(checkpoint.SlotName(t.name, t.slots[i]), []int64{n, d}, state))
+			sh.Tensors = append(sh.Tensors, ckptformat.Float32TensorOf(ckptformat.SlotName(t.name, t.slots[i]), []int64{n, d}, state))
 		}
 		if snap.Updates != nil {
 			u := make([]int64, len(snap.Updates))
 			for i, x := range snap.Updates {
 				u[i] = int64(x)
 			}
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "updates"), []int64{n}, u))
+			sh.Tensors = append(sh.Tensors, ckptformat.Int64TensorOf(ckptformat.SlotName(t.name, "updates"), []int64{n}, u))
 		}
 		if snap.LastTouch != nil {
-			sh.Tensors = append(sh.Tensors, checkpoint.Int64TensorOf(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
+			sh.Tensors = append(sh.Tensors, ckptformat.Int64TensorOf(ckptformat.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
 		}
 		if c.delta {
 			del := slices.Compact(slices.Sorted(slices.Values(t.deleted)))
-			sh.Tensors = append(sh.Tensors, checkpoint.Uint64TensorOf(checkpoint.DeletedName(t.name), []int64{int64(len(del))}, del))
+			sh.Tensors = append(sh.Tensors, ckptformat.Uint64TensorOf(ckptformat.DeletedName(t.name), []int64{int64(len(del))}, del))
 		}
 	}
 	return sh
@@ -314,38 +314,29 @@ func (c *Cut) build(stream bool) checkpoint.Shard {
 // streamTable is the tensors of table t, in the order of v, that fill
 // themselves from the table's pages (see StreamShard): the same tensors,
 // byte for byte, as Shard's.
-func streamTable(t frozenTable, v *sparse.Sorted) []checkpoint.Tensor {
+func streamTable(t frozenTable, v *sparse.Sorted) []ckptformat.Tensor {
 	n, d := int64(v.Len()), int64(t.t.Dim())
-	ts := []checkpoint.Tensor{
-		checkpoint.Uint64TensorFill(checkpoint.KeysName(t.name), []int64{n}, v.Keys),
-		checkpoint.Float32TensorFill(checkpoint.ValuesName(t.name), []int64{n, d}, func(dst []float32, i int) { v.Floats(0, dst, i) }),
+	ts := []ckptformat.Tensor{
+		ckptformat.Uint64TensorFill(ckptformat.KeysName(t.name), []int64{n}, v.Keys),
+		ckptformat.Float32TensorFill(ckptformat.ValuesName(t.name), []int64{n, d}, func(dst []float32, i int) { v.Floats(0, dst, i) }),
 	}
 	for i, slot := range t.slots {
-		ts = append(ts, checkpoint.Float32TensorFill(checkpoint.SlotName(t.name, slot), []int64{n, d}, func(dst []float32, e int) { v.Floats(1+i, dst, e) }))
+		ts = append(ts, ckptformat.Float32TensorFill(ckptformat.SlotName(t.name, slot), []int64{n, d}, func(dst []float32, e int) { v.Floats(1+i, dst, e) }))
 	}
 	if v.HasUpdates() {
-		ts = append(ts, checkpoint.Int64TensorFill(checkpoint.SlotName(t.name, "updates"), []int64{n}, v.Updates))
+		ts = append(ts, ckptformat.Int64TensorFill(ckptformat.SlotName(t.name, "updates"), []int64{n}, v.Updates))
 	}
 	if v.HasLastTouch() {
-		ts = append(ts, checkpoint.Int64TensorFill(checkpoint.SlotName(t.name, "last_touch"), []int64{n}, v.LastTouch))
+		ts = append(ts, ckptformat.Int64TensorFill(ckptformat.SlotName(t.name, "last_touch"), []int64{n}, v.LastTouch))
 	}
 	return ts
 }
 
-// LayoutOf reads the mode, optimizer and tables a manifest records, for a
+// LayoutOf is the mode, optimizer and tables a checkpoint records, for a
 // shard of a cluster of numWorkers workers (the variables come from the
 // placement, see Restore).
-func LayoutOf(m checkpoint.Manifest, numWorkers int) (Layout, error) {
-	l, _, err := layoutOf(m, numWorkers)
-	return l, err
-}
-
-// layoutOf is LayoutOf with the training record it read.
-func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Training, error) {
-	t, err := m.Training()
-	if err != nil {
-		return Layout{}, t, err
-	}
+func LayoutOf(m ckptformat.Contents, numWorkers int) Layout {
+	t := m.Training
 	return Layout{
 		Optimizer:           t.Optimizer,
 		Sync:                t.Mode == "sync",
@@ -357,7 +348,7 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 		SyncProceed:         t.SyncProceed,
 		SplitBytes:          t.SplitBytes,
 		Tables:              t.Tables,
-	}, t, nil
+	}
 }
 
 // Restore builds, as a pure function of the checkpoint m and its shard
@@ -374,8 +365,8 @@ func layoutOf(m checkpoint.Manifest, numWorkers int) (Layout, checkpoint.Trainin
 // are, then waits for every shard it read to be verified and returns the
 // first shard's error, and no state, if one was damaged. A fault reading a
 // mapped file (it shrank, or the disk failed) is an error too.
-func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
-	var got []*checkpoint.Shard
+func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	var got []*ckptformat.Shard
 	defer func() {
 		// A damaged file's error comes before whatever building the
 		// state from it ran into.
@@ -405,7 +396,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 			st, err = nil, fmt.Errorf("checkpoint of step %d: reading a shard file failed (it shrank while read, or the disk failed): %v", m.Step, r)
 		}
 	}()
-	return restore(m, func(k int) (*checkpoint.Shard, error) {
+	return restore(m, func(k int) (*ckptformat.Shard, error) {
 		sh, err := read(k)
 		if sh != nil {
 			got = append(got, sh)
@@ -415,7 +406,7 @@ func Restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
-func inShards(shards []*checkpoint.Shard, addr uintptr) bool {
+func inShards(shards []*ckptformat.Shard, addr uintptr) bool {
 	for _, sh := range shards {
 		for _, t := range sh.Tensors {
 			if len(t.Data) > 0 {
@@ -429,11 +420,8 @@ func inShards(shards []*checkpoint.Shard, addr uintptr) bool {
 	return false
 }
 
-func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
-	l, t, err := layoutOf(m, numWorkers)
-	if err != nil {
-		return nil, err
-	}
+func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
+	l, t := LayoutOf(m, numWorkers), m.Training
 	rule, err := optim.New(l.Optimizer)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
@@ -452,10 +440,10 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
 	}
 	reshard := m.NumPS != numPS
-	files := &shardFiles{m: m, read: read, shards: make([]*checkpoint.Shard, len(m.Shards))}
+	files := &shardFiles{m: m, read: read, shards: make([]*ckptformat.Shard, m.NumShards)}
 	// The chief's rate changes, the same in every shard: this ps's own
 	// (read below in any case), or the first when re-sharding.
-	if sh, err := files.shard(min(task, len(m.Shards)-1)); err == nil && sh.Meta[metaRateChanges] != "" {
+	if sh, err := files.shard(min(task, m.NumShards-1)); err == nil && sh.Meta[metaRateChanges] != "" {
 		if err := json.Unmarshal([]byte(sh.Meta[metaRateChanges]), &l.RateChanges); err != nil {
 			return nil, fmt.Errorf("checkpoint of step %d: meta %s: %w", m.Step, metaRateChanges, err)
 		}
@@ -518,13 +506,13 @@ func restore(m checkpoint.Manifest, read func(k int) (*checkpoint.Shard, error),
 
 // shardFiles reads a checkpoint's shard files for restore, each once.
 type shardFiles struct {
-	m      checkpoint.Manifest
-	read   func(k int) (*checkpoint.Shard, error)
-	shards []*checkpoint.Shard // those read so far, by index
+	m      ckptformat.Contents
+	read   func(k int) (*ckptformat.Shard, error)
+	shards []*ckptformat.Shard // those read so far, by index
 }
 
 // shard returns shard file k, reading it the first time.
-func (c *shardFiles) shard(k int) (*checkpoint.Shard, error) {
+func (c *shardFiles) shard(k int) (*ckptformat.Shard, error) {
 	if k < 0 || k >= len(c.shards) {
 		return nil, fmt.Errorf("shard %d of a checkpoint of %d shards", k, len(c.shards))
 	}
@@ -540,7 +528,7 @@ func (c *shardFiles) shard(k int) (*checkpoint.Shard, error) {
 
 // full assembles a tensor of variable v (its value or a slot) from the
 // parts of every shard holding it, in row order.
-func (c *shardFiles) full(v checkpoint.VariableInfo, name string) ([]float32, error) {
+func (c *shardFiles) full(v ckptformat.VariableInfo, name string) ([]float32, error) {
 	var out []float32
 	for _, p := range v.Parts {
 		sh, err := c.shard(p.Shard)
@@ -566,7 +554,7 @@ type restoredPart struct {
 // varPart reads the part of variable v that ps task holds under the
 // current placement, with the state slots of its rule (rule, or its own):
 // from its own file when direct, else cut from the whole variable.
-func (c *shardFiles) varPart(v checkpoint.VariableInfo, part placement.Part, direct bool, task int, rule optim.Rule, own *optim.Config) (restoredPart, error) {
+func (c *shardFiles) varPart(v ckptformat.VariableInfo, part placement.Part, direct bool, task int, rule optim.Rule, own *optim.Config) (restoredPart, error) {
 	step := c.m.Step
 	get := func(name string) ([]float32, error) {
 		if direct {
@@ -598,7 +586,7 @@ func (c *shardFiles) varPart(v checkpoint.VariableInfo, part placement.Part, dir
 		return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: %w", step, v.Name, err)
 	}
 	for _, slot := range SlotNames(vrule.Name(), vrule.StateSlots()) {
-		st, err := get(checkpoint.SlotName(v.Name, slot))
+		st, err := get(ckptformat.SlotName(v.Name, slot))
 		if err != nil {
 			return restoredPart{}, fmt.Errorf("checkpoint of step %d: variable %q: %w", step, v.Name, err)
 		}
@@ -654,7 +642,7 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 
 // samePlacement reports whether the checkpoint placed v's parts on the
 // shards (and rows) where today's placement pv puts them.
-func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
+func samePlacement(v ckptformat.VariableInfo, pv placement.Var) bool {
 	if len(v.Parts) != len(pv.Parts) {
 		return false
 	}
@@ -679,7 +667,7 @@ func samePlacement(v checkpoint.VariableInfo, pv placement.Var) bool {
 // the checkpoint's step: a value outside (a damaged or hand-made file) would
 // otherwise stretch the table's window of representable steps and lose
 // every row's.
-func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpoint.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool, par parallel.Runner) (sparse.Snapshot, error) {
+func tableRows(read func(int) (*ckptformat.Shard, error), from []int, tb ckptformat.TableInfo, slots []string, dim int, reshard bool, task, numPS int, step int64, inOrder bool, par parallel.Runner) (sparse.Snapshot, error) {
 	type row struct {
 		key      uint64
 		shard, i int
@@ -701,19 +689,19 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 		}
 		// Keys, values and state are read in place (Import copies them);
 		// last_touch is copied, as it is changed below.
-		keys, err := uint64sView(sh, checkpoint.KeysName(tb.Name))
+		keys, err := uint64sView(sh, ckptformat.KeysName(tb.Name))
 		if err != nil {
 			return sparse.Snapshot{}, err
 		}
 		c := &cols{}
-		if c.values, err = float32sView(sh, checkpoint.ValuesName(tb.Name)); err != nil {
+		if c.values, err = float32sView(sh, ckptformat.ValuesName(tb.Name)); err != nil {
 			return sparse.Snapshot{}, err
 		}
 		if len(c.values) != len(keys)*dim {
 			return sparse.Snapshot{}, fmt.Errorf("shard %d: %d keys of dim %d need %d values, got %d", k, len(keys), dim, len(keys)*dim, len(c.values))
 		}
 		for _, slot := range slots {
-			st, err := float32sView(sh, checkpoint.SlotName(tb.Name, slot))
+			st, err := float32sView(sh, ckptformat.SlotName(tb.Name, slot))
 			if err != nil {
 				return sparse.Snapshot{}, err
 			}
@@ -722,10 +710,10 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 			}
 			c.state = append(c.state, st)
 		}
-		if u, err := sh.Int64s(checkpoint.SlotName(tb.Name, "updates")); err == nil && len(u) == len(keys) {
+		if u, err := sh.Int64s(ckptformat.SlotName(tb.Name, "updates")); err == nil && len(u) == len(keys) {
 			c.updates, hasUpdates = u, true
 		}
-		if lt, err := sh.Int64s(checkpoint.SlotName(tb.Name, "last_touch")); err == nil && len(lt) == len(keys) {
+		if lt, err := sh.Int64s(ckptformat.SlotName(tb.Name, "last_touch")); err == nil && len(lt) == len(keys) {
 			c.touch, hasTouch = lt, true
 		}
 		data[k] = c
@@ -797,8 +785,8 @@ func tableRows(read func(int) (*checkpoint.Shard, error), from []int, tb checkpo
 }
 
 // float32sView is the F32 tensor called name, read in place where it can
-// be (see checkpoint.Tensor.Float32sView): not to be changed.
-func float32sView(sh *checkpoint.Shard, name string) ([]float32, error) {
+// be (see ckptformat.Tensor.Float32sView): not to be changed.
+func float32sView(sh *ckptformat.Shard, name string) ([]float32, error) {
 	t, err := sh.Lookup(name)
 	if err != nil {
 		return nil, err
@@ -807,7 +795,7 @@ func float32sView(sh *checkpoint.Shard, name string) ([]float32, error) {
 }
 
 // uint64sView is float32sView for U64.
-func uint64sView(sh *checkpoint.Shard, name string) ([]uint64, error) {
+func uint64sView(sh *ckptformat.Shard, name string) ([]uint64, error) {
 	t, err := sh.Lookup(name)
 	if err != nil {
 		return nil, err

@@ -51,10 +51,13 @@ import (
 // is computed (checkpoint.ReadShardOverlapped); PARAMSERV_CKPT_NOOVERLAP=1
 // checks the whole file first (ReadShardMapped) and PARAMSERV_CKPT_NOMAP=1
 // reads it into a buffer (ReadShard), to compare. The save writes the
-// file as the server does, from Cut.StreamShard (the table, whose rows are
-// in key order as a restored table's are, filled from the cut's pages as
-// the file is written); PARAMSERV_CKPT_NOSTREAM=1 builds the whole shard
-// in memory first (Cut.Shard), to compare.
+// file as the server does, from Cut.StreamShard (the table's rows sorted
+// by key, filled from the cut's pages as the file is written);
+// PARAMSERV_CKPT_NOSTREAM=1 builds the whole shard in memory first
+// (Cut.Shard), to compare. The table is trained as a job trains it, by
+// pushes of new keys, so its rows are in the order their keys first came
+// and the save sorts them; PARAMSERV_CKPT_SORTED=1 imports the rows in key
+// order instead, as a restored table holds them, to compare.
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {
@@ -76,7 +79,45 @@ func BenchmarkCheckpointFTRL(b *testing.B) {
 	}
 }
 
-// ftrlShard returns a shard holding one FTRL table of n random rows.
+// trainedShard returns a shard holding one FTRL table of n rows trained as
+// a job trains them: pushes of 1000 random keys each, so that rows are
+// created, and stored, in the order their keys first come (insertion
+// order, not key order).
+func trainedShard(tb testing.TB, n, dim int) *Shard {
+	layout := Layout{
+		Tables:     []TableSpec{{Name: "emb", Dim: int32(dim)}},
+		Optimizer:  optim.Config{Name: "ftrl", LearningRate: 0.05},
+		NumWorkers: 1,
+	}
+	s := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }, Parallel: testRunner})
+	if _, err := s.Init(layout, nil); err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, uint64(dim)))
+	const batch = 1000
+	keys := make([]uint64, 0, batch)
+	grads := randFloats(rng, batch*dim)
+	for left := n; left > 0; left -= len(keys) {
+		keys = keys[:0]
+		for range min(batch, left) {
+			keys = append(keys, rng.Uint64()) // a repeat in 2^64 would leave the table a row short
+		}
+		p := &Push{Worker: 0, Step: s.Step(), Sparse: []SparseGrad{{Table: []byte("emb"), Keys: keys, Values: grads[:len(keys)*dim], Bad: Unchecked}}}
+		if err := s.Check(p); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := s.Apply(p, time.Now(), nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if got := s.st.tables["emb"].t.Len(); got != n {
+		tb.Fatalf("trained %d rows, want %d", got, n)
+	}
+	return s
+}
+
+// ftrlShard returns a shard holding one FTRL table of n random rows,
+// imported in key order (as a restored table's are).
 func ftrlShard(tb testing.TB, n, dim int) *Shard {
 	layout := Layout{
 		Tables:     []TableSpec{{Name: "emb", Dim: int32(dim)}},
@@ -166,7 +207,10 @@ func diskBaseline(tb testing.TB, dir string, size int64) (write, read time.Durat
 const firstPushes = 200
 
 func benchCheckpoint(b *testing.B, keys, dim int) {
-	s := ftrlShard(b, keys, dim)
+	s := trainedShard(b, keys, dim)
+	if os.Getenv("PARAMSERV_CKPT_SORTED") != "" { // to compare: a table in key order, as a restored one
+		s = ftrlShard(b, keys, dim)
+	}
 	dir := b.TempDir()
 	var mu sync.Mutex // the ps's lock around its shard
 

@@ -157,7 +157,7 @@ func readAll(t *testing.T, dir string, m checkpoint.Manifest) []checkpoint.Shard
 // restoreState restores ps task of numPS from m and returns its full cut.
 func restoreState(t *testing.T, dir string, m checkpoint.Manifest, task, numPS int) checkpoint.Shard {
 	t.Helper()
-	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+	st, err := Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 		sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
 		return &sh, err
 	}, task, numPS, 1, testRunner)
@@ -271,7 +271,7 @@ func TestCutIncrementalFallsBackToFull(t *testing.T) {
 		t.Fatal("a cut against the previous one is not a delta")
 	}
 	j.push(0)
-	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+	st, err := Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 		sh, err := checkpoint.ReadShard(vfs.OS, j.dir, m, k)
 		return &sh, err
 	}, 0, 1, 1, testRunner)
@@ -294,7 +294,7 @@ func TestNoDeltaOnReplacedRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for task := range golden.NumPS {
-		st, err := Restore(golden, func(k int) (*checkpoint.Shard, error) {
+		st, err := Restore(contentsOf(golden), func(k int) (*checkpoint.Shard, error) {
 			sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, golden, k)
 			return &sh, err
 		}, task, golden.NumPS, golden.NumWorkers, testRunner)

@@ -71,7 +71,7 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err = Restore(m, func(k int) (*checkpoint.Shard, error) {
+		_, err = Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 			sh, release, err := checkpoint.ReadShardMapped(vfs.OS, dir, m, k)
 			defer release()
 			return &sh, err
@@ -82,7 +82,7 @@ func TestRestoreMappedMatchesRead(t *testing.T) {
 		// Through ReadShardOverlapped the state is built before the
 		// checksum is known: Restore waits for it and returns none.
 		var releases []func()
-		st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+		st, err := Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 			sh, release, err := checkpoint.ReadShardOverlapped(vfs.OS, dir, m, k)
 			releases = append(releases, release)
 			return &sh, err
@@ -123,7 +123,7 @@ func TestRestoreOverlappedShrunkFile(t *testing.T) {
 		if err := os.Truncate(path, info.Size); err != nil {
 			t.Fatal(err)
 		}
-		st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+		st, err := Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 			sh, release, err := checkpoint.ReadShardOverlapped(vfs.OS, dir, m, k)
 			if err == nil {
 				// The file shrinks once its header is read.
@@ -146,7 +146,7 @@ func TestRestoreOverlappedShrunkFile(t *testing.T) {
 // returns the state and the number of shards mapped.
 func restoreOneFrom(m checkpoint.Manifest, dir string, mapped, overlapped bool) (*State, int, error) {
 	var releases []func()
-	st, err := Restore(m, func(k int) (*checkpoint.Shard, error) {
+	st, err := Restore(contentsOf(m), func(k int) (*checkpoint.Shard, error) {
 		if !mapped {
 			sh, err := checkpoint.ReadShard(vfs.OS, dir, m, k)
 			return &sh, err

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
@@ -43,7 +44,7 @@ func TestGoldenCheckpointsRestore(t *testing.T) {
 						sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, m, k)
 						return &sh, err
 					}
-					st, err := Restore(m, read, task, numPS, m.NumWorkers, testRunner)
+					st, err := Restore(contentsOf(m), read, task, numPS, m.NumWorkers, testRunner)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -122,4 +123,13 @@ func cutTable(name string) (table, col string, ok bool) {
 		return "emb", name[len(prefix):], true
 	}
 	return "", "", false
+}
+
+// contentsOf is m's contents, as the server reads them before Restore.
+func contentsOf(m checkpoint.Manifest) ckptformat.Contents {
+	c, err := m.Contents()
+	if err != nil {
+		panic(fmt.Sprintf("manifest of step %d: %v", m.Step, err))
+	}
+	return c
 }

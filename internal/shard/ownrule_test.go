@@ -149,7 +149,7 @@ func TestOwnRulesCheckpointRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(tr.VarOptimizers, map[string]*optim.Config{"a": l.Vars[0].Optimizer}) || !reflect.DeepEqual(tr.Tables, l.Tables) {
 		t.Fatalf("training record read back: var rules %v, tables %+v", tr.VarOptimizers, tr.Tables)
 	}
-	st, err := Restore(back, func(int) (*checkpoint.Shard, error) { return &sh, nil }, 0, 1, 1, testRunner)
+	st, err := Restore(contentsOf(back), func(int) (*checkpoint.Shard, error) { return &sh, nil }, 0, 1, 1, testRunner)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func TestRatesAndEveryRuleCheckpointRoundTrip(t *testing.T) {
 		if err := json.Unmarshal(b, &back); err != nil {
 			t.Fatal(err)
 		}
-		st, err := Restore(back, func(int) (*checkpoint.Shard, error) { return &sh, nil }, 0, 1, 1, testRunner)
+		st, err := Restore(contentsOf(back), func(int) (*checkpoint.Shard, error) { return &sh, nil }, 0, 1, 1, testRunner)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

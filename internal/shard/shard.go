@@ -4,18 +4,18 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"github.com/paramserv/paramserv/internal/table/sparse"
 	"math"
 	"math/bits"
 	"slices"
 	"time"
 
-	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/consistency"
 	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
 // Config is what a shard knows of its place in the cluster.
@@ -72,7 +72,7 @@ type VarSpec struct {
 }
 
 // TableSpec is a sparse table: the checkpoint manifest's record of one.
-type TableSpec = checkpoint.TableSpec
+type TableSpec = ckptformat.TableSpec
 
 // Layout is everything the chief's Init (or a checkpoint) fixes about a
 // shard except the values: its variables and tables, the optimizer and the
@@ -538,6 +538,9 @@ type TableStatus struct {
 	Admitted            int64
 	Evicted             int64
 	RejectedByAdmission int64
+	// With a second tier (Tiers): of Rows, those in the tier, and the keys
+	// looked for there and found.
+	TierRows, TierLookups, TierHits int64
 }
 
 // Status reports the shard's state.

@@ -139,10 +139,16 @@ func (s *Shard) maybeEvict() {
 
 func (t *table) status() TableStatus {
 	st := t.t.Stats()
-	return TableStatus{
+	out := TableStatus{
 		Name: t.name, Rows: int64(st.Rows), Bytes: st.Bytes, Admitted: st.Admitted,
 		Evicted: st.Evicted, RejectedByAdmission: st.RejectedPulls + st.RejectedPushes,
 	}
+	if t.tier != nil {
+		c := t.tier.Counts()
+		out.Rows += c.Rows
+		out.TierRows, out.TierLookups, out.TierHits = c.Rows, c.Lookups, c.Hits
+	}
+	return out
 }
 
 // TableDim returns the row width of a table, or an Invalid error naming

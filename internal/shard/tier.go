@@ -25,6 +25,15 @@ type Tier interface {
 	// Cut is a view of the tier's rows now, taken with the shard's Cut
 	// and read with no lock held.
 	Cut() TierCut
+	// Counts are the tier's rows and lookups, for the shard's Status.
+	Counts() TierCounts
+}
+
+// TierCounts are what a tier reports in the shard's Status.
+type TierCounts struct {
+	Rows    int64 // rows the tier holds, not in the table
+	Lookups int64 // keys looked for in the tier (not in the table)
+	Hits    int64 // of them, found there
 }
 
 // TierCut is a view of a tier's rows at a cut.
@@ -93,4 +102,6 @@ type TierStats struct {
 	Promotions        int64 // rows moved into memory
 	Demotions         int64 // rows moved to disk
 	EvictedOnDisk     int64 // rows found on disk past their eviction
+	Filtered          int64 // of Lookups, keys the miss filter knew were not on disk
+	FilterBytes       int64 // the miss filter's memory
 }

@@ -38,7 +38,15 @@ func FormatStatus(i int, host string, st *pb.StatusResponse) string {
 		fmt.Fprintf(&b, "  variables: %d, %s: %s\n", len(st.Vars), humanBytes(total), strings.Join(parts, ", "))
 	}
 	for _, t := range st.Tables {
-		fmt.Fprintf(&b, "  table %s: %d rows, %s, %d admitted, %d evicted\n", t.Name, t.Rows, humanBytes(t.Bytes), t.Admitted, t.Evicted)
+		disk := ""
+		if t.DiskRows > 0 || t.DiskLookups > 0 {
+			rate := "-"
+			if t.DiskLookups > 0 {
+				rate = fmt.Sprintf("%.3f", float64(t.DiskHits)/float64(t.DiskLookups))
+			}
+			disk = fmt.Sprintf(" (%d on disk; %d looked for there, hit rate %s)", t.DiskRows, t.DiskLookups, rate)
+		}
+		fmt.Fprintf(&b, "  table %s: %d rows%s, %s, %d admitted, %d evicted\n", t.Name, t.Rows, disk, humanBytes(t.Bytes), t.Admitted, t.Evicted)
 	}
 	if len(st.Workers) > 0 {
 		var parts []string

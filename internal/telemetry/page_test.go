@@ -59,8 +59,9 @@ func TestPSPage(t *testing.T) {
 	ps.Watch(func() PSState {
 		return PSState{Status: &pb.StatusResponse{
 			Initialized: true, GlobalStep: 77, Mode: "sync", NumWorkers: 2, WorkersDone: 1, RestoredStep: -1,
-			Vars:    []*pb.VarStatus{{Name: "hid_w", Elements: 78400}},
-			Tables:  []*pb.TableStatus{{Name: "emb", Rows: 10, Bytes: 2048}},
+			Vars: []*pb.VarStatus{{Name: "hid_w", Elements: 78400}},
+			Tables: []*pb.TableStatus{{Name: "emb", Rows: 10, Bytes: 2048},
+				{Name: "ids", Rows: 1000, Bytes: 4096, DiskRows: 900, DiskLookups: 400, DiskHits: 100}},
 			Workers: []*pb.WorkerActivity{{Worker: 0, LastSeenMsAgo: 1500, Done: true}, {Worker: 1, LastSeenMsAgo: -1}},
 		}}
 	})
@@ -69,6 +70,7 @@ func TestPSPage(t *testing.T) {
 		"ps 1 at 127.0.0.1:2222: global step 77, sync",
 		"variables: 1, 306.2 KiB: hid_w (78400 values)",
 		"table emb: 10 rows, 2.0 KiB",
+		"table ids: 1000 rows (900 on disk; 400 looked for there, hit rate 0.250), 4.0 KiB",
 		"workers (1 of 2 done): 0: last heard 1.5s ago (done); 1: never heard from",
 	} {
 		if !strings.Contains(body, want) {

@@ -29,6 +29,8 @@ func (p *PS) WatchTier(read func() TierStats) {
 		{"hits_total", "Of those, keys found on disk (hit rate: hits / lookups).", true, func(s TierStats) int64 { return s.Hits }},
 		{"promotions_total", "Rows moved from disk into memory.", true, func(s TierStats) int64 { return s.Promotions }},
 		{"demotions_total", "Rows moved from memory to disk (the coldest, in the background).", true, func(s TierStats) int64 { return s.Demotions }},
+		{"filter_bytes", "Bytes of the miss filter (keys on disk), beside the budget.", false, func(s TierStats) int64 { return s.FilterBytes }},
+		{"filtered_total", "Of the lookups, keys the miss filter knew were not on disk (no disk read).", true, func(s TierStats) int64 { return s.Filtered }},
 		{"evicted_on_disk_total", "Rows found on disk past their eviction (--evict_after_steps, --evict_unseen) and dropped.", true, func(s TierStats) int64 { return s.EvictedOnDisk }},
 	} {
 		get := m.get

@@ -55,7 +55,7 @@ func writeLibSVM(t *testing.T, dir, name string, rows int) string {
 // epochsJob runs 1 ps and 2 workers of sparse_lr with --epochs=1 on
 // loopback, --train_steps far away, and returns the chief's result, the
 // workers' local steps and the log.
-func epochsJob(t *testing.T, base Config) (Result, [2]int64, *logBuf) {
+func epochsJob(t *testing.T, base Config, psSet ...func(*PSConfig)) (Result, [2]int64, *logBuf) {
 	t.Helper()
 	counter := &stepCounter{}
 	base.Model = "sparse_lr"
@@ -66,6 +66,9 @@ func epochsJob(t *testing.T, base Config) (Result, [2]int64, *logBuf) {
 	base.ResultFile = filepath.Join(t.TempDir(), "result.json")
 	base.WaitLogEvery = 100 * time.Millisecond
 	tc := newTestCluster(t, 1, 2, base)
+	for _, set := range psSet {
+		tc.psSet = set
+	}
 	p := tc.startPS(0)
 	errs := tc.runWorkers(withDeadline(t, time.Minute))
 	for i, err := range errs {
@@ -145,7 +148,7 @@ func TestEpochsOneWorkerEndsFirst(t *testing.T) {
 // after --sync_timeout.
 func TestEpochsSync(t *testing.T) {
 	t.Run("refused without proceed", func(t *testing.T) {
-		cfg := Config{Model: "sparse_lr", Sync: true, TrainSteps: 10, StartupTimeout: time.Second} // no ps there
+		cfg := Config{Config: lifecycle.Config{Sync: true, StartupTimeout: time.Second}, Model: "sparse_lr", TrainSteps: 10} // no ps there
 		cfg.Data = model.Config{BatchSize: 10, Epochs: 1, TrainData: writeLibSVM(t, t.TempDir(), "train.svm", 101)}
 		cfg.Cluster.Spec.PS = []string{"127.0.0.1:1"}
 		cfg.Cluster.Spec.Workers = []string{"127.0.0.1:2", "127.0.0.1:3"}

@@ -17,9 +17,11 @@ import (
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 )
 
 // logBuf collects the log lines of the tasks of a test cluster.
@@ -64,6 +66,8 @@ type testCluster struct {
 	log  *logBuf
 	mu   sync.Mutex
 	ps   []*psTask
+	// psSet, if set, sets the ps-only settings of every ps (see psConfig).
+	psSet func(*PSConfig)
 }
 
 type psTask struct {
@@ -106,6 +110,28 @@ func (tc *testCluster) config(job string, i int) Config {
 	return cfg
 }
 
+// psConfig is ps i's settings: those the job's config gives both roles
+// (psOf), then tc.psSet's.
+func (tc *testCluster) psConfig(i int) PSConfig {
+	p := psOf(tc.config("ps", i))
+	if tc.psSet != nil {
+		tc.psSet(&p)
+	}
+	return p
+}
+
+// psOf is the ps's side of a test job's config: the settings a ps reads
+// too, as paramserv train gives both roles the same flags.
+func psOf(cfg Config) PSConfig {
+	return PSConfig{
+		PSConfig: replication.PSConfig{
+			Options: cfg.Replication, Cluster: cfg.Cluster, CheckpointDir: cfg.CheckpointDir,
+			StartupTimeout: cfg.StartupTimeout, WaitLogEvery: cfg.WaitLogEvery, Logf: cfg.Logf, Dial: cfg.Dial,
+		},
+		FS: cfg.FS, WorkerTimeout: cfg.WorkerTimeout,
+	}
+}
+
 // startPS starts ps i.
 func (tc *testCluster) startPS(i int) *psTask {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +139,7 @@ func (tc *testCluster) startPS(i int) *psTask {
 	tc.mu.Lock()
 	tc.ps[i] = p
 	tc.mu.Unlock()
-	cfg := tc.config("ps", i)
+	cfg := tc.psConfig(i)
 	go func() {
 		p.err = RunPS(ctx, cfg)
 		close(p.done)
@@ -190,10 +216,11 @@ func TestPSKilledAtStartupAndCheckpoints(t *testing.T) {
 			dir := t.TempDir()
 			res := filepath.Join(dir, "r.json")
 			cl := newTestCluster(t, 2, 2, Config{
-				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync,
-				TrainSteps: steps, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 400,
-				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
+				Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: tc.sync, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 400, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second},
+				Model:      "linreg",
+				Data:       model.Config{BatchSize: 10, Seed: 3},
+				TrainSteps: steps,
+				ResultFile: res,
 			})
 			var once sync.Once
 			struck := make(chan struct{})
@@ -259,10 +286,11 @@ func TestPSRestartedBeforeTheManifest(t *testing.T) {
 			dir := t.TempDir()
 			res := filepath.Join(dir, "r.json")
 			cl := newTestCluster(t, 2, 2, Config{
-				Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-				Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: syncMode,
-				TrainSteps: 300, ResultFile: res, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 1000,
-				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: 30 * time.Second, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
+				Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: syncMode, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 1000, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: 30 * time.Second, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second},
+				Model:      "linreg",
+				Data:       model.Config{BatchSize: 10, Seed: 3},
+				TrainSteps: 300,
+				ResultFile: res,
 			})
 			var once sync.Once
 			struck := make(chan error, 1)
@@ -329,7 +357,8 @@ func waitListening(addr string, limit time.Duration) error {
 // line.)
 func TestPSGivesUpOnWorkersNeverSeen(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
-		Model: "linreg", WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 2 * time.Second,
+		Config: lifecycle.Config{WaitLogEvery: 50 * time.Millisecond, StartupTimeout: 2 * time.Second},
+		Model:  "linreg",
 	})
 	ps := cl.startPS(0)
 	select {
@@ -352,9 +381,12 @@ func TestPSGivesUpOnWorkersNeverSeen(t *testing.T) {
 func TestPSGivesUpOnVanishedWorker(t *testing.T) {
 	dir := t.TempDir()
 	cl := newTestCluster(t, 1, 2, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100, ResultFile: filepath.Join(dir, "r.json"),
-		WaitLogEvery: 50 * time.Millisecond, WorkerTimeout: 2 * time.Second, StartupTimeout: time.Minute,
+		Config:        lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, WaitLogEvery: 50 * time.Millisecond, StartupTimeout: time.Minute},
+		Model:         "linreg",
+		Data:          model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps:    100,
+		ResultFile:    filepath.Join(dir, "r.json"),
+		WorkerTimeout: 2 * time.Second,
 	})
 	ps := cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)
@@ -396,10 +428,12 @@ func TestRestartedChiefSavesAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
 	cl := newTestCluster(t, 1, 1, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 300, PSWaitForever: true,
-		CheckpointDir: ckpt, SaveSteps: 100000, WaitLogEvery: time.Second,
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, CheckpointDir: ckpt, SaveSteps: 100000, WaitLogEvery: time.Second},
+		Model:      "linreg",
+		Data:       model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps: 300,
 	})
+	cl.psSet = func(p *PSConfig) { p.PSWaitForever = true }
 	cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)
 	if err := RunWorker(ctx, cl.config("worker", 0)); err != nil {
@@ -430,9 +464,10 @@ func TestRestartedChiefSavesAtOnce(t *testing.T) {
 // the chief at Init, another worker at its first pull, by either path.
 func TestOtherModelOnThePSIsAnInputError(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 100,
-		WaitLogEvery: 50 * time.Millisecond, StartupTimeout: time.Minute, RecoveryTimeout: time.Minute,
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, WaitLogEvery: 50 * time.Millisecond, StartupTimeout: time.Minute, RecoveryTimeout: time.Minute},
+		Model:      "linreg",
+		Data:       model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps: 100,
 	})
 	cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)
@@ -562,10 +597,13 @@ func (p *partitionProxy) pipe(src, dst net.Conn) {
 // runs, and --recovery_timeout ends the job with an error naming the ps.
 func TestPartitionedPSEndsTheJob(t *testing.T) {
 	cl := newTestCluster(t, 1, 1, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 1 << 40, StepsToValidate: 1000,
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Second, StartupTimeout: time.Minute,
-		probeAfter: 100 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+		Config:          lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Second, StartupTimeout: time.Minute},
+		Model:           "linreg",
+		Data:            model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps:      1 << 40,
+		StepsToValidate: 1000,
+		probeAfter:      100 * time.Millisecond,
+		probeTimeout:    300 * time.Millisecond,
 	})
 	cl.startPS(0)
 	proxy := startProxy(t, cl.spec.PS[0])
@@ -604,10 +642,12 @@ func TestPartitionedPSEndsTheJob(t *testing.T) {
 // job ends well.
 func TestBusyPSIsNotSilent(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 50, Sync: true,
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second,
-		probeAfter: 50 * time.Millisecond, probeTimeout: 300 * time.Millisecond,
+		Config:       lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second},
+		Model:        "linreg",
+		Data:         model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps:   50,
+		probeAfter:   50 * time.Millisecond,
+		probeTimeout: 300 * time.Millisecond,
 	})
 	cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)

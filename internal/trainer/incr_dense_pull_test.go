@@ -3,6 +3,7 @@ package trainer
 import (
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/testutil"
@@ -18,8 +19,12 @@ func TestIncrementalDensePullTrainsAsFullPulls(t *testing.T) {
 		t.Skip("two MNIST runs: not with -short")
 	}
 	dir := testutil.DataDir(t, "mnist")
-	cfg := Config{Model: "mnist", Data: model.Config{BatchSize: 100, Seed: 3, DataDir: dir, Dataset: "mnist"},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.1}, Sync: true, TrainSteps: 20}
+	cfg := Config{
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.1}, Sync: true},
+		Model:      "mnist",
+		Data:       model.Config{BatchSize: 100, Seed: 3, DataDir: dir, Dataset: "mnist"},
+		TrainSteps: 20,
+	}
 	want := runOneWorker(t, cfg)
 	cfg.IncrementalPull = true
 	got := runOneWorker(t, cfg)

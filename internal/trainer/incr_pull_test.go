@@ -3,6 +3,7 @@ package trainer
 import (
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/testutil"
@@ -12,9 +13,13 @@ import (
 // for bit as standalone does: the rows it reads are those of a full pull.
 // FTRL with L1 leaves many weights at 0, so many rows are not sent.
 func TestIncrementalPullTrainsAsStandalone(t *testing.T) {
-	cfg := Config{Model: "sparse_lr",
-		Data:      model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
-		Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2, L1: 1}, TrainSteps: 100, Overlap: OverlapOff}
+	cfg := Config{
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2, L1: 1}},
+		Model:      "sparse_lr",
+		Data:       model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
+		TrainSteps: 100,
+		Overlap:    OverlapOff,
+	}
 	cfg.Data.DataDir = testutil.DataDir(t, "a9a/a9a")
 	want := runStandalone(t, cfg)
 	cfg.IncrementalPull = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/data/mnist"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/models/mlp"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -76,7 +77,7 @@ func BenchmarkMNIST(b *testing.B) {
 	b.Run("standalone", func(b *testing.B) {
 		m := newModel(b, 0, 1)
 		m.SetParallel(true) // as RunStandalone does
-		cfg := Config{Optimizer: adam, TrainSteps: int64(b.N), StepsToValidate: 1 << 62}
+		cfg := Config{Config: lifecycle.Config{Optimizer: adam}, TrainSteps: int64(b.N), StepsToValidate: 1 << 62}
 		cfg.defaults()
 		ps, err := newLocalPS(cfg, m.Variables(), nil, m.Init(1))
 		if err != nil {
@@ -117,7 +118,7 @@ func BenchmarkMNIST(b *testing.B) {
 		if _, err := c.Init(ctx, mPS.Init(1), client.InitOptions{Optimizer: adam, NumWorkers: 1}); err != nil {
 			b.Fatal(err)
 		}
-		cfg := Config{Optimizer: adam, StepsToValidate: 1 << 62}
+		cfg := Config{Config: lifecycle.Config{Optimizer: adam}, StepsToValidate: 1 << 62}
 		cfg.defaults()
 		local, err := newLocalPS(cfg, mSA.Variables(), nil, mSA.Init(1))
 		if err != nil {
@@ -187,7 +188,7 @@ func BenchmarkMNIST(b *testing.B) {
 			if _, err := clients[0].Init(ctx, models[0].Init(1), client.InitOptions{Optimizer: adam, NumWorkers: workers}); err != nil {
 				b.Fatal(err)
 			}
-			cfg := Config{Optimizer: adam, TrainSteps: int64(b.N * workers), StepsToValidate: 1 << 62, Overlap: tc.overlap}
+			cfg := Config{Config: lifecycle.Config{Optimizer: adam}, TrainSteps: int64(b.N * workers), StepsToValidate: 1 << 62, Overlap: tc.overlap}
 			cfg.defaults()
 			var mu sync.Mutex
 			var all loopStats

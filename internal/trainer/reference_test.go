@@ -12,6 +12,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/cluster"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/local"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -31,10 +32,9 @@ func TestMNISTMatchesAnIndependentReference(t *testing.T) {
 	const steps, lr = 60, 0.01
 	data := model.Config{BatchSize: 100, Seed: 3, DataDir: dir, Dataset: "mnist"}
 	r := runOneWorker(t, Config{
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "adam", LearningRate: lr}, Sync: true},
 		Model:      "mnist",
 		Data:       data,
-		Optimizer:  optim.Config{Name: "adam", LearningRate: lr},
-		Sync:       true,
 		TrainSteps: steps,
 	})
 	if r.ValCrossEntropy == nil || r.TestAccuracy == nil {
@@ -103,7 +103,7 @@ func runOneWorker(t *testing.T, cfg Config) Result {
 	psCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "ps", Index: 0}}
 	wCfg.Cluster = cluster.Config{Spec: spec, Task: cluster.Task{Job: "worker", Index: 0}}
 	psErr := make(chan error, 1)
-	go func() { psErr <- RunPS(context.Background(), psCfg) }()
+	go func() { psErr <- RunPS(context.Background(), psOf(psCfg)) }()
 	if err := RunWorker(context.Background(), wCfg); err != nil {
 		t.Fatal(err)
 	}

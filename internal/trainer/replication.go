@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"context"
-	"errors"
 
 	"github.com/paramserv/paramserv/internal/replication"
 )
@@ -11,24 +10,6 @@ import (
 // docs/REPLICATION.md); package replication runs them. Replicas <= 1 is
 // today's cluster: none of it runs.
 type Replication = replication.Options
-
-// runReplicatedPS is RunPS with --replicas > 1 (replication.RunPS).
-func runReplicatedPS(ctx context.Context, cfg Config) error {
-	err := replication.RunPS(ctx, replication.PSConfig{
-		Options: cfg.Replication, Cluster: cfg.Cluster, CheckpointDir: cfg.CheckpointDir,
-		StartupTimeout: cfg.StartupTimeout, WaitLogEvery: cfg.WaitLogEvery, Logf: cfg.Logf,
-		Listen: cfg.Listen, Dial: cfg.Dial, MaxTableKeys: cfg.MaxTableKeys,
-	})
-	var ce *replication.ConfigError
-	var se *replication.StoppedError
-	switch {
-	case errors.As(err, &ce):
-		return &ConfigError{Err: ce.Err}
-	case errors.As(err, &se):
-		return &StoppedError{Task: se.Task, Cause: se.Cause, Step: se.Step, Done: se.Done, Workers: se.Workers}
-	}
-	return err
-}
 
 // workerReplication is a worker's side of replicated shards.
 func workerReplication(cfg Config) replication.WorkerConfig {

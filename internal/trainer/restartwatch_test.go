@@ -9,6 +9,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -27,10 +28,11 @@ func TestSyncStepWaitingOnALivePSSeesARestart(t *testing.T) {
 	const lost = 25
 	dir := t.TempDir()
 	cl := newTestCluster(t, 2, 2, Config{
-		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3},
-		Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 200, Sync: true,
-		CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 10, ResultFile: filepath.Join(dir, "r.json"),
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 10, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute},
+		Model:      "linreg",
+		Data:       model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps: 200,
+		ResultFile: filepath.Join(dir, "r.json"),
 	})
 	cl.startPS(0)
 	cl.startPS(1)

@@ -147,20 +147,12 @@ func newMemCluster(t *testing.T, c scenario.Cmd) *memCluster {
 		recovery = 20 * time.Second
 	}
 	cl.cfg = Config{
+		Config:          lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.01}, Sync: slices.Contains(c.Args, "sync"), StartupTimeout: 30 * time.Second, CheckpointDir: cl.dir, SaveSteps: c.Int(t, "save_steps", 100), SaveEvery: time.Hour, RecoveryTimeout: recovery, WaitLogEvery: 50 * time.Millisecond},
 		Model:           "linreg",
 		Data:            model.Config{BatchSize: 10, Seed: 7},
-		Optimizer:       optim.Config{Name: "sgd", LearningRate: 0.01},
-		Sync:            slices.Contains(c.Args, "sync"),
 		TrainSteps:      c.Int(t, "steps", 600),
 		StepsToValidate: 1 << 30,
-		StartupTimeout:  30 * time.Second,
 		ResultFile:      cl.res,
-		CheckpointDir:   cl.dir,
-		SaveSteps:       c.Int(t, "save_steps", 100),
-		SaveEvery:       time.Hour,
-		RecoveryTimeout: recovery,
-		WaitLogEvery:    50 * time.Millisecond,
-		Listen:          func(addr string) (net.Listener, error) { return cl.net.Listen(addr) },
 		Dial:            cl.net.Dial,
 	}
 	t.Cleanup(func() {
@@ -207,15 +199,16 @@ func (cl *memCluster) start(t *testing.T, job string, i int) {
 	run := RunWorker
 	switch job {
 	case "ps":
-		run = RunPS
+		ps := psOf(cfg)
 		// The ps's port, so that kill closes it as a death does.
-		cfg.Listen = func(addr string) (net.Listener, error) {
+		ps.Listen = func(addr string) (net.Listener, error) {
 			l, err := cl.net.Listen(addr)
 			if err == nil {
 				tk.lis = l
 			}
 			return l, err
 		}
+		run = func(ctx context.Context, _ Config) error { return RunPS(ctx, ps) }
 	case "worker":
 		cfg.Observer = recoveryCounter{n: &tk.recoveries}
 	default:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/data/synth"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/models/sparselr"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -90,7 +91,7 @@ func benchSparseVsStandalone(b *testing.B, data model.Config) {
 	if _, err := c.Init(ctx, mPS.Init(1), client.InitOptions{Optimizer: ftrl, NumWorkers: 1}); err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Optimizer: ftrl, StepsToValidate: 1 << 62}
+	cfg := Config{Config: lifecycle.Config{Optimizer: ftrl}, StepsToValidate: 1 << 62}
 	cfg.defaults()
 	local, err := newLocalPS(cfg, mSA.Variables(), mSA.Tables(), mSA.Init(1))
 	if err != nil {

@@ -73,7 +73,7 @@ func sparseOverlapLoop(ctx context.Context, cfg Config, c psClient, m model.Spar
 			_ = o.inflight.Wait() // the buffers are lent to it until it lands
 		}
 		if o.cur != 0 {
-			copy2(params, o.ps[o.cur])
+			copyParams(params, o.ps[o.cur])
 		}
 	}()
 	return o.run(keys)
@@ -168,16 +168,16 @@ func (o *sparseOverlap) send(push bool, from, to int, withRows bool) {
 	o.st.comm += time.Since(t)
 }
 
-// land waits for the call in flight, which pulled into the other set: that
-// set becomes the current one. No lifecycle.RestartWatch: the overlap runs
-// only in asynchronous modes, where no step waits on another worker's
-// gradient.
-func (o *sparseOverlap) land() error {
+// awaitInFlight waits for the call in flight, which pulled into the other
+// set: that set becomes the current one. No lifecycle.RestartWatch: the
+// overlap runs only in asynchronous modes, where no step waits on another
+// worker's gradient.
+func (o *sparseOverlap) awaitInFlight() error {
 	call := o.inflight
 	o.inflight = nil
 	o.cur ^= 1
 	if o.pushing {
-		if _, err := o.st.land(o.ctx, o.cfg, o.m, o.ps[o.cur], o.lw, o.sentAt, call, nil); err != nil {
+		if _, err := o.st.completeStep(o.ctx, o.cfg, o.m, o.ps[o.cur], o.lw, o.sentAt, call, nil); err != nil {
 			return err
 		}
 	} else {
@@ -263,7 +263,7 @@ func (o *sparseOverlap) run(keys [][]uint64) error {
 		st.compute += st.lastCompute
 		from := o.cur
 		if o.inflight != nil {
-			if err := o.land(); err != nil {
+			if err := o.awaitInFlight(); err != nil {
 				return q.hold(st, err, true, o.gs[o.g], o.pushed[o.g])
 			}
 			if st.step >= o.cfg.TrainSteps {
@@ -274,7 +274,7 @@ func (o *sparseOverlap) run(keys [][]uint64) error {
 			// The last batch of the data: push it and wait.
 			o.send(true, from, o.cur^1, false)
 			o.g ^= 1
-			if err := o.land(); err != nil {
+			if err := o.awaitInFlight(); err != nil {
 				return q.hold(st, err, false, nil, nil)
 			}
 			endOfData(o.cfg, st)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/progress"
@@ -49,15 +50,20 @@ func TestSparseOverlapAppliesEveryPushOnce(t *testing.T) {
 	for _, staleness := range []int64{0, 3} {
 		t.Run(fmt.Sprintf("max_staleness=%d", staleness), func(t *testing.T) {
 			counter, pushes := &stepCounter{}, &pushCounter{}
-			cfg := Config{Model: "sparse_lr", Overlap: OverlapOn, MaxStaleness: staleness, TrainSteps: 60,
-				Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1}, Observer: counter, PSObserver: pushes,
-				ResultFile: filepath.Join(t.TempDir(), "result.json"), WaitLogEvery: 100 * time.Millisecond}
+			cfg := Config{
+				Config:     lifecycle.Config{MaxStaleness: staleness, Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1}, Observer: counter, WaitLogEvery: 100 * time.Millisecond},
+				Model:      "sparse_lr",
+				Overlap:    OverlapOn,
+				TrainSteps: 60,
+				ResultFile: filepath.Join(t.TempDir(), "result.json"),
+			}
 			cfg.Data.TrainData = writeLibSVM(t, t.TempDir(), "train.svm", 101)
 			cfg.Data.BatchSize, cfg.Data.Seed, cfg.Data.InputFormat = 10, 1, "libsvm"
 			if !overlaps(cfg, 2) {
 				t.Fatalf("overlaps(%+v, 2 workers) = false", cfg)
 			}
 			tc := newTestCluster(t, 1, 2, cfg)
+			tc.psSet = func(p *PSConfig) { p.PSObserver = pushes }
 			p := tc.startPS(0)
 			for i, err := range tc.runWorkers(withDeadline(t, time.Minute)) {
 				if err != nil {
@@ -96,9 +102,9 @@ func TestSparseOverlapAppliesEveryPushOnce(t *testing.T) {
 // batches of 10 make 6 and 5 pushes, global step 11.
 func TestSparseOverlapPushesEveryBatchOfTheData(t *testing.T) {
 	pushes := &pushCounter{}
-	cfg := Config{Overlap: OverlapOn, PSObserver: pushes}
+	cfg := Config{Overlap: OverlapOn}
 	cfg.Data.TrainData = writeLibSVM(t, t.TempDir(), "train.svm", 101)
-	r, local, log := epochsJob(t, cfg)
+	r, local, log := epochsJob(t, cfg, func(p *PSConfig) { p.PSObserver = pushes })
 	if local != [2]int64{6, 5} || r.LocalSteps != 6 || r.GlobalStep != 11 || pushes.of("apply") != 11 {
 		t.Fatalf("local steps %v (chief's result: %d), global step %d, %d pushes applied: want [6 5], 6, 11, 11", local, r.LocalSteps, r.GlobalStep, pushes.of("apply"))
 	}
@@ -118,9 +124,14 @@ func TestSparseOverlapKeepsA9AQuality(t *testing.T) {
 	var on, off []Result
 	for seed := range int64(3) {
 		for _, o := range []Overlap{OverlapOn, OverlapOff} {
-			cfg := Config{Model: "sparse_lr", Overlap: o, TrainSteps: 1000, StepsToValidate: 1 << 40,
-				Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2},
-				Data:      model.Config{BatchSize: 100, Seed: 1 + seed, DataDir: dir, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123}}
+			cfg := Config{
+				Config:          lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}},
+				Model:           "sparse_lr",
+				Overlap:         o,
+				TrainSteps:      1000,
+				StepsToValidate: 1 << 40,
+				Data:            model.Config{BatchSize: 100, Seed: 1 + seed, DataDir: dir, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
+			}
 			r := runOneWorker(t, cfg)
 			if r.GlobalStep != cfg.TrainSteps || r.LocalSteps != cfg.TrainSteps {
 				t.Fatalf("overlap %v: global step %d after %d local steps, want %d each", o, r.GlobalStep, r.LocalSteps, cfg.TrainSteps)
@@ -153,10 +164,12 @@ func TestSparseOverlapKeepsA9AQuality(t *testing.T) {
 func TestSparseOverlapRecoversFromAKilledPS(t *testing.T) {
 	dir := t.TempDir()
 	var recoveries atomic.Int64
-	cfg := Config{Model: "sparse_lr", TrainSteps: 300, Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1},
-		ResultFile: filepath.Join(dir, "r.json"), CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100,
-		Observer:     recoveryCounter{n: &recoveries},
-		WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute}
+	cfg := Config{
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.1}, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100, Observer: recoveryCounter{n: &recoveries}, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute},
+		Model:      "sparse_lr",
+		TrainSteps: 300,
+		ResultFile: filepath.Join(dir, "r.json"),
+	}
 	cfg.Data.TrainData = writeLibSVM(t, dir, "train.svm", 101)
 	cfg.Data.BatchSize, cfg.Data.Seed, cfg.Data.InputFormat = 10, 1, "libsvm"
 	if !overlaps(cfg, 1) {
@@ -208,12 +221,16 @@ func TestSparseLoopsPushEveryBatchAcrossAKilledPS(t *testing.T) {
 			var recoveries atomic.Int64
 			pushes := &pushCounter{}
 			m := &countedModel{aheadModel: aheadModel{n: n}, counts: make([]int, n)}
-			cfg := Config{Model: "counted", TrainSteps: 1 << 20, Overlap: overlap, Optimizer: optim.Config{Name: "sgd", LearningRate: 1},
-				CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100, Data: model.Config{Epochs: 1},
-				Observer: recoveryCounter{n: &recoveries}, PSObserver: pushes,
-				WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute,
-				NewModel: func(model.Config) (model.Model, error) { return m, nil }}
+			cfg := Config{
+				Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 1}, CheckpointDir: filepath.Join(dir, "ckpt"), SaveSteps: 100, Observer: recoveryCounter{n: &recoveries}, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute},
+				Model:      "counted",
+				TrainSteps: 1 << 20,
+				Overlap:    overlap,
+				Data:       model.Config{Epochs: 1},
+				NewModel:   func(model.Config) (model.Model, error) { return m, nil },
+			}
 			cl := newTestCluster(t, 1, 1, cfg)
+			cl.psSet = func(p *PSConfig) { p.PSObserver = pushes }
 			runKillingPSAtSave(t, cl, 100)
 			if recoveries.Load() != 1 {
 				t.Errorf("%d recoveries, want 1", recoveries.Load())

@@ -159,14 +159,14 @@ func (p *aheadPS) DoAsync(_ context.Context, req *client.Request) *client.Call {
 		return ac.call
 	}
 	if p.now {
-		p.land(ac, &p.waited)
+		p.answer(ac, &p.waited)
 		return ac.call
 	}
-	time.AfterFunc(time.Second, func() { p.land(ac, &p.waited) })
+	time.AfterFunc(time.Second, func() { p.answer(ac, &p.waited) })
 	return ac.call
 }
 
-func (p *aheadPS) land(ac *aheadCall, count *int) {
+func (p *aheadPS) answer(ac *aheadCall, count *int) {
 	ac.once.Do(func() {
 		p.mu.Lock()
 		if p.pending == ac {
@@ -204,7 +204,7 @@ func (p *aheadPS) started(_ int, params, grads model.Params, rows, rowGrads [][]
 		p.aliased++
 	}
 	p.mu.Unlock()
-	p.land(ac, &p.overlaps)
+	p.answer(ac, &p.overlaps)
 }
 
 func (p *aheadPS) Pull(context.Context, int64, model.Params) (int64, error) { return p.step, nil }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -17,7 +18,7 @@ import (
 // touch and keys that change from batch to batch.
 func TestLocalPSReusesPulledKeys(t *testing.T) {
 	ctx := context.Background()
-	cfg := Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}}
+	cfg := Config{Config: lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}}}
 	cfg.defaults()
 	tables := []model.Table{{Name: "w", Dim: 3, Init: "normal", InitStddev: 0.1, Seed: 5, MinCount: 2}}
 	newPS := func() *localPS {

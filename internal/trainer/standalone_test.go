@@ -9,6 +9,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/testutil"
@@ -34,13 +35,24 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"linreg-async-adam", Config{Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 7},
-			Optimizer: optim.Config{Name: "adam", LearningRate: 0.05}, TrainSteps: 150}},
-		{"linreg-sync-sgd", Config{Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 7},
-			Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true, TrainSteps: 150}},
-		{"sparse_lr-async-ftrl", Config{Model: "sparse_lr",
-			Data:      model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
-			Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}, TrainSteps: 100}},
+		{"linreg-async-adam", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "adam", LearningRate: 0.05}},
+			Model:      "linreg",
+			Data:       model.Config{BatchSize: 10, Seed: 7},
+			TrainSteps: 150,
+		}},
+		{"linreg-sync-sgd", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true},
+			Model:      "linreg",
+			Data:       model.Config{BatchSize: 10, Seed: 7},
+			TrainSteps: 150,
+		}},
+		{"sparse_lr-async-ftrl", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}},
+			Model:      "sparse_lr",
+			Data:       model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
+			TrainSteps: 100,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
@@ -83,12 +95,17 @@ func (m *parallelModel) SetParallel(on bool) { m.parallel = on }
 // arithmetic over them (the pure-Go MLP) is told it may.
 func TestStandaloneLetsTheModelUseEveryCore(t *testing.T) {
 	var pm *parallelModel
-	cfg := Config{Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 7}, Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, TrainSteps: 5,
+	cfg := Config{
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}},
+		Model:      "linreg",
+		Data:       model.Config{BatchSize: 10, Seed: 7},
+		TrainSteps: 5,
 		NewModel: func(c model.Config) (model.Model, error) {
 			m, err := catalog.New("linreg", c)
 			pm = &parallelModel{Model: m}
 			return pm, err
-		}}
+		},
+	}
 	runStandalone(t, cfg)
 	if pm == nil || !pm.parallel {
 		t.Error("RunStandalone did not call the model's SetParallel(true)")
@@ -96,7 +113,7 @@ func TestStandaloneLetsTheModelUseEveryCore(t *testing.T) {
 }
 
 func TestStandaloneRefusesCheckpoints(t *testing.T) {
-	err := RunStandalone(context.Background(), Config{Model: "linreg", CheckpointDir: t.TempDir(), TrainSteps: 10})
+	err := RunStandalone(context.Background(), Config{Config: lifecycle.Config{CheckpointDir: t.TempDir()}, Model: "linreg", TrainSteps: 10})
 	var ce *ConfigError
 	if !asConfigError(err, &ce) {
 		t.Fatalf("got %v, want a ConfigError naming --checkpoint_dir", err)
@@ -118,12 +135,12 @@ func TestOverlaps(t *testing.T) {
 		{Config{}, 1, true},
 		{Config{}, 2, false},
 		{Config{Overlap: OverlapOn}, 4, true},
-		{Config{Sync: true}, 1, false},
-		{Config{Sync: true, Overlap: OverlapOn}, 1, false},
+		{Config{Config: lifecycle.Config{Sync: true}}, 1, false},
+		{Config{Config: lifecycle.Config{Sync: true}, Overlap: OverlapOn}, 1, false},
 		{Config{Overlap: OverlapOff}, 1, false},
-		{Config{MaxStaleness: 1}, 1, true},
-		{Config{MaxStaleness: 2, Overlap: OverlapOn}, 2, false},
-		{Config{MaxStaleness: 3, Overlap: OverlapOn}, 2, true},
+		{Config{Config: lifecycle.Config{MaxStaleness: 1}}, 1, true},
+		{Config{Config: lifecycle.Config{MaxStaleness: 2}, Overlap: OverlapOn}, 2, false},
+		{Config{Config: lifecycle.Config{MaxStaleness: 3}, Overlap: OverlapOn}, 2, true},
 	} {
 		if got := overlaps(tc.cfg, tc.workers); got != tc.want {
 			t.Errorf("overlaps(%+v, %d workers) = %v, want %v", tc.cfg, tc.workers, got, tc.want)

@@ -13,7 +13,7 @@ import (
 )
 
 // openTier opens a ps's disk tier when cfg asks for one (nil if not).
-func openTier(cfg Config) (*tier.Manager, error) {
+func openTier(cfg PSConfig) (*tier.Manager, error) {
 	if !cfg.Tiered {
 		return nil, nil
 	}
@@ -42,7 +42,7 @@ func openTier(cfg Config) (*tier.Manager, error) {
 // called; a store that fails stops the ps with its error.
 // fail stops the ps. stop returns the loop's error; a second call returns
 // it again.
-func runTier(ctx context.Context, cfg Config, m *tier.Manager, s *server.Server, fail context.CancelCauseFunc) (stop func() error) {
+func runTier(ctx context.Context, cfg PSConfig, m *tier.Manager, s *server.Server, fail context.CancelCauseFunc) (stop func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var runErr error
@@ -77,7 +77,7 @@ func serverConfig(m *tier.Manager, c server.Config) server.Config {
 
 // watchTier shows the tier's counters in the ps's metrics, if it has
 // them (telemetry.PS).
-func watchTier(cfg Config, m *tier.Manager, s *server.Server) {
+func watchTier(cfg PSConfig, m *tier.Manager, s *server.Server) {
 	w, ok := cfg.PSObserver.(interface {
 		WatchTier(func() TierStats)
 	})
@@ -90,7 +90,8 @@ func watchTier(cfg Config, m *tier.Manager, s *server.Server) {
 		t := m.Stats()
 		lock.Unlock()
 		return TierStats{HotRows: t.HotRows, DiskRows: t.DiskRows, HotBytes: t.HotBytes, Budget: t.Budget, DiskBytes: t.DiskBytes,
-			Lookups: t.Lookups, Hits: t.Hits, Promotions: t.Promotions, Demotions: t.Demotions, EvictedOnDisk: t.Evicted}
+			Lookups: t.Lookups, Hits: t.Hits, Promotions: t.Promotions, Demotions: t.Demotions, EvictedOnDisk: t.Evicted,
+			Filtered: t.Filtered, FilterBytes: t.FilterBytes}
 	})
 }
 

@@ -21,77 +21,38 @@ import (
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
-	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
-	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
-// Config is everything a task needs.
+// Config is what a worker needs (RunWorker, and RunStandalone, a worker
+// with its ps in the process): its life around the training loop
+// (lifecycle.Config: the cluster and this task, the chief's choices for
+// the ps, the checkpoint schedule, the waits and the log), and the loop's
+// own settings. A ps reads PSConfig.
 type Config struct {
-	Cluster cluster.Config
-	Model   string       // "linreg", "mnist"
-	Data    model.Config // Worker and NumWorkers are filled in from Cluster
+	lifecycle.Config
 
-	Optimizer           optim.Config
-	Sync                bool
-	ReplicasToAggregate int // 0 means the number of workers
-	MaxStaleness        int64
+	Model string       // "linreg", "mnist"
+	Data  model.Config // Worker and NumWorkers are filled in from Cluster
 
 	TrainSteps      int64
-	StepsToValidate int64
-	StartupTimeout  time.Duration
-	SplitBytes      int
+	StepsToValidate int64 // 100 if 0
 	ResultFile      string
 	// ResultRecord, if set, is written into the result file beside the
 	// figures as "flags" (what reproduces the run: every training flag) and
 	// Version as "version".
-	ResultRecord  map[string]string
-	Version       string
-	PSWaitForever bool
-	// MaxTableKeys, if positive, caps the keys each sparse table holds on
-	// this ps (server.Config.MaxTableKeys).
-	MaxTableKeys int
-	// Tiered gives a ps's sparse tables a disk tier (docs/TIERS.md):
-	// TableMemory bytes of rows stay in memory, the rest live on disk in
-	// TableDir; EvictUnseen drops rows not pushed for that long.
-	Tiered      bool
-	TableMemory int64
-	TableDir    string
-	EvictUnseen time.Duration
+	ResultRecord map[string]string
+	Version      string
 
-	// Checkpoints: the chief saves every SaveSteps global steps and/or every
-	// SaveEvery, and at the end, keeping the last KeepCheckpoints; a ps
-	// restores the latest valid one at start.
-	CheckpointDir   string
-	SaveSteps       int64
-	SaveEvery       time.Duration
-	KeepCheckpoints int
-	// IncrementalCheckpoints: between full checkpoints, every
-	// FullCheckpointEvery saves, each ps writes only what changed since
-	// the previous checkpoint (a delta chained to it).
-	IncrementalCheckpoints bool
-	FullCheckpointEvery    int
-	// RecoveryTimeout bounds how long a worker waits for the ps to come back
-	// after a failure.
-	RecoveryTimeout time.Duration
-	// SyncTimeout and SyncProceed: see client.InitOptions.
-	SyncTimeout time.Duration
-	SyncProceed bool
-
-	// Logf receives every log line; nil discards them.
-	Logf func(format string, args ...any)
-	// WaitLogEvery is how often a wait logs what it waits for (5s if 0).
-	WaitLogEvery time.Duration
-
-	// Listen and Dial, if set, replace TCP for the ps's port and the
-	// worker's connections: the transport seam, through which tests run
-	// whole clusters in one process over an in-memory network (package
-	// memnet) with faults a kill cannot make.
-	Listen func(addr string) (net.Listener, error)
-	Dial   func(ctx context.Context, addr string) (net.Conn, error)
+	// Dial, if set, replaces TCP for the worker's connections: the
+	// transport seam, through which tests run whole clusters in one
+	// process over an in-memory network (package memnet) with faults a
+	// kill cannot make.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 
 	// NewModel, if set, builds the worker's model instead of the built-in
 	// one Model names in the catalog (a model of the user's own, run by
@@ -99,16 +60,10 @@ type Config struct {
 	// file.
 	NewModel func(model.Config) (model.Model, error)
 
-	// WorkerTimeout bounds how long a ps waits for a worker not heard from
-	// while others have finished (RunPS); 30m if 0.
+	// WorkerTimeout bounds how long a worker at the goal waits for the
+	// chief, and a chief whose data ended for the others; 30m if 0.
 	WorkerTimeout time.Duration
 
-	// PSObserver, if set, is told what the ps's server does, and OnServe
-	// is called with the server before it serves (metrics, status);
-	// Observer is told what a worker's loop does (metrics, summaries).
-	PSObserver server.Observer
-	OnServe    func(*server.Server)
-	Observer   Observer
 	// Overlap says whether a worker overlaps a step's round trip with the
 	// next step's compute in asynchronous modes (see overlaps).
 	Overlap Overlap
@@ -118,62 +73,62 @@ type Config struct {
 	// (client.Options.IncrementalPull, --incremental_pull).
 	IncrementalPull bool
 
-	// FS is the filesystem of CheckpointDir (vfs.OS if nil): the ps's
-	// shards, the chief's manifests and lock.
-	FS vfs.FS
-
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
 	probeAfter, probeTimeout time.Duration
+}
+
+// PSConfig is what a ps needs (RunPS): the settings a replicated ps reads
+// too (replication.PSConfig: the cluster and this task, the checkpoint
+// directory, the replication options, the waits, the log, the transport),
+// and those of a ps on its own.
+type PSConfig struct {
+	replication.PSConfig
+
+	// FS is the filesystem of CheckpointDir (vfs.OS if nil): the ps's
+	// shards.
+	FS vfs.FS
+	// PSWaitForever: the ps never gives up on its workers (see RunPS).
+	PSWaitForever bool
+	// WorkerTimeout bounds how long a ps waits for a worker not heard from
+	// while others have finished; 30m if 0.
+	WorkerTimeout time.Duration
+	// Tiered gives a ps's sparse tables a disk tier (docs/TIERS.md):
+	// TableMemory bytes of rows stay in memory, the rest live on disk in
+	// TableDir; EvictUnseen drops rows not pushed for that long.
+	Tiered      bool
+	TableMemory int64
+	TableDir    string
+	EvictUnseen time.Duration
+	// PSObserver, if set, is told what the ps's server does, and OnServe
+	// is called with the server before it serves (metrics, status).
+	PSObserver server.Observer
+	OnServe    func(*server.Server)
 }
 
 // ConfigError marks a configuration the user must fix (exit status 2).
 type ConfigError = lifecycle.ConfigError
 
 func (c *Config) defaults() {
-	if c.Logf == nil {
-		c.Logf = func(string, ...any) {}
+	if c.Hook == nil {
+		c.Hook = func(event string, step int64) { testHook(event, step) }
 	}
-	if c.WaitLogEvery <= 0 {
-		c.WaitLogEvery = 5 * time.Second
-	}
-	if c.StartupTimeout <= 0 {
-		c.StartupTimeout = 5 * time.Minute
-	}
+	c.Config.Defaults()
 	if c.StepsToValidate <= 0 {
 		c.StepsToValidate = 100
-	}
-	if c.ReplicasToAggregate <= 0 {
-		c.ReplicasToAggregate = len(c.Cluster.Spec.Workers)
-	}
-	if c.RecoveryTimeout <= 0 {
-		c.RecoveryTimeout = 5 * time.Minute
 	}
 	if c.WorkerTimeout <= 0 {
 		c.WorkerTimeout = 30 * time.Minute
 	}
-	if c.KeepCheckpoints <= 0 {
-		c.KeepCheckpoints = checkpoint.DefaultKeep
-	}
-	if c.Observer == nil {
-		c.Observer = lifecycle.NopObserver{}
+}
+
+func (c *PSConfig) defaults() {
+	c.PSConfig.Defaults()
+	if c.WorkerTimeout <= 0 {
+		c.WorkerTimeout = 30 * time.Minute
 	}
 	if c.FS == nil {
 		c.FS = vfs.OS
-	}
-}
-
-// lifecycle is the worker's lifecycle settings of cfg.
-func (cfg *Config) lifecycle() lifecycle.Config {
-	return lifecycle.Config{
-		Cluster:   cfg.Cluster,
-		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: cfg.ReplicasToAggregate, MaxStaleness: cfg.MaxStaleness,
-		SyncTimeout: cfg.SyncTimeout, SyncProceed: cfg.SyncProceed, SplitBytes: cfg.SplitBytes,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, SaveEvery: cfg.SaveEvery, KeepCheckpoints: cfg.KeepCheckpoints,
-		IncrementalCheckpoints: cfg.IncrementalCheckpoints, FullCheckpointEvery: cfg.FullCheckpointEvery,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout,
-		Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Observer: cfg.Observer, FS: cfg.FS,
-		Hook: func(event string, step int64) { testHook(event, step) },
 	}
 }
 
@@ -199,13 +154,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error { return lifecycle.Sle
 // it waits for, and gives up (an error, exit 1) on workers never heard
 // from after --startup_timeout and on a worker not heard from for
 // --worker_timeout while others have finished.
-func RunPS(ctx context.Context, cfg Config) error {
+func RunPS(ctx context.Context, cfg PSConfig) error {
 	cfg.defaults()
-	if cfg.Replication.Enabled() {
+	if cfg.Options.Enabled() {
 		if cfg.Tiered {
 			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
 		}
-		return runReplicatedPS(ctx, cfg)
+		return replication.RunPS(ctx, cfg.PSConfig)
 	}
 	tiers, err := openTier(cfg)
 	if err != nil {
@@ -307,23 +262,12 @@ const giveUpGrace = 2 * time.Second
 
 // StoppedError is RunPS's error when its context ended (a SIGTERM) before
 // every worker had finished: the job is not done, so the ps did not succeed.
-type StoppedError struct {
-	Task          int
-	Cause         error // the context's cause
-	Step          int64 // the global step then
-	Done, Workers int   // workers finished, of all
-}
-
-func (e *StoppedError) Error() string {
-	return fmt.Sprintf("ps %d: %v at global step %d before every worker finished (%d of %d done)", e.Task, e.Cause, e.Step, e.Done, e.Workers)
-}
-
-func (e *StoppedError) Unwrap() error { return e.Cause }
+type StoppedError = server.StoppedError
 
 // watchWorkers is a ps's watch over its workers (see RunPS): it returns
 // nil when ctx ends or every worker is done, an error naming who is
 // missing when it gives up. started is when the ps started.
-func watchWorkers(ctx context.Context, cfg Config, s *server.Server, started time.Time) error {
+func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started time.Time) error {
 	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
 	tick := time.NewTicker(min(cfg.WaitLogEvery, time.Second))
 	defer tick.Stop()
@@ -464,7 +408,7 @@ func runWorker(ctx context.Context, cfg Config) error {
 	worker := cfg.Cluster.Task.Index
 	// The chief locks its checkpoint directory first: one job per
 	// directory (issue 12, failure 16).
-	lw, err := lifecycle.New(cfg.lifecycle())
+	lw, err := lifecycle.New(cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -593,7 +537,7 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 				err = fmt.Errorf("final checkpoint: %w", err)
 			}
 		}
-		if err == nil && lingers(cfg) && !st.ended {
+		if err == nil && staysForChief(cfg) && !st.ended {
 			// (A worker whose data ended has nothing to train again
 			// after a roll back: it leaves at once, and the chief, which
 			// waits for it (waitForWorkers), goes on.)
@@ -622,18 +566,18 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 	return nil
 }
 
-// lingers reports whether a worker that reached the goal waits for the
-// chief before it leaves: another worker in synchronous mode, where the
+// staysForChief reports whether a worker that reached the goal waits for
+// the chief before it leaves: another worker in synchronous mode, where the
 // chief alone cannot complete a step; and any other worker of a job with
 // checkpoints, since a ps that restarts after the worker left would
 // restore an older step and wait for that worker's Done, which it no
 // longer remembers, while the worker can still train the lost steps.
-func lingers(cfg Config) bool {
+func staysForChief(cfg Config) bool {
 	return !cfg.Cluster.IsChief() && ((cfg.Sync && cfg.ReplicasToAggregate > 1) || cfg.CheckpointDir != "")
 }
 
-// waitForChief is the wait of a worker that lingers: until the chief has
-// told a ps it is done (it has saved the final checkpoint; the chief is
+// waitForChief is the wait of a worker that stays for the chief: until the
+// chief has told a ps it is done (it has saved the final checkpoint; the chief is
 // the first to call Done, as every other worker waits for it), or a ps is
 // back below the goal (again: it restored an older checkpoint, the worker
 // must train again), or --worker_timeout passes (the chief is gone; the
@@ -940,7 +884,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			<-inflight.Done // the buffers are lent to it until it lands
 		}
 		if cur != 0 {
-			copy2(params, ps[cur])
+			copyParams(params, ps[cur])
 		}
 	}()
 	for step < cfg.TrainSteps {
@@ -955,7 +899,7 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 			call := inflight
 			inflight = nil
 			cur ^= 1 // the call pulled into the other set
-			if step, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
+			if step, err = st.completeStep(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 				return err
 			}
 			if step >= cfg.TrainSteps {
@@ -970,15 +914,15 @@ func overlapLoop(ctx context.Context, cfg Config, c psClient, m model.Model, par
 		call := inflight
 		inflight = nil
 		cur ^= 1
-		if _, err = st.land(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
+		if _, err = st.completeStep(ctx, cfg, m, ps[cur], lw, sentAt, call, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copy2 copies every variable of src into dst.
-func copy2(dst, src model.Params) {
+// copyParams copies every variable of src into dst.
+func copyParams(dst, src model.Params) {
 	for k, v := range src {
 		copy(dst[k], v)
 	}
@@ -1006,14 +950,14 @@ func (st *loopStats) exchange(ctx context.Context, cfg Config, m model.Model, pa
 	t := time.Now()
 	call := send(cctx, minStep)
 	st.comm += time.Since(t)
-	return st.land(ctx, cfg, m, params, lw, step, call, w)
+	return st.completeStep(ctx, cfg, m, params, lw, step, call, w)
 }
 
-// land waits for the push+pull call of gradients computed at step (under
-// w's watch, if not nil), counts the step, logs progress every
+// completeStep waits for the push+pull call of gradients computed at step
+// (under w's watch, if not nil), counts the step, logs progress every
 // StepsToValidate local steps and checkpoints when one is due. It returns
 // the new global step.
-func (st *loopStats) land(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, call *client.Call, w *lifecycle.RestartWatch) (int64, error) {
+func (st *loopStats) completeStep(ctx context.Context, cfg Config, m model.Model, params model.Params, lw *lifecycle.Worker, step int64, call *client.Call, w *lifecycle.RestartWatch) (int64, error) {
 	t1 := time.Now()
 	var minStep int64
 	if cfg.Sync {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/catalog"
+	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -15,10 +16,9 @@ func TestSyncOneWorkerEqualsSingleProcess(t *testing.T) {
 	for _, opt := range []string{"sgd", "adam"} {
 		t.Run(opt, func(t *testing.T) {
 			cfg := Config{
+				Config:     lifecycle.Config{Optimizer: optim.Config{Name: opt, LearningRate: 0.05}, Sync: true},
 				Model:      "linreg",
 				Data:       model.Config{BatchSize: 10, Seed: 7},
-				Optimizer:  optim.Config{Name: opt, LearningRate: 0.05},
-				Sync:       true,
 				TrainSteps: 200,
 			}
 			r := runOneWorker(t, cfg)

@@ -278,21 +278,8 @@ func tableName(f int) string { return fmt.Sprintf("field%02d", f) }
 // writes) the result.
 func Train(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.Defaults()
-	if cfg.Dim < 1 || cfg.BatchSize < 1 || cfg.TrainSteps < 1 {
-		return Result{}, fmt.Errorf("%w: dim %d, batch size %d, train steps %d: want numbers > 0", ErrInput, cfg.Dim, cfg.BatchSize, cfg.TrainSteps)
-	}
-	for _, h := range cfg.Hidden {
-		if h < 1 {
-			return Result{}, fmt.Errorf("%w: hidden layers %v: want widths > 0", ErrInput, cfg.Hidden)
-		}
-	}
-	if len(cfg.TrainFiles) == 0 {
-		return Result{}, fmt.Errorf("%w: no training files", ErrInput)
-	}
-	if cfg.TestFile != "" {
-		if _, err := os.Stat(cfg.TestFile); err != nil { // found now, not after training
-			return Result{}, fmt.Errorf("%w: test file: %w", ErrInput, err)
-		}
+	if err := cfg.check(); err != nil {
+		return Result{}, err
 	}
 	// The number of fields (and so of tables) is the first row's; the rows
 	// are read once Start has said which part is this worker's.
@@ -301,18 +288,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	m := newModel(cfg, fields)
-	var tables []paramserv.Table
-	for f := range fields {
-		tables = append(tables, paramserv.Table{Name: tableName(f), Dim: 1 + cfg.Dim, Init: "normal",
-			InitStddev: cfg.InitStddev, Seed: uint64(cfg.Seed)*1000 + uint64(f),
-			MinCount: cfg.MinCount, EvictAfterSteps: cfg.EvictAfterSteps})
-	}
-	w, err := paramserv.Start(ctx, paramserv.Config{
-		TFConfig: cfg.TFConfig, Variables: m.variables(cfg.DenseOptimizer), Tables: tables,
-		Optimizer: cfg.Optimizer, Sync: cfg.Sync,
-		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
-		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
-	}, m.init(cfg.Seed))
+	w, err := startWorker(ctx, cfg, m, fields)
 	if err != nil {
 		return Result{}, err
 	}
@@ -326,13 +302,84 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	}
 	cfg.Logf("deepctr: worker %d: %d training rows of %d fields", w.Index(), data.Len(), fields)
 
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(w.Index())))
-	order := rng.Perm(data.Len())
 	params, grads := w.NewParams(), w.NewParams()
 	if _, err := w.Pull(ctx, params); err != nil {
 		return Result{}, err
 	}
 	start := time.Now()
+	local, err := m.train(ctx, w, data, params, grads)
+	if err != nil {
+		return Result{}, err
+	}
+	elapsed := time.Since(start)
+	res := Result{Model: "deep_ctr", GlobalStep: w.Step(), LocalSteps: local, Workers: w.NumWorkers(),
+		ElapsedS: elapsed.Seconds(), Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
+		DenseOptimizer: cfg.DenseOptimizer.Name, DenseLearningRate: cfg.DenseOptimizer.LearningRate}
+	if elapsed > 0 {
+		res.ExamplesPerS = float64(local) * float64(cfg.BatchSize) * float64(w.NumWorkers()) / elapsed.Seconds()
+	}
+	if w.IsChief() && cfg.TestFile != "" {
+		if err := m.test(ctx, w, params, &res); err != nil {
+			return res, err
+		}
+	}
+	if err := w.Done(ctx); err != nil {
+		return res, err
+	}
+	if w.IsChief() && cfg.ResultFile != "" {
+		if err := paramserv.WriteResultFile(cfg.ResultFile, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// check checks the numbers and files of a configuration with its
+// defaults; the test file is looked for now, not after training.
+func (cfg Config) check() error {
+	if cfg.Dim < 1 || cfg.BatchSize < 1 || cfg.TrainSteps < 1 {
+		return fmt.Errorf("%w: dim %d, batch size %d, train steps %d: want numbers > 0", ErrInput, cfg.Dim, cfg.BatchSize, cfg.TrainSteps)
+	}
+	for _, h := range cfg.Hidden {
+		if h < 1 {
+			return fmt.Errorf("%w: hidden layers %v: want widths > 0", ErrInput, cfg.Hidden)
+		}
+	}
+	if len(cfg.TrainFiles) == 0 {
+		return fmt.Errorf("%w: no training files", ErrInput)
+	}
+	if cfg.TestFile != "" {
+		if _, err := os.Stat(cfg.TestFile); err != nil {
+			return fmt.Errorf("%w: test file: %w", ErrInput, err)
+		}
+	}
+	return nil
+}
+
+// startWorker starts this worker on the model's dense variables and a
+// table per field.
+func startWorker(ctx context.Context, cfg Config, m *model, fields int) (*paramserv.Worker, error) {
+	var tables []paramserv.Table
+	for f := range fields {
+		tables = append(tables, paramserv.Table{Name: tableName(f), Dim: 1 + cfg.Dim, Init: "normal",
+			InitStddev: cfg.InitStddev, Seed: uint64(cfg.Seed)*1000 + uint64(f),
+			MinCount: cfg.MinCount, EvictAfterSteps: cfg.EvictAfterSteps})
+	}
+	return paramserv.Start(ctx, paramserv.Config{
+		TFConfig: cfg.TFConfig, Variables: m.variables(cfg.DenseOptimizer), Tables: tables,
+		Optimizer: cfg.Optimizer, Sync: cfg.Sync,
+		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
+		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+	}, m.init(cfg.Seed))
+}
+
+// train runs steps until the global step reaches cfg.TrainSteps, each on
+// a batch of this worker's rows drawn in a shuffled order, and returns the
+// number of steps it ran.
+func (m *model) train(ctx context.Context, w *paramserv.Worker, data *Examples, params, grads paramserv.Params) (int64, error) {
+	cfg := m.cfg
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(w.Index())))
+	order := rng.Perm(data.Len())
 	var local int64
 	var lossSum float64
 	var lossN int
@@ -350,12 +397,12 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 		m.gather(data, batch)
 		if err := w.PullTables(ctx, m.rows); err != nil {
-			return Result{}, err
+			return local, err
 		}
 		loss := m.step(data, batch, params, grads)
 		lossSum, lossN = lossSum+loss, lossN+1
 		if _, err := w.PushPullRows(ctx, grads, params, m.grads); err != nil {
-			return Result{}, err
+			return local, err
 		}
 		local++
 		if local%cfg.StepsToValidate == 0 {
@@ -363,43 +410,32 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			lossSum, lossN = 0, 0
 		}
 	}
-	elapsed := time.Since(start)
-	res := Result{Model: "deep_ctr", GlobalStep: w.Step(), LocalSteps: local, Workers: w.NumWorkers(),
-		ElapsedS: elapsed.Seconds(), Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
-		DenseOptimizer: cfg.DenseOptimizer.Name, DenseLearningRate: cfg.DenseOptimizer.LearningRate}
-	if elapsed > 0 {
-		res.ExamplesPerS = float64(local) * float64(cfg.BatchSize) * float64(w.NumWorkers()) / elapsed.Seconds()
+	return local, nil
+}
+
+// test scores the chief's final parameters on cfg.TestFile into res.
+func (m *model) test(ctx context.Context, w *paramserv.Worker, params paramserv.Params, res *Result) error {
+	cfg := m.cfg
+	test, err := ReadFiles([]string{cfg.TestFile}, 0, 1)
+	if err != nil {
+		return err
 	}
-	if w.IsChief() && cfg.TestFile != "" {
-		test, err := ReadFiles([]string{cfg.TestFile}, 0, 1)
-		if err != nil {
-			return res, err
-		}
-		if test.Fields != fields {
-			return res, fmt.Errorf("%w: %s has rows of %d fields, the training files %d", ErrInput, cfg.TestFile, test.Fields, fields)
-		}
-		if _, err := w.Pull(ctx, params); err != nil {
-			return res, err
-		}
-		scores, err := m.score(ctx, w, test, params)
-		if err != nil {
-			return res, err
-		}
-		res.TestAUC, res.TestLogLoss, res.TestAccuracy = AUC(scores, test.Labels), logLoss(scores, test.Labels), accuracy(scores, test.Labels)
-		res.Metrics = map[string]float64{"test_auc": res.TestAUC, "test_log_loss": res.TestLogLoss, "test_accuracy": res.TestAccuracy,
-			"test_examples": float64(test.Len())}
-		cfg.Logf("deepctr: final: global step %d, test AUC %.4f, log loss %.4f, accuracy %.4f on %d rows of %s",
-			w.Step(), res.TestAUC, res.TestLogLoss, res.TestAccuracy, test.Len(), cfg.TestFile)
+	if test.Fields != m.fields {
+		return fmt.Errorf("%w: %s has rows of %d fields, the training files %d", ErrInput, cfg.TestFile, test.Fields, m.fields)
 	}
-	if err := w.Done(ctx); err != nil {
-		return res, err
+	if _, err := w.Pull(ctx, params); err != nil {
+		return err
 	}
-	if w.IsChief() && cfg.ResultFile != "" {
-		if err := paramserv.WriteResultFile(cfg.ResultFile, res); err != nil {
-			return res, err
-		}
+	scores, err := m.score(ctx, w, test, params)
+	if err != nil {
+		return err
 	}
-	return res, nil
+	res.TestAUC, res.TestLogLoss, res.TestAccuracy = AUC(scores, test.Labels), logLoss(scores, test.Labels), accuracy(scores, test.Labels)
+	res.Metrics = map[string]float64{"test_auc": res.TestAUC, "test_log_loss": res.TestLogLoss, "test_accuracy": res.TestAccuracy,
+		"test_examples": float64(test.Len())}
+	cfg.Logf("deepctr: final: global step %d, test AUC %.4f, log loss %.4f, accuracy %.4f on %d rows of %s",
+		w.Step(), res.TestAUC, res.TestLogLoss, res.TestAccuracy, test.Len(), cfg.TestFile)
+	return nil
 }
 
 // countFields is the number of fields of the first row of path.

@@ -244,15 +244,62 @@ type Result struct {
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	start := time.Now()
-	d := cfg.NumFeatures
+	w, d, err := startWorker(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	data, err := ReadLIBSVM(cfg.Train, d, w.NumWorkers(), w.Index())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logf("lbfgs: worker %d of %d: %d rows, %d features", w.Index(), w.NumWorkers(), data.Rows(), d)
+	if w.NumWorkers() > 256 {
+		return nil, fmt.Errorf("lbfgs: %d workers: the exact final objective takes at most 256", w.NumWorkers())
+	}
+	r := &run{w: w, data: data, d: d, R: float64(w.NumWorkers()), params: w.NewParams(), grads: w.NewParams()}
+	if _, err := w.Pull(ctx, r.params); err != nil {
+		return nil, err
+	}
+	// The L-BFGS memory and every worker's last loss live in memory only:
+	// a worker that restarts cannot rejoin. A step above 0 means every
+	// worker had started already (a synchronous step waits for all).
+	if w.Step() > 0 {
+		return nil, fmt.Errorf("lbfgs: worker %d started at global step %d: a worker cannot rejoin full-batch L-BFGS (the chief's memory and each worker's last loss are lost with it); start the job again", w.Index(), w.Step())
+	}
+	if w.IsChief() {
+		r.ch = newChief(cfg, d)
+	}
+	if err := r.iterate(ctx); err != nil {
+		return nil, err
+	}
+	x := make([]float64, d)
+	toFloat64(x, r.params[point])
+	loss, err := r.exactLoss(ctx, x)
+	if err != nil || r.ch == nil {
+		return nil, err
+	}
+	r.ch.fk = 0.5*dot(x, x) + cfg.C*loss
+	res := r.ch.result()
+	if err := report(cfg, res, r.ch.why, w.Step(), time.Since(start)); err != nil {
+		return nil, err
+	}
+	return res, w.Done(ctx)
+}
+
+// startWorker starts this worker on the job's three variables, of d features
+// (cfg.NumFeatures, or as many as the training file has), and checks that
+// the ps train synchronously.
+func startWorker(ctx context.Context, cfg Config) (w *paramserv.Worker, d int, err error) {
+	d = cfg.NumFeatures
 	if d <= 0 {
 		all, err := ReadLIBSVM(cfg.Train, 0, 1, 0)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		d = all.D
 	}
-	w, err := paramserv.Start(ctx, paramserv.Config{
+	w, err = paramserv.Start(ctx, paramserv.Config{
 		TFConfig: cfg.TFConfig,
 		Variables: []paramserv.Variable{
 			{Name: point, Shape: []int{d}}, {Name: sums, Shape: []int{d + 1 + 4}}, {Name: ctl, Shape: []int{2}},
@@ -264,35 +311,30 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Logf:      cfg.Logf,
 	}, paramserv.Params{point: make([]float32, d), sums: make([]float32, d+1+4), ctl: {0, 0}})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	defer w.Close()
 	if !w.Sync() {
-		return nil, fmt.Errorf("lbfgs: the ps train asynchronously; full-batch L-BFGS needs every worker's sums in each step (synchronous training)")
+		w.Close()
+		return nil, 0, fmt.Errorf("lbfgs: the ps train asynchronously; full-batch L-BFGS needs every worker's sums in each step (synchronous training)")
 	}
-	data, err := ReadLIBSVM(cfg.Train, d, w.NumWorkers(), w.Index())
-	if err != nil {
-		return nil, err
-	}
-	cfg.Logf("lbfgs: worker %d of %d: %d rows, %d features", w.Index(), w.NumWorkers(), data.Rows(), d)
-	R := float64(w.NumWorkers())
-	if w.NumWorkers() > 256 {
-		return nil, fmt.Errorf("lbfgs: %d workers: the exact final objective takes at most 256", w.NumWorkers())
-	}
-	params, grads := w.NewParams(), w.NewParams()
-	if _, err := w.Pull(ctx, params); err != nil {
-		return nil, err
-	}
-	// The L-BFGS memory and every worker's last loss live in memory only:
-	// a worker that restarts cannot rejoin. A step above 0 means every
-	// worker had started already (a synchronous step waits for all).
-	if w.Step() > 0 {
-		return nil, fmt.Errorf("lbfgs: worker %d started at global step %d: a worker cannot rejoin full-batch L-BFGS (the chief's memory and each worker's last loss are lost with it); start the job again", w.Index(), w.Step())
-	}
-	var ch *chief
-	if w.IsChief() {
-		ch = newChief(cfg, d)
-	}
+	return w, d, nil
+}
+
+// run is one worker's part of the job once it has joined.
+type run struct {
+	w             *paramserv.Worker
+	data          *Data
+	d             int
+	R             float64 // the number of workers, which scales each push to a sum
+	ch            *chief  // nil on workers other than the chief
+	params, grads paramserv.Params
+}
+
+// iterate runs the iterations until the chief says stop: in each, every
+// worker pushes its part's sums at the ps's point, and the chief then
+// pushes the next point.
+func (r *run) iterate(ctx context.Context) error {
+	R, d, params, grads := r.R, r.d, r.params, r.grads
 	x := make([]float64, d)
 	g := make([]float64, d)
 	var ref, loss float64 // this part's loss at the last accepted point, and at the last point
@@ -301,26 +343,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// Evaluation: every worker's gradient and loss change at the ps's point.
 		toFloat64(x, params[point])
 		clear(g)
-		loss = data.LossGrad(x, g)
+		loss = r.data.LossGrad(x, g)
 		s := grads[sums]
 		for i := range g {
 			s[i] = float32(-R * g[i])
 		}
 		s[d] = float32(-R * (loss - ref))
-		if ch != nil { // and the chief clears the last sums: p -= mean(pushes) = p − (p − Σ)
+		if r.ch != nil { // and the chief clears the last sums: p -= mean(pushes) = p − (p − Σ)
 			for i := range s {
 				s[i] += float32(R * float64(params[sums][i]))
 			}
 		}
 		clear(grads[point])
 		clear(grads[ctl])
-		if _, err := w.PushPull(ctx, grads, params); err != nil {
-			return nil, err
+		if _, err := r.w.PushPull(ctx, grads, params); err != nil {
+			return err
 		}
 		// The chief's step: the next point (or stop) for everyone.
 		clear(grads[sums])
-		if ch != nil {
-			next, c := ch.step(x, params[sums])
+		if r.ch != nil {
+			next, c := r.ch.step(x, params[sums])
 			for i := range next {
 				grads[point][i] = float32(R * (float64(params[point][i]) - next[i]))
 			}
@@ -328,68 +370,72 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				grads[ctl][i] = float32(R * (float64(params[ctl][i]) - c[i]))
 			}
 		}
-		if _, err := w.PushPull(ctx, grads, params); err != nil {
-			return nil, err
+		if _, err := r.w.PushPull(ctx, grads, params); err != nil {
+			return err
 		}
 		if a := float64(params[ctl][0]); a != accepted {
 			accepted, ref = a, loss
 		}
 		if params[ctl][1] != 0 {
-			break
+			return nil
 		}
 	}
-	// The final objective, exactly: every worker's loss at the final point
-	// as a fixed-point integer in four 16-bit limbs, whose sums the ps hold
-	// exactly (see exactLimbs).
-	toFloat64(x, params[point])
-	limbs, err := exactLimbs(data.LossGrad(x, nil))
+}
+
+// exactLoss sums every worker's loss at the final point x exactly: each
+// pushes its loss as a fixed-point integer in four 16-bit limbs, whose sums
+// the ps hold exactly (see exactLimbs). The chief gets the sum; the others
+// end their part of the job and get 0.
+func (r *run) exactLoss(ctx context.Context, x []float64) (float64, error) {
+	limbs, err := exactLimbs(r.data.LossGrad(x, nil))
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	for _, v := range grads {
+	for _, v := range r.grads {
 		clear(v)
 	}
 	for j, l := range limbs {
-		grads[sums][d+1+j] = float32(l)
+		r.grads[sums][r.d+1+j] = float32(l)
 	}
-	if _, err := w.PushPull(ctx, grads, params); err != nil {
-		return nil, err
+	if _, err := r.w.PushPull(ctx, r.grads, r.params); err != nil {
+		return 0, err
 	}
-	if ch == nil {
-		return nil, w.Done(ctx)
+	if r.ch == nil {
+		return 0, r.w.Done(ctx)
 	}
-	var loss4 float64
+	var loss float64
 	for j := range limbs {
 		// p = 0 − mean(pushes): the sum is −p·R, an integer below 2^24.
-		loss4 += math.Round(-float64(params[sums][d+1+j])*R) * math.Ldexp(1, 16*j-limbScale)
+		loss += math.Round(-float64(r.params[sums][r.d+1+j])*r.R) * math.Ldexp(1, 16*j-limbScale)
 	}
-	ch.fk = 0.5*dot(x, x) + cfg.C*loss4
-	res := ch.result()
+	return loss, nil
+}
+
+// report fills in the chief's test accuracy (with cfg.Test), logs the
+// result and writes cfg.ResultFile.
+func report(cfg Config, res *Result, why string, step int64, elapsed time.Duration) error {
 	res.TestAccuracy = math.NaN()
 	if cfg.Test != "" {
-		test, err := ReadLIBSVM(cfg.Test, d, 1, 0)
+		test, err := ReadLIBSVM(cfg.Test, len(res.W), 1, 0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		res.TestAccuracy = test.Accuracy(res.W)
 	}
-	elapsed := time.Since(start)
 	cfg.Logf("lbfgs: stopped (%s) after %d iterations (%d evaluations): objective %.12g, ‖∇f‖ %.3g, test accuracy %.4f; %s",
-		ch.why, res.Iterations, res.Evaluations, res.Objective, res.GradNorm, res.TestAccuracy, elapsed.Round(time.Millisecond))
-	if cfg.ResultFile != "" {
-		r := map[string]any{
-			"model": "logreg_lbfgs", "mode": "sync", "objective": res.Objective, "iterations": res.Iterations,
-			"evaluations": res.Evaluations, "grad_norm": res.GradNorm, "C": cfg.C, "stopped": ch.why,
-			"global_step": w.Step(), "elapsed_s": elapsed.Seconds(),
-		}
-		if !math.IsNaN(res.TestAccuracy) {
-			r["test_accuracy"] = res.TestAccuracy
-		}
-		if err := paramserv.WriteResultFile(cfg.ResultFile, r); err != nil {
-			return nil, err
-		}
+		why, res.Iterations, res.Evaluations, res.Objective, res.GradNorm, res.TestAccuracy, elapsed.Round(time.Millisecond))
+	if cfg.ResultFile == "" {
+		return nil
 	}
-	return res, w.Done(ctx)
+	r := map[string]any{
+		"model": "logreg_lbfgs", "mode": "sync", "objective": res.Objective, "iterations": res.Iterations,
+		"evaluations": res.Evaluations, "grad_norm": res.GradNorm, "C": cfg.C, "stopped": why,
+		"global_step": step, "elapsed_s": elapsed.Seconds(),
+	}
+	if !math.IsNaN(res.TestAccuracy) {
+		r["test_accuracy"] = res.TestAccuracy
+	}
+	return paramserv.WriteResultFile(cfg.ResultFile, r)
 }
 
 // limbScale: a loss is sent as an integer number of 2^-24.

@@ -216,25 +216,91 @@ type Result struct {
 // here: the ps are paramserv processes (or paramserv.ServePS).
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
-	start := time.Now()
-	vocab := cfg.Vocab
-	if vocab == "" {
-		if p := filepath.Join(filepath.Dir(cfg.Corpus), "vocab.txt"); fileExists(p) {
-			vocab = p
-		}
+	j := &job{cfg: cfg, start: time.Now()}
+	if err := j.readCorpus(); err != nil {
+		return nil, err
 	}
-	corpus, err := ReadCorpus(cfg.Corpus, vocab, cfg.MaxDocs)
+	w, err := startWorker(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	train, test := corpus.Split(cfg.HeldOut)
-	var trainTokens int64
-	for _, d := range train {
-		trainTokens += int64(len(d))
+	defer w.Close()
+	j.w = w
+	for i, d := range j.train {
+		if i%w.NumWorkers() == w.Index() {
+			j.mine = append(j.mine, d)
+		}
 	}
-	if trainTokens >= 1<<24 {
-		return nil, fmt.Errorf("lda: %d training tokens: counts are float32 on the ps, exact only up to 2^24 = 16777216 tokens", trainTokens)
+	j.s = newSampler(cfg, j.corpus.V, j.mine, uint64(cfg.Seed), uint64(w.Index()))
+	j.params, j.grads = w.NewParams(), w.NewParams()
+	if _, err := w.Pull(ctx, j.params); err != nil {
+		return nil, err
 	}
+	if err := j.startOnce(ctx); err != nil {
+		return nil, err
+	}
+	cfg.Logf("lda: worker %d of %d: %d of %d training documents (%d held out), %d words, %d topics, %d sweeps",
+		w.Index(), w.NumWorkers(), len(j.mine), len(j.train), len(j.test), j.corpus.V, cfg.Topics, cfg.Sweeps)
+	if err := j.sweeps(ctx); err != nil {
+		return nil, err
+	}
+	// Say this worker's counts are all pushed: finished += 1.
+	clear(j.grads[topicCount])
+	j.grads[finished][0] = -1
+	if _, err := w.PushPull(ctx, j.grads, j.params); err != nil {
+		return nil, err
+	}
+	if !w.IsChief() {
+		return nil, w.Done(ctx)
+	}
+	if err := j.waitFinished(ctx); err != nil {
+		return nil, err
+	}
+	return j.report(ctx)
+}
+
+// job is one worker's part of an LDA job.
+type job struct {
+	cfg         Config
+	start       time.Time
+	corpus      *Corpus
+	train, test []Doc
+	trainTokens int64
+	w           *paramserv.Worker
+	mine        []Doc // this worker's documents
+	s           *sampler
+	params      paramserv.Params
+	grads       paramserv.Params
+}
+
+// readCorpus reads the corpus (with the vocabulary beside it, if any),
+// splits it into training and held-out documents, and checks that the
+// ps's float32 counts hold the training tokens exactly.
+func (j *job) readCorpus() error {
+	vocab := j.cfg.Vocab
+	if vocab == "" {
+		if p := filepath.Join(filepath.Dir(j.cfg.Corpus), "vocab.txt"); fileExists(p) {
+			vocab = p
+		}
+	}
+	corpus, err := ReadCorpus(j.cfg.Corpus, vocab, j.cfg.MaxDocs)
+	if err != nil {
+		return err
+	}
+	j.corpus = corpus
+	j.train, j.test = corpus.Split(j.cfg.HeldOut)
+	for _, d := range j.train {
+		j.trainTokens += int64(len(d))
+	}
+	if j.trainTokens >= 1<<24 {
+		return fmt.Errorf("lda: %d training tokens: counts are float32 on the ps, exact only up to 2^24 = 16777216 tokens", j.trainTokens)
+	}
+	return nil
+}
+
+// startWorker starts this worker on the job's tables and variables and checks
+// that the ps train asynchronously.
+func startWorker(ctx context.Context, cfg Config) (*paramserv.Worker, error) {
 	K := cfg.Topics
 	w, err := paramserv.Start(ctx, paramserv.Config{
 		TFConfig:  cfg.TFConfig,
@@ -247,113 +313,118 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer w.Close()
 	if w.Sync() {
+		w.Close()
 		return nil, errors.New("lda: the ps train synchronously, which averages the count deltas of a step; LDA needs them summed (asynchronous training)")
 	}
-	var mine []Doc // this worker's documents
-	for i, d := range train {
-		if i%w.NumWorkers() == w.Index() {
-			mine = append(mine, d)
-		}
-	}
-	s := newSampler(cfg, corpus.V, mine, uint64(cfg.Seed), uint64(w.Index()))
-	params, grads := w.NewParams(), w.NewParams()
-	if _, err := w.Pull(ctx, params); err != nil {
-		return nil, err
-	}
-	// A worker's assignments live only in its memory: one that starts a
-	// second time would add its documents' counts twice.
-	me := []uint64{uint64(w.Index())}
-	if _, err := w.PushPullRows(ctx, grads, params, []paramserv.Rows{{Table: started, Keys: me, Values: []float32{-1}}}); err != nil {
-		return nil, err
+	return w, nil
+}
+
+// startOnce counts this worker's start on the ps and refuses a second:
+// a worker's assignments live only in its memory, so one that started a
+// second time would add its documents' counts twice.
+func (j *job) startOnce(ctx context.Context) error {
+	me := []uint64{uint64(j.w.Index())}
+	if _, err := j.w.PushPullRows(ctx, j.grads, j.params, []paramserv.Rows{{Table: started, Keys: me, Values: []float32{-1}}}); err != nil {
+		return err
 	}
 	times := []float32{0}
-	if err := w.PullRows(ctx, started, me, times); err != nil {
-		return nil, err
+	if err := j.w.PullRows(ctx, started, me, times); err != nil {
+		return err
 	}
 	if times[0] != 1 {
-		return nil, fmt.Errorf("lda: worker %d has started %v times: a worker cannot rejoin (its topic assignments were lost with it and its counts are on the ps); start the job again", w.Index(), times[0])
+		return fmt.Errorf("lda: worker %d has started %v times: a worker cannot rejoin (its topic assignments were lost with it and its counts are on the ps); start the job again", j.w.Index(), times[0])
 	}
-	cfg.Logf("lda: worker %d of %d: %d of %d training documents (%d held out), %d words, %d topics, %d sweeps",
-		w.Index(), w.NumWorkers(), len(mine), len(train), len(test), corpus.V, K, cfg.Sweeps)
+	return nil
+}
+
+// sweeps runs the Gibbs sweeps over this worker's documents, a batch at a
+// time: pull the batch's word rows, sample, push the count deltas. Sweep
+// 0 only assigns topics at random. The chief logs the held-out perplexity
+// every cfg.LogEvery sweeps.
+func (j *job) sweeps(ctx context.Context) error {
+	cfg, w, s, K := j.cfg, j.w, j.s, j.cfg.Topics
 	var rows []float32
 	for sweep := 0; sweep <= cfg.Sweeps; sweep++ {
-		for b := 0; b < len(mine); b += cfg.BatchDocs {
-			hi := min(b+cfg.BatchDocs, len(mine))
+		for b := 0; b < len(j.mine); b += cfg.BatchDocs {
+			hi := min(b+cfg.BatchDocs, len(j.mine))
 			keys := s.batchWords(b, hi)
 			if sweep > 0 { // sweep 0 only assigns topics at random
 				rows = grow(rows, len(keys)*K)
 				if err := w.PullRows(ctx, wordTopic, keys, rows); err != nil {
-					return nil, err
+					return err
 				}
 				s.setRows(keys, rows)
 			}
-			copyCounts(s.nk, params[topicCount])
+			copyCounts(s.nk, j.params[topicCount])
 			s.sample(b, hi, sweep == 0)
-			delta := s.takeDelta(keys, grads[topicCount])
-			if _, err := w.PushPullRows(ctx, grads, params, []paramserv.Rows{{Table: wordTopic, Keys: keys, Values: delta}}); err != nil {
-				return nil, err
+			delta := s.takeDelta(keys, j.grads[topicCount])
+			if _, err := w.PushPullRows(ctx, j.grads, j.params, []paramserv.Rows{{Table: wordTopic, Keys: keys, Values: delta}}); err != nil {
+				return err
 			}
 		}
 		if w.IsChief() && sweep > 0 && (sweep%cfg.LogEvery == 0 && sweep < cfg.Sweeps) {
-			phi, _, _, err := pullTopics(ctx, w, corpus.V, K, cfg.Beta)
+			phi, _, _, err := pullTopics(ctx, w, j.corpus.V, K, cfg.Beta)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			p, _ := Perplexity(phi, test, cfg.Alpha)
-			cfg.Logf("lda: sweep %d of %d: held-out perplexity %.1f (this worker's view; %s)", sweep, cfg.Sweeps, p, time.Since(start).Round(time.Millisecond))
+			p, _ := Perplexity(phi, j.test, cfg.Alpha)
+			cfg.Logf("lda: sweep %d of %d: held-out perplexity %.1f (this worker's view; %s)", sweep, cfg.Sweeps, p, time.Since(j.start).Round(time.Millisecond))
 		}
 	}
-	// Say this worker's counts are all pushed: finished += 1.
-	clear(grads[topicCount])
-	grads[finished][0] = -1
-	if _, err := w.PushPull(ctx, grads, params); err != nil {
-		return nil, err
-	}
-	if !w.IsChief() {
-		return nil, w.Done(ctx)
-	}
+	return nil
+}
+
+// waitFinished waits, pulling every 50 ms until ctx ends, for every
+// worker to say its counts are all pushed.
+func (j *job) waitFinished(ctx context.Context) error {
 	for {
-		f := params[finished][0]
+		f := j.params[finished][0]
 		if f != float32(math.Trunc(float64(f))) {
-			return nil, fmt.Errorf("lda: the ps count %v finished workers, want a whole number: the counts are not exact", f)
+			return fmt.Errorf("lda: the ps count %v finished workers, want a whole number: the counts are not exact", f)
 		}
-		if int(f) >= w.NumWorkers() {
-			break
+		if int(f) >= j.w.NumWorkers() {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
-		if _, err := w.Pull(ctx, params); err != nil {
-			return nil, err
+		if _, err := j.w.Pull(ctx, j.params); err != nil {
+			return err
 		}
 	}
-	phi, countSum, topicSum, err := pullTopics(ctx, w, corpus.V, K, cfg.Beta)
+}
+
+// report is the chief's end of the job: the final topics and held-out
+// perplexity, logged and written to cfg.ResultFile, with an error where
+// the counts on the ps are not the training tokens.
+func (j *job) report(ctx context.Context) (*Result, error) {
+	cfg, w, K := j.cfg, j.w, j.cfg.Topics
+	phi, countSum, topicSum, err := pullTopics(ctx, w, j.corpus.V, K, cfg.Beta)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{TrainTokens: trainTokens, CountSum: countSum, TopicSum: topicSum}
-	res.Perplexity, _ = Perplexity(phi, test, cfg.Alpha)
+	res := &Result{TrainTokens: j.trainTokens, CountSum: countSum, TopicSum: topicSum}
+	res.Perplexity, _ = Perplexity(phi, j.test, cfg.Alpha)
 	for k := range K {
-		res.TopWords = append(res.TopWords, topWords(phi[k], corpus.Vocab, cfg.TopWords))
+		res.TopWords = append(res.TopWords, topWords(phi[k], j.corpus.Vocab, cfg.TopWords))
 		cfg.Logf("lda: topic %2d: %s", k, strings.Join(res.TopWords[k], " "))
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(j.start)
 	cfg.Logf("lda: after %d sweeps: held-out perplexity %.2f (document completion, %d held-out documents); counts on the ps: %d word-topic, %d topic totals, for %d training tokens; %s",
-		cfg.Sweeps, res.Perplexity, len(test), countSum, topicSum, trainTokens, elapsed.Round(time.Millisecond))
-	if countSum != trainTokens || topicSum != trainTokens {
-		err = fmt.Errorf("lda: the ps hold %d word-topic counts and %d topic totals, want both %d (the training tokens)", countSum, topicSum, trainTokens)
+		cfg.Sweeps, res.Perplexity, len(j.test), countSum, topicSum, j.trainTokens, elapsed.Round(time.Millisecond))
+	if countSum != j.trainTokens || topicSum != j.trainTokens {
+		err = fmt.Errorf("lda: the ps hold %d word-topic counts and %d topic totals, want both %d (the training tokens)", countSum, topicSum, j.trainTokens)
 	}
 	if cfg.ResultFile != "" {
 		if werr := paramserv.WriteResultFile(cfg.ResultFile, map[string]any{
 			"model": "lda", "mode": "async", "perplexity": res.Perplexity, "perplexity_estimator": "document completion",
-			"train_tokens": trainTokens, "count_sum": countSum, "topic_count_sum": topicSum,
-			"topics": K, "sweeps": cfg.Sweeps, "train_docs": len(train), "test_docs": len(test),
+			"train_tokens": j.trainTokens, "count_sum": countSum, "topic_count_sum": topicSum,
+			"topics": K, "sweeps": cfg.Sweeps, "train_docs": len(j.train), "test_docs": len(j.test),
 			"global_step": w.Step(), "elapsed_s": elapsed.Seconds(),
-			"tokens_per_s": float64(trainTokens) * float64(cfg.Sweeps+1) / elapsed.Seconds(),
+			"tokens_per_s": float64(j.trainTokens) * float64(cfg.Sweeps+1) / elapsed.Seconds(),
 		}); werr != nil && err == nil {
 			err = werr
 		}

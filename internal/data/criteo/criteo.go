@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 	"github.com/paramserv/paramserv/internal/progress"
 )
 
@@ -30,14 +30,14 @@ type Options struct {
 	// instead of returning their error.
 	SkipBadLines bool
 	// OnSkip, if set, is called with the error of each skipped line.
-	OnSkip func(*sparse.ParseError)
-	// MaxLineBytes bounds a line; 0 means sparse.DefaultMaxLineBytes.
+	OnSkip func(*sparsedata.ParseError)
+	// MaxLineBytes bounds a line; 0 means sparsedata.DefaultMaxLineBytes.
 	MaxLineBytes int
 	// Partition selects this worker's lines; the zero value takes all.
-	Partition sparse.Partition
+	Partition sparsedata.Partition
 	// Progress, if set, is told how far ReadFiles has come (bytes of the
 	// files read, examples, the files' total size) and logs it; the
-	// readers of one file (Opener, sparse.NewStream) do not use it.
+	// readers of one file (Opener, sparsedata.NewStream) do not use it.
 	Progress *progress.Meter
 }
 
@@ -95,16 +95,16 @@ func (f fieldsFlag) Set(s string) error {
 // Reader streams the examples of one Criteo-style file. It is used by one
 // goroutine at a time.
 type Reader struct {
-	lr         *sparse.LineReader
+	lr         *sparsedata.LineReader
 	opts       Options
 	nInt, nCat int
 	mask       uint64
-	seeds      []uint64       // per-field hash state after field number and tag
-	ex         sparse.Example // returned by Next, reused
-	stats      sparse.Stats   // Examples and Skipped; Lines comes from lr
+	seeds      []uint64           // per-field hash state after field number and tag
+	ex         sparsedata.Example // returned by Next, reused
+	stats      sparsedata.Stats   // Examples and Skipped; Lines comes from lr
 }
 
-var _ sparse.Source = (*Reader)(nil)
+var _ sparsedata.Source = (*Reader)(nil)
 
 // NewReader returns a Reader of r; name (usually the path) is used in
 // errors. It fails only on invalid options.
@@ -117,7 +117,7 @@ func newReader(r io.Reader, name string, opts Options, firstIndex int64) (*Reade
 	if err != nil {
 		return nil, err
 	}
-	lr, err := sparse.NewLineReader(r, sparse.LineConfig{
+	lr, err := sparsedata.NewLineReader(r, sparsedata.LineConfig{
 		Name:         name,
 		MaxLineBytes: opts.MaxLineBytes,
 		Partition:    opts.Partition,
@@ -148,15 +148,15 @@ func newParser(opts *Options) (*Reader, error) {
 
 // Next returns the next example of this worker's part, or io.EOF after the
 // last. The Example and its slices are reused by the next call. After a
-// *sparse.ParseError the Reader may go on with the following line.
-func (r *Reader) Next() (*sparse.Example, error) {
-	return sparse.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparse.Example) (bool, error) {
+// *sparsedata.ParseError the Reader may go on with the following line.
+func (r *Reader) Next() (*sparsedata.Example, error) {
+	return sparsedata.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparsedata.Example) (bool, error) {
 		return true, r.parse(line, ex)
 	}, r.opts.SkipBadLines, r.opts.OnSkip)
 }
 
 // Stats reports the lines scanned, examples returned and lines skipped.
-func (r *Reader) Stats() sparse.Stats {
+func (r *Reader) Stats() sparsedata.Stats {
 	s := r.stats
 	s.Lines = r.lr.Lines()
 	return s
@@ -177,12 +177,12 @@ func NewParser(opts Options) (*Parser, error) {
 
 // ParseLine parses one line (without its newline) into ex, reusing ex's
 // slices. Unlike LIBSVM, a Criteo line is never blank: an empty line is an
-// error. Errors are *sparse.ParseError without File and Line.
-func (p *Parser) ParseLine(line []byte, ex *sparse.Example) error {
+// error. Errors are *sparsedata.ParseError without File and Line.
+func (p *Parser) ParseLine(line []byte, ex *sparsedata.Example) error {
 	return p.r.parse(line, ex)
 }
 
-func (r *Reader) parse(line []byte, ex *sparse.Example) error {
+func (r *Reader) parse(line []byte, ex *sparsedata.Example) error {
 	ex.Reset()
 	want := 1 + r.nInt + r.nCat
 	tab := bytes.IndexByte(line, '\t')
@@ -194,7 +194,7 @@ func (r *Reader) parse(line []byte, ex *sparse.Example) error {
 		ex.Label = 1
 	case "0":
 	default:
-		return sparse.NewParseError(sparse.ErrSyntax, line[:tab], "label must be 0 or 1")
+		return sparsedata.NewParseError(sparsedata.ErrSyntax, line[:tab], "label must be 0 or 1")
 	}
 	rest := line[tab+1:]
 	for f := 0; f < want-1; f++ {
@@ -218,7 +218,7 @@ func (r *Reader) parse(line []byte, ex *sparse.Example) error {
 		if f < r.nInt {
 			v, err := strconv.ParseInt(string(fld), 10, 64)
 			if err != nil {
-				return sparse.NewParseError(sparse.ErrSyntax, fld, "integer field I%d is not an integer", f+1)
+				return sparsedata.NewParseError(sparsedata.ErrSyntax, fld, "integer field I%d is not an integer", f+1)
 			}
 			k = hashInt(r.seeds[f], Bucket(v))
 		} else {
@@ -231,7 +231,7 @@ func (r *Reader) parse(line []byte, ex *sparse.Example) error {
 }
 
 func (r *Reader) countError(line []byte) error {
-	return sparse.NewParseError(sparse.ErrSyntax, nil,
+	return sparsedata.NewParseError(sparsedata.ErrSyntax, nil,
 		"expected %d tab-separated fields (label, %d integer, %d categorical), found %d",
 		1+r.nInt+r.nCat, r.nInt, r.nCat, bytes.Count(line, []byte{'\t'})+1)
 }
@@ -306,28 +306,28 @@ func IntKey(field int, b int64) uint64 { return hashInt(fieldSeed(field, 'I'), b
 
 // ReadFile reads all of this worker's examples of one file (".gz"
 // decompressed) into a Dataset.
-func ReadFile(path string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
+func ReadFile(path string, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
 	return ReadFiles([]string{path}, opts)
 }
 
 // ReadPart reads worker's part (of numWorkers) of one file: the lines whose
 // 0-based index i has i mod numWorkers == worker. The parts of workers
 // 0..numWorkers-1 are disjoint and cover the file.
-func ReadPart(path string, worker, numWorkers int, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	opts.Partition = sparse.Partition{Worker: worker, NumWorkers: numWorkers}
+func ReadPart(path string, worker, numWorkers int, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
+	opts.Partition = sparsedata.Partition{Worker: worker, NumWorkers: numWorkers}
 	return ReadFiles([]string{path}, opts)
 }
 
 // ReadFiles reads this worker's examples of several files, in order, into
 // one Dataset. Lines are numbered for the partition across all the files.
-func ReadFiles(paths []string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	return sparse.LoadFilesMeter(paths, Opener(opts), opts.Progress)
+func ReadFiles(paths []string, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
+	return sparsedata.LoadFilesMeter(paths, Opener(opts), opts.Progress)
 }
 
-// Opener returns the sparse.Opener of files read with opts, for
-// sparse.LoadFiles and sparse.NewStream.
-func Opener(opts Options) sparse.Opener {
-	return func(r io.Reader, name string, first int64) (sparse.Source, error) {
+// Opener returns the sparsedata.Opener of files read with opts, for
+// sparsedata.LoadFiles and sparsedata.NewStream.
+func Opener(opts Options) sparsedata.Opener {
+	return func(r io.Reader, name string, first int64) (sparsedata.Source, error) {
 		return newReader(r, name, opts, first)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 )
 
 // realLine is the first line of the Criteo challenge's train.txt layout:
@@ -76,7 +76,7 @@ func TestParseRealLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ex sparse.Example
+	var ex sparsedata.Example
 	if err := p.ParseLine([]byte(realLine), &ex); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestParseRealLine(t *testing.T) {
 	}
 	// Masked keys.
 	p, _ = NewParser(Options{KeyBits: 20})
-	var m sparse.Example
+	var m sparsedata.Example
 	if err := p.ParseLine([]byte(realLine), &m); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestParseBad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ex sparse.Example
+		var ex sparsedata.Example
 		err = p.ParseLine([]byte(c.line), &ex)
 		if c.msg == "" {
 			if err != nil {
@@ -138,15 +138,15 @@ func TestParseBad(t *testing.T) {
 			}
 			continue
 		}
-		var pe *sparse.ParseError
-		if !errors.As(err, &pe) || !errors.Is(err, sparse.ErrSyntax) || pe.Token != c.token || !strings.Contains(pe.Msg, c.msg) {
+		var pe *sparsedata.ParseError
+		if !errors.As(err, &pe) || !errors.Is(err, sparsedata.ErrSyntax) || pe.Token != c.token || !strings.Contains(pe.Msg, c.msg) {
 			t.Errorf("ParseLine(%q) = %v; want token %q and %q", c.line, err, c.token, c.msg)
 		}
 	}
 }
 
 func TestInvalidOptions(t *testing.T) {
-	for _, o := range []Options{{IntFields: -1, CatFields: 3}, {KeyBits: 65}, {KeyBits: -1}, {Partition: sparse.Partition{Worker: 3, NumWorkers: 3}}} {
+	for _, o := range []Options{{IntFields: -1, CatFields: 3}, {KeyBits: 65}, {KeyBits: -1}, {Partition: sparsedata.Partition{Worker: 3, NumWorkers: 3}}} {
 		if _, err := NewReader(strings.NewReader(""), "x", o); err == nil {
 			t.Errorf("NewReader(%+v): no error", o)
 		}
@@ -192,13 +192,13 @@ func TestReaderErrorsAndSkips(t *testing.T) {
 
 	opts.SkipBadLines = true
 	var lines []int64
-	opts.OnSkip = func(pe *sparse.ParseError) { lines = append(lines, pe.Line) }
+	opts.OnSkip = func(pe *sparsedata.ParseError) { lines = append(lines, pe.Line) }
 	r, _ = NewReader(strings.NewReader(data), "day_0", opts)
-	d, err := sparse.ReadAll(r)
+	d, err := sparsedata.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Len() != 4 || r.Stats() != (sparse.Stats{Lines: 7, Examples: 4, Skipped: 3}) || !slices.Equal(lines, []int64{3, 4, 6}) {
+	if d.Len() != 4 || r.Stats() != (sparsedata.Stats{Lines: 7, Examples: 4, Skipped: 3}) || !slices.Equal(lines, []int64{3, 4, 6}) {
 		t.Errorf("skipping: %d examples, %+v, skipped lines %v; want 4, 7 lines/4/3 skipped, [3 4 6]", d.Len(), r.Stats(), lines)
 	}
 }
@@ -222,7 +222,7 @@ func TestPartitionDisjointAndCovering(t *testing.T) {
 	if err != nil || all.Len() != 450 || st.Lines != 450 {
 		t.Fatalf("ReadFiles: %d examples, %+v, %v; want 450", all.Len(), st, err)
 	}
-	catKeys := func(d *sparse.Dataset) []uint64 {
+	catKeys := func(d *sparsedata.Dataset) []uint64 {
 		var ks []uint64
 		for i := range d.Len() {
 			ks = append(ks, d.At(i).Keys[1])
@@ -235,7 +235,7 @@ func TestPartitionDisjointAndCovering(t *testing.T) {
 		var union []uint64
 		for w := range n {
 			o := opts
-			o.Partition = sparse.Partition{Worker: w, NumWorkers: n}
+			o.Partition = sparsedata.Partition{Worker: w, NumWorkers: n}
 			d, _, err := ReadFiles(paths, o)
 			if err != nil {
 				t.Fatal(err)

@@ -1,5 +1,5 @@
 // Package criteo reads Criteo-style click logs (the Display Advertising
-// Challenge "train.txt" layout) into sparse.Examples:
+// Challenge "train.txt" layout) into sparsedata.Examples:
 //
 //	<label> \t I1 \t ... \t I13 \t C1 \t ... \t C26
 //
@@ -34,8 +34,8 @@
 // n²/2^65 for n distinct pairs; an example may then hold a key twice.
 //
 // Errors, SkipBadLines, line limits and worker partitioning behave as in
-// package libsvm (see package sparse): a malformed line is a
-// *sparse.ParseError such as
+// package libsvm (see package sparsedata): a malformed line is a
+// *sparsedata.ParseError such as
 //
 //	day_0:17: token "12x": integer field I3 is not an integer
 package criteo

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/paramserv/paramserv/internal/data/criteo"
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 )
 
 func ExampleReader() {
@@ -16,11 +16,11 @@ func ExampleReader() {
 		"0\tx\t1\ta\tb\n"
 	r, err := criteo.NewReader(strings.NewReader(data), "day_0",
 		criteo.Options{IntFields: 2, CatFields: 2, SkipBadLines: true,
-			OnSkip: func(e *sparse.ParseError) { fmt.Println("skipped:", e) }})
+			OnSkip: func(e *sparsedata.ParseError) { fmt.Println("skipped:", e) }})
 	if err != nil {
 		panic(err)
 	}
-	d, err := sparse.ReadAll(r)
+	d, err := sparsedata.ReadAll(r)
 	if err != nil {
 		panic(err)
 	}

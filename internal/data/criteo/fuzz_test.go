@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 )
 
 // refParse is a plain reference for Reader.parse built on strings.Split,
@@ -58,13 +58,13 @@ func FuzzCriteoLine(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ex sparse.Example
+		var ex sparsedata.Example
 		err = p.ParseLine([]byte(line), &ex)
 		label, keys, ok := refParse(line, nInt, nCat)
 		if err != nil {
-			var pe *sparse.ParseError
-			if !errors.As(err, &pe) || !errors.Is(err, sparse.ErrSyntax) {
-				t.Fatalf("error %v is not a *sparse.ParseError wrapping ErrSyntax", err)
+			var pe *sparsedata.ParseError
+			if !errors.As(err, &pe) || !errors.Is(err, sparsedata.ErrSyntax) {
+				t.Fatalf("error %v is not a *sparsedata.ParseError wrapping ErrSyntax", err)
 			}
 			if ok {
 				t.Fatalf("ParseLine(%q) failed (%v), the reference accepts it", line, err)

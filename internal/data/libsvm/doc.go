@@ -1,5 +1,5 @@
 // Package libsvm reads LIBSVM / svmlight text files of binary
-// classification examples into sparse.Examples:
+// classification examples into sparsedata.Examples:
 //
 //	<label> <index>:<value> <index>:<value> ... [# comment]
 //
@@ -26,13 +26,13 @@
 // sparse.DefaultMaxLineBytes unless Options.MaxLineBytes says otherwise) and
 // allocates nothing per line once its buffers have grown. Next returns an
 // Example owned by the Reader, valid until the next call. ReadFile,
-// ReadFiles and ReadPart load whole files into a compact sparse.Dataset.
+// ReadFiles and ReadPart load whole files into a compact sparsedata.Dataset.
 //
 // Each worker reads its own part: Options.Partition (or ReadPart) selects the
 // lines whose 0-based index is worker mod numWorkers, as described in
-// package sparse.
+// package sparsedata.
 //
-// A malformed line is a *sparse.ParseError naming the file, line and token,
+// A malformed line is a *sparsedata.ParseError naming the file, line and token,
 // for example
 //
 //	a9a:17: token "3:x": value is not a number

@@ -12,14 +12,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 )
 
 // refParse is a plain reference for parseLine built on strings and strconv,
 // without the fast paths. It returns the example, whether the line holds
 // one, and the first bad token (with ok false and bad non-nil on error).
-func refParse(line string, o Options) (ex sparse.Example, ok bool, bad *string) {
-	fail := func(tok string) (sparse.Example, bool, *string) { return sparse.Example{}, false, &tok }
+func refParse(line string, o Options) (ex sparsedata.Example, ok bool, bad *string) {
+	fail := func(tok string) (sparsedata.Example, bool, *string) { return sparsedata.Example{}, false, &tok }
 	if i := strings.IndexByte(line, '#'); i >= 0 {
 		line = line[:i]
 	}
@@ -69,7 +69,7 @@ func refParse(line string, o Options) (ex sparse.Example, ok bool, bad *string) 
 	return ex, true, nil
 }
 
-func sameExample(a, b *sparse.Example) bool {
+func sameExample(a, b *sparsedata.Example) bool {
 	bits := func(v []float32) []uint32 {
 		out := make([]uint32, len(v))
 		for i, x := range v {
@@ -114,20 +114,20 @@ func FuzzLibSVMLine(f *testing.F) {
 			o.NumFeatures = 123
 		}
 		checkStream(t, line)
-		var ex sparse.Example
+		var ex sparsedata.Example
 		ok, err := ParseLine([]byte(line), &ex, o)
 		ref, refOK, bad := refParse(line, o)
 
 		// The fast parser agrees with the reference.
 		if err != nil {
-			var pe *sparse.ParseError
+			var pe *sparsedata.ParseError
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %v is not a *sparse.ParseError", err)
+				t.Fatalf("error %v is not a *sparsedata.ParseError", err)
 			}
 			if bad == nil {
 				t.Fatalf("ParseLine(%q) failed (%v), the reference accepts it", line, err)
 			}
-			if want := (&sparse.ParseError{Token: *bad}).Token; len(want) <= 64 && pe.Token != want {
+			if want := (&sparsedata.ParseError{Token: *bad}).Token; len(want) <= 64 && pe.Token != want {
 				t.Fatalf("ParseLine(%q) blames %q, the reference %q", line, pe.Token, want)
 			}
 			return
@@ -146,7 +146,7 @@ func FuzzLibSVMLine(f *testing.F) {
 		if err != nil {
 			t.Fatalf("AppendExample(%+v): %v", ex, err)
 		}
-		var back sparse.Example
+		var back sparsedata.Example
 		if ok, err := ParseLine(bytes.TrimSuffix(out, []byte("\n")), &back, o); !ok || err != nil || !sameExample(&ex, &back) {
 			t.Fatalf("%q -> %q -> %v %v %+v, want %+v", line, out, ok, err, back, ex)
 		}
@@ -162,7 +162,7 @@ func checkStream(t *testing.T, line string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sparse.ReadAll(r); err != nil {
+	if _, err := sparsedata.ReadAll(r); err != nil {
 		t.Fatalf("ReadAll with SkipBadLines: %v", err)
 	}
 	st := r.Stats()

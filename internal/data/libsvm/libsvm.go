@@ -8,7 +8,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 	"github.com/paramserv/paramserv/internal/progress"
 )
 
@@ -24,27 +24,27 @@ type Options struct {
 	// instead of returning their error.
 	SkipBadLines bool
 	// OnSkip, if set, is called with the error of each skipped line.
-	OnSkip func(*sparse.ParseError)
-	// MaxLineBytes bounds a line; 0 means sparse.DefaultMaxLineBytes.
+	OnSkip func(*sparsedata.ParseError)
+	// MaxLineBytes bounds a line; 0 means sparsedata.DefaultMaxLineBytes.
 	MaxLineBytes int
 	// Partition selects this worker's lines; the zero value takes all.
-	Partition sparse.Partition
+	Partition sparsedata.Partition
 	// Progress, if set, is told how far ReadFiles has come (bytes of the
 	// files read, examples, the files' total size) and logs it; the
-	// readers of one file (Opener, sparse.NewStream) do not use it.
+	// readers of one file (Opener, sparsedata.NewStream) do not use it.
 	Progress *progress.Meter
 }
 
 // Reader streams the examples of one LIBSVM file. It is used by one
 // goroutine at a time.
 type Reader struct {
-	lr    *sparse.LineReader
+	lr    *sparsedata.LineReader
 	opts  Options
-	ex    sparse.Example // returned by Next, reused
-	stats sparse.Stats   // Examples and Skipped; Lines comes from lr
+	ex    sparsedata.Example // returned by Next, reused
+	stats sparsedata.Stats   // Examples and Skipped; Lines comes from lr
 }
 
-var _ sparse.Source = (*Reader)(nil)
+var _ sparsedata.Source = (*Reader)(nil)
 
 // NewReader returns a Reader of r; name (usually the path) is used in
 // errors. It fails only on invalid options.
@@ -53,7 +53,7 @@ func NewReader(r io.Reader, name string, opts Options) (*Reader, error) {
 }
 
 func newReader(r io.Reader, name string, opts Options, firstIndex int64) (*Reader, error) {
-	lr, err := sparse.NewLineReader(r, sparse.LineConfig{
+	lr, err := sparsedata.NewLineReader(r, sparsedata.LineConfig{
 		Name:         name,
 		MaxLineBytes: opts.MaxLineBytes,
 		Partition:    opts.Partition,
@@ -67,15 +67,15 @@ func newReader(r io.Reader, name string, opts Options, firstIndex int64) (*Reade
 
 // Next returns the next example of this worker's part, or io.EOF after the
 // last. The Example and its slices are reused by the next call. After a
-// *sparse.ParseError the Reader may go on with the following line.
-func (r *Reader) Next() (*sparse.Example, error) {
-	return sparse.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparse.Example) (bool, error) {
+// *sparsedata.ParseError the Reader may go on with the following line.
+func (r *Reader) Next() (*sparsedata.Example, error) {
+	return sparsedata.NextExample(r.lr, &r.ex, &r.stats, func(line []byte, ex *sparsedata.Example) (bool, error) {
 		return parseLine(line, ex, &r.opts)
 	}, r.opts.SkipBadLines, r.opts.OnSkip)
 }
 
 // Stats reports the lines scanned, examples returned and lines skipped.
-func (r *Reader) Stats() sparse.Stats {
+func (r *Reader) Stats() sparsedata.Stats {
 	s := r.stats
 	s.Lines = r.lr.Lines()
 	return s
@@ -83,8 +83,8 @@ func (r *Reader) Stats() sparse.Stats {
 
 // ParseLine parses one line (without its newline) into ex, reusing ex's
 // slices. It returns false for a blank or comment-only line. Errors are
-// *sparse.ParseError without File and Line.
-func ParseLine(line []byte, ex *sparse.Example, opts Options) (bool, error) {
+// *sparsedata.ParseError without File and Line.
+func ParseLine(line []byte, ex *sparsedata.Example, opts Options) (bool, error) {
 	return parseLine(line, ex, &opts)
 }
 
@@ -127,7 +127,7 @@ func parseValue(tok []byte) (float32, error) {
 		return 1, nil // a binary feature: the common case
 	}
 	if len(tok) == 0 {
-		return 0, sparse.ErrSyntax // reported as "missing value"
+		return 0, sparsedata.ErrSyntax // reported as "missing value"
 	}
 	f, err := strconv.ParseFloat(string(tok), 32)
 	if err != nil {
@@ -141,7 +141,7 @@ func parseValue(tok []byte) (float32, error) {
 
 var errNotFinite = errors.New("not finite")
 
-func parseLine(line []byte, ex *sparse.Example, o *Options) (bool, error) {
+func parseLine(line []byte, ex *sparsedata.Example, o *Options) (bool, error) {
 	ex.Reset()
 	if i := bytes.IndexByte(line, '#'); i >= 0 {
 		line = line[:i]
@@ -152,7 +152,7 @@ func parseLine(line []byte, ex *sparse.Example, o *Options) (bool, error) {
 	}
 	label, ok := parseLabel(tok)
 	if !ok {
-		return false, sparse.NewParseError(sparse.ErrSyntax, tok, "label must be +1, 1, -1 or 0")
+		return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "label must be +1, 1, -1 or 0")
 	}
 	ex.Label = label
 	var prev uint64
@@ -166,34 +166,34 @@ func parseLine(line []byte, ex *sparse.Example, o *Options) (bool, error) {
 		if !ok {
 			colon := bytes.IndexByte(tok, ':')
 			if colon < 0 {
-				return false, sparse.NewParseError(sparse.ErrSyntax, tok, "expected index:value")
+				return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "expected index:value")
 			}
 			ib := tok[:colon]
 			vb = tok[colon+1:]
 			if string(ib) == "qid" {
 				if _, err := strconv.ParseUint(string(vb), 10, 64); err != nil {
-					return false, sparse.NewParseError(sparse.ErrSyntax, tok, "qid is not a non-negative integer")
+					return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "qid is not a non-negative integer")
 				}
 				continue
 			}
 			var err error
 			if idx, err = strconv.ParseUint(string(ib), 10, 64); err != nil {
-				return false, sparse.NewParseError(sparse.ErrSyntax, tok, "index is not a non-negative integer")
+				return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "index is not a non-negative integer")
 			}
 		}
 		key := idx
 		if !o.ZeroBased {
 			if idx == 0 {
-				return false, sparse.NewParseError(sparse.ErrSyntax, tok, "index 0 in a 1-based file (indices start at 1)")
+				return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "index 0 in a 1-based file (indices start at 1)")
 			}
 			key = idx - 1
 		}
 		if !first && key <= prev {
-			return false, sparse.NewParseError(sparse.ErrSyntax, tok,
+			return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok,
 				"index %d not after the previous index %d (indices must be strictly increasing)", idx, prevIndex(prev, o))
 		}
 		if o.NumFeatures > 0 && key >= o.NumFeatures {
-			return false, sparse.NewParseError(sparse.ErrKeyRange, tok,
+			return false, sparsedata.NewParseError(sparsedata.ErrKeyRange, tok,
 				"index %d out of range: %d features (indices %d..%d)", idx, o.NumFeatures, base(o), o.NumFeatures-1+base(o))
 		}
 		v, err := parseValue(vb)
@@ -207,7 +207,7 @@ func parseLine(line []byte, ex *sparse.Example, o *Options) (bool, error) {
 			case errors.Is(err, strconv.ErrRange):
 				msg = "value out of float32 range"
 			}
-			return false, sparse.NewParseError(sparse.ErrSyntax, tok, "%s", msg)
+			return false, sparsedata.NewParseError(sparsedata.ErrSyntax, tok, "%s", msg)
 		}
 		ex.Keys = append(ex.Keys, key)
 		ex.Vals = append(ex.Vals, v)
@@ -247,7 +247,7 @@ func prevIndex(key uint64, o *Options) uint64 { return key + base(o) }
 // when zeroBased) and values in the shortest form that reads back as the
 // same float32. It fails if the label is not 0 or 1, keys are not strictly
 // increasing, a value is not finite, or a key has no 1-based index.
-func AppendExample(dst []byte, ex *sparse.Example, zeroBased bool) ([]byte, error) {
+func AppendExample(dst []byte, ex *sparsedata.Example, zeroBased bool) ([]byte, error) {
 	switch ex.Label {
 	case 1:
 		dst = append(dst, "+1"...)
@@ -284,28 +284,28 @@ func AppendExample(dst []byte, ex *sparse.Example, zeroBased bool) ([]byte, erro
 
 // ReadFile reads all of this worker's examples of one file (".gz"
 // decompressed) into a Dataset.
-func ReadFile(path string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
+func ReadFile(path string, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
 	return ReadFiles([]string{path}, opts)
 }
 
 // ReadPart reads worker's part (of numWorkers) of one file: the lines whose
 // 0-based index i has i mod numWorkers == worker. The parts of workers
 // 0..numWorkers-1 are disjoint and cover the file.
-func ReadPart(path string, worker, numWorkers int, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	opts.Partition = sparse.Partition{Worker: worker, NumWorkers: numWorkers}
+func ReadPart(path string, worker, numWorkers int, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
+	opts.Partition = sparsedata.Partition{Worker: worker, NumWorkers: numWorkers}
 	return ReadFiles([]string{path}, opts)
 }
 
 // ReadFiles reads this worker's examples of several files, in order, into
 // one Dataset. Lines are numbered for the partition across all the files.
-func ReadFiles(paths []string, opts Options) (*sparse.Dataset, sparse.Stats, error) {
-	return sparse.LoadFilesMeter(paths, Opener(opts), opts.Progress)
+func ReadFiles(paths []string, opts Options) (*sparsedata.Dataset, sparsedata.Stats, error) {
+	return sparsedata.LoadFilesMeter(paths, Opener(opts), opts.Progress)
 }
 
-// Opener returns the sparse.Opener of files read with opts, for
-// sparse.LoadFiles and sparse.NewStream.
-func Opener(opts Options) sparse.Opener {
-	return func(r io.Reader, name string, first int64) (sparse.Source, error) {
+// Opener returns the sparsedata.Opener of files read with opts, for
+// sparsedata.LoadFiles and sparsedata.NewStream.
+func Opener(opts Options) sparsedata.Opener {
+	return func(r io.Reader, name string, first int64) (sparsedata.Source, error) {
 		return newReader(r, name, opts, first)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 	"github.com/paramserv/paramserv/internal/testutil"
 )
 
@@ -37,7 +37,7 @@ func TestParseLineGood(t *testing.T) {
 		{line: "# only a comment", ok: false},
 		{line: "  # indented comment 1:1", ok: false},
 	} {
-		var ex sparse.Example
+		var ex sparsedata.Example
 		ok, err := ParseLine([]byte(c.line), &ex, c.opts)
 		if err != nil {
 			t.Errorf("ParseLine(%q): %v", c.line, err)
@@ -57,29 +57,29 @@ func TestParseLineBad(t *testing.T) {
 		msg   string
 		kind  error
 	}{
-		{"2 1:1", Options{}, "2", "label must be", sparse.ErrSyntax},
-		{"yes 1:1", Options{}, "yes", "label must be", sparse.ErrSyntax},
-		{"+1 3:x", Options{}, "3:x", "value is not a number", sparse.ErrSyntax},
-		{"+1 3:", Options{}, "3:", "missing value", sparse.ErrSyntax},
-		{"+1 3:nan", Options{}, "3:nan", "not finite", sparse.ErrSyntax},
-		{"+1 3:inf", Options{}, "3:inf", "not finite", sparse.ErrSyntax},
-		{"+1 3:1e39", Options{}, "3:1e39", "out of float32 range", sparse.ErrSyntax},
-		{"+1 3", Options{}, "3", "expected index:value", sparse.ErrSyntax},
-		{"+1 a:1", Options{}, "a:1", "index is not a non-negative integer", sparse.ErrSyntax},
-		{"+1 -3:1", Options{}, "-3:1", "index is not a non-negative integer", sparse.ErrSyntax},
-		{"+1 0:1", Options{}, "0:1", "index 0 in a 1-based file", sparse.ErrSyntax},
-		{"+1 5:1 3:1", Options{}, "3:1", "index 3 not after the previous index 5", sparse.ErrSyntax},
-		{"+1 5:1 5:1", Options{}, "5:1", "strictly increasing", sparse.ErrSyntax},
-		{"+1 124:1", Options{NumFeatures: 123}, "124:1", "index 124 out of range: 123 features (indices 1..123)", sparse.ErrKeyRange},
-		{"+1 123:1", Options{NumFeatures: 123, ZeroBased: true}, "123:1", "(indices 0..122)", sparse.ErrKeyRange},
-		{"+1 qid:x 1:1", Options{}, "qid:x", "qid is not", sparse.ErrSyntax},
-		{"+1 1:1 " + strings.Repeat("9", 100) + ":1", Options{}, strings.Repeat("9", 64) + "...", "index is not", sparse.ErrSyntax},
+		{"2 1:1", Options{}, "2", "label must be", sparsedata.ErrSyntax},
+		{"yes 1:1", Options{}, "yes", "label must be", sparsedata.ErrSyntax},
+		{"+1 3:x", Options{}, "3:x", "value is not a number", sparsedata.ErrSyntax},
+		{"+1 3:", Options{}, "3:", "missing value", sparsedata.ErrSyntax},
+		{"+1 3:nan", Options{}, "3:nan", "not finite", sparsedata.ErrSyntax},
+		{"+1 3:inf", Options{}, "3:inf", "not finite", sparsedata.ErrSyntax},
+		{"+1 3:1e39", Options{}, "3:1e39", "out of float32 range", sparsedata.ErrSyntax},
+		{"+1 3", Options{}, "3", "expected index:value", sparsedata.ErrSyntax},
+		{"+1 a:1", Options{}, "a:1", "index is not a non-negative integer", sparsedata.ErrSyntax},
+		{"+1 -3:1", Options{}, "-3:1", "index is not a non-negative integer", sparsedata.ErrSyntax},
+		{"+1 0:1", Options{}, "0:1", "index 0 in a 1-based file", sparsedata.ErrSyntax},
+		{"+1 5:1 3:1", Options{}, "3:1", "index 3 not after the previous index 5", sparsedata.ErrSyntax},
+		{"+1 5:1 5:1", Options{}, "5:1", "strictly increasing", sparsedata.ErrSyntax},
+		{"+1 124:1", Options{NumFeatures: 123}, "124:1", "index 124 out of range: 123 features (indices 1..123)", sparsedata.ErrKeyRange},
+		{"+1 123:1", Options{NumFeatures: 123, ZeroBased: true}, "123:1", "(indices 0..122)", sparsedata.ErrKeyRange},
+		{"+1 qid:x 1:1", Options{}, "qid:x", "qid is not", sparsedata.ErrSyntax},
+		{"+1 1:1 " + strings.Repeat("9", 100) + ":1", Options{}, strings.Repeat("9", 64) + "...", "index is not", sparsedata.ErrSyntax},
 	} {
-		var ex sparse.Example
+		var ex sparsedata.Example
 		_, err := ParseLine([]byte(c.line), &ex, c.opts)
-		var pe *sparse.ParseError
+		var pe *sparsedata.ParseError
 		if !errors.As(err, &pe) {
-			t.Errorf("ParseLine(%q) = %v, want a *sparse.ParseError", c.line, err)
+			t.Errorf("ParseLine(%q) = %v, want a *sparsedata.ParseError", c.line, err)
 			continue
 		}
 		if pe.Token != c.token || !strings.Contains(pe.Msg, c.msg) || !errors.Is(err, c.kind) {
@@ -127,23 +127,23 @@ func TestReaderErrorsNameFileAndLine(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if s := r.Stats(); s != (sparse.Stats{Lines: 8, Examples: 3}) {
+	if s := r.Stats(); s != (sparsedata.Stats{Lines: 8, Examples: 3}) {
 		t.Errorf("Stats = %+v, want 8 lines, 3 examples", s)
 	}
 }
 
 func TestSkipBadLines(t *testing.T) {
 	var skipped []int64
-	opts := Options{MaxLineBytes: 24, SkipBadLines: true, OnSkip: func(pe *sparse.ParseError) { skipped = append(skipped, pe.Line) }}
+	opts := Options{MaxLineBytes: 24, SkipBadLines: true, OnSkip: func(pe *sparsedata.ParseError) { skipped = append(skipped, pe.Line) }}
 	r, err := NewReader(strings.NewReader(badFile), "bad", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := sparse.ReadAll(r)
+	d, err := sparsedata.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Len() != 3 || r.Stats() != (sparse.Stats{Lines: 8, Examples: 3, Skipped: 3}) {
+	if d.Len() != 3 || r.Stats() != (sparsedata.Stats{Lines: 8, Examples: 3, Skipped: 3}) {
 		t.Errorf("read %d examples, Stats %+v; want 3 examples, 8 lines, 3 skipped", d.Len(), r.Stats())
 	}
 	if !slices.Equal(skipped, []int64{3, 5, 7}) {
@@ -152,7 +152,7 @@ func TestSkipBadLines(t *testing.T) {
 }
 
 func TestInvalidPartition(t *testing.T) {
-	for _, p := range []sparse.Partition{{Worker: 2, NumWorkers: 2}, {Worker: -1, NumWorkers: 2}, {Worker: 1}} {
+	for _, p := range []sparsedata.Partition{{Worker: 2, NumWorkers: 2}, {Worker: -1, NumWorkers: 2}, {Worker: 1}} {
 		if _, err := NewReader(strings.NewReader(""), "x", Options{Partition: p}); err == nil {
 			t.Errorf("NewReader with partition %+v: no error", p)
 		}
@@ -192,10 +192,10 @@ func TestPartitionDisjointAndCovering(t *testing.T) {
 	paths, examples := writeFiles(t, 1000, 7)
 	for n := 1; n <= 6; n++ {
 		seen := map[uint64]int{}
-		var total sparse.Stats
+		var total sparsedata.Stats
 		sizes := make([]int, n)
 		for w := range n {
-			d, st, err := ReadFiles(paths, Options{Partition: sparse.Partition{Worker: w, NumWorkers: n}})
+			d, st, err := ReadFiles(paths, Options{Partition: sparsedata.Partition{Worker: w, NumWorkers: n}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,13 +262,13 @@ func TestA9A(t *testing.T) {
 	}
 	// With a smaller dimension the first out-of-range feature is reported.
 	_, _, err := ReadFile(filepath.Join(dir, "a9a", "a9a"), Options{NumFeatures: 80})
-	if !errors.Is(err, sparse.ErrKeyRange) || !strings.Contains(err.Error(), "a9a:1: token \"83:1\"") {
+	if !errors.Is(err, sparsedata.ErrKeyRange) || !strings.Contains(err.Error(), "a9a:1: token \"83:1\"") {
 		t.Errorf("a9a with 80 features: %v, want ErrKeyRange at a9a:1 token 83:1", err)
 	}
 }
 
 func TestRoundTrip(t *testing.T) {
-	ex := sparse.Example{Label: 1, Keys: []uint64{0, 7, 1 << 40}, Vals: []float32{1, -0.1, 3.4028235e38}}
+	ex := sparsedata.Example{Label: 1, Keys: []uint64{0, 7, 1 << 40}, Vals: []float32{1, -0.1, 3.4028235e38}}
 	line, err := AppendExample(nil, &ex, false)
 	if err != nil {
 		t.Fatal(err)
@@ -276,14 +276,14 @@ func TestRoundTrip(t *testing.T) {
 	if want := "+1 1:1 8:-0.1 1099511627777:3.4028235e+38\n"; string(line) != want {
 		t.Errorf("AppendExample = %q, want %q", line, want)
 	}
-	var back sparse.Example
+	var back sparsedata.Example
 	if ok, err := ParseLine(bytes.TrimSuffix(line, []byte("\n")), &back, Options{}); !ok || err != nil {
 		t.Fatalf("reparse: %v %v", ok, err)
 	}
 	if back.Label != ex.Label || !slices.Equal(back.Keys, ex.Keys) || !slices.Equal(back.Vals, ex.Vals) {
 		t.Errorf("round trip %+v, want %+v", back, ex)
 	}
-	for _, bad := range []sparse.Example{
+	for _, bad := range []sparsedata.Example{
 		{Label: 0.5},
 		{Label: 1, Keys: []uint64{2, 1}, Vals: []float32{1, 1}},
 		{Label: 1, Keys: []uint64{1 << 63, 1<<64 - 1}, Vals: []float32{1, 1}},
@@ -348,7 +348,7 @@ func BenchmarkReadReal(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		r, _ := NewReader(bytes.NewReader(data), "real", Options{})
-		if _, err := sparse.ReadAll(r); err != nil {
+		if _, err := sparsedata.ReadAll(r); err != nil {
 			b.Fatal(err)
 		}
 	}

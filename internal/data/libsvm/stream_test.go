@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 )
 
 // writeRows writes n LIBSVM rows (row i has key i+1 and a second key) to
@@ -42,11 +42,11 @@ func writeRows(t *testing.T, path string, first, n int) {
 }
 
 // rowString renders an example so rows can be compared as a multiset.
-func rowString(ex *sparse.Example) string { return fmt.Sprint(ex.Label, ex.Keys, ex.Vals) }
+func rowString(ex *sparsedata.Example) string { return fmt.Sprint(ex.Label, ex.Keys, ex.Vals) }
 
-func drain(t *testing.T, cfg sparse.StreamConfig) []string {
+func drain(t *testing.T, cfg sparsedata.StreamConfig) []string {
 	t.Helper()
-	s, err := sparse.NewStream(cfg)
+	s, err := sparsedata.NewStream(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +83,11 @@ func TestStreamYieldsTheRowsOfTheWholeFileReader(t *testing.T) {
 	paths := []string{filepath.Join(dir, "a.svm"), filepath.Join(dir, "b.svm.gz")}
 	writeRows(t, paths[0], 0, 1000)
 	writeRows(t, paths[1], 1000, 777)
-	for _, part := range []sparse.Partition{{}, {Worker: 1, NumWorkers: 3}} {
+	for _, part := range []sparsedata.Partition{{}, {Worker: 1, NumWorkers: 3}} {
 		opts := Options{Partition: part}
 		want := wholeFile(t, paths, opts)
 		for _, buf := range []int{0, 1, 10, 5000} {
-			got := drain(t, sparse.StreamConfig{Paths: paths, Open: Opener(opts), Epochs: 1, ShuffleBuffer: buf, Seed: 7, ChunkRows: 64})
+			got := drain(t, sparsedata.StreamConfig{Paths: paths, Open: Opener(opts), Epochs: 1, ShuffleBuffer: buf, Seed: 7, ChunkRows: 64})
 			if buf <= 1 {
 				if !slices.Equal(got, want) {
 					t.Fatalf("partition %+v, buffer %d: the stream's rows are not the files' rows in file order (%d vs %d rows)", part, buf, len(got), len(want))
@@ -110,13 +110,13 @@ func TestStreamYieldsTheRowsOfTheWholeFileReader(t *testing.T) {
 func TestStreamEpochs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.svm")
 	writeRows(t, path, 0, 100)
-	got := drain(t, sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 3, ShuffleBuffer: 1})
+	got := drain(t, sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 3, ShuffleBuffer: 1})
 	want := wholeFile(t, []string{path}, Options{})
 	if len(got) != 3*len(want) || !slices.Equal(got[200:], want) {
 		t.Fatalf("3 epochs gave %d rows; want the file's %d rows three times in order", len(got), len(want))
 	}
 	// No end: more rows than the file holds keep coming.
-	s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), ShuffleBuffer: 10})
+	s, err := sparsedata.NewStream(sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), ShuffleBuffer: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,11 +154,11 @@ func TestStreamBadLineNamesFileAndLine(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), ShuffleBuffer: 100, ChunkRows: 64})
+		s, err := sparsedata.NewStream(sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), ShuffleBuffer: 100, ChunkRows: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var perr *sparse.ParseError
+		var perr *sparsedata.ParseError
 		for {
 			_, err = s.Next()
 			if err != nil {
@@ -170,14 +170,14 @@ func TestStreamBadLineNamesFileAndLine(t *testing.T) {
 			t.Fatalf("%s: got %v; want a ParseError at %s:1201", name, err, path)
 		}
 		// With SkipBadLines the stream goes on past it.
-		got := drain(t, sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{SkipBadLines: true}), Epochs: 1, ShuffleBuffer: 100})
+		got := drain(t, sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{SkipBadLines: true}), Epochs: 1, ShuffleBuffer: 100})
 		if len(got) != 1499 {
 			t.Fatalf("%s: skipping the bad line gave %d rows; want 1499", name, len(got))
 		}
 	}
 }
 
-// Every error of the files a stream reads is a *sparse.InputError, input
+// Every error of the files a stream reads is a *sparsedata.InputError, input
 // to fix (paramserv train exits 2 on it, as on the same file found bad at
 // load), whose message names the file: a missing one, a malformed line, a
 // gzip stream that is damaged or cut short, files with no example.
@@ -207,7 +207,7 @@ func TestStreamFileErrorsAreInputErrors(t *testing.T) {
 		{"gzip shorter than its header", write("tiny.svm.gz", whole[:5]), "tiny.svm.gz: gzip: invalid header: shorter than a gzip header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{c.path}, Open: Opener(Options{}), Epochs: 1, ShuffleBuffer: 10, ChunkRows: 64})
+			s, err := sparsedata.NewStream(sparsedata.StreamConfig{Paths: []string{c.path}, Open: Opener(Options{}), Epochs: 1, ShuffleBuffer: 10, ChunkRows: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,9 +215,9 @@ func TestStreamFileErrorsAreInputErrors(t *testing.T) {
 			for err == nil {
 				_, err = s.Next()
 			}
-			var ie *sparse.InputError
+			var ie *sparsedata.InputError
 			if !errors.As(err, &ie) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("got %T %v; want a *sparse.InputError naming %q", err, err, c.want)
+				t.Fatalf("got %T %v; want a *sparsedata.InputError naming %q", err, err, c.want)
 			}
 		})
 	}
@@ -229,7 +229,7 @@ func TestStreamHoldsBoundedRows(t *testing.T) {
 	for _, n := range []int{2000, 20000} {
 		path := filepath.Join(dir, fmt.Sprint(n, ".svm"))
 		writeRows(t, path, 0, n)
-		s, err := sparse.NewStream(sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 2, ShuffleBuffer: 256, ChunkRows: 64, ReadAhead: 2})
+		s, err := sparsedata.NewStream(sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 2, ShuffleBuffer: 256, ChunkRows: 64, ReadAhead: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestStreamHoldsBoundedRows(t *testing.T) {
 func TestStreamShuffleIsReproducible(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.svm")
 	writeRows(t, path, 0, 3000)
-	cfg := sparse.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 2, ShuffleBuffer: 300, Seed: 3, ChunkRows: 32, ReadAhead: 1}
+	cfg := sparsedata.StreamConfig{Paths: []string{path}, Open: Opener(Options{}), Epochs: 2, ShuffleBuffer: 300, Seed: 3, ChunkRows: 32, ReadAhead: 1}
 	a := drain(t, cfg)
 	cfg.ChunkRows, cfg.ReadAhead = 1000, 8
 	if b := drain(t, cfg); !slices.Equal(a, b) {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/paramserv/paramserv/internal/data/criteo"
 	"github.com/paramserv/paramserv/internal/data/libsvm"
-	"github.com/paramserv/paramserv/internal/data/sparse"
+	"github.com/paramserv/paramserv/internal/data/sparsedata"
 	"github.com/paramserv/paramserv/internal/metrics"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/progress"
@@ -33,19 +33,19 @@ const (
 // Model implements model.SparseModel and model.SparseReadAhead.
 type Model struct {
 	cfg   model.Config
-	train *sparse.Dataset
-	test  *sparse.Dataset // loaded by Evaluate, on the chief
+	train *sparsedata.Dataset
+	test  *sparsedata.Dataset // loaded by Evaluate, on the chief
 
 	// --validation_data: its files, and (loaded data) the data set, read
 	// by the chief's first validation.
 	valPaths []string
-	val      *sparse.Dataset
+	val      *sparsedata.Dataset
 
 	// With --shuffle_buffer, the training part is streamed instead (train
 	// stays nil), from these files through this worker's partition.
-	stream *sparse.Stream
+	stream *sparsedata.Stream
 	paths  []string
-	part   sparse.Partition
+	part   sparsedata.Partition
 
 	rng    *rand.Rand
 	order  []int
@@ -62,8 +62,8 @@ type Model struct {
 var _ model.SparseReadAhead = (*Model)(nil)
 
 type batch struct {
-	examples []int          // indices into train, when the data is loaded
-	rows     sparse.Dataset // the batch's own rows, when it is streamed
+	examples []int              // indices into train, when the data is loaded
+	rows     sparsedata.Dataset // the batch's own rows, when it is streamed
 	keys     []uint64
 	slots    []int32 // for each nonzero of each example, in order, its key's index in keys
 }
@@ -116,7 +116,7 @@ func New(cfg model.Config) (*Model, error) {
 	m := &Model{cfg: cfg, valPaths: valPaths, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
 	// With at least as many files as workers, each worker takes whole files;
 	// otherwise every worker takes every NumWorkers-th line of all files.
-	part := sparse.Partition{Worker: cfg.Worker, NumWorkers: cfg.NumWorkers}
+	part := sparsedata.Partition{Worker: cfg.Worker, NumWorkers: cfg.NumWorkers}
 	if len(paths) >= cfg.NumWorkers && cfg.NumWorkers > 1 {
 		var mine []string
 		for i, p := range paths {
@@ -124,7 +124,7 @@ func New(cfg model.Config) (*Model, error) {
 				mine = append(mine, p)
 			}
 		}
-		paths, part = mine, sparse.Partition{}
+		paths, part = mine, sparsedata.Partition{}
 	}
 	if cfg.ShuffleBuffer > 0 {
 		opener, err := openerPart(cfg, part)
@@ -132,7 +132,7 @@ func New(cfg model.Config) (*Model, error) {
 			return nil, fmt.Errorf("sparse_lr: %w", err)
 		}
 		m.paths, m.part = paths, part
-		m.stream, err = sparse.NewStream(sparse.StreamConfig{
+		m.stream, err = sparsedata.NewStream(sparsedata.StreamConfig{
 			Paths: paths, Open: opener, ShuffleBuffer: cfg.ShuffleBuffer, Epochs: cfg.Epochs,
 			Seed: uint64(cfg.Seed)<<16 ^ uint64(cfg.Worker),
 		})
@@ -285,8 +285,8 @@ func resolve(list, dataDir string) ([]string, error) {
 
 // read loads data ("training", "validation" or "test") from paths,
 // logging its progress every few seconds and telling cfg.LoadProgress.
-func read(cfg model.Config, data string, paths []string, part sparse.Partition) (*sparse.Dataset, sparse.Stats, error) {
-	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
+func read(cfg model.Config, data string, paths []string, part sparsedata.Partition) (*sparsedata.Dataset, sparsedata.Stats, error) {
+	onSkip := func(e *sparsedata.ParseError) { cfg.Logf("skipping %v", e) }
 	m := &progress.Meter{What: fmt.Sprintf("sparse_lr: worker %d loading %s data", cfg.Worker, data), Logf: cfg.Logf, QuietIfQuick: true, Stop: cfg.Stop}
 	if cfg.LoadProgress != nil {
 		m.Observe = func(u progress.Update) { cfg.LoadProgress(data, u) }
@@ -297,12 +297,12 @@ func read(cfg model.Config, data string, paths []string, part sparse.Partition) 
 	case "criteo":
 		return criteo.ReadFiles(paths, criteo.Options{IntFields: cfg.IntFields, CatFields: cfg.CatFields, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part, Progress: m})
 	}
-	return nil, sparse.Stats{}, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
+	return nil, sparsedata.Stats{}, fmt.Errorf("unknown --input_format %q (want libsvm or criteo)", cfg.InputFormat)
 }
 
 // openerPart is read's opener of one file, for streaming.
-func openerPart(cfg model.Config, part sparse.Partition) (sparse.Opener, error) {
-	onSkip := func(e *sparse.ParseError) { cfg.Logf("skipping %v", e) }
+func openerPart(cfg model.Config, part sparsedata.Partition) (sparsedata.Opener, error) {
+	onSkip := func(e *sparsedata.ParseError) { cfg.Logf("skipping %v", e) }
 	switch cfg.InputFormat {
 	case "", "libsvm":
 		return libsvm.Opener(libsvm.Options{NumFeatures: cfg.NumFeatures, SkipBadLines: cfg.SkipBadLines, OnSkip: onSkip, Partition: part}), nil
@@ -400,7 +400,7 @@ func (m *Model) size(b *batch) int {
 	return len(b.examples)
 }
 
-func (m *Model) at(b *batch, n int) sparse.Example {
+func (m *Model) at(b *batch, n int) sparsedata.Example {
 	if m.stream != nil {
 		return b.rows.At(n)
 	}
@@ -489,7 +489,7 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
 			}
-			test, _, err := read(m.cfg, "test", paths, sparse.Partition{})
+			test, _, err := read(m.cfg, "test", paths, sparsedata.Partition{})
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: %w", err)
 			}
@@ -524,12 +524,12 @@ func (m *Model) ValidateSparse(params model.Params, lookup func(int, []uint64, [
 		// Streamed training: the validation files are streamed too, a
 		// chunk at a time, at every validation.
 		var err error
-		if r, err = m.scoreFiles(m.valPaths, sparse.Partition{}, params, lookup); err != nil {
+		if r, err = m.scoreFiles(m.valPaths, sparsedata.Partition{}, params, lookup); err != nil {
 			return nil, err
 		}
 	} else {
 		if m.val == nil {
-			val, st, err := read(m.cfg, "validation", m.valPaths, sparse.Partition{})
+			val, st, err := read(m.cfg, "validation", m.valPaths, sparsedata.Partition{})
 			if err != nil {
 				return nil, fmt.Errorf("sparse_lr: --validation_data: %w", err)
 			}
@@ -560,7 +560,7 @@ func scoresOf(labels []float32, probs []float64) scores {
 // score predicts every example of ds with the weights of its distinct keys
 // (pulled in chunks) and params' bias; it also returns the number of
 // distinct keys.
-func score(ds *sparse.Dataset, params model.Params, lookup func(int, []uint64, []float32) error) (scores, int, error) {
+func score(ds *sparsedata.Dataset, params model.Params, lookup func(int, []uint64, []float32) error) (scores, int, error) {
 	pos := make(map[uint64]int32)
 	var keys []uint64
 	for _, k := range ds.Keys {
@@ -601,7 +601,7 @@ func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64,
 		if paths, err = resolve(m.cfg.TestData, m.cfg.DataDir); err != nil {
 			return nil, fmt.Errorf("sparse_lr: --test_data: %w", err)
 		}
-		part, what = sparse.Partition{}, "test"
+		part, what = sparsedata.Partition{}, "test"
 	}
 	r, err := m.scoreFiles(paths, part, params, lookup)
 	if err != nil {
@@ -619,13 +619,13 @@ func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64,
 // scoreFiles scores part of the files, read once in chunks of rows, so
 // that no more than a chunk is held (beside one label and probability per
 // row, for the AUC).
-func (m *Model) scoreFiles(paths []string, part sparse.Partition, params model.Params, lookup func(int, []uint64, []float32) error) (scores, error) {
+func (m *Model) scoreFiles(paths []string, part sparsedata.Partition, params model.Params, lookup func(int, []uint64, []float32) error) (scores, error) {
 	opener, err := openerPart(m.cfg, part)
 	if err != nil {
 		return scores{}, fmt.Errorf("sparse_lr: %w", err)
 	}
 	const chunk = 1 << 16
-	st, err := sparse.NewStream(sparse.StreamConfig{Paths: paths, Open: opener, Epochs: 1, ShuffleBuffer: 1, ChunkRows: 4096})
+	st, err := sparsedata.NewStream(sparsedata.StreamConfig{Paths: paths, Open: opener, Epochs: 1, ShuffleBuffer: 1, ChunkRows: 4096})
 	if err != nil {
 		return scores{}, fmt.Errorf("sparse_lr: %w", err)
 	}
@@ -633,7 +633,7 @@ func (m *Model) scoreFiles(paths []string, part sparse.Partition, params model.P
 	var (
 		labels []float32
 		probs  []float64
-		d      sparse.Dataset
+		d      sparsedata.Dataset
 		keys   []uint64
 		w      []float32
 	)

@@ -103,9 +103,13 @@ func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
 		return order, true
 	}
 	// Pass 2: how many rows of each run fall in each bucket; pass 3: each
-	// run puts its rows into their buckets, in row order.
+	// run puts its rows into their buckets, in row order. At most 256
+	// buckets: pass 3 writes each row to its bucket's next place, and with
+	// 4096 buckets over tens of MB each write was a TLB miss (a 3.13M-key
+	// table's save took 0.9 s of CPU against 0.6 s with 256); a bucket
+	// (12k rows of such a table, 200 KB) is then sorted in the cache.
 	top := bits.Len64(lo ^ hi)
-	digit := min(top, max(1, bits.Len(uint(n/2048))), 12)
+	digit := min(top, max(1, bits.Len(uint(n/2048))), 8)
 	shift := uint(top - digit)
 	mask := uint64(1)<<digit - 1
 	counts := make([][]int, procs)

@@ -31,20 +31,29 @@ func zipfKeys(n, b int, space uint64) [][]uint64 {
 // hit rate of lookups on disk and the store's bytes per row on disk.
 //
 //	go test -run XXX -bench . -benchtime 200x ./internal/table/tier/
-func benchTable(b *testing.B, frac int) {
+//
+// With preload > 0 the table first holds preload rows (the keys the Zipf
+// draws map to, the most likely first), of which 1/frac stay in memory: a
+// table much larger than one batch's keys, as the tables are.
+func benchTable(b *testing.B, frac, preload int) {
 	rule, _ := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.05})
 	hot, _ := sparse.New(sparse.Config{Dim: 8, Rule: rule})
 	const batch = 4096
-	batches := zipfKeys(64, batch, 1<<22)
+	nb := 64
+	if preload > 0 {
+		nb = 256 // fewer repeats: a table this large sees new keys longer
+	}
+	batches := zipfKeys(nb, batch, 1<<22)
 	distinct := map[uint64]bool{}
 	for _, ks := range batches {
 		for _, k := range ks {
 			distinct[k] = true
 		}
 	}
+	rows := max(len(distinct), preload)
 	budget := -1
 	if frac > 0 {
-		budget = len(distinct) / frac
+		budget = rows / frac
 	}
 	grads := make([]float32, batch*8)
 	for i := range grads {
@@ -62,29 +71,68 @@ func benchTable(b *testing.B, frac int) {
 		defer m.Close()
 		m.Attach([]string{"t"}, []*sparse.Table{hot})
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ks := batches[i%len(batches)]
-		mu.Lock()
+	for lo := 0; lo < preload; lo += 1 << 16 {
+		ks := make([]uint64, 0, 1<<16)
+		for z := lo; z < min(preload, lo+1<<16); z++ {
+			ks = append(ks, uint64(z)*0x9E3779B97F4A7C15+1)
+		}
+		if err := hot.Push(ks, make([]float32, 8*len(ks)), 0); err != nil {
+			b.Fatal(err)
+		}
+		if m != nil {
+			if err := m.Round(&mu, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fetch := func(ks []uint64) {
 		if m != nil {
 			if err := m.tables[0].Fetch(ks); err != nil {
 				b.Fatal(err)
 			}
 		}
+	}
+	step := func(i int) {
+		ks := batches[i%len(batches)]
+		mu.Lock()
+		fetch(ks)
 		_ = hot.Pull(ks, out)
-		_ = hot.Push(ks, grads, int64(i))
 		mu.Unlock()
+		// The background round runs between a pull and its push, as
+		// while a worker computes.
 		if m != nil && i%4 == 3 {
 			if err := m.Round(&mu, time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}
+		mu.Lock()
+		fetch(ks)
+		_ = hot.Push(ks, grads, int64(i))
+		mu.Unlock()
+	}
+	warm := 0
+	if preload > 0 {
+		// The rows in memory after the preload are arbitrary: let the
+		// batches' hot keys come in first.
+		warm = 64
+		for i := range warm {
+			step(i)
+		}
+		if m != nil {
+			m.tables[0].stats = Stats{}
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		step(warm + i)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "keys/s")
 	if m != nil {
 		st := m.Stats()
 		b.ReportMetric(float64(st.Hits)/float64(max(1, st.Lookups)), "hit/lookup")
+		b.ReportMetric(float64(st.Filtered)/float64(max(1, st.Lookups)), "filtered/lookup")
+		b.ReportMetric(float64(st.Promotions)/float64(b.N*batch), "promoted/key")
 		b.ReportMetric(float64(st.HotRows), "hot_rows")
 		b.ReportMetric(float64(st.DiskRows), "disk_rows")
 		b.ReportMetric(float64(m.store.DiskBytes())/float64(max(1, st.DiskRows)), "disk_B/row")
@@ -92,6 +140,12 @@ func benchTable(b *testing.B, frac int) {
 	b.ReportMetric(float64(len(distinct)), "distinct_keys")
 }
 
-func BenchmarkMemory(b *testing.B)      { benchTable(b, 0) }
-func BenchmarkBudget10pct(b *testing.B) { benchTable(b, 10) }
-func BenchmarkBudget1pct(b *testing.B)  { benchTable(b, 100) }
+func BenchmarkMemory(b *testing.B)      { benchTable(b, 0, 0) }
+func BenchmarkBudget10pct(b *testing.B) { benchTable(b, 10, 0) }
+func BenchmarkBudget1pct(b *testing.B)  { benchTable(b, 100, 0) }
+
+// A table of a million rows, 1/10 and 1/100 of them in memory: batches'
+// keys are then a small part of the budget.
+func BenchmarkLargeMemory(b *testing.B)      { benchTable(b, 0, 1<<20) }
+func BenchmarkLargeBudget10pct(b *testing.B) { benchTable(b, 10, 1<<20) }
+func BenchmarkLargeBudget1pct(b *testing.B)  { benchTable(b, 100, 1<<20) }

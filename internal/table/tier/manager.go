@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -25,7 +27,18 @@ type Config struct {
 	Every time.Duration
 	// Logf receives the log lines; nil discards them.
 	Logf func(format string, args ...any)
+	// FS is the filesystem the store is on (nil: the disk's); tests give
+	// one that fails (pebble's vfs/errorfs).
+	FS vfs.FS
 }
+
+// cacheBytes is the store's block cache for a budget: a sixteenth of it,
+// between 2 and 256 MiB. memtableBytes is its write buffer: an eighth,
+// between 2 and 64 MiB. With a small budget pebble's own memory is then
+// about 6 MiB (two memtables and the cache), not the 16 MiB of its
+// defaults; with a large one, fewer flushes and compactions.
+func cacheBytes(budget int64) int64    { return min(max(budget/16, 2<<20), 256<<20) }
+func memtableBytes(budget int64) int64 { return min(max(budget/8, 2<<20), 64<<20) }
 
 // Manager is the disk tier of one ps: one Store, and a Table for each
 // sparse table of the installed state. It implements shard.Tiers.
@@ -60,8 +73,7 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	// A block cache of a sixteenth of the budget, between 8 and 256 MiB.
-	s, err := OpenStore(cfg.Dir, min(max(cfg.Budget/16, 8<<20), 256<<20))
+	s, err := openStore(cfg.Dir, cacheBytes(cfg.Budget), memtableBytes(cfg.Budget), cfg.FS)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +106,10 @@ func (m *Manager) Attach(names []string, tables []*sparse.Table) []shard.Tier {
 type attached struct{ *Table }
 
 func (a attached) Cut() shard.TierCut { return a.Table.Cut() }
+
+func (a attached) Counts() shard.TierCounts {
+	return shard.TierCounts{Rows: a.onDisk, Lookups: a.stats.Lookups, Hits: a.stats.Hits}
+}
 
 // Merge returns hot's rows with the cut's, in key order.
 func (c *Cut) Merge(hot sparse.Snapshot) (sparse.Snapshot, error) {
@@ -141,6 +157,9 @@ func (m *Manager) Stats() Totals {
 		t.Promotions += s.Promotions
 		t.Demotions += s.Demotions
 		t.Evicted += s.Evicted
+		t.Filtered += s.Filtered
+		t.Rebuilds += s.Rebuilds
+		t.FilterBytes += s.FilterBytes
 		t.HotBytes += s.HotRows * tb.RowBytes()
 	}
 	return t
@@ -153,6 +172,9 @@ func (m *Manager) Stats() Totals {
 // ps must stop then).
 func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 	lock.Lock()
+	if m.err == nil {
+		m.err = m.store.Err()
+	}
 	if m.err != nil {
 		lock.Unlock()
 		return m.err
@@ -172,14 +194,22 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 	}
 	m.evictUnseen(now)
 	flights := make([]*Flight, len(m.tables))
+	rebuilds := make([]*Rebuild, len(m.tables))
 	for i, t := range m.tables {
 		flights[i] = t.StartFlush()
+		rebuilds[i] = t.StartRebuild()
 	}
 	lock.Unlock()
 	errs := make([]error, len(flights))
 	for i, f := range flights {
 		if f != nil {
 			errs[i] = f.Write()
+		}
+	}
+	scanErrs := make([]error, len(rebuilds))
+	for i, rb := range rebuilds {
+		if rb != nil {
+			scanErrs[i] = rb.Scan()
 		}
 	}
 	lock.Lock()
@@ -189,10 +219,18 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 			f.t.EndFlush(f, errs[i])
 		}
 	}
+	for i, rb := range rebuilds {
+		if rb != nil {
+			rb.t.EndRebuild(rb, scanErrs[i])
+		}
+	}
 	for _, t := range m.tables {
 		if err := t.Err(); err != nil && m.err == nil {
 			m.err = err
 		}
+	}
+	if m.err == nil {
+		m.err = m.store.Err()
 	}
 	return m.err
 }

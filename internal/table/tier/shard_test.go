@@ -90,6 +90,19 @@ func TestShardCutCoversBothTiers(t *testing.T) {
 				if budget == 0 && m.Stats().DiskRows == 0 {
 					t.Fatal("budget 0, but no row went to disk")
 				}
+				// Status counts the rows of both tiers (rows on disk past
+				// an eviction are counted until found, so only without).
+				mu.Lock()
+				want, got := ref.Status().Tables[0], tiered.Status().Tables[0]
+				totals := m.Stats()
+				mu.Unlock()
+				if evict == 0 && got.Rows != want.Rows {
+					t.Errorf("status: %d rows with a disk tier, %d all in memory", got.Rows, want.Rows)
+				}
+				if got.TierRows != totals.DiskRows || got.TierLookups != totals.Lookups || got.TierHits != totals.Hits {
+					t.Errorf("status: %d rows on disk, %d lookups, %d hits; the tier counts %d, %d, %d",
+						got.TierRows, got.TierLookups, got.TierHits, totals.DiskRows, totals.Lookups, totals.Hits)
+				}
 			})
 		}
 	}

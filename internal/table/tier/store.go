@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrStore: the store on disk failed (a full disk, a damaged file, an I/O
@@ -23,7 +25,14 @@ var ErrStore = errors.New("tier: disk store failed")
 type Store struct {
 	db   *pebble.DB
 	dir  string
+	fs   vfs.FS
 	next uint32 // the prefix the next table gets; guarded by the owner's lock
+
+	// bgErr is the first error of pebble's background work (a flush or a
+	// compaction that could not write: a full disk). Pebble retries a
+	// failed flush for ever and, once its memtables are full, stalls
+	// writes: the tier stops at the first such error instead (Err).
+	bgErr atomic.Pointer[error]
 }
 
 // OpenStore opens a store in dir, which it creates, emptying whatever a
@@ -32,44 +41,80 @@ type Store struct {
 //
 // cacheBytes is pebble's block cache: index and filter blocks, and the
 // data blocks read most, stay in memory there (part of the ps's memory
-// beside the budget; 0: pebble's default, 8 MiB).
-func OpenStore(dir string, cacheBytes int64) (*Store, error) {
+// beside the budget; 0: pebble's default, 8 MiB); memtableBytes is the
+// size of its write buffer (0: pebble's default, 4 MiB).
+func OpenStore(dir string, cacheBytes, memtableBytes int64) (*Store, error) {
+	return openStore(dir, cacheBytes, memtableBytes, nil)
+}
+
+// openStore is OpenStore over fs (nil: the disk's). Whatever the
+// filesystem, syncs are skipped (noSyncFS).
+func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, error) {
+	if fs == nil {
+		fs = vfs.Default
+	}
 	if dir == "" {
 		return nil, fmt.Errorf("%w: no directory given", ErrStore)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := fs.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("%w: emptying %s: %w", ErrStore, dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: creating %s: %w", ErrStore, dir, err)
 	}
+	s := &Store{dir: dir, fs: fs, next: 1}
 	opts := &pebble.Options{
 		// Nothing is recovered from the store after a crash (the
 		// checkpoint is), so writes skip the log.
 		DisableWAL: true,
+		FS:         noSyncFS{fs},
 		Logger:     quietLogger{},
 		CacheSize:  cacheBytes,
+		// Up to two memtables are in memory at once (one being flushed);
+		// demoted rows are read back from them without a disk read.
+		MemTableSize: uint64(memtableBytes),
 		// A damaged file fails the read that meets it (ErrStore), not the
 		// process: pebble's default would be Logger.Fatalf.
-		EventListener: &pebble.EventListener{DataCorruption: func(pebble.DataCorruptionInfo) {}},
+		EventListener: &pebble.EventListener{
+			DataCorruption:  func(pebble.DataCorruptionInfo) {},
+			BackgroundError: func(err error) { s.bgErr.CompareAndSwap(nil, &err) },
+		},
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // a miss reads no block
+		// Rows are floats, which compress little: decoding every block
+		// read costs more than the bytes it saves.
+		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %w", ErrStore, dir, err)
 	}
-	return &Store{db: db, dir: dir, next: 1}, nil
+	s.db = db
+	return s, nil
+}
+
+// Err is the first error of the store's background work (a flush or a
+// compaction that failed: a full disk), nil if none.
+func (s *Store) Err() error {
+	if p := s.bgErr.Load(); p != nil {
+		return fmt.Errorf("%w: writing to %s: %w", ErrStore, s.dir, *p)
+	}
+	return nil
 }
 
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Close closes the store and removes its files.
+// Close closes the store and removes its files. A store whose background
+// work failed (Err) is not closed, since pebble's close waits for the flush
+// it retries for ever; its files are removed all the same.
 func (s *Store) Close() error {
-	err := s.db.Close()
-	if rmErr := os.RemoveAll(s.dir); err == nil {
+	var err error
+	if s.Err() == nil {
+		err = s.db.Close()
+	}
+	if rmErr := s.fs.RemoveAll(s.dir); err == nil {
 		err = rmErr
 	}
 	return err

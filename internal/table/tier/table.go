@@ -39,6 +39,16 @@ type Table struct {
 	keyBuf []byte
 	miss   []uint64
 
+	// fresh are the keys promoted at the table's step freshAt, old those
+	// of the step before: rows a pull brought in whose push may not have
+	// come yet. Demote leaves them, since they are about to be used again.
+	fresh, old map[uint64]struct{}
+	freshAt    int64
+	freshFor   int // Demotes since fresh started
+
+	filter  *missFilter // every key in the disk tier, and some that left it (filter.go)
+	rebuild *Rebuild    // the filter's rebuild out, or nil
+
 	stats Stats
 	err   error // the first store error; sticky
 }
@@ -56,6 +66,11 @@ type Stats struct {
 	Promotions int64 // rows moved into memory
 	Demotions  int64 // rows moved to disk
 	Evicted    int64 // rows found on disk past their eviction
+	Filtered   int64 // of Lookups, keys the miss filter knew were not on disk
+	Rebuilds   int64 // rebuilds of the miss filter
+	// FilterBytes is the miss filter's memory (beside the budget: about
+	// 1.9 bytes per row on disk).
+	FilterBytes int64
 }
 
 // NewTable makes t the hot tier of a table whose other rows live in s. t
@@ -66,7 +81,8 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 	tb := &Table{
 		hot: t, store: s, prefix: s.next,
 		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
-		pend: make(map[uint64]*entry),
+		pend: make(map[uint64]*entry), filter: newMissFilter(0),
+		fresh: make(map[uint64]struct{}), old: make(map[uint64]struct{}),
 	}
 	s.next++
 	return tb
@@ -84,6 +100,7 @@ func (t *Table) Stats() Stats {
 	s := t.stats
 	s.HotRows = int64(t.hot.Len())
 	s.DiskRows = t.onDisk
+	s.FilterBytes = t.filter.bytes()
 	return s
 }
 
@@ -100,12 +117,32 @@ func (t *Table) Fetch(keys []uint64) error {
 	if t.err != nil {
 		return t.err
 	}
+	if err := t.store.Err(); err != nil {
+		t.err = err
+		return err
+	}
+	if t.onDisk == 0 {
+		return nil
+	}
 	t.miss = t.hot.Missing(keys, t.miss[:0])
-	if len(t.miss) == 0 || t.onDisk == 0 {
+	if len(t.miss) == 0 {
 		return nil
 	}
 	slices.Sort(t.miss)
 	miss := slices.Compact(t.miss)
+	t.stats.Lookups += int64(len(miss))
+	n := 0
+	for _, k := range miss {
+		if t.filter.has(k) {
+			miss[n] = k
+			n++
+		}
+	}
+	t.stats.Filtered += int64(len(miss) - n)
+	miss = miss[:n]
+	if n == 0 {
+		return nil
+	}
 	snap := sparse.Snapshot{Dim: t.hot.Dim(), State: make([][]float32, t.slots)}
 	if t.counts {
 		snap.Updates = []uint32{}
@@ -124,7 +161,6 @@ func (t *Table) Fetch(keys []uint64) error {
 		defer it.Close()
 	}
 	for _, k := range miss {
-		t.stats.Lookups++
 		row, err := t.lookup(k, it)
 		if err != nil {
 			t.err = fmt.Errorf("%w: reading key %d from %s: %w", ErrStore, k, t.store.dir, err)
@@ -141,6 +177,7 @@ func (t *Table) Fetch(keys []uint64) error {
 			continue
 		}
 		t.stats.Hits++
+		t.fresh[k] = struct{}{}
 		t.decode(&snap, k, row)
 	}
 	if len(snap.Keys) == 0 {
@@ -231,11 +268,32 @@ func (t *Table) encode(snap *sparse.Snapshot, i int) []byte {
 // Demote moves up to n of the hot table's least recently touched rows to
 // the disk tier (into memory pending a write: see StartFlush) and returns
 // how many it moved.
+//
+// Rows promoted at the table's latest step or the one before are left in
+// memory (up to 64 Demotes, for pulls that no push follows): most were
+// fetched for a pull whose push comes next, and moving them out would bring
+// them back at once. So a budget smaller than the rows of the requests in
+// progress holds those rows, more than it.
 func (t *Table) Demote(n int) int {
+	if clock := t.hot.Clock(); clock != t.freshAt || t.freshFor >= 64 {
+		t.old, t.fresh = t.fresh, t.old
+		clear(t.fresh)
+		t.freshAt, t.freshFor = clock, 0
+	}
+	t.freshFor++
+	protected := t.fresh
+	if len(t.old) > 0 {
+		protected = maps.Clone(t.fresh)
+		maps.Copy(protected, t.old)
+	}
 	if n <= 0 || t.err != nil {
 		return 0
 	}
-	keys := t.hot.Coldest(n, nil)
+	keys := t.hot.Coldest(n+len(protected), nil)
+	if len(protected) > 0 {
+		keys = slices.DeleteFunc(keys, func(k uint64) bool { _, ok := protected[k]; return ok })
+		keys = keys[:min(n, len(keys))]
+	}
 	return t.demoteKeys(keys)
 }
 
@@ -244,6 +302,10 @@ func (t *Table) demoteKeys(keys []uint64) int {
 	snap := t.hot.Take(keys)
 	for i, k := range snap.Keys {
 		t.pend[k] = &entry{row: t.encode(&snap, i)}
+		t.filter.add(k)
+	}
+	if t.rebuild != nil {
+		t.rebuild.later = append(t.rebuild.later, snap.Keys...)
 	}
 	n := len(snap.Keys)
 	t.onDisk += int64(n)
@@ -274,6 +336,10 @@ func (t *Table) StartFlush() *Flight {
 // Write writes the flight's changes to the store in one batch. It reads
 // only the flight, which no one changes while it is out.
 func (f *Flight) Write() error {
+	// Past a failed flush pebble would stall this write for ever.
+	if err := f.t.store.Err(); err != nil {
+		return err
+	}
 	b := f.t.store.db.NewBatch()
 	defer b.Close()
 	var key []byte
@@ -299,7 +365,10 @@ func (t *Table) EndFlush(f *Flight, err error) {
 		return
 	}
 	if err != nil && t.err == nil {
-		t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
+		t.err = err
+		if !errors.Is(err, ErrStore) {
+			t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
+		}
 	}
 	t.flight = nil
 }

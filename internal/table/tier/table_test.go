@@ -19,6 +19,7 @@ type twin struct {
 	tt       *Table
 	budget   int // rows the hot tier may hold after a demotion
 	flight   *Flight
+	rebuild  *Rebuild
 }
 
 func newTwin(t *testing.T, cfg sparse.Config, s *Store, budget int) *twin {
@@ -40,6 +41,19 @@ func (w *twin) settle(t *testing.T, rng *rand.Rand) {
 	t.Helper()
 	if n := w.hot.Len() - w.budget; n > 0 {
 		w.tt.Demote(n)
+	}
+	switch rng.IntN(3) {
+	case 0: // the miss filter's rebuild starts, scans and stays out
+		if w.rebuild == nil {
+			if w.rebuild = w.tt.StartRebuild(); w.rebuild != nil {
+				if err := w.rebuild.Scan(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	case 1: // the rebuild ends
+		w.tt.EndRebuild(w.rebuild, nil)
+		w.rebuild = nil
 	}
 	switch rng.IntN(3) {
 	case 0: // a write starts and stays out across the next calls
@@ -75,11 +89,14 @@ func (w *twin) all(t *testing.T) sparse.Snapshot {
 }
 
 func TestTiersGiveTheSameResults(t *testing.T) {
+	// Small miss filters, rebuilt often.
+	defer func(n int) { minFilterKeys = n }(minFilterKeys)
+	minFilterKeys = 8
 	rounds := 300
 	if testing.Short() {
 		rounds = 120
 	}
-	s, err := OpenStore(t.TempDir()+"/store", 0)
+	s, err := OpenStore(t.TempDir()+"/store", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +179,9 @@ func compareTwin(t *testing.T, w *twin, rng *rand.Rand, rounds, nkeys int) {
 	if !w.ref.KeepsTouch() {
 		got.LastTouch = nil
 	}
+	if st := w.tt.Stats(); st.Lookups > 0 && st.Filtered == 0 {
+		t.Errorf("the miss filter skipped none of %d lookups", st.Lookups)
+	}
 	if err := sameRows(want, got); err != nil {
 		t.Fatalf("after %d rounds (%d rows, %d in memory): %v", rounds, len(want.Keys), w.hot.Len(), err)
 	}
@@ -200,7 +220,7 @@ func sameRows(a, b sparse.Snapshot) error {
 // A damaged store file is reported as ErrStore when a row is read from
 // it, and the table keeps failing (the ps stops and restores).
 func TestDamagedStoreIsReported(t *testing.T) {
-	s, err := OpenStore(t.TempDir()+"/store", 0)
+	s, err := OpenStore(t.TempDir()+"/store", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

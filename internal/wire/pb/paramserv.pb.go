@@ -1315,8 +1315,13 @@ type TableStatus struct {
 	Admitted            int64                  `protobuf:"varint,4,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	Evicted             int64                  `protobuf:"varint,5,opt,name=evicted,proto3" json:"evicted,omitempty"`
 	RejectedByAdmission int64                  `protobuf:"varint,6,opt,name=rejected_by_admission,json=rejectedByAdmission,proto3" json:"rejected_by_admission,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// With a disk tier (--table_memory): of rows, those on disk, and the keys
+	// looked for on disk and found there.
+	DiskRows      int64 `protobuf:"varint,100,opt,name=disk_rows,json=diskRows,proto3" json:"disk_rows,omitempty"`
+	DiskLookups   int64 `protobuf:"varint,101,opt,name=disk_lookups,json=diskLookups,proto3" json:"disk_lookups,omitempty"`
+	DiskHits      int64 `protobuf:"varint,102,opt,name=disk_hits,json=diskHits,proto3" json:"disk_hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableStatus) Reset() {
@@ -1387,6 +1392,27 @@ func (x *TableStatus) GetEvicted() int64 {
 func (x *TableStatus) GetRejectedByAdmission() int64 {
 	if x != nil {
 		return x.RejectedByAdmission
+	}
+	return 0
+}
+
+func (x *TableStatus) GetDiskRows() int64 {
+	if x != nil {
+		return x.DiskRows
+	}
+	return 0
+}
+
+func (x *TableStatus) GetDiskLookups() int64 {
+	if x != nil {
+		return x.DiskLookups
+	}
+	return 0
+}
+
+func (x *TableStatus) GetDiskHits() int64 {
+	if x != nil {
+		return x.DiskHits
 	}
 	return 0
 }
@@ -1987,14 +2013,17 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x0eWorkerActivity\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12'\n" +
 	"\x10last_seen_ms_ago\x18\x02 \x01(\x03R\rlastSeenMsAgo\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\"\xb5\x01\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"\x92\x02\n" +
 	"\vTableStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x03R\badmitted\x12\x18\n" +
 	"\aevicted\x18\x05 \x01(\x03R\aevicted\x122\n" +
-	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\"\xdf\x04\n" +
+	"\x15rejected_by_admission\x18\x06 \x01(\x03R\x13rejectedByAdmission\x12\x1b\n" +
+	"\tdisk_rows\x18d \x01(\x03R\bdiskRows\x12!\n" +
+	"\fdisk_lookups\x18e \x01(\x03R\vdiskLookups\x12\x1b\n" +
+	"\tdisk_hits\x18f \x01(\x03R\bdiskHits\"\xdf\x04\n" +
 	"\x0eStatusResponse\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\x05R\x04task\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x1f\n" +

@@ -1,4 +1,4 @@
-// Package sparse holds what the sparse-data readers (packages libsvm and
+// Package sparsedata holds what the sparse-data readers (packages libsvm and
 // criteo) share: the Example type, a compact CSR Dataset, the ParseError a
 // malformed line produces, the rule that splits a file's lines among
 // workers, and a bounded line splitter.
@@ -38,4 +38,4 @@
 // and wraps ErrSyntax, ErrKeyRange or ErrLineTooLong for errors.Is. With the
 // readers' SkipBadLines option such lines are counted in Stats.Skipped and
 // the reader goes on.
-package sparse
+package sparsedata

@@ -1,4 +1,4 @@
-package sparse
+package sparsedata
 
 import "slices"
 

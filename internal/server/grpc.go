@@ -1,0 +1,267 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/paramserv/paramserv/internal/secure"
+	"github.com/paramserv/paramserv/internal/shard"
+	"github.com/paramserv/paramserv/internal/version"
+	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
+)
+
+// This file is the server's one gRPC file: the service (pb.ParamServerServer),
+// whose methods lock, call the work of the same name and turn its error
+// into a status (statusOf); the server's options, credentials and
+// interceptors (the roles of roles.go, the version handshake); and the
+// reading of a status back into the shard's error kinds (kindOfStatus).
+// The rest of the package returns the shard's errors (shard.Error, of a
+// Kind), which the data path sends as they are.
+
+// newGRPC is the gRPC server that serves s's service on the connections
+// the mux hands it.
+func (s *Server) newGRPC() *grpc.Server {
+	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
+	pb.RegisterParamServerServer(g, s)
+	return g
+}
+
+// Init creates the shard's variables and sets the mode. A repeated Init with
+// the same layout (a restarted chief) changes nothing and reports the step.
+func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
+	resp, err := s.initialize(req)
+	return resp, statusOf(err)
+}
+
+// Push applies or accumulates gradients.
+func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp, err := s.push(req)
+	return resp, statusOf(err)
+}
+
+// Pull returns values once the shard's step reaches min_step.
+func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp, err := s.pull(ctx, req)
+	return resp, statusOf(err)
+}
+
+// PushPull pushes, then pulls, in one round trip.
+func (s *Server) PushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.PullResponse, error) {
+	resp, err := s.pushPull(ctx, req)
+	return resp, statusOf(err)
+}
+
+// Status reports the shard's state (with details, its variables, workers
+// and checkpoint directory too). A call whose metadata asks to wait for
+// the chief (version.WaitInitHeader, a duration) is answered as soon as the shard
+// is initialised, or when that duration has passed, so that a worker
+// waiting for the chief's Init starts at once rather than at its next poll.
+func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return s.report(ctx, req, waitInit(ctx)), nil
+}
+
+// ChangeRate changes the job's learning rate and schedule from the step
+// the request names (the chief sends it to every ps).
+func (s *Server) ChangeRate(_ context.Context, req *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error) {
+	resp, err := s.changeRate(req)
+	return resp, statusOf(err)
+}
+
+// Done records that a worker has finished.
+func (s *Server) Done(_ context.Context, req *pb.DoneRequest) (*pb.DoneResponse, error) {
+	resp, err := s.done(req)
+	return resp, statusOf(err)
+}
+
+// Checkpoint writes this shard into dir/ckpt-<step>/, dir being the ps's
+// own --checkpoint_dir. In synchronous mode the shard must be exactly at
+// the requested step (else Aborted: the chief tries again at a later
+// step); in asynchronous mode it is cut at its current step, which the
+// answer reports.
+func (s *Server) Checkpoint(_ context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+	resp, err := s.writeCheckpoint(req)
+	return resp, statusOf(err)
+}
+
+// Restore replaces the shard's state with the checkpoint of req.Step in the
+// ps's own --checkpoint_dir, aborts every waiting pull, and takes a new
+// incarnation.
+func (s *Server) Restore(_ context.Context, req *pb.RestoreRequest) (*pb.RestoreResponse, error) {
+	resp, err := s.restoreStep(req)
+	return resp, statusOf(err)
+}
+
+// statusOf maps an error of the shard to the status code its clients act
+// on; every front end answers through it.
+func statusOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	kind := kindOf(err)
+	code := codes.Code(wire.GRPCCode(kind))
+	st := status.New(code, err.Error())
+	if kind == wire.KindConflict {
+		// FailedPrecondition is also "not initialised yet", which a
+		// client waits out: the detail tells it this one will not pass.
+		info := &errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonLayoutConflict}
+		var se *shard.Error
+		if errors.As(err, &se) && se.Flag != "" {
+			// Not another model: a training flag (or the initial values)
+			// differs from what the ps holds.
+			info.Metadata = map[string]string{"flag": se.Flag}
+		}
+		if d, derr := st.WithDetails(info); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+// kindOfStatus is the kind of the ps's error that a gRPC status error
+// stands for (statusOf's inverse) and the status's message, and whether
+// err carries a status.
+func kindOfStatus(err error) (wire.ErrorKind, string, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, "", false
+	}
+	if st.Code() == codes.FailedPrecondition {
+		for _, d := range st.Details() {
+			if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.Domain == wire.ErrorDomain && ei.Reason == wire.ReasonLayoutConflict {
+				return wire.KindConflict, st.Message(), true
+			}
+		}
+	}
+	return wire.KindOfGRPCCode(uint32(st.Code())), st.Message(), true
+}
+
+// GRPCOptions are the server options shared by every ps: large messages
+// (a dense variable travels in one message) and large flow-control windows.
+func GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 30),
+		grpc.MaxSendMsgSize(1 << 30),
+		grpc.InitialWindowSize(64 << 20),
+		grpc.InitialConnWindowSize(64 << 20),
+		grpc.ReadBufferSize(256 << 10),
+		grpc.WriteBufferSize(256 << 10),
+		// A connection that has not sent its preface and settings by
+		// then is closed (issue 28: idle "PRI *" connections held
+		// descriptors for gRPC's default of 120 s).
+		grpc.ConnectionTimeout(sniffTimeout),
+		// The task each connection's certificate proved, and what it may
+		// call (roles.go).
+		grpc.Creds(taskCreds{insecure.NewCredentials()}),
+		grpc.ChainUnaryInterceptor(roleCheck),
+	}
+}
+
+// taskCreds are gRPC's transport credentials on a mux's connections: no
+// handshake of their own (secure's listener ran it), only the task the
+// peer proved, as the call's peer.AuthInfo.
+type taskCreds struct {
+	credentials.TransportCredentials
+}
+
+type taskInfo struct {
+	credentials.CommonAuthInfo
+	task secure.Task
+	ok   bool
+}
+
+func (taskInfo) AuthType() string { return "paramserv-task" }
+
+func (c taskCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	t, ok := peerTask(conn)
+	return conn, taskInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, task: t, ok: ok}, nil
+}
+
+func (c taskCreds) Clone() credentials.TransportCredentials {
+	return taskCreds{c.TransportCredentials.Clone()}
+}
+
+// workerOf is the worker a request names, for the calls a worker makes
+// as itself.
+type workerOf interface{ GetWorker() int32 }
+
+// roleCheck refuses a call its caller's task may not make.
+func roleCheck(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	p, _ := peer.FromContext(ctx)
+	var ti taskInfo
+	if p != nil {
+		ti, _ = p.AuthInfo.(taskInfo)
+	}
+	if !ti.ok {
+		return handler(ctx, req)
+	}
+	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	if err := allowed(ti.task, method, req); err != nil {
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	return handler(ctx, req)
+}
+
+// versionCheck is the ps's half of the version handshake (package
+// version): every answer carries the ps's protocol version, and a call
+// from a worker of another protocol version is refused with
+// FailedPrecondition naming both, marked by an ErrorInfo detail of reason
+// VERSION_MISMATCH.
+func versionCheck(logf func(string, ...any)) grpc.UnaryServerInterceptor {
+	v := version.Get()
+	hdr := metadata.Pairs(version.Header, strconv.Itoa(version.Current()), version.SoftwareHeader, v.Software())
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		_ = grpc.SetHeader(ctx, hdr)
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if err := version.Mismatch("this ps", "the worker", first(md.Get(version.Header)), first(md.Get(version.SoftwareHeader))); err != nil {
+				logf("refused %s: %v", info.FullMethod, err)
+				st := status.New(codes.FailedPrecondition, err.Error())
+				if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonVersionMismatch}); derr == nil {
+					st = d
+				}
+				return nil, st.Err()
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// waitInit is the wait a Status call asks for (0: none), at most 10s.
+func waitInit(ctx context.Context) time.Duration {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(first(md.Get(version.WaitInitHeader)))
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return min(d, 10*time.Second)
+}
