@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +129,38 @@ func TestMetricsOff(t *testing.T) {
 		w.Done(ctx)
 		w.Close()
 		cancel()
+	}
+}
+
+// Issue 28 (minor): under Auth (here a token) a metrics address of no host
+// is served on loopback only, as paramserv train's --metrics_addr is, and
+// said in the log. Before, the Go and Python APIs served it on every
+// interface, in clear.
+func TestMetricsLoopbackUnderAuth(t *testing.T) {
+	t.Setenv("PARAMSERV_METRICS_ADDR", "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth := paramserv.Auth{TokenFile: token}
+	tf, psDone := servePS(t, ctx, paramserv.PSConfig{Auth: auth})
+	var logged []string
+	w, err := paramserv.Start(ctx, paramserv.Config{TFConfig: tf, Auth: auth, MetricsAddr: ":0",
+		Variables: []paramserv.Variable{{Name: "w", Shape: []int{1}}}, Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 0.1},
+		Logf: func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }}, paramserv.Params{"w": {0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if a := w.MetricsAddr(); !strings.HasPrefix(a, "127.0.0.1:") || !strings.Contains(strings.Join(logged, "\n"), "the metrics address :0 serves them on 127.0.0.1:0 only") {
+		t.Errorf("MetricsAddr :0 under a token: served at %q, logged %q; want loopback only, said", a, logged)
+	}
+	if err := w.Done(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-psDone; err != nil {
+		t.Fatal(err)
 	}
 }

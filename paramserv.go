@@ -121,6 +121,7 @@ import (
 	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
+	"github.com/paramserv/paramserv/internal/telemetry"
 	"github.com/paramserv/paramserv/internal/trainer"
 )
 
@@ -353,6 +354,7 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 		return nil, err
 	}
 	sc.Dial = auth.Dialer(nil)
+	sc.MetricsAddr = telemetry.ListenAddr(sc.MetricsAddr, auth.Any(), cfg.Logf)
 	for _, v := range cfg.Variables {
 		for _, d := range v.Shape {
 			if d < 1 {

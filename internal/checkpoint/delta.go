@@ -31,16 +31,17 @@ import (
 
 // chain returns the manifests of the checkpoints shard k of m is built
 // from, base first and m last. Each link's manifest is read and checked
-// (its shard k in full when verify); errors wrap ErrChain and name the
-// broken link.
-func chain(fsys vfs.FS, dir string, m Manifest, k int, verify bool) ([]Manifest, error) {
+// (its shard k in full, in mode, when verify: a parent is held to what the
+// checkpoint itself is, finite values included); errors wrap ErrChain and
+// name the broken link.
+func chain(fsys vfs.FS, dir string, m Manifest, k int, verify bool, mode readMode) ([]Manifest, error) {
 	links := []Manifest{m}
 	for cur := m; cur.Shards[k].Delta; {
 		parent := cur.Shards[k].Parent
 		if len(links) > 1<<16 {
 			return nil, errorf(ErrChain, "%s: chain longer than %d links", CheckpointName(m.Step), 1<<16)
 		}
-		p, err := link(fsys, dir, parent, len(m.Shards), verify, k)
+		p, err := link(fsys, dir, parent, len(m.Shards), verify, mode, k)
 		if err != nil {
 			return nil, errorf(ErrChain, "%s is a delta of %s, which is %s", CheckpointName(cur.Step), CheckpointName(parent), brokenBecause(err))
 		}
@@ -52,8 +53,9 @@ func chain(fsys vfs.FS, dir string, m Manifest, k int, verify bool) ([]Manifest,
 }
 
 // link reads the manifest of the checkpoint at step, a parent in a chain,
-// and checks it has n shards and (verify) that shard k is intact.
-func link(fsys vfs.FS, dir string, step int64, n int, verify bool, k int) (Manifest, error) {
+// and checks it has n shards and (verify) that shard k is intact, read in
+// mode.
+func link(fsys vfs.FS, dir string, step int64, n int, verify bool, mode readMode, k int) (Manifest, error) {
 	cdir := filepath.Join(dir, CheckpointName(step))
 	m, err := readManifest(fsys, cdir, step)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -69,7 +71,7 @@ func link(fsys vfs.FS, dir string, step int64, n int, verify bool, k int) (Manif
 		return Manifest{}, errorf(ErrMismatch, "a checkpoint of %d shards, not %d", len(m.Shards), n)
 	}
 	if verify {
-		if _, err := readShard(fsys, cdir, m, k, verifyOnly); err != nil {
+		if _, err := readShard(fsys, cdir, m, k, mode); err != nil {
 			return Manifest{}, err
 		}
 	} else if err := statShard(fsys, cdir, m.Shards[k]); err != nil {
@@ -100,12 +102,12 @@ func statShard(fsys vfs.FS, cdir string, s ShardInfo) error {
 }
 
 // checkChain checks the chains of every shard of m (see chain).
-func checkChain(fsys vfs.FS, dir string, m Manifest, verify bool) error {
+func checkChain(fsys vfs.FS, dir string, m Manifest, verify bool, mode readMode) error {
 	if !m.IsDelta() {
 		return nil
 	}
 	for k := range m.Shards {
-		if _, err := chain(fsys, dir, m, k, verify); err != nil {
+		if _, err := chain(fsys, dir, m, k, verify, mode); err != nil {
 			return err
 		}
 	}
@@ -125,7 +127,7 @@ func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 	if err := m.Validate(); err != nil {
 		return Shard{}, err
 	}
-	links, err := chain(fsys, dir, m, k, false)
+	links, err := chain(fsys, dir, m, k, false, verifyOnly)
 	if err != nil {
 		return Shard{}, fmt.Errorf("checkpoint: read %s: %w", filepath.Join(dir, CheckpointName(m.Step)), err)
 	}

@@ -53,3 +53,38 @@ func TestFiniteCheckPieces(t *testing.T) {
 		t.Fatal("CheckFinite passed -Inf")
 	}
 }
+
+// A delta checkpoint is held to its parents' values too: with a NaN in
+// its base (in a row the deltas keep, and in "w", which a delta replaces),
+// every checkpoint of the chain is damaged for paramserv's readers, by
+// List, Latest and Load alike, naming the link and the value. Before, only
+// the newest file was checked for finite values, and the chain's parents
+// only for their checksums.
+func TestDeltaParentsFinite(t *testing.T) {
+	fsys, dir := vfs.NewMem(), "/ckpt"
+	nan := float32(math.NaN())
+	saveOne(t, fsys, dir, 10, tableShard(10, nan, map[uint64]float32{1: 1, 4: nan}), 0)
+	w := float32(7)
+	saveOne(t, fsys, dir, 20, deltaOf(20, 10, &w, map[uint64]float32{1: 20}), 10)
+	v := Verifier{Finite: true}
+	l, err := v.List(fsys, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Entries {
+		if e.Status() == "ok" || !errors.Is(e.Err, ErrFormat) && !errors.Is(e.Err, ErrChain) {
+			t.Errorf("List: %s: %v, want damaged by a value not finite", e.Name, e.Err)
+		}
+	}
+	if m, _, err := v.Latest(fsys, dir); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Latest = %d, %v; want none found", m.Step, err)
+	}
+	_, err = v.Load(fsys, dir, 20)
+	if !errors.Is(err, ErrChain) || !strings.Contains(err.Error(), "ckpt-20 is a delta of ckpt-10, which is damaged") || !strings.Contains(err.Error(), "is NaN") {
+		t.Errorf("Load(20) = %v; want the chain's NaN named", err)
+	}
+	// The format alone allows NaN, parents included.
+	if _, err := Load(fsys, dir, 20); err != nil {
+		t.Errorf("zero Verifier: Load(20) = %v", err)
+	}
+}

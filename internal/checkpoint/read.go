@@ -109,7 +109,7 @@ func checkAs(fsys vfs.FS, dir string, step int64, full bool, mode readMode) (Man
 			return m, errorf(ErrSize, "%s: %d bytes on disk, manifest says %d", s.File, fi.Size(), s.Size)
 		}
 	}
-	if err := checkChain(fsys, dir, m, full); err != nil {
+	if err := checkChain(fsys, dir, m, full, mode); err != nil {
 		return m, err
 	}
 	return m, nil
@@ -173,11 +173,18 @@ func (v Verifier) Latest(fsys vfs.FS, dir string) (m Manifest, skipped []Skipped
 // verifies. The error wraps ErrNotFound if there is no such checkpoint
 // directory, and says why otherwise.
 func Load(fsys vfs.FS, dir string, step int64) (Manifest, error) {
+	return Verifier{}.Load(fsys, dir, step)
+}
+
+// Load is the package's Load, verified as v says: with Finite, every file
+// of a delta checkpoint's chain (its parents back to its base) must hold
+// only finite values too.
+func (v Verifier) Load(fsys vfs.FS, dir string, step int64) (Manifest, error) {
 	cdir := filepath.Join(dir, CheckpointName(step))
 	if _, err := fsys.Stat(cdir); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrNotFound, cdir, err)
 	}
-	m, err := check(fsys, dir, step, true)
+	m, err := checkAs(fsys, dir, step, true, v.mode())
 	if err != nil {
 		return Manifest{}, fmt.Errorf("checkpoint: %s: %w", cdir, err)
 	}

@@ -325,6 +325,9 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		s, err := readShard(fsys, cdir, m, k, withData)
 		return s, func() {}, err
 	}
+	if err := preflight(fsys, cdir, si, false); err != nil {
+		return Shard{}, nil, err
+	}
 	f, err := fsys.Open(path)
 	if err != nil {
 		return Shard{}, nil, fileError(si.File, err)
@@ -428,6 +431,9 @@ func readShard(fsys vfs.FS, cdir string, m Manifest, k int, mode readMode) (Shar
 			what = "too long"
 		}
 		return fail(errorf(ErrSize, "%s: %d bytes on disk, manifest says %d", what, fi.Size(), si.Size))
+	}
+	if err := preflight(fsys, cdir, si, mode == withData); err != nil {
+		return Shard{}, err
 	}
 	f, err := fsys.Open(path)
 	if err != nil {

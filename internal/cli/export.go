@@ -127,7 +127,9 @@ func joinCheckpoint(dir string, step int64, withSlots bool) (checkpoint.Manifest
 	if step == checkpoint.LatestStep {
 		m, _, err = checkpoint.Verifier{Finite: true}.Latest(vfs.OS, dir)
 	} else {
-		m, err = checkpoint.Load(vfs.OS, dir, step)
+		// Every file of the chain, parents too, finite (a delta's
+		// parent was not checked before).
+		m, err = checkpoint.Verifier{Finite: true}.Load(vfs.OS, dir, step)
 	}
 	if err != nil {
 		return m, nil, err

@@ -121,31 +121,9 @@ func (f *telemetryFlags) ownLoopEnvs(given bool, numWorkers int) (envs [][]strin
 	return envs, chiefURL, nil
 }
 
-// metricsListenAddr is where --metrics_addr is served. The endpoint and
-// the status page are plain HTTP and show paths and hosts: when the task
-// authenticates its connections (auth), an address of no host or of every
-// interface (":9100", "0.0.0.0:9100") is bound to loopback only, said in
-// the log, and an explicit other host is served as asked with a warning
-// (issue 28: they were served in clear to anyone under --tls_dir).
-func metricsListenAddr(addr string, auth bool, logf func(string, ...any)) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || !auth {
-		return addr
-	}
-	switch ip := net.ParseIP(host); {
-	case host == "" || (ip != nil && ip.IsUnspecified()):
-		lo := net.JoinHostPort("127.0.0.1", port)
-		logf("metrics and the status page are plain HTTP: under --tls_dir or --auth_token_file --metrics_addr=%s serves them on %s only (give a host's address to serve them there, in clear)", addr, lo)
-		return lo
-	case !isLoopback(host):
-		logf("WARNING: metrics and the status page at %s are plain HTTP, readable by anyone who reaches it, although this task's connections require authentication", addr)
-	}
-	return addr
-}
-
 // start serves the task's metrics if --metrics_addr is set, and hooks the
 // ps's server or the worker's loop to them in cfg. stop ends the endpoint.
-// auth: the task authenticates its connections (metricsListenAddr).
+// auth: the task authenticates its connections (telemetry.ListenAddr).
 func (f *telemetryFlags) start(cfg *taskConfig, auth bool, logf func(string, ...any)) (stop func(), err error) {
 	var summaries *tfevents.Summaries
 	if dir := cmp.Or(f.summaryDir, cfg.CheckpointDir); dir != "" && cfg.Cluster.IsChief() {
@@ -196,7 +174,7 @@ func (f *telemetryFlags) start(cfg *taskConfig, auth bool, logf func(string, ...
 		cfg.Observer = w
 		cfg.Data.LoadProgress = w.DataLoad
 	}
-	srv, err := telemetry.Serve(metricsListenAddr(f.metricsAddr, auth, logf), reg, page, logf)
+	srv, err := telemetry.Serve(telemetry.ListenAddr(f.metricsAddr, auth, logf), reg, page, logf)
 	if err != nil {
 		closeSummaries()
 		return nil, err

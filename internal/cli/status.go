@@ -18,6 +18,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
+	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/telemetry"
@@ -131,7 +132,7 @@ func psStatus(ctx context.Context, host string, timeout time.Duration, policy *s
 	if policy != nil {
 		opts = append(opts, grpc.WithContextDialer(policy.Dialer(nil)))
 	}
-	conn, err := grpc.NewClient(host, opts...)
+	conn, err := grpc.NewClient(client.GRPCTarget(host, policy != nil), opts...)
 	if err != nil {
 		return nil, err
 	}

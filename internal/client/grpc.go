@@ -39,13 +39,7 @@ func (c *Client) Conn(i int) *grpc.ClientConn { return c.conns[i] }
 // set): messages up to 1 GiB, 64 MiB flow-control windows, the version
 // handshake, and reconnects at least every 2s.
 func dialGRPC(addr string, dial func(context.Context, string) (net.Conn, error)) (*grpc.ClientConn, error) {
-	target, dialOpts := addr, []grpc.DialOption(nil)
-	if dial != nil || strings.Contains(addr, "%") {
-		// An IPv6 zone ([fe80::1%eth0]:2222) is escaped for gRPC's target
-		// URL and dialed as it is: gRPC's DNS resolver takes no zone
-		// (before, a zone failed the worker with exit 1).
-		target = "passthrough:///" + strings.ReplaceAll(addr, "%", "%25")
-	}
+	target, dialOpts := GRPCTarget(addr, dial != nil), []grpc.DialOption(nil)
 	if dial != nil {
 		dialOpts = append(dialOpts, grpc.WithContextDialer(dial))
 	}
@@ -65,6 +59,18 @@ func dialGRPC(addr string, dial func(context.Context, string) (net.Conn, error))
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	)...)
+}
+
+// GRPCTarget is the gRPC target that dials the ps at addr (host:port) as
+// it is: through a dialer of the caller's (dialed), or with an IPv6 zone
+// ([fe80::1%eth0]:2222), escaped for gRPC's target URL and passed through,
+// as gRPC's DNS resolver takes no zone (before, a zone failed a worker,
+// and paramserv status, with exit 1); otherwise addr itself.
+func GRPCTarget(addr string, dialed bool) string {
+	if dialed || strings.Contains(addr, "%") {
+		return "passthrough:///" + strings.ReplaceAll(addr, "%", "%25")
+	}
+	return addr
 }
 
 // withWaitInit asks a Status call to wait for the chief's Init up to d.

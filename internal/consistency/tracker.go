@@ -15,7 +15,11 @@
 //
 // Asynchronous mode applies every push at once and advances the step by one
 // per push. With MaxStaleness > 0 (bounded staleness), a push computed more
-// than MaxStaleness steps ago is dropped as stale.
+// than MaxStaleness steps ago is dropped as stale. A push may claim a step
+// ahead of the shard's own (with several shards each counts its own pushes,
+// and a worker sends every shard the step it last read from the first), but
+// not more than MaxAsyncLead ahead: such a step is no step any shard of the
+// job reached, and would count as fresh to every staleness check.
 //
 // A Tracker is not safe for concurrent use; the server serialises calls.
 package consistency
@@ -31,6 +35,12 @@ type Config struct {
 	NumWorkers          int   // workers in the cluster
 	MaxStaleness        int64 // async: 0 = unbounded
 }
+
+// MaxAsyncLead is how far past the shard's step an asynchronous push's
+// step may be (2^40: more updates than any job makes, so a lead between
+// shards that a restart or a skewed placement opens never reaches it, while
+// a step such as 2^62 is refused).
+const MaxAsyncLead = int64(1) << 40
 
 // Validate reports a configuration that can never make progress.
 func (c Config) Validate() error {
@@ -126,6 +136,9 @@ func (t *Tracker) Push(worker int, step int64) (Verdict, error) {
 		return 0, fmt.Errorf("consistency: worker %d pushed for negative step %d", worker, step)
 	}
 	if !t.cfg.Sync {
+		if step-t.step > MaxAsyncLead {
+			return 0, fmt.Errorf("consistency: worker %d pushed for step %d, more than %d steps past this shard's step %d (an asynchronous worker sends the step it last pulled)", worker, step, MaxAsyncLead, t.step)
+		}
 		if t.cfg.MaxStaleness > 0 && t.step-step > t.cfg.MaxStaleness {
 			t.stats.StaleDropped++
 			return DropStale, nil

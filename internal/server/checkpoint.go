@@ -130,7 +130,7 @@ func (s *Server) restoreStep(req *pb.RestoreRequest) (*pb.RestoreResponse, error
 	if err != nil {
 		return nil, &shard.Error{Kind: shard.Invalid, Msg: err.Error()}
 	}
-	m, err := checkpoint.Load(s.cfg.FS, dir, req.Step)
+	m, err := checkpoint.Verifier{Finite: true}.Load(s.cfg.FS, dir, req.Step)
 	if err != nil {
 		return nil, kindErrorf(shard.NotReady, "ps %d: checkpoint of step %d in %s: %v", s.cfg.Task, req.Step, dir, err)
 	}

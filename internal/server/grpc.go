@@ -35,7 +35,7 @@ import (
 // newGRPC is the gRPC server that serves s's service on the connections
 // the mux hands it.
 func (s *Server) newGRPC() *grpc.Server {
-	g := grpc.NewServer(append(GRPCOptions(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
+	g := grpc.NewServer(append(GRPCOptions(), s.GRPCLimit(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
 	pb.RegisterParamServerServer(g, s)
 	return g
 }

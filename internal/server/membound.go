@@ -4,8 +4,15 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	gproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // What a data connection may make the ps buffer (issue 28, item 5: six
@@ -66,7 +73,9 @@ func (s *Server) dataLimits() bufLimits {
 		values := int64(0)
 		for _, v := range s.shard.Vars() {
 			values += int64(v.Len())
-			per += 2 + int64(len(v.Name())) + 4 + 4*int64(v.Len())
+			// Its name, count and values; 32 bytes more for a gRPC
+			// message's tags and lengths (GRPCLimit).
+			per += 32 + 2 + int64(len(v.Name())) + 4 + 4*int64(v.Len())
 		}
 		maxDim := int64(0)
 		tables := s.shard.Layout().Tables
@@ -167,4 +176,58 @@ func (s *Server) refused(dc *dataConn, ae *admitError) error {
 		return err
 	}
 	return nil
+}
+
+// A gRPC request is bounded as a data-path request is (issue 28, item 5:
+// six gRPC streams of 256 MiB took a ps to 1.63 GB). gRPC fixes its own
+// limit (1 GiB, GRPCOptions) when the server starts, before Init tells the
+// ps its layout, and reads each message whole before handing it on; so the
+// layout's bound is checked by the ps's codec (GRPCLimit), once the message
+// is read and before it is decoded into a second and third copy. A message
+// over it is refused, and its bytes go back to gRPC's pool at once.
+//
+// Init carries every variable's values and is bounded by gRPC's limit
+// alone: a chief restarted with a larger model must hear how its Init
+// differs (Server.Init), not that it is too large.
+
+// GRPCLimit is the server option that bounds each gRPC request but Init
+// by this ps's layout, as its data path is: every variable's values once
+// and rows of every table up to wire.MaxCachedKeys keys (before Init,
+// preInitBody). A request over it fails naming both sizes and the layout
+// (with code Internal: gRPC gives a codec's error no code of its own); the
+// connection goes on.
+func (s *Server) GRPCLimit() grpc.ServerOption {
+	return grpc.ForceServerCodecV2(limitCodec{s: s, CodecV2: encoding.GetCodecV2(gproto.Name)})
+}
+
+// limitCodec is gRPC's proto codec with Server.grpcAdmit before each
+// request is decoded.
+type limitCodec struct {
+	s *Server
+	encoding.CodecV2
+}
+
+func (c limitCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if err := c.s.grpcAdmit(v, data.Len()); err != nil {
+		return err
+	}
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// grpcAdmit refuses a gRPC request v of n bytes over the layout's limit.
+func (s *Server) grpcAdmit(v any, n int) error {
+	if _, ok := v.(*pb.InitRequest); ok {
+		return nil
+	}
+	s.mu.Lock()
+	l := s.dataLimits()
+	s.mu.Unlock()
+	if int64(n) <= l.perConn {
+		return nil
+	}
+	what := fmt.Sprintf("%T", v)
+	if m, ok := v.(proto.Message); ok {
+		what = string(proto.MessageName(m).Name())
+	}
+	return fmt.Errorf("ps %d: a gRPC %s of %d bytes is over this ps's limit of %d (%s)", s.cfg.Task, what, n, l.perConn, l.why)
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/paramserv/paramserv/internal/wire"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -125,4 +128,49 @@ func TestDataPathBuffersBoundedAcrossConnections(t *testing.T) {
 		rc.c.Close()
 	}
 	waitBuffered(t, s, 0)
+}
+
+// Issue 28, item 5: a gRPC request is bounded by the layout as a
+// data-path one is. Before Init only Init may be large; after it, a push
+// larger than every variable's values is refused naming the limit and the
+// layout, and the connection goes on. Before, gRPC's fixed 1 GiB was the
+// only bound: the 8 MiB push was read, decoded twice and applied.
+func TestGRPCRequestOverLayoutLimit(t *testing.T) {
+	s := New(Config{NumWorkers: 1})
+	addr := serveTCP(t, s)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ps := pb.NewParamServerClient(conn)
+	ctx := context.Background()
+	const big = 2 << 20 // values: 8 MiB
+	if _, err := ps.Pull(ctx, &pb.PullRequest{Names: []string{strings.Repeat("w", preInitBody)}}); err == nil || !strings.Contains(err.Error(), "over this ps's limit of 1048576 (before Init)") {
+		t.Fatalf("a 1 MiB pull before Init: %v, want it refused naming the limit", err)
+	}
+	// Init is bounded by gRPC's limit alone: 8 MiB of values.
+	if _, err := ps.Init(ctx, &pb.InitRequest{
+		Vars:       []*pb.VarSpec{{Name: "w", Shape: []int64{big}, Init: f32(make([]float32, big)...)}, {Name: "b", Shape: []int64{4}, Init: f32(0, 0, 0, 0)}},
+		Optimizer:  &pb.OptimizerConfig{Name: "sgd", LearningRate: 0.5},
+		NumWorkers: 1,
+	}); err != nil {
+		t.Fatalf("an Init of 8 MiB: %v", err)
+	}
+	push := func(w, b int) error {
+		_, err := ps.Push(ctx, &pb.PushRequest{Grads: []*pb.DenseTensor{
+			{Name: "w", Data: f32(make([]float32, w)...)}, {Name: "b", Data: f32(make([]float32, b)...)}}})
+		return err
+	}
+	if err := push(big, 4); err != nil {
+		t.Fatalf("a push of every value: %v", err)
+	}
+	err = push(big, big)
+	if err == nil || !strings.Contains(err.Error(), "a gRPC PushRequest of") || !strings.Contains(err.Error(), "is over this ps's limit") || !strings.Contains(err.Error(), "2097156 values in 2 variables") {
+		t.Fatalf("a push of 16 MiB to a layout of 8: %v, want it refused naming the limit and the layout", err)
+	}
+	t.Log(err)
+	if err := push(big, 4); err != nil {
+		t.Fatalf("a push after the refused one: %v", err)
+	}
 }

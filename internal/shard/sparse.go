@@ -77,11 +77,7 @@ func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step in
 		return err
 	}
 	var err error
-	if !t.sched.Constant() {
-		if err := t.t.SetRule(t.sched.At(step - 1)); err != nil {
-			panic(fmt.Sprintf("shard: table %q: %v", t.name, err))
-		}
-	}
+	t.schedule(step - 1)
 	if set != nil {
 		err = t.t.PushSet(set, grads, step)
 	} else {
@@ -110,6 +106,25 @@ func (t *table) accumulate(keys []uint64, grads []float32) {
 			row[j] += grads[i*dim+j]
 		}
 	}
+}
+
+// schedule sets the table's rule to its schedule's at step at: the rule an
+// update that makes step at+1 runs.
+func (t *table) schedule(at int64) {
+	if !t.sched.Constant() {
+		if err := t.t.SetRule(t.sched.At(at)); err != nil {
+			panic(fmt.Sprintf("shard: table %q: %v", t.name, err))
+		}
+	}
+}
+
+// checkPush is the table's CheckPush at the rate the push will run at (its
+// schedule at step at, as push sets it), as checkResult tries a variable's
+// update: a schedule that raises the rate must not let the check pass a
+// push the real update makes not finite.
+func (t *table) checkPush(keys []uint64, grads []float32, at int64) error {
+	t.schedule(at)
+	return t.t.CheckPush(keys, grads)
 }
 
 // applyAccumulated applies the sum, scaled already by 1/replicas, and

@@ -120,3 +120,35 @@ func equalF32(a, b []float32) bool {
 	}
 	return true
 }
+
+// A table's rows are tried at the rate the push runs at, as a variable's
+// values are: with the rate raised from step 1, a push that the base rate
+// keeps finite but the raised rate does not is refused, and the row stays
+// finite. Before, CheckPush tried the rule the table last ran (the base
+// rate), passed the push, and the row became -Inf.
+func TestSparseCheckAtScheduledRate(t *testing.T) {
+	s := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }, Logf: t.Logf})
+	if _, err := s.Init(sparseLayout(false, 1), [][]float32{{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ChangeRate(optim.RateChange{From: 1, LearningRate: 1e30}); err != nil {
+		t.Fatal(err)
+	}
+	var refused error
+	for step := int64(0); step < 2; step++ {
+		p := sparsePush(0, step, []uint64{7}, 1e10, 0)
+		p.Dense[0].Values[0] = 0
+		if err := s.Check(p); err != nil {
+			t.Fatal(err)
+		}
+		_, refused = s.Apply(p, time.Unix(0, 0), nil)
+		for _, x := range rowsOf(t, s, 7) {
+			if math.IsInf(float64(x), 0) || math.IsNaN(float64(x)) {
+				t.Fatalf("step %d: row value %v", step, x)
+			}
+		}
+	}
+	if refused == nil || !errors.Is(refused, ErrNonFinite) || !strings.Contains(refused.Error(), "key 7") {
+		t.Fatalf("push at the raised rate: %v, want refused naming key 7", refused)
+	}
+}

@@ -46,6 +46,7 @@ import (
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/session"
+	"github.com/paramserv/paramserv/internal/telemetry"
 )
 
 func main() {}
@@ -214,6 +215,7 @@ func parseConfig(text string) (session.Config, error) {
 			logger.Printf("warning: %s", w)
 		}
 	}
+	cfg.MetricsAddr = telemetry.ListenAddr(cfg.MetricsAddr, auth.Any(), cfg.Logf)
 	return cfg, nil
 }
 

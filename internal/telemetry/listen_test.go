@@ -1,4 +1,4 @@
-package cli
+package telemetry
 
 import (
 	"strings"
@@ -6,7 +6,8 @@ import (
 )
 
 // Issue 28 (minor): under --tls_dir the metrics and the status page were
-// served in clear on every interface. With authentication, an address of
+// served in clear on every interface (and still were by the Go and Python
+// APIs' MetricsAddr under their Auth). With authentication, an address of
 // no host or every interface is bound to loopback; an explicit host is
 // served as asked, with a warning; without authentication nothing changes.
 func TestMetricsListenAddr(t *testing.T) {
@@ -25,10 +26,10 @@ func TestMetricsListenAddr(t *testing.T) {
 		{":9100", false, ":9100", ""},
 	} {
 		var logged []string
-		got := metricsListenAddr(tc.addr, tc.auth, func(f string, a ...any) { logged = append(logged, f) })
+		got := ListenAddr(tc.addr, tc.auth, func(f string, a ...any) { logged = append(logged, f) })
 		all := strings.Join(logged, "\n")
 		if got != tc.want || (tc.log == "") != (all == "") {
-			t.Errorf("metricsListenAddr(%q, %v) = %q, logged %q; want %q", tc.addr, tc.auth, got, all, tc.want)
+			t.Errorf("ListenAddr(%q, %v) = %q, logged %q; want %q", tc.addr, tc.auth, got, all, tc.want)
 		}
 	}
 }
