@@ -104,11 +104,13 @@
 package paramserv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/client"
@@ -187,6 +189,9 @@ type Optimizer struct {
 	// FTRL-Proximal: beta (1), L1 and L2 (0, also adagrad_da's and the
 	// proximal rules'), L2Shrinkage (0).
 	FTRLBeta, L1, L2, L2Shrinkage float64
+	// LearningRatePower: ftrl's learning_rate_power, <= 0 (nil: -0.5; 0:
+	// a fixed rate per coordinate), as TF's FtrlOptimizer.
+	LearningRatePower *float64
 	// Rho: adadelta (0.95), rmsprop's decay (0.9). Centered: rmsprop.
 	Rho      float64
 	Centered bool
@@ -215,9 +220,22 @@ type Config struct {
 
 	// CheckpointDir, if set, is the directory every ps was given as
 	// --checkpoint_dir: the chief saves there every SaveSteps global
-	// steps (or every 10 minutes if 0) and at Done.
+	// steps (or every 10 minutes if 0) and at Done. Empty reads the
+	// environment variable PARAMSERV_CHECKPOINT_DIR (and a SaveSteps of
+	// 0 PARAMSERV_SAVE_STEPS), which `paramserv local -- CMD` sets from
+	// its --checkpoint_dir (--save_steps).
 	CheckpointDir string
 	SaveSteps     int64
+
+	// SummaryDir, if set, is where the chief writes TensorBoard event
+	// files: every SaveSummariesSteps global steps (100 if 0) the loss
+	// last given to ReportLoss (none if none was), global steps and
+	// reported examples per second, and the scheduled learning rate.
+	// Empty reads PARAMSERV_SUMMARY_DIR (and a SaveSummariesSteps of 0
+	// PARAMSERV_SAVE_SUMMARIES_STEPS), which `paramserv local -- CMD` sets
+	// from its --summary_dir, or else its --checkpoint_dir.
+	SummaryDir         string
+	SaveSummariesSteps int64
 
 	// StartupTimeout bounds Start's wait for the ps; RecoveryTimeout the
 	// wait for a ps that died to come back (5 minutes each if 0).
@@ -238,6 +256,13 @@ type Config struct {
 	// environment variable PARAMSERV_METRICS_ADDR, which `paramserv local
 	// -- CMD` sets for each worker; "off" serves none whatever it says.
 	MetricsAddr string
+}
+
+// envInt is the integer in the environment variable name, 0 if it is
+// unset or not an integer.
+func envInt(name string) int64 {
+	n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+	return n
 }
 
 // metricsAddr is the address to serve the metrics at, "" for none.
@@ -314,13 +339,15 @@ func Start(ctx context.Context, cfg Config, init Params) (*Worker, error) {
 			Sync:                cfg.Sync,
 			ReplicasToAggregate: cfg.ReplicasToAggregate,
 			MaxStaleness:        cfg.MaxStaleness,
-			CheckpointDir:       cfg.CheckpointDir,
-			SaveSteps:           cfg.SaveSteps,
+			CheckpointDir:       cmp.Or(cfg.CheckpointDir, os.Getenv("PARAMSERV_CHECKPOINT_DIR")),
+			SaveSteps:           cmp.Or(cfg.SaveSteps, envInt("PARAMSERV_SAVE_STEPS")),
 			StartupTimeout:      cfg.StartupTimeout,
 			RecoveryTimeout:     cfg.RecoveryTimeout,
 			Logf:                cfg.Logf,
 		},
-		MetricsAddr: cfg.metricsAddr(),
+		MetricsAddr:        cfg.metricsAddr(),
+		SummaryDir:         cmp.Or(cfg.SummaryDir, os.Getenv("PARAMSERV_SUMMARY_DIR")),
+		SaveSummariesSteps: cmp.Or(cfg.SaveSummariesSteps, envInt("PARAMSERV_SAVE_SUMMARIES_STEPS")),
 	}
 	auth, err := cfg.Auth.policy(cl)
 	if err != nil {
@@ -639,6 +666,7 @@ func (o Optimizer) config() optim.Config {
 		InitialAccumulator: o.InitialAccumulator, Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
 		FTRLBeta: o.FTRLBeta, L1: o.L1, L2: o.L2, L2Shrinkage: o.L2Shrinkage,
 		Rho: o.Rho, Centered: o.Centered, WeightDecay: o.WeightDecay, Schedule: o.Schedule,
+		LearningRatePower: o.LearningRatePower,
 	}
 }
 

@@ -170,6 +170,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 		{"--rho=1", "--rho=1: want >= 0 and < 1"},
 		{"--weight_decay=-1", "--weight_decay=-1: want >= 0"},
 		{"--l2_shrinkage=-1", "--l2_shrinkage=-1: want >= 0"},
+		{"--learning_rate_power=0.5", "--learning_rate_power=0.5: want <= 0 and finite"},
 		{"--lr_schedule=cosine()", "--lr_schedule: optim: invalid learning-rate schedule \"cosine()\": cosine: missing decay_steps"},
 		{"--epochs=-1", "--epochs=-1: want 0"},
 		{"--epochs=1", "--model=linreg reads its data until --train_steps; only sparse_lr counts passes"},
@@ -216,7 +217,7 @@ func TestBadNumbersExitTwo(t *testing.T) {
 			if args[0] == "train" || args[0] == "local" {
 				// The optimizer whose hyper-parameter the flag is.
 				for opt, flags := range map[string][]string{"momentum": {"--momentum="}, "adam": {"--beta1=", "--beta2=", "--epsilon="},
-					"adagrad": {"--initial_accumulator_value="}, "ftrl": {"--ftrl_beta=", "--l1=", "--l2=", "--l2_shrinkage="},
+					"adagrad": {"--initial_accumulator_value="}, "ftrl": {"--ftrl_beta=", "--l1=", "--l2=", "--l2_shrinkage=", "--learning_rate_power="},
 					"adadelta": {"--rho="}, "adamw": {"--weight_decay="}} {
 					for _, fl := range flags {
 						if strings.HasPrefix(args[len(args)-1], fl) {

@@ -40,7 +40,7 @@ var flagGroups = map[string]string{
 	"momentum": groupTraining, "use_nesterov": groupTraining, "beta1": groupTraining,
 	"beta2": groupTraining, "epsilon": groupTraining, "initial_accumulator_value": groupTraining,
 	"ftrl_beta": groupTraining, "l1": groupTraining, "l2": groupTraining,
-	"l2_shrinkage": groupTraining, "rho": groupTraining, "centered": groupTraining,
+	"l2_shrinkage": groupTraining, "learning_rate_power": groupTraining, "rho": groupTraining, "centered": groupTraining,
 	"weight_decay": groupTraining, "lr_schedule": groupTraining,
 	"sync_replicas": groupTraining, "replicas_to_aggregate": groupTraining,
 	"max_staleness": groupTraining, "split_bytes": groupTraining, "result_file": groupTraining,

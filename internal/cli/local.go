@@ -58,9 +58,15 @@ Every training flag is passed on to each task (--result_file to the chief
 only); the cluster flags are chosen here. With -- CMD, --tls_dir,
 --tls_cert, --tls_key, --tls_ca and --auth_token_file reach each worker as
 PARAMSERV_TLS_DIR, PARAMSERV_TLS_CERT, PARAMSERV_TLS_KEY, PARAMSERV_TLS_CA
-and PARAMSERV_AUTH_TOKEN_FILE, which the Python binding and paramserv.Start
-read. Each output line is prefixed with
-its process ([ps0], [worker1]). Exits 0 only if every process does; on a
+and PARAMSERV_AUTH_TOKEN_FILE, and --checkpoint_dir, --summary_dir (default:
+the checkpoint dir), --save_steps, --save_model_secs and
+--save_summaries_steps as PARAMSERV_CHECKPOINT_DIR, PARAMSERV_SUMMARY_DIR,
+PARAMSERV_SAVE_STEPS, PARAMSERV_SAVE_SECS and
+PARAMSERV_SAVE_SUMMARIES_STEPS. The Python binding and paramserv.Start
+(all but PARAMSERV_SAVE_SECS) read them where the program names none, so
+the chief saves there and writes the losses the program reports as
+TensorBoard summaries. Each output line is prefixed with its process
+([ps0], [worker1]). Exits 0 only if every process does; on a
 failure or Ctrl-C it stops them all and says which failed and why, and
 exits 2 if a process exited 2 (input to fix: a flag, a malformed data
 line), otherwise 1.
@@ -201,7 +207,7 @@ restarted has 30s to exit by itself, then is stopped and judged the same way.
 	stepAtStop := int64(-1)
 	err = local.Run(ctx, local.Config{
 		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
-		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: f.tls.files.Env(), WorkerEnvs: workerEnvs,
+		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: append(f.tls.files.Env(), ownProgramEnv(f)...), WorkerEnvs: workerEnvs,
 		Out: out, Err: errOut, Logf: logf,
 		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
 		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },

@@ -21,6 +21,7 @@ Commands:
   ckpt    list and inspect checkpoints
   certs   make a CA and per-task certificates for --tls_dir
   status  print each ps's step, mode, variables, tables, workers and checkpoints
+  rate    change a running job's learning rate (and schedule) on every ps from one global step
   plot    draw runs' loss and metric curves (summary directories, result files) into a PNG
   eval    evaluate a checkpoint: the metrics and result file of the end of training
   export  write a checkpoint's model as one safetensors file (numpy, PyTorch)
@@ -52,6 +53,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Certs(args[1:], stdout, stderr)
 	case "status":
 		return Status(ctx, args[1:], stdout, stderr)
+	case "rate":
+		return Rate(ctx, args[1:], stdout, stderr)
 	case "plot":
 		defer exitOnSignal(ctx, stderr)()
 		return Plot(ctx, args[1:], stdout, stderr)
@@ -85,7 +88,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // commands are Main's commands, for suggestions.
-var commands = []string{"train", "local", "bench", "data", "ckpt", "certs", "status", "plot", "eval", "export", "version"}
+var commands = []string{"train", "local", "bench", "data", "ckpt", "certs", "status", "rate", "plot", "eval", "export", "version"}
 
 // suggestCommand is the command closest to a mistyped one (ckpts, exprt),
 // "" if none is within two edits.

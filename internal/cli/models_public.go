@@ -42,7 +42,7 @@ func tfConfigOf(cl cluster.Config) string {
 // step; a model with a catalog.Entry.CustomRule refuses them.
 var updateRuleFlags = []string{"optimizer", "learning_rate", "batch_size", "momentum", "use_nesterov",
 	"beta1", "beta2", "epsilon", "initial_accumulator_value", "ftrl_beta", "l1", "l2",
-	"l2_shrinkage", "rho", "centered", "weight_decay", "lr_schedule"}
+	"l2_shrinkage", "learning_rate_power", "rho", "centered", "weight_decay", "lr_schedule"}
 
 // checkUpdateRuleFlags refuses an update-rule flag given to a model that
 // picks its own rule and batches.

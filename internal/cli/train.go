@@ -43,6 +43,7 @@ type trainFlags struct {
 	lr, momentum, beta1, beta2, eps, initAcc float64
 	ftrlBeta, l1, l2                         float64
 	l2Shrinkage, rho, weightDecay            float64
+	lrPower                                  float64 // ftrl's learning_rate_power
 	centered                                 bool
 	lrSchedule                               string
 	nesterov, sync, psWaitForever            bool
@@ -103,6 +104,7 @@ func defineTrainFlags(fs *flag.FlagSet) *trainFlags {
 	fs.Float64Var(&f.l1, "l1", 0, "L1 regularisation strength (ftrl, adagrad_da, proximal_sgd, proximal_adagrad)")
 	fs.Float64Var(&f.l2, "l2", 0, "L2 regularisation strength (ftrl, adagrad_da, proximal_sgd, proximal_adagrad)")
 	fs.Float64Var(&f.l2Shrinkage, "l2_shrinkage", 0, "FTRL L2 shrinkage regularisation strength (TF's l2_shrinkage_regularization_strength)")
+	fs.Float64Var(&f.lrPower, "learning_rate_power", -0.5, "FTRL learning_rate_power, <= 0: a coordinate's rate is learning_rate * n^power over its summed squared gradients n (0: fixed)")
 	fs.Float64Var(&f.rho, "rho", 0, "Adadelta rho (default 0.95), RMSProp decay (default 0.9)")
 	fs.BoolVar(&f.centered, "centered", false, "RMSProp: normalise by the estimated variance of the gradient")
 	fs.Float64Var(&f.weightDecay, "weight_decay", 0, "decoupled weight decay (adamw: default 0.01; lamb: default 0)")
@@ -187,6 +189,7 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 				InitialAccumulator: f.initAcc, Beta1: f.beta1, Beta2: f.beta2, Epsilon: f.eps,
 				FTRLBeta: f.ftrlBeta, L1: f.l1, L2: f.l2, L2Shrinkage: f.l2Shrinkage,
 				Rho: f.rho, Centered: f.centered, WeightDecay: f.weightDecay, Schedule: f.lrSchedule,
+				LearningRatePower: ftrlPowerFlag(f.lrPower),
 			},
 			Sync:                f.sync,
 			ReplicasToAggregate: f.replicas,
@@ -308,11 +311,21 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 	return cfg, nil
 }
 
+// ftrlPowerFlag is --learning_rate_power as optim.Config holds it: nil at
+// the default -0.5.
+func ftrlPowerFlag(p float64) *float64 {
+	if p == -0.5 {
+		return nil
+	}
+	return &p
+}
+
 // optimFlags maps optim.ConfigError's fields to the flags that set them.
 var optimFlags = map[string]string{
 	"learning_rate": "learning_rate", "momentum": "momentum", "initial_accumulator": "initial_accumulator_value",
 	"beta1": "beta1", "beta2": "beta2", "epsilon": "epsilon", "ftrl_beta": "ftrl_beta", "l1": "l1", "l2": "l2",
 	"l2_shrinkage": "l2_shrinkage", "rho": "rho", "weight_decay": "weight_decay",
+	"learning_rate_power": "learning_rate_power",
 }
 
 // checkRanges refuses numeric flags outside the values that mean something,

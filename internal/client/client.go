@@ -526,5 +526,6 @@ func pbOptimizer(o *optim.Config) *pb.OptimizerConfig {
 		Beta1: o.Beta1, Beta2: o.Beta2, Epsilon: o.Epsilon,
 		FtrlBeta: o.FTRLBeta, L1: o.L1, L2: o.L2, L2Shrinkage: o.L2Shrinkage,
 		Rho: o.Rho, Centered: o.Centered, WeightDecay: o.WeightDecay, Schedule: o.Schedule,
+		LearningRatePower: o.LearningRatePower,
 	}
 }

@@ -82,21 +82,29 @@ func (r *adam) Bound(param *Range, state []Range, g float64, step int64) bool {
 }
 
 func (r *ftrl) Bound(param *Range, state []Range, g float64, _ int64) bool {
-	// n grows (n' = n + g² >= n.Lo >= 0); sigma is at most |g|/alpha; the
-	// denominator is at least
-	// (beta+sqrt(n.Lo))/alpha + 2*l2, which must be positive.
-	if len(state) != 2 || !(state[0].Lo >= 0) || !(r.alpha > 0) || !(r.beta >= 0) || !(r.l2 >= 0) {
+	// n grows (n' = n + g² >= n.Lo >= 0); the denominator is at least
+	// (beta+n.Lo^q)/alpha + 2*l2 (q = -learning_rate_power >= 0), which
+	// must be positive.
+	if len(state) != 2 || !(state[0].Lo >= 0) || !(r.alpha > 0) || !(r.beta >= 0) || !(r.l2 >= 0) || !(r.power <= 0) {
 		return false
 	}
-	inv := 1 / r.alpha
-	den := (r.beta+math.Sqrt(state[0].Lo))*inv + 2*r.l2
+	inv, q := 1/r.alpha, -r.power
+	n1 := state[0].Hi + g*g
+	var root, sigma float64
+	if r.power == -0.5 {
+		// sqrt(n+g²) - sqrt(n) <= |g|, plus the rounding of the two roots.
+		root = math.Sqrt(state[0].Lo)
+		sigma = (g + 1e-15*math.Sqrt(n1)) * inv
+	} else {
+		// n^q is non-decreasing: the step's increase is at most n1^q.
+		root = math.Pow(state[0].Lo, q)
+		sigma = math.Pow(n1, q) * (1 + 1e-15) * inv
+	}
+	den := (r.beta+root)*inv + 2*r.l2
 	if !(den > 0) {
 		return false
 	}
-	// sqrt(n+g²) - sqrt(n) <= |g|, plus the rounding of the two roots.
-	n1 := state[0].Hi + g*g
-	sigma := (g + 1e-15*math.Sqrt(n1)) * inv
-	z := state[1].Mag() + g + sigma*param.Mag()
+	z := state[1].Mag() + g + 2*math.Abs(r.shrink)*param.Mag() + sigma*param.Mag()
 	state[0].Hi = n1
 	state[1] = sym(z)
 	*param = sym((z + math.Abs(r.l1)) / den)

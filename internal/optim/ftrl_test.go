@@ -3,6 +3,8 @@ package optim
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -89,5 +91,65 @@ func TestFTRLAgainstPaper(t *testing.T) {
 			}
 		}
 		t.Logf("config %d: worst |p-w|/(1+|w|) = %.3g", ci, worst)
+	}
+}
+
+// TestFTRLPowerDefault checks that learning_rate_power -0.5, given or by
+// default, keeps FTRL's square-root path bit for bit, and that the general
+// power path at -0.5 agrees with it to float rounding.
+func TestFTRLPowerDefault(t *testing.T) {
+	half := -0.5
+	base := Config{Name: "ftrl", LearningRate: 0.5, L1: 0.001, L2: 0.01, L2Shrinkage: 0.02}
+	given := base
+	given.LearningRatePower = &half
+	for _, rows := range []bool{false, true} {
+		want := runRule(t, base, rows)
+		got := runRule(t, given, rows)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("rows %v: [%d] = %v with learning_rate_power -0.5 given, %v by default", rows, i, got[i], want[i])
+			}
+		}
+	}
+	r, err := New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := r.(*ftrl)
+	init, grads, _ := refInputs()
+	pa, pb := append([]float32(nil), init...), append([]float32(nil), init...)
+	sa := [][]float32{make([]float32, len(pa)), make([]float32, len(pa))}
+	sb := [][]float32{make([]float32, len(pa)), make([]float32, len(pa))}
+	fast.InitState(sa)
+	fast.InitState(sb)
+	for k, g := range grads {
+		fast.Update(pa, g, sa, int64(k+1))
+		fast.updatePower(pb, g, sb)
+	}
+	want64 := make([]float64, len(pa))
+	for i, v := range pa {
+		want64[i] = float64(v)
+	}
+	if i, worst := closeTo(pb, want64, 1e-5); i >= 0 {
+		t.Errorf("[%d]: power path %v, square-root path %v (worst relative difference %.2g)", i, pb[i], pa[i], worst)
+	}
+}
+
+// TestFTRLPowerChecked checks that learning_rate_power is refused above 0
+// and when not finite, and that 0 (a fixed rate) is a power of its own.
+func TestFTRLPowerChecked(t *testing.T) {
+	for _, p := range []float64{0.1, math.Inf(-1), math.NaN()} {
+		if _, err := New(Config{Name: "ftrl", LearningRate: 0.1, LearningRatePower: &p}); err == nil || !strings.Contains(err.Error(), "learning_rate_power") {
+			t.Errorf("learning_rate_power %v: err %v, want one naming learning_rate_power", p, err)
+		}
+	}
+	zero := 0.0
+	a := runRule(t, Config{Name: "ftrl", LearningRate: 0.5, LearningRatePower: &zero}, false)
+	b := runRule(t, Config{Name: "ftrl", LearningRate: 0.5}, false)
+	if reflect.DeepEqual(a, b) {
+		t.Errorf("learning_rate_power 0 gives the values of the default -0.5")
+	}
+	if got := Resolved(Config{Name: "ftrl", LearningRate: 0.1}).FTRLPower(); got != -0.5 {
+		t.Errorf("Resolved: learning_rate_power %v, want -0.5", got)
 	}
 }

@@ -47,6 +47,11 @@ type Config struct {
 	// L2Shrinkage: FTRL's l2_shrinkage_regularization_strength (0), TF's
 	// ApplyFtrlV2.
 	L2Shrinkage float64 `json:"l2_shrinkage,omitempty"`
+	// LearningRatePower: FTRL's learning_rate_power (nil: -0.5), <= 0: a
+	// coordinate's rate is LearningRate * n^LearningRatePower over its
+	// accumulated squared gradients n (0: a fixed rate). A pointer, as 0
+	// is a rate of its own rather than "the default".
+	LearningRatePower *float64 `json:"learning_rate_power,omitempty"`
 	// Rho: Adadelta's rho (0.95) and RMSProp's decay (0.9).
 	Rho float64 `json:"rho,omitempty"`
 	// Centered: RMSProp normalizes by the estimated variance.
@@ -156,10 +161,33 @@ func validate(rule string, cfg Config) error {
 			return &ConfigError{Rule: rule, Field: f.name, Value: f.v, Want: want}
 		}
 	}
+	if p := cfg.LearningRatePower; p != nil && !(*p <= 0 && finite(*p)) {
+		return &ConfigError{Rule: rule, Field: "learning_rate_power", Value: *p, Want: "<= 0 and finite"}
+	}
 	if _, err := ParseSchedule(cfg.Schedule); err != nil {
 		return err
 	}
 	return nil
+}
+
+// Equal reports whether cfg and o are the same configuration, comparing
+// LearningRatePower by value (== compares the pointers).
+func (cfg Config) Equal(o Config) bool {
+	if (cfg.LearningRatePower == nil) != (o.LearningRatePower == nil) ||
+		cfg.LearningRatePower != nil && *cfg.LearningRatePower != *o.LearningRatePower {
+		return false
+	}
+	cfg.LearningRatePower, o.LearningRatePower = nil, nil
+	return cfg == o
+}
+
+// FTRLPower is cfg's FTRL learning_rate_power: LearningRatePower, or its
+// default -0.5.
+func (cfg Config) FTRLPower() float64 {
+	if cfg.LearningRatePower == nil {
+		return -0.5
+	}
+	return *cfg.LearningRatePower
 }
 
 // orDefault returns v, or def where v is zero (Config's "use the default").

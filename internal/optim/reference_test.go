@@ -203,6 +203,10 @@ var refRules = map[string]struct {
 			p[i] = -(z - math.Copysign(0.001, z)) / ((1+math.Sqrt(n1))/0.5 + 2*0.01)
 		}
 	}},
+	// learning_rate_power other than -0.5 (TF's ApplyFtrl with n^-power).
+	"ftrl_power_1":   ftrlPowerRef(-1),
+	"ftrl_power_0":   ftrlPowerRef(0),
+	"ftrl_power_0.3": ftrlPowerRef(-0.3),
 	"proximal_sgd": {Config{Name: "proximal_sgd", LearningRate: 0.01, L1: 0.01, L2: 0.1}, nil, func(p, g []float64, _ [][]float64, _ float64) {
 		for i := range p {
 			v := p[i] - 0.01*g[i]
@@ -306,6 +310,33 @@ func closeTo(got []float32, want []float64, tol float64) (int, float64) {
 		}
 	}
 	return at, worst
+}
+
+// ftrlPowerRef is the "ftrl" case of refRules at learning_rate_power power:
+// TF's ApplyFtrl formula with n^-power in place of sqrt(n).
+func ftrlPowerRef(power float64) struct {
+	cfg   Config
+	init  []float64
+	apply refRule
+} {
+	cfg := Config{Name: "ftrl", LearningRate: 0.5, FTRLBeta: 1, L1: 0.001, L2: 0.01, L2Shrinkage: 0.02, LearningRatePower: &power}
+	return struct {
+		cfg   Config
+		init  []float64
+		apply refRule
+	}{cfg, []float64{0.1, 0}, func(p, g []float64, s [][]float64, _ float64) {
+		for i := range p {
+			n0, n1 := s[0][i], s[0][i]+g[i]*g[i]
+			s[1][i] += g[i] + 2*0.02*p[i] - (math.Pow(n1, -power)-math.Pow(n0, -power))/0.5*p[i]
+			s[0][i] = n1
+			z := s[1][i]
+			if math.Abs(z) <= 0.001 {
+				p[i] = 0
+				continue
+			}
+			p[i] = -(z - math.Copysign(0.001, z)) / ((1+math.Pow(n1, -power))/0.5 + 2*0.01)
+		}
+	}}
 }
 
 // TestRulesAgainstFormulas checks each rule against its formula with the

@@ -30,6 +30,8 @@ func Resolved(cfg Config) Config {
 	case "ftrl":
 		def(&cfg.FTRLBeta, 1)
 		def(&cfg.InitialAccumulator, 0.1)
+		power := cfg.FTRLPower()
+		cfg.LearningRatePower = &power
 	case "adadelta":
 		def(&cfg.Rho, 0.95)
 		def(&cfg.Epsilon, 1e-8)

@@ -14,6 +14,7 @@ import (
 // given the zeros disagree on.
 func TestResolvedIsWhatNewFillsIn(t *testing.T) {
 	const lr = 0.01
+	ftrlPower := -0.5
 	want := map[string]Config{
 		"sgd":              {},
 		"momentum":         {Momentum: 0.9},
@@ -24,7 +25,7 @@ func TestResolvedIsWhatNewFillsIn(t *testing.T) {
 		"adam":             {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8},
 		"adamw":            {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, WeightDecay: 0.01},
 		"lamb":             {Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-6},
-		"ftrl":             {FTRLBeta: 1, InitialAccumulator: 0.1},
+		"ftrl":             {FTRLBeta: 1, InitialAccumulator: 0.1, LearningRatePower: &ftrlPower},
 		"adadelta":         {Rho: 0.95, Epsilon: 1e-8},
 		"rmsprop":          {Rho: 0.9, Epsilon: 1e-10, InitialAccumulator: 1},
 	}

@@ -190,11 +190,14 @@ func (r *adam) Update(param, grad []float32, state [][]float32, step int64) {
 	}
 }
 
-// ftrl is FTRL-Proximal as TF's ApplyFtrl with learning_rate_power -0.5 plus
-// the paper's beta; state [n, z] (TF's accum and linear).
+// ftrl is FTRL-Proximal as TF's ApplyFtrl plus the paper's beta; state
+// [n, z] (TF's accum and linear). At learning_rate_power -0.5 (the
+// default) Update takes square roots; at any other power, updatePower
+// takes powers.
 type ftrl struct {
 	alpha, beta, l1, l2, init float64
 	shrink                    float64 // l2_shrinkage
+	power                     float64 // learning_rate_power, <= 0
 	frozen                    bool    // rate not positive (withRate): Update changes nothing
 }
 
@@ -207,6 +210,7 @@ func newFTRL(cfg Config) (Rule, error) {
 		init:  cfg.InitialAccumulator,
 
 		shrink: cfg.L2Shrinkage,
+		power:  cfg.FTRLPower(),
 	}, nil
 }
 
@@ -233,6 +237,10 @@ func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 	if r.frozen {
 		return
 	}
+	if r.power != -0.5 {
+		r.updatePower(param, grad, state)
+		return
+	}
 	g := grad[:len(param)]
 	n := state[0][:len(param)]
 	z := state[1][:len(param)]
@@ -250,6 +258,35 @@ func (r *ftrl) Update(param, grad []float32, state [][]float32, _ int64) {
 		s1 := math.Sqrt(n1)
 		sigma := (s1 - math.Sqrt(n0)) * invAlpha
 		gz := gi // TF's grad_with_shrinkage
+		if shrink2 != 0 {
+			gz += shrink2 * float64(p)
+		}
+		zi := float64(z[i]) + gz - sigma*float64(p)
+		n[i] = float32(n1)
+		z[i] = float32(zi)
+		if math.Abs(zi) <= l1 {
+			param[i] = 0
+			continue
+		}
+		param[i] = float32(-(zi - math.Copysign(l1, zi)) / ((beta+s1)*invAlpha + l2x2))
+	}
+}
+
+// updatePower is Update at a learning_rate_power other than -0.5: TF's
+// ApplyFtrl with n^-power where the fast path takes sqrt(n).
+func (r *ftrl) updatePower(param, grad []float32, state [][]float32) {
+	g := grad[:len(param)]
+	n := state[0][:len(param)]
+	z := state[1][:len(param)]
+	invAlpha, q := 1/r.alpha, -r.power
+	l1, beta, l2x2, shrink2 := r.l1, r.beta, 2*r.l2, 2*r.shrink
+	for i, p := range param {
+		gi := float64(g[i])
+		n0 := float64(n[i])
+		n1 := n0 + gi*gi
+		s1 := math.Pow(n1, q)
+		sigma := (s1 - math.Pow(n0, q)) * invAlpha
+		gz := gi
 		if shrink2 != 0 {
 			gz += shrink2 * float64(p)
 		}

@@ -41,7 +41,7 @@ func allowed(task secure.Task, method string, req any) error {
 	switch method {
 	case "Status":
 		return nil
-	case "Init", "Checkpoint", "Restore":
+	case "Init", "Checkpoint", "Restore", "ChangeRate":
 		if task != (secure.Task{Job: "worker", Index: 0}) {
 			return fmt.Errorf("%s: only the chief (worker 0) may call it; this connection's certificate is %s's", method, task)
 		}

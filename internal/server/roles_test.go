@@ -60,6 +60,8 @@ func TestRolesBoundToCertificates(t *testing.T) {
 	}
 	_, _, err = impostor.Push(ctx, 0, model.Params{"w": {100, 100}})
 	refused("Push as worker 0 with worker 1's certificate", err)
+	_, err = impostor.ChangeRate(ctx, optim.RateChange{From: 0, LearningRate: 1000})
+	refused("ChangeRate with worker 1's certificate", err)
 	psAsWorker := connect("ps", 0, 1)
 	_, _, err = psAsWorker.Push(ctx, 0, model.Params{"w": {100, 100}})
 	refused("Push as worker 1 with ps 0's certificate", err)

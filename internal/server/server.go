@@ -353,6 +353,7 @@ func optimConfig(c *pb.OptimizerConfig) optim.Config {
 		InitialAccumulator: c.InitialAccumulator, Beta1: c.Beta1, Beta2: c.Beta2, Epsilon: c.Epsilon,
 		FTRLBeta: c.FtrlBeta, L1: c.L1, L2: c.L2, L2Shrinkage: c.L2Shrinkage,
 		Rho: c.Rho, Centered: c.Centered, WeightDecay: c.WeightDecay, Schedule: c.Schedule,
+		LearningRatePower: c.LearningRatePower,
 	}
 }
 

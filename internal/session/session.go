@@ -68,6 +68,15 @@ type Config struct {
 	// every call counted and timed with its bytes, the steps, and the
 	// losses the program reports (ReportLoss); the chief's checkpoints.
 	MetricsAddr string
+
+	// SummaryDir, if set, is where the chief writes TensorBoard event
+	// files (events.out.tfevents.*) from Start to Close: every
+	// SaveSummariesSteps global steps (100 if 0) the latest loss the
+	// program reported (ReportLoss; none if it reported none), global
+	// steps and examples (those reported) per second, the pushes
+	// dropped, and the job's scheduled learning rate.
+	SummaryDir         string
+	SaveSummariesSteps int64
 }
 
 // Session is a started worker.
@@ -86,8 +95,9 @@ type Session struct {
 	local    int64
 	returned time.Time
 
-	collectives int64 // the collective calls made (collective.go): the next one's number
-	deferSaves  bool  // the program saves the due checkpoints with its state (DeferSaves)
+	collectives int64      // the collective calls made (collective.go): the next one's number
+	deferSaves  bool       // the program saves the due checkpoints with its state (DeferSaves)
+	sum         *summaries // the chief's, with Config.SummaryDir
 }
 
 func (cfg *Config) defaults() {
@@ -133,14 +143,24 @@ func Start(ctx context.Context, cfg Config, init model.Params) (*Session, error)
 		}
 		observer = mw
 	}
-	s, err := start(ctx, cfg, init, observer)
+	sum, err := newSummaries(cfg)
 	if err != nil {
 		if srv != nil {
 			_ = srv.Close()
 		}
 		return nil, err
 	}
-	s.srv, s.calls, s.returned = srv, calls, time.Now()
+	s, err := start(ctx, cfg, init, observer)
+	if err != nil {
+		if srv != nil {
+			_ = srv.Close()
+		}
+		if sum != nil {
+			_ = sum.close()
+		}
+		return nil, err
+	}
+	s.srv, s.calls, s.returned, s.sum = srv, calls, time.Now(), sum
 	if calls != nil {
 		calls.At(s.step)
 	}
@@ -283,6 +303,9 @@ func (s *Session) pushStep(ctx context.Context, call string, grads, params model
 	if err == nil && s.calls != nil {
 		s.local++
 		s.calls.Stepped(s.worker, step, s.local, compute, s.returned.Sub(start), dropped)
+	}
+	if err == nil && s.sum != nil {
+		s.sum.stepped(s.worker, step, dropped)
 	}
 	return step, err
 }
@@ -443,6 +466,9 @@ func (s *Session) ChangeRate(ctx context.Context, ch optim.RateChange) error {
 		late = fmt.Sprintf(" (a ps was already at step %d: it switched at its next update)", at)
 	}
 	s.cfg.Logf("learning rate %v, schedule %q, from global step %d%s", ch.LearningRate, ch.Schedule, ch.From, late)
+	if s.sum != nil {
+		s.sum.changed(ch)
+	}
 	return nil
 }
 
@@ -475,6 +501,11 @@ func (s *Session) Close() error {
 		_ = s.srv.Close()
 		s.srv = nil
 	}
+	if s.sum != nil {
+		if serr := s.sum.close(); serr != nil {
+			s.cfg.Logf("summaries: %v", serr)
+		}
+	}
 	return err
 }
 
@@ -491,9 +522,13 @@ func (s *Session) MetricsAddr() string {
 // the global step of the values last pulled, and the batch's examples (0:
 // not counted), for the metrics (paramserv_worker_loss,
 // paramserv_worker_examples_total), the status page's loss curve and
-// paramserv local's progress line. It does nothing without metrics. Unlike
+// paramserv local's progress line, and the chief's summaries
+// (Config.SummaryDir). It does nothing without either. Unlike
 // the other methods it may be called while another call is in flight.
 func (s *Session) ReportLoss(loss float64, examples int) {
+	if s.sum != nil {
+		s.sum.reported(loss, examples)
+	}
 	if s.calls != nil {
 		s.calls.Loss(loss, examples)
 	}

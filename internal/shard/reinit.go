@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -153,6 +154,9 @@ func optimizerChanges(a, b optim.Config) []optimizerChange {
 	f("l1", "--l1", a.L1, b.L1)
 	f("l2", "--l2", a.L2, b.L2)
 	f("l2 shrinkage", "--l2_shrinkage", a.L2Shrinkage, b.L2Shrinkage)
+	if strings.EqualFold(a.Name, "ftrl") || strings.EqualFold(b.Name, "ftrl") {
+		f("learning rate power", "--learning_rate_power", a.FTRLPower(), b.FTRLPower())
+	}
 	f("rho", "--rho", a.Rho, b.Rho)
 	if a.Centered != b.Centered {
 		out = append(out, optimizerChange{"centered", "--centered", fmt.Sprint(a.Centered), fmt.Sprint(b.Centered)})

@@ -512,12 +512,17 @@ func sameRule(a, b *optim.Config) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	return *a == *b
+	return a.Equal(*b)
 }
 
 func ruleString(c *optim.Config) string {
 	if c == nil {
 		return "(the job's)"
+	}
+	if p := c.LearningRatePower; p != nil {
+		d := *c
+		d.LearningRatePower = nil
+		return fmt.Sprintf("%+v with learning_rate_power %v", d, *p)
 	}
 	return fmt.Sprintf("%+v", *c)
 }

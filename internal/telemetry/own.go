@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,12 @@ func NewCalls(reg *prometheus.Registry, w *Worker) *Calls {
 	for _, k := range callKinds {
 		c.known[k] = c.metrics(k)
 	}
+	// No loss until the program reports one (Loss): NaN, which paramserv
+	// local's progress line leaves out, where 0 read as a loss of 0.
+	w.loss.Set(math.NaN())
+	c.w.mu.Lock()
+	c.w.last.Loss = math.NaN()
+	c.w.mu.Unlock()
 	return c
 }
 

@@ -24,6 +24,9 @@ func FormatStatus(i int, host string, st *pb.StatusResponse) string {
 		}
 		fmt.Fprintf(&b, "ps %d at %s: global step %d, %s, incarnation %x%s\n", i, host, st.GlobalStep, st.Mode, st.Incarnation, restored)
 		fmt.Fprintf(&b, "  pushes: %d applied, %d dropped as stale or duplicate, %d rejected\n", st.AppliedPushes, st.StaleDropped, st.RejectedPushes)
+		if st.LearningRate > 0 {
+			fmt.Fprintf(&b, "  learning rate: %v (the job's rule, at the next update)\n", st.LearningRate)
+		}
 	}
 	if len(st.Vars) > 0 {
 		var parts []string
@@ -202,8 +205,12 @@ func (w *Worker) text() string {
 		return fmt.Sprintf("worker: no step yet (started %s ago)", time.Since(w.started).Round(time.Second))
 	}
 	s := w.last
-	return fmt.Sprintf("worker %d: global step %d, %d local steps, loss %.4g\nlast step: compute %s, push+pull %s\n%d of its pushes dropped as stale",
-		s.Worker, s.GlobalStep, s.LocalStep, s.Loss, s.Compute.Round(time.Microsecond), s.Exchange.Round(time.Microsecond), w.droppedN)
+	loss := fmt.Sprintf("loss %.4g", s.Loss)
+	if math.IsNaN(s.Loss) {
+		loss = "no loss reported"
+	}
+	return fmt.Sprintf("worker %d: global step %d, %d local steps, %s\nlast step: compute %s, push+pull %s\n%d of its pushes dropped as stale",
+		s.Worker, s.GlobalStep, s.LocalStep, loss, s.Compute.Round(time.Microsecond), s.Exchange.Round(time.Microsecond), w.droppedN)
 }
 
 // Page returns the worker's status page.

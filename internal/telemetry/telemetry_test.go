@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -173,5 +174,25 @@ func TestLoadAndRestoreProgress(t *testing.T) {
 		if got, ok := f.Value(c.name, c.labels...); !ok || got != c.want {
 			t.Errorf("%s%v = %g (found %v), want %g", c.name, c.labels, got, ok, c.want)
 		}
+	}
+}
+
+// A program's own loop that has reported no loss shows none: the gauge
+// is NaN (which paramserv local's progress line leaves out), not 0, and
+// the status page says so; the first ReportLoss sets it.
+func TestOwnLoopLossUnsetUntilReported(t *testing.T) {
+	reg := NewRegistry()
+	w := NewWorker(reg)
+	c := NewCalls(reg, w)
+	c.Stepped(0, 5, 1, time.Millisecond, time.Millisecond, false)
+	if v, ok := gather(t, reg).Value("paramserv_worker_loss"); !ok || !math.IsNaN(v) {
+		t.Errorf("loss before any report: %v (present %v), want NaN", v, ok)
+	}
+	if s := w.text(); !strings.Contains(s, "no loss reported") {
+		t.Errorf("status page before any report: %q, want it to say no loss was reported", s)
+	}
+	c.Loss(0.5, 8)
+	if v, _ := gather(t, reg).Value("paramserv_worker_loss"); v != 0.5 {
+		t.Errorf("loss after ReportLoss(0.5): %v", v)
 	}
 }

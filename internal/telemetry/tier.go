@@ -3,11 +3,13 @@ package telemetry
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paramserv/paramserv/internal/trainer"
+	"github.com/paramserv/paramserv/internal/shard"
 )
 
-// TierStats is trainer.TierStats.
-type TierStats = trainer.TierStats
+// TierStats is shard.TierStats: importing it from there, not from
+// trainer, keeps the disk tier's store (pebble) out of every worker
+// binary and of the Python client library.
+type TierStats = shard.TierStats
 
 // WatchTier adds the disk tier's metrics, read by read at each scrape
 // (it takes the server's lock).

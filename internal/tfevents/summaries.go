@@ -1,6 +1,7 @@
 package tfevents
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -18,6 +19,10 @@ type Summaries struct {
 	Every int64
 	// ExamplesPerStep is the examples one global step takes: the batch
 	// size, times the gradients aggregated per step in synchronous mode.
+	// 0: examples/sec counts the steps' StepStats.Examples instead (a
+	// program's own loop, whose batches this side does not know), and is
+	// not written while they are 0. A NaN StepStats.Loss (none reported)
+	// writes no loss.
 	ExamplesPerStep int
 	Logf            func(string, ...any)
 	// Rate, if set, gives the job's learning rate at a global step (its
@@ -32,6 +37,7 @@ type Summaries struct {
 	lastStep int64
 	lastTime time.Time
 	dropped  int64
+	examples int64 // StepStats.Examples since the last summary
 	failed   bool
 }
 
@@ -51,28 +57,37 @@ func (s *Summaries) Step(st lifecycle.StepStats) {
 	if st.Dropped {
 		s.dropped++
 	}
+	s.examples += int64(st.Examples)
 	now := s.now()
 	b := st.GlobalStep / max(s.Every, 1)
 	if !s.started {
 		// The first step of this chief (a fresh job or a restart): the
 		// rates start here.
-		s.started, s.bucket, s.lastStep, s.lastTime = true, b, st.GlobalStep, now
+		s.started, s.bucket, s.lastStep, s.lastTime, s.examples = true, b, st.GlobalStep, now, 0
 		return
 	}
 	if b == s.bucket {
 		return
 	}
-	vals := map[string]float64{"loss": st.Loss, "dropped_pushes": float64(s.dropped)}
+	vals := map[string]float64{"dropped_pushes": float64(s.dropped)}
+	if !math.IsNaN(st.Loss) {
+		vals["loss"] = st.Loss
+	}
 	if s.Rate != nil {
 		vals["learning_rate"] = s.Rate(st.GlobalStep)
 	}
 	if dt := now.Sub(s.lastTime).Seconds(); dt > 0 && st.GlobalStep > s.lastStep {
 		rate := float64(st.GlobalStep-s.lastStep) / dt
 		vals["global_step/sec"] = rate
-		vals["examples/sec"] = rate * float64(max(s.ExamplesPerStep, 1))
+		switch {
+		case s.ExamplesPerStep > 0:
+			vals["examples/sec"] = rate * float64(s.ExamplesPerStep)
+		case s.examples > 0:
+			vals["examples/sec"] = float64(s.examples) / dt
+		}
 	}
 	s.write(st.GlobalStep, now, vals)
-	s.bucket, s.lastStep, s.lastTime = b, st.GlobalStep, now
+	s.bucket, s.lastStep, s.lastTime, s.examples = b, st.GlobalStep, now, 0
 }
 
 func (s *Summaries) write(step int64, now time.Time, vals map[string]float64) {

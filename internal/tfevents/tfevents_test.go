@@ -247,7 +247,7 @@ func TestSummariesOfAnOwnLoop(t *testing.T) {
 	if l := got["loss"]; len(l) != 2 || l[0].Step != 30 || l[0].Value != 2 {
 		t.Errorf("loss %v, want 2 at steps 30 and 40 only (none reported before step 21)", l)
 	}
-	if ex := got["examples/sec"]; len(ex) != 3 || math.Abs(ex[0].Value-80) > 1e-6 {
+	if ex := got["examples/sec"]; len(ex) != 4 || math.Abs(ex[0].Value-80) > 1e-6 {
 		t.Errorf("examples/sec %v, want 80 (8 per step, 10 steps a second)", ex)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/tier"
 )
 
@@ -94,16 +95,6 @@ func watchTier(cfg PSConfig, m *tier.Manager, s *server.Server) {
 	})
 }
 
-// TierStats is what a ps's disk tier for sparse tables reports
-// (internal/table/tier; docs/TIERS.md), for the ps's metrics.
-type TierStats struct {
-	HotRows, DiskRows int64 // rows in memory, on disk
-	HotBytes, Budget  int64 // the rows in memory's bytes, and the budget
-	DiskBytes         int64 // the store's files
-	Lookups, Hits     int64 // keys looked for on disk, and found there
-	Promotions        int64 // rows moved into memory
-	Demotions         int64 // rows moved to disk
-	EvictedOnDisk     int64 // rows found on disk past their eviction
-	Filtered          int64 // of Lookups, keys the miss filter knew were not on disk
-	FilterBytes       int64 // the miss filter's memory
-}
+// TierStats is what a ps's disk tier for sparse tables reports, for the
+// ps's metrics (shard.TierStats).
+type TierStats = shard.TierStats

@@ -94,6 +94,9 @@ type jsonConfig struct {
 	// MetricsAddr serves the worker's metrics there (session.Config);
 	// the Python side fills it from PARAMSERV_METRICS_ADDR when not given.
 	MetricsAddr string `json:"metrics_addr"`
+
+	SummaryDir         string `json:"summary_dir"`
+	SaveSummariesSteps int64  `json:"save_summaries_steps"`
 }
 
 // handle is one session and its last error.
@@ -189,7 +192,9 @@ func parseConfig(text string) (session.Config, error) {
 			SaveSteps:           jc.SaveSteps,
 			SaveEvery:           time.Duration(jc.SaveSecs * float64(time.Second)),
 		},
-		MetricsAddr: jc.MetricsAddr,
+		MetricsAddr:        jc.MetricsAddr,
+		SummaryDir:         jc.SummaryDir,
+		SaveSummariesSteps: jc.SaveSummariesSteps,
 	}
 	auth, err := secure.Load(secure.Files{Dir: jc.TLSDir, Cert: jc.TLSCert, Key: jc.TLSKey, CA: jc.TLSCA, TokenFile: jc.AuthTokenFile}, string(cl.Task.Job), cl.Task.Index, "")
 	if err != nil {

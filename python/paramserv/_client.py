@@ -170,6 +170,18 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (numbers.Real, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def _env_number(name: str, kind: Any, default: Any) -> Any:
+    """The number in environment variable name (set by ``paramserv local
+    -- CMD``), or default when it is unset or empty."""
+    val = os.environ.get(name, "")
+    if not val:
+        return default
+    try:
+        return kind(val)
+    except ValueError:
+        raise ValueError(f"paramserv: environment variable {name}={val!r}: want a number") from None
+
+
 def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
     if _is_int(shape):
         shape = (int(shape),)
@@ -186,7 +198,8 @@ def _shape(name: str, shape: Shape) -> Tuple[int, ...]:
 _OPTIMIZERS = ("sgd", "momentum", "adagrad", "adagrad_da", "adadelta", "adam", "adamw", "rmsprop",
                "ftrl", "proximal_sgd", "proximal_adagrad", "lamb")
 _OPTIMIZER_OPTIONS = ("momentum", "nesterov", "initial_accumulator", "beta1", "beta2", "epsilon",
-                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "rho", "centered", "weight_decay", "schedule")
+                      "ftrl_beta", "l1", "l2", "l2_shrinkage", "learning_rate_power", "rho", "centered", "weight_decay",
+                      "schedule")
 _TABLE_OPTIONS = ("init", "init_stddev", "seed", "min_count", "evict_after_steps", "optimizer")
 _VARIABLE_OPTIONS = ("optimizer",)
 
@@ -273,6 +286,8 @@ class Client:
         tls_ca: Optional[str] = None,
         auth_token_file: Optional[str] = None,
         metrics_addr: Optional[str] = None,
+        summary_dir: Optional[str] = None,
+        save_summaries_steps: Optional[int] = None,
     ) -> None:
         """Checks the declaration and reads the cluster; connects nothing yet.
 
@@ -301,7 +316,19 @@ class Client:
         close(): every call counted and timed with its bytes, the steps,
         and the losses given to report_loss(); when not given it is read
         from PARAMSERV_METRICS_ADDR, which ``paramserv local -- CMD`` sets
-        for each worker ("off": none). Raises ValueError for a bad
+        for each worker ("off": none). With ``summary_dir`` the chief writes
+        TensorBoard event files there (events.out.tfevents.*): every
+        ``save_summaries_steps`` global steps (100) the latest loss given
+        to report_loss() (none if none was given), global_step/sec,
+        examples/sec (of the examples given to report_loss()) and the
+        rate of the job's schedule. ``checkpoint_dir``, ``save_steps`` and
+        ``save_secs`` (when both are 0), ``summary_dir`` and
+        ``save_summaries_steps``, when not given, are read from
+        PARAMSERV_CHECKPOINT_DIR, PARAMSERV_SAVE_STEPS,
+        PARAMSERV_SAVE_SECS, PARAMSERV_SUMMARY_DIR and
+        PARAMSERV_SAVE_SUMMARIES_STEPS, which ``paramserv local -- CMD``
+        sets from its flags of the same names (--save_model_secs for
+        save_secs), so they are given once. Raises ValueError for a bad
         declaration and ParamservError for a bad cluster or unreadable
         certificates.
         """
@@ -347,9 +374,20 @@ class Client:
                 _own_optimizer(f"variable_options[{name!r}]['optimizer']", opts["optimizer"])
         if replicas_to_aggregate is not None and (not _is_int(replicas_to_aggregate) or replicas_to_aggregate < 1):
             raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate!r}: want an int >= 1 or None")
+        if checkpoint_dir is None:
+            checkpoint_dir = os.environ.get("PARAMSERV_CHECKPOINT_DIR") or None
+        if summary_dir is None:
+            summary_dir = os.environ.get("PARAMSERV_SUMMARY_DIR") or None
+        if save_steps == 0 and save_secs == 0:
+            save_steps = _env_number("PARAMSERV_SAVE_STEPS", int, 0)
+            save_secs = _env_number("PARAMSERV_SAVE_SECS", float, 0.0)
+        if save_summaries_steps is None:
+            save_summaries_steps = _env_number("PARAMSERV_SAVE_SUMMARIES_STEPS", int, 100)
         for what, val in (("max_staleness", max_staleness), ("split_bytes", split_bytes), ("save_steps", save_steps)):
             if not _is_int(val) or val < 0:
                 raise ValueError(f"paramserv: {what} {val!r}: want an int >= 0")
+        if not _is_int(save_summaries_steps) or save_summaries_steps < 1:
+            raise ValueError(f"paramserv: save_summaries_steps {save_summaries_steps!r}: want an int >= 1")
         for what, val in (("startup_timeout", startup_timeout), ("recovery_timeout", recovery_timeout),
                           ("save_secs", save_secs)):
             if not _is_number(val) or val < 0 or not math.isfinite(val):
@@ -382,6 +420,8 @@ class Client:
             "checkpoint_dir": os.path.abspath(checkpoint_dir) if checkpoint_dir else "",
             "save_steps": int(save_steps),
             "save_secs": float(save_secs),
+            "summary_dir": os.path.abspath(summary_dir) if summary_dir else "",
+            "save_summaries_steps": int(save_summaries_steps),
             "quiet": bool(quiet),
         }
         for key, val in (("tls_dir", tls_dir), ("tls_cert", tls_cert), ("tls_key", tls_key),

@@ -483,3 +483,29 @@ def test_own_rule_per_variable_and_table(make_cluster):
         np.testing.assert_array_equal(rows, [[-0.5]])
         c.done()
     assert cl.wait() == [0]
+
+
+def test_ftrl_learning_rate_power(make_cluster):
+    # learning_rate_power reaches the ps: at 0 (a fixed rate per coordinate,
+    # n^0 = 1 in place of sqrt(n)) FTRL with beta 1 and no l1/l2 gives
+    # p = -z*lr/2, so -0.05 then -0.1 after two gradients of 1; the default
+    # -0.5 would give -0.0488 first. A power > 0 is refused.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 1}, optimizer="ftrl", learning_rate=0.1,
+                optimizer_options={"learning_rate_power": 0.0},
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.zeros(1, np.float32)})
+        params = {"w": np.zeros(1, np.float32)}
+        got = []
+        for _ in range(2):
+            c.push_pull({"w": np.ones(1, np.float32)}, params)
+            got.append(float(params["w"][0]))
+        np.testing.assert_allclose(got, [-0.05, -0.1], rtol=1e-6)
+        c.done()
+    assert cl.wait() == [0]
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"w": 1}, optimizer="ftrl", learning_rate=0.1,
+                optimizer_options={"learning_rate_power": 0.5},
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        with pytest.raises(ParamservError, match="learning_rate_power"):
+            c.start(init={"w": np.zeros(1, np.float32)})

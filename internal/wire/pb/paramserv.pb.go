@@ -43,11 +43,12 @@ type OptimizerConfig struct {
 	FtrlBeta           float64                `protobuf:"fixed64,9,opt,name=ftrl_beta,json=ftrlBeta,proto3" json:"ftrl_beta,omitempty"`
 	L1                 float64                `protobuf:"fixed64,10,opt,name=l1,proto3" json:"l1,omitempty"`
 	L2                 float64                `protobuf:"fixed64,11,opt,name=l2,proto3" json:"l2,omitempty"`
-	L2Shrinkage        float64                `protobuf:"fixed64,12,opt,name=l2_shrinkage,json=l2Shrinkage,proto3" json:"l2_shrinkage,omitempty"` // ftrl
-	Rho                float64                `protobuf:"fixed64,13,opt,name=rho,proto3" json:"rho,omitempty"`                                    // adadelta, rmsprop (TF's decay)
-	Centered           bool                   `protobuf:"varint,14,opt,name=centered,proto3" json:"centered,omitempty"`                           // rmsprop
-	WeightDecay        float64                `protobuf:"fixed64,15,opt,name=weight_decay,json=weightDecay,proto3" json:"weight_decay,omitempty"` // adamw, lamb
-	Schedule           string                 `protobuf:"bytes,16,opt,name=schedule,proto3" json:"schedule,omitempty"`                            // learning-rate schedule (docs/OPTIMIZERS.md); "": constant
+	L2Shrinkage        float64                `protobuf:"fixed64,12,opt,name=l2_shrinkage,json=l2Shrinkage,proto3" json:"l2_shrinkage,omitempty"`                            // ftrl
+	Rho                float64                `protobuf:"fixed64,13,opt,name=rho,proto3" json:"rho,omitempty"`                                                               // adadelta, rmsprop (TF's decay)
+	Centered           bool                   `protobuf:"varint,14,opt,name=centered,proto3" json:"centered,omitempty"`                                                      // rmsprop
+	WeightDecay        float64                `protobuf:"fixed64,15,opt,name=weight_decay,json=weightDecay,proto3" json:"weight_decay,omitempty"`                            // adamw, lamb
+	Schedule           string                 `protobuf:"bytes,16,opt,name=schedule,proto3" json:"schedule,omitempty"`                                                       // learning-rate schedule (docs/OPTIMIZERS.md); "": constant
+	LearningRatePower  *float64               `protobuf:"fixed64,100,opt,name=learning_rate_power,json=learningRatePower,proto3,oneof" json:"learning_rate_power,omitempty"` // ftrl, <= 0; unset: -0.5
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -192,6 +193,13 @@ func (x *OptimizerConfig) GetSchedule() string {
 		return x.Schedule
 	}
 	return ""
+}
+
+func (x *OptimizerConfig) GetLearningRatePower() float64 {
+	if x != nil && x.LearningRatePower != nil {
+		return *x.LearningRatePower
+	}
+	return 0
 }
 
 type ChangeRateRequest struct {
@@ -2044,7 +2052,7 @@ var File_paramserv_proto protoreflect.FileDescriptor
 
 const file_paramserv_proto_rawDesc = "" +
 	"\n" +
-	"\x0fparamserv.proto\x12\fparamserv.v1\"\xc6\x03\n" +
+	"\x0fparamserv.proto\x12\fparamserv.v1\"\x93\x04\n" +
 	"\x0fOptimizerConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rlearning_rate\x18\x02 \x01(\x01R\flearningRate\x12\x1a\n" +
@@ -2062,7 +2070,9 @@ const file_paramserv_proto_rawDesc = "" +
 	"\x03rho\x18\r \x01(\x01R\x03rho\x12\x1a\n" +
 	"\bcentered\x18\x0e \x01(\bR\bcentered\x12!\n" +
 	"\fweight_decay\x18\x0f \x01(\x01R\vweightDecay\x12\x1a\n" +
-	"\bschedule\x18\x10 \x01(\tR\bschedule\"\x89\x01\n" +
+	"\bschedule\x18\x10 \x01(\tR\bschedule\x123\n" +
+	"\x13learning_rate_power\x18d \x01(\x01H\x00R\x11learningRatePower\x88\x01\x01B\x16\n" +
+	"\x14_learning_rate_power\"\x89\x01\n" +
 	"\x11ChangeRateRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1b\n" +
 	"\tfrom_step\x18\x02 \x01(\x03R\bfromStep\x12#\n" +
@@ -2324,6 +2334,7 @@ func file_paramserv_proto_init() {
 	if File_paramserv_proto != nil {
 		return
 	}
+	file_paramserv_proto_msgTypes[0].OneofWrappers = []any{}
 	file_paramserv_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
