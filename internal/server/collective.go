@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -9,9 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
@@ -112,16 +110,16 @@ func (gs *gatherings) join(req *pb.CollectiveRequest) (*gathering, error) {
 	g := gs.open[req.Seq]
 	if g == nil {
 		if len(gs.open) >= maxGatherings {
-			return nil, status.Errorf(codes.ResourceExhausted, "collective call #%d: %d collective calls are open already (workers out of step?)", req.Seq, len(gs.open))
+			return nil, fmt.Errorf("%w: collective call #%d: %d collective calls are open already (workers out of step?)", errCollectiveFull, req.Seq, len(gs.open))
 		}
 		g = &gathering{op: req.Op, n: len(req.Values), first: req.Worker, world: int(req.World),
 			got: map[int32][]float64{}, read: map[int32]bool{}, done: make(chan struct{})}
 		gs.open[req.Seq] = g
 	}
 	if g.op != req.Op || g.n != len(req.Values) || g.world != int(req.World) {
-		return nil, status.Errorf(codes.InvalidArgument,
+		return nil, fmt.Errorf("%w: "+
 			"collective call #%d: worker %d calls %s among %d workers where worker %d called %s among %d: every worker must make the same collective calls in the same order",
-			req.Seq, req.Worker, describe(req.Op, len(req.Values)), req.World, g.first, describe(g.op, g.n), g.world)
+			errCollectiveInvalid, req.Seq, req.Worker, describe(req.Op, len(req.Values)), req.World, g.first, describe(g.op, g.n), g.world)
 	}
 	select {
 	case <-g.done:
@@ -192,13 +190,21 @@ func checkCollective(req *pb.CollectiveRequest, numWorkers int) error {
 	return nil
 }
 
-// Collective joins the worker's call to the gathering of its sequence
+// The errors of a collective call, which grpc.go gives their gRPC codes
+// (ResourceExhausted, InvalidArgument, DeadlineExceeded).
+var (
+	errCollectiveFull    = errors.New("too many collective calls open")
+	errCollectiveInvalid = errors.New("invalid collective call")
+	errCollectiveTimeout = errors.New("collective call timed out")
+)
+
+// collective joins the worker's call to the gathering of its sequence
 // number and answers once every worker has joined, with the reduction of
 // their values, or gives up after the request's timeout (DeadlineExceeded,
 // naming the workers still missing).
-func (s *Server) Collective(ctx context.Context, req *pb.CollectiveRequest) (*pb.CollectiveResponse, error) {
+func (s *Server) collective(ctx context.Context, req *pb.CollectiveRequest) (*pb.CollectiveResponse, error) {
 	if err := checkCollective(req, s.cfg.NumWorkers); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, fmt.Errorf("%w: %w", errCollectiveInvalid, err)
 	}
 	s.mu.Lock()
 	s.heard(req.Worker)
@@ -221,12 +227,12 @@ func (s *Server) Collective(ctx context.Context, req *pb.CollectiveRequest) (*pb
 		return &pb.CollectiveResponse{Values: s.coll.result(req.Seq, g, req.Worker)}, nil
 	}
 	if ctx.Err() != nil {
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, ctx.Err()
 	}
 	msg := fmt.Sprintf("collective call #%d (%s) of worker %d: waited %s for worker(s) %s of %d: %s",
 		req.Seq, describe(req.Op, len(req.Values)), req.Worker, wait, joinInts(missing), req.World, s.whereabouts(missing))
 	s.cfg.Logf("ps %d: %s", s.cfg.Task, msg)
-	return nil, status.Error(codes.DeadlineExceeded, msg)
+	return nil, fmt.Errorf("%w: %s", errCollectiveTimeout, msg)
 }
 
 // whereabouts says what the ps knows of the workers: done, never heard

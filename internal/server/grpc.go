@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	gproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -264,4 +267,47 @@ func waitInit(ctx context.Context) time.Duration {
 		return 0
 	}
 	return min(d, 10*time.Second)
+}
+
+// GRPCLimit is the server option that bounds each gRPC request but Init
+// by this ps's layout, as its data path is: every variable's values once
+// and rows of every table up to wire.MaxCachedKeys keys (before Init,
+// preInitBody). A request over it fails naming both sizes and the layout
+// (with code Internal: gRPC gives a codec's error no code of its own); the
+// connection goes on.
+func (s *Server) GRPCLimit() grpc.ServerOption {
+	return grpc.ForceServerCodecV2(limitCodec{s: s, CodecV2: encoding.GetCodecV2(gproto.Name)})
+}
+
+// limitCodec is gRPC's proto codec with Server.grpcAdmit before each
+// request is decoded.
+type limitCodec struct {
+	s *Server
+	encoding.CodecV2
+}
+
+func (c limitCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if err := c.s.grpcAdmit(v, data.Len()); err != nil {
+		return err
+	}
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// Collective is the barrier and all-reduce among the workers
+// (collective.go), its errors given their gRPC codes.
+func (s *Server) Collective(ctx context.Context, req *pb.CollectiveRequest) (*pb.CollectiveResponse, error) {
+	resp, err := s.collective(ctx, req)
+	switch {
+	case err == nil:
+		return resp, nil
+	case errors.Is(err, errCollectiveFull):
+		return nil, status.Error(codes.ResourceExhausted, strings.TrimPrefix(err.Error(), errCollectiveFull.Error()+": "))
+	case errors.Is(err, errCollectiveInvalid):
+		return nil, status.Error(codes.InvalidArgument, strings.TrimPrefix(err.Error(), errCollectiveInvalid.Error()+": "))
+	case errors.Is(err, errCollectiveTimeout):
+		return nil, status.Error(codes.DeadlineExceeded, strings.TrimPrefix(err.Error(), errCollectiveTimeout.Error()+": "))
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return nil, status.FromContextError(err).Err()
+	}
+	return nil, status.Error(codes.Internal, err.Error())
 }

@@ -4,10 +4,6 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	gproto "google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/paramserv/paramserv/internal/shard"
@@ -189,30 +185,6 @@ func (s *Server) refused(dc *dataConn, ae *admitError) error {
 // Init carries every variable's values and is bounded by gRPC's limit
 // alone: a chief restarted with a larger model must hear how its Init
 // differs (Server.Init), not that it is too large.
-
-// GRPCLimit is the server option that bounds each gRPC request but Init
-// by this ps's layout, as its data path is: every variable's values once
-// and rows of every table up to wire.MaxCachedKeys keys (before Init,
-// preInitBody). A request over it fails naming both sizes and the layout
-// (with code Internal: gRPC gives a codec's error no code of its own); the
-// connection goes on.
-func (s *Server) GRPCLimit() grpc.ServerOption {
-	return grpc.ForceServerCodecV2(limitCodec{s: s, CodecV2: encoding.GetCodecV2(gproto.Name)})
-}
-
-// limitCodec is gRPC's proto codec with Server.grpcAdmit before each
-// request is decoded.
-type limitCodec struct {
-	s *Server
-	encoding.CodecV2
-}
-
-func (c limitCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if err := c.s.grpcAdmit(v, data.Len()); err != nil {
-		return err
-	}
-	return c.CodecV2.Unmarshal(data, v)
-}
 
 // grpcAdmit refuses a gRPC request v of n bytes over the layout's limit.
 func (s *Server) grpcAdmit(v any, n int) error {
