@@ -371,10 +371,18 @@ func (cl *memCluster) step() int64 {
 	return st.GlobalStep
 }
 
+// tail is the last 60 lines logged, without the ps's repeated "waiting for
+// workers" lines, which would hide what the other tasks said.
 func (cl *memCluster) tail() string {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return strings.Join(cl.logs[max(0, len(cl.logs)-30):], "\n")
+	var keep []string
+	for _, l := range cl.logs {
+		if !strings.Contains(l, "waiting for workers") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep[max(0, len(keep)-60):], "\n")
 }
 
 func (cl *memCluster) logged(text string) bool {
