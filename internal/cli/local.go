@@ -26,18 +26,8 @@ import (
 // them out (given, they are refused naming --ps and --workers).
 var localHidden = map[string]bool{"ps_hosts": true, "worker_hosts": true, "job_name": true, "task_index": true, "task_index_env": true}
 
-// Local is `paramserv local`: a whole cluster on this machine, as separate
-// processes, with the training flags passed on to every task.
-func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("paramserv local", flag.ContinueOnError)
-	numPS := fs.Int("ps", 1, "number of ps processes")
-	numWorkers := fs.Int("workers", 2, "number of worker processes")
-	restartPS := fs.Bool("restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
-	restartWorkers := fs.Bool("restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
-	maxRestarts := fs.Int("max_restarts", 3, "restart each process at most this many times (0: never)")
-	f := defineTrainFlags(fs)
-	help := func(w io.Writer) {
-		fmt.Fprint(w, `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
+// localUsage is the head of `paramserv local --help`; the flags follow.
+const localUsage = `Usage: paramserv local [--ps=N] [--workers=N] [training flags]
        paramserv local [--ps=N] [--workers=N] [flags] -- CMD [ARGS...]
 
 Starts a whole cluster on this machine: --ps ps processes and --workers
@@ -81,19 +71,39 @@ worker has exited 0, a ps that was restarted is stopped at once (it cannot
 have heard the workers that were done before it started): it exits 0 if it
 restored the job's final checkpoint, and the job succeeds. A ps not
 restarted has 30s to exit by itself, then is stopped and judged the same way.
-`)
+`
+
+// localFlags are local's own flags, beside train's that it passes on.
+type localFlags struct {
+	numPS, numWorkers, maxRestarts int
+	restartPS, restartWorkers      bool
+	train                          *trainFlags
+}
+
+func defineLocalFlags(fs *flag.FlagSet) *localFlags {
+	l := &localFlags{}
+	fs.IntVar(&l.numPS, "ps", 1, "number of ps processes")
+	fs.IntVar(&l.numWorkers, "workers", 2, "number of worker processes")
+	fs.BoolVar(&l.restartPS, "restart_ps", true, "restart a ps that exits unexpectedly (it restores the latest checkpoint of --checkpoint_dir)")
+	fs.BoolVar(&l.restartWorkers, "restart_workers", true, "restart a worker killed by a signal (it rejoins the job)")
+	fs.IntVar(&l.maxRestarts, "max_restarts", 3, "restart each process at most this many times (0: never)")
+	l.train = defineTrainFlags(fs)
+	return l
+}
+
+// Local is `paramserv local`: a whole cluster on this machine, as separate
+// processes, with the training flags passed on to every task.
+func Local(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("paramserv local", flag.ContinueOnError)
+	l := defineLocalFlags(fs)
+	help := func(w io.Writer) {
+		fmt.Fprint(w, localUsage)
 		printFlags(w, fs, true, localHidden)
 	}
-	var workerCmd []string
-	for i, a := range args {
-		if a == "--" {
-			args, workerCmd = args[:i], args[i+1:]
-			if len(workerCmd) == 0 {
-				fmt.Fprintf(stderr, "paramserv local: nothing after --: want the command each worker runs, as in paramserv local -- python3 train.py\n")
-				return 2
-			}
-			break
-		}
+	args, workerCmd, ok := splitWorkerCmd(args)
+	if !ok {
+		fmt.Fprintf(stderr, "paramserv local: nothing after --: want the command each worker runs, as in paramserv local -- python3 train.py\n")
+		return 2
 	}
 	if code, done := parseArgs(fs, args, stdout, stderr, help); done {
 		return code
@@ -101,29 +111,99 @@ restarted has 30s to exit by itself, then is stopped and judged the same way.
 	if code, bad := extraArg(fs, stderr); bad {
 		return code
 	}
-	if f.perf.standalone {
-		fmt.Fprintf(stderr, "paramserv local: --standalone is a job of one process: run it as paramserv train --standalone\n")
-		return 2
+	job, code := l.prepare(fs, workerCmd, stderr)
+	if job == nil {
+		return code
+	}
+	return job.run(ctx, stdout, stderr)
+}
+
+// splitWorkerCmd splits args at the first --: local's flags before it, the
+// workers' own command after; false if nothing follows the --.
+func splitWorkerCmd(args []string) (flags, workerCmd []string, ok bool) {
+	for i, a := range args {
+		if a == "--" {
+			return args[:i], args[i+1:], len(args) > i+1
+		}
+	}
+	return args, nil, true
+}
+
+// localJob is what local starts once its flags are checked.
+type localJob struct {
+	*localFlags
+	workerCmd   []string
+	pass, chief []string // the flags every task gets, and the chief besides
+	progressOn  bool     // telemetry flags given: show progress
+	trainSteps  int64    // the job's goal, as the tasks will read it
+	exe         string   // this binary, that the tasks run
+}
+
+// prepare checks local's flags and the training flags, once, rather than
+// in every child, and says what to start: nil and the exit status, said
+// on stderr, if something is wrong.
+func (l *localFlags) prepare(fs *flag.FlagSet, workerCmd []string, stderr io.Writer) (*localJob, int) {
+	bad := func(err error) (*localJob, int) {
+		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
+		return nil, 2
+	}
+	f := l.train
+	if err := l.checkCounts(); err != nil {
+		return bad(err)
+	}
+	if l.maxRestarts == 0 {
+		l.restartPS, l.restartWorkers = false, false
+	}
+	job := &localJob{localFlags: l, workerCmd: workerCmd}
+	var clusterFlag string
+	job.pass, job.chief, clusterFlag = localPassedFlags(fs)
+	telemetryArgs, err := f.telemetry.localArgs(f.set("metrics_addr"), l.numPS+l.numWorkers)
+	if err != nil {
+		return bad(err)
+	}
+	job.pass = append(job.pass, telemetryArgs...)
+	job.progressOn = len(telemetryArgs) > 0 || f.telemetry.metricsAddr != ""
+	if clusterFlag != "" {
+		return bad(fmt.Errorf("--%s is chosen by paramserv local itself; use --ps and --workers", clusterFlag))
+	}
+	if job.trainSteps, err = l.checkTraining(len(workerCmd) > 0); err != nil {
+		return bad(err)
+	}
+	if job.exe, err = os.Executable(); err != nil {
+		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)
+		return nil, 1
+	}
+	if err := job.checkWorkerCmd(); err != nil {
+		return bad(err)
+	}
+	return job, 0
+}
+
+// checkCounts refuses a cluster local does not start: --standalone, too
+// few processes, or more than this machine holds.
+func (l *localFlags) checkCounts() error {
+	if l.train.perf.standalone {
+		return fmt.Errorf("--standalone is a job of one process: run it as paramserv train --standalone")
 	}
 	for _, c := range []struct {
 		name     string
 		v, least int
-	}{{"ps", *numPS, 1}, {"workers", *numWorkers, 1}, {"max_restarts", *maxRestarts, 0}} {
+	}{{"ps", l.numPS, 1}, {"workers", l.numWorkers, 1}, {"max_restarts", l.maxRestarts, 0}} {
 		if c.v < c.least {
-			fmt.Fprintf(stderr, "paramserv local: --%s=%d: want a number >= %d\n", c.name, c.v, c.least)
-			return 2
+			return fmt.Errorf("--%s=%d: want a number >= %d", c.name, c.v, c.least)
 		}
 	}
-	if most, why := maxLocalTasks(); *numPS+*numWorkers > most {
-		fmt.Fprintf(stderr, "paramserv local: --ps=%d --workers=%d: %d processes, want at most %d on this machine (%s)\n",
-			*numPS, *numWorkers, *numPS+*numWorkers, most, why)
-		return 2
+	if most, why := maxLocalTasks(); l.numPS+l.numWorkers > most {
+		return fmt.Errorf("--ps=%d --workers=%d: %d processes, want at most %d on this machine (%s)",
+			l.numPS, l.numWorkers, l.numPS+l.numWorkers, most, why)
 	}
-	if *maxRestarts == 0 {
-		*restartPS, *restartWorkers = false, false
-	}
-	var pass, chief []string
-	var clusterFlag string
+	return nil
+}
+
+// localPassedFlags sorts the flags given on fs: those passed on to every
+// task, those to the chief only, and a cluster flag local chooses itself
+// ("" if none was given).
+func localPassedFlags(fs *flag.FlagSet) (pass, chief []string, clusterFlag string) {
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "ps", "workers", "restart_ps", "restart_workers", "max_restarts":
@@ -135,69 +215,68 @@ restarted has 30s to exit by itself, then is stopped and judged the same way.
 			pass = append(pass, "--"+fl.Name+"="+fl.Value.String())
 		}
 	})
-	telemetryArgs, err := f.telemetry.localArgs(f.set("metrics_addr"), *numPS+*numWorkers)
-	if err != nil {
-		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
-		return 2
-	}
-	pass = append(pass, telemetryArgs...)
-	if clusterFlag != "" {
-		fmt.Fprintf(stderr, "paramserv local: --%s is chosen by paramserv local itself; use --ps and --workers\n", clusterFlag)
-		return 2
-	}
-	// Check the training flags here, once, rather than in every child.
-	logf := f.telemetry.logger(stderr)
+	return pass, chief, clusterFlag
+}
+
+// checkTraining checks the training flags as a task of this cluster would,
+// and the files every task shares here; it returns the job's train steps.
+func (l *localFlags) checkTraining(ownProgram bool) (trainSteps int64, err error) {
+	f := l.train
 	probe := *f
-	probe.cluster = func() clusterFlagsT { return localProbeCluster(*numPS, *numWorkers) }
+	probe.cluster = func() clusterFlagsT { return localProbeCluster(l.numPS, l.numWorkers) }
 	probeCfg, err := probe.config("", func(string, ...any) {})
 	if err != nil {
-		fmt.Fprintf(stderr, "paramserv local: %v\n", err)
-		return 2
+		return 0, err
 	}
 	// Every task runs on this machine: a training list that holds the
 	// test file is refused once, here, rather than by every worker.
 	if f.model == "sparse_lr" && f.trainData != "" && f.testData != "" {
 		if err := sparselr.CheckDisjoint(f.trainData, f.testData, f.dataDir); err != nil {
-			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
-			return 2
+			return 0, err
 		}
 	}
-	if f.resultFile != "" && len(workerCmd) == 0 {
+	if f.resultFile != "" && !ownProgram {
 		if err := checkResultFile(f.resultFile); err != nil {
-			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
-			return 2
+			return 0, err
 		}
 	}
 	if f.checkpointDir != "" {
 		if err := checkCheckpointDir(f.checkpointDir); err != nil {
-			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
-			return 2
+			return 0, err
 		}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "paramserv local: cannot find this binary to start the tasks: %v\n", err)
-		return 1
+	return probeCfg.TrainSteps, nil
+}
+
+// checkWorkerCmd refuses an own program that is not there, and
+// --result_file beside one.
+func (j *localJob) checkWorkerCmd() error {
+	if len(j.workerCmd) == 0 {
+		return nil
 	}
-	if len(workerCmd) > 0 {
-		if _, err := exec.LookPath(workerCmd[0]); err != nil {
-			fmt.Fprintf(stderr, "paramserv local: the workers' command %q: %v\n", workerCmd[0], err)
-			return 2
-		}
-		if len(chief) > 0 {
-			fmt.Fprintf(stderr, "paramserv local: --result_file is for the built-in models; with -- CMD give your program its own\n")
-			return 2
-		}
+	if _, err := exec.LookPath(j.workerCmd[0]); err != nil {
+		return fmt.Errorf("the workers' command %q: %v", j.workerCmd[0], err)
 	}
+	if len(j.chief) > 0 {
+		return fmt.Errorf("--result_file is for the built-in models; with -- CMD give your program its own")
+	}
+	return nil
+}
+
+// run starts the cluster, waits for it and returns local's exit status.
+func (j *localJob) run(ctx context.Context, stdout, stderr io.Writer) int {
+	f := j.train
+	logf := f.telemetry.logger(stderr)
 	logf("%s", version.Get().Short())
 	var psExit time.Duration // the default
-	if len(workerCmd) > 0 {
+	if len(j.workerCmd) > 0 {
 		psExit = 5 * time.Second // a program that does not call done
 	}
-	progressOn, trainSteps, chiefURL := len(telemetryArgs) > 0 || f.telemetry.metricsAddr != "", probeCfg.TrainSteps, ""
+	progressOn, trainSteps, chiefURL := j.progressOn, j.trainSteps, ""
 	var workerEnvs [][]string
-	if len(workerCmd) > 0 {
-		if workerEnvs, chiefURL, err = f.telemetry.ownLoopEnvs(f.set("metrics_addr"), *numWorkers); err != nil {
+	if len(j.workerCmd) > 0 {
+		var err error
+		if workerEnvs, chiefURL, err = f.telemetry.ownLoopEnvs(f.set("metrics_addr"), j.numWorkers); err != nil {
 			fmt.Fprintf(stderr, "paramserv local: %v\n", err)
 			return 1
 		}
@@ -205,11 +284,11 @@ restarted has 30s to exit by itself, then is stopped and judged the same way.
 	}
 	out, errOut, stopProgress := startProgress(ctx, stdout, stderr, progressOn, trainSteps, chiefURL)
 	stepAtStop := int64(-1)
-	err = local.Run(ctx, local.Config{
-		NumPS: *numPS, NumWorkers: *numWorkers, PSExitTimeout: psExit,
-		Exe: exe, Subcommand: "train", Args: pass, ChiefArgs: chief, WorkerCmd: workerCmd, WorkerEnv: append(f.tls.files.Env(), ownProgramEnv(f)...), WorkerEnvs: workerEnvs,
+	err := local.Run(ctx, local.Config{
+		NumPS: j.numPS, NumWorkers: j.numWorkers, PSExitTimeout: psExit,
+		Exe: j.exe, Subcommand: "train", Args: j.pass, ChiefArgs: j.chief, WorkerCmd: j.workerCmd, WorkerEnv: append(f.tls.files.Env(), ownProgramEnv(f)...), WorkerEnvs: workerEnvs,
 		Out: out, Err: errOut, Logf: logf,
-		RestartPS: *restartPS, RestartWorkers: *restartWorkers, MaxRestarts: *maxRestarts,
+		RestartPS: j.restartPS, RestartWorkers: j.restartWorkers, MaxRestarts: j.maxRestarts,
 		Interrupted: func(ps []string) { stepAtStop = globalStep(ps[0]) },
 		Replicas:    f.rep.replicas,
 	})
@@ -221,13 +300,13 @@ restarted has 30s to exit by itself, then is stopped and judged the same way.
 	}
 	if err != nil {
 		logf("%v", err)
-		var f *local.Failure
-		if errors.As(err, &f) && f.InputToFix {
+		var fail *local.Failure
+		if errors.As(err, &fail) && fail.InputToFix {
 			return 2
 		}
 		return 1
 	}
-	logf("all %d processes exited 0", *numPS+*numWorkers)
+	logf("all %d processes exited 0", j.numPS+j.numWorkers)
 	return 0
 }
 

@@ -165,9 +165,33 @@ type taskConfig struct {
 
 // config builds the task's configuration; errors are the user's to fix.
 func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskConfig, error) {
-	cl, err := cluster.Resolve(f.cluster(), tfConfig)
+	cl, info, err := f.lookup(tfConfig, logf)
 	if err != nil {
 		return taskConfig{}, err
+	}
+	cfg := f.baseConfig(cl, logf)
+	if err := f.dataConfig(&cfg.Config); err != nil {
+		return cfg, err
+	}
+	if err := f.checkpointConfig(&cfg.Config); err != nil {
+		return cfg, err
+	}
+	if err := f.applyGroups(&cfg); err != nil {
+		return cfg, err
+	}
+	catalogDefaults(&cfg.Config, info)
+	if err := f.crossCheck(&cfg, cl, logf); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// lookup resolves the cluster (from the cluster flags or tfConfig) and
+// the model's catalog entry, warning through logf of what is ignored.
+func (f *trainFlags) lookup(tfConfig string, logf func(string, ...any)) (cluster.Config, catalog.Entry, error) {
+	cl, err := cluster.Resolve(f.cluster(), tfConfig)
+	if err != nil {
+		return cl, catalog.Entry{}, err
 	}
 	for _, w := range cl.Warnings {
 		logf("warning: %s", w)
@@ -179,8 +203,14 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 	}
 	info, err := catalog.Lookup(f.model)
 	if err != nil {
-		return taskConfig{}, fmt.Errorf("--model: %w", err)
+		return cl, info, fmt.Errorf("--model: %w", err)
 	}
+	return cl, info, nil
+}
+
+// baseConfig is the task's configuration from the optimizer, training
+// and ps flags, before the data and the flag groups.
+func (f *trainFlags) baseConfig(cl cluster.Config, logf func(string, ...any)) taskConfig {
 	cfg := taskConfig{Config: trainer.Config{
 		Config: lifecycle.Config{
 			Cluster: cl,
@@ -212,6 +242,12 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 		},
 		PSWaitForever: f.psWaitForever, WorkerTimeout: f.workerTimeout,
 	}
+	return cfg
+}
+
+// dataConfig sets cfg's data from the data flags (--data_dir,
+// --train_data, --fields, --input_format, ...).
+func (f *trainFlags) dataConfig(cfg *trainer.Config) error {
 	cfg.Data.BatchSize, cfg.Data.HiddenUnits, cfg.Data.Seed = f.batchSize, f.hiddenUnits, f.seed
 	cfg.Data.DataDir, cfg.Data.Dataset = f.dataDir, f.dataset
 	if cfg.Data.DataDir == "" {
@@ -227,13 +263,18 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 		ni, err1 := strconv.Atoi(strings.TrimSpace(a))
 		nc, err2 := strconv.Atoi(strings.TrimSpace(b))
 		if !ok || err1 != nil || err2 != nil || ni < 0 || nc < 0 || ni+nc == 0 {
-			return cfg, fmt.Errorf("--fields=%q: want INT,CAT, the numbers of integer and categorical fields, e.g. 13,26", f.fields)
+			return fmt.Errorf("--fields=%q: want INT,CAT, the numbers of integer and categorical fields, e.g. 13,26", f.fields)
 		}
 		cfg.Data.IntFields, cfg.Data.CatFields = ni, nc
 	}
 	if f.inputFormat != "libsvm" && f.inputFormat != "criteo" {
-		return cfg, fmt.Errorf("--input_format=%q: want libsvm or criteo", f.inputFormat)
+		return fmt.Errorf("--input_format=%q: want libsvm or criteo", f.inputFormat)
 	}
+	return nil
+}
+
+// checkpointConfig sets cfg's checkpointing and recovery from their flags.
+func (f *trainFlags) checkpointConfig(cfg *trainer.Config) error {
 	cfg.CheckpointDir, cfg.SaveSteps, cfg.SaveEvery, cfg.KeepCheckpoints = f.checkpointDir, f.saveSteps, f.saveEvery, f.keep
 	cfg.RecoveryTimeout, cfg.SyncTimeout = f.recoveryTimeout, f.syncTimeout
 	switch f.syncOnTimeout {
@@ -241,39 +282,48 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 	case "proceed":
 		cfg.SyncProceed = true
 	default:
-		return cfg, fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
+		return fmt.Errorf("--sync_on_timeout=%q: want fail or proceed", f.syncOnTimeout)
 	}
+	return nil
+}
+
+// applyGroups checks the flags' ranges and applies each flag group
+// (flags_*.go) to cfg, in that order.
+func (f *trainFlags) applyGroups(cfg *taskConfig) error {
 	if err := f.checkRanges(); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.checkModelFlags(); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.telemetry.check(); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.data.apply(&cfg.Config); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.tier.apply(&cfg.PS, f.set); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.ckptIncr.apply(&cfg.Config, f.set); err != nil {
-		return cfg, err
+		return err
 	}
 	f.incrPull.apply(&cfg.Config)
 	if err := f.validation.apply(&cfg.Config, f.model); err != nil {
-		return cfg, err
+		return err
 	}
 	if err := f.perf.apply(&cfg.Config); err != nil {
-		return cfg, err
+		return err
 	}
-	if err := f.rep.apply(&cfg); err != nil {
-		return cfg, err
+	if err := f.rep.apply(cfg); err != nil {
+		return err
 	}
-	if err := f.telemetry.checkSummaries(); err != nil {
-		return cfg, err
-	}
+	return f.telemetry.checkSummaries()
+}
+
+// catalogDefaults fills what the flags left at zero from the model's
+// catalog entry.
+func catalogDefaults(cfg *trainer.Config, info catalog.Entry) {
 	if cfg.Optimizer.Name == "" {
 		cfg.Optimizer.Name = info.Optimizer
 	}
@@ -286,29 +336,32 @@ func (f *trainFlags) config(tfConfig string, logf func(string, ...any)) (taskCon
 	if cfg.StepsToValidate == 0 {
 		cfg.StepsToValidate = info.StepsToValidate
 	}
+}
+
+// crossCheck checks what no one flag decides (the cluster against the
+// sync flags, the optimizer with its defaults filled in), records the
+// run, and applies the TLS flags last.
+func (f *trainFlags) crossCheck(cfg *taskConfig, cl cluster.Config, logf func(string, ...any)) error {
 	switch {
 	case f.replicas > len(cl.Spec.Workers):
-		return cfg, fmt.Errorf("--replicas_to_aggregate=%d: want 1 to the number of workers (%d)", f.replicas, len(cl.Spec.Workers))
+		return fmt.Errorf("--replicas_to_aggregate=%d: want 1 to the number of workers (%d)", f.replicas, len(cl.Spec.Workers))
 	case f.maxStale > 0 && f.sync:
-		return cfg, fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
+		return fmt.Errorf("--max_staleness applies to asynchronous training; drop it or --sync_replicas")
 	}
 	cfg.ResultRecord, cfg.Version = f.record(cfg.Config), version.Get().Short()
 	if _, err := optim.New(cfg.Optimizer); err != nil {
 		var oe *optim.ConfigError
 		if errors.As(err, &oe) {
 			if flagName, ok := optimFlags[oe.Field]; ok {
-				return cfg, fmt.Errorf("--%s=%v: want %s (optimizer %s)", flagName, oe.Value, oe.Want, oe.Rule)
+				return fmt.Errorf("--%s=%v: want %s (optimizer %s)", flagName, oe.Value, oe.Want, oe.Rule)
 			}
 		}
 		if errors.Is(err, optim.ErrSchedule) {
-			return cfg, fmt.Errorf("--lr_schedule: %w", err)
+			return fmt.Errorf("--lr_schedule: %w", err)
 		}
-		return cfg, fmt.Errorf("--optimizer: %w", err)
+		return fmt.Errorf("--optimizer: %w", err)
 	}
-	if err := f.tls.apply(&cfg, logf); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return f.tls.apply(cfg, logf)
 }
 
 // ftrlPowerFlag is --learning_rate_power as optim.Config holds it: nil at
