@@ -18,6 +18,18 @@ pst = pytest.importorskip("paramserv.torch")
 from paramserv import Client, ParamservError  # noqa: E402
 
 from conftest import REPO  # noqa: E402
+from paramserv import _client  # noqa: E402
+
+
+def _child_env(**extra):
+    """The environment of a child Python program: it imports this same
+    paramserv package and client library (the installed wheel under
+    scripts/test, the source tree otherwise)."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(pst.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [pkg, os.environ.get("PYTHONPATH")])),
+               PARAMSERV_LIB=os.path.abspath(_client._library_path()), **extra)
+    env.pop("TF_CONFIG", None)
+    return env
 
 
 def _net():
@@ -287,9 +299,7 @@ def test_interrupted_job_resumes_the_recipe(paramserv_bin, tmp_path):
     state, and ends where an uninterrupted run ends."""
     (tmp_path / "recipe.py").write_text(SCRIPT)
     (tmp_path / "recipe_common.py").write_text(COMMON)
-    env = dict(os.environ, CKPT=str(tmp_path / "ckpt"),
-               PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(REPO, "python"), os.environ.get("PYTHONPATH")])))
-    env.pop("TF_CONFIG", None)
+    env = _child_env(CKPT=str(tmp_path / "ckpt"))
 
     def run(out, stop_at=0):
         cmd = [paramserv_bin, "local", "--ps=1", "--workers=1", "--checkpoint_dir=" + env["CKPT"], "--",
@@ -358,9 +368,7 @@ def test_mnist_cnn_example_runs(paramserv_bin, tmp_path):
     for prefix, n in (("train", 256), ("t10k", 100)):
         _write_idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
         _write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, n, dtype=np.uint8))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(REPO, "python"),
-                                                                     os.environ.get("PYTHONPATH")])))
-    env.pop("TF_CONFIG", None)
+    env = _child_env()
     p = subprocess.run([paramserv_bin, "local", "--ps=1", "--workers=2", "--", sys.executable,
                         os.path.join(REPO, "examples", "torch", "mnist_cnn.py"), "--data_dir=" + str(tmp_path),
                         "--epochs=2", "--max_batches=2", "--batch-size=16"],
