@@ -260,22 +260,10 @@ func (cl *memCluster) wait(t *testing.T, c scenario.Cmd) (string, error) {
 	deadline := time.Now().Add(limit)
 	switch {
 	case c.Has("step"):
-		want := c.Int(t, "step", 0)
-		for cl.step() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: global step %d after %s, want %d\n%s", c.Where, cl.step(), limit, want, cl.tail())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		cl.waitAtLeast(t, c, "global step", cl.step, c.Int(t, "step", 0), deadline, limit)
 		return "", nil
 	case c.Has("checkpoint"):
-		want := c.Int(t, "checkpoint", 0)
-		for cl.newestCheckpoint() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: newest complete checkpoint of step %d after %s, want %d\n%s", c.Where, cl.newestCheckpoint(), limit, want, cl.tail())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		cl.waitAtLeast(t, c, "newest complete checkpoint of step", cl.newestCheckpoint, c.Int(t, "checkpoint", 0), deadline, limit)
 		return "", nil
 	case len(c.Args) == 3 && c.Args[0] == "exit":
 		tk := cl.task(c.Args[1] + " " + c.Args[2])
@@ -416,6 +404,17 @@ func (cl *memCluster) damageNewest(t *testing.T) (string, error) {
 		return "", err
 	}
 	return "", nil
+}
+
+// waitAtLeast polls what until it is at least want, failing the test at
+// the deadline with the log's tail.
+func (cl *memCluster) waitAtLeast(t *testing.T, c scenario.Cmd, name string, what func() int64, want int64, deadline time.Time, limit time.Duration) {
+	for what() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s %d after %s, want %d\n%s", c.Where, name, what(), limit, want, cl.tail())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // newestCheckpoint is the step of the newest complete checkpoint, -1 if
