@@ -80,7 +80,7 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) e
 		if err := t.fetch(rows[i].Keys); err != nil {
 			return s.tierFailed(t, err)
 		}
-		if err := t.checkPush(rows[i].Keys, rows[i].Values, step); err != nil {
+		if err := t.checkPush(rows[i].Keys, nil, rows[i].Values, step); err != nil {
 			return errorf(Invalid, "ps %d: aggregate of step %d: table %q: %v; refused whole, nothing changed", s.cfg.Task, step, t.name, err)
 		}
 	}

@@ -225,7 +225,7 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 			}
 		}
 		for i, t := range p.tabs { // Check brought the rows back from a tier
-			if err := t.checkPush(p.Sparse[i].keys(), p.Sparse[i].Values, st.tracker.Step()); err != nil {
+			if err := t.checkPush(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step()); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err))
 			}
 		}
@@ -397,7 +397,7 @@ func (s *Shard) checkStep() error {
 		}
 	}
 	for _, t := range s.st.tableOrd {
-		if err := t.checkPush(t.accKeys, t.acc, s.st.tracker.Step()-1); err != nil {
+		if err := t.checkPush(t.accKeys, nil, t.acc, s.st.tracker.Step()-1); err != nil {
 			return fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err)
 		}
 	}

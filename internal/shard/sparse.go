@@ -122,8 +122,13 @@ func (t *table) schedule(at int64) {
 // schedule at step at, as push sets it), as checkResult tries a variable's
 // update: a schedule that raises the rate must not let the check pass a
 // push the real update makes not finite.
-func (t *table) checkPush(keys []uint64, grads []float32, at int64) error {
+// With a key set (the push's remembered rows) it tries the rows as the push
+// will find them, without the index.
+func (t *table) checkPush(keys []uint64, set *sparse.KeySet, grads []float32, at int64) error {
 	t.schedule(at)
+	if set != nil {
+		return t.t.CheckPushSet(set, grads)
+	}
 	return t.t.CheckPush(keys, grads)
 }
 

@@ -3,6 +3,9 @@ package sparse
 import (
 	"fmt"
 	"math"
+
+	"github.com/paramserv/paramserv/internal/format"
+	"github.com/paramserv/paramserv/internal/optim"
 )
 
 // trial is the scratch of CheckPush: a copy of each distinct row a push
@@ -13,6 +16,11 @@ type trial struct {
 	count []int64
 	at    map[uint64]int
 	views [][]float32
+	// CheckPushSet's: the keys without a row and their gradients, and
+	// which key each row of a batch is.
+	keys  []uint64
+	grads []float32
+	idx   []int32
 }
 
 // CheckPush reports whether Push(keys, grads, step) would leave every
@@ -88,3 +96,105 @@ func (t *Table) CheckPush(keys []uint64, grads []float32) error {
 	}
 	return nil
 }
+
+// CheckPushSet is CheckPush(ks.Keys(), grads), through the rows ks
+// remembers, as PushSet finds them: the rows of a key set used again are
+// tried without the index, in batches (copies of the rows, one rule call a
+// batch) where PushSet batches them, and keys without a row as CheckPush
+// tries them. It changes no row. The error names the first key found
+// whose row would not be finite (the rows found before the keys without
+// one).
+func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
+	d := t.dim
+	if len(grads) != len(ks.keys)*d {
+		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(ks.keys), d, len(ks.keys)*d, len(grads))
+	}
+	ks.setRows(t)
+	if !ks.distinct || t.keepCount || !optim.PerCoordinate(t.rule) {
+		return t.CheckPush(ks.keys, grads)
+	}
+	// A key without a row has none wherever it stands in ks (resolve gives
+	// every use of a key its row), so the two groups share no key.
+	tr := &t.trial
+	tr.keys, tr.grads = tr.keys[:0], tr.grads[:0]
+	for i, r := range ks.rows {
+		if r < 0 {
+			tr.keys = append(tr.keys, ks.keys[i])
+			tr.grads = append(tr.grads, grads[i*d:(i+1)*d]...)
+		}
+	}
+	if err := t.checkRows(ks.rows, ks.keys, grads); err != nil {
+		return err
+	}
+	if len(tr.keys) == 0 {
+		return nil
+	}
+	return t.CheckPush(tr.keys, tr.grads)
+}
+
+// checkRows runs the rule on copies of the distinct rows (-1 skipped),
+// gathered batchRows values at a time as pushBatched gathers them, and
+// names the first key whose value or state would not be finite.
+func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32) error {
+	d, slots, stride := t.dim, t.slots, t.stride
+	per := max(1, batchRows/d) // rows per batch
+	if len(t.scratch) < per*d*(2+slots) {
+		t.scratch = make([]float32, per*d*(2+slots))
+	}
+	val := t.scratch[:per*d]
+	gb := t.scratch[per*d : 2*per*d]
+	state := t.scratch[2*per*d:]
+	tr := &t.trial
+	if cap(tr.idx) < per {
+		tr.idx = make([]int32, per)
+	}
+	idx := tr.idx[:per]
+	for lo := 0; lo < len(rows); lo += per {
+		hi := min(lo+per, len(rows))
+		n := 0
+		for i := lo; i < hi; i++ {
+			r := int(rows[i])
+			if r < 0 {
+				continue
+			}
+			row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
+			copy(val[n*d:(n+1)*d], row[:d])
+			for s := range slots {
+				copy(state[(s*per+n)*d:(s*per+n+1)*d], row[(s+1)*d:(s+2)*d])
+			}
+			copy(gb[n*d:(n+1)*d], grads[i*d:(i+1)*d])
+			idx[n] = int32(i)
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		for s := range slots {
+			t.views[s] = state[s*per*d : (s*per+n)*d]
+		}
+		t.rule.Update(val[:n*d], gb[:n*d], t.views, 1)
+		bad := format.FirstNonFinite(val[:n*d])
+		for s := range slots {
+			if j := format.FirstNonFinite(state[s*per*d : (s*per+n)*d]); j >= 0 && (bad < 0 || j < bad) {
+				bad = j
+			}
+		}
+		if bad >= 0 {
+			// The row's first value or state not finite, for the message.
+			i := int(idx[bad/d])
+			x := val[bad]
+			if !notFinite(x) {
+				for s := range slots {
+					if y := state[s*per*d+bad]; notFinite(y) {
+						x = y
+						break
+					}
+				}
+			}
+			return fmt.Errorf("%w: key %d: the update by its gradient would make its row %v", ErrNotFinite, keys[i], x)
+		}
+	}
+	return nil
+}
+
+func notFinite(x float32) bool { return math.Float32bits(x)&0x7f800000 == 0x7f800000 }

@@ -2,7 +2,10 @@ package sparse
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/optim"
@@ -94,4 +97,87 @@ func equalBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// CheckPushSet, through a key set's remembered rows, refuses exactly the
+// pushes CheckPush refuses, changes no row, and a push it passes stays
+// finite: over key sets used again (batched), with keys given twice (not
+// batched), new keys, evictions (a new Gen) and gradients that overflow.
+func TestCheckPushSetIsCheckPush(t *testing.T) {
+	for _, rule := range []string{"sgd", "adagrad", "adam", "ftrl"} {
+		for _, dim := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(t *testing.T) {
+				r, err := optim.New(optim.Config{Name: rule, LearningRate: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tab, err := New(Config{Dim: dim, Rule: r, Init: RandomUniform{Min: -1, Max: 1, Seed: 3}, EvictAfterSteps: 50})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(dim), 9))
+				var sets []*KeySet
+				for range 4 {
+					keys := make([]uint64, 200+rng.IntN(300))
+					for i := range keys {
+						keys[i] = uint64(rng.IntN(2000))
+					}
+					if rng.IntN(2) == 0 { // distinct keys: the batched path
+						seen := map[uint64]bool{}
+						keys = keys[:0]
+						for len(keys) < 300 {
+							if k := uint64(rng.IntN(2000)); !seen[k] {
+								seen[k] = true
+								keys = append(keys, k)
+							}
+						}
+					}
+					sets = append(sets, NewKeySet(keys))
+				}
+				refused := 0
+				for step := int64(1); step <= 300; step++ {
+					ks := sets[rng.IntN(len(sets))]
+					grads := make([]float32, ks.Len()*dim)
+					for i := range grads {
+						grads[i] = float32(rng.NormFloat64())
+					}
+					switch rng.IntN(8) {
+					case 0: // one huge gradient: overflows some rules' state
+						grads[rng.IntN(len(grads))] = 3e38
+					case 1: // all huge: a second such push overflows sgd's values
+						for i := range grads {
+							grads[i] = 2e38
+						}
+					}
+					before := tab.Export()
+					want := tab.CheckPush(ks.Keys(), grads)
+					got := tab.CheckPushSet(ks, grads)
+					if (want == nil) != (got == nil) || (got != nil && !errors.Is(got, ErrNotFinite)) {
+						t.Fatalf("step %d: CheckPush %v, CheckPushSet %v", step, want, got)
+					}
+					if !reflect.DeepEqual(before, tab.Export()) {
+						t.Fatalf("step %d: CheckPushSet changed the table", step)
+					}
+					if got != nil {
+						refused++
+						continue
+					}
+					if err := tab.PushSet(ks, grads, step); err != nil {
+						t.Fatal(err)
+					}
+					for row := range tab.All() {
+						for _, x := range row.Value {
+							if notFinite(x) {
+								t.Fatalf("step %d: a checked push made key %d %v", step, row.Key, x)
+							}
+						}
+					}
+					if step%60 == 0 {
+						tab.Evict(step) // frees rows: a new Gen, the sets look their keys up again
+					}
+				}
+				t.Logf("%d of 300 pushes refused", refused)
+			})
+		}
+	}
 }

@@ -157,6 +157,31 @@ func BenchmarkPush(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckPush tries the batches of BenchmarkPush for rows that
+// would not be finite (the shard's check before every sparse push).
+func BenchmarkCheckPush(b *testing.B) {
+	for _, rule := range []string{"sgd", "ftrl"} {
+		for _, dim := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(b *testing.B) {
+				tb, _ := New(Config{Dim: dim, Rule: mustRule(b, rule), EvictAfterSteps: 1000})
+				bs := batches(fill(b, tb, benchRows), benchBatch, 8)
+				grads := make([]float32, benchBatch*dim)
+				for i := range grads {
+					grads[i] = float32(i%7) * 0.01
+				}
+				i := 0
+				for b.Loop() {
+					if err := tb.CheckPush(bs[i%len(bs)], grads); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				reportKeys(b, i)
+			})
+		}
+	}
+}
+
 // BenchmarkInsert creates 1M rows from empty, through every index resize.
 func BenchmarkInsert(b *testing.B) {
 	for _, dim := range []int{1, 8} {
