@@ -135,31 +135,22 @@ func BenchmarkPull(b *testing.B) {
 // BenchmarkPush pushes batches of 100k distinct keys into a table of 1M
 // rows, with SGD and FTRL.
 func BenchmarkPush(b *testing.B) {
-	for _, rule := range []string{"sgd", "ftrl"} {
-		for _, dim := range []int{1, 8} {
-			b.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(b *testing.B) {
-				tb, _ := New(Config{Dim: dim, Rule: mustRule(b, rule), EvictAfterSteps: 1000})
-				bs := batches(fill(b, tb, benchRows), benchBatch, 8)
-				grads := make([]float32, benchBatch*dim)
-				for i := range grads {
-					grads[i] = float32(i%7) * 0.01
-				}
-				i := 0
-				for b.Loop() {
-					if err := tb.Push(bs[i%len(bs)], grads, int64(i)); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-				reportKeys(b, i)
-			})
-		}
-	}
+	benchPushes(b, func(tb *Table, keys []uint64, grads []float32, step int64) error {
+		return tb.Push(keys, grads, step)
+	})
 }
 
 // BenchmarkCheckPush tries the batches of BenchmarkPush for rows that
 // would not be finite (the shard's check before every sparse push).
 func BenchmarkCheckPush(b *testing.B) {
+	benchPushes(b, func(tb *Table, keys []uint64, grads []float32, _ int64) error {
+		return tb.CheckPush(keys, grads)
+	})
+}
+
+// benchPushes runs op over batches of 100k distinct keys of a table of 1M
+// rows, for SGD and FTRL at dims 1 and 8.
+func benchPushes(b *testing.B, op func(tb *Table, keys []uint64, grads []float32, step int64) error) {
 	for _, rule := range []string{"sgd", "ftrl"} {
 		for _, dim := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(b *testing.B) {
@@ -171,7 +162,7 @@ func BenchmarkCheckPush(b *testing.B) {
 				}
 				i := 0
 				for b.Loop() {
-					if err := tb.CheckPush(bs[i%len(bs)], grads); err != nil {
+					if err := op(tb, bs[i%len(bs)], grads, int64(i)); err != nil {
 						b.Fatal(err)
 					}
 					i++
