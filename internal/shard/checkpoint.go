@@ -269,13 +269,15 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 	}
 	for _, t := range c.tables {
 		var snap sparse.Snapshot
+		if stream && t.cold == nil {
+			// The rows as the table holds them, streamed to the file
+			// with no sort: the shard's keys are then in any order.
+			sh.Tensors = append(sh.Tensors, streamTable(t, t.t.InTableOrder())...)
+			sh.AnyOrder = true
+			continue
+		}
 		if stream {
-			v := t.t.Sorted()
-			if v.InPlace() && t.cold == nil {
-				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
-				continue
-			}
-			snap = v.Snapshot()
+			snap = t.t.Sorted().Snapshot()
 		} else {
 			snap = t.t.Export()
 		}
@@ -620,14 +622,27 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 		if reshard {
 			from = tb.Shards
 		}
+		// A ps's own file written in table order (AnyOrder) is imported
+		// as it lies, the index built as the rows are copied.
+		anyOrder := false
+		if !reshard {
+			sh, err := c.shard(task)
+			if err != nil {
+				return fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+			}
+			anyOrder = sh.AnyOrder
+		}
 		rows := func(inOrder bool) error {
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
 			}
+			if anyOrder {
+				return t.t.ImportAnyOrder(snap)
+			}
 			return t.t.Import(snap)
 		}
-		// A ps's own file has its keys in order, as the writer leaves
+		// A ps's own file in key order, as the writer of old left
 		// them: Import checks that as it copies them. Keys out of order
 		// are sorted.
 		err := rows(true)
