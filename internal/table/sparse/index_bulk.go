@@ -142,13 +142,16 @@ func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8, dups bo
 				b++
 			}
 			if dups {
+				// A bucket's entries fill its first fill[] slots.
 				slot := uint32(e)
-				end := min(b+1, nb) * bucketSlots
-				for i := home * bucketSlots; i < end; i++ {
-					if s := index[i]; s != 0 && (s^slot)&^mask == 0 {
-						r, again := int(s&mask)-1, int(slot&mask)-1
-						if t.keyAt(r) == t.keyAt(again) {
-							return nil, [2]int{r, again}
+				tag := slot &^ mask
+				for bb := home; bb <= min(b, nb-1); bb++ {
+					for _, s := range index[bb*bucketSlots : bb*bucketSlots+uint64(fill[bb])] {
+						if s&^mask == tag {
+							r, again := int(s&mask)-1, int(slot&mask)-1
+							if t.keyAt(r) == t.keyAt(again) {
+								return nil, [2]int{r, again}
+							}
 						}
 					}
 				}
