@@ -198,11 +198,26 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 	return c
 }
 
+// GiveMem gives a cut taken with no memory (CutIn(nil)) m, allocated
+// since (CutSize before the cut, Alloc after), for the pages the shard's
+// tables copy on write from now on. It may be called from any goroutine,
+// while the cut is written; after Release it does nothing.
+func (c *Cut) GiveMem(m *CutMem) {
+	if m == nil {
+		return
+	}
+	for i := range c.tables {
+		if i < len(m.tables) {
+			c.tables[i].t.GiveMem(m.tables[i])
+		}
+	}
+}
+
 // Step is the step the cut reflects.
 func (c *Cut) Step() int64 { return c.step }
 
 // Shard builds the checkpoint shard of the cut: tables sorted by key and
-// every tensor encoded. It may run concurrently with the shard's training.
+// every tensor encoded (StreamShard writes them unsorted). It may run concurrently with the shard's training.
 // The tensors share the cut's memory, which nothing changes. It releases
 // the tables' pages (see Release); a second call returns the same shard.
 func (c *Cut) Shard() ckptformat.Shard {
@@ -230,13 +245,13 @@ func (c *Cut) Release() {
 }
 
 // StreamShard is Shard for checkpoint.WriteShard alone, which writes the
-// file as it sorts and reads the tables instead of after: a table whose
-// rows are in key order already (sparse.Sorted.InPlace: a restored table
-// that has gained no rows) is not copied into memory, its tensors are
-// filled from the cut's pages as the file is written
-// (ckptformat.Tensor.Fill). Anything else is as Shard builds it. The
-// tensors read the cut's pages until WriteShard returns: call Release
-// after. A delta cut's shard is Shard's.
+// file as it reads the tables instead of after: each table is not copied
+// into memory nor sorted, its tensors are filled from the cut's pages in
+// the order they hold the rows (sparse.Table.InTableOrder) as the file is
+// written (ckptformat.Tensor.Fill), and the shard is marked AnyOrder. A
+// table with a disk tier is as Shard builds it, in key order. The tensors
+// read the cut's pages until WriteShard returns: call Release after. A
+// delta cut's shard is Shard's.
 func (c *Cut) StreamShard() ckptformat.Shard {
 	if c.delta || c.built != nil {
 		return c.Shard()

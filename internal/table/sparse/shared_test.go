@@ -197,3 +197,50 @@ func distinct(keys []uint64) []uint64 {
 	}
 	return out
 }
+
+// Memory given to a copy after it was taken (GiveMem) is what the table
+// copies the pages it writes into from then on, and the copy still reads
+// its cut; once the copy is released, memory given to it is not kept.
+func TestFrozenSharedGiveMem(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "ftrl", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := New(Config{Dim: 1, Rule: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.pageShift, tb.pageMask = 8, 1<<8-1 // many pages of few rows
+	keys := make([]uint64, 2000)
+	for i := range keys {
+		keys[i] = uint64(i) * 7
+	}
+	grads := make([]float32, len(keys))
+	for i := range grads {
+		grads[i] = 0.5
+	}
+	if err := tb.Push(keys, grads, 1); err != nil {
+		t.Fatal(err)
+	}
+	size := tb.FrozenSize()
+	c := tb.FrozenShared(nil)
+	want := c.Export()
+	m := size.Alloc()
+	c.GiveMem(m)
+	given := &m.pages[0].data[0]
+	if err := tb.Push(keys[:1], grads[:1], 2); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := tb.find(keys[0], hashKey(keys[0]))
+	if pi := r >> tb.pageShift; &tb.pages[pi].data[0] != given || m.pages[pi].data != nil {
+		t.Fatal("the written page was not copied into the memory given")
+	}
+	if !reflect.DeepEqual(c.Export(), want) {
+		t.Fatal("the copy changed")
+	}
+	c.Release()
+	c.GiveMem(size.Alloc())
+	if tb.cow.state.mem.Load() != nil {
+		t.Fatal("memory given to a released copy is kept")
+	}
+}

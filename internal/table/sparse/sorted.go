@@ -148,7 +148,8 @@ func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
 	return order, false
 }
 
-// Sorted is a table's rows in ascending key order, read a range at a
+// Sorted is a table's rows in ascending key order (Table.Sorted), or in
+// the order the table holds them (Table.InTableOrder), read a range at a
 // time: a checkpoint streams them to its file (checkpoint.Tensor.Fill)
 // instead of copying them all into a Snapshot first. Its methods may be
 // called from several goroutines at once. The table must not change while
