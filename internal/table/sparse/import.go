@@ -331,6 +331,10 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
+	// The pages' keys and rows are carved from one allocation each, and
+	// with the index backed by huge pages where the system has them: the
+	// copy then faults the fresh memory in 2 MiB at a time.
+	keys, data := t.slabs(len(t.pages))
 	rg := t.bucketRanges(indexRanges(n, t.runner().Width()))
 	nr := len(rg.lo) - 1
 	workers := max(1, min(t.runner().Width(), len(t.pages)))
@@ -360,7 +364,8 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 			if pi >= len(t.pages) {
 				return
 			}
-			t.pages[pi] = t.newPage(pageRows)
+			t.pages[pi] = t.newPageIn(keys[pi*pageRows:(pi+1)*pageRows:(pi+1)*pageRows],
+				data[pi*pageRows*t.stride:(pi+1)*pageRows*t.stride:(pi+1)*pageRows*t.stride])
 			p := &t.pages[pi]
 			lo := pi << t.pageShift
 			hi := min(n, lo+pageRows)
@@ -411,6 +416,22 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 		return fmt.Errorf("%w: %w: key %d at rows %d and %d", ErrSnapshot, ErrDuplicate, s.Keys[dup], min(dup, again), max(dup, again))
 	}
 	return nil
+}
+
+// slabs allocates the keys and rows of np whole pages, each in one
+// allocation, backed by huge pages where the system gives them, and the
+// index too.
+func (t *Table) slabs(np int) (keys []uint64, data []float32) {
+	rows := np << t.pageShift
+	keys, data = make([]uint64, rows), make([]float32, rows*t.stride)
+	if rows > 0 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(keys)), uintptr(len(keys))*8)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(data)), uintptr(len(data))*4)
+	}
+	if len(t.index) > 0 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(t.index)), uintptr(len(t.index))*4)
+	}
+	return keys, data
 }
 
 // scatter holds one worker's index entries (indexEntry) sorted by range
