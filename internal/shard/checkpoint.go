@@ -198,21 +198,6 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 	return c
 }
 
-// GiveMem gives a cut taken with no memory (CutIn(nil)) m, allocated
-// since (CutSize before the cut, Alloc after), for the pages the shard's
-// tables copy on write from now on. It may be called from any goroutine,
-// while the cut is written; after Release it does nothing.
-func (c *Cut) GiveMem(m *CutMem) {
-	if m == nil {
-		return
-	}
-	for i := range c.tables {
-		if i < len(m.tables) {
-			c.tables[i].t.GiveMem(m.tables[i])
-		}
-	}
-}
-
 // Step is the step the cut reflects.
 func (c *Cut) Step() int64 { return c.step }
 

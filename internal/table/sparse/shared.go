@@ -85,22 +85,6 @@ func (t *Table) Release() {
 	}
 }
 
-// GiveMem gives a copy FrozenShared made with no memory (or a table's
-// copies, which share it, none yet) m for the pages its table copies on
-// write from now on: a server allocates it while the copy is written
-// instead of before it takes the copy. It does nothing on a table that is
-// not such a copy, or once the copy is released.
-func (t *Table) GiveMem(m *FrozenMem) {
-	r := t.frozenOf
-	if r == nil || m == nil || r.done.Load() {
-		return
-	}
-	r.state.mem.CompareAndSwap(nil, m)
-	if r.done.Load() || r.state.refs.Load() == 0 { // released meanwhile: keep nothing
-		r.state.mem.CompareAndSwap(m, nil)
-	}
-}
-
 // own makes page pi safe to write: if a copy shares it, the page gets its
 // own copy of the memory the copy reads (the copy keeps the old). Every
 // write to a page's keys, data, live, touch or count goes after own.
