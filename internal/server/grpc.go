@@ -83,7 +83,9 @@ type grpcService struct {
 }
 
 // unimplemented is one level down, so that Service's methods win over its.
-type unimplemented struct{ pb.UnimplementedParamServerServer }
+type unimplemented struct {
+	pb.UnimplementedParamServerServer
+}
 
 func (g *grpcService) InitPieces(st grpc.ClientStreamingServer[pb.Piece, pb.InitResponse]) error {
 	return inPieces(g, st, "Init", pb.ParamServer_Init_FullMethodName, &pb.InitRequest{}, g.Service.Init)

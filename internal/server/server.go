@@ -126,7 +126,7 @@ type Server struct {
 	grpcHeld   atomic.Int64
 	grpcLimit  atomic.Int64
 	initPieces sync.Mutex
-	freeing  atomic.Bool  // a goroutine returns freed memory to the system
+	freeing    atomic.Bool // a goroutine returns freed memory to the system
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
