@@ -31,9 +31,11 @@ import (
 
 // This file is the server's one gRPC file: the service (pb.ParamServerServer),
 // whose methods lock, call the work of the same name and turn its error
-// into a status (statusOf); the server's options, credentials and
-// interceptors (the roles of roles.go, the version handshake); and the
-// reading of a status back into the shard's error kinds (kindOfStatus).
+// into a status (statusOf), and its calls in pieces (received by
+// pieces.go); the server's options, credentials, tap and interceptors (the
+// bounds of membound.go, the roles of roles.go, the version handshake);
+// and the reading of a status back into the shard's error kinds
+// (kindOfStatus).
 // The rest of the package returns the shard's errors (shard.Error, of a
 // Kind), which the data path sends as they are.
 
