@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
+	"github.com/paramserv/paramserv/internal/testutil"
 	"github.com/paramserv/paramserv/internal/wire"
 )
 
@@ -149,5 +151,20 @@ func TestLargeInitInPieces(t *testing.T) {
 	}
 	if code := ps.wait(t, time.Minute); code != 0 {
 		t.Fatalf("ps exit %d", code)
+	}
+}
+
+// Issue 28, item 5: the real chief of a model whose Init is 3 MB (mnist
+// with 1000 hidden units: a 784 × 1000 layer), three times what the ps
+// reads in one gRPC message, initialises its ps and the job ends well.
+func TestChiefWithAModelOverTheMessageLimit(t *testing.T) {
+	data := testutil.DataDir(t, "mnist")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=1", "--model=mnist", "--data_dir="+filepath.Join(data, "mnist"),
+		"--hidden_units=1000", "--train_steps=5")
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if out := p.output(); !strings.Contains(out, "chief initialised 4 variables on 1 ps") {
+		t.Fatalf("no Init in the output:\n%s", out)
 	}
 }
