@@ -170,7 +170,10 @@ func (s *Server) tapStream(ctx context.Context, info *tap.Info) (context.Context
 func (s *Server) holdDecoded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if g := grantOf(ctx); g != nil {
 		if m, ok := req.(proto.Message); ok {
-			_ = g.resize(int64(proto.Size(m))) // never more than it held
+			// Less than it held, but for an Init in pieces (outside the
+			// bound): a growth past the bound is refused, and it keeps
+			// what it held.
+			_ = g.resize(int64(proto.Size(m)))
 		}
 	}
 	return handler(ctx, req)
