@@ -24,6 +24,7 @@ type twinShards struct {
 	ref, tiered *shard.Shard
 	rng         *rand.Rand
 	window      float64 // keys are drawn around it, so that old rows go cold
+	newOnly     bool    // draw no old keys
 }
 
 func newTwinShards(t *testing.T, layout shard.Layout, budget int64, seed uint64) *twinShards {
@@ -52,7 +53,7 @@ func (w *twinShards) push() {
 	seen := map[uint64]bool{}
 	for range 16 {
 		k := uint64(w.window + w.rng.ExpFloat64()*40)
-		if w.rng.IntN(6) == 0 {
+		if !w.newOnly && w.rng.IntN(6) == 0 {
 			k = w.rng.Uint64N(uint64(w.window) + 50) // an old row, most likely on disk
 		}
 		if !seen[k] {
