@@ -194,12 +194,19 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 		t.filter.add(k)
 		t.onDisk++
 		if b.Len() >= loadBatchBytes {
+			// Past a failed flush pebble would stall this write for ever.
+			if err := t.store.Err(); err != nil {
+				return err
+			}
 			if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
 				return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
 			}
 			b.Close()
 			b = t.store.db.NewBatch()
 		}
+	}
+	if err := t.store.Err(); err != nil {
+		return err
 	}
 	if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
 		return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
