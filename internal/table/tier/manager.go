@@ -45,7 +45,8 @@ func memtableBytes(budget int64) int64 { return min(max(budget/8, 2<<20), 64<<20
 //
 // Concurrency: Attach, Stats and the Tables' methods run under the owner's
 // lock (the server's, given to Run); Run's loop takes that lock for its
-// bookkeeping and writes to the store with it released.
+// bookkeeping and writes to the store with it released. Load and Unload
+// may run with or without it.
 type Manager struct {
 	cfg   Config
 	store *Store
@@ -56,7 +57,7 @@ type Manager struct {
 	err    error
 	kick   chan struct{}
 
-	stageMu sync.Mutex
+	stageMu sync.Mutex               // guards staged (Load runs with no lock held)
 	staged  map[*sparse.Table]*Table // disk tiers Load filled, until Attach adopts them (load.go)
 }
 
@@ -83,7 +84,7 @@ func Open(cfg Config) (*Manager, error) {
 	if left, err := fs.List(cfg.Dir); err == nil && len(left) > 0 {
 		// A ps killed (kill -9, a crash, a failed store) leaves its store,
 		// perhaps damaged: nothing in it is read.
-		cfg.Logf("disk tier: %s holds %d files a previous process left (its store, perhaps damaged): emptied, unread; the rows come from the checkpoint", cfg.Dir, len(left))
+		cfg.Logf("disk tier: %s holds %d files a previous process left (its store, perhaps damaged): emptied, unread; the rows come from the checkpoint (under --replicas, from the shard's primary)", cfg.Dir, len(left))
 	}
 	s, err := openStore(cfg.Dir, cacheBytes(cfg.Budget), memtableBytes(cfg.Budget), cfg.FS)
 	if err != nil {
