@@ -46,7 +46,13 @@ func copyTiers(cfg PSConfig) func(shardIdx, copies int) (shard.Tiers, replicatio
 				})
 			}
 			mu.Unlock()
-			return runTier(ctx, cfg, m, s, fail)
+			stop := runTier(ctx, cfg, m, s, fail)
+			return func() error {
+				err := stop()
+				// The ps's directory, once its last copy's store is gone.
+				_ = os.Remove(filepath.Dir(m.Store().Dir()))
+				return err
+			}
 		}
 		return m, run, nil
 	}
@@ -60,7 +66,11 @@ func openTierOf(cfg PSConfig, sub string, budget int64) (*tier.Manager, error) {
 	if dir == "" && cfg.CheckpointDir != "" {
 		dir = filepath.Join(filepath.Dir(filepath.Clean(cfg.CheckpointDir)), fmt.Sprintf("tables-ps-%d", task))
 	} else if dir == "" {
-		d, err := os.MkdirTemp("", fmt.Sprintf("paramserv-tables-ps-%d-", task))
+		pattern := fmt.Sprintf("paramserv-tables-ps-%d-", task)
+		if sub != "" {
+			pattern += sub + "-"
+		}
+		d, err := os.MkdirTemp("", pattern)
 		if err != nil {
 			return nil, fmt.Errorf("ps %d: a directory for the disk tier: %w", task, err)
 		}
