@@ -184,6 +184,10 @@ func TestReplicasTieredSyncBitIdentical(t *testing.T) {
 			t.Errorf("no line matching %q:\n%s", re, out)
 		}
 	}
+	// The stores are scratch: each ps removed its own as it ended.
+	if left, _ := filepath.Glob(filepath.Join(dir, "tables", "*")); len(left) > 0 {
+		t.Errorf("the disk tiers' directories outlived the job: %v", left)
+	}
 	if logs[0] != logs[1] {
 		t.Errorf("worker 0's progress differs between the undisturbed job all in memory and the one with a disk tier and ps 1 killed:\n%s\nagainst\n%s", logs[0], logs[1])
 	}
