@@ -223,7 +223,7 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 		}
 	}
 	for i, t := range st.tableOrd {
-		var load func(sparse.Snapshot) error
+		load := t.t.Import
 		if loader != nil {
 			load = func(sn sparse.Snapshot) error {
 				loaded = append(loaded, t.t)
@@ -257,8 +257,8 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 }
 
 // decodeTable fills an empty table from its part of a copy, taken off
-// rest; load, if not nil, takes the rows instead of the table's Import
-// (a second tier's TierLoader).
+// rest; load takes the rows: the table's Import, or a second tier's
+// TierLoader.
 func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot) error) error {
 	b := *rest
 	dim := t.t.Dim()
@@ -360,9 +360,6 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 	acc, err := floats(h.Acc * dim)
 	if err != nil {
 		return err
-	}
-	if load == nil {
-		load = t.t.Import
 	}
 	if err := load(sn); err != nil {
 		return err
