@@ -183,7 +183,7 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 	c, err := m.Contents()
 	var st *shard.State
 	if err == nil {
-		st, err = shard.Restore(c, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+		st, err = shard.RestoreInto(s.cfg.Tiers, c, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
 	}
 	for _, release := range releases {
 		release()

@@ -123,6 +123,9 @@ type frozenTable struct {
 	slots   []string      // its rule's slot names
 	deleted []uint64      // delta: keys dropped, unsorted
 	cold    TierCut       // the table's second tier at the cut; nil if none
+	// coldChanges: a delta cut's view of what changed in the table's
+	// second tier; nil if none.
+	coldChanges TierChanges
 }
 
 // Cut copies the shard's state; see Cut.
@@ -226,6 +229,9 @@ func (c *Cut) Release() {
 		if t.cold != nil {
 			t.cold.Release()
 		}
+		if t.coldChanges != nil {
+			t.coldChanges.Release()
+		}
 	}
 }
 
@@ -288,6 +294,14 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 			}
 			snap = all
 		}
+		deleted := t.deleted
+		if t.coldChanges != nil {
+			all, del, err := t.coldChanges.Merge(snap, deleted)
+			if err != nil && c.err == nil {
+				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			}
+			snap, deleted = all, del
+		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
 			ckptformat.Uint64TensorOf(ckptformat.KeysName(t.name), []int64{n}, snap.Keys),
@@ -306,7 +320,7 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 			sh.Tensors = append(sh.Tensors, ckptformat.Int64TensorOf(ckptformat.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
 		}
 		if c.delta {
-			del := slices.Compact(slices.Sorted(slices.Values(t.deleted)))
+			del := slices.Compact(slices.Sorted(slices.Values(deleted)))
 			sh.Tensors = append(sh.Tensors, ckptformat.Uint64TensorOf(ckptformat.DeletedName(t.name), []int64{int64(len(del))}, del))
 		}
 	}
@@ -369,6 +383,25 @@ func LayoutOf(m ckptformat.Contents, numWorkers int) Layout {
 // first shard's error, and no state, if one was damaged. A fault reading a
 // mapped file (it shrank, or the disk failed) is an error too.
 func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	return RestoreInto(nil, m, read, task, numPS, numWorkers, run)
+}
+
+// RestoreInto is Restore for a shard whose tables get a second tier
+// (Config.Tiers): where tiers is a TierLoader, each table's rows past its
+// share of memory go straight to the tier as the state is built, not
+// into the table first (TierLoader). Install the state in that shard.
+func RestoreInto(tiers Tiers, m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	loader, _ := tiers.(TierLoader)
+	var loaded []*sparse.Table
+	if loader != nil {
+		defer func() {
+			if err != nil {
+				for _, t := range loaded {
+					loader.Unload(t)
+				}
+			}
+		}()
+	}
 	var got []*ckptformat.Shard
 	defer func() {
 		// A damaged file's error comes before whatever building the
@@ -399,13 +432,20 @@ func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 			st, err = nil, fmt.Errorf("checkpoint of step %d: reading a shard file failed (it shrank while read, or the disk failed): %v", m.Step, r)
 		}
 	}()
+	var load func(t *sparse.Table, rows sparse.Snapshot) error
+	if loader != nil {
+		load = func(t *sparse.Table, rows sparse.Snapshot) error {
+			loaded = append(loaded, t)
+			return loader.Load(t, rows, len(m.Tables))
+		}
+	}
 	return restore(m, func(k int) (*ckptformat.Shard, error) {
 		sh, err := read(k)
 		if sh != nil {
 			got = append(got, sh)
 		}
 		return sh, err
-	}, task, numPS, numWorkers, run)
+	}, task, numPS, numWorkers, run, load)
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
@@ -423,7 +463,9 @@ func inShards(shards []*ckptformat.Shard, addr uintptr) bool {
 	return false
 }
 
-func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
+// restore builds the state; load, if not nil, takes each table's rows
+// instead of its Import.
+func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) (*State, error) {
 	l, t := LayoutOf(m, numWorkers), m.Training
 	rule, err := optim.New(l.Optimizer)
 	if err != nil {
@@ -494,7 +536,7 @@ func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 		}
 		v.updates = parts[i].updates
 	}
-	if err := files.tables(st, task, numPS, reshard, run); err != nil {
+	if err := files.tables(st, task, numPS, reshard, run, load); err != nil {
 		return nil, err
 	}
 	st.restored = m.Step
@@ -610,8 +652,8 @@ func (c *shardFiles) varPart(v ckptformat.VariableInfo, part placement.Part, dir
 }
 
 // tables imports the rows of every sparse table of the checkpoint that
-// ps task of numPS holds into st's tables.
-func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner) error {
+// ps task of numPS holds into st's tables, or hands them to load.
+func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) error {
 	m := c.m
 	for _, tb := range m.Tables {
 		t, ok := st.tables[tb.Name]
@@ -636,6 +678,9 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
+			}
+			if load != nil { // a disk tier: rows past the budget go to its store
+				return load(t.t, snap)
 			}
 			if anyOrder {
 				return t.t.ImportAnyOrder(snap)

@@ -11,8 +11,10 @@ import (
 // them, and the table's results are then the same, bit for bit, as if every
 // row had stayed. A moved row keeps its value, state, update count and
 // last-touched step; a row Take removes is neither evicted nor deleted (no
-// Stats.Evicted, no deleted key for a delta checkpoint: the next delta
-// cannot be known, see ChangesKnown). EvictedBefore tells the caller which of
+// Stats.Evicted, no deleted key for a delta checkpoint). Take says which
+// rows it took had changed since the last ResetChanges or FrozenChanges:
+// the caller keeps that while it holds them (a delta checkpoint needs
+// them) and hands it back to Put. EvictedBefore tells the caller which of
 // the rows it holds Evict would have dropped.
 
 // Missing appends to dst the keys (of keys, in order) that have no row.
@@ -43,11 +45,13 @@ func (t *Table) KeepsTouch() bool { return t.keepTouch }
 
 // Take removes the rows of keys and returns them, in ascending key order,
 // with their state, update counts and last-touched steps; keys without a
-// row are skipped, a repeated key is taken once. Once it takes a row, the
-// changes since the last ResetChanges are not known (ChangesKnown).
-func (t *Table) Take(keys []uint64) Snapshot {
+// row are skipped, a repeated key is taken once. changed[i] reports
+// whether row i was created or changed since the last ResetChanges or
+// FrozenChanges (its dirty bit; all false while change tracking is off).
+func (t *Table) Take(keys []uint64) (s Snapshot, changed []bool) {
 	n, d := len(keys), t.dim
-	s := Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	s = Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	changed = make([]bool, 0, n)
 	for i := range s.State {
 		s.State[i] = make([]float32, 0, n*d)
 	}
@@ -61,11 +65,6 @@ func (t *Table) Take(keys []uint64) Snapshot {
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	t.bump()
-	if t.tracking && len(sorted) > 0 {
-		// A moved row's change, or its eviction where it went, is no
-		// longer the table's to cut: the next delta must be full.
-		t.changesLost, t.deleted = true, nil
-	}
 	for _, k := range sorted {
 		r, pos := t.find(k, hashKey(k))
 		if r < 0 {
@@ -75,6 +74,7 @@ func (t *Table) Take(keys []uint64) Snapshot {
 		o := r & t.pageMask
 		row := p.data[o*t.stride : (o+1)*t.stride]
 		s.Keys = append(s.Keys, k)
+		changed = append(changed, t.tracking && p.dirty[o>>6]&(1<<(o&63)) != 0)
 		s.Values = append(s.Values, row[:d]...)
 		for j := range s.State {
 			s.State[j] = append(s.State[j], row[(j+1)*d:(j+2)*d]...)
@@ -91,16 +91,18 @@ func (t *Table) Take(keys []uint64) Snapshot {
 		t.freeRow(r)
 		t.tracking = tracking
 	}
-	return s
+	return s, changed
 }
 
 // Put stores the rows of s, which Take returned (its keys ascending and
 // without rows here), bypassing admission, with their update counts and
 // last-touched steps exactly: where a step is older than the table's base
-// (see Evict), every row's stored step is moved to make room. Rows already
+// (see Evict), every row's stored step is moved to make room. changed[i]
+// says whether row i counts as changed since the last ResetChanges or
+// FrozenChanges (what Take said of it; nil: every row does). Rows already
 // here are left as they are. It fails like Import on a Snapshot of the
 // wrong shape or past MaxRows.
-func (t *Table) Put(s Snapshot) error {
+func (t *Table) Put(s Snapshot, changed []bool) error {
 	if err := t.checkSnapshot(s); err != nil {
 		return err
 	}
@@ -131,6 +133,9 @@ func (t *Table) Put(s Snapshot) error {
 		r = t.allocRow(k)
 		t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
 		t.fillRow(s, i, r)
+		if changed != nil && !changed[i] {
+			t.pages[r>>t.pageShift].dirty[(r&t.pageMask)>>6] &^= 1 << (r & t.pageMask & 63)
+		}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ type Store struct {
 	db   *pebble.DB
 	dir  string
 	fs   vfs.FS
-	next uint32 // the prefix the next table gets; guarded by the owner's lock
+	next atomic.Uint32 // the prefix the last table got (Load takes one with no lock held)
 
 	// bgErr is the first error of pebble's background work (a flush or a
 	// compaction that could not write: a full disk). Pebble retries a
@@ -62,7 +62,7 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: creating %s: %w", ErrStore, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, next: 1}
+	s := &Store{dir: dir, fs: fs}
 	opts := &pebble.Options{
 		// Nothing is recovered from the store after a crash (the
 		// checkpoint is), so writes skip the log.

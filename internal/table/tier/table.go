@@ -49,6 +49,8 @@ type Table struct {
 	filter  *missFilter // every key in the disk tier, and some that left it (filter.go)
 	rebuild *Rebuild    // the filter's rebuild out, or nil
 
+	changes changeLog // what changed on disk since the last cut (changes.go)
+
 	stats Stats
 	err   error // the first store error; sticky
 }
@@ -79,12 +81,12 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 	t.KeepTouch()
 	slots := t.Rule().StateSlots()
 	tb := &Table{
-		hot: t, store: s, prefix: s.next,
+		hot: t, store: s, prefix: s.next.Add(1),
 		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
 		pend: make(map[uint64]*entry), filter: newMissFilter(0),
 		fresh: make(map[uint64]struct{}), old: make(map[uint64]struct{}),
 	}
-	s.next++
+	tb.changes.start(t)
 	return tb
 }
 
@@ -148,6 +150,7 @@ func (t *Table) Fetch(keys []uint64) error {
 		snap.Updates = []uint32{}
 	}
 	snap.LastTouch = []int64{}
+	var changed []bool
 	cutoff := t.hot.EvictedBefore()
 	var it *pebble.Iterator
 	if len(miss) > 8 {
@@ -171,19 +174,22 @@ func (t *Table) Fetch(keys []uint64) error {
 		}
 		t.pend[k] = &entry{} // gone from disk
 		t.onDisk--
+		dirty := t.changes.leave(k)
 		touch := int64(binary.LittleEndian.Uint64(row[4:]))
 		if touch < cutoff {
 			t.stats.Evicted++
+			t.changes.dropped(k, touch, t.onDisk)
 			continue
 		}
 		t.stats.Hits++
 		t.fresh[k] = struct{}{}
 		t.decode(&snap, k, row)
+		changed = append(changed, dirty)
 	}
 	if len(snap.Keys) == 0 {
 		return nil
 	}
-	if err := t.hot.Put(snap); err != nil {
+	if err := t.hot.Put(snap, changed); err != nil {
 		return err
 	}
 	t.stats.Promotions += int64(len(snap.Keys))
@@ -299,10 +305,13 @@ func (t *Table) Demote(n int) int {
 
 // demoteKeys moves the rows of keys to the disk tier.
 func (t *Table) demoteKeys(keys []uint64) int {
-	snap := t.hot.Take(keys)
+	snap, changed := t.hot.Take(keys)
 	for i, k := range snap.Keys {
 		t.pend[k] = &entry{row: t.encode(&snap, i)}
 		t.filter.add(k)
+		if changed[i] {
+			t.changes.enter(k, t.onDisk)
+		}
 	}
 	if t.rebuild != nil {
 		t.rebuild.later = append(t.rebuild.later, snap.Keys...)
