@@ -15,11 +15,13 @@ var BLAS = "Go float32 kernel, " + kernelName
 
 // The blocking of sgemm, after BLIS (Van Zee and van de Geijn, "BLIS: A
 // Framework for Rapidly Instantiating BLAS Functionality", 2015): the
-// micro-kernel computes an mr×nr tile of c from a sliver of a (mr rows of
-// kc) and one of b (kc rows of nr), packed so that it reads both in order.
-// The sliver of b (16 KiB) stays in the L1 cache while the kernel walks down
-// a packed block of a (mc×kc, 144 KiB, in L2); the packed panel of b (kc×nc)
-// is reused by every block of a.
+// micro-kernel computes an mr×nr tile of c from mr rows of op(a) and a
+// sliver of b (kc rows of nr, packed so that it reads them in order). The
+// sliver (at most 16 KiB) stays in the L1 cache while the kernel walks down
+// a block of mc rows of a (at most 144 KiB, in L2), read where it lies:
+// both of the model's layouts of a (rows, or columns when transposed) give
+// the kernel sequential reads, so packing a would only copy it. The panel
+// of b (kc×nc) is packed once and reused by every block of a.
 const (
 	mr = 6  // rows of a c tile: 12 accumulators of 8 lanes, 2 b loads, 2 broadcasts
 	nr = 16 // columns of a c tile: two YMM registers
@@ -32,9 +34,9 @@ const (
 // has one), and whether its products may be spread over goroutines
 // (Model.SetParallel).
 type scratch struct {
-	pa       []float32   // a block of a, packed (the calling goroutine's)
+	pa       []float32   // a last sliver of a of fewer than mr rows, packed
 	pb       []float32   // a panel of b, packed
-	pas      [][]float32 // the other goroutines' blocks of a, when parallel
+	pas      [][]float32 // the other goroutines' pa, when parallel
 	parallel bool
 }
 
@@ -98,7 +100,7 @@ func sgemm(s *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 			packB(s.pb, tB, b, ldb, pc, kcb, jc, ncb)
 			add := pc > 0
 			if workers == 1 {
-				s.pa = grow32(s.pa, mc*kcb)
+				s.pa = grow32(s.pa, mr*kcb)
 				blockRows(s.pa, s.pb, tA, a, lda, 0, m, pc, kcb, ncb, c[jc:], ldc, add)
 				continue
 			}
@@ -112,14 +114,14 @@ func sgemm(s *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 				if i0 >= m {
 					break
 				}
-				s.pas[w-1] = grow32(s.pas[w-1], mc*kcb)
+				s.pas[w-1] = grow32(s.pas[w-1], mr*kcb)
 				wg.Add(1)
 				go func(pa []float32, i0, i1 int) {
 					defer wg.Done()
 					blockRows(pa, s.pb, tA, a, lda, i0, i1, pc, kcb, ncb, c[jc:], ldc, add)
 				}(s.pas[w-1], i0, min(i0+rows, m))
 			}
-			s.pa = grow32(s.pa, mc*kcb)
+			s.pa = grow32(s.pa, mr*kcb)
 			blockRows(s.pa, s.pb, tA, a, lda, 0, min(rows, m), pc, kcb, ncb, c[jc:], ldc, add)
 			wg.Wait()
 		}
@@ -127,28 +129,41 @@ func sgemm(s *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 }
 
 // blockRows computes rows i0..i1 of c (n columns from c[0]) += or = (add)
-// their share of op(a)[:, pc:pc+kcb]·pb, pb being the packed panel of b,
-// packing mc rows of a at a time into pa.
+// their share of op(a)[:, pc:pc+kcb]·pb, pb being the packed panel of b.
+// The kernel reads a where it lies (op(a)[i][p] is a[i·rs + p·cs]), mc rows
+// at a time, which stay in the L2 cache while it walks across b; a last
+// sliver of fewer than mr rows is packed into pa, zeros below.
 func blockRows(pa, pb []float32, tA bool, a []float32, lda, i0, i1, pc, kcb, n int, c []float32, ldc int, add bool) {
+	rs, cs := lda, 1
+	if tA {
+		rs, cs = 1, lda
+	}
 	var edge [mr * nr]float32
 	for ic := i0; ic < i1; ic += mc {
 		mcb := min(mc, i1-ic)
-		packA(pa, tA, a, lda, ic, mcb, pc, kcb)
 		for jr := 0; jr < n; jr += nr {
 			nrb := min(nr, n-jr)
 			bs := pb[jr*kcb : jr*kcb+kcb*nr]
-			for ir := 0; ir < mcb; ir += mr {
-				mrb := min(mr, mcb-ir)
-				as := pa[ir*kcb : ir*kcb+kcb*mr]
-				ct := c[(ic+ir)*ldc+jr:]
+			for ir := ic; ir < ic+mcb; ir += mr {
+				mrb := min(mr, ic+mcb-ir)
+				as, ars, acs := a[ir*rs+pc*cs:], rs, cs
+				if mrb < mr {
+					packA(pa, tA, a, lda, ir, mrb, pc, kcb)
+					as, ars, acs = pa, 1, mr
+				}
+				ct := c[ir*ldc+jr:]
 				if mrb == mr && nrb == nr {
-					kernel(kcb, as, bs, ct, ldc, add)
+					kernel(kcb, as, ars, acs, bs, ct, ldc, nr, add)
 					continue
 				}
-				// An edge tile: the kernel writes a whole one aside, of which
-				// the part inside c is copied or added, with the same
-				// float32 addition the kernel does.
-				kernel(kcb, as, bs, edge[:], nr, false)
+				// An edge tile: the kernel writes a whole one aside (or its
+				// left half), of which the part inside c is copied or added,
+				// with the same float32 addition the kernel does.
+				cols := nr
+				if nrb <= nr/2 {
+					cols = nr / 2
+				}
+				kernel(kcb, as, ars, acs, bs, edge[:], nr, cols, false)
 				for i := range mrb {
 					row, e := ct[i*ldc:i*ldc+nrb], edge[i*nr:i*nr+nrb]
 					if add {
@@ -164,49 +179,20 @@ func blockRows(pa, pb []float32, tA bool, a []float32, lda, i0, i1, pc, kcb, n i
 	}
 }
 
-// packA copies rows ic..ic+mcb, columns pc..pc+kcb of op(a) into pa as
-// slivers of mr rows: sliver s holds, for each of the kcb columns in turn,
-// its mr rows' values (zeros below the last row).
-func packA(pa []float32, tA bool, a []float32, lda, ic, mcb, pc, kcb int) {
-	for ir := 0; ir < mcb; ir += mr {
-		mrb := min(mr, mcb-ir)
-		dst := pa[ir*kcb : ir*kcb+kcb*mr]
-		if tA {
-			// op(a)[i][p] = a[p][i]: the sliver's rows are adjacent in a.
-			for p := range kcb {
-				src := a[(pc+p)*lda+ic+ir:]
-				d := dst[p*mr : p*mr+mr]
-				if mrb == mr {
-					d[0], d[1], d[2], d[3], d[4], d[5] = src[0], src[1], src[2], src[3], src[4], src[5]
-					continue
-				}
-				copy(d, src[:mrb])
-				clear(d[mrb:])
-			}
-			continue
-		}
-		if mrb == mr {
-			// Six rows read side by side, the sliver written in order.
-			r0 := a[(ic+ir)*lda+pc:][:kcb]
-			r1 := a[(ic+ir+1)*lda+pc:][:kcb]
-			r2 := a[(ic+ir+2)*lda+pc:][:kcb]
-			r3 := a[(ic+ir+3)*lda+pc:][:kcb]
-			r4 := a[(ic+ir+4)*lda+pc:][:kcb]
-			r5 := a[(ic+ir+5)*lda+pc:][:kcb]
-			for p := range kcb {
-				d := dst[p*mr : p*mr+mr : p*mr+mr]
-				d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
-			}
-			continue
-		}
-		for p := range kcb {
-			d := dst[p*mr : p*mr+mr : p*mr+mr]
-			for i := range d {
-				if i < mrb {
-					d[i] = a[(ic+ir+i)*lda+pc+p]
-				} else {
-					d[i] = 0
-				}
+// packA copies rows i..i+mrb (mrb ≤ mr), columns pc..pc+kcb of op(a) into
+// pa as one sliver: for each of the kcb columns in turn, its mr rows'
+// values, zeros below the last row.
+func packA(pa []float32, tA bool, a []float32, lda, i, mrb, pc, kcb int) {
+	for p := range kcb {
+		d := pa[p*mr : p*mr+mr : p*mr+mr]
+		for r := range d {
+			switch {
+			case r >= mrb:
+				d[r] = 0
+			case tA:
+				d[r] = a[(pc+p)*lda+i+r]
+			default:
+				d[r] = a[(i+r)*lda+pc+p]
 			}
 		}
 	}
@@ -242,35 +228,40 @@ func packB(pb []float32, tB bool, b []float32, ldb, pc, kcb, jc, ncb int) {
 	}
 }
 
-// kernel sets (add false) or adds to (add true) the mr×nr tile of c at c[0]
-// (row stride ldc) the product of a packed sliver of a (kcb×mr) and one of
-// b (kcb×nr): kernelFMA where the CPU has AVX2 and FMA, else kernelGo.
-func kernel(kcb int, a, b, c []float32, ldc int, add bool) {
-	_, _, _ = a[kcb*mr-1], b[kcb*nr-1], c[(mr-1)*ldc+nr-1]
-	if useFMA {
-		kernelFMA(kcb, &a[0], &b[0], &c[0], ldc, add)
-		return
+// kernel sets (add false) or adds to (add true) the first cols (nr or
+// nr/2) columns of the mr×nr tile of c at c[0] (row stride ldc) the
+// product of op(a)'s mr rows of kcb, row i column p at a[i·rs + p·cs], and a
+// packed sliver of b (kcb×nr): kernelFMA or kernelFMA8 where the CPU has
+// AVX2 and FMA, else kernelGo.
+func kernel(kcb int, a []float32, rs, cs int, b, c []float32, ldc, cols int, add bool) {
+	_, _, _ = a[(mr-1)*rs+(kcb-1)*cs], b[kcb*nr-1], c[(mr-1)*ldc+cols-1]
+	switch {
+	case !useFMA:
+		kernelGo(kcb, a, rs, cs, b, c, ldc, cols, add)
+	case cols == nr:
+		kernelFMA(kcb, &a[0], rs, cs, &b[0], &c[0], ldc, add)
+	default:
+		kernelFMA8(kcb, &a[0], rs, cs, &b[0], &c[0], ldc, add)
 	}
-	kernelGo(kcb, a, b, c, ldc, add)
 }
 
-// kernelGo is kernel in pure Go: each row of the tile summed over the
-// sliver in order, in float32 (which Go may fuse into FMA on CPUs that have
-// it, as on arm64).
-func kernelGo(kcb int, a, b, c []float32, ldc int, add bool) {
+// kernelGo is kernel in pure Go: each element of the tile summed over k in
+// order, in float32 (which Go may fuse into FMA on CPUs that have it, as on
+// arm64).
+func kernelGo(kcb int, a []float32, rs, cs int, b, c []float32, ldc, cols int, add bool) {
 	for i := range mr {
 		var acc [nr]float32
 		for p := range kcb {
-			x := a[p*mr+i]
+			x := a[i*rs+p*cs]
 			bs := b[p*nr : p*nr+nr : p*nr+nr]
 			for j := range acc {
 				acc[j] += x * bs[j]
 			}
 		}
-		row := c[i*ldc : i*ldc+nr]
+		row := c[i*ldc : i*ldc+cols]
 		if add {
-			for j, v := range acc {
-				row[j] += v
+			for j := range row {
+				row[j] += acc[j]
 			}
 		} else {
 			copy(row, acc[:])
