@@ -114,10 +114,9 @@ type Model struct {
 
 // SetParallel lets the default build's matrix multiply spread each large
 // product of a training step over GOMAXPROCS goroutines (rows of the
-// product each, with the bits of the serial one),
-// for a process that has the machine's cores to itself; by default it runs
-// on the calling goroutine, as a worker that shares the cores with its ps
-// should. The OpenBLAS build runs on OPENBLAS_NUM_THREADS threads (one
+// product each, with the bits of the serial one), for a process that has
+// the machine's cores to itself; by default it runs on the calling
+// goroutine, as a worker that shares the cores with its ps should. The OpenBLAS build runs on OPENBLAS_NUM_THREADS threads (one
 // unless set) either way.
 func (m *Model) SetParallel(on bool) { m.ws.s.parallel = on }
 

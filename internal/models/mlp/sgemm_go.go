@@ -104,28 +104,31 @@ func sgemm(s *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 				blockRows(s.pa, s.pb, tA, a, lda, 0, m, pc, kcb, ncb, c[jc:], ldc, add)
 				continue
 			}
-			for len(s.pas) < workers-1 {
-				s.pas = append(s.pas, nil)
-			}
-			rows := roundUp((m+workers-1)/workers, mr)
-			var wg sync.WaitGroup
-			for w := 1; w < workers; w++ {
-				i0 := w * rows
-				if i0 >= m {
-					break
-				}
-				s.pas[w-1] = grow32(s.pas[w-1], mr*kcb)
-				wg.Add(1)
-				go func(pa []float32, i0, i1 int) {
-					defer wg.Done()
-					blockRows(pa, s.pb, tA, a, lda, i0, i1, pc, kcb, ncb, c[jc:], ldc, add)
-				}(s.pas[w-1], i0, min(i0+rows, m))
-			}
-			s.pa = grow32(s.pa, mr*kcb)
-			blockRows(s.pa, s.pb, tA, a, lda, 0, min(rows, m), pc, kcb, ncb, c[jc:], ldc, add)
-			wg.Wait()
+			s.parallelRows(workers, tA, m, a, lda, pc, kcb, ncb, c[jc:], ldc, add)
 		}
 	}
+}
+
+// parallelRows is blockRows over all m rows of c, spread over workers
+// goroutines (this one among them) in runs of whole tiles.
+func (s *scratch) parallelRows(workers int, tA bool, m int, a []float32, lda, pc, kcb, n int, c []float32, ldc int, add bool) {
+	for len(s.pas) < workers-1 {
+		s.pas = append(s.pas, nil)
+	}
+	rows := roundUp((m+workers-1)/workers, mr)
+	var wg sync.WaitGroup
+	for w := 1; w < workers && w*rows < m; w++ {
+		i0 := w * rows
+		s.pas[w-1] = grow32(s.pas[w-1], mr*kcb)
+		wg.Add(1)
+		go func(pa []float32, i1 int) {
+			defer wg.Done()
+			blockRows(pa, s.pb, tA, a, lda, i0, i1, pc, kcb, n, c, ldc, add)
+		}(s.pas[w-1], min(i0+rows, m))
+	}
+	s.pa = grow32(s.pa, mr*kcb)
+	blockRows(s.pa, s.pb, tA, a, lda, 0, min(rows, m), pc, kcb, n, c, ldc, add)
+	wg.Wait()
 }
 
 // blockRows computes rows i0..i1 of c (n columns from c[0]) += or = (add)
