@@ -44,9 +44,9 @@ type scratch struct {
 // when tA, tB say; a is m×k (k×m if transposed) with row stride lda, b is
 // k×n (n×k) with row stride ldb. All row-major float32.
 //
-// Each element of c is summed in float32 over k in order, kc terms at a
-// time in the kernel's accumulator (with FMA: each product added unrounded),
-// each kc-long partial sum then added to c. How c is split among goroutines
+// Each element of c is summed in float32 over k in order, in blocks of at
+// most kc terms in the kernel's accumulator (with FMA: each product added
+// unrounded), each block's partial sum then added to c. How c is split among goroutines
 // changes nothing of that, so a parallel product is bit for bit the serial
 // one.
 //
