@@ -67,7 +67,7 @@ func (w *twin) settle(t *testing.T, rng *rand.Rand) {
 			w.flight = nil
 		}
 	}
-	if rng.IntN(8) == 0 {
+	if rng.IntN(40) == 0 {
 		// The store's memtable to a file: deletions and the rows they
 		// delete then meet in compactions (see compact).
 		if err := w.tt.store.db.Flush(); err != nil {
