@@ -193,6 +193,75 @@ func (t *Table) Coldest(n int, dst []uint64) []uint64 {
 	return dst
 }
 
+// ColdHand is where ColdestFrom goes on scanning a table's rows, kept by
+// the caller between calls: CLOCK's hand.
+type ColdHand struct {
+	pos int    // the row slot the next scan starts at
+	rng uint64 // the sample's random state
+}
+
+// ColdestFrom appends to dst up to n keys of rows touched long ago,
+// without reading every row as Coldest does: it estimates, from a sample
+// of rows, the last touch below which about a fraction f of the rows lie,
+// and takes the rows at or below it that a scan from h meets, going round
+// the table from where the previous call stopped.
+//
+// f is 2n/live, at least, so that the scan reads about half the rows;
+// while n is under 1% of the rows it may grow to 64n/live, up to 1%, so
+// that the scan reads about 1/64 of them: in a large table the rows taken
+// are then among its coldest 1%, not its coldest n. When the scan meets
+// fewer than n such rows in a whole turn, it takes any rows.
+func (t *Table) ColdestFrom(h *ColdHand, n int, dst []uint64) []uint64 {
+	if n <= 0 || t.live == 0 || !t.keepTouch {
+		return dst
+	}
+	if n >= t.live {
+		t.forLive(func(_ int, p *page, o int) { dst = append(dst, p.keys[o]) })
+		return dst
+	}
+	slots := t.highWater
+	isLive := func(r int) (*page, int, bool) {
+		p := &t.pages[r>>t.pageShift]
+		o := r & t.pageMask
+		return p, o, p.live[o>>6]&(1<<(o&63)) != 0
+	}
+	const samples = 1 << 10
+	sample := make([]uint32, 0, samples)
+	for try := 0; try < 16*samples && len(sample) < samples; try++ {
+		h.rng = h.rng*6364136223846793005 + 1442695040888963407 // a 64-bit LCG's step
+		if p, o, ok := isLive(int((h.rng >> 32) * uint64(slots) >> 32)); ok {
+			sample = append(sample, p.touch[o])
+		}
+	}
+	if len(sample) == 0 {
+		return t.Coldest(n, dst)
+	}
+	slices.Sort(sample)
+	if h.pos >= slots {
+		h.pos = 0
+	}
+	f := max(2*float64(n), min(64*float64(n), float64(t.live)/100)) / float64(t.live)
+	thr := sample[min(len(sample)-1, int(f*float64(len(sample))))]
+	start := len(dst)
+	for pass := 0; pass < 2 && len(dst)-start < n; pass++ {
+		for seen := 0; seen < slots && len(dst)-start < n; seen++ {
+			r := h.pos
+			if h.pos++; h.pos >= slots {
+				h.pos = 0
+			}
+			p, o, ok := isLive(r)
+			if !ok {
+				continue
+			}
+			// The second pass takes the rows the first left.
+			if tc := p.touch[o]; tc <= thr == (pass == 0) {
+				dst = append(dst, p.keys[o])
+			}
+		}
+	}
+	return dst
+}
+
 // checkSnapshot checks s's shape against the table's.
 func (t *Table) checkSnapshot(s Snapshot) error {
 	n, d := len(s.Keys), t.dim

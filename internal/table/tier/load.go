@@ -188,7 +188,7 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 			one.LastTouch[0] = s.LastTouch[i]
 		}
 		key = keyOf(key, t.prefix, k)
-		if err := b.Set(key, t.encode(&one, 0), nil); err != nil {
+		if err := b.Set(key, t.encode(make([]byte, 12+4*t.stride), &one, 0), nil); err != nil {
 			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
 		}
 		t.filter.add(k)
