@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/paramserv/paramserv/internal/testutil"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Issue 31, item 3: a ps that gives up on a worker that never started
@@ -320,4 +325,109 @@ func TestPSKilledAsTheWorkersFinishUnderLocal(t *testing.T) {
 		t.Errorf("ps 0 was not killed and restarted (the job may have ended first)")
 	}
 	checkLinreg(t, readResult(t, res))
+}
+
+// psStepAtLeast waits until the ps at addr reports global step >= want.
+func psStepAtLeast(t *testing.T, addr string, want int64, limit time.Duration) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := pb.NewParamServerClient(conn).Status(ctx, &pb.StatusRequest{})
+		cancel()
+		if err == nil && st.GlobalStep >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ps at %s not at step %d after %s (%v, %v)", addr, want, limit, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The chief restarted while a ps was restarted too, with nothing to
+// restore: ps 1 comes up blank while ps 0 holds its trained step. Without
+// a complete checkpoint the chief refuses, naming ps 1 (exit 1); with one,
+// it restores every ps from it and the job ends right. Before, its Init
+// gave ps 1 the initial values ("the ps were already initialised; training
+// goes on from global step N") and the job went on from a model of two
+// histories, ending "ok" with a wrong model.
+func TestChiefRestartedBesideABlankPS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	for _, withCheckpoint := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no checkpoint", true: "checkpoint"}[withCheckpoint], func(t *testing.T) {
+			hosts := freeHosts(t, 4)
+			ps, workers := hosts[:2], hosts[2:]
+			dir := t.TempDir()
+			res := filepath.Join(dir, "result.json")
+			var flags []string
+			steps := "--train_steps=1000000000"
+			if withCheckpoint {
+				flags = []string{"--checkpoint_dir=" + filepath.Join(dir, "ck"), "--save_steps=500"}
+				steps = "--train_steps=20000"
+			}
+			train := append([]string{"--model=linreg", steps, "--recovery_timeout=2m", "--result_file=" + res}, flags...)
+			p0 := start(t, "ps0", nil, append(clusterArgs(ps, workers, "ps", 0), flags...)...)
+			p1 := start(t, "ps1", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...)
+			w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), train...)...)
+			w1 := start(t, "worker1", nil, append(clusterArgs(ps, workers, "worker", 1), train...)...)
+			if withCheckpoint {
+				w0.waitCount(t, "chief: saved checkpoint of step", 2, time.Minute) // step 0 and one past it
+			}
+			psStepAtLeast(t, ps[0], 1000, time.Minute)
+			// The chief dies, worker 1 trains on; then ps 1 dies and
+			// comes back blank.
+			for _, p := range []*proc{w0, p1} {
+				if err := p.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				p.wait(t, time.Minute)
+			}
+			// With a checkpoint directory, ps 1 comes up blank when it
+			// finds no complete checkpoint at its start (one completed
+			// after it started, or the directory was not there then):
+			// here the directory is away while ps 1 starts.
+			ck := filepath.Join(dir, "ck")
+			if withCheckpoint {
+				if err := os.Rename(ck, ck+".away"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start(t, "ps1-again", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...).waitFor(t, "serving on", time.Minute)
+			if withCheckpoint {
+				if err := os.RemoveAll(ck); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(ck+".away", ck); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w0 = start(t, "worker0-again", nil, append(clusterArgs(ps, workers, "worker", 0), train...)...)
+			if !withCheckpoint {
+				if code := w0.wait(t, time.Minute); code != 1 {
+					t.Fatalf("the restarted chief exited %d beside a blank ps with no checkpoint, want 1", code)
+				}
+				if out := w0.output(); !strings.Contains(out, "ps [1] came up blank") || strings.Contains(out, "training goes on") {
+					t.Errorf("the restarted chief did not refuse naming ps 1")
+				}
+				return
+			}
+			for _, p := range []*proc{w0, w1, p0} {
+				if code := p.wait(t, 2*time.Minute); code != 0 {
+					t.Fatalf("%s exited %d", p.name, code)
+				}
+			}
+			if !strings.Contains(w0.output(), "restored every ps from the newest complete checkpoint") {
+				t.Errorf("the restarted chief did not restore every ps from the checkpoint")
+			}
+			checkLinreg(t, readResult(t, res))
+		})
+	}
 }
