@@ -431,3 +431,87 @@ func TestChiefRestartedBesideABlankPS(t *testing.T) {
 		})
 	}
 }
+
+// Issue 31, item 3, with --replicas: as TestPSGivingUpTellsTheWorkers,
+// each ps's copies giving up on worker 1 never heard from. Every copy
+// hears of the workers the primaries hear from (the primaries log it), so
+// each ps gives up on the same workers, and answers the chief with why.
+// Before, a replicated ps had no such watch: the chief's synchronous step
+// failed after --sync_timeout and it retried until --recovery_timeout.
+func TestReplicatedPSGivingUpTellsTheWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 4+4)
+	ps, workers, repl := hosts[:2], hosts[2:4], hosts[4:]
+	flags := []string{"--replicas=2", "--replica_hosts=" + strings.Join(repl, ","),
+		"--sync_replicas", "--startup_timeout=8s", "--sync_timeout=8s", "--recovery_timeout=5m"}
+	var pss []*proc
+	for i := range ps {
+		pss = append(pss, start(t, fmt.Sprintf("ps%d", i), nil, append(clusterArgs(ps, workers, "ps", i), flags...)...))
+	}
+	for _, p := range pss {
+		p.waitFor(t, "serving shard", time.Minute)
+	}
+	begun := time.Now()
+	w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), append(flags, "--model=linreg", "--train_steps=1000")...)...)
+	if code := w0.wait(t, 2*time.Minute); code == 0 {
+		t.Fatalf("chief exited 0 without worker 1")
+	}
+	if took := time.Since(begun); took > 18*time.Second {
+		t.Errorf("chief took %s to exit, want within --startup_timeout + 10s", took.Round(time.Second))
+	}
+	if out := w0.output(); !strings.Contains(out, "never heard from workers [1]") {
+		t.Errorf("chief's output does not name worker 1")
+	}
+	for _, p := range pss {
+		if code := p.wait(t, time.Minute); code == 0 {
+			t.Errorf("%s exited 0 though worker 1 never came", p.name)
+		}
+		if out := p.output(); !strings.Contains(out, "never heard from workers [1]") {
+			t.Errorf("%s does not name worker 1", p.name)
+		}
+	}
+}
+
+// With --replicas, a ps started again rejoins as a backup of its shards:
+// it hears the workers' calls only through what their primaries log of
+// them (synchronous pushes are held at the primary, and the backups apply
+// the step's aggregate). It must not take the workers training on for
+// workers never heard from: past --startup_timeout it still serves, and
+// the job goes on.
+func TestRejoinedPSHearsOfTheWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 3+2+6)
+	ps, workers, repl := hosts[:3], hosts[3:5], hosts[5:] // 3 ps: one lost leaves a majority
+	const startup = 4 * time.Second
+	flags := []string{"--replicas=2", "--replica_hosts=" + strings.Join(repl, ","), "--sync_replicas",
+		"--startup_timeout=" + startup.String(), "--recovery_timeout=2m"}
+	var pss []*proc
+	for i := range ps {
+		pss = append(pss, start(t, fmt.Sprintf("ps%d", i), nil, append(clusterArgs(ps, workers, "ps", i), flags...)...))
+	}
+	p1 := pss[1]
+	for i := range workers {
+		start(t, fmt.Sprintf("worker%d", i), nil, append(clusterArgs(ps, workers, "worker", i), append(flags, "--model=linreg", "--train_steps=1000000000")...)...)
+	}
+	psStepAtLeast(t, ps[0], 100, time.Minute)
+	if err := p1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p1.wait(t, time.Minute)
+	p1 = start(t, "ps1-again", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...)
+	p1.waitCount(t, "re-replicated shard", 2, time.Minute)
+	time.Sleep(startup + 3*time.Second)
+	select {
+	case <-p1.done:
+		t.Fatalf("the rejoined ps exited while the workers trained on")
+	default:
+	}
+	if out := p1.output() + pss[0].output() + pss[2].output(); strings.Contains(out, "gave up") {
+		t.Errorf("a ps took workers that train for workers never heard from")
+	}
+	psStepAtLeast(t, ps[0], 200, time.Minute) // the job goes on
+}
