@@ -217,11 +217,12 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Var
 		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
 	defer cancel()
 	retry := newRetrier(cfg, fmt.Sprintf("--startup_timeout=%s", cfg.StartupTimeout))
+	initialised := false // by this chief, in this start-up
 	for {
 		var sv *saver
 		var err error
 		if cfg.Cluster.IsChief() {
-			sv, err = chiefStart(wctx, cfg, c, vars, init)
+			sv, err = chiefStart(wctx, cfg, c, vars, init, &initialised)
 		} else {
 			err = waitOneHistory(wctx, cfg, c, retry)
 		}
@@ -243,8 +244,10 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Var
 // chiefStart brings the cluster up: wait for every ps, initialise them (a
 // no-op for ps already initialised, as after a chief restart or a restore),
 // make their states consistent, and save the first checkpoint of a fresh
-// run so that a ps failure always has one to restore.
-func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
+// run so that a ps failure always has one to restore. initialised says
+// this chief initialised the cluster in an earlier try of this start-up
+// (then its first checkpoint failed); chiefStart sets it.
+func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params, initialised *bool) (*saver, error) {
 	statuses, err := c.WaitReady(ctx, false)
 	if err != nil {
 		return nil, err
@@ -254,7 +257,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	}
 	// Before Init: Init gives a blank ps the initial values, which beside
 	// ps that trained on would make a model of two histories.
-	if err := blankBesideTrained(ctx, cfg, c, statuses); err != nil {
+	if err := blankBesideTrained(ctx, cfg, c, statuses, *initialised); err != nil {
 		return nil, err
 	}
 	cfg.Hook("init", 0)
@@ -266,6 +269,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	if err != nil {
 		return nil, err
 	}
+	*initialised = true
 	statuses, err = c.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -312,8 +316,11 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 // --checkpoint_dir is a likely cause, and the in-run recovery refuses the
 // same state alike). A ps initialised at step 0 and never restored (a
 // chief that died during its Init) holds the initial values: the blank
-// ones are initialised beside it.
-func blankBesideTrained(ctx context.Context, cfg Config, c *client.Client, statuses []*pb.StatusResponse) error {
+// ones are initialised beside it. So are they after this chief's own Init
+// (ownInit: a ps died during its first checkpoint, and there is none to
+// restore): the other ps then hold only the steps the workers trained
+// since that Init, and the log says how many.
+func blankBesideTrained(ctx context.Context, cfg Config, c *client.Client, statuses []*pb.StatusResponse, ownInit bool) error {
 	var blank, trained []int
 	var step int64
 	for i, st := range statuses {
@@ -351,6 +358,11 @@ func blankBesideTrained(ctx context.Context, cfg Config, c *client.Client, statu
 			return nil
 		}
 		why = fmt.Sprintf("%s holds no complete checkpoint (%v)", cfg.CheckpointDir, err)
+	}
+	if ownInit {
+		cfg.Logf("chief: ps %v came up blank before the first checkpoint was complete, while ps %v hold global step %d trained since this chief's Init: initialising ps %v again at the initial values (their updates of those steps are lost)",
+			blank, trained, step, blank)
+		return nil
 	}
 	return fmt.Errorf("chief: ps %v came up blank (restarted with nothing to restore) while ps %v hold global step %d, and %s: initialising ps %v would mix initial values with trained ones, so the job cannot go on; restart every ps to train from the start, or start the ps with the --checkpoint_dir that holds the job's checkpoints",
 		blank, trained, step, why, blank)
