@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/paramserv/paramserv/internal/testutil"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Issue 31, item 3: a ps that gives up on a worker that never started
@@ -320,4 +325,193 @@ func TestPSKilledAsTheWorkersFinishUnderLocal(t *testing.T) {
 		t.Errorf("ps 0 was not killed and restarted (the job may have ended first)")
 	}
 	checkLinreg(t, readResult(t, res))
+}
+
+// psStepAtLeast waits until the ps at addr reports global step >= want.
+func psStepAtLeast(t *testing.T, addr string, want int64, limit time.Duration) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := pb.NewParamServerClient(conn).Status(ctx, &pb.StatusRequest{})
+		cancel()
+		if err == nil && st.GlobalStep >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ps at %s not at step %d after %s (%v, %v)", addr, want, limit, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The chief restarted while a ps was restarted too, with nothing to
+// restore: ps 1 comes up blank while ps 0 holds its trained step. Without
+// a complete checkpoint the chief refuses, naming ps 1 (exit 1); with one,
+// it restores every ps from it and the job ends right. Before, its Init
+// gave ps 1 the initial values ("the ps were already initialised; training
+// goes on from global step N") and the job went on from a model of two
+// histories, ending "ok" with a wrong model.
+func TestChiefRestartedBesideABlankPS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	for _, withCheckpoint := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no checkpoint", true: "checkpoint"}[withCheckpoint], func(t *testing.T) {
+			hosts := freeHosts(t, 4)
+			ps, workers := hosts[:2], hosts[2:]
+			dir := t.TempDir()
+			res := filepath.Join(dir, "result.json")
+			var flags []string
+			steps := "--train_steps=1000000000"
+			if withCheckpoint {
+				flags = []string{"--checkpoint_dir=" + filepath.Join(dir, "ck"), "--save_steps=500"}
+				steps = "--train_steps=20000"
+			}
+			train := append([]string{"--model=linreg", steps, "--recovery_timeout=2m", "--result_file=" + res}, flags...)
+			p0 := start(t, "ps0", nil, append(clusterArgs(ps, workers, "ps", 0), flags...)...)
+			p1 := start(t, "ps1", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...)
+			w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), train...)...)
+			w1 := start(t, "worker1", nil, append(clusterArgs(ps, workers, "worker", 1), train...)...)
+			if withCheckpoint {
+				w0.waitCount(t, "chief: saved checkpoint of step", 2, time.Minute) // step 0 and one past it
+			}
+			psStepAtLeast(t, ps[0], 1000, time.Minute)
+			// The chief dies, worker 1 trains on; then ps 1 dies and
+			// comes back blank.
+			for _, p := range []*proc{w0, p1} {
+				if err := p.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				p.wait(t, time.Minute)
+			}
+			// With a checkpoint directory, ps 1 comes up blank when it
+			// finds no complete checkpoint at its start (one completed
+			// after it started, or the directory was not there then):
+			// here the directory is away while ps 1 starts.
+			ck := filepath.Join(dir, "ck")
+			if withCheckpoint {
+				if err := os.Rename(ck, ck+".away"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start(t, "ps1-again", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...).waitFor(t, "serving on", time.Minute)
+			if withCheckpoint {
+				if err := os.RemoveAll(ck); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(ck+".away", ck); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w0 = start(t, "worker0-again", nil, append(clusterArgs(ps, workers, "worker", 0), train...)...)
+			if !withCheckpoint {
+				if code := w0.wait(t, time.Minute); code != 1 {
+					t.Fatalf("the restarted chief exited %d beside a blank ps with no checkpoint, want 1", code)
+				}
+				if out := w0.output(); !strings.Contains(out, "ps [1] came up blank") || strings.Contains(out, "training goes on") {
+					t.Errorf("the restarted chief did not refuse naming ps 1")
+				}
+				return
+			}
+			for _, p := range []*proc{w0, w1, p0} {
+				if code := p.wait(t, 2*time.Minute); code != 0 {
+					t.Fatalf("%s exited %d", p.name, code)
+				}
+			}
+			if !strings.Contains(w0.output(), "restored every ps from the newest complete checkpoint") {
+				t.Errorf("the restarted chief did not restore every ps from the checkpoint")
+			}
+			checkLinreg(t, readResult(t, res))
+		})
+	}
+}
+
+// Issue 31, item 3, with --replicas: as TestPSGivingUpTellsTheWorkers,
+// each ps's copies giving up on worker 1 never heard from. Every copy
+// hears of the workers the primaries hear from (the primaries log it), so
+// each ps gives up on the same workers, and answers the chief with why.
+// Before, a replicated ps had no such watch: the chief's synchronous step
+// failed after --sync_timeout and it retried until --recovery_timeout.
+func TestReplicatedPSGivingUpTellsTheWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 4+4)
+	ps, workers, repl := hosts[:2], hosts[2:4], hosts[4:]
+	flags := []string{"--replicas=2", "--replica_hosts=" + strings.Join(repl, ","),
+		"--sync_replicas", "--startup_timeout=8s", "--sync_timeout=8s", "--recovery_timeout=5m"}
+	var pss []*proc
+	for i := range ps {
+		pss = append(pss, start(t, fmt.Sprintf("ps%d", i), nil, append(clusterArgs(ps, workers, "ps", i), flags...)...))
+	}
+	for _, p := range pss {
+		p.waitFor(t, "serving shard", time.Minute)
+	}
+	begun := time.Now()
+	w0 := start(t, "worker0", nil, append(clusterArgs(ps, workers, "worker", 0), append(flags, "--model=linreg", "--train_steps=1000")...)...)
+	if code := w0.wait(t, 2*time.Minute); code == 0 {
+		t.Fatalf("chief exited 0 without worker 1")
+	}
+	if took := time.Since(begun); took > 18*time.Second {
+		t.Errorf("chief took %s to exit, want within --startup_timeout + 10s", took.Round(time.Second))
+	}
+	if out := w0.output(); !strings.Contains(out, "never heard from workers [1]") {
+		t.Errorf("chief's output does not name worker 1")
+	}
+	for _, p := range pss {
+		if code := p.wait(t, time.Minute); code == 0 {
+			t.Errorf("%s exited 0 though worker 1 never came", p.name)
+		}
+		if out := p.output(); !strings.Contains(out, "never heard from workers [1]") {
+			t.Errorf("%s does not name worker 1", p.name)
+		}
+	}
+}
+
+// With --replicas, a ps started again rejoins as a backup of its shards:
+// it hears the workers' calls only through what their primaries log of
+// them (synchronous pushes are held at the primary, and the backups apply
+// the step's aggregate). It must not take the workers training on for
+// workers never heard from: past --startup_timeout it still serves, and
+// the job goes on.
+func TestRejoinedPSHearsOfTheWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	hosts := freeHosts(t, 3+2+6)
+	ps, workers, repl := hosts[:3], hosts[3:5], hosts[5:] // 3 ps: one lost leaves a majority
+	const startup = 4 * time.Second
+	flags := []string{"--replicas=2", "--replica_hosts=" + strings.Join(repl, ","), "--sync_replicas",
+		"--startup_timeout=" + startup.String(), "--recovery_timeout=2m"}
+	var pss []*proc
+	for i := range ps {
+		pss = append(pss, start(t, fmt.Sprintf("ps%d", i), nil, append(clusterArgs(ps, workers, "ps", i), flags...)...))
+	}
+	p1 := pss[1]
+	for i := range workers {
+		start(t, fmt.Sprintf("worker%d", i), nil, append(clusterArgs(ps, workers, "worker", i), append(flags, "--model=linreg", "--train_steps=1000000000")...)...)
+	}
+	psStepAtLeast(t, ps[0], 100, time.Minute)
+	if err := p1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p1.wait(t, time.Minute)
+	p1 = start(t, "ps1-again", nil, append(clusterArgs(ps, workers, "ps", 1), flags...)...)
+	p1.waitCount(t, "re-replicated shard", 2, time.Minute)
+	time.Sleep(startup + 3*time.Second)
+	select {
+	case <-p1.done:
+		t.Fatalf("the rejoined ps exited while the workers trained on")
+	default:
+	}
+	if out := p1.output() + pss[0].output() + pss[2].output(); strings.Contains(out, "gave up") {
+		t.Errorf("a ps took workers that train for workers never heard from")
+	}
+	psStepAtLeast(t, ps[0], 200, time.Minute) // the job goes on
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Worker is one worker's lifecycle. It is used by the goroutine that runs
@@ -216,11 +217,12 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Var
 		fmt.Errorf("--startup_timeout=%s passed", cfg.StartupTimeout))
 	defer cancel()
 	retry := newRetrier(cfg, fmt.Sprintf("--startup_timeout=%s", cfg.StartupTimeout))
+	initialised := false // by this chief, in this start-up
 	for {
 		var sv *saver
 		var err error
 		if cfg.Cluster.IsChief() {
-			sv, err = chiefStart(wctx, cfg, c, vars, init)
+			sv, err = chiefStart(wctx, cfg, c, vars, init, &initialised)
 		} else {
 			err = waitOneHistory(wctx, cfg, c, retry)
 		}
@@ -242,13 +244,20 @@ func startUp(ctx context.Context, cfg Config, c *client.Client, vars []model.Var
 // chiefStart brings the cluster up: wait for every ps, initialise them (a
 // no-op for ps already initialised, as after a chief restart or a restore),
 // make their states consistent, and save the first checkpoint of a fresh
-// run so that a ps failure always has one to restore.
-func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params) (*saver, error) {
+// run so that a ps failure always has one to restore. initialised says
+// this chief initialised the cluster in an earlier try of this start-up
+// (then its first checkpoint failed); chiefStart sets it.
+func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.Variable, init func() model.Params, initialised *bool) (*saver, error) {
 	statuses, err := c.WaitReady(ctx, false)
 	if err != nil {
 		return nil, err
 	}
 	if err := sameWorkerCount(statuses, cfg, c); err != nil {
+		return nil, err
+	}
+	// Before Init: Init gives a blank ps the initial values, which beside
+	// ps that trained on would make a model of two histories.
+	if err := blankBesideTrained(ctx, cfg, c, statuses, *initialised); err != nil {
 		return nil, err
 	}
 	cfg.Hook("init", 0)
@@ -260,6 +269,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	if err != nil {
 		return nil, err
 	}
+	*initialised = true
 	statuses, err = c.Status(ctx)
 	if err != nil {
 		return nil, err
@@ -292,4 +302,68 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 		sv.force = true
 	}
 	return sv, nil
+}
+
+// blankBesideTrained is the chief's check at start-up, before its Init,
+// that no ps came up blank beside ps that trained: a ps restarted while
+// the chief was down finds no checkpoint to restore at its start when none
+// was complete (or none is configured). Init would give it the initial
+// values while the others hold their trained ones, and the job would go on
+// from a model that is neither. With a complete checkpoint in
+// --checkpoint_dir every ps is restored to it; without one
+// the chief refuses, naming the ps, rather than reset the trained ps
+// (their training may be what the user wants: a ps given the wrong
+// --checkpoint_dir is a likely cause, and the in-run recovery refuses the
+// same state alike). A ps initialised at step 0 and never restored (a
+// chief that died during its Init) holds the initial values: the blank
+// ones are initialised beside it. So are they after this chief's own Init
+// (ownInit: a ps died during its first checkpoint, and there is none to
+// restore): the other ps then hold only the steps the workers trained
+// since that Init, and the log says how many.
+func blankBesideTrained(ctx context.Context, cfg Config, c *client.Client, statuses []*pb.StatusResponse, ownInit bool) error {
+	var blank, trained []int
+	var step int64
+	for i, st := range statuses {
+		switch {
+		case !st.Initialized:
+			blank = append(blank, i)
+		case st.GlobalStep > 0 || st.RestoredStep >= 0:
+			trained = append(trained, i)
+			step = max(step, st.GlobalStep)
+		}
+	}
+	if len(blank) == 0 || len(trained) == 0 {
+		return nil
+	}
+	why := "the job has no --checkpoint_dir"
+	if cfg.CheckpointDir != "" {
+		m, _, err := checkpoint.Verifier{Finite: true}.Latest(cfg.FS, cfg.CheckpointDir)
+		if err == nil {
+			// Every ps, the trained ones too: a trained ps's restored
+			// step may be this checkpoint's though it trained on since.
+			all := make([]int, len(statuses))
+			for i := range all {
+				all[i] = i
+			}
+			if err := c.Restore(ctx, cfg.CheckpointDir, m.Step, all); err != nil {
+				return err
+			}
+			cfg.Logf("chief: ps %v came up blank (restarted with nothing to restore) while ps %v held global step %d: restored every ps from the newest complete checkpoint, of step %d; %d steps lost",
+				blank, trained, step, m.Step, max(0, step-m.Step))
+			fresh, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			c.Remember(fresh)
+			return nil
+		}
+		why = fmt.Sprintf("%s holds no complete checkpoint (%v)", cfg.CheckpointDir, err)
+	}
+	if ownInit {
+		cfg.Logf("chief: ps %v came up blank before the first checkpoint was complete, while ps %v hold global step %d trained since this chief's Init: initialising ps %v again at the initial values (their updates of those steps are lost)",
+			blank, trained, step, blank)
+		return nil
+	}
+	return fmt.Errorf("chief: ps %v came up blank (restarted with nothing to restore) while ps %v hold global step %d, and %s: initialising ps %v would mix initial values with trained ones, so the job cannot go on; restart every ps to train from the start, or start the ps with the --checkpoint_dir that holds the job's checkpoints",
+		blank, trained, step, why, blank)
 }

@@ -23,6 +23,9 @@ const (
 	initClient = 1 << 20
 	doneClient = 2 << 20
 	rateClient = 3 << 20
+	// heardClient+ps: the entries by which ps, a primary, tells the
+	// copies when it heard from each worker (tellHeard).
+	heardClient = 4 << 20
 )
 
 // shardCopy is one ps's copy of one shard, served at its own address:
@@ -42,13 +45,27 @@ type shardCopy struct {
 	holdMu  sync.Mutex // sync mode: one push from its hold to its application (pushHeld)
 	logf    func(string, ...any)
 
+	// life ends when the ps gives up on the job (giveUp): a held push
+	// waiting for its step's aggregate reads why then.
+	life     context.Context
+	gaveUpOn context.CancelFunc
+
 	mu      sync.Mutex
 	pending map[replica.ReqID]*applied // this ps's own calls waiting for their result
 	conns   map[net.Conn]bool          // the workers' connections to this copy
 }
 
 func newShardCopy(s, me int, timeout time.Duration) *shardCopy {
-	return &shardCopy{shard: s, me: me, timeout: timeout, pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
+	life, gaveUpOn := context.WithCancel(context.Background())
+	return &shardCopy{shard: s, me: me, timeout: timeout, life: life, gaveUpOn: gaveUpOn,
+		pending: map[replica.ReqID]*applied{}, conns: map[net.Conn]bool{}}
+}
+
+// giveUp is the ps giving up on the job with err: every later push and
+// waiting pull fails with it (server.Server.GiveUp), a held push too.
+func (c *shardCopy) giveUp(err error) {
+	c.Server.GiveUp(err)
+	c.gaveUpOn()
 }
 
 type applied struct {

@@ -54,7 +54,17 @@ func (c *shardCopy) pushHeld(ctx context.Context, req *pb.PushRequest) (*pb.Push
 	if err != nil {
 		return nil, err
 	}
-	if err := wait(ctx); err != nil {
+	// A ps that gives up on the job completes no more steps: the push
+	// reads why.
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.life, cancel)
+	err = wait(wctx)
+	stop()
+	cancel()
+	if err != nil {
+		if ferr := c.Server.Failed(); ferr != nil {
+			return nil, ferr
+		}
 		return nil, c.replicationError(err)
 	}
 	if resp == nil { // a retry of a push held or logged before

@@ -50,13 +50,27 @@ type PSConfig struct {
 	// connections to the other ps (the transport seam of tests).
 	Listen func(addr string) (net.Listener, error)
 	Dial   func(ctx context.Context, addr string) (net.Conn, error)
-	// Ended, if set, is asked once a second, with this ps's copy of its
-	// own shard, whether every worker has ended without the job being
-	// done (each done or gave up, some gave up: Done and a worker's word
-	// that it gave up go through the shard's log, so every copy holds
-	// them). A non-nil error ends RunPS with it, on every ps alike.
-	Ended func(s *server.Server) error
+	// Ended, if set, is the ps's watch over its workers: it is asked once
+	// a second, with this ps's copy of its own shard, whether the job has
+	// ended though not every worker called Done. Every copy knows what
+	// the primaries know of the workers: Done and a worker's word that it
+	// gave up go through the shard's log, and each primary logs when it
+	// last heard from each worker (server.EncodeHeard), so every ps judges
+	// alike, a ps started again too. ended with a nil error ends RunPS
+	// with nil (the job succeeded); an error is the ps giving up: every
+	// copy on this ps answers the workers with it (server.Server.GiveUp)
+	// for GiveUpGrace, then RunPS ends with it.
+	Ended func(s *server.Server) (ended bool, err error)
 }
+
+// GiveUpGrace is how long a ps that gave up on the job keeps answering
+// its workers with the reason before it exits: a waiting pull reads it at
+// once, a worker between calls at its next one.
+const GiveUpGrace = 2 * time.Second
+
+// heardEvery is how often the primary of a shard logs when it last heard
+// from each worker (tellHeard).
+const heardEvery = time.Second
 
 // Defaults fills in the zero fields of c that have a default: Logf
 // discards, StartupTimeout is 5 minutes, WaitLogEvery 5 seconds.
@@ -179,6 +193,7 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	if err != nil {
 		return err
 	}
+	go p.tellHeard(sctx)
 	return p.wait(ctx, sctx, errc)
 }
 
@@ -402,7 +417,7 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 					return
 				case <-tick.C:
 				}
-				if err := p.cfg.Ended(p.copies[p.me].Server); err != nil {
+				if end, err := p.cfg.Ended(p.copies[p.me].Server); end || err != nil {
 					ended <- err
 					return
 				}
@@ -413,7 +428,20 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 	case err := <-errc:
 		return fmt.Errorf("ps %d: grpc server: %w", p.me, err)
 	case err := <-ended:
-		p.cfg.Logf("%v; exiting", err)
+		if err == nil {
+			return nil // the job succeeded (Ended said so)
+		}
+		// The workers waiting on this ps's copies read why it gives up
+		// (and stop, naming it) rather than fail over to the copies of
+		// a ps that is gone.
+		for _, s := range p.shards {
+			p.copies[s].giveUp(err)
+		}
+		p.cfg.Logf("%v; answering the workers with it for %s before exiting", err, GiveUpGrace)
+		select {
+		case <-time.After(GiveUpGrace):
+		case <-ctx.Done():
+		}
 		return err
 	case err := <-p.tierErr:
 		return err
@@ -426,6 +454,42 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 	case <-ctx.Done():
 		st, _ := p.copies[p.me].Server.Status(context.Background(), &pb.StatusRequest{})
 		return &server.StoppedError{Task: p.me, Cause: context.Cause(ctx), Step: st.GetGlobalStep(), Done: int(st.GetWorkersDone()), Workers: len(p.cfg.Cluster.Spec.Workers)}
+	}
+}
+
+// tellHeard logs, every heardEvery until ctx ends, into the log of each
+// shard this ps serves as primary, when it last heard from each worker
+// (server.EncodeHeard): its backups hear a worker's pulls and Status
+// calls, and a synchronous worker's pushes, only so. The entry holds every
+// worker heard from, not only those heard since the last one, so that a
+// copy that joined since (a ps started again) learns them all. A shard
+// that cannot take it now (a failover) is skipped until the next tick.
+func (p *replicatedPS) tellHeard(ctx context.Context) {
+	tick := time.NewTicker(heardEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, s := range p.shards {
+			if p.host.Primary(s) != p.me || !p.host.Proposable(s) {
+				continue
+			}
+			_, seen := p.copies[s].WorkerActivity()
+			if len(seen) == 0 {
+				continue
+			}
+			now := time.Now()
+			ago := make(map[int]time.Duration, len(seen))
+			for w, t := range seen {
+				ago[w] = now.Sub(t)
+			}
+			pctx, cancel := context.WithTimeout(ctx, heardEvery)
+			_ = p.host.PushIf(pctx, s, timeID(heardClient+p.me), server.EncodeHeard(p.me, ago), nil) // the next tick tells it again
+			cancel()
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -24,6 +25,9 @@ import (
 //     a shard with sparse tables, their rows (encodeRows).
 //   - entryTouch: a pull's keys (EncodeTouch): per table, u32 name length,
 //     the name, u32 key count, the keys (u64 each).
+//   - entryHeard: the workers a primary has heard from (EncodeHeard): u32
+//     the ps that logged it, then per worker u32 worker and i64
+//     milliseconds since it was last heard from.
 const (
 	entryInit byte = iota + 1
 	entryPush
@@ -32,6 +36,7 @@ const (
 	entryTouch
 	entryRestore
 	entryChangeRate
+	entryHeard
 )
 
 // EncodeEntry is the log entry of an Init, Push, Done, Restore or
@@ -223,4 +228,36 @@ func decodeRows(data []byte) ([]shard.RowGrads, error) {
 		return nil, errors.New("malformed aggregate entry: trailing bytes")
 	}
 	return rows, nil
+}
+
+// EncodeHeard is the log entry by which ps, the primary of a shard, tells
+// its copies when it last heard from each worker (ago, by worker): a
+// backup hears a worker's pulls and Status calls, and a synchronous
+// worker's pushes, only through it (Server.HeardOf).
+func EncodeHeard(ps int, ago map[int]time.Duration) []byte {
+	b := make([]byte, 1, 1+4+12*len(ago))
+	b[0] = entryHeard
+	b = binary.LittleEndian.AppendUint32(b, uint32(ps))
+	for w, d := range ago {
+		b = binary.LittleEndian.AppendUint32(b, uint32(w))
+		b = binary.LittleEndian.AppendUint64(b, uint64(d.Milliseconds()))
+	}
+	return b
+}
+
+// decodeHeard reads a heard entry's bytes (after the kind).
+func decodeHeard(data []byte) (ps int, ago map[int]time.Duration, err error) {
+	if len(data) < 4 || (len(data)-4)%12 != 0 {
+		return 0, nil, fmt.Errorf("malformed heard entry of %d bytes", len(data))
+	}
+	ps = int(binary.LittleEndian.Uint32(data))
+	ago = make(map[int]time.Duration, (len(data)-4)/12)
+	for data = data[4:]; len(data) > 0; data = data[12:] {
+		ms := int64(binary.LittleEndian.Uint64(data[4:]))
+		if ms < 0 {
+			return 0, nil, fmt.Errorf("malformed heard entry: %d ms ago", ms)
+		}
+		ago[int(binary.LittleEndian.Uint32(data))] = time.Duration(ms) * time.Millisecond
+	}
+	return ps, ago, nil
 }

@@ -78,6 +78,17 @@ func (f *FSM) Apply(seq uint64, data []byte, own proto.Message) (proto.Message, 
 			return nil, err
 		}
 		return s.ChangeRate(ctx, req)
+	case entryHeard:
+		from, ago, err := decodeHeard(data[1:])
+		if err != nil {
+			err = fmt.Errorf("shard %d: %w", s.cfg.Task, err)
+			s.cfg.Logf("log entry %d: %v", seq, err)
+			return nil, err
+		}
+		if from != f.ps { // the primary that logged it heard them itself
+			s.HeardOf(ago)
+		}
+		return nil, nil
 	case entryRestore:
 		req := &pb.RestoreRequest{}
 		if err := proto.Unmarshal(data[1:], req); err != nil {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -96,6 +97,8 @@ func TestFSMEntries(t *testing.T) {
 		{entryAggregate, 1, 2},
 		b[:len(b)-1],
 		{entryTouch, 9, 0, 0, 0, 'x'},
+		{entryHeard, 1, 0},
+		EncodeHeard(1, map[int]time.Duration{0: time.Second})[:9],
 		{99},
 	} {
 		if _, err := f.Apply(7, bad, nil); err == nil || !strings.Contains(err.Error(), "shard 3") {
@@ -104,5 +107,39 @@ func TestFSMEntries(t *testing.T) {
 	}
 	if _, err := EncodeEntry(&pb.PullRequest{}); err == nil {
 		t.Error("a pull was encoded as a log entry")
+	}
+}
+
+// A primary's heard entry tells a backup when the workers were last heard
+// from, as the primary heard them: the backup's times move forward only,
+// and the primary, which logged it, keeps its own.
+func TestFSMHeardEntry(t *testing.T) {
+	primary, backup := NewFSM(New(Config{NumWorkers: 3}), 0), NewFSM(New(Config{NumWorkers: 3}), 1)
+	apply := func(b []byte) (before, after time.Time) {
+		t.Helper()
+		before = time.Now()
+		for _, f := range []*FSM{primary, backup} {
+			if _, err := f.Apply(1, b, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return before, time.Now()
+	}
+	before, after := apply(EncodeHeard(0, map[int]time.Duration{0: 3 * time.Second, 2: time.Minute, 7: 0})) // 7: no such worker
+	if _, seen := primary.s.WorkerActivity(); len(seen) != 0 {
+		t.Errorf("the primary took its own entry for news: %v", seen)
+	}
+	_, seen := backup.s.WorkerActivity()
+	if len(seen) != 2 {
+		t.Fatalf("the backup heard of %v, want workers 0 and 2", seen)
+	}
+	for w, ago := range map[int]time.Duration{0: 3 * time.Second, 2: time.Minute} {
+		if got := seen[w]; got.Before(before.Add(-ago)) || got.After(after.Add(-ago)) {
+			t.Errorf("worker %d heard at %v, want %s before the entry was applied (%v..%v)", w, got, ago, before.Add(-ago), after.Add(-ago))
+		}
+	}
+	apply(EncodeHeard(0, map[int]time.Duration{0: time.Hour})) // an older word changes nothing
+	if _, again := backup.s.WorkerActivity(); !again[0].Equal(seen[0]) {
+		t.Errorf("an older heard entry moved worker 0 back from %v to %v", seen[0], again[0])
 	}
 }

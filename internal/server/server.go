@@ -229,6 +229,22 @@ func (s *Server) WorkerActivity() (done []int, lastSeen map[int]time.Time) {
 	return s.shard.DoneWorkers(), lastSeen
 }
 
+// HeardOf records what another copy of the shard, its primary, heard:
+// when it last heard from each worker (ago, by worker; a worker's time
+// moves only forward). A backup copy hears a worker's calls only so, but
+// for the pushes, Init and Done the shard's log brings it; its watch over
+// the workers (WorkerActivity) then sees what its primary sees.
+func (s *Server) HeardOf(ago map[int]time.Duration) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w, d := range ago {
+		if t := now.Add(-d); w >= 0 && w < s.cfg.NumWorkers && t.After(s.seen[w]) {
+			s.seen[w] = t
+		}
+	}
+}
+
 // GiveUp makes every later push and waiting pull fail with err, an error
 // the worker does not retry: the ps's watch over its workers gave up on
 // the job, and the workers waiting on it read why before the ps exits.
@@ -237,6 +253,14 @@ func (s *Server) GiveUp(err error) {
 	defer s.mu.Unlock()
 	s.shard.Fail(err)
 	s.notify()
+}
+
+// Failed is the error every push and waiting pull fails with once the
+// ps gave up on the job (GiveUp), as the workers read it; nil before.
+func (s *Server) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return statusOf(s.shard.Failed())
 }
 
 // heard records that worker w was heard from. Call with mu held.

@@ -127,3 +127,28 @@ func TestRestoredFinalPSWaitsForAWorkerStillThere(t *testing.T) {
 		t.Error("the ps did not say how each worker ended")
 	}
 }
+
+// The chief's wait at the goal for a ps that stopped moving follows the
+// job's settings, and says which.
+func TestGoalStall(t *testing.T) {
+	var async, sync, syncForever, replicated Config
+	sync.Sync, sync.SyncTimeout = true, time.Minute
+	syncForever.Sync, syncForever.RecoveryTimeout = true, 5*time.Minute
+	replicated.Replication = Replication{Replicas: 2, FailoverTimeout: 30 * time.Second}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want time.Duration
+		flag string
+	}{
+		{"async", async, goalStallMin, "asynchronous push in flight"},
+		{"sync", sync, time.Minute + goalStallMin, "--sync_timeout=1m0s"},
+		{"sync without a timeout", syncForever, 5 * time.Minute, "--recovery_timeout=5m0s"},
+		{"replicated", replicated, time.Minute, "--failover_timeout=30s"},
+	} {
+		got, why := goalStall(tc.cfg)
+		if got != tc.want || !strings.Contains(why, tc.flag) {
+			t.Errorf("%s: %s (%s), want %s naming %s", tc.name, got, why, tc.want, tc.flag)
+		}
+	}
+}

@@ -2,11 +2,8 @@ package trainer
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/paramserv/paramserv/internal/replication"
-	"github.com/paramserv/paramserv/internal/server"
 )
 
 // Replication configures replicated shards (--replicas,
@@ -39,17 +36,4 @@ func replicatedWorker(cfg *Config, sparse bool) error {
 // (replication.WorkerConfig.ResendAfterFailover).
 func resendAfterFailover(ctx context.Context, cfg Config, step int64, err error, send func(context.Context) (int64, error)) (int64, error) {
 	return workerReplication(cfg).ResendAfterFailover(ctx, step, err, send)
-}
-
-// workersEnded is a replicated ps's check that every worker has ended,
-// each done or gave up and some gave up (jobEnd without the goal: a copy
-// hears a worker's calls only while it is the primary, so "gone after the
-// goal" is the unreplicated ps's alone): the job failed, and the ps exits
-// 1 naming who ended how rather than waiting for workers that have exited.
-func workersEnded(cfg PSConfig, s *server.Server) error {
-	done, lastSeen := s.WorkerActivity()
-	if ended, _, how := jobEnd(len(cfg.Cluster.Spec.Workers), done, lastSeen, s.WorkersGaveUp(), false, false, time.Time{}, time.Now(), cfg.StartupTimeout); ended {
-		return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", cfg.Cluster.Task.Index, how)
-	}
-	return nil
 }

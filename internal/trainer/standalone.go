@@ -286,7 +286,7 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	elapsed := time.Since(trainStart)
 	cfg.Logf("worker 0: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", st.step, st.local, st.dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
-	return finish(ctx, cfg, ps, m, params, Result{
+	return finish(ctx, cfg, ps, m, params, nil, Result{
 		Model: cfg.Model, LocalSteps: st.local, TrainLoss: st.loss, Workers: 1, Standalone: true,
 		Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
 		ElapsedS: time.Since(start).Seconds(), ComputeS: st.compute.Seconds(), PushPullS: st.comm.Seconds(),

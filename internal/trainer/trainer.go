@@ -162,8 +162,17 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 		if cfg.Tiered {
 			cfg.PSConfig.Tiers = copyTiers(cfg)
 		}
-		if cfg.Ended == nil {
-			cfg.Ended = func(s *server.Server) error { return workersEnded(cfg, s) }
+		if cfg.Ended == nil && !cfg.PSWaitForever {
+			// The same watch as below's, asked once a second: every copy
+			// knows what the primaries heard of the workers.
+			w := newWorkerWatch(cfg, time.Now())
+			cfg.Ended = func(s *server.Server) (bool, error) {
+				err := w.check(s, time.Now())
+				if errors.Is(err, errJobEnded) {
+					return true, nil
+				}
+				return err != nil, err
+			}
 		}
 		return replication.RunPS(ctx, cfg.PSConfig)
 	}
@@ -277,9 +286,8 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 }
 
 // giveUpGrace is how long a ps that gave up on the job keeps answering
-// its workers with the reason before it exits: a waiting pull reads it at
-// once, a worker between calls at its next one.
-const giveUpGrace = 2 * time.Second
+// its workers with the reason before it exits (as a replicated ps does).
+const giveUpGrace = replication.GiveUpGrace
 
 // StoppedError is RunPS's error when its context ended (a SIGTERM) before
 // every worker had finished: the job is not done, so the ps did not succeed.
@@ -336,10 +344,9 @@ func jobEnd(n int, done []int, lastSeen map[int]time.Time, gaveUp map[int]server
 // error naming who is missing, or who ended how, when it gives up.
 // started is when the ps started.
 func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started time.Time) error {
-	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
 	tick := time.NewTicker(min(cfg.WaitLogEvery, time.Second))
 	defer tick.Stop()
-	lastLog := started // a first line after --wait_log_every
+	w := newWorkerWatch(cfg, started)
 	for {
 		select {
 		case <-ctx.Done():
@@ -348,65 +355,97 @@ func watchWorkers(ctx context.Context, cfg PSConfig, s *server.Server, started t
 			return nil
 		case <-tick.C:
 		}
-		now := time.Now()
-		done, lastSeen := s.WorkerActivity()
-		over, final, goal := s.JobOver()
-		if ended, ok, how := jobEnd(n, done, lastSeen, s.WorkersGaveUp(), over, final, started, now, cfg.StartupTimeout); ended {
-			if ok {
-				cfg.Logf("ps %d: every worker has ended and the job reached its goal step %d: %s; shutting down", ps, goal, how)
-				return errJobEnded
-			}
-			if over {
-				return fmt.Errorf("ps %d: every worker has ended, the goal step %d reached but the chief did not finish the job: %s", ps, goal, how)
-			}
-			return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", ps, how)
+		if err := w.check(s, time.Now()); err != nil {
+			return err
 		}
-		var never, vanished []int
-		var heard []string
-		quiet := true // every missing worker was heard from within --wait_log_every
-		for w := range n {
-			if slices.Contains(done, w) {
-				continue
-			}
-			t, ok := lastSeen[w]
-			switch {
-			case !ok:
-				never = append(never, w)
-				quiet = false
-			default:
-				ago := now.Sub(t)
-				heard = append(heard, fmt.Sprintf("last heard from worker %d %s ago", w, ago.Round(time.Second)))
-				if ago >= cfg.WaitLogEvery {
-					quiet = false
-				}
-				if len(done) > 0 && ago >= cfg.WorkerTimeout {
-					vanished = append(vanished, w)
-				}
-			}
+	}
+}
+
+// workerWatch is one ps's watch over its workers, a look at a time
+// (check): a ps on its own looks at its server (watchWorkers), a ps with
+// replicated shards at its copy of its own shard, which knows what the
+// shard's primaries heard (replication.PSConfig.Ended). It is used by one
+// goroutine.
+type workerWatch struct {
+	cfg     PSConfig
+	started time.Time // when the ps started
+	lastLog time.Time
+}
+
+func newWorkerWatch(cfg PSConfig, started time.Time) *workerWatch {
+	return &workerWatch{cfg: cfg, started: started, lastLog: started} // a first line after --wait_log_every
+}
+
+// check looks at s at now: nil to go on (logging, every --wait_log_every,
+// what it waits for), errJobEnded when every worker has ended, some not by
+// Done, and the job succeeded (jobEnd), and an error naming who is
+// missing, or who ended how, when the ps gives up: on workers never heard
+// from after --startup_timeout, and on a worker not heard from for
+// --worker_timeout while others have finished.
+func (w *workerWatch) check(s *server.Server, now time.Time) error {
+	cfg := w.cfg
+	ps, n := cfg.Cluster.Task.Index, len(cfg.Cluster.Spec.Workers)
+	done, lastSeen := s.WorkerActivity()
+	if len(done) == n {
+		return nil // every worker done: the ps's own end
+	}
+	over, final, goal := s.JobOver()
+	if ended, ok, how := jobEnd(n, done, lastSeen, s.WorkersGaveUp(), over, final, w.started, now, cfg.StartupTimeout); ended {
+		if ok {
+			cfg.Logf("ps %d: every worker has ended and the job reached its goal step %d: %s; shutting down", ps, goal, how)
+			return errJobEnded
 		}
-		if len(vanished) > 0 {
-			return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
-				ps, vanished, cfg.WorkerTimeout, done, len(done), n)
+		if over {
+			return fmt.Errorf("ps %d: every worker has ended, the goal step %d reached but the chief did not finish the job: %s", ps, goal, how)
 		}
-		if len(never) > 0 && now.Sub(started) >= cfg.StartupTimeout && !(over && final) {
-			// (A ps that restored the job's final checkpoint counts a
-			// worker never heard from as ended: jobEnd.)
-			return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
-				ps, cfg.StartupTimeout, never, len(done), n)
-		}
-		// Training with every worker pushing is no wait worth a line; one
-		// that finished with others missing, or a worker silent or never
-		// seen, is.
-		if (len(done) == 0 && quiet) || now.Sub(lastLog) < cfg.WaitLogEvery {
+		return fmt.Errorf("ps %d: every worker has ended before the job's goal: %s", ps, how)
+	}
+	var never, vanished []int
+	var heard []string
+	quiet := true // every missing worker was heard from within --wait_log_every
+	for wk := range n {
+		if slices.Contains(done, wk) {
 			continue
 		}
-		what := heard
-		if len(never) > 0 {
-			what = append(what, fmt.Sprintf("never heard from workers %v", never))
+		t, ok := lastSeen[wk]
+		switch {
+		case !ok:
+			never = append(never, wk)
+			quiet = false
+		default:
+			ago := now.Sub(t)
+			heard = append(heard, fmt.Sprintf("last heard from worker %d %s ago", wk, ago.Round(time.Second)))
+			if ago >= cfg.WaitLogEvery {
+				quiet = false
+			}
+			if len(done) > 0 && ago >= cfg.WorkerTimeout {
+				vanished = append(vanished, wk)
+			}
 		}
-		cfg.Logf("ps %d: waiting for workers %v to finish (%d of %d done; %s)", ps, missingWorkers(n, done), len(done), n, strings.Join(what, "; "))
-		lastLog = now
 	}
+	if len(vanished) > 0 {
+		return fmt.Errorf("ps %d: gave up on workers %v: not heard from for --worker_timeout=%s while workers %v have finished (%d of %d done)",
+			ps, vanished, cfg.WorkerTimeout, done, len(done), n)
+	}
+	if len(never) > 0 && now.Sub(w.started) >= cfg.StartupTimeout && !(over && final) {
+		// (A ps that restored the job's final checkpoint counts a
+		// worker never heard from as ended: jobEnd.)
+		return fmt.Errorf("ps %d: gave up after --startup_timeout=%s: never heard from workers %v (%d of %d done)",
+			ps, cfg.StartupTimeout, never, len(done), n)
+	}
+	// Training with every worker pushing is no wait worth a line; one
+	// that finished with others missing, or a worker silent or never
+	// seen, is.
+	if (len(done) == 0 && quiet) || now.Sub(w.lastLog) < cfg.WaitLogEvery {
+		return nil
+	}
+	what := heard
+	if len(never) > 0 {
+		what = append(what, fmt.Sprintf("never heard from workers %v", never))
+	}
+	cfg.Logf("ps %d: waiting for workers %v to finish (%d of %d done; %s)", ps, missingWorkers(n, done), len(done), n, strings.Join(what, "; "))
+	w.lastLog = now
+	return nil
 }
 
 // missingWorkers lists the workers 0..n-1 not in done.
@@ -555,7 +594,7 @@ func runWorker(ctx context.Context, cfg Config) (err error) {
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
 
 	if cfg.Cluster.IsChief() {
-		if err := finish(ctx, cfg, c, m, params, Result{
+		if err := finish(ctx, cfg, c, m, params, st.goalSteps, Result{
 			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
 			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
 			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
@@ -659,7 +698,7 @@ func trainToGoal(ctx context.Context, cfg Config, c *client.Client, lw *lifecycl
 		if err == nil && cfg.Cluster.IsChief() {
 			// The final checkpoint and the evaluation (finish) must read
 			// the same parameters: wait until no ps takes another push.
-			err = waitPSAtGoal(ctx, cfg, c)
+			st.goalSteps, err = waitPSAtGoal(ctx, cfg, c)
 		}
 		if err == nil {
 			// A ps that dies during the final checkpoint restores an
@@ -831,10 +870,32 @@ func waitForWorkers(ctx context.Context, cfg Config, c *client.Client) error {
 	}
 }
 
-// goalStall is how long the chief waits at the goal for a ps below it
-// that stopped moving (a push lost with a worker that died): the
-// parameters then stand still anyway.
-const goalStall = 10 * time.Second
+// goalStallMin is the least the chief waits at the goal for a ps below it
+// that stopped moving: an asynchronous push in flight lands within it.
+const goalStallMin = 10 * time.Second
+
+// goalStall is how long the chief waits at the goal for a ps below it that
+// stopped moving, and why that long: as long as the job's settings let a
+// push that still counts be on its way. A synchronous ps below the goal
+// waits for a gradient, and completes (or fails) its step once
+// --sync_timeout passes (with none, the workers wait --recovery_timeout
+// for the cluster); with --replicas a push is acknowledged once every live
+// copy holds it, a copy silent for --failover_timeout left out; otherwise
+// an asynchronous push in flight lands within goalStallMin. Past that, the
+// pushes the ps misses were lost (their worker died mid-push, or the ps
+// refused them), and no worker that has seen the goal pushes again: the
+// parameters stand still.
+func goalStall(cfg Config) (time.Duration, string) {
+	switch {
+	case cfg.Sync && cfg.SyncTimeout > 0:
+		return cfg.SyncTimeout + goalStallMin, fmt.Sprintf("--sync_timeout=%s, for a synchronous step's last gradients, and %s", cfg.SyncTimeout, goalStallMin)
+	case cfg.Sync:
+		return cfg.RecoveryTimeout, fmt.Sprintf("--recovery_timeout=%s (--sync_timeout=0: a synchronous step waits for its gradients for ever)", cfg.RecoveryTimeout)
+	case cfg.Replication.Enabled() && 2*cfg.Replication.FailoverTimeout > goalStallMin:
+		return 2 * cfg.Replication.FailoverTimeout, fmt.Sprintf("twice --failover_timeout=%s, for a push's copies", cfg.Replication.FailoverTimeout)
+	}
+	return goalStallMin, fmt.Sprintf("%s, for an asynchronous push in flight", goalStallMin)
+}
 
 // waitPSAtGoal is the chief's wait, once it has reached the goal, until
 // every ps is there too. Asynchronous ps count their own steps, and the
@@ -843,11 +904,14 @@ const goalStall = 10 * time.Second
 // once all are there the parameters stand still, and the final checkpoint
 // and the evaluation read the same ones. It returns at once when no ps is
 // at the goal (the workers' data ended first: they no longer push), and
-// after goalStall with no ps moving. It logs every --wait_log_every.
-func waitPSAtGoal(ctx context.Context, cfg Config, c *client.Client) error {
+// when the ps below it did not move for goalStall (their missing pushes
+// were lost), saying so. It returns the ps's steps then (finish checks
+// that none moved by the evaluation). It logs every --wait_log_every.
+func waitPSAtGoal(ctx context.Context, cfg Config, c *client.Client) ([]int64, error) {
 	if cfg.TrainSteps <= 0 {
-		return nil
+		return nil, nil
 	}
+	stall, why := goalStall(cfg)
 	start := time.Now()
 	lastLog, lastMove := start, start
 	var last []int64
@@ -856,7 +920,7 @@ func waitPSAtGoal(ctx context.Context, cfg Config, c *client.Client) error {
 		statuses, err := c.Status(sctx)
 		cancel()
 		if err != nil {
-			return err // the caller recovers and comes back here
+			return nil, err // the caller recovers and comes back here
 		}
 		steps := make([]int64, len(statuses))
 		reached, behind := false, []string(nil)
@@ -869,21 +933,23 @@ func waitPSAtGoal(ctx context.Context, cfg Config, c *client.Client) error {
 			}
 		}
 		if !reached || len(behind) == 0 {
-			return nil
+			return steps, nil
 		}
 		if !slices.Equal(steps, last) {
 			last, lastMove = steps, time.Now()
 		}
-		if time.Since(lastMove) >= goalStall {
-			cfg.Logf("chief: at the goal step %d, %s did not move for %s; saving and evaluating as they are", cfg.TrainSteps, strings.Join(behind, ", "), goalStall)
-			return nil
+		if time.Since(lastMove) >= stall {
+			cfg.Logf("chief: at the goal step %d, %s did not move for %s (%s): the pushes they miss were lost (a worker that died mid-push, or pushes they refused), and no worker at the goal pushes again; saving and evaluating the parameters as they stand",
+				cfg.TrainSteps, strings.Join(behind, ", "), stall, why)
+			return steps, nil
 		}
 		if time.Since(lastLog) >= cfg.WaitLogEvery {
-			cfg.Logf("chief: at the goal step %d; waiting for %s to apply the pushes in flight (waited %s)", cfg.TrainSteps, strings.Join(behind, ", "), time.Since(start).Round(time.Second))
+			cfg.Logf("chief: at the goal step %d; waiting for %s to apply the pushes in flight (waited %s; going on once they stand still for %s: %s)",
+				cfg.TrainSteps, strings.Join(behind, ", "), time.Since(start).Round(time.Second), stall, why)
 			lastLog = time.Now()
 		}
 		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
+			return nil, err
 		}
 	}
 }
@@ -907,6 +973,9 @@ type loopStats struct {
 	// ended: the loop stopped because the worker's data ended (--epochs),
 	// not at the goal.
 	ended bool
+	// goalSteps: the chief's, each ps's step when it saved the final
+	// checkpoint (waitPSAtGoal); finish checks that none moved since.
+	goalSteps []int64
 	// restarted, if set, reports a *client.RestartedError if a ps
 	// restarted since the worker last saw it: a synchronous step that
 	// waits asks it (see lifecycle.RestartWatch).
@@ -1315,7 +1384,7 @@ func zeroed(buf []float32, n int) []float32 {
 }
 
 // finish is the chief's end: evaluate, log, write the result file.
-func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, r Result) error {
+func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, saved []int64, r Result) error {
 	step, err := c.Pull(ctx, 0, params)
 	if err != nil {
 		return fmt.Errorf("chief: final pull: %w", err)
@@ -1323,6 +1392,13 @@ func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params m
 	statuses, err := c.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("chief: final status: %w", err)
+	}
+	for i, st := range statuses {
+		if i < len(saved) && st.GlobalStep != saved[i] {
+			// (Not seen: a push that lands past goalStall.)
+			cfg.Logf("chief: warning: ps %d moved from step %d to %d after the final checkpoint: the result's metrics are of its parameters now, the final checkpoint holds those before",
+				i, saved[i], st.GlobalStep)
+		}
 	}
 	var metrics map[string]float64
 	if sm, ok := m.(model.SparseModel); ok {
