@@ -79,11 +79,25 @@ func (ks *KeySet) setRows(t *Table) {
 // that stay without a row. It returns whether any key has no row.
 func (t *Table) resolve(ks *KeySet, pull bool) (missing bool) {
 	found := false
+	// A new key set: look ahead as Push does. One used before, whose
+	// keys mostly have rows: hash only the keys without.
+	var la lookahead
+	ahead := len(ks.rows) > 0 && ks.rows[0] < 0
+	if ahead {
+		la.start(t, ks.keys)
+	}
 	for i, r := range ks.rows {
+		var h uint64
+		if ahead {
+			h = la.at(t, i)
+		}
 		if r >= 0 {
 			continue
 		}
-		r := t.acquire(ks.keys[i], t.clock)
+		if !ahead {
+			h = hashKey(ks.keys[i])
+		}
+		r := t.acquire(ks.keys[i], h, t.clock)
 		if r < 0 {
 			if pull {
 				t.stats.RejectedPulls++

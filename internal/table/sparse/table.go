@@ -169,6 +169,7 @@ type Table struct {
 	nBuckets uint64
 	rowMask  uint32
 	maxLive  int // grow the index before live exceeds this
+	old      oldIndex // while the index grows incrementally (index.go)
 
 	pages     []page
 	pageShift int // rows per page = 1<<pageShift
@@ -318,7 +319,7 @@ func (t *Table) Stats() Stats {
 // pages, bitmap and sketch, plus its fixed headers.
 func (t *Table) MemoryBytes() int64 {
 	const hdr = int64(unsafe.Sizeof([]byte(nil)))
-	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 4*int64(cap(t.scratch))
+	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + 4*int64(cap(t.old.slots)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 4*int64(cap(t.scratch))
 	n += int64(cap(t.pages)) * int64(unsafe.Sizeof(page{}))
 	for i := range t.pages {
 		p := &t.pages[i]
@@ -342,9 +343,11 @@ func (t *Table) Pull(keys []uint64, out []float32) error {
 	if len(out) != len(keys)*d {
 		return fmt.Errorf("%w: Pull of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(keys), d, len(keys)*d, len(out))
 	}
+	var la lookahead
+	la.start(t, keys)
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d : (i+1)*d]
-		r := t.acquire(k, t.clock)
+		r := t.acquire(k, la.at(t, i), t.clock)
 		if r < 0 {
 			t.stats.RejectedPulls++
 			t.init.Init(k, dst)
@@ -376,8 +379,10 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 	}
 	t.clock = max(t.clock, step)
 	t.bump()
+	var la lookahead
+	la.start(t, keys)
 	for i, k := range keys {
-		r := t.acquire(k, t.clock)
+		r := t.acquire(k, la.at(t, i), t.clock)
 		if r < 0 {
 			t.stats.RejectedPushes++
 			continue
@@ -469,9 +474,8 @@ func (t *Table) rel(step int64) uint32 {
 }
 
 // acquire returns key's row, creating it if key is (now) admitted and the
-// table has room, or -1. step stamps a created row.
-func (t *Table) acquire(key uint64, step int64) int {
-	h := hashKey(key)
+// table has room, or -1. h is key's hash; step stamps a created row.
+func (t *Table) acquire(key, h uint64, step int64) int {
 	r, pos := t.find(key, h)
 	if r >= 0 {
 		return r
@@ -491,7 +495,10 @@ func (t *Table) acquire(key uint64, step int64) int {
 		t.base = step
 	}
 	r = t.allocRow(key)
-	t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
+	t.index[pos] = t.slotOf(h, r)
+	if t.old.slots != nil {
+		t.migrate(migrateRows)
+	}
 	t.resetRow(r, key, step)
 	t.stats.Admitted++
 	return r
