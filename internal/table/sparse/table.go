@@ -168,7 +168,7 @@ type Table struct {
 	index    []uint32
 	nBuckets uint64
 	rowMask  uint32
-	maxLive  int // grow the index before live exceeds this
+	maxLive  int      // grow the index before live exceeds this
 	old      oldIndex // while the index grows incrementally (index.go)
 
 	pages     []page
