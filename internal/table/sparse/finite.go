@@ -51,7 +51,10 @@ func (t *Table) CheckPush(keys []uint64, grads []float32) error {
 	}
 	tr := &t.trial
 	t.distinctKeys(keys)
-	if len(tr.dkeys) == len(keys) && !t.keepCount && optim.PerCoordinate(t.rule) {
+	if len(tr.dkeys) == len(keys) && optim.PerCoordinate(t.rule) {
+		if t.keepCount {
+			return t.checkCounted(tr.drows, keys, grads, true)
+		}
 		return t.checkRows(tr.drows, keys, grads, true)
 	}
 	return t.checkEach(keys, grads)
@@ -170,7 +173,7 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(ks.keys), d, len(ks.keys)*d, len(grads))
 	}
 	ks.setRows(t)
-	if !ks.distinct || t.keepCount || !optim.PerCoordinate(t.rule) {
+	if !ks.distinct || !optim.PerCoordinate(t.rule) {
 		return t.CheckPush(ks.keys, grads)
 	}
 	// A key without a row has none wherever it stands in ks (resolve gives
@@ -183,7 +186,11 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 			tr.grads = append(tr.grads, grads[i*d:(i+1)*d]...)
 		}
 	}
-	if err := t.checkRows(ks.rows, ks.keys, grads, false); err != nil {
+	check := t.checkRows
+	if t.keepCount {
+		check = t.checkCounted
+	}
+	if err := check(ks.rows, ks.keys, grads, false); err != nil {
 		return err
 	}
 	if len(tr.keys) == 0 {
@@ -271,3 +278,65 @@ func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32, initMiss
 }
 
 func notFinite(x float32) bool { return math.Float32bits(x)&0x7f800000 == 0x7f800000 }
+
+// checkCounted is checkRows for a rule that reads its step: the rows of a
+// batch are tried in runs of the same update count (byCount), as
+// pushCounted applies them, and the first key of the batch (in key order)
+// whose row would not be finite is named with its row's first value or
+// state (in row order) that would not be.
+func (t *Table) checkCounted(rows []int32, keys []uint64, grads []float32, initMissing bool) error {
+	d, slots := t.dim, t.slots
+	per := max(1, batchRows/d) // rows per batch
+	if len(t.scratch) < per*d*(2+slots) {
+		t.scratch = make([]float32, per*d*(2+slots))
+	}
+	val := t.scratch[:per*d]
+	gb := t.scratch[per*d : 2*per*d]
+	state := t.scratch[2*per*d:]
+	for lo := 0; lo < len(rows); lo += per {
+		g := t.byCount(rows, lo, min(lo+per, len(rows)), initMissing)
+		bad, badX := -1, float32(0)
+		for a := 0; a < len(g); {
+			c := g[a] >> 32
+			b := a + 1
+			for b < len(g) && g[b]>>32 == c {
+				b++
+			}
+			run := g[a:b]
+			t.gatherRun(rows, keys, grads, run, val, gb, state, per)
+			n := len(run)
+			for s := range slots {
+				t.views[s] = state[s*per*d : (s*per+n)*d]
+			}
+			t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+			for n, e := range run {
+				i := int(uint32(e))
+				if bad >= 0 && i > bad {
+					continue
+				}
+				x, ok := firstNotFinite(val[n*d : (n+1)*d])
+				for s := 0; s < slots && !ok; s++ {
+					x, ok = firstNotFinite(state[(s*per+n)*d : (s*per+n+1)*d])
+				}
+				if ok {
+					bad, badX = i, x
+				}
+			}
+			a = b
+		}
+		if bad >= 0 {
+			return fmt.Errorf("%w: key %d: the update by its gradient would make its row %v", ErrNotFinite, keys[bad], badX)
+		}
+	}
+	return nil
+}
+
+// firstNotFinite returns the first of xs that is NaN or ±Inf.
+func firstNotFinite(xs []float32) (float32, bool) {
+	for _, x := range xs {
+		if notFinite(x) {
+			return x, true
+		}
+	}
+	return 0, false
+}

@@ -189,7 +189,7 @@ func TestCheckPushSetIsCheckPush(t *testing.T) {
 // counts) refuses, naming the same key, over rows with state, new keys
 // (their initial value and state) and gradients that overflow.
 func TestCheckPushBatchedIsEach(t *testing.T) {
-	for _, rule := range []string{"sgd", "adagrad", "ftrl", "rmsprop"} {
+	for _, rule := range []string{"sgd", "adagrad", "ftrl", "rmsprop", "adam", "adamw"} {
 		for _, dim := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(t *testing.T) {
 				r, err := optim.New(optim.Config{Name: rule, LearningRate: 1})
@@ -223,6 +223,13 @@ func TestCheckPushBatchedIsEach(t *testing.T) {
 					got := tab.CheckPush(ks, grads)
 					tab.distinctKeys(ks)
 					want := tab.checkEach(ks, grads)
+					if tab.keepCount && got != nil {
+						// Rows of several update counts: the message's value
+						// is the first in row order, as checkEach's.
+						if got.Error() != want.Error() {
+							t.Fatalf("step %d: batched %v, each %v", step, got, want)
+						}
+					}
 					if (want == nil) != (got == nil) || (got != nil && !strings.HasPrefix(got.Error(), strings.Split(want.Error(), " would")[0])) {
 						t.Fatalf("step %d: batched %v, each %v", step, got, want)
 					}

@@ -199,6 +199,7 @@ type Table struct {
 	gen     uint64
 	mark    []uint64
 	scratch []float32
+	group   []uint64 // pushCounted's batch ordered by update count
 
 	// Changes (changes.go): the keys Evict dropped since the last
 	// ResetChanges, recorded once tracking is on; changesLost when more
@@ -319,7 +320,7 @@ func (t *Table) Stats() Stats {
 // pages, bitmap and sketch, plus its fixed headers.
 func (t *Table) MemoryBytes() int64 {
 	const hdr = int64(unsafe.Sizeof([]byte(nil)))
-	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + 4*int64(cap(t.old.slots)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 4*int64(cap(t.scratch))
+	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + 4*int64(cap(t.old.slots)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 8*int64(cap(t.group)) + 4*int64(cap(t.scratch))
 	n += int64(cap(t.pages)) * int64(unsafe.Sizeof(page{}))
 	for i := range t.pages {
 		p := &t.pages[i]
