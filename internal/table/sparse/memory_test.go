@@ -121,6 +121,7 @@ func BenchmarkPull(b *testing.B) {
 			bs := batches(fill(b, tb, benchRows), benchBatch, 8)
 			out := make([]float32, benchBatch*dim)
 			i := 0
+			cpu0 := cpuNow()
 			for b.Loop() {
 				if err := tb.Pull(bs[i%len(bs)], out); err != nil {
 					b.Fatal(err)
@@ -128,6 +129,7 @@ func BenchmarkPull(b *testing.B) {
 				i++
 			}
 			reportKeys(b, i)
+			reportCPU(b, cpu0, i)
 		})
 	}
 }
@@ -161,6 +163,7 @@ func benchPushes(b *testing.B, op func(tb *Table, keys []uint64, grads []float32
 					grads[i] = float32(i%7) * 0.01
 				}
 				i := 0
+				cpu0 := cpuNow()
 				for b.Loop() {
 					if err := op(tb, bs[i%len(bs)], grads, int64(i)); err != nil {
 						b.Fatal(err)
@@ -168,6 +171,7 @@ func benchPushes(b *testing.B, op func(tb *Table, keys []uint64, grads []float32
 					i++
 				}
 				reportKeys(b, i)
+				reportCPU(b, cpu0, i)
 			})
 		}
 	}
@@ -179,12 +183,14 @@ func BenchmarkInsert(b *testing.B) {
 		b.Run(fmt.Sprintf("dim=%d", dim), func(b *testing.B) {
 			rule := mustRule(b, "ftrl")
 			i := 0
+			cpu0 := cpuNow()
 			for b.Loop() {
 				tb, _ := New(Config{Dim: dim, Rule: rule})
 				fill(b, tb, benchRows)
 				i += benchRows / benchBatch
 			}
 			reportKeys(b, i)
+			reportCPU(b, cpu0, i)
 		})
 	}
 }
