@@ -86,8 +86,7 @@ func (t *Table) distinctKeys(keys []uint64) {
 		}
 		tr.dkeys = append(tr.dkeys, k)
 		at[s] = int32(len(tr.dkeys))
-		r, _ := t.find(k, h)
-		tr.drows = append(tr.drows, int32(r))
+		tr.drows = append(tr.drows, int32(t.lookup(k, h)))
 	}
 }
 

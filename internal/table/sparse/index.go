@@ -181,6 +181,17 @@ func (t *Table) find(key, h uint64) (row, pos int) {
 	return row, pos
 }
 
+// lookup returns key's row, or -1, and changes nothing (find may enter a
+// key of the old index into the new one): the lookup of the calls that
+// only read, which a caller may run under a read lock.
+func (t *Table) lookup(key, h uint64) int {
+	r, _ := t.findNew(key, h)
+	if r < 0 && t.old.slots != nil {
+		r = t.findOld(key, h)
+	}
+	return r
+}
+
 // findNew is find in the (new) index only.
 func (t *Table) findNew(key, h uint64) (row, pos int) {
 	b := t.home(h)

@@ -149,9 +149,14 @@ type page struct {
 // index of uint32 slots, in buckets of 16 (one cache line), maps a key's hash to its row; each slot
 // holds the row id in its low bits and spare hash bits (a tag) in its high
 // bits, so a probe reads a key only on a tag match. The index is kept
-// between 72% and 90% full and is rebuilt from the rows when it grows (by
-// 1.25x), so it costs 4.4 to 5.6 bytes per row. Rows freed by Evict are
-// reused by the next new keys; memory is not returned to the runtime.
+// between 72% and 90% full and grows by 1.25x, so it costs 4.4 to 5.6 bytes
+// per row; a large table's growth moves the rows into the grown index a
+// few at a time as new rows come (holding both indexes meanwhile, for the
+// first ninth of the growth), so no call waits for a rebuild. Calls over
+// many keys ask for each key's index bucket, key and row some keys ahead,
+// so that the cache misses of several keys overlap (index.go). Rows freed
+// by Evict are reused by the next new keys; memory is not returned to the
+// runtime.
 type Table struct {
 	dim, slots, stride int
 	rule               optim.Rule
@@ -657,7 +662,7 @@ var defaultRunner = parallel.Serial
 func (t *Table) CountMissing(keys []uint64) int {
 	n := 0
 	for _, k := range keys {
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		if t.lookup(k, hashKey(k)) < 0 {
 			n++
 		}
 	}
