@@ -3,7 +3,7 @@
 data: scikit-learn's SGDClassifier (logistic loss), one epoch over the same
 training rows, scored by test AUC on the same test rows.
 
-    /usr/bin/python3 scripts/bench/sklearn_ctr.py --data=DIR [--bits=22] [--alpha=1e-6]
+    /usr/bin/python3 scripts/bench/sklearn_ctr.py --data=DIR [--bits=22] [--alpha=1e-4]
 
 DIR is what `paramserv data synth-ctr --out=DIR` wrote (meta.json, the
 training shards, test.tsv; categorical fields only). Each (field, value)
@@ -61,7 +61,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True)
     ap.add_argument("--bits", type=int, default=22)
-    ap.add_argument("--alpha", type=float, default=1e-6)
+    ap.add_argument("--alpha", type=float, default=1e-4)  # scikit-learn's default
     a = ap.parse_args()
     meta = json.load(open(os.path.join(a.data, "meta.json")))
     fields = meta["cat_fields"]

@@ -19,7 +19,7 @@ OUT=${3:-$(mktemp -d)}
 HERE=$(dirname "$0")
 mkdir -p "$OUT"
 args=(--model=sparse_lr --train_data="$DATA" --test_data="$DATA/test.tsv" --input_format=criteo --fields=0,26
-      --batch_size=1000 --epochs=1 --train_steps=0 --seed=1)
+      --batch_size=1000 --epochs=1 --seed=1)
 get() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[sys.argv[2]])' "$1" "$2"; }
 for i in $(seq 1 "$ROUNDS"); do
   load=$(cut -d' ' -f1 /proc/loadavg)

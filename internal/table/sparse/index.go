@@ -298,6 +298,22 @@ func (la *lookahead) at(t *Table, i int) uint64 {
 	return la.hs[i%aheadRing]
 }
 
+// prefetchRow asks for row r's values and state (their first and last
+// cache lines), its update count and its last-touched step, which an
+// update reads and writes.
+func (t *Table) prefetchRow(r int) {
+	p := &t.pages[r>>t.pageShift]
+	o := r & t.pageMask
+	prefetch(unsafe.Pointer(&p.data[o*t.stride]))
+	prefetch(unsafe.Pointer(&p.data[(o+1)*t.stride-1]))
+	if p.count != nil {
+		prefetch(unsafe.Pointer(&p.count[o]))
+	}
+	if p.touch != nil {
+		prefetch(unsafe.Pointer(&p.touch[o]))
+	}
+}
+
 // aheadRow prefetches the key and the row of the first slot in h's home
 // bucket whose tag is h's.
 func (t *Table) aheadRow(h uint64) {

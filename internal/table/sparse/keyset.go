@@ -246,6 +246,9 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 		n := 0 // rows gathered
 		cur, data := -1, []float32(nil)
 		for i := lo; i < hi; i++ {
+			if j := i + aheadBucket; j < hi && rows[j] >= 0 {
+				t.prefetchRow(int(rows[j]))
+			}
 			r := int(rows[i])
 			if r < 0 {
 				continue
@@ -323,6 +326,9 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 func (t *Table) byCount(rows []int32, lo, hi int, withNew bool) []uint64 {
 	g := t.group[:0]
 	for i := lo; i < hi; i++ {
+		if j := i + aheadBucket; j < hi && rows[j] >= 0 {
+			t.prefetchRow(int(rows[j]))
+		}
 		r := int(rows[i])
 		if r < 0 {
 			if withNew {
