@@ -39,10 +39,15 @@ const (
 var incrementalFrom = 1 << 15
 
 // migrateRows is the number of old rows moved into the new index per row
-// created while the index grows: the move ends after about a ninth of the
-// rows the grown index takes (0.18 of its slots) have been created, so it
-// always ends before the next growth.
-const migrateRows = 8
+// created while the index grows. A growth at L live rows lasts until 1.25 L;
+// the move of the (at most) L old rows ends after L/migrateRows new rows,
+// the first eighth of the growth, so lookups fall back to the old index
+// only then and the two indexes are held together only then.
+const migrateRows = 32
+
+// migrateBatch is the number of rows migrate hashes and asks the buckets
+// of before it enters them.
+const migrateBatch = 8
 
 const indexSeed = 0x243f6a8885a308d3
 
@@ -116,11 +121,11 @@ func (t *Table) grow(need int) {
 func (t *Table) migrate(n int) {
 	o := &t.old
 	end := min(o.next+n, o.end)
-	for lo := o.next; lo < end; lo += migrateRows {
+	for lo := o.next; lo < end; lo += migrateBatch {
 		// Hash a few rows' keys and ask for their buckets, then enter
 		// them, so that their cache misses overlap.
-		var hs [migrateRows]uint64
-		hi := min(lo+migrateRows, end)
+		var hs [migrateBatch]uint64
+		hi := min(lo+migrateBatch, end)
 		for r := lo; r < hi; r++ {
 			if t.isLive(r) {
 				hs[r-lo] = hashKey(t.keyAt(r))

@@ -266,7 +266,7 @@ func TestMemoryBoundAllSizes(t *testing.T) {
 		t.Error("no incremental growth seen")
 	}
 	// The old index (at most 1/1.25 of the new one) is held only for the
-	// first ninth of the rows the grown index takes.
+	// first eighth of the growth.
 	if growing > 1.5+5.6/12 {
 		t.Errorf("MemoryBytes reaches %.3fx raw at %d rows while the index grows", growing, growingAt)
 	}
