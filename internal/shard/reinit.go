@@ -133,8 +133,11 @@ type optimizerChange struct {
 }
 
 // optimizerChanges lists the hyper-parameters in which two configurations
-// of the same rule differ, as the log names them.
+// of the same rule differ, as the log names them. Both are compared with
+// their defaults written out (optim.Resolved): a restart that spells out
+// --beta1=0.9 where the first run left Adam's default changes nothing.
 func optimizerChanges(a, b optim.Config) []optimizerChange {
+	a, b = optim.Resolved(a), optim.Resolved(b)
 	var out []optimizerChange
 	f := func(name, flag string, x, y float64) {
 		if x != y && !(math.IsNaN(x) && math.IsNaN(y)) {

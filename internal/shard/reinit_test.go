@@ -123,3 +123,30 @@ func TestInitRefusesLongName(t *testing.T) {
 		t.Fatalf("Init: %v, want the name refused", err)
 	}
 }
+
+// A restart that writes out a rule's default (--beta1=0.9 for Adam) where
+// the first run left it zero changes no hyper-parameter: nothing is logged
+// and the rule is kept. Before, the raw configurations were compared and the
+// log said "beta1 0 → 0.9".
+func TestInitWithDefaultsWrittenOutChangesNothing(t *testing.T) {
+	var logs []string
+	s := New(Config{NumWorkers: 1, Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+	l := Layout{Vars: []VarSpec{{Name: "w", Shape: []int64{2}}}, Optimizer: optim.Config{Name: "adam", LearningRate: 0.01}, NumWorkers: 1}
+	if _, err := s.Init(l, [][]float32{{0, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	rule := s.st.rule
+	l2 := l
+	l2.Optimizer.Beta1, l2.Optimizer.Beta2, l2.Optimizer.Epsilon = 0.9, 0.999, 1e-8
+	if _, err := s.Init(l2, [][]float32{{0, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.st.rule != rule {
+		t.Error("the rule was rebuilt though no hyper-parameter changed")
+	}
+	for _, line := range logs {
+		if strings.Contains(line, "→") {
+			t.Errorf("logged a change: %s", line)
+		}
+	}
+}
