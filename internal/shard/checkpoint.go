@@ -202,7 +202,7 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 func (c *Cut) Step() int64 { return c.step }
 
 // Shard builds the checkpoint shard of the cut: tables sorted by key and
-// every tensor encoded. It may run concurrently with the shard's training.
+// every tensor encoded (StreamShard writes them unsorted). It may run concurrently with the shard's training.
 // The tensors share the cut's memory, which nothing changes. It releases
 // the tables' pages (see Release); a second call returns the same shard.
 func (c *Cut) Shard() ckptformat.Shard {
@@ -230,13 +230,13 @@ func (c *Cut) Release() {
 }
 
 // StreamShard is Shard for checkpoint.WriteShard alone, which writes the
-// file as it sorts and reads the tables instead of after: a table whose
-// rows are in key order already (sparse.Sorted.InPlace: a restored table
-// that has gained no rows) is not copied into memory, its tensors are
-// filled from the cut's pages as the file is written
-// (ckptformat.Tensor.Fill). Anything else is as Shard builds it. The
-// tensors read the cut's pages until WriteShard returns: call Release
-// after. A delta cut's shard is Shard's.
+// file as it reads the tables instead of after: each table is not copied
+// into memory nor sorted, its tensors are filled from the cut's pages in
+// the order they hold the rows (sparse.Table.InTableOrder) as the file is
+// written (ckptformat.Tensor.Fill), and the shard is marked AnyOrder. A
+// table with a disk tier is as Shard builds it, in key order. The tensors
+// read the cut's pages until WriteShard returns: call Release after. A
+// delta cut's shard is Shard's.
 func (c *Cut) StreamShard() ckptformat.Shard {
 	if c.delta || c.built != nil {
 		return c.Shard()
@@ -269,13 +269,15 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 	}
 	for _, t := range c.tables {
 		var snap sparse.Snapshot
+		if stream && t.cold == nil {
+			// The rows as the table holds them, streamed to the file
+			// with no sort: the shard's keys are then in any order.
+			sh.Tensors = append(sh.Tensors, streamTable(t, t.t.InTableOrder())...)
+			sh.AnyOrder = true
+			continue
+		}
 		if stream {
-			v := t.t.Sorted()
-			if v.InPlace() && t.cold == nil {
-				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
-				continue
-			}
-			snap = v.Snapshot()
+			snap = t.t.Sorted().Snapshot()
 		} else {
 			snap = t.t.Export()
 		}
@@ -620,14 +622,27 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 		if reshard {
 			from = tb.Shards
 		}
+		// A ps's own file written in table order (AnyOrder) is imported
+		// as it lies, the index built as the rows are copied.
+		anyOrder := false
+		if !reshard {
+			sh, err := c.shard(task)
+			if err != nil {
+				return fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+			}
+			anyOrder = sh.AnyOrder
+		}
 		rows := func(inOrder bool) error {
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
 			}
+			if anyOrder {
+				return t.t.ImportAnyOrder(snap)
+			}
 			return t.t.Import(snap)
 		}
-		// A ps's own file has its keys in order, as the writer leaves
+		// A ps's own file in key order, as the writer of old left
 		// them: Import checks that as it copies them. Keys out of order
 		// are sorted.
 		err := rows(true)
