@@ -3,6 +3,7 @@ package sparse
 import (
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -14,8 +15,13 @@ import (
 type trial struct {
 	rows  []float32
 	count []int64
-	at    map[uint64]int
 	views [][]float32
+	// The distinct keys of a CheckPush, in order of first use, with their
+	// rows (-1: none), and an open-addressing table of their positions
+	// plus one (0: empty), of a power of two slots, found by key hash.
+	dkeys []uint64
+	drows []int32
+	at    []int32
 	// CheckPushSet's: the keys without a row and their gradients, and
 	// which key each row of a batch is.
 	keys  []uint64
@@ -34,49 +40,105 @@ type trial struct {
 //
 // Keys the table would not admit (MinCount, MaxRows) are tried as new rows
 // too: such a push is refused although Push would skip them.
+//
+// Distinct keys under a rule that is per coordinate and ignores the step
+// are tried in batches, as PushSet applies them (checkRows); otherwise each
+// key's row is tried on its own.
 func (t *Table) CheckPush(keys []uint64, grads []float32) error {
-	d, stride := t.dim, t.stride
+	d := t.dim
 	if len(grads) != len(keys)*d {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(keys), d, len(keys)*d, len(grads))
 	}
 	tr := &t.trial
-	if tr.at == nil {
-		tr.at = make(map[uint64]int)
+	t.distinctKeys(keys)
+	if len(tr.dkeys) == len(keys) && optim.PerCoordinate(t.rule) {
+		if t.keepCount {
+			return t.checkCounted(tr.drows, keys, grads, true)
+		}
+		return t.checkRows(tr.drows, keys, grads, true)
 	}
+	return t.checkEach(keys, grads)
+}
+
+// distinctKeys sets the trial's dkeys to the distinct keys of keys, in
+// order of first use, and drows to their rows (-1: none).
+func (t *Table) distinctKeys(keys []uint64) {
+	tr := &t.trial
+	size := 1 << bits.Len(uint(2*len(keys)))
+	if cap(tr.at) < size {
+		tr.at = make([]int32, size)
+	}
+	tr.at = tr.at[:size]
+	at := tr.at
+	clear(at)
+	mask := uint64(size - 1)
+	tr.dkeys, tr.drows = tr.dkeys[:0], tr.drows[:0]
+	var la lookahead
+	la.start(t, keys)
+	for i, k := range keys {
+		h := la.at(t, i)
+		s := h & mask
+		for at[s] != 0 && tr.dkeys[at[s]-1] != k {
+			s = (s + 1) & mask
+		}
+		if at[s] != 0 {
+			continue
+		}
+		tr.dkeys = append(tr.dkeys, k)
+		at[s] = int32(len(tr.dkeys))
+		tr.drows = append(tr.drows, int32(t.lookup(k, h)))
+	}
+}
+
+// position returns the place of k in the trial's dkeys (distinctKeys).
+func (tr *trial) position(k uint64) int {
+	mask := uint64(len(tr.at) - 1)
+	for s := hashKey(k) & mask; ; s = (s + 1) & mask {
+		if j := tr.at[s] - 1; tr.dkeys[j] == k {
+			return int(j)
+		}
+	}
+}
+
+// checkEach is CheckPush one key at a time, on copies of the distinct rows
+// (distinctKeys) in tr.rows.
+func (t *Table) checkEach(keys []uint64, grads []float32) error {
+	d, stride := t.dim, t.stride
+	tr := &t.trial
 	if cap(tr.views) < t.slots {
 		tr.views = make([][]float32, t.slots)
 	}
 	views := tr.views[:t.slots]
 	defer func() {
-		clear(tr.at)
 		clear(views)
 		tr.rows, tr.count = tr.rows[:0], tr.count[:0]
 	}()
-	for i, k := range keys {
-		j, ok := tr.at[k]
-		if !ok {
-			j = len(tr.count)
-			tr.at[k] = j
-			tr.rows = append(tr.rows, make([]float32, stride)...)
-			row := tr.rows[j*stride : (j+1)*stride : (j+1)*stride]
-			var n int64
-			if r, _ := t.find(k, hashKey(k)); r >= 0 {
-				p := &t.pages[r>>t.pageShift]
-				o := r & t.pageMask
-				copy(row, p.data[o*stride:(o+1)*stride])
-				if p.count != nil {
-					n = int64(p.count[o])
-				}
-			} else {
-				t.init.Init(k, row[:d:d])
-				if t.slots > 0 {
-					for s := range views {
-						views[s] = row[(s+1)*d : (s+2)*d : (s+2)*d]
-					}
-					t.rule.InitState(views)
-				}
+	for j, k := range tr.dkeys {
+		tr.rows = append(tr.rows, make([]float32, stride)...)
+		row := tr.rows[j*stride : (j+1)*stride : (j+1)*stride]
+		var n int64
+		if r := int(tr.drows[j]); r >= 0 {
+			p := &t.pages[r>>t.pageShift]
+			o := r & t.pageMask
+			copy(row, p.data[o*stride:(o+1)*stride])
+			if p.count != nil {
+				n = int64(p.count[o])
 			}
-			tr.count = append(tr.count, n)
+		} else {
+			t.init.Init(k, row[:d:d])
+			if t.slots > 0 {
+				for s := range views {
+					views[s] = row[(s+1)*d : (s+2)*d : (s+2)*d]
+				}
+				t.rule.InitState(views)
+			}
+		}
+		tr.count = append(tr.count, n)
+	}
+	for i, k := range keys {
+		j := i
+		if len(tr.dkeys) != len(keys) {
+			j = tr.position(k)
 		}
 		row := tr.rows[j*stride : (j+1)*stride : (j+1)*stride]
 		for s := range views {
@@ -110,7 +172,7 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 		return fmt.Errorf("%w: Push of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(ks.keys), d, len(ks.keys)*d, len(grads))
 	}
 	ks.setRows(t)
-	if !ks.distinct || t.keepCount || !optim.PerCoordinate(t.rule) {
+	if !ks.distinct || !optim.PerCoordinate(t.rule) {
 		return t.CheckPush(ks.keys, grads)
 	}
 	// A key without a row has none wherever it stands in ks (resolve gives
@@ -123,7 +185,11 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 			tr.grads = append(tr.grads, grads[i*d:(i+1)*d]...)
 		}
 	}
-	if err := t.checkRows(ks.rows, ks.keys, grads); err != nil {
+	check := t.checkRows
+	if t.keepCount {
+		check = t.checkCounted
+	}
+	if err := check(ks.rows, ks.keys, grads, false); err != nil {
 		return err
 	}
 	if len(tr.keys) == 0 {
@@ -132,10 +198,11 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 	return t.CheckPush(tr.keys, tr.grads)
 }
 
-// checkRows runs the rule on copies of the distinct rows (-1 skipped),
-// gathered batchRows values at a time as pushBatched gathers them, and
-// names the first key whose value or state would not be finite.
-func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32) error {
+// checkRows runs the rule on copies of the distinct rows, gathered
+// batchRows values at a time as pushBatched gathers them, and names the
+// first key whose value or state would not be finite. A row of -1 is
+// skipped, or with initMissing tried as the new row its key would get.
+func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32, initMissing bool) error {
 	d, slots, stride := t.dim, t.slots, t.stride
 	per := max(1, batchRows/d) // rows per batch
 	if len(t.scratch) < per*d*(2+slots) {
@@ -154,13 +221,25 @@ func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32) error {
 		n := 0
 		for i := lo; i < hi; i++ {
 			r := int(rows[i])
-			if r < 0 {
+			switch {
+			case r >= 0:
+				row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
+				copy(val[n*d:(n+1)*d], row[:d])
+				for s := range slots {
+					copy(state[(s*per+n)*d:(s*per+n+1)*d], row[(s+1)*d:(s+2)*d])
+				}
+			case initMissing:
+				t.init.Init(keys[i], val[n*d:(n+1)*d:(n+1)*d])
+				if slots > 0 {
+					for s := range slots {
+						v := state[(s*per+n)*d : (s*per+n+1)*d : (s*per+n+1)*d]
+						clear(v)
+						t.views[s] = v
+					}
+					t.rule.InitState(t.views)
+				}
+			default:
 				continue
-			}
-			row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
-			copy(val[n*d:(n+1)*d], row[:d])
-			for s := range slots {
-				copy(state[(s*per+n)*d:(s*per+n+1)*d], row[(s+1)*d:(s+2)*d])
 			}
 			copy(gb[n*d:(n+1)*d], grads[i*d:(i+1)*d])
 			idx[n] = int32(i)
@@ -198,3 +277,65 @@ func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32) error {
 }
 
 func notFinite(x float32) bool { return math.Float32bits(x)&0x7f800000 == 0x7f800000 }
+
+// checkCounted is checkRows for a rule that reads its step: the rows of a
+// batch are tried in runs of the same update count (byCount), as
+// pushCounted applies them, and the first key of the batch (in key order)
+// whose row would not be finite is named with its row's first value or
+// state (in row order) that would not be.
+func (t *Table) checkCounted(rows []int32, keys []uint64, grads []float32, initMissing bool) error {
+	d, slots := t.dim, t.slots
+	per := max(1, batchRows/d) // rows per batch
+	if len(t.scratch) < per*d*(2+slots) {
+		t.scratch = make([]float32, per*d*(2+slots))
+	}
+	val := t.scratch[:per*d]
+	gb := t.scratch[per*d : 2*per*d]
+	state := t.scratch[2*per*d:]
+	for lo := 0; lo < len(rows); lo += per {
+		g := t.byCount(rows, lo, min(lo+per, len(rows)), initMissing)
+		bad, badX := -1, float32(0)
+		for a := 0; a < len(g); {
+			c := g[a] >> 32
+			b := a + 1
+			for b < len(g) && g[b]>>32 == c {
+				b++
+			}
+			run := g[a:b]
+			t.gatherRun(rows, keys, grads, run, val, gb, state, per)
+			n := len(run)
+			for s := range slots {
+				t.views[s] = state[s*per*d : (s*per+n)*d]
+			}
+			t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+			for n, e := range run {
+				i := int(uint32(e))
+				if bad >= 0 && i > bad {
+					continue
+				}
+				x, ok := firstNotFinite(val[n*d : (n+1)*d])
+				for s := 0; s < slots && !ok; s++ {
+					x, ok = firstNotFinite(state[(s*per+n)*d : (s*per+n+1)*d])
+				}
+				if ok {
+					bad, badX = i, x
+				}
+			}
+			a = b
+		}
+		if bad >= 0 {
+			return fmt.Errorf("%w: key %d: the update by its gradient would make its row %v", ErrNotFinite, keys[bad], badX)
+		}
+	}
+	return nil
+}
+
+// firstNotFinite returns the first of xs that is NaN or ±Inf.
+func firstNotFinite(xs []float32) (float32, bool) {
+	for _, x := range xs {
+		if notFinite(x) {
+			return x, true
+		}
+	}
+	return 0, false
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/optim"
@@ -177,6 +178,72 @@ func TestCheckPushSetIsCheckPush(t *testing.T) {
 					}
 				}
 				t.Logf("%d of 300 pushes refused", refused)
+			})
+		}
+	}
+}
+
+// TestCheckPushBatchedIsEach: CheckPush of distinct keys, tried in batches,
+// refuses exactly the pushes that trying each key's row on its own
+// (checkEach, the path of repeated keys and of rules that keep update
+// counts) refuses, naming the same key, over rows with state, new keys
+// (their initial value and state) and gradients that overflow.
+func TestCheckPushBatchedIsEach(t *testing.T) {
+	for _, rule := range []string{"sgd", "adagrad", "ftrl", "rmsprop", "adam", "adamw"} {
+		for _, dim := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/dim=%d", rule, dim), func(t *testing.T) {
+				r, err := optim.New(optim.Config{Name: rule, LearningRate: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tab, err := New(Config{Dim: dim, Rule: r, Init: RandomUniform{Min: -1, Max: 1, Seed: 5}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(dim), 11))
+				refused := 0
+				for step := int64(1); step <= 200; step++ {
+					keys := rng.Perm(3000)[:100+rng.IntN(1500)]
+					ks := make([]uint64, len(keys))
+					for i, k := range keys {
+						ks[i] = uint64(k)
+					}
+					grads := make([]float32, len(ks)*dim)
+					for i := range grads {
+						grads[i] = float32(rng.NormFloat64())
+					}
+					switch rng.IntN(4) {
+					case 0: // one huge gradient: overflows some rules' state
+						grads[rng.IntN(len(grads))] = 3e38
+					case 1: // all huge: a second such push overflows sgd's values
+						for i := range grads {
+							grads[i] = 2e38
+						}
+					}
+					got := tab.CheckPush(ks, grads)
+					tab.distinctKeys(ks)
+					want := tab.checkEach(ks, grads)
+					if tab.keepCount && got != nil {
+						// Rows of several update counts: the message's value
+						// is the first in row order, as checkEach's.
+						if got.Error() != want.Error() {
+							t.Fatalf("step %d: batched %v, each %v", step, got, want)
+						}
+					}
+					if (want == nil) != (got == nil) || (got != nil && !strings.HasPrefix(got.Error(), strings.Split(want.Error(), " would")[0])) {
+						t.Fatalf("step %d: batched %v, each %v", step, got, want)
+					}
+					if got != nil {
+						refused++
+						continue
+					}
+					if err := tab.Push(ks, grads, step); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if refused == 0 {
+					t.Error("no push refused")
+				}
 			})
 		}
 	}

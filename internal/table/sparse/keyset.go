@@ -3,6 +3,7 @@ package sparse
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/paramserv/paramserv/internal/optim"
 )
@@ -79,11 +80,25 @@ func (ks *KeySet) setRows(t *Table) {
 // that stay without a row. It returns whether any key has no row.
 func (t *Table) resolve(ks *KeySet, pull bool) (missing bool) {
 	found := false
+	// A new key set: look ahead as Push does. One used before, whose
+	// keys mostly have rows: hash only the keys without.
+	var la lookahead
+	ahead := len(ks.rows) > 0 && ks.rows[0] < 0
+	if ahead {
+		la.start(t, ks.keys)
+	}
 	for i, r := range ks.rows {
+		var h uint64
+		if ahead {
+			h = la.at(t, i)
+		}
 		if r >= 0 {
 			continue
 		}
-		r := t.acquire(ks.keys[i], t.clock)
+		if !ahead {
+			h = hashKey(ks.keys[i])
+		}
+		r := t.acquire(ks.keys[i], h, t.clock)
 		if r < 0 {
 			if pull {
 				t.stats.RejectedPulls++
@@ -142,8 +157,12 @@ func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 	missing := t.resolve(ks, false)
 	t.ownRows(ks.rows)
 	touch := t.rel(t.clock)
-	if ks.distinct && !t.keepCount && optim.PerCoordinate(t.rule) {
-		t.pushBatched(ks.rows, grads, missing, touch)
+	if ks.distinct && optim.PerCoordinate(t.rule) {
+		if t.keepCount {
+			t.pushCounted(ks.rows, grads, touch)
+		} else {
+			t.pushBatched(ks.rows, grads, missing, touch)
+		}
 		return nil
 	}
 	for i, r := range ks.rows {
@@ -227,6 +246,9 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 		n := 0 // rows gathered
 		cur, data := -1, []float32(nil)
 		for i := lo; i < hi; i++ {
+			if j := i + aheadBucket; j < hi && rows[j] >= 0 {
+				t.prefetchRow(int(rows[j]))
+			}
 			r := int(rows[i])
 			if r < 0 {
 				continue
@@ -294,6 +316,116 @@ func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch u
 			}
 			p.dirty[o>>6] |= 1 << (o & 63)
 			n++
+		}
+	}
+}
+
+// byCount returns the rows of rows[lo:hi] ordered by the update count
+// each is to get, as count<<32 | i, in the table's scratch. A row of -1 is
+// skipped, or with withNew taken as a new row (count 1).
+func (t *Table) byCount(rows []int32, lo, hi int, withNew bool) []uint64 {
+	g := t.group[:0]
+	for i := lo; i < hi; i++ {
+		if j := i + aheadBucket; j < hi && rows[j] >= 0 {
+			t.prefetchRow(int(rows[j]))
+		}
+		r := int(rows[i])
+		if r < 0 {
+			if withNew {
+				g = append(g, 1<<32|uint64(i))
+			}
+			continue
+		}
+		c := t.pages[r>>t.pageShift].count[r&t.pageMask]
+		if c < math.MaxUint32 {
+			c++
+		}
+		g = append(g, uint64(c)<<32|uint64(i))
+	}
+	slices.Sort(g)
+	t.group = g
+	return g
+}
+
+// gatherRun copies the values, state and gradients of the rows g (as
+// byCount gives them) into the batch scratch: value n at val[n*d:], state
+// slot s at state[(s*per+n)*d:], gradient at gb[n*d:]. A row of -1 gets
+// its key's initial value and state.
+func (t *Table) gatherRun(rows []int32, keys []uint64, grads []float32, g []uint64, val, gb, state []float32, per int) {
+	d, stride := t.dim, t.stride
+	for n, e := range g {
+		i := int(uint32(e))
+		r := int(rows[i])
+		copy(gb[n*d:(n+1)*d], grads[i*d:(i+1)*d])
+		if r < 0 {
+			t.init.Init(keys[i], val[n*d:(n+1)*d:(n+1)*d])
+			if t.slots > 0 {
+				for s := range t.slots {
+					v := state[(s*per+n)*d : (s*per+n+1)*d : (s*per+n+1)*d]
+					clear(v)
+					t.views[s] = v
+				}
+				t.rule.InitState(t.views)
+			}
+			continue
+		}
+		row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
+		copy(val[n*d:(n+1)*d], row[:d])
+		for s := range t.slots {
+			copy(state[(s*per+n)*d:(s*per+n+1)*d], row[(s+1)*d:(s+2)*d])
+		}
+	}
+}
+
+// pushCounted is pushBatched for a rule that reads its step: each batch
+// of up to batchRows values is ordered by the update count each row gets
+// (byCount) and every run of rows with the same count is updated by one
+// Update call with that count, so the result is bit for bit that of one
+// Update per row.
+func (t *Table) pushCounted(rows []int32, grads []float32, touch uint32) {
+	d, slots, stride := t.dim, t.slots, t.stride
+	per := max(1, batchRows/d) // rows per batch
+	if len(t.scratch) < per*d*(2+slots) {
+		t.scratch = make([]float32, per*d*(2+slots))
+	}
+	val := t.scratch[:per*d]
+	gb := t.scratch[per*d : 2*per*d]
+	state := t.scratch[2*per*d:]
+	for lo := 0; lo < len(rows); lo += per {
+		g := t.byCount(rows, lo, min(lo+per, len(rows)), false)
+		for a := 0; a < len(g); {
+			c := g[a] >> 32
+			b := a + 1
+			for b < len(g) && g[b]>>32 == c {
+				b++
+			}
+			run := g[a:b]
+			t.gatherRun(rows, nil, grads, run, val, gb, state, per)
+			n := len(run)
+			for s := range slots {
+				t.views[s] = state[s*per*d : (s*per+n)*d]
+			}
+			t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+			for n, e := range run {
+				r := int(rows[uint32(e)])
+				t.own(r >> t.pageShift)
+				p := &t.pages[r>>t.pageShift]
+				o := r & t.pageMask
+				row := p.data[o*stride:][:stride:stride]
+				if p.ver != nil && !sameBits(row[:d], val[n*d:(n+1)*d]) {
+					p.ver[o] = t.mod
+				}
+				copy(row[:d], val[n*d:(n+1)*d])
+				for s := range slots {
+					copy(row[(s+1)*d:(s+2)*d], state[(s*per+n)*d:(s*per+n+1)*d])
+				}
+				p.count[o] = uint32(c)
+				if p.touch != nil {
+					p.touch[o] = touch
+				}
+				p.dirty[o>>6] |= 1 << (o & 63)
+			}
+			a = b
 		}
 	}
 }

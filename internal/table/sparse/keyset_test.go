@@ -133,12 +133,13 @@ func TestKeySetShapeErrors(t *testing.T) {
 }
 
 // BenchmarkPushSet pushes the same 100k keys of a 1M-row table again and
-// again (their rows remembered), to compare with BenchmarkPush: random keys
+// again (their rows remembered), with SGD, FTRL and Adam (which keeps an
+// update count per row), to compare with BenchmarkPush: random keys
 // of the table, and the first keys it was filled with (rows in order, as
 // keys first seen together get them).
 func BenchmarkPushSet(b *testing.B) {
 	for _, order := range []string{"random", "inorder"} {
-		for _, rule := range []string{"sgd", "ftrl"} {
+		for _, rule := range []string{"sgd", "ftrl", "adam"} {
 			for _, dim := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/%s/dim=%d", order, rule, dim), func(b *testing.B) {
 					benchPushSet(b, order == "inorder", rule, dim)
@@ -160,6 +161,7 @@ func benchPushSet(b *testing.B, inOrder bool, rule string, dim int) {
 		grads[i] = float32(i%7) * 0.01
 	}
 	i := 0
+	cpu0 := cpuNow()
 	for b.Loop() {
 		if err := tb.PushSet(ks, grads, int64(i)); err != nil {
 			b.Fatal(err)
@@ -167,6 +169,7 @@ func benchPushSet(b *testing.B, inOrder bool, rule string, dim int) {
 		i++
 	}
 	reportKeys(b, i)
+	reportCPU(b, cpu0, i)
 }
 
 // BenchmarkPullSet is BenchmarkPull with the rows remembered.
@@ -189,6 +192,7 @@ func benchPullSet(b *testing.B, inOrder bool, dim int) {
 	}
 	out := make([]float32, benchBatch*dim)
 	i := 0
+	cpu0 := cpuNow()
 	for b.Loop() {
 		if err := tb.PullSet(ks, out); err != nil {
 			b.Fatal(err)
@@ -196,4 +200,5 @@ func benchPullSet(b *testing.B, inOrder bool, dim int) {
 		i++
 	}
 	reportKeys(b, i)
+	reportCPU(b, cpu0, i)
 }

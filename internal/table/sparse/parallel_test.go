@@ -13,9 +13,12 @@ import (
 
 // TestMain runs the package's tests with tables whose large jobs run on
 // four goroutines whatever the machine's cores, so that the race detector
-// sees the parallel paths (the product's shell passes its own Runner).
+// sees the parallel paths (the product's shell passes its own Runner), and
+// whose indexes grow incrementally from 64 rows, so that the tests cross
+// many incremental growths.
 func TestMain(m *testing.M) {
 	defaultRunner = goroutines.Width(4)
+	incrementalFrom = 64
 	os.Exit(m.Run())
 }
 

@@ -246,6 +246,25 @@ func (m *refTable) statsNow() Stats {
 // highWater, and every key is found.
 func checkIndex(t testing.TB, tb *Table) {
 	t.Helper()
+	if tb.old.slots != nil {
+		// Growing: every live row is found in the new index or, only
+		// there, in the old one; then the move is finished and the
+		// index checked whole.
+		tb.forLive(func(r int, p *page, o int) {
+			k := p.keys[o]
+			got, _ := tb.findNew(k, hashKey(k))
+			if got < 0 {
+				got = tb.findOld(k, hashKey(k))
+			}
+			if got != r {
+				t.Fatalf("growing index: key %d found at row %d, want %d", k, got, r)
+			}
+		})
+		tb.settle()
+		if tb.old.slots != nil {
+			t.Fatal("settle left an old index")
+		}
+	}
 	entries := 0
 	seen := map[int]bool{}
 	nb := tb.nBuckets

@@ -24,7 +24,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 	}
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d : (i+1)*d]
-		r, _ := t.find(k, hashKey(k))
+		r := t.lookup(k, hashKey(k))
 		if r < 0 {
 			t.init.Init(k, dst)
 			continue
@@ -40,7 +40,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 // key has no row (it would be counted for admission, or get one).
 func (t *Table) PullChanges(keys []uint64) bool {
 	for _, k := range keys {
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		if t.lookup(k, hashKey(k)) < 0 {
 			return true
 		}
 	}

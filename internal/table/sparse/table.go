@@ -149,9 +149,14 @@ type page struct {
 // index of uint32 slots, in buckets of 16 (one cache line), maps a key's hash to its row; each slot
 // holds the row id in its low bits and spare hash bits (a tag) in its high
 // bits, so a probe reads a key only on a tag match. The index is kept
-// between 72% and 90% full and is rebuilt from the rows when it grows (by
-// 1.25x), so it costs 4.4 to 5.6 bytes per row. Rows freed by Evict are
-// reused by the next new keys; memory is not returned to the runtime.
+// between 72% and 90% full and grows by 1.25x, so it costs 4.4 to 5.6 bytes
+// per row; a large table's growth moves the rows into the grown index a
+// few at a time as new rows come (holding both indexes meanwhile, for the
+// first eighth of the growth), so no call waits for a rebuild. Calls over
+// many keys ask for each key's index bucket, key and row some keys ahead,
+// so that the cache misses of several keys overlap (index.go). Rows freed
+// by Evict are reused by the next new keys; memory is not returned to the
+// runtime.
 type Table struct {
 	dim, slots, stride int
 	rule               optim.Rule
@@ -168,7 +173,8 @@ type Table struct {
 	index    []uint32
 	nBuckets uint64
 	rowMask  uint32
-	maxLive  int // grow the index before live exceeds this
+	maxLive  int      // grow the index before live exceeds this
+	old      oldIndex // while the index grows incrementally (index.go)
 
 	pages     []page
 	pageShift int // rows per page = 1<<pageShift
@@ -198,6 +204,7 @@ type Table struct {
 	gen     uint64
 	mark    []uint64
 	scratch []float32
+	group   []uint64 // pushCounted's batch ordered by update count
 
 	// Changes (changes.go): the keys Evict dropped since the last
 	// ResetChanges, recorded once tracking is on; changesLost when more
@@ -318,7 +325,7 @@ func (t *Table) Stats() Stats {
 // pages, bitmap and sketch, plus its fixed headers.
 func (t *Table) MemoryBytes() int64 {
 	const hdr = int64(unsafe.Sizeof([]byte(nil)))
-	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 4*int64(cap(t.scratch))
+	n := int64(unsafe.Sizeof(*t)) + 4*int64(cap(t.index)) + 4*int64(cap(t.old.slots)) + hdr*int64(cap(t.views)) + 8*int64(cap(t.mark)) + 8*int64(cap(t.group)) + 4*int64(cap(t.scratch))
 	n += int64(cap(t.pages)) * int64(unsafe.Sizeof(page{}))
 	for i := range t.pages {
 		p := &t.pages[i]
@@ -342,9 +349,11 @@ func (t *Table) Pull(keys []uint64, out []float32) error {
 	if len(out) != len(keys)*d {
 		return fmt.Errorf("%w: Pull of %d keys with Dim %d needs %d floats, got %d", ErrShape, len(keys), d, len(keys)*d, len(out))
 	}
+	var la lookahead
+	la.start(t, keys)
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d : (i+1)*d]
-		r := t.acquire(k, t.clock)
+		r := t.acquire(k, la.at(t, i), t.clock)
 		if r < 0 {
 			t.stats.RejectedPulls++
 			t.init.Init(k, dst)
@@ -376,8 +385,10 @@ func (t *Table) Push(keys []uint64, grads []float32, step int64) error {
 	}
 	t.clock = max(t.clock, step)
 	t.bump()
+	var la lookahead
+	la.start(t, keys)
 	for i, k := range keys {
-		r := t.acquire(k, t.clock)
+		r := t.acquire(k, la.at(t, i), t.clock)
 		if r < 0 {
 			t.stats.RejectedPushes++
 			continue
@@ -469,9 +480,8 @@ func (t *Table) rel(step int64) uint32 {
 }
 
 // acquire returns key's row, creating it if key is (now) admitted and the
-// table has room, or -1. step stamps a created row.
-func (t *Table) acquire(key uint64, step int64) int {
-	h := hashKey(key)
+// table has room, or -1. h is key's hash; step stamps a created row.
+func (t *Table) acquire(key, h uint64, step int64) int {
 	r, pos := t.find(key, h)
 	if r >= 0 {
 		return r
@@ -491,7 +501,10 @@ func (t *Table) acquire(key uint64, step int64) int {
 		t.base = step
 	}
 	r = t.allocRow(key)
-	t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
+	t.index[pos] = t.slotOf(h, r)
+	if t.old.slots != nil {
+		t.migrate(migrateRows)
+	}
 	t.resetRow(r, key, step)
 	t.stats.Admitted++
 	return r
@@ -656,7 +669,7 @@ var defaultRunner = parallel.Serial
 func (t *Table) CountMissing(keys []uint64) int {
 	n := 0
 	for _, k := range keys {
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		if t.lookup(k, hashKey(k)) < 0 {
 			n++
 		}
 	}

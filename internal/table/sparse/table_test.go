@@ -718,3 +718,52 @@ func TestSetRule(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowingIndexIgnoresFreedRows evicts rows that the old index still
+// names while the index grows incrementally, and checks that their keys
+// come back as new rows: a freed row's key slot holds the free list's link,
+// here equal to the evicted key (keys are row ids), so only the liveness
+// check tells the old entry is stale.
+func TestGrowingIndexIgnoresFreedRows(t *testing.T) {
+	tb, err := New(Config{Dim: 1, Rule: plainRule{0}, KeepTouch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := []float32{1}
+	for k := uint64(0); tb.old.slots == nil; k++ {
+		if k > 1<<20 {
+			t.Fatal("the index never grew incrementally")
+		}
+		if err := tb.Push([]uint64{k}, g, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := tb.Len()
+	x := n - 2 // in the old index and not moved yet, as is x-1
+	if x < tb.old.next+1 || x >= tb.old.end {
+		t.Fatalf("row %d not among the rows still to move [%d, %d)", x, tb.old.next, tb.old.end)
+	}
+	var rest []uint64
+	for k := range uint64(n) {
+		if k != uint64(x) && k != uint64(x-1) {
+			rest = append(rest, k)
+		}
+	}
+	if err := tb.Push(rest, make([]float32, len(rest)), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.EvictBefore(2); got != 2 {
+		t.Fatalf("evicted %d rows, want 2", got)
+	}
+	if tb.old.slots == nil || tb.keyAt(x) != uint64(x) {
+		t.Fatalf("setup: growing %v, freed row %d links to %d", tb.old.slots != nil, x, tb.keyAt(x))
+	}
+	out := []float32{7}
+	if err := tb.Pull([]uint64{uint64(x)}, out); err != nil {
+		t.Fatal(err)
+	}
+	if tb.Len() != n-1 || out[0] != 0 {
+		t.Fatalf("after evicting 2 of %d rows and pulling one back: Len %d (want %d), value %v (want 0)", n, tb.Len(), n-1, out[0])
+	}
+	checkIndex(t, tb)
+}

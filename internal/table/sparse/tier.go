@@ -20,7 +20,7 @@ import (
 // Missing appends to dst the keys (of keys, in order) that have no row.
 func (t *Table) Missing(keys, dst []uint64) []uint64 {
 	for _, k := range keys {
-		if r, _ := t.find(k, hashKey(k)); r < 0 {
+		if t.lookup(k, hashKey(k)) < 0 {
 			dst = append(dst, k)
 		}
 	}
@@ -29,8 +29,7 @@ func (t *Table) Missing(keys, dst []uint64) []uint64 {
 
 // Has reports whether key has a row.
 func (t *Table) Has(key uint64) bool {
-	r, _ := t.find(key, hashKey(key))
-	return r >= 0
+	return t.lookup(key, hashKey(key)) >= 0
 }
 
 // EvictedBefore is the step before which a row's last touch makes it
