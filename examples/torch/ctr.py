@@ -112,8 +112,9 @@ def main():
     ap.add_argument("--hidden_units", type=int, default=32)
     ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")
     ap.add_argument("--sync_replicas", action="store_true")
-    ap.add_argument("--prefetch", action="store_true",
-                    help="pull the next batch's rows in the background while this one computes (Embedding.prefetch)")
+    ap.add_argument("--prefetch", nargs="?", const="step", default="", choices=["step", "background"],
+                    help="pull the next batch's rows ahead (Embedding.prefetch): with this batch's push+pull, "
+                         "one round trip a step (step, the default), or in the background while this one computes")
     ap.add_argument("--overlap", action="store_true",
                     help="push+pull in the background while the next batch computes (DistributedModule overlap=True; async only)")
     ap.add_argument("--steps_to_validate", type=int, default=500)
@@ -167,8 +168,9 @@ def main():
     def prefetch(idx):
         # Each Embedding pulls the rows of a future batch in the
         # background; a forward pass takes the oldest prefetch.
-        model.module.wide.prefetch(x[idx])
-        model.module.deep.prefetch(x[idx])
+        with_step = args.prefetch == "step"
+        model.module.wide.prefetch(x[idx], with_step=with_step)
+        model.module.deep.prefetch(x[idx], with_step=with_step)
 
     idx = next_batch()
     if args.prefetch:
@@ -176,8 +178,10 @@ def main():
     while step < args.train_steps:
         following = next_batch()
         if args.prefetch:
-            # The next batch's rows travel while this one computes (one
-            # push of this worker short in async mode; exact in sync mode).
+            # The next batch's rows travel with this batch's push+pull
+            # (--prefetch=step: one round trip a step, read after the
+            # push), or while this one computes (--prefetch=background:
+            # one push of this worker short in async mode; exact in sync).
             prefetch(following)
         t = time.time()
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))

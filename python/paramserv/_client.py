@@ -88,6 +88,12 @@ def _load():
             "ps_ticket_step": (i64, [i64, i64]),
             "ps_push_pull_rows_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                               ctypes.POINTER(i64), fpp]),
+            "ps_push_pull_tables": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                          ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                          ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
+            "ps_push_pull_tables_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                                ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                                ctypes.POINTER(i64), fpp]),
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
@@ -586,7 +592,8 @@ class Client:
         return step.value
 
     def push_pull(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
-                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
+                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None,
+                  pull_rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
         """Pushes ``grads`` (computed at the values last pulled) and pulls the
         next values into ``params`` in place, in one round trip per ps.
 
@@ -596,6 +603,20 @@ class Client:
         ``push_rows`` of their own would be a push of its own (in sync mode
         it would take this worker's place in the step).
 
+        ``pull_rows`` are rows read in the same request, as ``(table, keys,
+        out)`` tuples (keys distinct uint64, ``out`` a writable float32
+        array of shape (len(keys), dim), filled in place): what
+        ``pull_rows(table, keys, out)`` would read after this call, since
+        they are read once the push is applied (in sync mode once the step
+        has completed). A worker pushes its batch's row gradients and pulls
+        the next batch's rows in one round trip instead of two calls::
+
+            step = c.push_pull(grads, params, rows=[("emb", keys, row_grads)],
+                               pull_rows=[("emb", next_keys, next_rows)])
+
+        Each table appears at most once in ``rows`` and once in
+        ``pull_rows``; a table may be in both, with the same keys or others.
+
         In sync mode it returns once the step the push takes part in has
         completed. The ps apply the optimizer. Returns the new global step.
         After a ps failure the client waits for the ps to recover, pulls,
@@ -603,11 +624,11 @@ class Client:
         gradient holding a NaN or an Inf is refused whole (ParamservError):
         nothing is applied, on any ps.
         """
-        args = self._push_pull_args(grads, params, rows)
+        args = self._push_pull_args(grads, params, rows) + self._pull_rows_args(pull_rows)
         self._need_started()
         step = ctypes.c_int64()
         with self._lock:
-            if self._lib.ps_push_pull_rows(self._h, *args, ctypes.byref(step)) != 0:
+            if self._lib.ps_push_pull_tables(self._h, *args, ctypes.byref(step)) != 0:
                 self._raise()
         return step.value
 
@@ -651,6 +672,26 @@ class Client:
             names[i] = table.encode()
         return g, p, len(self._names), nt, names, keys, nkeys, vals
 
+    def _pull_rows_args(self, pull_rows):
+        """The C arguments of a push+pull's pulled rows, checked."""
+        pull_rows = list(pull_rows or ())
+        nt = len(pull_rows)
+        names = (ctypes.c_char_p * max(nt, 1))()
+        keys, vals = (ctypes.c_void_p * max(nt, 1))(), (ctypes.c_void_p * max(nt, 1))()
+        nkeys = (ctypes.c_int64 * max(nt, 1))()
+        seen = set()
+        for i, r in enumerate(pull_rows):
+            try:
+                table, k, v = r
+            except (TypeError, ValueError):
+                raise ValueError(f"paramserv: push_pull pull_rows[{i}]: want a (table, keys, out) tuple") from None
+            if table in seen:
+                raise ValueError(f"paramserv: push_pull pull_rows: table {table!r} twice: give each table once, with all its keys")
+            seen.add(table)
+            keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull pull_rows", writable=True)
+            names[i] = table.encode()
+        return nt, names, keys, nkeys, vals
+
     def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
         if table not in self._dims:
             raise ValueError(f"paramserv: unknown table {table!r}: want one of {list(self._dims)}")
@@ -683,15 +724,17 @@ class Client:
                 self._raise()
 
     def push_pull_async(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
-                        rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
+                        rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None,
+                        pull_rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
         """Starts ``push_pull`` in the background and returns at once with a
         ``concurrent.futures.Future`` of the new global step, so that the
         next batch's computation overlaps the round trip. It runs on a
         goroutine of the Go library (no Python thread, not the GIL), after
         the calls started before it and before those started after it.
         Until the future is done, ``grads`` and the rows are being read and
-        ``params`` written: leave them alone, e.g. compute into a second
-        set of buffers (the client holds references to them until then).
+        ``params`` and the ``pull_rows`` outputs written: leave them alone,
+        e.g. compute into a second set of buffers (the client holds
+        references to them until then).
         ``future.result()`` raises what ``push_pull`` would, bad buffers
         included. The future learns that the call is over when asked
         (``result()``, ``exception()``, ``done()``); a future waited on
@@ -707,12 +750,12 @@ class Client:
         """
         self._need_started()
         try:
-            args = self._push_pull_args(grads, params, rows)
+            args = self._push_pull_args(grads, params, rows) + self._pull_rows_args(pull_rows)
         except ValueError as e:
             fut: Future = Future()
             fut.set_exception(e)
             return fut
-        return self._start(self._lib.ps_push_pull_rows_start(self._h, *args), (grads, params, rows, args), None)
+        return self._start(self._lib.ps_push_pull_tables_start(self._h, *args), (grads, params, rows, pull_rows, args), None)
 
     def pull_rows_async(self, table: str, keys: np.ndarray, out: np.ndarray) -> "Future[np.ndarray]":
         """Starts ``pull_rows(table, keys, out)`` in the background and returns
