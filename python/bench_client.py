@@ -8,9 +8,12 @@ the rows); prints each round's medians and the ratios Python/Go.
 
     PARAMSERV_LIB=... PYTHONPATH=python /usr/bin/python3 python/bench_client.py --paramserv=./paramserv
 
-The Go side's sparse case is one push+pull round trip; the Python side's is
-two calls (push_pull with rows, then pull_rows), since the Client has no
-call that pulls rows and pushes them in one request.
+Both sides' sparse case is one push+pull round trip with no dense part: the
+Go bench's request pushes the rows' gradients and pulls the rows; the
+Python side's is ``push_pull({}, {}, rows=..., pull_rows=...)`` on a Client
+that declares the table and no variable, as the Go bench's does. Each
+round's ps is a fresh process; the medians are over --reps calls after 3
+warm-up calls.
 """
 import argparse
 import json
@@ -70,14 +73,25 @@ def python_round(binary, reps):
                 c.push_pull(grads, params)
                 if i >= 3:
                     dense.append(time.perf_counter() - t)
-            # sparse: the rows' gradients pushed with an empty dense push, then the rows pulled
+            c.done()
+        proc.wait(30)
+        # sparse: a job of its own with the table alone (the Go bench's
+        # sparse case has no dense variable): the rows' gradients pushed
+        # and the rows pulled in one request.
+        ps_port, w_port = free_ports(2)
+        ps, w = f"127.0.0.1:{ps_port}", f"127.0.0.1:{w_port}"
+        proc = subprocess.Popen([binary, "train", "--job_name=ps", "--task_index=0", "--ps_hosts=" + ps, "--worker_hosts=" + w],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tf = {"cluster": {"ps": [ps], "worker": [w]}, "task": {"type": "worker", "index": 0}}
+        with paramserv.Client(variables={}, tables={"rows": 1}, optimizer="sgd", learning_rate=1.0,
+                              tf_config=tf, quiet=True) as c:
+            c.start(init={})
             rows = np.empty((len(keys), 1), np.float32)
             g = np.ones((len(keys), 1), np.float32)
             sparse = []
             for i in range(reps + 3):
                 t = time.perf_counter()
-                c.push_rows("rows", keys, g)
-                c.pull_rows("rows", keys, rows)
+                c.push_pull({}, {}, rows=[("rows", keys, g)], pull_rows=[("rows", keys, rows)])
                 if i >= 3:
                     sparse.append(time.perf_counter() - t)
             c.done()
