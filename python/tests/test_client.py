@@ -125,6 +125,23 @@ def test_read_only_destination(client):
         client.pull(p)
 
 
+def test_arrays_checked_every_call(client):
+    # The buffers' addresses are remembered between calls; their checks
+    # are not: an array made read-only or reshaped after a call is refused.
+    p = good()
+    with pytest.raises(ParamservError, match="not started"):
+        client.pull(p)  # the arrays pass and are remembered
+    p["w"].shape = (3, 2)
+    with pytest.raises(ValueError, match=r"params\['w'\]: shape \(3, 2\), want \(2, 3\)"):
+        client.pull(p)
+    p["w"].shape = (2, 3)
+    p["b"].flags.writeable = False
+    with pytest.raises(ValueError, match=r"params\['b'\]: read-only"):
+        client.pull(p)
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        client.pull({"w": p["w"], "x": p["b"]})
+
+
 def test_bad_rows(client):
     keys = np.array([1, 2], np.uint64)
     with pytest.raises(ValueError, match="unknown table 'nope'"):
