@@ -620,7 +620,10 @@ class DistributedModule(torch.nn.Module):
         embeddings' rows) — with a worker's optimizer, first runs its
         ``step()`` and pushes the change it made — pulls the next values in
         place, zeroes the gradients, saves the chief's checkpoint when one
-        is due, and returns the new global step."""
+        is due, and returns the new global step. The rows of prefetches
+        waiting for it (``Embedding.prefetch(ids, with_step=True)``, or
+        held in synchronous training) are read in the same request, after
+        the push, one prefetch per table."""
         rows = _merge([r for r in (e._rows() for e in self._embeddings) if r is not None])
         pulls, rode = self._riders()
         self._gather()
