@@ -175,10 +175,11 @@ class Embedding(torch.nn.Module):
         prefetch. A prefetch that a step may come before (one made while
         a step is under way, a training forward pass since the last
         ``step()``, or while other prefetches wait for their forward pass)
-        starts its pull only when ``step()`` has completed, and ``step()``
-        pulls again any prefetch made before it, so the round trip hides
-        only behind what the program does between ``step()`` and the next
-        forward pass.
+        is pulled only once ``step()`` has completed (the oldest of each
+        table in ``step()``'s own request, as ``with_step=True`` is, the
+        others after it), and ``step()`` pulls again any prefetch made
+        before it, so the round trip hides only behind what the program
+        does between ``step()`` and the next forward pass.
         """
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
