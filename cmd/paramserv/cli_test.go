@@ -185,15 +185,17 @@ func TestVersion(t *testing.T) {
 // each naming both versions; the worker exits 2 at once (input to fix)
 // rather than waiting, and the ps goes on serving.
 func TestProtocolVersionMismatch(t *testing.T) {
-	other := filepath.Join(t.TempDir(), "paramserv-protocol-2")
+	// Protocol 1 is the paramserv before requests came in pieces (and its
+	// ps read gRPC messages of up to 1 GiB).
+	other := filepath.Join(t.TempDir(), "paramserv-protocol-1")
 	build := exec.Command("go", "build", "-o", other,
-		"-ldflags=-X github.com/paramserv/paramserv/internal/version.protocolForTests=2", ".")
+		"-ldflags=-X github.com/paramserv/paramserv/internal/version.protocolForTests=1", ".")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building a protocol-2 paramserv: %v\n%s", err, out)
+		t.Fatalf("building a protocol-1 paramserv: %v\n%s", err, out)
 	}
 	for _, c := range []struct{ name, psBin, workerBin, psSays, workerSays string }{
-		{"old worker", other, binary, "this ps speaks protocol 2", "the worker speaks protocol 1"},
-		{"new worker", binary, other, "this ps speaks protocol 1", "the worker speaks protocol 2"},
+		{"old worker", binary, other, "this ps speaks protocol 2", "the worker speaks protocol 1"},
+		{"old ps", other, binary, "this ps speaks protocol 1", "the worker speaks protocol 2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			hosts := freeHosts(t, 2)
@@ -305,7 +307,7 @@ func TestResultFileRecordsTheRun(t *testing.T) {
 	if _, ok := r.Flags["ps_hosts"]; ok {
 		t.Errorf("flags record the cluster's ports: %v", r.Flags)
 	}
-	if r.Workers != 2 || r.PS != 1 || !strings.Contains(r.Version, "wire protocol 1") {
+	if r.Workers != 2 || r.PS != 1 || !strings.Contains(r.Version, "wire protocol 2") {
 		t.Errorf("workers %d ps %d version %q", r.Workers, r.PS, r.Version)
 	}
 	// Async: one push per global step, from whichever worker.

@@ -256,7 +256,7 @@ func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 			var resp *pb.PullResponse
 			switch {
 			case push != nil && pull != nil:
-				r, err := c.ps[i].PushPull(ctx, &pb.PushPullRequest{Push: push, Pull: pull})
+				r, err := c.callPushPull(ctx, i, &pb.PushPullRequest{Push: push, Pull: pull})
 				if err != nil {
 					return err
 				}
@@ -265,14 +265,14 @@ func (c *Client) grpcDo(ctx context.Context, req *Request) *Call {
 					return err
 				}
 			case push != nil:
-				r, err := c.ps[i].Push(ctx, push)
+				r, err := c.callPush(ctx, i, push)
 				if err != nil {
 					return err
 				}
 				steps[i], dropped[i] = r.GlobalStep, r.Dropped
 				return c.checkIncarnation(i, r.Incarnation)
 			case pull != nil:
-				r, err := c.ps[i].Pull(ctx, pull)
+				r, err := c.callPull(ctx, i, pull)
 				if err != nil {
 					return err
 				}

@@ -370,7 +370,7 @@ func (c *Client) Init(ctx context.Context, values model.Params, o InitOptions) (
 		}
 		var resp *pb.InitResponse
 		err := c.watched(ctx, i, func(ctx context.Context) (err error) {
-			resp, err = c.ps[i].Init(ctx, req)
+			resp, err = c.callInit(ctx, i, req)
 			return err
 		})
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/paramserv/paramserv/internal/version"
 	"github.com/paramserv/paramserv/internal/wire"
@@ -48,7 +49,8 @@ func dialGRPC(addr string, dial func(context.Context, string) (net.Conn, error))
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.MaxCallSendMsgSize(1<<30)),
 		grpc.WithInitialWindowSize(64<<20),
 		grpc.WithInitialConnWindowSize(64<<20),
-		grpc.WithChainUnaryInterceptor(versionCheck()),
+		grpc.WithChainUnaryInterceptor(busyRetry(), versionCheck()),
+		grpc.WithChainStreamInterceptor(versionStream()),
 		grpc.WithReadBufferSize(256<<10),
 		grpc.WithWriteBufferSize(256<<10),
 		// A ps that restarts is back in seconds; gRPC's default
@@ -149,21 +151,131 @@ func isDeadline(err error) bool { return status.Code(err) == codes.DeadlineExcee
 // call itself (its FailedPrecondition carries the VERSION_MISMATCH detail,
 // and its answer the ps's version) gives ErrVersion as well.
 func versionCheck() grpc.UnaryClientInterceptor {
-	v := version.Get()
-	pairs := []string{version.Header, strconv.Itoa(version.Current()), version.SoftwareHeader, v.Software()}
+	pairs := versionPairs()
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		ctx = metadata.AppendToOutgoingContext(ctx, pairs...)
 		var hdr metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&hdr))...)
-		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && hasReason(st, wire.ReasonVersionMismatch) {
-			// The ps's refusal, which names both versions as it sees them.
-			return withKind(ErrVersion, errors.New(st.Message()))
+		return versionError(err, hdr)
+	}
+}
+
+// versionPairs is the metadata of the version handshake.
+func versionPairs() []string {
+	v := version.Get()
+	return []string{version.Header, strconv.Itoa(version.Current()), version.SoftwareHeader, v.Software()}
+}
+
+// versionStream is versionCheck's first half for streams: every stream
+// carries this worker's protocol version (callInPieces checks the
+// answer's).
+func versionStream() grpc.StreamClientInterceptor {
+	pairs := versionPairs()
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(metadata.AppendToOutgoingContext(ctx, pairs...), desc, cc, method, opts...)
+	}
+}
+
+// versionError is err, or ErrVersion where the ps refused this worker's
+// protocol version or its answer's header hdr names another.
+func versionError(err error, hdr metadata.MD) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition && hasReason(st, wire.ReasonVersionMismatch) {
+		// The ps's refusal, which names both versions as it sees them.
+		return withKind(ErrVersion, errors.New(st.Message()))
+	}
+	if e := version.Mismatch("this worker", "the ps", first(hdr.Get(version.Header)), first(hdr.Get(version.SoftwareHeader))); e != nil {
+		return withKind(ErrVersion, e)
+	}
+	return err
+}
+
+// busyWait is how long a call refused as busy (the ps's gRPC calls hold
+// all they may: ResourceExhausted with the reason wire.ReasonBusy) is
+// tried again, after 50 ms, 100 ms, ... at most 1 s apart, before its
+// refusal is returned.
+const busyWait = 10 * time.Second
+
+// retryBusy runs call until it is not refused as busy, busyWait has passed
+// or ctx ends.
+func retryBusy[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	delay, deadline := 50*time.Millisecond, time.Now().Add(busyWait)
+	for {
+		v, err := call()
+		st, ok := status.FromError(err)
+		if err == nil || !ok || st.Code() != codes.ResourceExhausted || !hasReason(st, wire.ReasonBusy) || time.Now().Add(delay).After(deadline) {
+			return v, err
 		}
-		if e := version.Mismatch("this worker", "the ps", first(hdr.Get(version.Header)), first(hdr.Get(version.SoftwareHeader))); e != nil {
-			return withKind(ErrVersion, e)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
 		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// busyRetry is retryBusy for every unary call.
+func busyRetry() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		_, err := retryBusy(ctx, func() (struct{}, error) { return struct{}{}, invoker(ctx, method, req, reply, cc, opts...) })
 		return err
 	}
+}
+
+// The calls whose requests may be large go whole when they are at most
+// wire.GRPCPiece bytes, and otherwise in pieces (the ps reads no message
+// over wire.GRPCMaxMessage).
+
+func (c *Client) callInit(ctx context.Context, i int, req *pb.InitRequest) (*pb.InitResponse, error) {
+	return callInPieces(ctx, req, c.ps[i].Init, c.ps[i].InitPieces)
+}
+
+func (c *Client) callPush(ctx context.Context, i int, req *pb.PushRequest) (*pb.PushResponse, error) {
+	return callInPieces(ctx, req, c.ps[i].Push, c.ps[i].PushPieces)
+}
+
+func (c *Client) callPull(ctx context.Context, i int, req *pb.PullRequest) (*pb.PullResponse, error) {
+	return callInPieces(ctx, req, c.ps[i].Pull, c.ps[i].PullPieces)
+}
+
+func (c *Client) callPushPull(ctx context.Context, i int, req *pb.PushPullRequest) (*pb.PullResponse, error) {
+	return callInPieces(ctx, req, c.ps[i].PushPull, c.ps[i].PushPullPieces)
+}
+
+// callInPieces calls whole(req), or, for a request over wire.GRPCPiece
+// bytes, sends it in pieces on a stream of open.
+func callInPieces[Req proto.Message, Resp any](ctx context.Context, req Req,
+	whole func(context.Context, Req, ...grpc.CallOption) (*Resp, error),
+	open func(context.Context, ...grpc.CallOption) (grpc.ClientStreamingClient[pb.Piece, Resp], error)) (*Resp, error) {
+	if proto.Size(req) <= wire.GRPCPiece {
+		return whole(ctx, req)
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	return retryBusy(ctx, func() (*Resp, error) {
+		st, err := open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for off := 0; off < len(b); off += wire.GRPCPiece {
+			p := &pb.Piece{Data: b[off:min(off+wire.GRPCPiece, len(b))]}
+			if off == 0 {
+				p.Size = int64(len(b))
+			}
+			if err := st.Send(p); err != nil {
+				// The ps ended the call (a refusal): its status comes
+				// with the answer.
+				break
+			}
+		}
+		resp, err := st.CloseAndRecv()
+		hdr, _ := st.Header()
+		return resp, versionError(err, hdr)
+	})
 }
 
 func first(v []string) string {

@@ -328,8 +328,7 @@ func (p *replicatedPS) serve(errc chan<- error) (stop func(), err error) {
 			}
 		}
 		c := p.copies[s]
-		g := grpc.NewServer(append(server.GRPCOptions(), c.GRPCLimit())...)
-		pb.RegisterParamServerServer(g, c)
+		g := c.NewGRPC(c)
 		gs = append(gs, g)
 		// gRPC and the data path share the address, as on a ps without
 		// replicas.

@@ -159,7 +159,7 @@ func TestCollectiveRetryAfterCompletion(t *testing.T) {
 
 // An all-reduce of MaxCollectiveValues values reaches a ps whose layout
 // allows far smaller requests (4 values: a 64 KiB bound), over gRPC; a
-// larger request is still refused.
+// larger request is refused by gRPC's limit, before it is read.
 func TestCollectiveOverGRPCPassesTheLayoutBound(t *testing.T) {
 	s := New(Config{NumWorkers: 1})
 	addr := serveTCP(t, s)
@@ -177,7 +177,7 @@ func TestCollectiveOverGRPCPassesTheLayoutBound(t *testing.T) {
 		t.Fatalf("an all-reduce of %d values: %d values back, %v", MaxCollectiveValues, len(resp.GetValues()), err)
 	}
 	_, err = ps.Collective(context.Background(), &pb.CollectiveRequest{Seq: 1, Op: "sum", Values: make([]float64, 2*MaxCollectiveValues), World: 1, TimeoutMs: 60_000})
-	if err == nil || !strings.Contains(err.Error(), "is over this ps's limit") {
-		t.Fatalf("an all-reduce of %d values: %v, want it refused by the layout's bound", 2*MaxCollectiveValues, err)
+	if err == nil || !strings.Contains(err.Error(), "received message larger than max") {
+		t.Fatalf("an all-reduce of %d values: %v, want it refused by gRPC's limit", 2*MaxCollectiveValues, err)
 	}
 }

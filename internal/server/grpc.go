@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/paramserv/paramserv/internal/secure"
 	"github.com/paramserv/paramserv/internal/shard"
@@ -29,18 +31,165 @@ import (
 
 // This file is the server's one gRPC file: the service (pb.ParamServerServer),
 // whose methods lock, call the work of the same name and turn its error
-// into a status (statusOf); the server's options, credentials and
-// interceptors (the roles of roles.go, the version handshake); and the
-// reading of a status back into the shard's error kinds (kindOfStatus).
+// into a status (statusOf), and its calls in pieces (received by
+// pieces.go); the server's options, credentials, tap and interceptors (the
+// bounds of membound.go, the roles of roles.go, the version handshake);
+// and the reading of a status back into the shard's error kinds
+// (kindOfStatus).
 // The rest of the package returns the shard's errors (shard.Error, of a
 // Kind), which the data path sends as they are.
 
 // newGRPC is the gRPC server that serves s's service on the connections
 // the mux hands it.
-func (s *Server) newGRPC() *grpc.Server {
-	g := grpc.NewServer(append(GRPCOptions(), s.GRPCLimit(), grpc.ChainUnaryInterceptor(versionCheck(s.cfg.Logf)), grpc.ConnectionTimeout(s.handshakeTimeout()))...)
-	pb.RegisterParamServerServer(g, s)
+func (s *Server) newGRPC() *grpc.Server { return s.NewGRPC(s) }
+
+// Service is the ps's gRPC service but its calls in pieces: what a Server
+// is, and what a replicated copy of a shard (package replication) is
+// around one.
+type Service interface {
+	Init(context.Context, *pb.InitRequest) (*pb.InitResponse, error)
+	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
+	Pull(context.Context, *pb.PullRequest) (*pb.PullResponse, error)
+	PushPull(context.Context, *pb.PushPullRequest) (*pb.PullResponse, error)
+	Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
+	Done(context.Context, *pb.DoneRequest) (*pb.DoneResponse, error)
+	Checkpoint(context.Context, *pb.CheckpointRequest) (*pb.CheckpointResponse, error)
+	Restore(context.Context, *pb.RestoreRequest) (*pb.RestoreResponse, error)
+	ChangeRate(context.Context, *pb.ChangeRateRequest) (*pb.ChangeRateResponse, error)
+	Collective(context.Context, *pb.CollectiveRequest) (*pb.CollectiveResponse, error)
+}
+
+// NewGRPC is the gRPC server that serves impl (s itself, or a replicated
+// copy of its shard around it) on the connections s's mux hands it, with
+// s's bounds (membound.go): messages of at most wire.GRPCMaxMessage,
+// larger requests in pieces (received by s, then handed to impl with the
+// checks of a request sent whole), and every call counted against what all
+// calls may hold from the moment its stream opens.
+func (s *Server) NewGRPC(impl Service) *grpc.Server {
+	chain := chainUnary(s.holdDecoded, roleCheck, versionCheck(s.cfg.Logf))
+	g := grpc.NewServer(append(GRPCOptions(), s.GRPCLimit(),
+		grpc.UnaryInterceptor(chain),
+		grpc.InTapHandle(s.tapStream),
+		grpc.ConnectionTimeout(s.handshakeTimeout()))...)
+	pb.RegisterParamServerServer(g, &grpcService{Service: impl, s: s, chain: chain})
 	return g
+}
+
+// grpcService is what NewGRPC registers: impl's calls, and the calls in
+// pieces, which s receives and hands to impl's through chain.
+type grpcService struct {
+	Service
+	unimplemented
+	s     *Server
+	chain grpc.UnaryServerInterceptor
+}
+
+// unimplemented is one level down, so that Service's methods win over its.
+type unimplemented struct {
+	pb.UnimplementedParamServerServer
+}
+
+func (g *grpcService) InitPieces(st grpc.ClientStreamingServer[pb.Piece, pb.InitResponse]) error {
+	return inPieces(g, st, "Init", pb.ParamServer_Init_FullMethodName, &pb.InitRequest{}, g.Service.Init)
+}
+
+func (g *grpcService) PushPieces(st grpc.ClientStreamingServer[pb.Piece, pb.PushResponse]) error {
+	return inPieces(g, st, "Push", pb.ParamServer_Push_FullMethodName, &pb.PushRequest{}, g.Service.Push)
+}
+
+func (g *grpcService) PullPieces(st grpc.ClientStreamingServer[pb.Piece, pb.PullResponse]) error {
+	return inPieces(g, st, "Pull", pb.ParamServer_Pull_FullMethodName, &pb.PullRequest{}, g.Service.Pull)
+}
+
+func (g *grpcService) PushPullPieces(st grpc.ClientStreamingServer[pb.Piece, pb.PullResponse]) error {
+	return inPieces(g, st, "PushPull", pb.ParamServer_PushPull_FullMethodName, &pb.PushPullRequest{}, g.Service.PushPull)
+}
+
+// inPieces receives a request of method in pieces into req, then calls
+// call with it through the server's interceptors, as gRPC would have had
+// it come whole (its FullMethod fullMethod).
+func inPieces[Req proto.Message, Resp any](g *grpcService, st grpc.ClientStreamingServer[pb.Piece, Resp], method, fullMethod string, req Req, call func(context.Context, Req) (*Resp, error)) error {
+	ctx := st.Context()
+	if err := g.s.receivePieces(ctx, st.Recv, method, req); err != nil {
+		return grpcError(err)
+	}
+	info := &grpc.UnaryServerInfo{Server: g.Service, FullMethod: fullMethod}
+	resp, err := g.chain(ctx, req, info, func(ctx context.Context, r any) (any, error) { return call(ctx, r.(Req)) })
+	if err != nil {
+		return err
+	}
+	return st.SendAndClose(resp.(*Resp))
+}
+
+// grpcError is statusOf, with the errors of the gRPC bounds and of
+// requests in pieces given their codes.
+func grpcError(err error) error {
+	var be *busyError
+	switch {
+	case errors.As(err, &be):
+		return busyStatus(be)
+	case errors.Is(err, errPieceStalled):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	}
+	return statusOf(err)
+}
+
+// busyStatus is the ResourceExhausted of a call refused for what all
+// calls hold, marked by the reason wire.ReasonBusy, which a client tries
+// again.
+func busyStatus(err error) error {
+	st := status.New(codes.ResourceExhausted, err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonBusy}); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// tapStream runs when a call's stream opens, before gRPC reads any of its
+// messages: it refuses a worker of another protocol version (whose
+// requests this ps may not read), and takes grpcStreamCost from the budget
+// of all calls, given back when the stream ends, or refuses the call
+// (ResourceExhausted, wire.ReasonBusy).
+func (s *Server) tapStream(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if err := version.Mismatch("this ps", "the worker", first(info.Header.Get(version.Header)), first(info.Header.Get(version.SoftwareHeader))); err != nil {
+		s.cfg.Logf("refused %s: %v", info.FullMethodName, err)
+		return nil, versionStatus(err)
+	}
+	g, err := s.grpcAcquire(grpcStreamCost)
+	if err != nil {
+		return nil, busyStatus(err)
+	}
+	context.AfterFunc(ctx, g.release)
+	return context.WithValue(ctx, grantKey{}, g), nil
+}
+
+// holdDecoded is the first interceptor: once a call's request is decoded,
+// the call holds only its size (a pull or a barrier may wait long).
+func (s *Server) holdDecoded(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if g := grantOf(ctx); g != nil {
+		if m, ok := req.(proto.Message); ok {
+			// Less than it held, but for an Init in pieces (outside the
+			// bound): a growth past the bound is refused, and it keeps
+			// what it held.
+			_ = g.resize(int64(proto.Size(m)))
+		}
+	}
+	return handler(ctx, req)
+}
+
+// chainUnary is ics as one interceptor, the first outermost (as
+// grpc.ChainUnaryInterceptor), which the calls in pieces run too.
+func chainUnary(ics ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		h := handler
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return h(ctx, req)
+	}
 }
 
 // Init creates the shard's variables and sets the mode. A repeated Init with
@@ -159,14 +308,20 @@ func kindOfStatus(err error) (wire.ErrorKind, string, bool) {
 	return wire.KindOfGRPCCode(uint32(st.Code())), st.Message(), true
 }
 
-// GRPCOptions are the server options shared by every ps: large messages
-// (a dense variable travels in one message) and large flow-control windows.
+// GRPCOptions are the server options shared by every ps: messages of at
+// most wire.GRPCMaxMessage (larger requests come in pieces), each
+// stream's flow-control window grpcWindow (what a client may send before
+// the ps reads), large answers (a dense variable travels in one message)
+// and a large connection window for them.
 func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(1 << 30),
+		grpc.MaxRecvMsgSize(wire.GRPCMaxMessage),
 		grpc.MaxSendMsgSize(1 << 30),
-		grpc.InitialWindowSize(64 << 20),
+		grpc.InitialWindowSize(grpcWindow),
 		grpc.InitialConnWindowSize(64 << 20),
+		// Metadata is a few short headers; gRPC's default allows 16 MiB
+		// a stream.
+		grpc.MaxHeaderListSize(64 << 10),
 		grpc.ReadBufferSize(256 << 10),
 		grpc.WriteBufferSize(256 << 10),
 		// A connection that has not sent its preface and settings by
@@ -174,9 +329,8 @@ func GRPCOptions() []grpc.ServerOption {
 		// descriptors for gRPC's default of 120 s).
 		grpc.ConnectionTimeout(sniffTimeout),
 		// The task each connection's certificate proved, and what it may
-		// call (roles.go).
+		// call (roles.go; NewGRPC adds the interceptor).
 		grpc.Creds(taskCreds{insecure.NewCredentials()}),
-		grpc.ChainUnaryInterceptor(roleCheck),
 	}
 }
 
@@ -238,15 +392,21 @@ func versionCheck(logf func(string, ...any)) grpc.UnaryServerInterceptor {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
 			if err := version.Mismatch("this ps", "the worker", first(md.Get(version.Header)), first(md.Get(version.SoftwareHeader))); err != nil {
 				logf("refused %s: %v", info.FullMethod, err)
-				st := status.New(codes.FailedPrecondition, err.Error())
-				if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonVersionMismatch}); derr == nil {
-					st = d
-				}
-				return nil, st.Err()
+				return nil, versionStatus(err)
 			}
 		}
 		return handler(ctx, req)
 	}
+}
+
+// versionStatus is the FailedPrecondition of a refused protocol version,
+// marked by the reason wire.ReasonVersionMismatch.
+func versionStatus(err error) error {
+	st := status.New(codes.FailedPrecondition, err.Error())
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: wire.ErrorDomain, Reason: wire.ReasonVersionMismatch}); derr == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 func first(v []string) string {

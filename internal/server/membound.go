@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -93,6 +94,7 @@ func (s *Server) dataLimits() bufLimits {
 		l.total = max(2*int64(s.cfg.NumWorkers+1)*l.perConn, minMaxBuffered)
 	}
 	s.limits = l
+	s.grpcLimit.Store(s.grpcTotal(l))
 	return l
 }
 
@@ -174,17 +176,132 @@ func (s *Server) refused(dc *dataConn, ae *admitError) error {
 	return nil
 }
 
-// A gRPC request is bounded as a data-path request is (issue 28, item 5:
-// six gRPC streams of 256 MiB took a ps to 1.63 GB). gRPC fixes its own
-// limit (1 GiB, GRPCOptions) when the server starts, before Init tells the
-// ps its layout, and reads each message whole before handing it on; so the
-// layout's bound is checked by the ps's codec (GRPCLimit), once the message
-// is read and before it is decoded into a second and third copy. A message
-// over it is refused, and its bytes go back to gRPC's pool at once.
+// What gRPC calls may make the ps hold (issue 28, item 5: six gRPC streams
+// each sending a 256 MiB message took a ps to 1.63 GB). The bounds hold
+// before gRPC reads a request, not after:
 //
-// Init carries every variable's values and is bounded by gRPC's limit
-// alone: a chief restarted with a larger model must hear how its Init
-// differs (Server.Init), not that it is too large.
+//   - per message: gRPC's receive limit is wire.GRPCMaxMessage (1 MiB),
+//     checked against each message's 5-byte length prefix before any of
+//     it is read (grpc-go's parser.recvMsg), and each stream's flow-control
+//     window is grpcWindow: a stream holds at most grpcStreamCost before
+//     the ps sees its request (the window, the message, and its copies
+//     while it is decoded). A larger request comes in pieces (the *Pieces
+//     calls, grpc.go), whose first piece declares the whole size: Init up
+//     to wire.MaxBody, one Init at a time; every other request up to the
+//     layout's limit (dataLimits' perConn, as on the data path), taken from
+//     the bound below before any of the rest is read;
+//   - all calls together: every call takes grpcStreamCost from a budget
+//     when its stream opens (the ps's InTapHandle, before gRPC reads any
+//     of it), keeps only its decoded request's size once that is read
+//     (a pull or a barrier that waits holds little), and gives it back when
+//     the call ends. The budget is Config.MaxGRPCBuffered, by default
+//     2 × (workers + 1) calls of the largest request (grpcStreamCost or the
+//     layout's limit), at least 64 MiB. A call past it is refused at once
+//     with ResourceExhausted and the reason wire.ReasonBusy, which a client
+//     tries again a few times.
+//
+// The layout's bound is also checked by the ps's codec (GRPCLimit), for a
+// request under gRPC's limit but over a small layout's.
+
+// grpcWindow is the flow-control window of each gRPC stream the ps reads:
+// what a client may send on it before the ps reads any.
+const grpcWindow = 1 << 20
+
+// grpcStreamCost is what one gRPC stream is counted for until its request
+// is decoded: its window, its message and two copies of it while decoded.
+const grpcStreamCost = grpcWindow + 3*wire.GRPCMaxMessage
+
+// grpcTotal is the bound on what all gRPC calls hold together, from the
+// layout's limits l.
+func (s *Server) grpcTotal(l bufLimits) int64 {
+	if s.cfg.MaxGRPCBuffered > 0 {
+		return s.cfg.MaxGRPCBuffered
+	}
+	return max(minMaxBuffered, 2*int64(s.cfg.NumWorkers+1)*max(grpcStreamCost, l.perConn))
+}
+
+// grpcBound is the present bound on what all gRPC calls hold together,
+// read without the lock (a stream opens on gRPC's reading goroutine):
+// the bound of the limits dataLimits last computed, or before any, of no
+// layout.
+func (s *Server) grpcBound() int64 {
+	if b := s.grpcLimit.Load(); b > 0 {
+		return b
+	}
+	return s.grpcTotal(bufLimits{perConn: preInitBody})
+}
+
+// busyError is a gRPC call refused for what all calls hold together.
+type busyError struct{ msg string }
+
+func (e *busyError) Error() string { return e.msg }
+
+// grpcGrant is what one gRPC call holds of the budget. Its methods may run
+// concurrently (the call's end releases it from another goroutine); mu
+// guards n and done.
+type grpcGrant struct {
+	s    *Server
+	mu   sync.Mutex
+	n    int64
+	done bool // released: later resizes are no-ops
+}
+
+// grpcAcquire takes n bytes of the budget for a new call, or says why not.
+func (s *Server) grpcAcquire(n int64) (*grpcGrant, error) {
+	g := &grpcGrant{s: s}
+	return g, g.resize(n)
+}
+
+// resize makes g hold n bytes. Growing past the budget is refused, and g
+// keeps what it held.
+func (g *grpcGrant) resize(n int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done {
+		return nil
+	}
+	grow := n - g.n
+	if now := g.s.grpcHeld.Add(grow); grow > 0 && now > g.s.grpcBound() {
+		g.s.grpcHeld.Add(-grow)
+		return &busyError{fmt.Sprintf("ps %d: gRPC calls hold %d bytes; a call needs %d more, over the limit of %d: try again", g.s.cfg.Task, now-grow, grow, g.s.grpcBound())}
+	}
+	g.n = n
+	return nil
+}
+
+// release gives back what g holds, when its call ends.
+func (g *grpcGrant) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.s.grpcHeld.Add(-g.n)
+	g.n, g.done = 0, true
+}
+
+// GRPCBuffered is the bytes the gRPC calls in progress hold, as counted
+// against Config.MaxGRPCBuffered.
+func (s *Server) GRPCBuffered() int64 { return s.grpcHeld.Load() }
+
+// piecesAdmit refuses a request of method, of size bytes, sent in pieces
+// over its limit: Init's is wire.MaxBody; another's, the layout's (before
+// Init, a request over preInitBody is answered not initialised).
+func (s *Server) piecesAdmit(method string, size int64) error {
+	if method == "Init" {
+		if size > wire.MaxBody {
+			return &shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: an Init of %d bytes is over the limit of %d", s.cfg.Task, size, int64(wire.MaxBody))}
+		}
+		return nil
+	}
+	s.mu.Lock()
+	l := s.dataLimits()
+	s.mu.Unlock()
+	if size <= l.perConn {
+		return nil
+	}
+	if !l.init {
+		return s.notInitialized()
+	}
+	return &shard.Error{Kind: shard.Invalid, Msg: fmt.Sprintf("ps %d: a %s request of %d bytes is over this ps's limit of %d (%s)", s.cfg.Task, method, size, l.perConn, l.why)}
+}
 
 // grpcAdmit refuses a gRPC request v of n bytes over the layout's limit.
 func (s *Server) grpcAdmit(v any, n int) error {

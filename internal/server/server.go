@@ -90,6 +90,10 @@ type Config struct {
 	// together (membound.go); 0: 2 × (NumWorkers + 1) requests of the
 	// largest size the layout allows, at least 64 MiB.
 	MaxBuffered int64
+	// MaxGRPCBuffered bounds the bytes all gRPC calls hold together
+	// (membound.go); 0: 2 × (NumWorkers + 1) calls of the largest request,
+	// at least 64 MiB.
+	MaxGRPCBuffered int64
 	// Tiers, if set, gives the sparse tables a second tier on disk
 	// (shard.Config.Tiers; internal/table/tier), whose background work
 	// takes the server's lock (Lock).
@@ -116,7 +120,13 @@ type Server struct {
 	coll gatherings // the workers' barriers and all-reduces (collective.go), under its own lock
 
 	buffered atomic.Int64 // bytes the data connections hold (membound.go)
-	freeing  atomic.Bool  // a goroutine returns freed memory to the system
+	// grpcHeld is the bytes the gRPC calls hold, grpcLimit their bound for
+	// the layout dataLimits last computed (0: none yet), and initPieces is
+	// held by the one Init being received in pieces (membound.go).
+	grpcHeld   atomic.Int64
+	grpcLimit  atomic.Int64
+	initPieces sync.Mutex
+	freeing    atomic.Bool // a goroutine returns freed memory to the system
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.

@@ -23,7 +23,11 @@ import (
 // path's frames together). Raise it when a change makes tasks of the old and
 // the new version unable to train together; additive changes (a new field
 // old peers ignore) keep it.
-const Protocol = 1
+//
+// Protocol 2: a ps reads no gRPC message over 1 MiB, and larger requests
+// come in pieces (wire.GRPCPiece), which a ps of protocol 1 does not know;
+// a worker of protocol 1 sends them whole, and is refused.
+const Protocol = 2
 
 // protocolForTests, set with -ldflags "-X
 // github.com/paramserv/paramserv/internal/version.protocolForTests=2",

@@ -14,4 +14,19 @@ const (
 	// from a worker of another wire protocol version (package version):
 	// the worker stops, it does not wait.
 	ReasonVersionMismatch = "VERSION_MISMATCH"
+	// ReasonBusy marks a ResourceExhausted answered to a gRPC call that
+	// would take the bytes the ps's gRPC calls hold together past their
+	// bound: the client tries again a few times before it fails.
+	ReasonBusy = "BUSY"
+)
+
+// The ps reads no gRPC message larger than GRPCMaxMessage (its receive
+// limit, checked against a message's 5-byte length prefix before any of
+// it is read). A client sends a request larger than GRPCPiece in pieces
+// (the *Pieces calls: the serialized request cut into messages of at most
+// GRPCPiece bytes), whose first piece declares the whole size, so that
+// the ps checks that size against its bounds before it reads the rest.
+const (
+	GRPCMaxMessage = 1 << 20
+	GRPCPiece      = 512 << 10
 )

@@ -2048,6 +2048,59 @@ func (x *CollectiveResponse) GetValues() []float64 {
 	return nil
 }
 
+// Piece is a part of a request sent in pieces.
+type Piece struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Size          int64                  `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"` // the serialized request's bytes (first piece only)
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`  // the request's next bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Piece) Reset() {
+	*x = Piece{}
+	mi := &file_paramserv_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Piece) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Piece) ProtoMessage() {}
+
+func (x *Piece) ProtoReflect() protoreflect.Message {
+	mi := &file_paramserv_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Piece.ProtoReflect.Descriptor instead.
+func (*Piece) Descriptor() ([]byte, []int) {
+	return file_paramserv_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Piece) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Piece) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_paramserv_proto protoreflect.FileDescriptor
 
 const file_paramserv_proto_rawDesc = "" +
@@ -2227,7 +2280,10 @@ const file_paramserv_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x06 \x01(\x03R\ttimeoutMs\",\n" +
 	"\x12CollectiveResponse\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x01R\x06values2\xd0\x05\n" +
+	"\x06values\x18\x01 \x03(\x01R\x06values\"/\n" +
+	"\x05Piece\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data2\xd8\a\n" +
 	"\vParamServer\x12=\n" +
 	"\x04Init\x12\x19.paramserv.v1.InitRequest\x1a\x1a.paramserv.v1.InitResponse\x12=\n" +
 	"\x04Push\x12\x19.paramserv.v1.PushRequest\x1a\x1a.paramserv.v1.PushResponse\x12=\n" +
@@ -2241,7 +2297,14 @@ const file_paramserv_proto_rawDesc = "" +
 	"\n" +
 	"ChangeRate\x12\x1f.paramserv.v1.ChangeRateRequest\x1a .paramserv.v1.ChangeRateResponse\x12O\n" +
 	"\n" +
-	"Collective\x12\x1f.paramserv.v1.CollectiveRequest\x1a .paramserv.v1.CollectiveResponseB1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
+	"Collective\x12\x1f.paramserv.v1.CollectiveRequest\x1a .paramserv.v1.CollectiveResponse\x12?\n" +
+	"\n" +
+	"InitPieces\x12\x13.paramserv.v1.Piece\x1a\x1a.paramserv.v1.InitResponse(\x01\x12?\n" +
+	"\n" +
+	"PushPieces\x12\x13.paramserv.v1.Piece\x1a\x1a.paramserv.v1.PushResponse(\x01\x12?\n" +
+	"\n" +
+	"PullPieces\x12\x13.paramserv.v1.Piece\x1a\x1a.paramserv.v1.PullResponse(\x01\x12C\n" +
+	"\x0ePushPullPieces\x12\x13.paramserv.v1.Piece\x1a\x1a.paramserv.v1.PullResponse(\x01B1Z/github.com/paramserv/paramserv/internal/wire/pbb\x06proto3"
 
 var (
 	file_paramserv_proto_rawDescOnce sync.Once
@@ -2255,7 +2318,7 @@ func file_paramserv_proto_rawDescGZIP() []byte {
 	return file_paramserv_proto_rawDescData
 }
 
-var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_paramserv_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_paramserv_proto_goTypes = []any{
 	(*OptimizerConfig)(nil),    // 0: paramserv.v1.OptimizerConfig
 	(*ChangeRateRequest)(nil),  // 1: paramserv.v1.ChangeRateRequest
@@ -2284,6 +2347,7 @@ var file_paramserv_proto_goTypes = []any{
 	(*RestoreResponse)(nil),    // 24: paramserv.v1.RestoreResponse
 	(*CollectiveRequest)(nil),  // 25: paramserv.v1.CollectiveRequest
 	(*CollectiveResponse)(nil), // 26: paramserv.v1.CollectiveResponse
+	(*Piece)(nil),              // 27: paramserv.v1.Piece
 }
 var file_paramserv_proto_depIdxs = []int32{
 	0,  // 0: paramserv.v1.VarSpec.optimizer:type_name -> paramserv.v1.OptimizerConfig
@@ -2312,18 +2376,26 @@ var file_paramserv_proto_depIdxs = []int32{
 	23, // 23: paramserv.v1.ParamServer.Restore:input_type -> paramserv.v1.RestoreRequest
 	1,  // 24: paramserv.v1.ParamServer.ChangeRate:input_type -> paramserv.v1.ChangeRateRequest
 	25, // 25: paramserv.v1.ParamServer.Collective:input_type -> paramserv.v1.CollectiveRequest
-	6,  // 26: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
-	10, // 27: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
-	12, // 28: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
-	12, // 29: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
-	18, // 30: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
-	20, // 31: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
-	22, // 32: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
-	24, // 33: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
-	2,  // 34: paramserv.v1.ParamServer.ChangeRate:output_type -> paramserv.v1.ChangeRateResponse
-	26, // 35: paramserv.v1.ParamServer.Collective:output_type -> paramserv.v1.CollectiveResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
+	27, // 26: paramserv.v1.ParamServer.InitPieces:input_type -> paramserv.v1.Piece
+	27, // 27: paramserv.v1.ParamServer.PushPieces:input_type -> paramserv.v1.Piece
+	27, // 28: paramserv.v1.ParamServer.PullPieces:input_type -> paramserv.v1.Piece
+	27, // 29: paramserv.v1.ParamServer.PushPullPieces:input_type -> paramserv.v1.Piece
+	6,  // 30: paramserv.v1.ParamServer.Init:output_type -> paramserv.v1.InitResponse
+	10, // 31: paramserv.v1.ParamServer.Push:output_type -> paramserv.v1.PushResponse
+	12, // 32: paramserv.v1.ParamServer.Pull:output_type -> paramserv.v1.PullResponse
+	12, // 33: paramserv.v1.ParamServer.PushPull:output_type -> paramserv.v1.PullResponse
+	18, // 34: paramserv.v1.ParamServer.Status:output_type -> paramserv.v1.StatusResponse
+	20, // 35: paramserv.v1.ParamServer.Done:output_type -> paramserv.v1.DoneResponse
+	22, // 36: paramserv.v1.ParamServer.Checkpoint:output_type -> paramserv.v1.CheckpointResponse
+	24, // 37: paramserv.v1.ParamServer.Restore:output_type -> paramserv.v1.RestoreResponse
+	2,  // 38: paramserv.v1.ParamServer.ChangeRate:output_type -> paramserv.v1.ChangeRateResponse
+	26, // 39: paramserv.v1.ParamServer.Collective:output_type -> paramserv.v1.CollectiveResponse
+	6,  // 40: paramserv.v1.ParamServer.InitPieces:output_type -> paramserv.v1.InitResponse
+	10, // 41: paramserv.v1.ParamServer.PushPieces:output_type -> paramserv.v1.PushResponse
+	12, // 42: paramserv.v1.ParamServer.PullPieces:output_type -> paramserv.v1.PullResponse
+	12, // 43: paramserv.v1.ParamServer.PushPullPieces:output_type -> paramserv.v1.PullResponse
+	30, // [30:44] is the sub-list for method output_type
+	16, // [16:30] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -2342,7 +2414,7 @@ func file_paramserv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_paramserv_proto_rawDesc), len(file_paramserv_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,16 +28,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ParamServer_Init_FullMethodName       = "/paramserv.v1.ParamServer/Init"
-	ParamServer_Push_FullMethodName       = "/paramserv.v1.ParamServer/Push"
-	ParamServer_Pull_FullMethodName       = "/paramserv.v1.ParamServer/Pull"
-	ParamServer_PushPull_FullMethodName   = "/paramserv.v1.ParamServer/PushPull"
-	ParamServer_Status_FullMethodName     = "/paramserv.v1.ParamServer/Status"
-	ParamServer_Done_FullMethodName       = "/paramserv.v1.ParamServer/Done"
-	ParamServer_Checkpoint_FullMethodName = "/paramserv.v1.ParamServer/Checkpoint"
-	ParamServer_Restore_FullMethodName    = "/paramserv.v1.ParamServer/Restore"
-	ParamServer_ChangeRate_FullMethodName = "/paramserv.v1.ParamServer/ChangeRate"
-	ParamServer_Collective_FullMethodName = "/paramserv.v1.ParamServer/Collective"
+	ParamServer_Init_FullMethodName           = "/paramserv.v1.ParamServer/Init"
+	ParamServer_Push_FullMethodName           = "/paramserv.v1.ParamServer/Push"
+	ParamServer_Pull_FullMethodName           = "/paramserv.v1.ParamServer/Pull"
+	ParamServer_PushPull_FullMethodName       = "/paramserv.v1.ParamServer/PushPull"
+	ParamServer_Status_FullMethodName         = "/paramserv.v1.ParamServer/Status"
+	ParamServer_Done_FullMethodName           = "/paramserv.v1.ParamServer/Done"
+	ParamServer_Checkpoint_FullMethodName     = "/paramserv.v1.ParamServer/Checkpoint"
+	ParamServer_Restore_FullMethodName        = "/paramserv.v1.ParamServer/Restore"
+	ParamServer_ChangeRate_FullMethodName     = "/paramserv.v1.ParamServer/ChangeRate"
+	ParamServer_Collective_FullMethodName     = "/paramserv.v1.ParamServer/Collective"
+	ParamServer_InitPieces_FullMethodName     = "/paramserv.v1.ParamServer/InitPieces"
+	ParamServer_PushPieces_FullMethodName     = "/paramserv.v1.ParamServer/PushPieces"
+	ParamServer_PullPieces_FullMethodName     = "/paramserv.v1.ParamServer/PullPieces"
+	ParamServer_PushPullPieces_FullMethodName = "/paramserv.v1.ParamServer/PushPullPieces"
 )
 
 // ParamServerClient is the client API for ParamServer service.
@@ -75,6 +79,16 @@ type ParamServerClient interface {
 	// same sequence number (or refused when the wait runs out, naming the
 	// workers it still waits for).
 	Collective(ctx context.Context, in *CollectiveRequest, opts ...grpc.CallOption) (*CollectiveResponse, error)
+	// InitPieces, PushPieces, PullPieces and PushPullPieces are Init, Push,
+	// Pull and PushPull with the request sent in pieces: the serialized
+	// request cut into Piece messages, the first saying its whole size. A ps
+	// reads no gRPC message over 1 MiB, so a client sends a request over
+	// 512 KiB this way; the ps checks the size the first piece declares
+	// against its bounds before it holds any of the rest.
+	InitPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, InitResponse], error)
+	PushPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PushResponse], error)
+	PullPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PullResponse], error)
+	PushPullPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PullResponse], error)
 }
 
 type paramServerClient struct {
@@ -185,6 +199,58 @@ func (c *paramServerClient) Collective(ctx context.Context, in *CollectiveReques
 	return out, nil
 }
 
+func (c *paramServerClient) InitPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, InitResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParamServer_ServiceDesc.Streams[0], ParamServer_InitPieces_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Piece, InitResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_InitPiecesClient = grpc.ClientStreamingClient[Piece, InitResponse]
+
+func (c *paramServerClient) PushPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PushResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParamServer_ServiceDesc.Streams[1], ParamServer_PushPieces_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Piece, PushResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PushPiecesClient = grpc.ClientStreamingClient[Piece, PushResponse]
+
+func (c *paramServerClient) PullPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PullResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParamServer_ServiceDesc.Streams[2], ParamServer_PullPieces_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Piece, PullResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PullPiecesClient = grpc.ClientStreamingClient[Piece, PullResponse]
+
+func (c *paramServerClient) PushPullPieces(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Piece, PullResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParamServer_ServiceDesc.Streams[3], ParamServer_PushPullPieces_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Piece, PullResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PushPullPiecesClient = grpc.ClientStreamingClient[Piece, PullResponse]
+
 // ParamServerServer is the server API for ParamServer service.
 // All implementations must embed UnimplementedParamServerServer
 // for forward compatibility.
@@ -220,6 +286,16 @@ type ParamServerServer interface {
 	// same sequence number (or refused when the wait runs out, naming the
 	// workers it still waits for).
 	Collective(context.Context, *CollectiveRequest) (*CollectiveResponse, error)
+	// InitPieces, PushPieces, PullPieces and PushPullPieces are Init, Push,
+	// Pull and PushPull with the request sent in pieces: the serialized
+	// request cut into Piece messages, the first saying its whole size. A ps
+	// reads no gRPC message over 1 MiB, so a client sends a request over
+	// 512 KiB this way; the ps checks the size the first piece declares
+	// against its bounds before it holds any of the rest.
+	InitPieces(grpc.ClientStreamingServer[Piece, InitResponse]) error
+	PushPieces(grpc.ClientStreamingServer[Piece, PushResponse]) error
+	PullPieces(grpc.ClientStreamingServer[Piece, PullResponse]) error
+	PushPullPieces(grpc.ClientStreamingServer[Piece, PullResponse]) error
 	mustEmbedUnimplementedParamServerServer()
 }
 
@@ -259,6 +335,18 @@ func (UnimplementedParamServerServer) ChangeRate(context.Context, *ChangeRateReq
 }
 func (UnimplementedParamServerServer) Collective(context.Context, *CollectiveRequest) (*CollectiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Collective not implemented")
+}
+func (UnimplementedParamServerServer) InitPieces(grpc.ClientStreamingServer[Piece, InitResponse]) error {
+	return status.Error(codes.Unimplemented, "method InitPieces not implemented")
+}
+func (UnimplementedParamServerServer) PushPieces(grpc.ClientStreamingServer[Piece, PushResponse]) error {
+	return status.Error(codes.Unimplemented, "method PushPieces not implemented")
+}
+func (UnimplementedParamServerServer) PullPieces(grpc.ClientStreamingServer[Piece, PullResponse]) error {
+	return status.Error(codes.Unimplemented, "method PullPieces not implemented")
+}
+func (UnimplementedParamServerServer) PushPullPieces(grpc.ClientStreamingServer[Piece, PullResponse]) error {
+	return status.Error(codes.Unimplemented, "method PushPullPieces not implemented")
 }
 func (UnimplementedParamServerServer) mustEmbedUnimplementedParamServerServer() {}
 func (UnimplementedParamServerServer) testEmbeddedByValue()                     {}
@@ -461,6 +549,34 @@ func _ParamServer_Collective_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParamServer_InitPieces_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParamServerServer).InitPieces(&grpc.GenericServerStream[Piece, InitResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_InitPiecesServer = grpc.ClientStreamingServer[Piece, InitResponse]
+
+func _ParamServer_PushPieces_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParamServerServer).PushPieces(&grpc.GenericServerStream[Piece, PushResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PushPiecesServer = grpc.ClientStreamingServer[Piece, PushResponse]
+
+func _ParamServer_PullPieces_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParamServerServer).PullPieces(&grpc.GenericServerStream[Piece, PullResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PullPiecesServer = grpc.ClientStreamingServer[Piece, PullResponse]
+
+func _ParamServer_PushPullPieces_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParamServerServer).PushPullPieces(&grpc.GenericServerStream[Piece, PullResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParamServer_PushPullPiecesServer = grpc.ClientStreamingServer[Piece, PullResponse]
+
 // ParamServer_ServiceDesc is the grpc.ServiceDesc for ParamServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -509,6 +625,27 @@ var ParamServer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ParamServer_Collective_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "InitPieces",
+			Handler:       _ParamServer_InitPieces_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PushPieces",
+			Handler:       _ParamServer_PushPieces_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PullPieces",
+			Handler:       _ParamServer_PullPieces_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PushPullPieces",
+			Handler:       _ParamServer_PushPullPieces_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "paramserv.proto",
 }
