@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,5 +52,68 @@ func TestTieredPSKilled(t *testing.T) {
 	}
 	if r := readResult(t, res); r.GlobalStep < 300 {
 		t.Errorf("global step %d, want >= 300", r.GlobalStep)
+	}
+}
+
+// A store left damaged by a ps killed with kill -9 (every file in its
+// --table_dir overwritten before the next start) is not read: the
+// restarted job's ps says it emptied it, restores its shard from the
+// newest checkpoint and finishes.
+func TestTieredStoreDamagedAtRestart(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("fault tests take a while; run without -short (CI runs them)")
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth")
+	gen := start(t, "data", nil, "data", "synth-ctr", "--out="+data, "--rows=20000", "--shards=2")
+	if code := gen.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("data synth-ctr exit %d", code)
+	}
+	tables := filepath.Join(dir, "tables")
+	args := []string{"local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
+		"--train_data=" + data, "--checkpoint_dir=" + filepath.Join(dir, "ckpt"), "--save_steps=20",
+		"--table_memory=16KiB", "--table_dir=" + tables}
+	first := start(t, "first job", nil, append(args, "--train_steps=100000")...)
+	first.waitCount(t, "saved checkpoint of step", 2, 3*time.Minute)
+	// kill -9 of paramserv local takes its ps and workers with it.
+	ps := findChild(t, first.cmd.Process.Pid, "ps", 0)
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.wait(t, time.Minute)
+	for deadline := time.Now().Add(time.Minute); syscall.Kill(ps, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ps (pid %d) outlived its killed parent by a minute", ps)
+		}
+	}
+	store := filepath.Join(tables, "ps-0")
+	var files []string
+	ents, _ := os.ReadDir(store)
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			files = append(files, filepath.Join(store, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		t.Fatalf("the killed ps left no store files in %s", store)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(f, []byte("damaged"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := filepath.Join(dir, "result.json")
+	second := start(t, "second job", nil, append(args, "--train_steps=200", "--result_file="+res)...)
+	if code := second.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("second job: exit %d", code)
+	}
+	out := second.output()
+	for _, want := range []string{fmt.Sprintf("disk tier: %s holds %d files a previous process left (its store, perhaps damaged): emptied, unread", store, len(files)), "restored checkpoint of step"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the second job's output lacks %q", want)
+		}
+	}
+	if r := readResult(t, res); r.GlobalStep < 200 {
+		t.Errorf("global step %d, want >= 200", r.GlobalStep)
 	}
 }

@@ -154,7 +154,9 @@ func ReadShard(fsys vfs.FS, dir string, m Manifest, k int) (Shard, error) {
 // the delta's manifest lists: a tensor of d that is not a table's replaces
 // (or adds) the one of the same name; a table's rows are base's, less
 // those whose keys d deletes, with d's rows replacing or adding theirs, in
-// ascending key order, in every per-row tensor of the table
+// ascending key order (where base's keys are in any order, base's rows in
+// its order, each where it was, and then the keys d adds, in key order:
+// the result's AnyOrder is base's), in every per-row tensor of the table
 // ("<table>/..."); Meta is base's overlaid with d's. base and d are not
 // changed.
 func ApplyDelta(base, d Shard, tables []TableInfo) (Shard, error) {
@@ -173,7 +175,7 @@ func applyDeltas(base Shard, ds []Shard, tables []TableInfo) (Shard, error) {
 		}
 	}
 	last := ds[len(ds)-1]
-	out := Shard{Step: last.Step, Meta: map[string]string{}}
+	out := Shard{Step: last.Step, Meta: map[string]string{}, AnyOrder: base.AnyOrder}
 	for _, s := range append([]Shard{base}, ds...) {
 		for k, v := range s.Meta {
 			out.Meta[k] = v
@@ -248,11 +250,16 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 			bt[t.Name] = t
 		}
 	}
-	keys, del, err := tableKeys(bt, dts, table)
+	keys, del, err := tableKeys(bt, dts, table, base.AnyOrder)
 	if err != nil {
 		return nil, err
 	}
-	rows := mergedRows(keys[0], deltaEvents(keys, del))
+	var rows []rowSource
+	if base.AnyOrder {
+		rows = mergedRowsAnyOrder(keys[0], deltaEvents(keys, del))
+	} else {
+		rows = mergedRows(keys[0], deltaEvents(keys, del))
+	}
 	out := map[string]Tensor{}
 	for name, b := range bt {
 		t, err := mergeTensor(name, b, dts, keys, rows)
@@ -265,11 +272,20 @@ func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]T
 }
 
 // tableKeys reads table's keys in the base tensors (source 0) and in each
-// delta (source j is dts[j-1]), and the keys each delta deleted.
-func tableKeys(bt map[string]Tensor, dts []map[string]Tensor, table string) (keys, del [][]uint64, err error) {
+// delta (source j is dts[j-1]), and the keys each delta deleted. The
+// base's keys ascend unless anyOrder; the deltas' always do.
+func tableKeys(bt map[string]Tensor, dts []map[string]Tensor, table string, anyOrder bool) (keys, del [][]uint64, err error) {
 	n := len(dts)
 	keys, del = make([][]uint64, n+1), make([][]uint64, n+1)
-	if keys[0], err = ascendingKeys("base", bt, KeysName(table)); err != nil {
+	if anyOrder {
+		t, ok := bt[KeysName(table)]
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: no %q in the base", ErrNoTensor, KeysName(table))
+		}
+		if keys[0], err = t.Uint64s(); err != nil {
+			return nil, nil, fmt.Errorf("base %q: %w", KeysName(table), err)
+		}
+	} else if keys[0], err = ascendingKeys("base", bt, KeysName(table)); err != nil {
 		return nil, nil, err
 	}
 	for j := 1; j <= n; j++ {
@@ -382,6 +398,41 @@ func mergedRows(bk []uint64, events []rowEvent) []rowSource {
 	return rows
 }
 
+// mergedRowsAnyOrder is mergedRows for a base whose keys are in any
+// order: the base's rows in its order, each replaced or removed where an
+// event has its key, then the events' keys the base lacks, in key order.
+func mergedRowsAnyOrder(bk []uint64, events []rowEvent) []rowSource {
+	rows := make([]rowSource, 0, len(bk)+len(events))
+	if len(events) == 0 {
+		for i := range bk {
+			rows = append(rows, rowSource{0, int32(i)})
+		}
+		return rows
+	}
+	at := make(map[uint64]int, len(events))
+	for o, e := range events {
+		at[e.key] = o
+	}
+	inBase := make([]bool, len(events))
+	for i, k := range bk {
+		o, ok := at[k]
+		if !ok {
+			rows = append(rows, rowSource{0, int32(i)})
+			continue
+		}
+		inBase[o] = true
+		if events[o].src > 0 {
+			rows = append(rows, events[o].rowSource)
+		}
+	}
+	for o, e := range events {
+		if !inBase[o] && e.src > 0 {
+			rows = append(rows, e.rowSource)
+		}
+	}
+	return rows
+}
+
 // mergeTensor builds the merged tensor name (base b, and the same name in
 // each delta, of keys[j] rows each) from rows.
 func mergeTensor(name string, b Tensor, dts []map[string]Tensor, keys [][]uint64, rows []rowSource) (Tensor, error) {
@@ -450,4 +501,59 @@ func DiffTensors(a, b Shard) error {
 		return fmt.Errorf("the second has %d tensors, the first %d", len(bt), len(at))
 	}
 	return nil
+}
+
+// InKeyOrder returns s with the rows of each of its sparse tables (those
+// of tables it holds) in ascending key order, every per-row tensor of a
+// table ("<table>/...") permuted alike, and AnyOrder false: what a shard
+// written in key order holds. A shard whose keys ascend already (not
+// AnyOrder) is returned as it is. A key that repeats is an error
+// (ErrFormat). s is not changed.
+func InKeyOrder(s Shard, tables []TableInfo) (Shard, error) {
+	if !s.AnyOrder {
+		return s, nil
+	}
+	byName := s.ByName()
+	sorted := map[string]Tensor{}
+	for _, tb := range tables {
+		kt, ok := byName[KeysName(tb.Name)]
+		if !ok {
+			continue // the table is not on this shard
+		}
+		keys, err := kt.Uint64s()
+		if err != nil {
+			return Shard{}, fmt.Errorf("table %q: %w", tb.Name, err)
+		}
+		order := make([]int32, len(keys))
+		for i := range order {
+			order[i] = int32(i)
+		}
+		slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(keys[a], keys[b]) })
+		rows := make([]rowSource, len(order))
+		for j, i := range order {
+			if j > 0 && keys[i] == keys[order[j-1]] {
+				return Shard{}, fmt.Errorf("%w: table %q: key %d repeats", ErrFormat, tb.Name, keys[i])
+			}
+			rows[j] = rowSource{0, i}
+		}
+		for _, t := range s.Tensors {
+			if !strings.HasPrefix(t.Name, tb.Name+"/") || t.Name == DeletedName(tb.Name) {
+				continue
+			}
+			st, err := mergeTensor(t.Name, t, nil, [][]uint64{keys}, rows)
+			if err != nil {
+				return Shard{}, fmt.Errorf("table %q: %w", tb.Name, err)
+			}
+			sorted[t.Name] = st
+		}
+	}
+	out := s
+	out.AnyOrder = false
+	out.Tensors = slices.Clone(s.Tensors)
+	for i, t := range out.Tensors {
+		if st, ok := sorted[t.Name]; ok {
+			out.Tensors[i] = st
+		}
+	}
+	return out, nil
 }

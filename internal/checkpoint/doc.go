@@ -73,7 +73,8 @@
 // Latest finds the newest checkpoint that is intact: manifest parses and
 // is consistent, every shard file has its recorded size and checksum, a
 // valid header that agrees with the manifest, and each sparse table's keys
-// in strictly ascending order (as a restore needs them). It reports each newer
+// in strictly ascending order where the shard says they are (not
+// ShardInfo.AnyOrder; see Key order). It reports each newer
 // checkpoint it skipped with the reason ("ckpt-500 damaged:
 // shard-1-of-2.safetensors: checksum mismatch: ..."), so a restart can log
 // why it fell back. A restoring server calls LatestSetAside instead, which
@@ -95,6 +96,19 @@
 //
 // List and Inspect produce the reports of `paramserv ckpt ls` and
 // `paramserv ckpt inspect`.
+//
+// # Key order
+//
+// A ps writes each sparse table in the order its memory holds the rows
+// (Shard.AnyOrder), so that a save streams with no sort: the shard's
+// ShardInfo.AnyOrder and the file's metadata "paramserv.key_order": "any"
+// say so, and the checkpoint is format version 4 (AnyOrderFormatVersion),
+// which older programs refuse. Its keys are distinct, in no order; a
+// restore finds a key that repeats as it builds the table's index. Shards
+// of earlier versions, and delta shards, hold their keys strictly
+// ascending. A delta applied to a base in any order keeps the base's rows
+// in its order and adds its new keys after; InKeyOrder sorts a shard's
+// tables by key for a reader that needs it.
 //
 // # Incremental checkpoints
 //

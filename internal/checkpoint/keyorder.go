@@ -12,6 +12,11 @@ import (
 // damaged when it is verified, and set aside like any other, instead of
 // failing the restore of the ps that reads it. It is written the bytes
 // that follow the header, in order, in pieces of any size.
+//
+// A shard whose keys are in any order (ShardInfo.AnyOrder) has nothing to
+// check here: a key that repeats in it is found by the restore, as it
+// builds the table's index (sparse.ErrDuplicate), where finding it here
+// would hold every key of the file in memory.
 type keyOrder struct {
 	ranges []keyRange
 	pos    int64 // offset in the data section of the next byte written
@@ -29,8 +34,11 @@ type keyRange struct {
 }
 
 // newKeyOrder returns the checker for shard k of m with header hdr, nil
-// when the shard holds no table's keys.
+// when the shard holds no table's keys, or keys in any order.
 func newKeyOrder(hdr Header, m Manifest, k int) *keyOrder {
+	if m.Shards[k].AnyOrder {
+		return nil
+	}
 	keys := map[string]string{}
 	for _, tb := range m.Tables {
 		keys[KeysName(tb.Name)] = tb.Name

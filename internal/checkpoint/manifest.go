@@ -32,6 +32,14 @@ const DeltaFormatVersion = 2
 // than this program reads") rather than reading it as damaged or unchecked.
 const ChecksumFormatVersion = 3
 
+// AnyOrderFormatVersion is the format of a checkpoint with a shard whose
+// sparse tables' keys are in no particular order (ShardInfo.AnyOrder: the
+// ps wrote its rows as its memory holds them, with no sort), and the
+// newest this package reads. A program that knows only ascending keys
+// refuses it (ErrVersion) rather than setting the checkpoint aside as
+// damaged.
+const AnyOrderFormatVersion = 4
+
 // Checkpoint kinds (Manifest.Kind).
 const (
 	KindFull  = "full"
@@ -111,14 +119,27 @@ type ShardInfo struct {
 	// checkpoint at Parent (see Shard.Delta for its tensors).
 	Delta  bool  `json:"delta,omitempty"`
 	Parent int64 `json:"parent,omitempty"`
+	// AnyOrder: the file's sparse tables have their keys in no particular
+	// order (Shard.AnyOrder); else they strictly ascend. Only in
+	// checkpoints of AnyOrderFormatVersion.
+	AnyOrder bool `json:"keys_any_order,omitempty"`
 }
 
 // version is the format version of the shard's file.
 func (s ShardInfo) version() int {
-	if s.Delta {
+	switch {
+	case s.AnyOrder:
+		return AnyOrderFormatVersion
+	case s.Delta:
 		return DeltaFormatVersion
 	}
 	return FormatVersion
+}
+
+// usesAnyOrder reports whether a shard of m has keys in no order, which
+// needs AnyOrderFormatVersion.
+func (m Manifest) usesAnyOrder() bool {
+	return slices.ContainsFunc(m.Shards, func(s ShardInfo) bool { return s.AnyOrder })
 }
 
 // Rows is the total number of rows of table name across the shards, from
@@ -252,6 +273,12 @@ func (m Manifest) indexShards() (shardIndex, error) {
 		}
 		if s.Checksum != "" && m.FormatVersion != 0 && m.FormatVersion < ChecksumFormatVersion {
 			return ix, invalid("%s: a %s checksum in a checkpoint of format_version %d (want %d)", s.File, ChecksumCRC32C4M, m.FormatVersion, ChecksumFormatVersion)
+		}
+		switch {
+		case s.AnyOrder && m.FormatVersion != 0 && m.FormatVersion < AnyOrderFormatVersion:
+			return ix, invalid("%s: keys in any order in a checkpoint of format_version %d (want %d)", s.File, m.FormatVersion, AnyOrderFormatVersion)
+		case s.AnyOrder && s.Delta:
+			return ix, invalid("%s: a delta shard with keys in any order", s.File)
 		}
 		ix.tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
 		for _, t := range s.Tensors {
@@ -412,6 +439,8 @@ func slotNames(base string, slots []string) []string {
 func WriteManifest(fsys vfs.FS, dir string, m Manifest) error {
 	want := FormatVersion
 	switch {
+	case m.usesAnyOrder():
+		want = AnyOrderFormatVersion
 	case m.usesChunkCRC():
 		want = ChecksumFormatVersion
 	case m.IsDelta():
@@ -473,8 +502,8 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 	switch {
 	case m.FormatVersion == 0:
 		return Manifest{}, errorf(ErrFormat, "%s: no format_version", ManifestName)
-	case m.FormatVersion > ChecksumFormatVersion:
-		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, ChecksumFormatVersion)
+	case m.FormatVersion > AnyOrderFormatVersion:
+		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, AnyOrderFormatVersion)
 	case m.Step != step:
 		return Manifest{}, errorf(ErrMismatch, "%s: step %d in the directory for step %d", ManifestName, m.Step, step)
 	}

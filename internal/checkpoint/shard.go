@@ -25,6 +25,10 @@ const (
 	metaShard     = metaPrefix + "shard"
 	metaNumShards = metaPrefix + "num_shards"
 	metaParent    = metaPrefix + "parent" // delta shards only
+	// metaKeyOrder is "any" in a shard whose tables' keys are in no
+	// particular order (Shard.AnyOrder), absent where they ascend.
+	metaKeyOrder = metaPrefix + "key_order"
+	keyOrderAny  = "any"
 )
 
 // CheckpointName is the directory name of the checkpoint at step:
@@ -76,6 +80,8 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		return ShardInfo{}, fmt.Errorf("%w: shard step %d is negative", ErrInvalid, s.Step)
 	case s.Delta && (s.Parent < 0 || s.Parent >= step):
 		return ShardInfo{}, fmt.Errorf("%w: a delta of checkpoint %d on checkpoint %d", ErrInvalid, step, s.Parent)
+	case s.Delta && s.AnyOrder:
+		return ShardInfo{}, fmt.Errorf("%w: a delta shard's keys must ascend", ErrInvalid)
 	}
 	if err := checkTensors(s.Tensors); err != nil {
 		return ShardInfo{}, err
@@ -87,10 +93,13 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		}
 		meta[key] = v
 	}
-	info := ShardInfo{Index: k, Step: s.Step, Delta: s.Delta}
+	info := ShardInfo{Index: k, Step: s.Step, Delta: s.Delta, AnyOrder: s.AnyOrder}
 	if s.Delta {
 		info.Parent = s.Parent
 		meta[metaParent] = strconv.FormatInt(s.Parent, 10)
+	}
+	if s.AnyOrder {
+		meta[metaKeyOrder] = keyOrderAny
 	}
 	meta[metaVersion] = strconv.Itoa(info.version())
 	meta[metaStep] = strconv.FormatInt(s.Step, 10)
@@ -521,6 +530,11 @@ func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shar
 	} else if p, ok := hdr.Meta[metaParent]; ok {
 		return Shard{}, errorf(ErrMismatch, "metadata %s is %q in a full shard", metaParent, p)
 	}
+	if si.AnyOrder {
+		want[metaKeyOrder] = keyOrderAny
+	} else if o, ok := hdr.Meta[metaKeyOrder]; ok {
+		return Shard{}, errorf(ErrMismatch, "metadata %s is %q, the manifest says the keys ascend", metaKeyOrder, o)
+	}
 	for key, v := range want {
 		if got, ok := hdr.Meta[key]; !ok || got != v {
 			return Shard{}, errorf(ErrMismatch, "metadata %s is %q, manifest implies %q", key, got, v)
@@ -535,7 +549,7 @@ func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shar
 			return Shard{}, errorf(ErrMismatch, "tensor %d is %q %s %v in the file, %q %s %v in the manifest", i, e.Name, e.DType, e.Shape, w.Name, w.DType, w.Shape)
 		}
 	}
-	s := Shard{Step: si.Step, Tensors: tensors, Delta: si.Delta, Parent: si.Parent}
+	s := Shard{Step: si.Step, Tensors: tensors, Delta: si.Delta, Parent: si.Parent, AnyOrder: si.AnyOrder}
 	for key, v := range hdr.Meta {
 		if !strings.HasPrefix(key, metaPrefix) {
 			if s.Meta == nil {

@@ -39,6 +39,13 @@ type Shard struct {
 	Delta  bool
 	Parent int64
 
+	// AnyOrder: each sparse table's keys are distinct but in no
+	// particular order (a ps writes its table in the order its memory
+	// holds the rows, with no sort); else they strictly ascend. A delta
+	// shard's keys always ascend. A reader that needs keys in order sorts
+	// them.
+	AnyOrder bool
+
 	// verify, set by checkpoint.ReadShardOverlapped (SetVerify), waits
 	// for the file's checksum.
 	verify func() error

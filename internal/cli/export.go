@@ -63,8 +63,9 @@ PyTorch loads without paramserv: each dense variable whole, its parts on
 every ps joined, under its own name; each sparse table as two tensors,
 <table>/keys (I64 [n]: the uint64 keys' bits, so that every reader takes
 them; numpy: .view(numpy.uint64)) and <table>/values (F32 [n, dim]), the
-rows of every ps joined. The file's __metadata__ says the step, the mode
-and the cluster that wrote it.
+rows of every ps joined, each ps's in the order its checkpoint holds them
+(not sorted by key). The file's __metadata__ says the step, the mode and
+the cluster that wrote it.
 `)
 		printFlags(w, fs, false, nil)
 	}

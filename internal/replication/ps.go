@@ -14,6 +14,7 @@ import (
 	"github.com/paramserv/paramserv/internal/cluster"
 	"github.com/paramserv/paramserv/internal/replica"
 	"github.com/paramserv/paramserv/internal/server"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
@@ -34,6 +35,15 @@ type PSConfig struct {
 	// MaxTableKeys, if positive, caps the keys each sparse table holds on
 	// each copy (server.Config.MaxTableKeys).
 	MaxTableKeys int
+	// Tiers, if set, gives each copy of a shard this ps holds a second
+	// tier for its sparse tables (--table_memory: server.Config.Tiers):
+	// it is called once per copy, with the shard and the number of copies
+	// this ps holds, before the copy's server is made. run starts the
+	// tier's background work once the server exists, until ctx ends or
+	// the returned stop is called; a tier that fails calls fail, which
+	// ends RunPS with the error (restart the ps: it rejoins and is copied
+	// anew).
+	Tiers func(shard, copies int) (tiers shard.Tiers, run TierRun, err error)
 	// Logf receives every log line; nil discards them.
 	Logf func(format string, args ...any)
 	// Listen and Dial, if set, replace TCP for the ps's addresses and its
@@ -69,6 +79,9 @@ func (c *PSConfig) defaults() {
 	}
 }
 
+// TierRun starts a copy's second tier's background work (PSConfig.Tiers).
+type TierRun func(ctx context.Context, s *server.Server, fail func(error)) (stop func() error)
+
 // replicatedPS is one ps under --replicas: its copies of the shards it
 // holds, the host that replicates them, and the listeners they serve on.
 // Its fields are set by RunPS before anything runs, then only read.
@@ -78,6 +91,8 @@ type replicatedPS struct {
 	shards    []int // the shards this ps holds a copy of, its own first
 	replAddrs []string
 	copies    map[int]*shardCopy
+	tierRuns  map[int]TierRun // each copy's tier's background work (PSConfig.Tiers)
+	tierErr   chan error      // a tier that failed
 	incs      map[int]*incarnations
 	host      *Host
 	own       *reopenable // this ps's address: its own shard's copy
@@ -106,6 +121,7 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 		cfg: cfg, n: n, me: cfg.Cluster.Task.Index, replAddrs: cfg.replAddrs(n),
 		shards: replica.Shards(cfg.Cluster.Task.Index, n, cfg.Replicas),
 		copies: map[int]*shardCopy{}, incs: map[int]*incarnations{},
+		tierRuns: map[int]TierRun{}, tierErr: make(chan error, 1),
 		joining: make(chan struct{}, 1), removed: make(chan struct{}),
 	}
 	defer func() {
@@ -119,6 +135,19 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	}
 	if err := p.newCopies(); err != nil {
 		return err
+	}
+	tctx, stopTiers := context.WithCancel(ctx)
+	defer stopTiers()
+	for _, s := range p.shards {
+		if run := p.tierRuns[s]; run != nil {
+			stop := run(tctx, p.copies[s].Server, func(err error) {
+				select {
+				case p.tierErr <- err:
+				default:
+				}
+			})
+			defer stop()
+		}
 	}
 	// Start the node only once every peer listens, so that a slow start is
 	// not taken for a silence.
@@ -170,12 +199,20 @@ func (p *replicatedPS) newCopies() error {
 	for _, s := range p.shards {
 		p.incs[s] = newIncarnations(cfg.Cluster.Spec.PS, s)
 		c := newShardCopy(s, p.me, cfg.FailoverTimeout)
+		var tiers shard.Tiers
+		if cfg.Tiers != nil {
+			var err error
+			if tiers, p.tierRuns[s], err = cfg.Tiers(s, len(p.shards)); err != nil {
+				return err
+			}
+		}
 		c.Server = server.New(server.Config{
 			Task: s, NumPS: p.n, NumWorkers: len(cfg.Cluster.Spec.Workers), Logf: shardLogf(cfg.Logf, s),
 			WaitLogEvery: cfg.WaitLogEvery, CheckpointDir: cfg.CheckpointDir, Incarnation: p.incs[s].next,
 			Replicated:   c, // the data path's pushes go through the shard's log
 			Aggregated:   c.aggregated,
 			MaxTableKeys: cfg.MaxTableKeys,
+			Tiers:        tiers,
 		})
 		c.fsm = server.NewFSM(c.Server, p.me)
 		c.logf = shardLogf(cfg.Logf, s)
@@ -377,6 +414,8 @@ func (p *replicatedPS) wait(ctx, sctx context.Context, errc <-chan error) error 
 		return fmt.Errorf("ps %d: grpc server: %w", p.me, err)
 	case err := <-ended:
 		p.cfg.Logf("%v; exiting", err)
+		return err
+	case err := <-p.tierErr:
 		return err
 	case <-allDone:
 		p.cfg.Logf("every worker has finished; shutting down")

@@ -254,6 +254,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 			stream = s.pipeStream(dc)
 		}
 		res, err := s.apply(&dc.push, stream)
+		s.stalls.push(start)
 		if err != nil {
 			dc.errorReply(err)
 			return

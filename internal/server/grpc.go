@@ -201,9 +201,11 @@ func (s *Server) Init(_ context.Context, req *pb.InitRequest) (*pb.InitResponse,
 
 // Push applies or accumulates gradients.
 func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	resp, err := s.push(req)
+	s.stalls.push(start)
 	return resp, statusOf(err)
 }
 

@@ -127,6 +127,8 @@ type Server struct {
 	grpcLimit  atomic.Int64
 	initPieces sync.Mutex
 	freeing    atomic.Bool // a goroutine returns freed memory to the system
+
+	stalls saveStalls // pushes during a save (savestall.go)
 }
 
 // New returns an uninitialised server; the chief's Init gives it variables.
@@ -557,9 +559,11 @@ func (s *Server) pushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 	if req.Push == nil || req.Pull == nil {
 		return nil, &shard.Error{Kind: shard.Invalid, Msg: "PushPull needs both push and pull"}
 	}
+	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pr, err := s.push(req.Push)
+	s.stalls.push(start)
 	if err != nil {
 		return nil, err
 	}

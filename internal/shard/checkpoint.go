@@ -123,6 +123,9 @@ type frozenTable struct {
 	slots   []string      // its rule's slot names
 	deleted []uint64      // delta: keys dropped, unsorted
 	cold    TierCut       // the table's second tier at the cut; nil if none
+	// coldChanges: a delta cut's view of what changed in the table's
+	// second tier; nil if none.
+	coldChanges TierChanges
 }
 
 // Cut copies the shard's state; see Cut.
@@ -202,7 +205,7 @@ func (s *Shard) CutIn(m *CutMem) *Cut {
 func (c *Cut) Step() int64 { return c.step }
 
 // Shard builds the checkpoint shard of the cut: tables sorted by key and
-// every tensor encoded. It may run concurrently with the shard's training.
+// every tensor encoded (StreamShard writes them unsorted). It may run concurrently with the shard's training.
 // The tensors share the cut's memory, which nothing changes. It releases
 // the tables' pages (see Release); a second call returns the same shard.
 func (c *Cut) Shard() ckptformat.Shard {
@@ -226,17 +229,20 @@ func (c *Cut) Release() {
 		if t.cold != nil {
 			t.cold.Release()
 		}
+		if t.coldChanges != nil {
+			t.coldChanges.Release()
+		}
 	}
 }
 
 // StreamShard is Shard for checkpoint.WriteShard alone, which writes the
-// file as it sorts and reads the tables instead of after: a table whose
-// rows are in key order already (sparse.Sorted.InPlace: a restored table
-// that has gained no rows) is not copied into memory, its tensors are
-// filled from the cut's pages as the file is written
-// (ckptformat.Tensor.Fill). Anything else is as Shard builds it. The
-// tensors read the cut's pages until WriteShard returns: call Release
-// after. A delta cut's shard is Shard's.
+// file as it reads the tables instead of after: each table is not copied
+// into memory nor sorted, its tensors are filled from the cut's pages in
+// the order they hold the rows (sparse.Table.InTableOrder) as the file is
+// written (ckptformat.Tensor.Fill), and the shard is marked AnyOrder. A
+// table with a disk tier is as Shard builds it, in key order. The tensors
+// read the cut's pages until WriteShard returns: call Release after. A
+// delta cut's shard is Shard's.
 func (c *Cut) StreamShard() ckptformat.Shard {
 	if c.delta || c.built != nil {
 		return c.Shard()
@@ -269,13 +275,15 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 	}
 	for _, t := range c.tables {
 		var snap sparse.Snapshot
+		if stream && t.cold == nil {
+			// The rows as the table holds them, streamed to the file
+			// with no sort: the shard's keys are then in any order.
+			sh.Tensors = append(sh.Tensors, streamTable(t, t.t.InTableOrder())...)
+			sh.AnyOrder = true
+			continue
+		}
 		if stream {
-			v := t.t.Sorted()
-			if v.InPlace() && t.cold == nil {
-				sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
-				continue
-			}
-			snap = v.Snapshot()
+			snap = t.t.Sorted().Snapshot()
 		} else {
 			snap = t.t.Export()
 		}
@@ -285,6 +293,14 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 				c.err = fmt.Errorf("table %q: %w", t.name, err)
 			}
 			snap = all
+		}
+		deleted := t.deleted
+		if t.coldChanges != nil {
+			all, del, err := t.coldChanges.Merge(snap, deleted)
+			if err != nil && c.err == nil {
+				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			}
+			snap, deleted = all, del
 		}
 		n, d := int64(len(snap.Keys)), int64(snap.Dim)
 		sh.Tensors = append(sh.Tensors,
@@ -304,7 +320,7 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 			sh.Tensors = append(sh.Tensors, ckptformat.Int64TensorOf(ckptformat.SlotName(t.name, "last_touch"), []int64{n}, snap.LastTouch))
 		}
 		if c.delta {
-			del := slices.Compact(slices.Sorted(slices.Values(t.deleted)))
+			del := slices.Compact(slices.Sorted(slices.Values(deleted)))
 			sh.Tensors = append(sh.Tensors, ckptformat.Uint64TensorOf(ckptformat.DeletedName(t.name), []int64{int64(len(del))}, del))
 		}
 	}
@@ -367,6 +383,25 @@ func LayoutOf(m ckptformat.Contents, numWorkers int) Layout {
 // first shard's error, and no state, if one was damaged. A fault reading a
 // mapped file (it shrank, or the disk failed) is an error too.
 func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	return RestoreInto(nil, m, read, task, numPS, numWorkers, run)
+}
+
+// RestoreInto is Restore for a shard whose tables get a second tier
+// (Config.Tiers): where tiers is a TierLoader, each table's rows past its
+// share of memory go straight to the tier as the state is built, not
+// into the table first (TierLoader). Install the state in that shard.
+func RestoreInto(tiers Tiers, m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	loader, _ := tiers.(TierLoader)
+	var loaded []*sparse.Table
+	if loader != nil {
+		defer func() {
+			if err != nil {
+				for _, t := range loaded {
+					loader.Unload(t)
+				}
+			}
+		}()
+	}
 	var got []*ckptformat.Shard
 	defer func() {
 		// A damaged file's error comes before whatever building the
@@ -397,13 +432,20 @@ func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 			st, err = nil, fmt.Errorf("checkpoint of step %d: reading a shard file failed (it shrank while read, or the disk failed): %v", m.Step, r)
 		}
 	}()
+	var load func(t *sparse.Table, rows sparse.Snapshot) error
+	if loader != nil {
+		load = func(t *sparse.Table, rows sparse.Snapshot) error {
+			loaded = append(loaded, t)
+			return loader.Load(t, rows, len(m.Tables))
+		}
+	}
 	return restore(m, func(k int) (*ckptformat.Shard, error) {
 		sh, err := read(k)
 		if sh != nil {
 			got = append(got, sh)
 		}
 		return sh, err
-	}, task, numPS, numWorkers, run)
+	}, task, numPS, numWorkers, run, load)
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
@@ -421,7 +463,9 @@ func inShards(shards []*ckptformat.Shard, addr uintptr) bool {
 	return false
 }
 
-func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (*State, error) {
+// restore builds the state; load, if not nil, takes each table's rows
+// instead of its Import.
+func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) (*State, error) {
 	l, t := LayoutOf(m, numWorkers), m.Training
 	rule, err := optim.New(l.Optimizer)
 	if err != nil {
@@ -492,7 +536,7 @@ func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 		}
 		v.updates = parts[i].updates
 	}
-	if err := files.tables(st, task, numPS, reshard, run); err != nil {
+	if err := files.tables(st, task, numPS, reshard, run, load); err != nil {
 		return nil, err
 	}
 	st.restored = m.Step
@@ -608,8 +652,8 @@ func (c *shardFiles) varPart(v ckptformat.VariableInfo, part placement.Part, dir
 }
 
 // tables imports the rows of every sparse table of the checkpoint that
-// ps task of numPS holds into st's tables.
-func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner) error {
+// ps task of numPS holds into st's tables, or hands them to load.
+func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) error {
 	m := c.m
 	for _, tb := range m.Tables {
 		t, ok := st.tables[tb.Name]
@@ -620,14 +664,30 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 		if reshard {
 			from = tb.Shards
 		}
+		// A ps's own file written in table order (AnyOrder) is imported
+		// as it lies, the index built as the rows are copied.
+		anyOrder := false
+		if !reshard {
+			sh, err := c.shard(task)
+			if err != nil {
+				return fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+			}
+			anyOrder = sh.AnyOrder
+		}
 		rows := func(inOrder bool) error {
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
 				return err
 			}
+			if load != nil { // a disk tier: rows past the budget go to its store
+				return load(t.t, snap)
+			}
+			if anyOrder {
+				return t.t.ImportAnyOrder(snap)
+			}
 			return t.t.Import(snap)
 		}
-		// A ps's own file has its keys in order, as the writer leaves
+		// A ps's own file in key order, as the writer of old left
 		// them: Import checks that as it copies them. Keys out of order
 		// are sorted.
 		err := rows(true)

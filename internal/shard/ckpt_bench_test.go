@@ -51,13 +51,16 @@ import (
 // is computed (checkpoint.ReadShardOverlapped); PARAMSERV_CKPT_NOOVERLAP=1
 // checks the whole file first (ReadShardMapped) and PARAMSERV_CKPT_NOMAP=1
 // reads it into a buffer (ReadShard), to compare. The save writes the
-// file as the server does, from Cut.StreamShard (the table's rows sorted
-// by key, filled from the cut's pages as the file is written);
-// PARAMSERV_CKPT_NOSTREAM=1 builds the whole shard in memory first
-// (Cut.Shard), to compare. The table is trained as a job trains it, by
-// pushes of new keys, so its rows are in the order their keys first came
-// and the save sorts them; PARAMSERV_CKPT_SORTED=1 imports the rows in key
-// order instead, as a restored table holds them, to compare.
+// file as the server does, from Cut.StreamShard (the table's rows in the
+// order its pages hold them, filled from the cut's pages as the file is
+// written, with no sort); PARAMSERV_CKPT_NOSTREAM=1 builds the whole shard
+// in memory first, sorted by key (Cut.Shard), to compare. The table is
+// trained as a job trains it, by pushes of new keys, so its rows are in
+// the order their keys first came, and so are the file's; the restore
+// fills the table's pages in that order and builds its index as it goes
+// (sparse.Table.ImportAnyOrder). PARAMSERV_CKPT_SORTED=1 imports the rows
+// in key order instead, as a table restored from an older checkpoint holds
+// them, to compare.
 //
 //	PARAMSERV_CKPT_KEYS=10000000 go test -run - -bench CheckpointFTRL -benchtime 1x ./internal/shard/
 func BenchmarkCheckpointFTRL(b *testing.B) {

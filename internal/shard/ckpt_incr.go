@@ -9,7 +9,8 @@ import (
 // Incremental checkpoints. A shard remembers which checkpoint its last
 // incremental cut was for (State.lastCut) and what changed since: each
 // variable's update count at that cut, and each table's dirty rows and
-// evicted keys (sparse.Table's change tracking). CutIncremental then writes
+// evicted keys (sparse.Table's change tracking), and those of the rows a
+// second tier holds (Tier.CutChanges). CutIncremental then writes
 // a delta against that checkpoint, or a full cut when it cannot (no such
 // cut, a restart, a table that lost track of its evictions), and starts a
 // new interval either way. A restored state starts one at the checkpoint
@@ -41,7 +42,7 @@ func (s *Shard) CutIncremental(id, parent int64) *Cut {
 func (s *Shard) deltaCut(parent int64) (*Cut, bool) {
 	st := s.st
 	for _, t := range st.tableOrd {
-		if !t.t.ChangesKnown() {
+		if !t.t.ChangesKnown() || t.tier != nil && !t.tier.ChangesKnown() {
 			return nil, false
 		}
 	}
@@ -64,8 +65,11 @@ func (s *Shard) deltaCut(parent int64) (*Cut, bool) {
 		var rows *sparse.Table
 		var deleted []uint64
 		rows, deleted, _ = t.t.FrozenChanges()
-		c.tables = append(c.tables, frozenTable{name: t.name, t: rows, deleted: deleted,
-			slots: SlotNames(t.rule.Name(), t.rule.StateSlots())})
+		ft := frozenTable{name: t.name, t: rows, deleted: deleted, slots: SlotNames(t.rule.Name(), t.rule.StateSlots())}
+		if t.tier != nil {
+			ft.coldChanges = t.tier.CutChanges()
+		}
+		c.tables = append(c.tables, ft)
 	}
 	return c, true
 }
@@ -78,6 +82,9 @@ func (st *State) resetChanges(id int64) {
 	}
 	for _, t := range st.tableOrd {
 		t.t.ResetChanges()
+		if t.tier != nil {
+			t.tier.ResetChanges()
+		}
 	}
 	st.lastCut = id
 }

@@ -79,7 +79,10 @@ func (j *incrJob) save(id, parent, base int64, incr bool) checkpoint.Manifest {
 		if incr {
 			cut = s.CutIncremental(id, parent)
 		}
-		info, err := checkpoint.WriteShard(vfs.OS, j.dir, id, k, len(j.shards), cut.Shard())
+		// As a ps writes it: a full shard streams its tables in the
+		// order they lie (keys in any order).
+		info, err := checkpoint.WriteShard(vfs.OS, j.dir, id, k, len(j.shards), cut.StreamShard())
+		cut.Release()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +140,8 @@ func (j *incrJob) run(saves, fullEvery int) checkpoint.Manifest {
 	return m
 }
 
-// readAll reads every shard of m (applying its chain).
+// readAll reads every shard of m (applying its chain), its tables in key
+// order (the files hold them in any order, as the ps wrote them).
 func readAll(t *testing.T, dir string, m checkpoint.Manifest) []checkpoint.Shard {
 	t.Helper()
 	var out []checkpoint.Shard
@@ -148,6 +152,9 @@ func readAll(t *testing.T, dir string, m checkpoint.Manifest) []checkpoint.Shard
 		}
 		if sh.Delta {
 			t.Fatalf("ReadShard of shard %d returned a delta", k)
+		}
+		if sh, err = checkpoint.InKeyOrder(sh, m.Tables); err != nil {
+			t.Fatal(err)
 		}
 		out = append(out, sh)
 	}

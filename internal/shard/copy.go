@@ -45,7 +45,8 @@ type tableCopy struct {
 // and the incarnation, then each variable's values, optimizer slots and
 // (sync) accumulated gradients, little-endian. DecodeCopy of it gives a
 // shard that behaves bit for bit as this one, sparse tables included
-// (rows, optimizer state, admission counts, sync accumulators).
+// (rows, optimizer state, admission counts, sync accumulators), with the
+// rows of their second tiers (read under the caller's lock).
 func (s *Shard) EncodeCopy() ([]byte, error) {
 	if s.st == nil {
 		h, _ := json.Marshal(copyHeader{Incarnation: s.incarnation, Done: s.DoneWorkers()})
@@ -61,6 +62,20 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 	extras := make([]sparse.Extra, len(s.st.tableOrd))
 	for i, t := range s.st.tableOrd {
 		snaps[i], extras[i] = t.t.Export(), t.t.Extra()
+		if t.tier != nil {
+			c := t.tier.Cut()
+			all, err := c.Merge(snaps[i])
+			c.Release()
+			if err != nil {
+				return nil, fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
+			}
+			snaps[i] = all
+			// The tier's rows may be older than the table's own: the
+			// copy's steps are stored from the oldest.
+			if len(all.LastTouch) > 0 {
+				extras[i].Base = min(extras[i].Base, slices.Min(all.LastTouch))
+			}
+		}
 		sn, e := snaps[i], extras[i]
 		tc := tableCopy{
 			Rows: len(sn.Keys), Updates: sn.Updates != nil, Touch: sn.LastTouch != nil,
@@ -200,18 +215,36 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	if len(h.Tables) != len(st.tableOrd) {
 		return fmt.Errorf("shard: a copy with %d tables' rows for %d tables", len(h.Tables), len(st.tableOrd))
 	}
+	loader, _ := s.cfg.Tiers.(TierLoader)
+	var loaded []*sparse.Table
+	unload := func() {
+		for _, t := range loaded {
+			loader.Unload(t)
+		}
+	}
 	for i, t := range st.tableOrd {
-		if err := decodeTable(t, h.Tables[i], &rest); err != nil {
+		load := t.t.Import
+		if loader != nil {
+			load = func(sn sparse.Snapshot) error {
+				loaded = append(loaded, t.t)
+				return loader.Load(t.t, sn, len(st.tableOrd))
+			}
+		}
+		if err := decodeTable(t, h.Tables[i], &rest, load); err != nil {
+			unload()
 			return fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
 		}
 	}
 	if len(rest) != 0 {
+		unload()
 		return fmt.Errorf("shard: %d bytes after a copy's tensors", len(rest))
 	}
 	if err := st.tracker.Restore(h.Tracker); err != nil {
+		unload()
 		return err
 	}
 	st.layout.Vars = slices.Clone(h.Layout.Vars)
+	s.attachTiers(st)
 	s.st, s.incarnation, s.done = st, h.Incarnation, done
 	s.stampAll()
 	s.pendingSince, s.syncFailed = time.Time{}, nil
@@ -223,8 +256,10 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	return nil
 }
 
-// decodeTable fills an empty table from its part of a copy, taken off rest.
-func decodeTable(t *table, h tableCopy, rest *[]byte) error {
+// decodeTable fills an empty table from its part of a copy, taken off
+// rest; load takes the rows: the table's Import, or a second tier's
+// TierLoader.
+func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot) error) error {
 	b := *rest
 	dim := t.t.Dim()
 	slots := t.rule.StateSlots()
@@ -326,7 +361,7 @@ func decodeTable(t *table, h tableCopy, rest *[]byte) error {
 	if err != nil {
 		return err
 	}
-	if err := t.t.Import(sn); err != nil {
+	if err := load(sn); err != nil {
 		return err
 	}
 	if err := t.t.SetExtra(e); err != nil {

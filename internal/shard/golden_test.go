@@ -17,17 +17,25 @@ import (
 // existed (package checkpoint's golden-v1, made with today's main).
 const goldenDir = "../checkpoint/testdata/golden-v1"
 
+// goldenV4Dir holds checkpoints whose tables' keys are in the order a ps's
+// memory held them (format version 4), and a delta on one.
+const goldenV4Dir = "../checkpoint/testdata/golden-v4"
+
 // Checkpoints written by earlier code still load: restored onto as many
 // ps as wrote them, onto fewer and onto more (re-sharding), every ps's
 // shard together holds exactly the golden tensors, bit for bit: values,
 // optimizer slots, rows by key, and the step.
 func TestGoldenCheckpointsRestore(t *testing.T) {
-	for _, step := range []int64{100, 200} {
+	for _, c := range []struct {
+		dir  string
+		step int64
+	}{{goldenDir, 100}, {goldenDir, 200}, {goldenV4Dir, 300}, {goldenV4Dir, 310}} {
+		goldenDir, step := c.dir, c.step
 		m, err := checkpoint.Load(vfs.OS, goldenDir, step)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := goldenTensors(t, m)
+		want := goldenTensors(t, goldenDir, m)
 		// Last-touched steps outside 0..step (the golden files hold
 		// extremes on purpose) are restored within it.
 		for name, b := range want {
@@ -70,7 +78,7 @@ func TestGoldenCheckpointsRestore(t *testing.T) {
 
 // goldenTensors reads the checkpoint's files as they are: each variable's
 // tensors with its parts in row order, each table's rows by key.
-func goldenTensors(t *testing.T, m checkpoint.Manifest) map[string][]byte {
+func goldenTensors(t *testing.T, goldenDir string, m checkpoint.Manifest) map[string][]byte {
 	out := map[string][]byte{}
 	for k := range m.Shards {
 		sh, err := checkpoint.ReadShard(vfs.OS, goldenDir, m, k)
@@ -116,11 +124,12 @@ func collect(t *testing.T, sh checkpoint.Shard, out map[string][]byte) {
 }
 
 // cutTable splits "emb/values" into the table and its column; the golden
-// checkpoints' only table is emb.
+// checkpoints' only tables are emb (golden-v1) and w (golden-v4).
 func cutTable(name string) (table, col string, ok bool) {
-	const prefix = "emb/"
-	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
-		return "emb", name[len(prefix):], true
+	for _, table := range []string{"emb", "w"} {
+		if col, ok := strings.CutPrefix(name, table+"/"); ok && col != "" {
+			return table, col, true
+		}
 	}
 	return "", "", false
 }

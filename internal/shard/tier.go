@@ -15,6 +15,21 @@ type Tiers interface {
 	Attach(names []string, tables []*sparse.Table) []Tier
 }
 
+// TierLoader is Tiers that takes a restored table's rows past memory
+// straight into the tier (RestoreInto), so that a table larger than memory
+// is never built in memory whole.
+type TierLoader interface {
+	// Load takes rows, in ascending key order (else it fails with
+	// sparse.ErrUnordered), for t, an empty table of a state being
+	// restored, one of tables: it imports into t those that stay in
+	// memory and keeps the others for the tier Attach gives t. It runs
+	// with no lock held.
+	Load(t *sparse.Table, rows sparse.Snapshot, tables int) error
+	// Unload lets go of what Load kept for t, whose state will not be
+	// installed.
+	Unload(t *sparse.Table)
+}
+
 // Tier is the second tier of one table: rows the table does not hold.
 type Tier interface {
 	// Fetch puts the rows of keys that the tier holds back into the table
@@ -27,6 +42,32 @@ type Tier interface {
 	Cut() TierCut
 	// Counts are the tier's rows and lookups, for the shard's Status.
 	Counts() TierCounts
+
+	// Incremental checkpoints (ckpt_incr.go). The tier keeps, with the
+	// rows it holds, whether each changed since the last cut, as the
+	// table's dirty bits do for the rows in memory (Fetch gives the mark
+	// back to the table).
+
+	// ChangesKnown reports whether CutChanges can say what changed in the
+	// tier since the last ResetChanges or CutChanges.
+	ChangesKnown() bool
+	// ResetChanges starts a new interval, with the table's ResetChanges.
+	ResetChanges()
+	// CutChanges is a view of the tier's rows changed since the last
+	// interval began, and of the keys it dropped since, taken with the
+	// table's FrozenChanges; it starts a new interval.
+	CutChanges() TierChanges
+}
+
+// TierChanges is a view of what changed in a tier since the last cut.
+type TierChanges interface {
+	// Merge returns the rows of hot, the table's changed rows at the cut
+	// (ascending keys), with the tier's changed rows, in ascending key
+	// order, and deleted with the keys the tier no longer holds that the
+	// last cut may hold.
+	Merge(hot sparse.Snapshot, deleted []uint64) (sparse.Snapshot, []uint64, error)
+	// Release lets go of the view.
+	Release()
 }
 
 // TierCounts are what a tier reports in the shard's Status.

@@ -160,7 +160,7 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	cfg.defaults()
 	if cfg.Options.Enabled() {
 		if cfg.Tiered {
-			return &ConfigError{Err: fmt.Errorf("ps %d: --table_memory does not work with --replicas yet (docs/TIERS.md)", cfg.Cluster.Task.Index)}
+			cfg.PSConfig.Tiers = copyTiers(cfg)
 		}
 		if cfg.Ended == nil {
 			cfg.Ended = func(s *server.Server) error { return workersEnded(cfg, s) }

@@ -45,7 +45,9 @@ func sgemm(_ *scratch, tA, tB bool, m, n, k int, a []float32, lda int, b []float
 		return
 	}
 	if k == 0 {
-		clear(c[:(m-1)*ldc+n])
+		for i := range m {
+			clear(c[i*ldc : i*ldc+n])
+		}
 		return
 	}
 	ta, tb := C.enum_CBLAS_TRANSPOSE(C.CblasNoTrans), C.enum_CBLAS_TRANSPOSE(C.CblasNoTrans)

@@ -507,7 +507,10 @@ func (m *Model) EvaluateSparse(params model.Params, lookup func(int, []uint64, [
 		what + "_auc":      r.auc,
 		"loss":             r.logLoss,
 		what + "_examples": float64(r.n),
-		"distinct_keys":    float64(keys),
+		// The keys of the rows scored (looked up on the ps), not the
+		// trained table's rows: 200k test rows of 26 fields hold far
+		// fewer keys than the 2M rows the table learned.
+		what + "_distinct_keys": float64(keys),
 	}, nil
 }
 
@@ -592,7 +595,7 @@ func score(ds *sparsedata.Dataset, params model.Params, lookup func(int, []uint6
 }
 
 // evaluateStreamed scores a streamed model: the test files, or this
-// worker's part of the training files. It reports no distinct_keys, which
+// worker's part of the training files. It reports no <what>_distinct_keys, which
 // would need every key at once.
 func (m *Model) evaluateStreamed(params model.Params, lookup func(int, []uint64, []float32) error) (map[string]float64, error) {
 	paths, part, what := m.paths, m.part, "train"

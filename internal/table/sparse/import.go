@@ -5,11 +5,13 @@ package sparse
 // they are copied.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -30,24 +32,10 @@ import (
 // as it copies them, and puts the table back as it was if they are not in
 // order (ErrUnordered).
 func (t *Table) Import(s Snapshot) error {
-	n, d := len(s.Keys), t.dim
-	switch {
-	case s.Dim != d:
-		return fmt.Errorf("%w: Dim %d, table has Dim %d", ErrSnapshot, s.Dim, d)
-	case len(s.Values) != n*d:
-		return fmt.Errorf("%w: %d keys need %d values, got %d", ErrSnapshot, n, n*d, len(s.Values))
-	case len(s.State) != t.slots:
-		return fmt.Errorf("%w: %d state slots, rule %q has %d", ErrSnapshot, len(s.State), t.rule.Name(), t.slots)
-	case s.Updates != nil && len(s.Updates) != n:
-		return fmt.Errorf("%w: %d keys but %d update counts", ErrSnapshot, n, len(s.Updates))
-	case s.LastTouch != nil && len(s.LastTouch) != n:
-		return fmt.Errorf("%w: %d keys but %d last-touched steps", ErrSnapshot, n, len(s.LastTouch))
+	if err := t.checkImport(s); err != nil {
+		return err
 	}
-	for i, st := range s.State {
-		if len(st) != n*d {
-			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
-		}
-	}
+	n := len(s.Keys)
 	// A restore's import checks the keys' order as it copies them (see
 	// fillPages); any other checks it first.
 	restore := t.live == 0 && bulkIndex && t.fillsPages(n)
@@ -72,22 +60,7 @@ func (t *Table) Import(s Snapshot) error {
 	if restore {
 		before = t.saveState()
 	}
-	if s.LastTouch != nil {
-		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-		for _, st := range s.LastTouch {
-			lo, hi = min(lo, st), max(hi, st)
-		}
-		if n > 0 {
-			if t.live == 0 {
-				t.base = lo
-			}
-			t.clock = max(t.clock, hi)
-		}
-	} else if t.live == 0 {
-		t.base = t.clock
-	}
-	t.bump()
-	t.floor = t.mod
+	t.stampImport(s)
 	if t.live+fresh > t.maxLive {
 		t.grow(t.live + fresh)
 	}
@@ -115,6 +88,121 @@ func (t *Table) Import(s Snapshot) error {
 		t.fillRow(s, i, r)
 	}
 	return nil
+}
+
+// checkImport checks s's shape against the table's, saying what differs.
+func (t *Table) checkImport(s Snapshot) error {
+	n, d := len(s.Keys), t.dim
+	switch {
+	case s.Dim != d:
+		return fmt.Errorf("%w: Dim %d, table has Dim %d", ErrSnapshot, s.Dim, d)
+	case len(s.Values) != n*d:
+		return fmt.Errorf("%w: %d keys need %d values, got %d", ErrSnapshot, n, n*d, len(s.Values))
+	case len(s.State) != t.slots:
+		return fmt.Errorf("%w: %d state slots, rule %q has %d", ErrSnapshot, len(s.State), t.rule.Name(), t.slots)
+	case s.Updates != nil && len(s.Updates) != n:
+		return fmt.Errorf("%w: %d keys but %d update counts", ErrSnapshot, n, len(s.Updates))
+	case s.LastTouch != nil && len(s.LastTouch) != n:
+		return fmt.Errorf("%w: %d keys but %d last-touched steps", ErrSnapshot, n, len(s.LastTouch))
+	}
+	for i, st := range s.State {
+		if len(st) != n*d {
+			return fmt.Errorf("%w: state slot %d has %d values, want %d", ErrSnapshot, i, len(st), n*d)
+		}
+	}
+	return nil
+}
+
+// stampImport sets the table's clock (and, empty, its base) for s's rows
+// and starts a new version, as Import does before it copies them.
+func (t *Table) stampImport(s Snapshot) {
+	n := len(s.Keys)
+	if s.LastTouch != nil {
+		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+		for _, st := range s.LastTouch {
+			lo, hi = min(lo, st), max(hi, st)
+		}
+		if n > 0 {
+			if t.live == 0 {
+				t.base = lo
+			}
+			t.clock = max(t.clock, hi)
+		}
+	} else if t.live == 0 {
+		t.base = t.clock
+	}
+	t.bump()
+	t.floor = t.mod
+}
+
+// ImportAnyOrder is Import of a snapshot whose keys are distinct but in
+// any order, as a checkpoint written in table order holds them (see
+// InTableOrder). Into a table that never had a row (a restore) row i of s
+// becomes row i of the table and the index is built as the rows are
+// copied, with no sort: a key that repeats is then found as it is entered
+// (ErrDuplicate), and the table is put back as it was. Anywhere else the
+// rows are sorted by key first and Import takes them.
+func (t *Table) ImportAnyOrder(s Snapshot) error {
+	if err := t.checkImport(s); err != nil {
+		return err
+	}
+	n := len(s.Keys)
+	if !(t.live == 0 && bulkIndex && t.fillsPages(n)) {
+		return t.Import(s.sorted())
+	}
+	if n > t.maxRows {
+		return fmt.Errorf("%w: importing %d new rows into %d would pass MaxRows %d", ErrFull, n, t.live, t.maxRows)
+	}
+	before := t.saveState()
+	t.stampImport(s)
+	if n > t.maxLive {
+		t.grow(n)
+	}
+	if err := t.fillPagesAs(s, true); err != nil {
+		t.putState(before)
+		return err
+	}
+	return nil
+}
+
+// sorted is s with its rows sorted by key (s itself when they ascend).
+func (s Snapshot) sorted() Snapshot {
+	if Unordered(s.Keys, nil) < 0 {
+		return s
+	}
+	n, d := len(s.Keys), s.Dim
+	order := make([]keyRow, n)
+	for i, k := range s.Keys {
+		order[i] = keyRow{k, uint32(i)}
+	}
+	// Not sortKeyRows, which needs distinct keys: a key that repeats
+	// stays repeated, and Import refuses it.
+	slices.SortFunc(order, func(a, b keyRow) int { return cmp.Compare(a.key, b.key) })
+	out := Snapshot{Dim: d, Keys: make([]uint64, n), Values: make([]float32, n*d), State: make([][]float32, len(s.State))}
+	for j := range out.State {
+		out.State[j] = make([]float32, n*d)
+	}
+	if s.Updates != nil {
+		out.Updates = make([]uint32, n)
+	}
+	if s.LastTouch != nil {
+		out.LastTouch = make([]int64, n)
+	}
+	for i, e := range order {
+		r := int(e.row)
+		out.Keys[i] = e.key
+		copy(out.Values[i*d:(i+1)*d], s.Values[r*d:(r+1)*d])
+		for j, st := range s.State {
+			copy(out.State[j][i*d:(i+1)*d], st[r*d:(r+1)*d])
+		}
+		if s.Updates != nil {
+			out.Updates[i] = s.Updates[r]
+		}
+		if s.LastTouch != nil {
+			out.LastTouch[i] = s.LastTouch[r]
+		}
+	}
+	return out
 }
 
 // Unordered returns the first index i at which keys are not strictly
@@ -185,6 +273,10 @@ func (t *Table) putState(s tableState) {
 	t.base, t.clock, t.mod, t.floor, t.index, t.nBuckets, t.maxLive, t.rowMask = s.base, s.clock, s.mod, s.floor, s.index, s.nBuckets, s.maxLive, s.rowMask
 }
 
+// ErrDuplicate is ImportAnyOrder's error (an ErrSnapshot) for a key that
+// comes twice.
+var ErrDuplicate = errors.New("a key repeats")
+
 // ErrUnordered is Import's error (an ErrSnapshot) for keys that are not
 // strictly ascending.
 var ErrUnordered = errors.New("keys not strictly ascending")
@@ -230,10 +322,19 @@ func (t *Table) importEmpty(s Snapshot) {
 // the first place, as Unordered finds it), or a fault reading s, whose
 // memory may be a mapped file that cannot be read (it shrank, or the disk
 // failed). Both are ErrSnapshot.
-func (t *Table) fillPages(s Snapshot) error {
+func (t *Table) fillPages(s Snapshot) error { return t.fillPagesAs(s, false) }
+
+// fillPagesAs is fillPages; with anyOrder the keys may come in any order
+// (ImportAnyOrder), and a key that repeats is found as the index is built
+// instead of by the order (ErrDuplicate).
+func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
+	// The pages' keys and rows are carved from one allocation each, and
+	// with the index backed by huge pages where the system has them: the
+	// copy then faults the fresh memory in 2 MiB at a time.
+	keys, data := t.slabs(len(t.pages))
 	rg := t.bucketRanges(indexRanges(n, t.runner().Width()))
 	nr := len(rg.lo) - 1
 	workers := max(1, min(t.runner().Width(), len(t.pages)))
@@ -263,7 +364,8 @@ func (t *Table) fillPages(s Snapshot) error {
 			if pi >= len(t.pages) {
 				return
 			}
-			t.pages[pi] = t.newPage(pageRows)
+			t.pages[pi] = t.newPageIn(keys[pi*pageRows:(pi+1)*pageRows:(pi+1)*pageRows],
+				data[pi*pageRows*t.stride:(pi+1)*pageRows*t.stride:(pi+1)*pageRows*t.stride])
 			p := &t.pages[pi]
 			lo := pi << t.pageShift
 			hi := min(n, lo+pageRows)
@@ -271,7 +373,10 @@ func (t *Table) fillPages(s Snapshot) error {
 			if lo > 0 {
 				prev = s.Keys[lo-1]
 			}
-			if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m); i >= 0 {
+			if anyOrder {
+				prev = 0
+			}
+			if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m, anyOrder); i >= 0 {
 				// Pages are taken in order and each is checked up
 				// to its first bad key, so the smallest found is
 				// the first of all.
@@ -305,8 +410,28 @@ func (t *Table) fillPages(s Snapshot) error {
 		}
 		byRange[c] = l
 	}
-	t.indexParts(byRange, rg)
+	if dup, again := t.indexParts(byRange, rg, anyOrder); dup >= 0 {
+		t.pages, t.highWater, t.live = nil, 0, 0
+		t.stats.Imported -= int64(n)
+		return fmt.Errorf("%w: %w: key %d at rows %d and %d", ErrSnapshot, ErrDuplicate, s.Keys[dup], min(dup, again), max(dup, again))
+	}
 	return nil
+}
+
+// slabs allocates the keys and rows of np whole pages, each in one
+// allocation, backed by huge pages where the system gives them, and the
+// index too.
+func (t *Table) slabs(np int) (keys []uint64, data []float32) {
+	rows := np << t.pageShift
+	keys, data = make([]uint64, rows), make([]float32, rows*t.stride)
+	if rows > 0 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(keys)), uintptr(len(keys))*8)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(data)), uintptr(len(data))*4)
+	}
+	if len(t.index) > 0 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(t.index)), uintptr(len(t.index))*4)
+	}
+	return keys, data
 }
 
 // scatter holds one worker's index entries (indexEntry) sorted by range
@@ -327,13 +452,14 @@ func newScatter(nr, chunk int) scatter {
 // scatterKeys copies keys, rows lo.. of a snapshot whose row lo-1 has key
 // prev (any for row 0), into to, and sorts their index entries into sc by
 // range (rangeMul is bucketRanges' m). It stops at the first key that is
-// not above the one before and returns its row, or returns -1.
-func (t *Table) scatterKeys(sc *scatter, to, keys []uint64, lo int, prev, rangeMul uint64) int {
+// not above the one before and returns its row, or returns -1; with
+// anyOrder it checks no order.
+func (t *Table) scatterKeys(sc *scatter, to, keys []uint64, lo int, prev, rangeMul uint64, anyOrder bool) int {
 	to = to[:len(keys)]
 	nb, mask := t.nBuckets, t.rowMask
 	dst, at, chunk := sc.dst, sc.n, sc.chunk
 	for o, k := range keys {
-		if k <= prev && lo+o > 0 {
+		if k <= prev && lo+o > 0 && !anyOrder {
 			return lo + o
 		}
 		prev = k

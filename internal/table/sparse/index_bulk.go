@@ -27,7 +27,7 @@ func (t *Table) indexRows(rows []uint64) {
 			byRange[c][0] = append(byRange[c][0], e)
 		}
 	}
-	t.indexParts(byRange, rg)
+	t.indexParts(byRange, rg, false)
 }
 
 // bucketRanges divides the index's buckets into nr ranges (some may be
@@ -74,9 +74,15 @@ const rangeRows = 1 << 16
 // in the cache; the entries that would run past the end of a range (or
 // past the last bucket) are entered after, through find, which puts them
 // where inserting them last would.
-func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
+//
+// With dups, the rows' keys may repeat (rows in no order, from a file): it
+// returns the row of a key entered before (dup, >= 0) and the row that
+// repeats it, the index then holding garbage; else -1. Without, it returns
+// -1.
+func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges, dups bool) (dup, again int) {
 	nr := uint64(len(byRange))
 	over := make([][]uint64, nr)
+	found := make([][2]int, nr)
 	var next atomic.Uint64
 	t.runner().Run(int(min(uint64(t.runner().Width()), nr)), func(int) {
 		var fill []uint8
@@ -89,18 +95,27 @@ func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 			if uint64(cap(fill)) < hi-lo {
 				fill = make([]uint8, hi-lo)
 			}
-			over[c] = t.indexRange(byRange[c], lo, hi, fill[:hi-lo])
+			over[c], found[c] = t.indexRange(byRange[c], lo, hi, fill[:hi-lo], dups)
 		}
 	})
+	for _, f := range found {
+		if f[0] >= 0 {
+			return f[0], f[1]
+		}
+	}
 	for _, o := range over {
 		for _, e := range o {
 			slot := uint32(e)
 			r := int(slot&t.rowMask) - 1
 			k := t.keyAt(r)
-			_, pos := t.find(k, hashKey(k))
+			had, pos := t.find(k, hashKey(k))
+			if dups && had >= 0 {
+				return had, r
+			}
 			t.index[pos] = slot
 		}
 	}
+	return -1, -1
 }
 
 // indexRange enters rows (indexEntry), whose home buckets are in [lo, hi),
@@ -108,15 +123,38 @@ func (t *Table) indexParts(byRange [][][]uint64, rg bucketRanges) {
 // slot, and returns the ones that found none before hi. fill, of hi-lo
 // elements, is scratch. Entering in any order keeps the invariant (every
 // bucket from an entry's home up to its own is full), as no entry leaves.
-func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8) (over []uint64) {
+//
+// With dups it also looks for an entry of the same key among those
+// entered before, which lie in the buckets from its home to its own (the
+// entry of a repeated key has the same home, and every bucket before its
+// own is full): a slot with the same tag costs a look at the key. It
+// returns the first such pair of rows (else -1, -1) and stops there.
+func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8, dups bool) (over []uint64, dup [2]int) {
 	clear(fill)
 	nb := hi - lo
 	index := t.index[lo*bucketSlots : hi*bucketSlots]
+	mask := t.rowMask
 	for _, l := range rows {
 		for _, e := range l {
-			b := e>>32 - lo
+			home := e>>32 - lo
+			b := home
 			for b < nb && fill[b] == bucketSlots {
 				b++
+			}
+			if dups {
+				// A bucket's entries fill its first fill[] slots.
+				slot := uint32(e)
+				tag := slot &^ mask
+				for bb := home; bb <= min(b, nb-1); bb++ {
+					for _, s := range index[bb*bucketSlots : bb*bucketSlots+uint64(fill[bb])] {
+						if s&^mask == tag {
+							r, again := int(s&mask)-1, int(slot&mask)-1
+							if t.keyAt(r) == t.keyAt(again) {
+								return nil, [2]int{r, again}
+							}
+						}
+					}
+				}
 			}
 			if b >= nb {
 				over = append(over, e)
@@ -126,5 +164,5 @@ func (t *Table) indexRange(rows [][]uint64, lo, hi uint64, fill []uint8) (over [
 			fill[b]++
 		}
 	}
-	return over
+	return over, [2]int{-1, -1}
 }

@@ -316,3 +316,104 @@ func mapShrunk(t *testing.T, size, keep int, fill func([]byte)) []byte {
 	}
 	return b
 }
+
+// ImportAnyOrder of rows in no order (a checkpoint written in table
+// order) into a new table fills its pages as they come: row i of the
+// snapshot is row i of the table, the index holds every row, and the table
+// holds what Import of the same rows sorted holds. A key that repeats, in
+// one page, across pages, or among the skewed keys whose index entries run
+// into the next range of buckets, is found (ErrDuplicate) and the table is
+// left with no rows, ready for another import.
+func TestImportAnyOrder(t *testing.T) {
+	defer func(par, procs int) {
+		parallelIndex = par
+		runtime.GOMAXPROCS(procs)
+	}(parallelIndex, runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
+	parallelIndex = 0 // several ranges of buckets however few the rows
+	r, err := optim.New(optim.Config{Name: "adam", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Dim: 2, Rule: r, EvictAfterSteps: 1000}
+	probe, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pageRows := 1 << probe.pageShift
+	var skewed []uint64
+	for k := uint64(0); len(skewed) < 3*pageRows+100; k++ {
+		if hashKey(k)>>63 == 0 || k%2 == 0 {
+			skewed = append(skewed, k)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	rng.Shuffle(len(skewed), func(i, j int) { skewed[i], skewed[j] = skewed[j], skewed[i] })
+	s := restoreSnapshot(len(skewed), 2, probe.slots, func(i int) uint64 { return skewed[i] })
+	n := len(s.Keys)
+
+	tb, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.ImportAnyOrder(s); err != nil {
+		t.Fatal(err)
+	}
+	if tb.highWater != n || !slices.Equal(tb.pages[0].keys[:10], s.Keys[:10]) {
+		t.Fatal("the rows were not filled in the snapshot's order")
+	}
+	checkIndex(t, tb)
+	want, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := want.Import(s.sorted()); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(tb.Export(), want.Export()) {
+		t.Fatal("the table differs from Import of the sorted rows")
+	}
+	// In the table's order again, as the next checkpoint streams it.
+	if got := tb.InTableOrder().Snapshot(); !reflect.DeepEqual(got, s) {
+		t.Fatal("InTableOrder's snapshot is not the rows in the order imported")
+	}
+
+	for _, at := range [][2]int{{0, 1}, {5, pageRows + 3}, {n - 1, 2}, {pageRows, 3 * pageRows}} {
+		t.Run(fmt.Sprintf("dup=%v", at), func(t *testing.T) {
+			bad := s
+			bad.Keys = slices.Clone(s.Keys)
+			bad.Keys[at[1]] = bad.Keys[at[0]]
+			tb, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tb.ImportAnyOrder(bad)
+			if !errors.Is(err, ErrDuplicate) || !errors.Is(err, ErrSnapshot) {
+				t.Fatalf("import of key %d at rows %v: %v, want ErrDuplicate", bad.Keys[at[0]], at, err)
+			}
+			if tb.Len() != 0 || tb.highWater != 0 {
+				t.Fatalf("after the error the table holds %d rows", tb.Len())
+			}
+			if err := tb.ImportAnyOrder(s); err != nil {
+				t.Fatal(err)
+			}
+			checkIndex(t, tb)
+		})
+	}
+	// Into a table with rows, and a few rows: sorted, then Import.
+	small := restoreSnapshot(10, 2, probe.slots, func(i int) uint64 { return uint64(100 - i) })
+	tb2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb2.ImportAnyOrder(small); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb2.Export().Keys; !slices.IsSorted(got) || len(got) != 10 {
+		t.Fatalf("keys %v", got)
+	}
+	small.Keys[3] = small.Keys[7]
+	if err := tb2.ImportAnyOrder(small); !errors.Is(err, ErrUnordered) {
+		t.Fatalf("a repeated key among a few rows: %v", err)
+	}
+}

@@ -148,7 +148,8 @@ func (t *Table) sortRows(procs int) (order []keyRow, inPlace bool) {
 	return order, false
 }
 
-// Sorted is a table's rows in ascending key order, read a range at a
+// Sorted is a table's rows in ascending key order (Table.Sorted), or in
+// the order the table holds them (Table.InTableOrder), read a range at a
 // time: a checkpoint streams them to its file (checkpoint.Tensor.Fill)
 // instead of copying them all into a Snapshot first. Its methods may be
 // called from several goroutines at once. The table must not change while
@@ -159,9 +160,32 @@ type Sorted struct {
 	inPlace bool
 	// dense: no row was ever freed and the rows are in key order, so the
 	// i-th row in key order is row i (a restored table that gained no
-	// rows): no order is kept, and rows are read in runs.
+	// rows): no order is kept, and rows are read in runs. In a view in
+	// the table's order (anyOrder): no row was ever freed.
 	dense bool
+	// anyOrder: the view is InTableOrder's, in the table's order.
+	anyOrder bool
 }
+
+// InTableOrder is the view of the table's rows in the order its memory
+// holds them (the order rows were made in, less the rows freed since),
+// for a checkpoint that streams them to its file as they lie, with no
+// sort and no row read out of place: its keys are distinct, in no
+// particular order. A table whose rows were never freed costs nothing to
+// view; else the live rows' places are listed first (16 bytes a row),
+// in one pass over the pages.
+func (t *Table) InTableOrder() *Sorted {
+	if t.live == t.highWater {
+		return &Sorted{t: t, inPlace: true, dense: true, anyOrder: true}
+	}
+	order := make([]keyRow, 0, t.live)
+	t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
+	return &Sorted{t: t, order: order, inPlace: true, anyOrder: true}
+}
+
+// AnyOrder reports whether the view is in the table's order
+// (InTableOrder) rather than in key order.
+func (v *Sorted) AnyOrder() bool { return v.anyOrder }
 
 // Sorted sorts the table's rows by key, on every core (as Export does),
 // and returns the view of them in that order.
@@ -234,8 +258,9 @@ func (v *Sorted) Len() int {
 }
 
 // InPlace reports whether the table's rows were already in key order (as
-// a restored table's are, until it gains rows): reading them in key order
-// then reads the table's memory in order. Otherwise each row read is a
+// a restored table's are, until it gains rows), or the view is in the
+// table's order (InTableOrder): reading them in the view's order then
+// reads the table's memory in order. Otherwise each row read is a
 // cache miss, and for more than one column Export, which reads each row
 // once for all its columns, costs less.
 func (v *Sorted) InPlace() bool { return v.inPlace }
@@ -292,8 +317,16 @@ func (v *Sorted) row(i int) int {
 	return int(v.order[i].row)
 }
 
-// Snapshot copies the rows into a Snapshot, as Export does.
+// Snapshot copies the rows into a Snapshot, as Export does, in the view's
+// order.
 func (v *Sorted) Snapshot() Snapshot {
+	if v.dense && v.anyOrder {
+		order := make([]keyRow, 0, v.t.live)
+		v.t.forLive(func(r int, p *page, o int) { order = append(order, keyRow{p.keys[o], uint32(r)}) })
+		s := v.t.emptySnapshot()
+		v.t.gather(&s, order, max(1, min(v.t.runner().Width(), 8)))
+		return s
+	}
 	if v.dense {
 		return v.t.Export()
 	}

@@ -590,9 +590,16 @@ func (t *Table) ensurePage(r int) {
 }
 
 func (t *Table) newPage(rows int) page {
+	return t.newPageIn(make([]uint64, rows), make([]float32, rows*t.stride))
+}
+
+// newPageIn is newPage with the memory of its keys and rows given, zeroed:
+// len(keys) rows.
+func (t *Table) newPageIn(keys []uint64, data []float32) page {
+	rows := len(keys)
 	p := page{
-		keys:  make([]uint64, rows),
-		data:  make([]float32, rows*t.stride),
+		keys:  keys,
+		data:  data,
 		live:  make([]uint64, (rows+63)/64),
 		dirty: make([]uint64, (rows+63)/64),
 	}

@@ -11,8 +11,10 @@ import (
 // them, and the table's results are then the same, bit for bit, as if every
 // row had stayed. A moved row keeps its value, state, update count and
 // last-touched step; a row Take removes is neither evicted nor deleted (no
-// Stats.Evicted, no deleted key for a delta checkpoint: the next delta
-// cannot be known, see ChangesKnown). EvictedBefore tells the caller which of
+// Stats.Evicted, no deleted key for a delta checkpoint). Take says which
+// rows it took had changed since the last ResetChanges or FrozenChanges:
+// the caller keeps that while it holds them (a delta checkpoint needs
+// them) and hands it back to Put. EvictedBefore tells the caller which of
 // the rows it holds Evict would have dropped.
 
 // Missing appends to dst the keys (of keys, in order) that have no row.
@@ -43,11 +45,13 @@ func (t *Table) KeepsTouch() bool { return t.keepTouch }
 
 // Take removes the rows of keys and returns them, in ascending key order,
 // with their state, update counts and last-touched steps; keys without a
-// row are skipped, a repeated key is taken once. Once it takes a row, the
-// changes since the last ResetChanges are not known (ChangesKnown).
-func (t *Table) Take(keys []uint64) Snapshot {
+// row are skipped, a repeated key is taken once. changed[i] reports
+// whether row i was created or changed since the last ResetChanges or
+// FrozenChanges (its dirty bit; all false while change tracking is off).
+func (t *Table) Take(keys []uint64) (s Snapshot, changed []bool) {
 	n, d := len(keys), t.dim
-	s := Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	s = Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	changed = make([]bool, 0, n)
 	for i := range s.State {
 		s.State[i] = make([]float32, 0, n*d)
 	}
@@ -61,11 +65,6 @@ func (t *Table) Take(keys []uint64) Snapshot {
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	t.bump()
-	if t.tracking && len(sorted) > 0 {
-		// A moved row's change, or its eviction where it went, is no
-		// longer the table's to cut: the next delta must be full.
-		t.changesLost, t.deleted = true, nil
-	}
 	for _, k := range sorted {
 		r, pos := t.find(k, hashKey(k))
 		if r < 0 {
@@ -75,6 +74,7 @@ func (t *Table) Take(keys []uint64) Snapshot {
 		o := r & t.pageMask
 		row := p.data[o*t.stride : (o+1)*t.stride]
 		s.Keys = append(s.Keys, k)
+		changed = append(changed, t.tracking && p.dirty[o>>6]&(1<<(o&63)) != 0)
 		s.Values = append(s.Values, row[:d]...)
 		for j := range s.State {
 			s.State[j] = append(s.State[j], row[(j+1)*d:(j+2)*d]...)
@@ -91,16 +91,18 @@ func (t *Table) Take(keys []uint64) Snapshot {
 		t.freeRow(r)
 		t.tracking = tracking
 	}
-	return s
+	return s, changed
 }
 
 // Put stores the rows of s, which Take returned (its keys ascending and
 // without rows here), bypassing admission, with their update counts and
 // last-touched steps exactly: where a step is older than the table's base
-// (see Evict), every row's stored step is moved to make room. Rows already
+// (see Evict), every row's stored step is moved to make room. changed[i]
+// says whether row i counts as changed since the last ResetChanges or
+// FrozenChanges (what Take said of it; nil: every row does). Rows already
 // here are left as they are. It fails like Import on a Snapshot of the
 // wrong shape or past MaxRows.
-func (t *Table) Put(s Snapshot) error {
+func (t *Table) Put(s Snapshot, changed []bool) error {
 	if err := t.checkSnapshot(s); err != nil {
 		return err
 	}
@@ -131,6 +133,9 @@ func (t *Table) Put(s Snapshot) error {
 		r = t.allocRow(k)
 		t.index[pos] = uint32(h)&^t.rowMask | uint32(r+1)
 		t.fillRow(s, i, r)
+		if changed != nil && !changed[i] {
+			t.pages[r>>t.pageShift].dirty[(r&t.pageMask)>>6] &^= 1 << (r & t.pageMask & 63)
+		}
 	}
 	return nil
 }
@@ -185,6 +190,75 @@ func (t *Table) Coldest(n int, dst []uint64) []uint64 {
 			dst = append(dst, p.keys[o])
 		}
 	})
+	return dst
+}
+
+// ColdHand is where ColdestFrom goes on scanning a table's rows, kept by
+// the caller between calls: CLOCK's hand.
+type ColdHand struct {
+	pos int    // the row slot the next scan starts at
+	rng uint64 // the sample's random state
+}
+
+// ColdestFrom appends to dst up to n keys of rows touched long ago,
+// without reading every row as Coldest does: it estimates, from a sample
+// of rows, the last touch below which about a fraction f of the rows lie,
+// and takes the rows at or below it that a scan from h meets, going round
+// the table from where the previous call stopped.
+//
+// f is 2n/live, at least, so that the scan reads about half the rows;
+// while n is under 1% of the rows it may grow to 64n/live, up to 1%, so
+// that the scan reads about 1/64 of them: in a large table the rows taken
+// are then among its coldest 1%, not its coldest n. When the scan meets
+// fewer than n such rows in a whole turn, it takes any rows.
+func (t *Table) ColdestFrom(h *ColdHand, n int, dst []uint64) []uint64 {
+	if n <= 0 || t.live == 0 || !t.keepTouch {
+		return dst
+	}
+	if n >= t.live {
+		t.forLive(func(_ int, p *page, o int) { dst = append(dst, p.keys[o]) })
+		return dst
+	}
+	slots := t.highWater
+	isLive := func(r int) (*page, int, bool) {
+		p := &t.pages[r>>t.pageShift]
+		o := r & t.pageMask
+		return p, o, p.live[o>>6]&(1<<(o&63)) != 0
+	}
+	const samples = 1 << 10
+	sample := make([]uint32, 0, samples)
+	for try := 0; try < 16*samples && len(sample) < samples; try++ {
+		h.rng = h.rng*6364136223846793005 + 1442695040888963407 // a 64-bit LCG's step
+		if p, o, ok := isLive(int((h.rng >> 32) * uint64(slots) >> 32)); ok {
+			sample = append(sample, p.touch[o])
+		}
+	}
+	if len(sample) == 0 {
+		return t.Coldest(n, dst)
+	}
+	slices.Sort(sample)
+	if h.pos >= slots {
+		h.pos = 0
+	}
+	f := max(2*float64(n), min(64*float64(n), float64(t.live)/100)) / float64(t.live)
+	thr := sample[min(len(sample)-1, int(f*float64(len(sample))))]
+	start := len(dst)
+	for pass := 0; pass < 2 && len(dst)-start < n; pass++ {
+		for seen := 0; seen < slots && len(dst)-start < n; seen++ {
+			r := h.pos
+			if h.pos++; h.pos >= slots {
+				h.pos = 0
+			}
+			p, o, ok := isLive(r)
+			if !ok {
+				continue
+			}
+			// The second pass takes the rows the first left.
+			if tc := p.touch[o]; tc <= thr == (pass == 0) {
+				dst = append(dst, p.keys[o])
+			}
+		}
+	}
 	return dst
 }
 

@@ -26,13 +26,18 @@ type Store struct {
 	db   *pebble.DB
 	dir  string
 	fs   vfs.FS
-	next uint32 // the prefix the next table gets; guarded by the owner's lock
+	next atomic.Uint32 // the prefix the last table got (Load takes one with no lock held)
 
 	// bgErr is the first error of pebble's background work (a flush or a
 	// compaction that could not write: a full disk). Pebble retries a
 	// failed flush for ever and, once its memtables are full, stalls
 	// writes: the tier stops at the first such error instead (Err).
 	bgErr atomic.Pointer[error]
+
+	// misuse counts the SingleDeletes pebble found that met no row or
+	// more than one (see entry): a bug of the Table's, which tests check
+	// for.
+	misuse atomic.Int64
 }
 
 // OpenStore opens a store in dir, which it creates, emptying whatever a
@@ -62,7 +67,7 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: creating %s: %w", ErrStore, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs, next: 1}
+	s := &Store{dir: dir, fs: fs}
 	opts := &pebble.Options{
 		// Nothing is recovered from the store after a crash (the
 		// checkpoint is), so writes skip the log.
@@ -76,8 +81,9 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 		// A damaged file fails the read that meets it (ErrStore), not the
 		// process: pebble's default would be Logger.Fatalf.
 		EventListener: &pebble.EventListener{
-			DataCorruption:  func(pebble.DataCorruptionInfo) {},
-			BackgroundError: func(err error) { s.bgErr.CompareAndSwap(nil, &err) },
+			DataCorruption:    func(pebble.DataCorruptionInfo) {},
+			BackgroundError:   func(err error) { s.bgErr.CompareAndSwap(nil, &err) },
+			PossibleAPIMisuse: func(pebble.PossibleAPIMisuseInfo) { s.misuse.Add(1) },
 		},
 	}
 	for i := range opts.Levels {
@@ -86,6 +92,13 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 		// read costs more than the bytes it saves.
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
+	// Sixteen sublevels of L0 before a compaction into the levels below,
+	// not four: rows are written at random keys, so each L0 compaction
+	// rewrites the whole key range below it, and the more L0 holds, the
+	// fewer rewrites. A lookup pays little for the extra files: their
+	// Bloom filters, in the cache, rule most out.
+	opts.L0CompactionThreshold = 16
+	opts.L0StopWritesThreshold = 64
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening %s: %w", ErrStore, dir, err)

@@ -46,8 +46,12 @@ type Table struct {
 	freshAt    int64
 	freshFor   int // Demotes since fresh started
 
+	hand sparse.ColdHand // where Demote's scan for cold rows goes on
+
 	filter  *missFilter // every key in the disk tier, and some that left it (filter.go)
 	rebuild *Rebuild    // the filter's rebuild out, or nil
+
+	changes changeLog // what changed on disk since the last cut (changes.go)
 
 	stats Stats
 	err   error // the first store error; sticky
@@ -55,7 +59,18 @@ type Table struct {
 
 // entry is a change to the store: a row (encoded) or, with row nil, a
 // deletion.
-type entry struct{ row []byte }
+//
+// The store holds at most one version of a key that is not deleted: a row
+// is written (Set) when it moves to disk, and deleted when it moves back,
+// so a deletion is a pebble SingleDelete, which vanishes with the Set it
+// meets in a compaction instead of going down to the last level as a
+// tombstone. Where the store may hold an older version (the change
+// replaced a deletion not yet written), over says so: a row is then
+// written as Delete and Set, a deletion as a Delete.
+type entry struct {
+	row  []byte
+	over bool
+}
 
 // Stats counts what the tiers have done.
 type Stats struct {
@@ -79,12 +94,12 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 	t.KeepTouch()
 	slots := t.Rule().StateSlots()
 	tb := &Table{
-		hot: t, store: s, prefix: s.next,
+		hot: t, store: s, prefix: s.next.Add(1),
 		stride: t.Dim() * (1 + slots), slots: slots, counts: t.KeepsCount(),
 		pend: make(map[uint64]*entry), filter: newMissFilter(0),
 		fresh: make(map[uint64]struct{}), old: make(map[uint64]struct{}),
 	}
-	s.next++
+	tb.changes.start(t)
 	return tb
 }
 
@@ -148,6 +163,7 @@ func (t *Table) Fetch(keys []uint64) error {
 		snap.Updates = []uint32{}
 	}
 	snap.LastTouch = []int64{}
+	var changed []bool
 	cutoff := t.hot.EvictedBefore()
 	var it *pebble.Iterator
 	if len(miss) > 8 {
@@ -169,25 +185,44 @@ func (t *Table) Fetch(keys []uint64) error {
 		if row == nil {
 			continue
 		}
-		t.pend[k] = &entry{} // gone from disk
+		t.gone(k)
 		t.onDisk--
+		dirty := t.changes.leave(k)
 		touch := int64(binary.LittleEndian.Uint64(row[4:]))
 		if touch < cutoff {
 			t.stats.Evicted++
+			t.changes.dropped(k, touch, t.onDisk)
 			continue
 		}
 		t.stats.Hits++
 		t.fresh[k] = struct{}{}
 		t.decode(&snap, k, row)
+		changed = append(changed, dirty)
 	}
 	if len(snap.Keys) == 0 {
 		return nil
 	}
-	if err := t.hot.Put(snap); err != nil {
+	if err := t.hot.Put(snap, changed); err != nil {
 		return err
 	}
 	t.stats.Promotions += int64(len(snap.Keys))
 	return nil
+}
+
+// gone records that key's row left the disk tier.
+func (t *Table) gone(k uint64) {
+	e, ok := t.pend[k]
+	switch {
+	case !ok:
+		// In flight or in the store: one Set for the deletion to meet.
+		t.pend[k] = &entry{}
+	case e.over:
+		// The store may hold an older version.
+		t.pend[k] = &entry{over: true}
+	default:
+		// Never written, and nothing older in the store or in flight.
+		delete(t.pend, k)
+	}
 }
 
 // lookup finds key's row in the disk tier: nil if it has none.
@@ -200,7 +235,10 @@ func (t *Table) lookup(k uint64, it *pebble.Iterator) ([]byte, error) {
 	}
 	t.keyBuf = keyOf(t.keyBuf, t.prefix, k)
 	if it != nil {
-		if !it.SeekGE(t.keyBuf) || string(it.Key()) != string(t.keyBuf) {
+		// A prefix seek (the whole key is the prefix) asks each table
+		// file's Bloom filter first, and reads a data block only from
+		// the file that holds the key, not one from every level.
+		if !it.SeekPrefixGE(t.keyBuf) || string(it.Key()) != string(t.keyBuf) {
 			return nil, it.Error()
 		}
 		return t.checkRow(slices.Clone(it.Value()))
@@ -247,9 +285,10 @@ func (t *Table) decode(snap *sparse.Snapshot, k uint64, row []byte) {
 
 // encode is row i of snap as the store keeps it: update count (uint32),
 // last touch (int64), then value and state slots (float32), little-endian.
-func (t *Table) encode(snap *sparse.Snapshot, i int) []byte {
+// It appends the row to b, which must have room for it.
+func (t *Table) encode(b []byte, snap *sparse.Snapshot, i int) []byte {
 	d := snap.Dim
-	b := make([]byte, 12, 12+4*t.stride)
+	b = b[:12]
 	if snap.Updates != nil {
 		binary.LittleEndian.PutUint32(b, snap.Updates[i])
 	}
@@ -289,7 +328,7 @@ func (t *Table) Demote(n int) int {
 	if n <= 0 || t.err != nil {
 		return 0
 	}
-	keys := t.hot.Coldest(n+len(protected), nil)
+	keys := t.hot.ColdestFrom(&t.hand, n+len(protected), nil)
 	if len(protected) > 0 {
 		keys = slices.DeleteFunc(keys, func(k uint64) bool { _, ok := protected[k]; return ok })
 		keys = keys[:min(n, len(keys))]
@@ -299,10 +338,23 @@ func (t *Table) Demote(n int) int {
 
 // demoteKeys moves the rows of keys to the disk tier.
 func (t *Table) demoteKeys(keys []uint64) int {
-	snap := t.hot.Take(keys)
+	snap, changed := t.hot.Take(keys)
+	// One allocation for the rows and one for the entries, not two a row.
+	size := 12 + 4*t.stride
+	rows := make([]byte, len(snap.Keys)*size)
+	entries := make([]entry, len(snap.Keys))
 	for i, k := range snap.Keys {
-		t.pend[k] = &entry{row: t.encode(&snap, i)}
+		// A deletion still pending, or a change in flight, means the
+		// store may hold a version of k when this one is written.
+		_, pending := t.pend[k]
+		_, flying := t.flight[k]
+		e := &entries[i]
+		e.row, e.over = t.encode(rows[i*size:(i+1)*size:(i+1)*size], &snap, i), pending || flying
+		t.pend[k] = e
 		t.filter.add(k)
+		if changed[i] {
+			t.changes.enter(k, t.onDisk)
+		}
 	}
 	if t.rebuild != nil {
 		t.rebuild.later = append(t.rebuild.later, snap.Keys...)
@@ -343,12 +395,21 @@ func (f *Flight) Write() error {
 	b := f.t.store.db.NewBatch()
 	defer b.Close()
 	var key []byte
-	for k, e := range f.changes {
+	// In key order: the memtable's inserts then walk its skiplist
+	// forwards, and a batch too large for it, which pebble sorts, comes
+	// sorted.
+	for _, k := range slices.Sorted(maps.Keys(f.changes)) {
+		e := f.changes[k]
 		key = keyOf(key, f.t.prefix, k)
 		var err error
-		if e.row == nil {
-			err = b.Delete(key, nil)
-		} else {
+		switch {
+		case e.row == nil && !e.over:
+			err = b.SingleDelete(key, nil)
+		case e.over:
+			if err = b.Delete(key, nil); err == nil && e.row != nil {
+				err = b.Set(key, e.row, nil)
+			}
+		default:
 			err = b.Set(key, e.row, nil)
 		}
 		if err != nil {
