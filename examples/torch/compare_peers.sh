@@ -33,8 +33,8 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     echo "rc=$rc wall_s=$(echo "$t1 - $t0" | bc)" >"$R/${name}_r${round}.wall"
     [ $rc = 0 ] || echo "    $name exited $rc: $(tail -1 "$R/${name}_r${round}.log")" >&2
     # summarize.py counts paramserv's whole-job rate (every worker's batches over the chief's training
-    # time, from the workers' "finished" lines) for results of model "mnist".
-    case $name in ps_*) [ -f "$RES" ] && $PY -c "import json,sys;p=sys.argv[1];d=json.load(open(p));d['model']='mnist';json.dump(d,open(p,'w'))" "$RES";; esac
+    # time, from the workers' "finished" lines) for results of model "mnist", from the chief's own rate.
+    case $name in ps_*) [ -f "$RES" ] && $PY -c "import json,sys;p=sys.argv[1];d=json.load(open(p));d['model']='mnist';d['examples_per_s']=d.get('chief_examples_per_s',d['examples_per_s']);json.dump(d,open(p,'w'))" "$RES";; esac
   done
 done
 PEER_DIR=$OUT $PY "$PEERS/summarize.py"

@@ -16,7 +16,10 @@ labels a linear model planted, there is nothing to add, and the two reach
 the same test AUC (0.790 on 200k rows, 1 ps, 2 workers, 3000 steps). Every worker reads its own part of the
 training files (every n-th file, or every n-th line when there are fewer files
 than workers); the chief evaluates on the test file and writes --result_file
-with ``test_auc``, ``test_log_loss``, ``test_accuracy`` and ``examples_per_s``.
+with ``test_auc``, ``test_log_loss``, ``test_accuracy``, ``examples_per_s``
+(the job's: the global steps taken during the chief's training times the
+batch size, times the workers in sync mode, over that time, as the Go
+models count it) and ``chief_examples_per_s`` (the chief's own batches).
 
     paramserv data synth-ctr --rows=200000 --fields=8 --out=ctr
     paramserv local --ps=2 --workers=2 -- /usr/bin/python3 examples/torch/ctr.py --data_dir=ctr
@@ -35,6 +38,14 @@ import paramserv.torch as pst
 
 def log(msg):
     print(time.strftime("%Y/%m/%d %H:%M:%S"), msg, flush=True)
+
+
+def job_rate(steps, batch_size, sync, replicas, elapsed):
+    """The job's examples/s, as the Go models' result files count it: every
+    worker's examples over the chief's training time. The global steps the
+    job took during the chief's training count the pushes applied (async:
+    one a worker's batch; sync: replicas a step)."""
+    return steps * batch_size * (replicas if sync else 1) / elapsed
 
 
 def read_tsv(path, lines=None):
@@ -112,8 +123,9 @@ def main():
     ap.add_argument("--hidden_units", type=int, default=32)
     ap.add_argument("--min_count", type=int, default=0, help="the deep table admits a value once seen this many times")
     ap.add_argument("--sync_replicas", action="store_true")
-    ap.add_argument("--prefetch", action="store_true",
-                    help="pull the next batch's rows in the background while this one computes (Embedding.prefetch)")
+    ap.add_argument("--prefetch", nargs="?", const="step", default="", choices=["step", "background"],
+                    help="pull the next batch's rows ahead (Embedding.prefetch): with this batch's push+pull, "
+                         "one round trip a step (step, the default), or in the background while this one computes")
     ap.add_argument("--overlap", action="store_true",
                     help="push+pull in the background while the next batch computes (DistributedModule overlap=True; async only)")
     ap.add_argument("--steps_to_validate", type=int, default=500)
@@ -158,6 +170,7 @@ def main():
         return order[at - args.batch_size:at]
 
     step = model.pull()
+    first = step
     # The batch's summed log loss, not its mean, as sparse_lr: FTRL's and
     # Adagrad's per-coordinate rates are defined on per-example gradients,
     # and a mean would shrink the gradient of a value seen once in the
@@ -167,8 +180,9 @@ def main():
     def prefetch(idx):
         # Each Embedding pulls the rows of a future batch in the
         # background; a forward pass takes the oldest prefetch.
-        model.module.wide.prefetch(x[idx])
-        model.module.deep.prefetch(x[idx])
+        with_step = args.prefetch == "step"
+        model.module.wide.prefetch(x[idx], with_step=with_step)
+        model.module.deep.prefetch(x[idx], with_step=with_step)
 
     idx = next_batch()
     if args.prefetch:
@@ -176,8 +190,10 @@ def main():
     while step < args.train_steps:
         following = next_batch()
         if args.prefetch:
-            # The next batch's rows travel while this one computes (one
-            # push of this worker short in async mode; exact in sync mode).
+            # The next batch's rows travel with this batch's push+pull
+            # (--prefetch=step: one round trip a step, read after the
+            # push), or while this one computes (--prefetch=background:
+            # one push of this worker short in async mode; exact in sync).
             prefetch(following)
         t = time.time()
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))
@@ -192,6 +208,7 @@ def main():
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
     elapsed, cpu = time.time() - start, time.process_time() - cpu0
+    trained = step - first  # the global steps of the chief's training
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     if client.is_chief:
         step = model.pull()
@@ -206,7 +223,8 @@ def main():
         result = {
             "model": "torch_ctr", "mode": "sync" if client.sync else "async", "global_step": step,
             "local_steps": local, "elapsed_s": elapsed, "workers": workers, "ps": client.num_ps,
-            "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm, "forward_s": fwd,
+            "examples_per_s": job_rate(trained, args.batch_size, client.sync, workers, elapsed),
+            "chief_examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm, "forward_s": fwd,
             "cpu_s": cpu,  # this process's threads, the Go library's included
             "prefetch": args.prefetch, "overlap": model.overlapping,
             "test_auc": auc(ty, p), "test_log_loss": log_loss, "test_accuracy": float(np.mean((p > 0.5) == (ty > 0.5))),

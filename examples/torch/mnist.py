@@ -18,7 +18,10 @@ Run it as every worker of a local cluster:
         --data_dir=../shared/data --train_steps=2000
 
 The cluster comes from TF_CONFIG. Only the chief evaluates and writes
---result_file (JSON with test_accuracy and examples_per_s).
+--result_file (JSON with test_accuracy, examples_per_s: the job's, every
+worker's examples over the chief's training time, counted from the global
+steps taken meanwhile as the Go models' result files count them, and
+chief_examples_per_s: the chief's own).
 """
 
 import argparse
@@ -41,6 +44,14 @@ FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
 
 def log(msg):
     print(msg, flush=True)
+
+
+def job_rate(steps, batch_size, sync, replicas, elapsed):
+    """The job's examples/s, as the Go models' result files count it: every
+    worker's examples over the chief's training time. The global steps the
+    job took during the chief's training count the pushes applied (async:
+    one a worker's batch; sync: replicas a step)."""
+    return steps * batch_size * (replicas if sync else 1) / elapsed
 
 
 def find_dir(root, dataset):
@@ -175,6 +186,7 @@ def main():
     comm = 0.0
     local = 0
     step = model.pull()
+    first = step
     while step < args.train_steps:
         idx = next_batch(batches)
         loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[idx])), torch.from_numpy(y[idx]))
@@ -187,6 +199,7 @@ def main():
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item():.4f}")
     elapsed = time.time() - start
+    trained = step - first  # the global steps of the chief's training
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")
     log(f"Training elapsed time: {elapsed:.1f} s")
     if client.is_chief:
@@ -201,7 +214,8 @@ def main():
                 "local_steps": local, "elapsed_s": elapsed, "workers": workers, "ps": client.num_ps,
                 "optimizer": "torch.optim.Adam on the worker" if args.worker_optimizer else "adam",
                 "learning_rate": args.learning_rate,
-                "examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm,
+                "examples_per_s": job_rate(trained, args.batch_size, client.sync, args.replicas_to_aggregate or workers, elapsed),
+                "chief_examples_per_s": local * args.batch_size / elapsed, "push_pull_s": comm,
                 "val_cross_entropy": val_ce, "val_accuracy": val_acc,
                 "test_cross_entropy": test_ce, "test_accuracy": test_acc,
             }

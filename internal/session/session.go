@@ -266,7 +266,7 @@ func (s *Session) PushPull(ctx context.Context, grads, params model.Params) (ste
 	return s.PushPullRows(ctx, grads, params, nil)
 }
 
-// Rows are gradients of rows of a sparse table: Values holds len(Keys)×dim
+// Rows are rows of a sparse table, gradients pushed or values pulled: Values holds len(Keys)×dim
 // floats, row i for Keys[i]; Keys are distinct.
 type Rows struct {
 	Table  string
@@ -279,7 +279,22 @@ type Rows struct {
 // PushRows of its own is a push of its own: in sync mode it would take the
 // worker's place in the step). Each table appears once in rowGrads.
 func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
-	return s.pushStep(ctx, "push_pull", grads, params, rowGrads)
+	return s.pushStep(ctx, "push_pull", grads, params, rowGrads, nil)
+}
+
+// PushPullTables is PushPullRows that also reads rows of sparse tables in
+// the same request: for each r of pullRows, the rows of r.Keys (distinct)
+// of r.Table into r.Values (len(r.Keys)×dim values, row i for r.Keys[i]),
+// read as params are, after this push is applied (in sync mode once the
+// step it takes part in has completed). A worker that trains on a batch's
+// rows pushes their gradients and pulls the next batch's rows with one
+// round trip per ps instead of two calls. A table may appear in both
+// lists, with the same keys or others; each appears once in each list.
+// params may be nil (no dense values read back). After a ps failure it
+// recovers (the gradients are lost), pulls params and the rows, and
+// returns the step it went on from.
+func (s *Session) PushPullTables(ctx context.Context, grads, params model.Params, rowGrads, pullRows []Rows) (step int64, err error) {
+	return s.pushStep(ctx, "push_pull", grads, params, rowGrads, pullRows)
 }
 
 // Push is PushPullRows that reads no values back (params nil): it pushes
@@ -287,17 +302,20 @@ func (s *Session) PushPullRows(ctx context.Context, grads, params model.Params, 
 // in sync mode once the step the push takes part in has completed. The
 // values of that step are for a Pull to read.
 func (s *Session) Push(ctx context.Context, grads model.Params, rowGrads []Rows) (step int64, err error) {
-	return s.pushStep(ctx, "push", grads, nil, rowGrads)
+	return s.pushStep(ctx, "push", grads, nil, rowGrads, nil)
 }
 
 // pushStep is PushPullRows and Push, the metrics' call named call.
-func (s *Session) pushStep(ctx context.Context, call string, grads, params model.Params, rowGrads []Rows) (step int64, err error) {
+func (s *Session) pushStep(ctx context.Context, call string, grads, params model.Params, rowGrads, pullRows []Rows) (step int64, err error) {
 	start := time.Now()
 	compute := start.Sub(s.returned)
-	step, dropped, err := s.pushPullRows(ctx, grads, params, rowGrads)
+	step, dropped, err := s.pushPullRows(ctx, grads, params, rowGrads, pullRows)
 	b := telemetry.Bytes{PushDense: denseBytes(grads), PullDense: denseBytes(params)}
 	for _, r := range rowGrads {
 		b.PushSparse += 8*int64(len(r.Keys)) + 4*int64(len(r.Values))
+	}
+	for _, r := range pullRows {
+		b.PullSparse += 4 * int64(len(r.Values))
 	}
 	s.observe(call, b, start, err)
 	if err == nil && s.calls != nil {
@@ -310,7 +328,7 @@ func (s *Session) pushStep(ctx context.Context, call string, grads, params model
 	return step, err
 }
 
-func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, rowGrads []Rows) (step int64, dropped bool, err error) {
+func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, rowGrads, pullRows []Rows) (step int64, dropped bool, err error) {
 	var minStep int64
 	if s.c.IsSync() {
 		minStep = s.step + 1
@@ -325,6 +343,16 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 		}
 		if len(r.Keys) > 0 {
 			req.SparseGrads = append(req.SparseGrads, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
+		}
+	}
+	for i, r := range pullRows {
+		for _, prev := range pullRows[:i] {
+			if prev.Table == r.Table {
+				return s.step, false, fmt.Errorf("session: worker %d: table %q twice in one pull: give each table once, with all its keys", s.worker, r.Table)
+			}
+		}
+		if len(r.Keys) > 0 {
+			req.SparseParams = append(req.SparseParams, client.Rows{Table: r.Table, Keys: r.Keys, Values: r.Values})
 		}
 	}
 	if err := s.checkFinite(grads, rowGrads); err != nil {
@@ -346,6 +374,9 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 		return s.step, false, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
 	}
 	step, err = s.pull(ctx, params)
+	if err == nil && len(pullRows) > 0 {
+		err = s.pullTables(ctx, pullRows)
+	}
 	return step, false, err
 }
 

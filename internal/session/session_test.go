@@ -430,3 +430,110 @@ func TestRecoveryGivenUpSaysItOnce(t *testing.T) {
 		t.Errorf("PushPull with the ps gone: %v, want one \"recovery after\" and the timeout named", err)
 	}
 }
+
+// PushPullTables reads the rows it is given after its push is applied, in
+// one request: asynchronously at once, the pushed rows' new values among
+// them; in sync mode once the step has completed, with the other worker's
+// rows of that step (pushed after the chief's request was waiting).
+func TestPushPullTablesReadsAfterThePush(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(modeName(sync), func(t *testing.T) {
+			ctx := testCtx(t)
+			workers := 1
+			if sync {
+				workers = 2
+			}
+			addrs := startPS(t, 2, workers)
+			vars := []model.Variable{{Name: "b", Shape: []int{2}}}
+			logs := make(chan string, 100)
+			cfg := func(i int) Config {
+				c := Config{
+					Config: lifecycle.Config{
+						Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1", "127.0.0.1:2"}[:workers]},
+							Task: cluster.Task{Job: cluster.JobWorker, Index: i}},
+						Optimizer:    optim.Config{Name: "sgd", LearningRate: 1},
+						Sync:         sync,
+						WaitLogEvery: 20 * time.Millisecond,
+						Logf: func(f string, a ...any) {
+							select {
+							case logs <- fmt.Sprintf(f, a...):
+							default:
+							}
+						},
+					},
+					Variables: vars,
+					Tables:    []model.Table{{Name: "emb", Dim: 2}, {Name: "bias", Dim: 1}},
+				}
+				return c
+			}
+			chief, err := Start(ctx, cfg(0), model.Params{"b": {1, 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer chief.Close()
+			params := model.NewParams(vars)
+			keys := []uint64{4, 40, 1 << 50}
+			emb := make([]float32, 2*len(keys))
+			bias := make([]float32, 2)
+			pull := []Rows{{Table: "emb", Keys: keys, Values: emb}, {Table: "bias", Keys: []uint64{9, 10}, Values: bias}}
+			push := []Rows{{Table: "emb", Keys: keys[:1], Values: []float32{3, 5}}}
+			type result struct {
+				step int64
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				step, err := chief.PushPullTables(ctx, model.Params{"b": {1, 2}}, params, push, pull)
+				done <- result{step, err}
+			}()
+			if sync {
+				other, err := Start(ctx, cfg(1), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Close()
+				for line := ""; !strings.Contains(line, "worker 0: push of step 0 has waited"); {
+					select {
+					case line = <-logs:
+					case <-ctx.Done():
+						t.Fatal("the chief's push did not wait for worker 1's")
+					}
+				}
+				if _, err := other.PushPullRows(ctx, model.Params{"b": {0, 0}}, model.NewParams(vars),
+					[]Rows{{Table: "emb", Keys: keys[1:2], Values: []float32{7, 11}}, {Table: "bias", Keys: []uint64{10}, Values: []float32{2}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-done
+			if r.err != nil || r.step != 1 {
+				t.Fatalf("PushPullTables: step %d, %v; want step 1", r.step, r.err)
+			}
+			wantEmb := make([]float32, len(emb))
+			if err := chief.PullRows(ctx, "emb", keys, wantEmb); err != nil {
+				t.Fatal(err)
+			}
+			wantBias := make([]float32, len(bias))
+			if err := chief.PullRows(ctx, "bias", []uint64{9, 10}, wantBias); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(emb, wantEmb) || !slices.Equal(bias, wantBias) {
+				t.Fatalf("rows pulled with the push: emb %v bias %v; a PullRows after it reads emb %v bias %v", emb, bias, wantEmb, wantBias)
+			}
+			if emb[0] == 0 || emb[1] == 0 {
+				t.Fatalf("emb row 4 %v: want the pushed gradients applied", emb[:2])
+			}
+			if sync && (emb[2] == 0 || bias[1] == 0) {
+				t.Fatalf("emb row 40 %v, bias row 10 %v: want worker 1's gradients of the step applied", emb[2:4], bias[1])
+			}
+			if !sync && !slices.Equal(emb[:2], []float32{-3, -5}) {
+				t.Fatalf("emb row 4 %v, want [-3 -5] (sgd lr 1)", emb[:2])
+			}
+
+			// A table twice in the pull is refused before anything is sent.
+			twice := []Rows{{Table: "emb", Keys: keys[:1], Values: emb[:2]}, {Table: "emb", Keys: keys[1:2], Values: emb[2:4]}}
+			if step, err := chief.PushPullTables(ctx, model.Params{"b": {1, 2}}, params, nil, twice); err == nil || !strings.Contains(err.Error(), `table "emb" twice in one pull`) || step != 1 {
+				t.Fatalf("a table twice: step %d, %v; want step 1 and an error naming table \"emb\" twice", step, err)
+			}
+		})
+	}
+}

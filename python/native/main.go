@@ -487,6 +487,39 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 	return 0
 }
 
+// ps_push_pull_tables is ps_push_pull_rows that also reads, in the same
+// request, the rows of np sparse tables: ptables[i] names one, pkeys[i]
+// holds its pnkeys[i] distinct keys and pout[i] receives their
+// pnkeys[i]×dim values, read after the push is applied (in sync mode once
+// the step has completed). params may be NULL (n still counts grads).
+//
+//export ps_push_pull_tables
+func ps_push_pull_tables(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float,
+	np C.int, ptables **C.char, pkeys **C.uint64_t, pnkeys *C.int64_t, pout **C.float, step *C.int64_t) C.int {
+	h, rc := lock(hd, true)
+	if h == nil {
+		return rc
+	}
+	defer h.mu.Unlock()
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	var pull []session.Rows
+	if err == nil {
+		pull, err = h.rowList("pull_rows", np, ptables, pkeys, pnkeys, pout)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	st, err := h.s.PushPullTables(callCtx(), g, p, rows, pull)
+	if step != nil {
+		*step = C.int64_t(st)
+	}
+	if err != nil {
+		return h.fail(err)
+	}
+	return 0
+}
+
 // ps_push pushes grads (and, as ps_push_pull_rows, the gradients of rows
 // of nt tables) as this worker's step without reading values back; in sync
 // mode it returns once the step has completed.
@@ -517,19 +550,9 @@ func ps_push(hd C.int64_t, grads **C.float, n C.int,
 // declaration is all it reads); params NULL for a push alone.
 func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
 	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) ([]session.Rows, model.Params, model.Params, error) {
-	var rows []session.Rows
-	if nt > 0 {
-		if tables == nil || keys == nil || nkeys == nil || rowGrads == nil {
-			return nil, nil, nil, errors.New("paramserv: push_pull: NULL row arrays")
-		}
-		ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(rowGrads, int(nt))
-		for i := range ts {
-			name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
-		}
+	rows, err := h.rowList("rows", nt, tables, keys, nkeys, rowGrads)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	g, err := h.params(grads, n)
 	if err != nil {
@@ -543,6 +566,27 @@ func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
 		return nil, nil, nil, err
 	}
 	return rows, g, p, nil
+}
+
+// rowList makes Go slices over nt tables' rows (what names the list in
+// errors).
+func (h *handle) rowList(what string, nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, values **C.float) ([]session.Rows, error) {
+	if nt <= 0 {
+		return nil, nil
+	}
+	if tables == nil || keys == nil || nkeys == nil || values == nil {
+		return nil, fmt.Errorf("paramserv: push_pull: NULL %s arrays", what)
+	}
+	ts, ks, ns, vs := unsafe.Slice(tables, int(nt)), unsafe.Slice(keys, int(nt)), unsafe.Slice(nkeys, int(nt)), unsafe.Slice(values, int(nt))
+	rows := make([]session.Rows, 0, int(nt))
+	for i := range ts {
+		name, k, v, err := h.rows(ts[i], ks[i], ns[i], vs[i])
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, session.Rows{Table: name, Keys: k, Values: v})
+	}
+	return rows, nil
 }
 
 func (h *handle) rows(table *C.char, keys *C.uint64_t, nkeys C.int64_t, values *C.float) (string, []uint64, []float32, error) {
@@ -626,6 +670,31 @@ func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
 	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
 		return s.PushPullRows(callCtx(), g, p, rows)
+	})
+}
+
+// ps_push_pull_tables_start starts ps_push_pull_tables on a goroutine, as
+// ps_push_pull_rows_start does: the buffers must stay valid, and params
+// and pout unread, until ps_ticket_wait returns 0 or -1 for the ticket.
+//
+//export ps_push_pull_tables_start
+func ps_push_pull_tables_start(hd C.int64_t, grads, params **C.float, n C.int,
+	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float,
+	np C.int, ptables **C.char, pkeys **C.uint64_t, pnkeys *C.int64_t, pout **C.float) C.int64_t {
+	h := get(hd)
+	if h == nil {
+		return -2
+	}
+	if h.cfg.Cluster.Task.Job == "" {
+		return -1 // the configuration's error stays
+	}
+	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	var pull []session.Rows
+	if err == nil {
+		pull, err = h.rowList("pull_rows", np, ptables, pkeys, pnkeys, pout)
+	}
+	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
+		return s.PushPullTables(callCtx(), g, p, rows, pull)
 	})
 }
 

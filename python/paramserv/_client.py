@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import json
 import math
@@ -23,6 +24,7 @@ Shape = Union[int, Sequence[int]]
 _lib = None
 _lib_lock = threading.Lock()
 _lib_pid = None
+_FLOAT32 = np.dtype(np.float32)
 
 
 class ParamservError(RuntimeError):
@@ -88,6 +90,12 @@ def _load():
             "ps_ticket_step": (i64, [i64, i64]),
             "ps_push_pull_rows_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                               ctypes.POINTER(i64), fpp]),
+            "ps_push_pull_tables": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                          ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                          ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
+            "ps_push_pull_tables_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                                ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
+                                                ctypes.POINTER(i64), fpp]),
             "ps_metrics_addr": (ctypes.c_char_p, [i64]),
             "ps_report_loss": (i32, [i64, ctypes.c_double, i64]),
             "ps_done": (i32, [i64]),
@@ -335,6 +343,8 @@ class Client:
         if not isinstance(variables, Mapping):
             raise ValueError(f"paramserv: variables: got {type(variables).__name__}, want a dict of name: shape")
         self._shapes: Dict[str, Tuple[int, ...]] = {}
+        # id(array): (array, its data address), for _buffers.
+        self._pointers: Dict[int, Tuple[np.ndarray, int]] = {}
         for name, shape in variables.items():
             if not isinstance(name, str) or not name:
                 raise ValueError(f"paramserv: variable name {name!r}: want a non-empty string")
@@ -534,17 +544,33 @@ class Client:
         raise ParamservError(err.decode() if err else "paramserv: failed (no message)")
 
     def _buffers(self, arrays: Mapping[str, np.ndarray], what: str, writable: bool):
-        if not isinstance(arrays, Mapping):
+        if type(arrays) is not dict and not isinstance(arrays, collections.abc.Mapping):
             raise ValueError(f"paramserv: {what}: got {type(arrays).__name__}, want a dict of name: float32 array")
-        extra = [n for n in arrays if n not in self._shapes]
-        missing = [n for n in self._names if n not in arrays]
-        if extra or missing:
+        if len(arrays) != len(self._names) or any(n not in self._shapes for n in arrays):
+            extra = [n for n in arrays if n not in self._shapes]
+            missing = [n for n in self._names if n not in arrays]
             raise ValueError(f"paramserv: {what}: unknown variables {extra} and missing {missing}; "
                              f"want exactly {self._names}")
         ptrs = (ctypes.c_void_p * len(self._names))()
+        known = self._pointers
         for i, n in enumerate(self._names):
-            a = _check_array(f"{what}[{n!r}]", arrays[n], self._shapes[n], writable)
+            a = arrays[n]
+            # The usual case, checked inline: a float32 ndarray of the
+            # declared shape (the full check below names what is wrong).
+            if (type(a) is not np.ndarray or a.dtype is not _FLOAT32 or a.shape != self._shapes[n]
+                    or not a.flags.c_contiguous or (writable and not a.flags.writeable)):
+                a = _check_array(f"{what}[{n!r}]", a, self._shapes[n], writable)
+            # A program passes the same buffers every step: their addresses
+            # are remembered (the reference held keeps an array from being
+            # resized in place, which numpy refuses while it is referenced).
+            hit = known.get(id(a))
+            if hit is not None and hit[0] is a:
+                ptrs[i] = hit[1]
+                continue
             ptrs[i] = a.ctypes.data
+            if len(known) >= 4 * len(self._names) + 8:
+                known.clear()
+            known[id(a)] = (a, ptrs[i])
         return ptrs
 
     # -- the calls --------------------------------------------------------
@@ -586,7 +612,8 @@ class Client:
         return step.value
 
     def push_pull(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
-                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
+                  rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None,
+                  pull_rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
         """Pushes ``grads`` (computed at the values last pulled) and pulls the
         next values into ``params`` in place, in one round trip per ps.
 
@@ -596,6 +623,20 @@ class Client:
         ``push_rows`` of their own would be a push of its own (in sync mode
         it would take this worker's place in the step).
 
+        ``pull_rows`` are rows read in the same request, as ``(table, keys,
+        out)`` tuples (keys distinct uint64, ``out`` a writable float32
+        array of shape (len(keys), dim), filled in place): what
+        ``pull_rows(table, keys, out)`` would read after this call, since
+        they are read once the push is applied (in sync mode once the step
+        has completed). A worker pushes its batch's row gradients and pulls
+        the next batch's rows in one round trip instead of two calls::
+
+            step = c.push_pull(grads, params, rows=[("emb", keys, row_grads)],
+                               pull_rows=[("emb", next_keys, next_rows)])
+
+        Each table appears at most once in ``rows`` and once in
+        ``pull_rows``; a table may be in both, with the same keys or others.
+
         In sync mode it returns once the step the push takes part in has
         completed. The ps apply the optimizer. Returns the new global step.
         After a ps failure the client waits for the ps to recover, pulls,
@@ -603,11 +644,11 @@ class Client:
         gradient holding a NaN or an Inf is refused whole (ParamservError):
         nothing is applied, on any ps.
         """
-        args = self._push_pull_args(grads, params, rows)
+        args = self._push_pull_args(grads, params, rows) + self._pull_rows_args(pull_rows)
         self._need_started()
         step = ctypes.c_int64()
         with self._lock:
-            if self._lib.ps_push_pull_rows(self._h, *args, ctypes.byref(step)) != 0:
+            if self._lib.ps_push_pull_tables(self._h, *args, ctypes.byref(step)) != 0:
                 self._raise()
         return step.value
 
@@ -637,7 +678,9 @@ class Client:
         None: a push alone)."""
         g = self._buffers(grads, "grads", writable=False)
         p = None if params is None else self._buffers(params, "params", writable=True)
-        rows = list(rows or ())
+        if not rows:
+            return g, p, len(self._names), 0, None, None, None, None
+        rows = list(rows)
         nt = len(rows)
         names = (ctypes.c_char_p * max(nt, 1))()
         keys, vals = (ctypes.c_void_p * max(nt, 1))(), (ctypes.c_void_p * max(nt, 1))()
@@ -650,6 +693,28 @@ class Client:
             keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
             names[i] = table.encode()
         return g, p, len(self._names), nt, names, keys, nkeys, vals
+
+    def _pull_rows_args(self, pull_rows):
+        """The C arguments of a push+pull's pulled rows, checked."""
+        if not pull_rows:
+            return 0, None, None, None, None
+        pull_rows = list(pull_rows)
+        nt = len(pull_rows)
+        names = (ctypes.c_char_p * max(nt, 1))()
+        keys, vals = (ctypes.c_void_p * max(nt, 1))(), (ctypes.c_void_p * max(nt, 1))()
+        nkeys = (ctypes.c_int64 * max(nt, 1))()
+        seen = set()
+        for i, r in enumerate(pull_rows):
+            try:
+                table, k, v = r
+            except (TypeError, ValueError):
+                raise ValueError(f"paramserv: push_pull pull_rows[{i}]: want a (table, keys, out) tuple") from None
+            if table in seen:
+                raise ValueError(f"paramserv: push_pull pull_rows: table {table!r} twice: give each table once, with all its keys")
+            seen.add(table)
+            keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull pull_rows", writable=True)
+            names[i] = table.encode()
+        return nt, names, keys, nkeys, vals
 
     def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
         if table not in self._dims:
@@ -683,15 +748,17 @@ class Client:
                 self._raise()
 
     def push_pull_async(self, grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray],
-                        rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
+                        rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None,
+                        pull_rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
         """Starts ``push_pull`` in the background and returns at once with a
         ``concurrent.futures.Future`` of the new global step, so that the
         next batch's computation overlaps the round trip. It runs on a
         goroutine of the Go library (no Python thread, not the GIL), after
         the calls started before it and before those started after it.
         Until the future is done, ``grads`` and the rows are being read and
-        ``params`` written: leave them alone, e.g. compute into a second
-        set of buffers (the client holds references to them until then).
+        ``params`` and the ``pull_rows`` outputs written: leave them alone,
+        e.g. compute into a second set of buffers (the client holds
+        references to them until then).
         ``future.result()`` raises what ``push_pull`` would, bad buffers
         included. The future learns that the call is over when asked
         (``result()``, ``exception()``, ``done()``); a future waited on
@@ -707,12 +774,12 @@ class Client:
         """
         self._need_started()
         try:
-            args = self._push_pull_args(grads, params, rows)
+            args = self._push_pull_args(grads, params, rows) + self._pull_rows_args(pull_rows)
         except ValueError as e:
             fut: Future = Future()
             fut.set_exception(e)
             return fut
-        return self._start(self._lib.ps_push_pull_rows_start(self._h, *args), (grads, params, rows, args), None)
+        return self._start(self._lib.ps_push_pull_tables_start(self._h, *args), (grads, params, rows, pull_rows, args), None)
 
     def pull_rows_async(self, table: str, keys: np.ndarray, out: np.ndarray) -> "Future[np.ndarray]":
         """Starts ``pull_rows(table, keys, out)`` in the background and returns

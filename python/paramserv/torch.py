@@ -34,6 +34,7 @@ import io
 import itertools
 import json
 import os
+from concurrent.futures import Future
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -122,9 +123,22 @@ class Embedding(torch.nn.Module):
         """Forward passes whose ids' keys differed from their prefetch's
         (which was dropped, the rows pulled then)."""
 
-    def prefetch(self, ids: Any) -> None:
+    def prefetch(self, ids: Any, with_step: bool = False) -> None:
         """Starts pulling, in the background, the rows of the distinct ids of
         a future batch (a tensor or array of integers, any shape).
+
+        With ``with_step=True`` the rows are not pulled now but by the next
+        ``DistributedModule.step()``, in the same request as its push (one
+        round trip per ps where a background pull is a call of its own):
+        read after that push is applied, so batch t+1 sees batch t's
+        gradients (no staleness, in either mode), and the forward pass of
+        batch t+1 finds them there. The round trip is the step's, not
+        hidden behind batch t's computation; on a busy CPU one call a step
+        instead of two is usually the faster. (With ``overlap=True`` the
+        forward pass waits for the step's call in flight.) A table rides
+        on a step once: a second prefetch of the same table (prefetches
+        queued further ahead, or Embeddings sharing a table) is pulled
+        after the step as without ``with_step``.
 
         Prefetches queue, and each forward pass takes the oldest: if its
         ids hold the same distinct keys, it uses those rows instead of
@@ -161,27 +175,36 @@ class Embedding(torch.nn.Module):
         prefetch. A prefetch that a step may come before (one made while
         a step is under way, a training forward pass since the last
         ``step()``, or while other prefetches wait for their forward pass)
-        starts its pull only when ``step()`` has completed, and ``step()``
-        pulls again any prefetch made before it, so the round trip hides
-        only behind what the program does between ``step()`` and the next
-        forward pass.
+        is pulled only once ``step()`` has completed (the oldest of each
+        table in ``step()``'s own request, as ``with_step=True`` is, the
+        others after it), and ``step()`` pulls again any prefetch made
+        before it, so the round trip hides only behind what the program
+        does between ``step()`` and the next forward pass.
         """
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=True)
         keys, inverse = np.unique(flat, return_inverse=True)
         pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, _host_buffer((len(keys), self.dim), self._pinned))
-        if not (self._hold is not None and self._hold(bool(self._prefetched))):
+        held = with_step or (self._hold is not None and self._hold(bool(self._prefetched)))
+        if not held:
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
         self._prefetched.append(pf)
 
-    def _pull_again(self) -> None:
+    def _pull_again(self, rode: List[_Prefetch]) -> None:
         """Starts again the pulls of the prefetches (synchronous training,
         after a step: the rows they read may predate it), each into a
-        buffer of its own: the first pull may still be running."""
+        buffer of its own: the first pull may still be running. Those that
+        rode on the step (rode) were read after it and stay."""
         for pf in self._prefetched:
+            if any(pf is r for r in rode):
+                continue
             pf.rows = np.empty_like(pf.rows)
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
+
+    def _held(self) -> List[_Prefetch]:
+        """The prefetches whose pull has not started, oldest first."""
+        return [pf for pf in self._prefetched if pf.future is None]
 
     def forward(self, ids: Any) -> torch.Tensor:
         """Looks up the rows of ``ids`` (integers of any shape: a tensor, an
@@ -598,14 +621,23 @@ class DistributedModule(torch.nn.Module):
         embeddings' rows) — with a worker's optimizer, first runs its
         ``step()`` and pushes the change it made — pulls the next values in
         place, zeroes the gradients, saves the chief's checkpoint when one
-        is due, and returns the new global step."""
+        is due, and returns the new global step. The rows of prefetches
+        waiting for it (``Embedding.prefetch(ids, with_step=True)``, or
+        held in synchronous training) are read in the same request, after
+        the push, one prefetch per table."""
         rows = _merge([r for r in (e._rows() for e in self._embeddings) if r is not None])
+        pulls, rode = self._riders()
         self._gather()
         if self._overlap:
-            return self._step_overlapped(rows)
+            return self._step_overlapped(rows, pulls, rode)
         self._host_free()
         before = self._step
-        step = self.client.push_pull(self._grads, self._params, rows=rows)
+        step = self.client.push_pull(self._grads, self._params, rows=rows, pull_rows=pulls)
+        if rode:
+            landed: Future = Future()
+            landed.set_result(None)
+            for pf in rode:
+                pf.future = landed
         for g in self._grads.values():
             g.fill(0)
         self._to_device()
@@ -614,11 +646,27 @@ class DistributedModule(torch.nn.Module):
             # The step has completed: a prefetch's rows must be read from
             # now on (Embedding.prefetch), so that sync stays exact.
             for e in self._embeddings:
-                e._pull_again()
+                e._pull_again(rode)
         self._after_step(before, step)
         return step
 
-    def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]]) -> int:
+    def _riders(self) -> Tuple[List[Tuple[str, np.ndarray, np.ndarray]], List[_Prefetch]]:
+        """The prefetches whose pull waits for the step (Embedding.prefetch
+        with_step, or held in sync mode), the oldest of each table: the
+        step's push+pull reads their rows (pull_rows) and the prefetches."""
+        pulls: List[Tuple[str, np.ndarray, np.ndarray]] = []
+        rode: List[_Prefetch] = []
+        seen = set()
+        for e in self._embeddings:
+            held = e._held()
+            if held and e.table not in seen:
+                seen.add(e.table)
+                pulls.append((e.table, held[0].keys, held[0].rows))
+                rode.append(held[0])
+        return pulls, rode
+
+    def _step_overlapped(self, rows: List[Tuple[str, np.ndarray, np.ndarray]],
+                         pulls: List[Tuple[str, np.ndarray, np.ndarray]], rode: List[_Prefetch]) -> int:
         """step() with the round trip in the background: the push+pull
         reads this set of gradients and fills this set of values while the
         module switches to a second set (values one push older), which the
@@ -634,7 +682,9 @@ class DistributedModule(torch.nn.Module):
             self._settle()
             self._after_step(before, self._step)
         self._host_free()
-        self._future = self.client.push_pull_async(self._grads, self._params, rows=rows)
+        self._future = self.client.push_pull_async(self._grads, self._params, rows=rows, pull_rows=pulls)
+        for pf in rode:
+            pf.future = self._future
         (self._params, self._grads), self._spare = self._spare, (self._params, self._grads)
         for g in self._grads.values():
             g.fill(0)

@@ -125,6 +125,23 @@ def test_read_only_destination(client):
         client.pull(p)
 
 
+def test_arrays_checked_every_call(client):
+    # The buffers' addresses are remembered between calls; their checks
+    # are not: an array made read-only or reshaped after a call is refused.
+    p = good()
+    with pytest.raises(ParamservError, match="not started"):
+        client.pull(p)  # the arrays pass and are remembered
+    p["w"].shape = (3, 2)
+    with pytest.raises(ValueError, match=r"params\['w'\]: shape \(3, 2\), want \(2, 3\)"):
+        client.pull(p)
+    p["w"].shape = (2, 3)
+    p["b"].flags.writeable = False
+    with pytest.raises(ValueError, match=r"params\['b'\]: read-only"):
+        client.pull(p)
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        client.pull({"w": p["w"], "x": p["b"]})
+
+
 def test_bad_rows(client):
     keys = np.array([1, 2], np.uint64)
     with pytest.raises(ValueError, match="unknown table 'nope'"):
@@ -271,6 +288,83 @@ def test_sparse_rows_round_trip(make_cluster):
         np.testing.assert_array_equal(out, -grads[::-1])
         c.pull_rows("emb", np.array([], np.uint64), np.empty((0, 3), np.float32))
         c.done()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_push_pull_with_pull_rows(make_cluster, sync):
+    # pull_rows= reads rows in the push+pull's request, after its push: the
+    # values a pull_rows call after it reads. In sync mode with two
+    # workers, the chief's rows hold worker 1's push of the same step.
+    workers = 2 if sync else 1
+    cl = make_cluster(num_ps=2, num_workers=workers)
+    kw = dict(variables={"b": 2}, tables={"emb": 3, "bias": 1}, optimizer="sgd", learning_rate=1.0,
+              sync=sync, startup_timeout=60, quiet=True)
+    chief = Client(tf_config=cl.tf_config(0), **kw)
+    other = Client(tf_config=cl.tf_config(1), **kw) if sync else None
+    try:
+        chief.start(init={"b": np.ones(2, np.float32)})
+        if other:
+            other.start()
+        keys = np.array([7, 1 << 40, 2**64 - 1], np.uint64)
+        grads = np.arange(1, 10, dtype=np.float32).reshape(3, 3)
+        params = {"b": np.empty(2, np.float32)}
+        emb, bias = np.full((3, 3), 9, np.float32), np.full((2, 1), 9, np.float32)
+        bias_keys = np.array([4, 5], np.uint64)
+        dense = {"b": np.ones(2, np.float32)}
+        fut = None
+        if other:
+            # Worker 1 pushes bias row 5 in the step (its call waits for the chief's push).
+            fut = other.push_pull_async({"b": np.zeros(2, np.float32)}, {"b": np.empty(2, np.float32)},
+                                        rows=[("bias", bias_keys[1:].copy(), np.full((1, 1), 2, np.float32))])
+        step = chief.push_pull(dense, params, rows=[("emb", keys[:2].copy(), grads[:2].copy())],
+                               pull_rows=[("emb", keys, emb), ("bias", bias_keys, bias)])
+        assert step == 1
+        if fut:
+            assert fut.result(timeout=60) == 1
+        want_emb, want_bias = np.empty_like(emb), np.empty_like(bias)
+        chief.pull_rows("emb", keys, want_emb)
+        chief.pull_rows("bias", bias_keys, want_bias)
+        np.testing.assert_array_equal(emb, want_emb)
+        np.testing.assert_array_equal(bias, want_bias)
+        np.testing.assert_array_equal(emb[2], 0)  # not pushed: a new zeros row
+        assert (emb[:2] < 0).all()
+        if sync:
+            assert bias[1, 0] < 0, bias  # worker 1's push of the step
+        else:
+            np.testing.assert_array_equal(emb[:2], -grads[:2])
+        # The async variant fills the rows when its future is done.
+        emb2 = np.empty_like(emb)
+        fut = chief.push_pull_async(dense, params, pull_rows=[("emb", keys, emb2)])
+        if other:
+            other.push_pull({"b": np.zeros(2, np.float32)}, {"b": np.empty(2, np.float32)})
+        assert fut.result(timeout=60) == 2
+        np.testing.assert_array_equal(emb2, want_emb)  # no rows pushed since
+        # Bad arguments: clear errors, nothing sent.
+        for pull, match in [
+                ([("nope", keys, emb)], "unknown table 'nope'"),
+                ([("emb", keys.astype(np.int64), emb)], "uint64"),
+                ([("emb", keys, np.empty((3, 2), np.float32))], r"shape \(3, 2\), want \(3, 3\)"),
+                ([("emb", keys, emb.astype(np.float64))], "float32"),
+                ([("emb", keys)], r"pull_rows\[0\]: want a \(table, keys, out\) tuple"),
+                ([("emb", keys, emb), ("emb", keys, emb)], "table 'emb' twice"),
+        ]:
+            with pytest.raises(ValueError, match=match):
+                chief.push_pull(dense, params, pull_rows=pull)
+            with pytest.raises(ValueError, match=match):
+                chief.push_pull_async(dense, params, pull_rows=pull).result(timeout=60)
+        ro = np.empty_like(emb)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            chief.push_pull(dense, params, pull_rows=[("emb", keys, ro)])
+        assert chief.step == 2
+        chief.done()
+        if other:
+            other.done()
+    finally:
+        chief.close()
+        if other:
+            other.close()
+    assert cl.wait() == [0, 0]
 
 
 def test_version():

@@ -160,14 +160,14 @@ def test_sync_prefetch_made_between_steps_starts_at_once(make_cluster):
     assert cl.wait() == [0]
 
 
-def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=None):
+def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=None, with_step=False):
     """A linear model over an embedding: the label is the sum of the batch
     row's per-key targets plus noise (variance 0.09, the loss it can reach).
     Returns the mean loss of the last 30 steps and of the first 10; out,
     if given, receives every step's."""
     cl = make_cluster(num_ps=1, num_workers=1)
     m = _module(cl, optimizer="adagrad", learning_rate=0.3, overlap=overlap, sync=sync)
-    pulls = []
+    pulls, riders = [], []
     if prefetch:
         real = m.client.pull_rows_async
 
@@ -175,6 +175,11 @@ def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=Non
             pulls.append(args[1])
             return real(*args)
         m.client.pull_rows_async = counted
+        for name in ("push_pull", "push_pull_async"):
+            def riding(*args, _real=getattr(m.client, name), **kw):
+                riders.extend(kw.get("pull_rows") or ())
+                return _real(*args, **kw)
+            setattr(m.client, name, riding)
     rng = np.random.default_rng(1)
     target = rng.normal(size=50).astype(np.float32)
     batches = [rng.integers(0, 50, size=(16, 4)) for _ in range(steps + 1)]
@@ -183,8 +188,8 @@ def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=Non
     if prefetch:
         m.module.emb.prefetch(batches[0])
     for t in range(steps):
-        if prefetch:  # the next batch's rows, during this one's computation
-            m.module.emb.prefetch(batches[t + 1])
+        if prefetch:  # the next batch's rows, during this one's computation or with its step
+            m.module.emb.prefetch(batches[t + 1], with_step=with_step)
         ids = torch.from_numpy(batches[t])
         loss = torch.nn.functional.mse_loss(m(ids), torch.from_numpy(labels[t]))
         loss.backward()
@@ -192,8 +197,11 @@ def _train(make_cluster, prefetch, overlap=False, steps=150, sync=False, out=Non
         losses.append(loss.item())
     if prefetch:
         assert (m.module.emb.prefetch_hits, m.module.emb.prefetch_misses) == (steps, 0)
-        # Each prefetch pulled once, sync (held until the step) or not.
-        assert len(pulls) == steps + 1, len(pulls)
+        # Each prefetch pulled once: on its own, or (held until the step
+        # in sync mode, or with_step) with the step's push+pull.
+        assert len(pulls) + len(riders) == steps + 1, (len(pulls), len(riders))
+        if sync or with_step:
+            assert len(riders) == steps, len(riders)
     m.done()
     m.close()
     assert cl.wait() == [0]
@@ -269,4 +277,39 @@ def test_sync_training_with_prefetch_is_exact(make_cluster):
     base, got = [], []
     _train(make_cluster, prefetch=False, sync=True, steps=60, out=base)
     _train(make_cluster, prefetch=True, sync=True, steps=60, out=got)
+    assert got == base
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_prefetch_with_step_converges_as_without(make_cluster, overlap):
+    base, start = _train(make_cluster, prefetch=False, overlap=overlap)
+    got, _ = _train(make_cluster, prefetch=True, overlap=overlap, with_step=True)
+    assert base < start / 10, (base, start)
+    assert abs(got - base) <= 0.2 * base, (got, base)
+
+
+def test_prefetch_with_step_reads_after_the_push(make_cluster):
+    # Asynchronous: a prefetch with_step rides on the step's push+pull, so
+    # the rows it reads hold that step's gradients (a background prefetch
+    # made before the step would read them one push short).
+    cl = make_cluster(num_ps=1, num_workers=1)
+    m = _module(cl)
+    emb = m.module.emb
+    ids = torch.tensor([[5, 6]])
+    m(ids).sum().backward()
+    emb.prefetch(ids, with_step=True)
+    assert emb._prefetched[0].future is None  # not pulled before the step
+    m.step()
+    rows = emb(ids)[0].detach().numpy()
+    assert (emb.prefetch_hits, emb.prefetch_misses) == (1, 0)
+    np.testing.assert_array_equal(_bits(rows), _bits(_rows_now(m, [5, 6])))
+    m.done()
+    m.close()
+    assert cl.wait() == [0]
+
+
+def test_sync_training_with_prefetch_with_step_is_exact(make_cluster):
+    base, got = [], []
+    _train(make_cluster, prefetch=False, sync=True, steps=60, out=base)
+    _train(make_cluster, prefetch=True, sync=True, steps=60, out=got, with_step=True)
     assert got == base
