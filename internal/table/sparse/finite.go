@@ -204,13 +204,7 @@ func (t *Table) CheckPushSet(ks *KeySet, grads []float32) error {
 // skipped, or with initMissing tried as the new row its key would get.
 func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32, initMissing bool) error {
 	d, slots, stride := t.dim, t.slots, t.stride
-	per := max(1, batchRows/d) // rows per batch
-	if len(t.scratch) < per*d*(2+slots) {
-		t.scratch = make([]float32, per*d*(2+slots))
-	}
-	val := t.scratch[:per*d]
-	gb := t.scratch[per*d : 2*per*d]
-	state := t.scratch[2*per*d:]
+	per, val, gb, state := t.batchScratch()
 	tr := &t.trial
 	if cap(tr.idx) < per {
 		tr.idx = make([]int32, per)
@@ -285,29 +279,11 @@ func notFinite(x float32) bool { return math.Float32bits(x)&0x7f800000 == 0x7f80
 // state (in row order) that would not be.
 func (t *Table) checkCounted(rows []int32, keys []uint64, grads []float32, initMissing bool) error {
 	d, slots := t.dim, t.slots
-	per := max(1, batchRows/d) // rows per batch
-	if len(t.scratch) < per*d*(2+slots) {
-		t.scratch = make([]float32, per*d*(2+slots))
-	}
-	val := t.scratch[:per*d]
-	gb := t.scratch[per*d : 2*per*d]
-	state := t.scratch[2*per*d:]
+	per, val, gb, state := t.batchScratch()
 	for lo := 0; lo < len(rows); lo += per {
 		g := t.byCount(rows, lo, min(lo+per, len(rows)), initMissing)
 		bad, badX := -1, float32(0)
-		for a := 0; a < len(g); {
-			c := g[a] >> 32
-			b := a + 1
-			for b < len(g) && g[b]>>32 == c {
-				b++
-			}
-			run := g[a:b]
-			t.gatherRun(rows, keys, grads, run, val, gb, state, per)
-			n := len(run)
-			for s := range slots {
-				t.views[s] = state[s*per*d : (s*per+n)*d]
-			}
-			t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+		t.countRuns(rows, keys, grads, g, per, val, gb, state, func(run []uint64, _ uint64) {
 			for n, e := range run {
 				i := int(uint32(e))
 				if bad >= 0 && i > bad {
@@ -321,8 +297,7 @@ func (t *Table) checkCounted(rows []int32, keys []uint64, grads []float32, initM
 					bad, badX = i, x
 				}
 			}
-			a = b
-		}
+		})
 		if bad >= 0 {
 			return fmt.Errorf("%w: key %d: the update by its gradient would make its row %v", ErrNotFinite, keys[bad], badX)
 		}

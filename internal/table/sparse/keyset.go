@@ -222,13 +222,7 @@ const batchRows = 1024
 // place when the rule keeps no state.
 func (t *Table) pushBatched(rows []int32, grads []float32, missing bool, touch uint32) {
 	d, slots, stride := t.dim, t.slots, t.stride
-	per := max(1, batchRows/d) // rows per batch
-	if len(t.scratch) < per*d*(2+slots) {
-		t.scratch = make([]float32, per*d*(2+slots))
-	}
-	val := t.scratch[:per*d]
-	gb := t.scratch[per*d : 2*per*d]
-	state := t.scratch[2*per*d:]
+	per, val, gb, state := t.batchScratch()
 	for lo := 0; lo < len(rows); lo += per {
 		hi := min(lo+per, len(rows))
 		if p, o, ok := t.run(rows[lo:hi]); ok {
@@ -384,28 +378,10 @@ func (t *Table) gatherRun(rows []int32, keys []uint64, grads []float32, g []uint
 // Update per row.
 func (t *Table) pushCounted(rows []int32, grads []float32, touch uint32) {
 	d, slots, stride := t.dim, t.slots, t.stride
-	per := max(1, batchRows/d) // rows per batch
-	if len(t.scratch) < per*d*(2+slots) {
-		t.scratch = make([]float32, per*d*(2+slots))
-	}
-	val := t.scratch[:per*d]
-	gb := t.scratch[per*d : 2*per*d]
-	state := t.scratch[2*per*d:]
+	per, val, gb, state := t.batchScratch()
 	for lo := 0; lo < len(rows); lo += per {
 		g := t.byCount(rows, lo, min(lo+per, len(rows)), false)
-		for a := 0; a < len(g); {
-			c := g[a] >> 32
-			b := a + 1
-			for b < len(g) && g[b]>>32 == c {
-				b++
-			}
-			run := g[a:b]
-			t.gatherRun(rows, nil, grads, run, val, gb, state, per)
-			n := len(run)
-			for s := range slots {
-				t.views[s] = state[s*per*d : (s*per+n)*d]
-			}
-			t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+		t.countRuns(rows, nil, grads, g, per, val, gb, state, func(run []uint64, c uint64) {
 			for n, e := range run {
 				r := int(rows[uint32(e)])
 				t.own(r >> t.pageShift)
@@ -425,8 +401,42 @@ func (t *Table) pushCounted(rows []int32, grads []float32, touch uint32) {
 				}
 				p.dirty[o>>6] |= 1 << (o & 63)
 			}
-			a = b
+		})
+	}
+}
+
+// batchScratch is the scratch a batched update gathers rows into: per rows
+// each of values, gradients and every state slot.
+func (t *Table) batchScratch() (per int, val, gb, state []float32) {
+	d := t.dim
+	per = max(1, batchRows/d) // rows per batch
+	if len(t.scratch) < per*d*(2+t.slots) {
+		t.scratch = make([]float32, per*d*(2+t.slots))
+	}
+	return per, t.scratch[:per*d], t.scratch[per*d : 2*per*d], t.scratch[2*per*d:]
+}
+
+// countRuns updates the batch rows g lists (byCount's order) in runs of one
+// update count: each run is gathered into val, gb and state (keys, if not
+// nil, for gatherRun's new rows), updated by one Update call with its
+// count, and handed to f, its n-th row's results at row n of val and state.
+func (t *Table) countRuns(rows []int32, keys []uint64, grads []float32, g []uint64, per int, val, gb, state []float32, f func(run []uint64, c uint64)) {
+	d := t.dim
+	for a := 0; a < len(g); {
+		c := g[a] >> 32
+		b := a + 1
+		for b < len(g) && g[b]>>32 == c {
+			b++
 		}
+		run := g[a:b]
+		t.gatherRun(rows, keys, grads, run, val, gb, state, per)
+		n := len(run)
+		for s := range t.slots {
+			t.views[s] = state[s*per*d : (s*per+n)*d]
+		}
+		t.rule.Update(val[:n*d], gb[:n*d], t.views, int64(c))
+		f(run, c)
+		a = b
 	}
 }
 
