@@ -494,41 +494,19 @@ func (c *Cut) Rows() (sparse.Snapshot, error) {
 	if c.emptied {
 		return snap, nil
 	}
-	add := func(k uint64, row []byte) {
-		if row != nil && int64(binary.LittleEndian.Uint64(row[4:])) >= c.cutoff {
-			t.decode(&snap, k, row)
-		}
-	}
-	over := slices.Sorted(maps.Keys(c.pend))
 	lo, hi := bounds(t.prefix)
 	it, err := c.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return snap, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
 	}
 	defer it.Close()
-	oi := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		k := binary.BigEndian.Uint64(it.Key()[4:])
-		for oi < len(over) && over[oi] < k {
-			add(over[oi], c.pend[over[oi]].row)
-			oi++
+	err = c.each(it, func(k uint64, row []byte) {
+		if int64(binary.LittleEndian.Uint64(row[4:])) >= c.cutoff {
+			t.decode(&snap, k, row)
 		}
-		if oi < len(over) && over[oi] == k {
-			add(k, c.pend[k].row)
-			oi++
-			continue
-		}
-		v := it.Value()
-		if len(v) != 12+4*t.stride {
-			return snap, fmt.Errorf("%w: %s: row of key %d has %d bytes, want %d", ErrStore, t.store.dir, k, len(v), 12+4*t.stride)
-		}
-		add(k, v)
-	}
-	if err := it.Error(); err != nil {
-		return snap, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
-	}
-	for ; oi < len(over); oi++ {
-		add(over[oi], c.pend[over[oi]].row)
+	})
+	if err != nil {
+		return snap, err
 	}
 	return snap, nil
 }
