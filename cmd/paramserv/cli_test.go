@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/testutil"
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 // runCLI runs the binary to its end and returns its exit status, stdout
@@ -173,7 +174,7 @@ func TestVersion(t *testing.T) {
 		if code != 0 || errOut != "" {
 			t.Fatalf("%s: exit %d, stderr %q", arg, code, errOut)
 		}
-		for _, want := range []string{"paramserv ", "\ncommit: ", "\ngo: go1.", "\nwire protocol: 1\n"} {
+		for _, want := range []string{"paramserv ", "\ncommit: ", "\ngo: go1.", fmt.Sprintf("\nwire protocol: %d\n", version.Protocol)} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: output lacks %q:\n%s", arg, want, out)
 			}

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/paramserv/paramserv/internal/testutil"
+	"github.com/paramserv/paramserv/internal/version"
 )
 
 // docPages are the files whose sh blocks TestREADME runs: README.md, then
@@ -115,7 +116,7 @@ var readmeWants = map[string][]string{
 	"ckpt inspect ckpt":                                              {"hid_w"},
 	"eval --checkpoint_dir=ckpt":                                     {"eval of ckpt/ckpt-60: global step 60"},
 	"export --checkpoint_dir=ckpt":                                   {"to model.safetensors"},
-	"version":                                                        {"wire protocol: 1"},
+	"version":                                                        {fmt.Sprintf("wire protocol: %d\n", version.Protocol)},
 	"bench":                                                          {"pushpull"},
 }
 
