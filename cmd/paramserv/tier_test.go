@@ -18,12 +18,7 @@ func TestTieredPSKilled(t *testing.T) {
 	if testing.Short() && os.Getenv("CI") != "true" {
 		t.Skip("fault tests take a while; run without -short (CI runs them)")
 	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "synth")
-	gen := start(t, "data", nil, "data", "synth-ctr", "--out="+data, "--rows=20000", "--shards=2")
-	if code := gen.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("data synth-ctr exit %d", code)
-	}
+	dir, data := tierJobDir(t)
 	res := filepath.Join(dir, "result.json")
 	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
 		"--train_data="+data, "--train_steps=300", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
@@ -63,12 +58,7 @@ func TestTieredStoreDamagedAtRestart(t *testing.T) {
 	if testing.Short() && os.Getenv("CI") != "true" {
 		t.Skip("fault tests take a while; run without -short (CI runs them)")
 	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "synth")
-	gen := start(t, "data", nil, "data", "synth-ctr", "--out="+data, "--rows=20000", "--shards=2")
-	if code := gen.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("data synth-ctr exit %d", code)
-	}
+	dir, data := tierJobDir(t)
 	tables := filepath.Join(dir, "tables")
 	args := []string{"local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
 		"--train_data=" + data, "--checkpoint_dir=" + filepath.Join(dir, "ckpt"), "--save_steps=20",
@@ -116,4 +106,17 @@ func TestTieredStoreDamagedAtRestart(t *testing.T) {
 	if r := readResult(t, res); r.GlobalStep < 200 {
 		t.Errorf("global step %d, want >= 200", r.GlobalStep)
 	}
+}
+
+// tierJobDir is a tier test's directory, with 20,000 synth-ctr rows in two
+// shards under data.
+func tierJobDir(t *testing.T) (dir, data string) {
+	t.Helper()
+	dir = t.TempDir()
+	data = filepath.Join(dir, "synth")
+	gen := start(t, "data", nil, "data", "synth-ctr", "--out="+data, "--rows=20000", "--shards=2")
+	if code := gen.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("data synth-ctr exit %d", code)
+	}
+	return dir, data
 }
