@@ -127,31 +127,7 @@ func TestReplicasSparseSyncBitIdentical(t *testing.T) {
 	if logs[0] != logs[1] {
 		t.Errorf("worker 0's progress differs between the undisturbed job and the one with ps 1 killed:\n%s\nagainst\n%s", logs[0], logs[1])
 	}
-	files, err := os.ReadDir(calm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compared := 0
-	for _, f := range files {
-		if !strings.HasPrefix(f.Name(), "shard-") {
-			continue
-		}
-		a, err := os.ReadFile(filepath.Join(calm, f.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(killed, f.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs between the undisturbed job and the one with ps 1 killed", f.Name())
-		}
-		compared++
-	}
-	if compared < 3 {
-		t.Errorf("%d shard files in %s, want one per ps at least", compared, calm)
-	}
+	sameShardFiles(t, calm, killed, "the undisturbed job and the one with ps 1 killed")
 }
 
 // Replicated shards with a disk tier on each copy (--table_memory=0: every
@@ -191,6 +167,14 @@ func TestReplicasTieredSyncBitIdentical(t *testing.T) {
 	if logs[0] != logs[1] {
 		t.Errorf("worker 0's progress differs between the undisturbed job all in memory and the one with a disk tier and ps 1 killed:\n%s\nagainst\n%s", logs[0], logs[1])
 	}
+	sameShardFiles(t, calm, killed, "the undisturbed job all in memory and the one with a disk tier and ps 1 killed")
+}
+
+// sameShardFiles checks that the final checkpoints calm and killed hold the
+// same shard files, byte for byte, one per ps at least; what names the two
+// jobs in an error.
+func sameShardFiles(t *testing.T, calm, killed, what string) {
+	t.Helper()
 	files, err := os.ReadDir(calm)
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +193,7 @@ func TestReplicasTieredSyncBitIdentical(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs between the undisturbed job all in memory and the one with a disk tier and ps 1 killed", f.Name())
+			t.Errorf("%s differs between %s", f.Name(), what)
 		}
 		compared++
 	}
