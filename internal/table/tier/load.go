@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/paramserv/paramserv/internal/parallel"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -16,7 +14,7 @@ import (
 // others to the store in batches, under a key prefix of their own, as the
 // state is built (with no lock held). Attach then gives the table that
 // disk tier instead of an empty one. The ps's memory during a restore is
-// the budget, a batch and pebble's memtables, beside the checkpoint's
+// the budget, a batch and (with pebble) its memtables, beside the checkpoint's
 // files (mapped where they can be).
 
 // loadBatchBytes is the size of a batch of rows Load writes at a time.
@@ -168,9 +166,20 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 	if s.Updates != nil {
 		one.Updates = []uint32{0}
 	}
-	b := t.store.db.NewBatch()
-	defer func() { b.Close() }()
-	var key []byte
+	if t.err != nil {
+		return t.err
+	}
+	size := t.rowLen()
+	batch := max(1, loadBatchBytes/size)
+	buf := make([]byte, batch*size)
+	ch := make([]change, 0, batch)
+	put := func() error {
+		if err := t.rows.write(ch); err != nil {
+			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
+		}
+		ch = ch[:0]
+		return t.store.Err()
+	}
 	d := s.Dim
 	for i, k := range s.Keys {
 		if hot[i] {
@@ -187,29 +196,15 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 		if s.LastTouch != nil {
 			one.LastTouch[0] = s.LastTouch[i]
 		}
-		key = keyOf(key, t.prefix, k)
-		if err := b.Set(key, t.encode(make([]byte, 12+4*t.stride), &one, 0), nil); err != nil {
-			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-		}
+		n := len(ch)
+		ch = append(ch, change{key: k, row: t.encode(buf[n*size:(n+1)*size:(n+1)*size], &one, 0)})
 		t.filter.add(k)
 		t.onDisk++
-		if b.Len() >= loadBatchBytes {
-			// Past a failed flush pebble would stall this write for ever.
-			if err := t.store.Err(); err != nil {
+		if len(ch) == batch {
+			if err := put(); err != nil {
 				return err
 			}
-			if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
-				return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-			}
-			b.Close()
-			b = t.store.db.NewBatch()
 		}
 	}
-	if err := t.store.Err(); err != nil {
-		return err
-	}
-	if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
-		return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-	}
-	return t.store.Err()
+	return put()
 }
