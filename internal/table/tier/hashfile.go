@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	mbits "math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,35 +14,44 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// The hash store: a table's rows on disk in a file of fixed-size pages,
-// each holding up to a page's worth of fixed-size slots (key, row), found
-// by the key's hash through a directory in memory (extendible hashing: the
-// directory has 2^depth entries, indexed by the top depth bits of the
-// hash; a page that overflows splits in two by the next bit, and the
-// directory doubles when a page's depth passes its own). A lookup is one
-// read of one page (pread through the page cache, not a mapping: the
-// process's resident memory stays the budget's), a batch of changes one
-// read and one write of each page it touches. Nothing is rewritten in the
-// background: there are no compactions.
+// The hash store: a table's rows on disk in a file of fixed-size pages of
+// fixed-size slots (CRC, key, row), a key's page found by its hash through
+// a directory in memory (extendible hashing: the directory has 2^depth
+// entries, indexed by the top depth bits of the hash; a page that
+// overflows splits in two by its next bit, and the directory doubles when
+// a page's depth passes its own).
 //
-// Each page carries a CRC-32C of its bytes, checked at every read: a
-// damaged page fails the read (ErrStore).
+// Which slots of a page hold a row is kept in memory (a bitmap a page,
+// about a bit a row), not on disk, so that
+//   - a deletion (a row promoted) writes nothing: its bit is cleared;
+//   - a row written (demoted) is one write of its slot, in a slot free in
+//     the bitmap, with no read first;
+//   - a lookup is one read of one page.
+//
+// Reads and writes go through the page cache with pread and pwrite, not a
+// mapping: the process's resident memory stays the budget's. Nothing is
+// rewritten in the background (no compactions). A batch that changes many
+// rows of one page (a restore) reads and writes the whole page once.
+//
+// Each slot carries a CRC-32C of its key and row, checked for every slot
+// in use of a page read: a damaged row fails the read (ErrStore).
 //
 // A view (a consistent cut, for checkpoints, while writes go on) keeps a
-// copy of the directory; a write to a page a live view can see first
-// copies the page's old bytes to the view's own file (copy on write). Pages
-// are never freed or moved, so the view reads a page from its file when it
-// was copied and from the table's file otherwise.
+// copy of the directory and the bitmaps; a write into a slot a live view
+// sees in use first copies the page's old bytes to the view's own file
+// (copy on write). Pages are never freed or moved, so the view reads a
+// page from its file when it was copied and from the table's file
+// otherwise.
 //
 // The store is memory that spills (see OpenStore): nothing is synced, and
 // a crash leaves nothing to recover.
 
-const (
-	hashPageBytes  = 4096
-	hashPageHeader = 8 // CRC-32C (4), slot count (2), local depth (1), spare (1)
-)
+// hashSlotsMax is the most slots a page holds (a bitmap is a uint64).
+const hashSlotsMax = 64
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var errDamaged = errors.New("damaged row")
 
 // hashEngine is the hash store of one ps: a hashFile per table.
 type hashEngine struct {
@@ -65,32 +75,24 @@ func (e *hashEngine) Err() error {
 }
 
 // open makes the file of the table with prefix, whose rows are rowLen
-// bytes.
+// bytes: pages of up to 64 slots and about 4 KiB (at least 8 slots).
 func (e *hashEngine) open(prefix uint32, rowLen int) (*hashFile, error) {
-	slot := 8 + rowLen
-	page := hashPageBytes
-	for (page-hashPageHeader)/slot < 16 {
-		page += hashPageBytes
-	}
+	slot := 12 + rowLen
+	n := min(hashSlotsMax, max(8, 4096/slot))
 	h := &hashFile{
 		e: e, name: e.fs.PathJoin(e.dir, fmt.Sprintf("table-%d.hash", prefix)),
-		rowLen: rowLen, slot: slot, page: page, cap: min((page-hashPageHeader)/slot, 1<<16-1),
-		dir: []uint32{0},
+		rowLen: rowLen, slot: slot, slots: n, page: n * slot,
+		dir: []uint32{0}, occ: []uint64{0}, local: []uint8{0}, pages: 1,
+		located: make(map[uint64]uint32),
 	}
 	f, err := createRW(e.fs, h.name)
 	if err != nil {
 		return nil, err
 	}
 	h.f = f
-	h.cur, h.old = make([]byte, page), make([]byte, page)
-	// Page 0, empty, is the whole table's.
-	h.seal(h.cur, 0, 0)
-	if _, err := f.WriteAt(h.cur, 0); err != nil {
-		f.Close()
-		return nil, e.fail(err)
-	}
-	h.pages = 1
-	e.bytes.Add(int64(page))
+	h.buf = make([]byte, h.page)
+	// Page 0 (empty: its slots are free in the bitmap) is the whole table's.
+	e.bytes.Add(int64(h.page))
 	return h, nil
 }
 
@@ -110,25 +112,31 @@ func createRW(fs vfs.FS, name string) (vfs.File, error) {
 // Concurrency: mu guards every field below it and the file's bytes; a
 // write holds it exclusively while it changes a page (and the pages a
 // split makes), reads share it. Writes come from one goroutine at a time
-// (the Table's flight, or Load), so cur and old, the writer's buffers,
-// need no more.
+// (the Table's flight, or Load), so buf, the writer's buffer, needs no
+// more.
 type hashFile struct {
 	e      *hashEngine
 	name   string
 	rowLen int
-	slot   int // bytes per slot: key then row
+	slot   int // bytes per slot: CRC (4), key (8), row
+	slots  int // slots per page
 	page   int // bytes per page
-	cap    int // slots per page
 
 	mu      sync.RWMutex
 	f       vfs.File
 	depth   uint     // the directory's
 	dir     []uint32 // the page of each hash prefix of depth bits
-	pages   uint32   // pages in the file
+	occ     []uint64 // by page: the slots in use
+	local   []uint8  // by page: its depth
+	pages   uint32
 	views   []*hashView
 	dropped bool // the table's rows are gone; the file goes with the last view
+	// located is where get found keys (page*64 + slot), so that their
+	// deletion, which comes next, needs no read. Bounded by the rows
+	// promoted and not yet deleted (a flight's).
+	located map[uint64]uint32
 
-	cur, old []byte
+	buf []byte
 }
 
 // hashKey is the page-finding hash of a key: splitmix64's finaliser, a
@@ -150,44 +158,49 @@ func top(h uint64, bits uint) uint64 {
 	return h >> (64 - bits)
 }
 
-// seal writes a page's header: n slots, local depth d, and the CRC.
-func (h *hashFile) seal(p []byte, n int, d uint) {
-	binary.LittleEndian.PutUint16(p[4:], uint16(n))
-	p[6], p[7] = byte(d), 0
-	binary.LittleEndian.PutUint32(p, crc32.Checksum(p[4:], castagnoli))
+// all is the bitmap of a full page.
+func (h *hashFile) all() uint64 {
+	if h.slots == 64 {
+		return ^uint64(0)
+	}
+	return uint64(1)<<h.slots - 1
 }
 
-var errDamaged = errors.New("damaged page")
+func (h *hashFile) pageOf(k uint64) uint32 { return h.dir[top(hashKey(k), h.depth)] }
 
-// check verifies a page read from file name at page id: its slot count
-// and local depth.
-func (h *hashFile) check(p []byte, id uint32) (n int, d uint, err error) {
-	if binary.LittleEndian.Uint32(p) != crc32.Checksum(p[4:], castagnoli) {
-		return 0, 0, fmt.Errorf("%s: page %d: %w (checksum)", h.name, id, errDamaged)
-	}
-	n, d = int(binary.LittleEndian.Uint16(p[4:])), uint(p[6])
-	if n > h.cap || d > 64 {
-		return 0, 0, fmt.Errorf("%s: page %d: %w (%d slots, depth %d)", h.name, id, errDamaged, n, d)
-	}
-	return n, d, nil
-}
-
-// readPage reads page id of f into p and checks it.
-func (h *hashFile) readPage(f vfs.File, off int64, p []byte, id uint32) (int, uint, error) {
+// readPage reads page id of f at off into p and checks the slots occ
+// says are in use.
+func (h *hashFile) readPage(f vfs.File, off int64, p []byte, id uint32, occ uint64) error {
 	if _, err := f.ReadAt(p, off); err != nil && !errors.Is(err, io.EOF) {
-		return 0, 0, fmt.Errorf("%s: reading page %d: %w", h.name, id, err)
+		return fmt.Errorf("%s: reading page %d: %w", h.name, id, err)
 	}
-	return h.check(p, id)
+	for o := occ; o != 0; o &= o - 1 {
+		s := mbits.TrailingZeros64(o)
+		b := p[s*h.slot : (s+1)*h.slot]
+		if binary.LittleEndian.Uint32(b) != crc32.Checksum(b[4:], castagnoli) {
+			return fmt.Errorf("%s: page %d, slot %d: %w (checksum)", h.name, id, s, errDamaged)
+		}
+	}
+	return nil
 }
 
-// find is the slot of key k among a page's n, or -1.
-func (h *hashFile) find(p []byte, n int, k uint64) int {
-	for i, off := 0, hashPageHeader; i < n; i, off = i+1, off+h.slot {
-		if binary.LittleEndian.Uint64(p[off:]) == k {
-			return i
+// find is the slot of key k among a page's slots in use, or -1.
+func (h *hashFile) find(p []byte, occ uint64, k uint64) int {
+	for o := occ; o != 0; o &= o - 1 {
+		s := mbits.TrailingZeros64(o)
+		if binary.LittleEndian.Uint64(p[s*h.slot+4:]) == k {
+			return s
 		}
 	}
 	return -1
+}
+
+// fill writes key k's row into slot s of p, with its CRC.
+func (h *hashFile) fill(p []byte, s int, k uint64, row []byte) {
+	b := p[s*h.slot : (s+1)*h.slot]
+	binary.LittleEndian.PutUint64(b[4:], k)
+	copy(b[12:], row)
+	binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
 }
 
 // get calls fn(i, row) for each of keys found (row only valid during fn).
@@ -196,24 +209,27 @@ func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
 		return err
 	}
 	p := make([]byte, h.page)
-	h.mu.RLock()
-	defer h.mu.RUnlock()
+	h.mu.Lock() // located is written
+	defer h.mu.Unlock()
 	for i, k := range keys {
-		id := h.dir[top(hashKey(k), h.depth)]
-		n, _, err := h.readPage(h.f, int64(id)*int64(h.page), p, id)
-		if err != nil {
+		id := h.pageOf(k)
+		if h.occ[id] == 0 {
+			continue
+		}
+		if err := h.readPage(h.f, int64(id)*int64(h.page), p, id, h.occ[id]); err != nil {
 			return err
 		}
-		if s := h.find(p, n, k); s >= 0 {
-			off := hashPageHeader + s*h.slot + 8
-			fn(i, p[off:off+h.rowLen])
+		if s := h.find(p, h.occ[id], k); s >= 0 {
+			h.located[k] = id*hashSlotsMax + uint32(s)
+			fn(i, p[s*h.slot+12:(s+1)*h.slot])
 		}
 	}
 	return nil
 }
 
-// write applies changes (a row, or a deletion where row is nil), a page
-// at a time.
+// write applies changes (a row, or a deletion where row is nil): grouped
+// by page, a few changes to a page slot by slot, many (or a split) as one
+// write of the page.
 func (h *hashFile) write(ch []change) error {
 	if err := h.e.Err(); err != nil {
 		return err
@@ -248,83 +264,148 @@ func (h *hashFile) writePage(ch []change, hs []uint64, order []int32) (int, erro
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	id := h.dir[top(hs[order[0]], h.depth)]
-	off := int64(id) * int64(h.page)
-	n, d, err := h.readPage(h.f, off, h.old, id)
-	if err != nil {
-		return 0, err
-	}
-	copy(h.cur, h.old)
+	d := uint(h.local[id])
 	pre := top(hs[order[0]], d)
-	var extra []byte // slots past the page's room
-	m := 0
-	for ; m < len(order) && top(hs[order[m]], d) == pre; m++ {
-		c := &ch[order[m]]
-		s := h.find(h.cur, n, c.key)
+	m := 1
+	for m < len(order) && top(hs[order[m]], d) == pre {
+		m++
+	}
+	group := order[:m]
+	// Slot by slot when every change knows its slot or has a free one.
+	occ := h.occ[id]
+	free := h.slots - mbits.OnesCount64(occ)
+	slotwise := len(group) <= 4
+	for _, c := range group {
+		if !slotwise {
+			break
+		}
+		c := &ch[c]
+		_, at := h.located[c.key]
 		switch {
-		case c.row == nil && s >= 0: // delete: the last slot takes its place
-			n--
-			copy(h.cur[hashPageHeader+s*h.slot:], h.cur[hashPageHeader+n*h.slot:hashPageHeader+(n+1)*h.slot])
-		case c.row == nil:
-			if x := findExtra(extra, h.slot, c.key); x >= 0 {
-				extra = slices.Delete(extra, x, x+h.slot)
-			}
-		case s >= 0:
-			copy(h.cur[hashPageHeader+s*h.slot+8:], c.row)
-		case n < h.cap && len(extra) == 0:
-			o := hashPageHeader + n*h.slot
-			binary.LittleEndian.PutUint64(h.cur[o:], c.key)
-			copy(h.cur[o+8:o+h.slot], c.row)
-			n++
+		case c.row == nil || c.over:
+			slotwise = at
 		default:
-			if x := findExtra(extra, h.slot, c.key); x >= 0 {
-				copy(extra[x+8:x+h.slot], c.row)
-				break
+			free--
+			slotwise = free >= 0
+		}
+	}
+	if slotwise {
+		return m, h.writeSlots(ch, group, id)
+	}
+	return m, h.rewrite(ch, group, id, pre, d)
+}
+
+// writeSlots applies a group of changes to page id a slot at a time.
+func (h *hashFile) writeSlots(ch []change, group []int32, id uint32) error {
+	p := h.buf
+	for _, c := range group {
+		c := &ch[c]
+		s := -1
+		if loc, ok := h.located[c.key]; ok {
+			delete(h.located, c.key)
+			s = int(loc % hashSlotsMax)
+			if c.row == nil {
+				h.occ[id] &^= 1 << s
+				continue
 			}
-			extra = binary.LittleEndian.AppendUint64(extra, c.key)
-			extra = append(extra, c.row...)
 		}
+		if s < 0 {
+			s = mbits.TrailingZeros64(^h.occ[id])
+		}
+		if err := h.saveForViews(id, 1<<s); err != nil {
+			return err
+		}
+		h.fill(p, s, c.key, c.row)
+		if _, err := h.f.WriteAt(p[s*h.slot:(s+1)*h.slot], int64(id)*int64(h.page)+int64(s*h.slot)); err != nil {
+			return err
+		}
+		h.occ[id] |= 1 << s
 	}
-	h.saveForViews(id)
+	return nil
+}
+
+// rewrite applies a group of changes to page id (of depth d, for hashes
+// of prefix pre) by reading it, changing it and writing it whole,
+// splitting it if its rows no longer fit.
+func (h *hashFile) rewrite(ch []change, group []int32, id uint32, pre uint64, d uint) error {
+	p := h.buf
+	off := int64(id) * int64(h.page)
+	occ := h.occ[id]
+	if err := h.readPage(h.f, off, p, id, occ); err != nil {
+		return err
+	}
+	old := slices.Clone(p)
+	var touched uint64
+	var extra []change // rows past the page's room
+	for _, c := range group {
+		c := &ch[c]
+		delete(h.located, c.key)
+		s := h.find(p, occ, c.key)
+		switch {
+		case c.row == nil:
+			if s >= 0 {
+				occ &^= 1 << s
+			}
+			continue
+		case s < 0 && occ != h.all():
+			s = mbits.TrailingZeros64(^occ)
+		case s < 0:
+			extra = append(extra, *c)
+			continue
+		}
+		h.fill(p, s, c.key, c.row)
+		occ |= 1 << s
+		touched |= 1 << s
+	}
 	if len(extra) == 0 {
-		h.seal(h.cur, n, d)
-		_, err := h.f.WriteAt(h.cur, off)
-		return m, err
-	}
-	// Split: every slot, the page's and the extra, into pages of depth
-	// d+1 and more until each fits.
-	all := append(slices.Clone(h.cur[hashPageHeader:hashPageHeader+n*h.slot]), extra...)
-	return m, h.place(all, id, pre, d)
-}
-
-func findExtra(extra []byte, slot int, k uint64) int {
-	for x := 0; x < len(extra); x += slot {
-		if binary.LittleEndian.Uint64(extra[x:]) == k {
-			return x
+		if err := h.saveForViews(id, touched, old); err != nil {
+			return err
 		}
+		h.occ[id] = occ
+		_, err := h.f.WriteAt(p, off)
+		return err
 	}
-	return -1
+	// Split: the page's rows and the extra, into pages of depth d+1 and
+	// more until each fits.
+	if err := h.saveForViews(id, ^uint64(0), old); err != nil {
+		return err
+	}
+	var rows []change
+	for o := occ; o != 0; o &= o - 1 {
+		s := mbits.TrailingZeros64(o)
+		b := p[s*h.slot : (s+1)*h.slot]
+		k := binary.LittleEndian.Uint64(b[4:])
+		delete(h.located, k)
+		rows = append(rows, change{key: k, row: slices.Clone(b[12:])})
+	}
+	return h.place(append(rows, extra...), id, pre, d)
 }
 
-// place writes slots, whose hashes share the prefix pre of d bits, into
+// place writes rows, whose hashes share the prefix pre of d bits, into
 // page id (and new pages), splitting by the next bits until each fits.
-func (h *hashFile) place(slots []byte, id uint32, pre uint64, d uint) error {
-	if len(slots)/h.slot <= h.cap {
-		p := h.cur
-		clear(p)
-		copy(p[hashPageHeader:], slots)
-		h.seal(p, len(slots)/h.slot, d)
+func (h *hashFile) place(rows []change, id uint32, pre uint64, d uint) error {
+	if len(rows) <= h.slots {
+		p := make([]byte, h.page)
+		for s, r := range rows {
+			h.fill(p, s, r.key, r.row)
+		}
+		h.occ[id] = uint64(1)<<len(rows) - 1
+		if len(rows) == 64 {
+			h.occ[id] = ^uint64(0)
+		}
+		h.local[id] = uint8(d)
 		_, err := h.f.WriteAt(p, int64(id)*int64(h.page))
 		return err
 	}
 	if d == 64 {
-		return fmt.Errorf("%d rows with one hash", len(slots)/h.slot)
+		return fmt.Errorf("%d rows with one hash", len(rows))
 	}
-	var lo, hi []byte
-	for x := 0; x < len(slots); x += h.slot {
-		if top(hashKey(binary.LittleEndian.Uint64(slots[x:])), d+1)&1 == 0 {
-			lo = append(lo, slots[x:x+h.slot]...)
+	var lo, hi []change
+	for _, r := range rows {
+		if top(hashKey(r.key), d+1)&1 == 0 {
+			lo = append(lo, r)
 		} else {
-			hi = append(hi, slots[x:x+h.slot]...)
+			hi = append(hi, r)
 		}
 	}
 	if d+1 > h.depth {
@@ -337,6 +418,7 @@ func (h *hashFile) place(slots []byte, id uint32, pre uint64, d uint) error {
 	}
 	nid := h.pages
 	h.pages++
+	h.occ, h.local = append(h.occ, 0), append(h.local, 0)
 	h.e.bytes.Add(int64(h.page))
 	// The entries of the upper half (prefix pre<<1|1 of d+1 bits) point at
 	// the new page.
@@ -351,23 +433,31 @@ func (h *hashFile) place(slots []byte, id uint32, pre uint64, d uint) error {
 	return h.place(hi, nid, pre<<1|1, d+1)
 }
 
-// saveForViews copies page id's old bytes (h.old) to the file of every
-// live view that sees it and has no copy yet. Called with mu held.
-func (h *hashFile) saveForViews(id uint32) {
+// saveForViews copies page id's bytes (old, or read from the file if none
+// given) to the file of every live view that sees a row in a slot of
+// touched and has no copy yet. Called with mu held.
+func (h *hashFile) saveForViews(id uint32, touched uint64, old ...[]byte) error {
 	for _, v := range h.views {
-		if id >= v.pages || v.saved[id] != 0 {
+		if id >= v.pages || v.occ[id]&touched == 0 || v.saved[id] != 0 {
 			continue
 		}
+		if len(old) == 0 {
+			p := make([]byte, h.page)
+			if _, err := h.f.ReadAt(p, int64(id)*int64(h.page)); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			old = append(old, p)
+		}
 		if v.err == nil {
-			if _, err := v.f.WriteAt(h.old, v.size); err != nil {
+			if _, err := v.f.WriteAt(old[0], v.size); err != nil {
 				v.err = err
-				continue
 			}
 		}
 		v.size += int64(h.page)
 		h.e.bytes.Add(int64(h.page))
 		v.saved[id] = v.size // the copy's end: 0 means none
 	}
+	return nil
 }
 
 // newView takes a consistent view of the table's rows now.
@@ -379,7 +469,7 @@ func (h *hashFile) newView() (*hashView, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v := &hashView{h: h, f: f, name: name, depth: h.depth, dir: slices.Clone(h.dir), pages: h.pages, saved: make(map[uint32]int64)}
+	v := &hashView{h: h, f: f, name: name, depth: h.depth, dir: slices.Clone(h.dir), occ: slices.Clone(h.occ), pages: h.pages, saved: make(map[uint32]int64)}
 	h.views = append(h.views, v)
 	return v, nil
 }
@@ -412,6 +502,7 @@ type hashView struct {
 	name  string
 	depth uint
 	dir   []uint32
+	occ   []uint64
 	pages uint32
 	// Guarded by h.mu.
 	saved map[uint32]int64 // page → the end of its copy in f
@@ -420,17 +511,16 @@ type hashView struct {
 }
 
 // readPage reads page id as the view sees it. Called with h.mu held (read).
-func (v *hashView) readPage(p []byte, id uint32) (int, error) {
+func (v *hashView) readPage(p []byte, id uint32) error {
 	h := v.h
 	if v.err != nil {
-		return 0, fmt.Errorf("%s: copying page for a view: %w", v.name, v.err)
+		return fmt.Errorf("%s: copying a page for a view: %w", v.name, v.err)
 	}
 	f, off := h.f, int64(id)*int64(h.page)
 	if end := v.saved[id]; end != 0 {
 		f, off = v.f, end-int64(h.page)
 	}
-	n, _, err := h.readPage(f, off, p, id)
-	return n, err
+	return h.readPage(f, off, p, id, v.occ[id])
 }
 
 func (v *hashView) get(keys []uint64, fn func(i int, row []byte)) error {
@@ -439,13 +529,15 @@ func (v *hashView) get(keys []uint64, fn func(i int, row []byte)) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for i, k := range keys {
-		n, err := v.readPage(p, v.dir[top(hashKey(k), v.depth)])
-		if err != nil {
+		id := v.dir[top(hashKey(k), v.depth)]
+		if v.occ[id] == 0 {
+			continue
+		}
+		if err := v.readPage(p, id); err != nil {
 			return err
 		}
-		if s := h.find(p, n, k); s >= 0 {
-			off := hashPageHeader + s*h.slot + 8
-			fn(i, p[off:off+h.rowLen])
+		if s := h.find(p, v.occ[id], k); s >= 0 {
+			fn(i, p[s*h.slot+12:(s+1)*h.slot])
 		}
 	}
 	return nil
@@ -456,14 +548,19 @@ func (v *hashView) scan(fn func(k uint64, row []byte)) error {
 	h := v.h
 	p := make([]byte, h.page)
 	for id := range v.pages {
+		occ := v.occ[id]
+		if occ == 0 {
+			continue
+		}
 		h.mu.RLock()
-		n, err := v.readPage(p, id)
+		err := v.readPage(p, id)
 		h.mu.RUnlock()
 		if err != nil {
 			return err
 		}
-		for s, off := 0, hashPageHeader; s < n; s, off = s+1, off+h.slot {
-			fn(binary.LittleEndian.Uint64(p[off:]), p[off+8:off+h.slot])
+		for o := occ; o != 0; o &= o - 1 {
+			s := mbits.TrailingZeros64(o)
+			fn(binary.LittleEndian.Uint64(p[s*h.slot+4:]), p[s*h.slot+12:(s+1)*h.slot])
 		}
 	}
 	return nil

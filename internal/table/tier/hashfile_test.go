@@ -86,7 +86,8 @@ func TestHashFileRoundTrip(t *testing.T) {
 						continue
 					}
 					r := hashRow(rowLen, k, round)
-					ch = append(ch, change{key: k, row: r})
+					_, held := want[k]
+					ch = append(ch, change{key: k, row: r, over: held})
 					want[k] = string(r)
 				}
 				if err := h.write(ch); err != nil {
@@ -174,10 +175,12 @@ func TestHashFileDamage(t *testing.T) {
 	}
 	v, _ := h.view()
 	defer v.release()
-	// One byte of one row of the page that holds key 5.
+	// One byte of every row of the page that holds key 5.
 	id := h.dir[top(hashKey(5), h.depth)]
-	if _, err := h.f.WriteAt([]byte{0xFF}, int64(id)*int64(h.page)+hashPageHeader+20); err != nil {
-		t.Fatal(err)
+	for s := range h.slots {
+		if _, err := h.f.WriteAt([]byte{0xFF}, int64(id)*int64(h.page)+int64(s*h.slot)+20); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := h.get([]uint64{5}, func(int, []byte) {}); !errors.Is(err, errDamaged) {
 		t.Fatalf("get from a damaged page: %v, want errDamaged", err)

@@ -60,7 +60,9 @@ type rowStore interface {
 	// get calls fn(i, row) for each of keys (ascending) found; row is
 	// valid during the call only.
 	get(keys []uint64, fn func(i int, row []byte)) error
-	// write applies changes, ascending by key.
+	// write applies changes, ascending by key. A row without over is
+	// of a key the store does not hold (the hash store adds it without
+	// looking).
 	write(ch []change) error
 	// view is a consistent view of the rows now; release it when done.
 	view() (rowView, error)

@@ -310,7 +310,7 @@ func testDamagedStoreIsReported(t *testing.T) {
 		} else {
 			// A few bytes of every page of the hash file.
 			st, _ := fh.Stat()
-			for off := int64(100); off < st.Size(); off += hashPageBytes {
+			for off := int64(100); off < st.Size(); off += 500 {
 				if _, err := fh.WriteAt([]byte{0xA5, 0x5A}, off); err != nil {
 					t.Fatal(err)
 				}
