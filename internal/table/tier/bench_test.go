@@ -164,7 +164,14 @@ func benchEngine(b *testing.B, frac, preload int, engine string) {
 		b.ReportMetric(float64(st.HotRows), "hot_rows")
 		b.ReportMetric(float64(st.DiskRows), "disk_rows")
 		b.ReportMetric(float64(m.store.DiskBytes())/float64(max(1, st.DiskRows)), "disk_B/row")
-		b.ReportMetric(float64(written()-written0)/float64(max(1, st.Demotions)), "written_B/demotion")
+		if m.store.pebble != nil {
+			b.ReportMetric(float64(written()-written0)/float64(max(1, st.Demotions)), "written_B/demotion")
+		}
+		if h, ok := m.tables[0].rows.(*hashFile); ok {
+			// The hash store's memory beside the budget: directory,
+			// bitmaps and depths.
+			b.ReportMetric(float64(4*len(h.dir)+9*len(h.occ)), "store_mem_B")
+		}
 	}
 	b.ReportMetric(float64(len(distinct)), "distinct_keys")
 }
