@@ -136,7 +136,8 @@ type hashFile struct {
 	// promoted and not yet deleted (a flight's).
 	located map[uint64]uint32
 
-	buf []byte
+	alloc    int64 // the file's bytes reserved (grow)
+	buf, old []byte
 }
 
 // hashKey is the page-finding hash of a key: splitmix64's finaliser, a
@@ -201,6 +202,160 @@ func (h *hashFile) fill(p []byte, s int, k uint64, row []byte) {
 	binary.LittleEndian.PutUint64(b[4:], k)
 	copy(b[12:], row)
 	binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
+}
+
+// reserveFill is how full reserve makes pages (a variable so that a test
+// can overfill them, to split them).
+var reserveFill = 0.75
+
+// reserve sizes an empty file's directory for n rows (a restore that
+// knows how many it writes), so that they go to pages of about
+// three-quarters full with no splits.
+func (h *hashFile) reserve(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pages != 1 || h.occ[0] != 0 || len(h.views) > 0 {
+		return
+	}
+	var d uint
+	for d < 40 && float64(n) > reserveFill*float64(h.slots)*float64(uint64(1)<<d) {
+		d++
+	}
+	pages := 1 << d
+	h.depth, h.pages = d, uint32(pages)
+	h.dir = make([]uint32, pages)
+	for i := range h.dir {
+		h.dir[i] = uint32(i)
+	}
+	h.occ, h.local = make([]uint64, pages), make([]uint8, pages)
+	for i := range h.local {
+		h.local[i] = uint8(d)
+	}
+	h.e.bytes.Add(int64(pages-1) * int64(h.page))
+	h.grow()
+}
+
+// grow reserves the file's blocks past its last page (fallocate, in steps
+// of 4 MiB), so that pages written at random offsets land in blocks laid
+// out in order. Called with mu held; an error is left to the writes.
+func (h *hashFile) grow() {
+	end := int64(h.pages) * int64(h.page)
+	if end <= h.alloc {
+		return
+	}
+	n := max(end-h.alloc, 4<<20)
+	if h.f.Preallocate(h.alloc, n) == nil {
+		h.alloc += n
+	}
+}
+
+// load writes n rows (the key of row j is key(j), its bytes written by
+// row(j, dst)) into an empty file: directory sized for them (reserve),
+// rows ordered by hash, each page written once, in order, several pages a
+// write. Its memory beside the rows is 12 bytes a row and 1 MiB.
+func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byte)) error {
+	if err := h.e.Err(); err != nil {
+		return err
+	}
+	h.reserve(n)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.occ[0] != 0 || len(h.views) > 0 || n == 0 {
+		h.mu.Unlock()
+		defer h.mu.Lock()
+		// Not empty: the usual write.
+		ch := make([]change, n)
+		for j := range ch {
+			ch[j] = change{key: key(j), row: make([]byte, h.rowLen)}
+			row(j, ch[j].row)
+		}
+		slices.SortFunc(ch, func(a, b change) int { return cmpU64(a.key, b.key) })
+		return h.write(ch)
+	}
+	hs := make([]uint64, n)
+	order := make([]int32, n)
+	for j := range hs {
+		hs[j], order[j] = hashKey(key(j)), int32(j)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmpU64(hs[a], hs[b]) })
+	// Pages are written from out, up to 1 MiB of consecutive ones at a time.
+	per := max(1, (1<<20)/h.page)
+	out := make([]byte, 0, per*h.page)
+	first := uint32(0)
+	flush := func() error {
+		if len(out) == 0 {
+			return nil
+		}
+		_, err := h.f.WriteAt(out, int64(first)*int64(h.page))
+		out = out[:0]
+		return err
+	}
+	fail := func(err error) error { return h.e.fail(fmt.Errorf("%s: %w", h.name, err)) }
+	d := h.depth
+	for i := 0; i < n; {
+		pre := top(hs[order[i]], d)
+		m := i + 1
+		for m < n && top(hs[order[m]], d) == pre {
+			m++
+		}
+		id := h.dir[top(hs[order[i]], h.depth)] // a split may have doubled the directory
+		if m-i > h.slots {
+			// More rows than a page holds: split, as a write would.
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+			rows := make([]change, 0, m-i)
+			for _, j := range order[i:m] {
+				r := make([]byte, h.rowLen)
+				row(int(j), r)
+				rows = append(rows, change{key: key(int(j)), row: r})
+			}
+			if err := h.place(rows, id, pre, d); err != nil {
+				return fail(err)
+			}
+			i = m
+			continue
+		}
+		if len(out) > 0 && (id != first+uint32(len(out)/h.page) || len(out) == cap(out)) {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+		if len(out) == 0 {
+			first = id
+		}
+		// The page and any empty ones before it in the run.
+		for first+uint32(len(out)/h.page) <= id {
+			out = append(out, make([]byte, h.page)...)
+		}
+		p := out[len(out)-h.page:]
+		for s, j := range order[i:m] {
+			b := p[s*h.slot : (s+1)*h.slot]
+			row(int(j), b[12:12:h.slot])
+			binary.LittleEndian.PutUint64(b[4:], key(int(j)))
+			binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], castagnoli))
+		}
+		if m-i == 64 {
+			h.occ[id] = ^uint64(0)
+		} else {
+			h.occ[id] = uint64(1)<<(m-i) - 1
+		}
+		i = m
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // get calls fn(i, row) for each of keys found (row only valid during fn).
@@ -274,7 +429,9 @@ func (h *hashFile) writePage(ch []change, hs []uint64, order []int32) (int, erro
 	// Slot by slot when every change knows its slot or has a free one.
 	occ := h.occ[id]
 	free := h.slots - mbits.OnesCount64(occ)
-	slotwise := len(group) <= 4
+	// (A page's write is two calls, read and write, a slot's one: for
+	// three changes or more the page is cheaper.)
+	slotwise := len(group) <= 2
 	for _, c := range group {
 		if !slotwise {
 			break
@@ -331,10 +488,12 @@ func (h *hashFile) rewrite(ch []change, group []int32, id uint32, pre uint64, d 
 	p := h.buf
 	off := int64(id) * int64(h.page)
 	occ := h.occ[id]
-	if err := h.readPage(h.f, off, p, id, occ); err != nil {
-		return err
+	if occ != 0 || len(h.views) > 0 { // an empty page need not be read, unless a view may want its old rows
+		if err := h.readPage(h.f, off, p, id, occ); err != nil {
+			return err
+		}
 	}
-	old := slices.Clone(p)
+	old := append(h.old[:0], p...)
 	var touched uint64
 	var extra []change // rows past the page's room
 	for _, c := range group {
@@ -420,6 +579,7 @@ func (h *hashFile) place(rows []change, id uint32, pre uint64, d uint) error {
 	h.pages++
 	h.occ, h.local = append(h.occ, 0), append(h.local, 0)
 	h.e.bytes.Add(int64(h.page))
+	h.grow()
 	// The entries of the upper half (prefix pre<<1|1 of d+1 bits) point at
 	// the new page.
 	shift := h.depth - (d + 1)

@@ -225,3 +225,46 @@ func TestHashFileFullDisk(t *testing.T) {
 		t.Fatalf("get after a failed write: %v, want its error", err)
 	}
 }
+
+// A restore's rows go into an empty file in one pass (load), pages
+// overflowing the sized directory split, and every row reads back; into a
+// file that holds rows already, load is a write.
+func TestHashFileLoad(t *testing.T) {
+	defer func(f float64) { reserveFill = f }(reserveFill)
+	reserveFill = 2 // pages for half the rows: most split
+	e := &hashEngine{dir: "s", fs: vfs.NewMem()}
+	_ = e.fs.MkdirAll("s", 0o755)
+	h, err := e.open(1, 76)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	key := func(j int) uint64 { return uint64(j) * 0x9E3779B97F4A7C15 }
+	row := func(j int, dst []byte) { copy(dst[:76], hashRow(76, key(j), j)) }
+	if err := h.load(n, key, row); err != nil {
+		t.Fatal(err)
+	}
+	if h.pages <= 1<<h.local[0] {
+		t.Fatalf("no page split in the load (%d pages)", h.pages)
+	}
+	check := func(n int) {
+		t.Helper()
+		v, _ := h.view()
+		defer v.release()
+		got := viewContents(t, v)
+		if len(got) != n {
+			t.Fatalf("%d rows after the load, want %d", len(got), n)
+		}
+		for j := range n {
+			if got[key(j)] != string(hashRow(76, key(j), j)) {
+				t.Fatalf("row %d differs", j)
+			}
+		}
+	}
+	check(n)
+	more := func(j int) uint64 { return key(n + j) }
+	if err := h.load(100, more, func(j int, dst []byte) { copy(dst[:76], hashRow(76, more(j), n+j)) }); err != nil {
+		t.Fatal(err)
+	}
+	check(n + 100)
+}

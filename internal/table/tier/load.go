@@ -17,7 +17,8 @@ import (
 // the budget, a batch and (with pebble) its memtables, beside the checkpoint's
 // files (mapped where they can be).
 
-// loadBatchBytes is the size of a batch of rows Load writes at a time.
+// loadBatchBytes is the size of a batch of rows Load writes at a time to
+// pebble (the hash store takes them all in one pass: hashFile.load).
 const loadBatchBytes = 1 << 20
 
 // Load imports rows (in ascending key order, or it fails with
@@ -170,21 +171,8 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 		return t.err
 	}
 	size := t.rowLen()
-	batch := max(1, loadBatchBytes/size)
-	buf := make([]byte, batch*size)
-	ch := make([]change, 0, batch)
-	put := func() error {
-		if err := t.rows.write(ch); err != nil {
-			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-		}
-		ch = ch[:0]
-		return t.store.Err()
-	}
 	d := s.Dim
-	for i, k := range s.Keys {
-		if hot[i] {
-			continue
-		}
+	encode := func(i int, dst []byte) []byte {
 		// One row at a time through encode, as Demote writes it.
 		one.Values = s.Values[i*d : (i+1)*d]
 		for j := range s.State {
@@ -196,8 +184,40 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 		if s.LastTouch != nil {
 			one.LastTouch[0] = s.LastTouch[i]
 		}
+		return t.encode(dst, &one, 0)
+	}
+	if h, ok := t.rows.(*hashFile); ok {
+		// The hash store takes the rows in one pass, page by page.
+		var rows []int32
+		for i, k := range s.Keys {
+			if !hot[i] {
+				rows = append(rows, int32(i))
+				t.filter.add(k)
+			}
+		}
+		t.onDisk += int64(len(rows))
+		err := h.load(len(rows), func(j int) uint64 { return s.Keys[rows[j]] }, func(j int, dst []byte) { encode(int(rows[j]), dst) })
+		if err != nil {
+			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
+		}
+		return t.store.Err()
+	}
+	batch := max(1, loadBatchBytes/size)
+	buf := make([]byte, batch*size)
+	ch := make([]change, 0, batch)
+	put := func() error {
+		if err := t.rows.write(ch); err != nil {
+			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
+		}
+		ch = ch[:0]
+		return t.store.Err()
+	}
+	for i, k := range s.Keys {
+		if hot[i] {
+			continue
+		}
 		n := len(ch)
-		ch = append(ch, change{key: k, row: t.encode(buf[n*size:(n+1)*size:(n+1)*size], &one, 0)})
+		ch = append(ch, change{key: k, row: encode(i, buf[n*size:(n+1)*size:(n+1)*size])})
 		t.filter.add(k)
 		t.onDisk++
 		if len(ch) == batch {
