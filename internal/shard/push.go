@@ -218,7 +218,8 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 	if !st.layout.Sync {
 		// An asynchronous push not dropped as stale is applied at once:
 		// try it first, so that one whose result is not finite changes
-		// nothing.
+		// nothing. Ranges kept for a push not applied are dropped.
+		defer dropPending(p.tabs)
 		for i, v := range p.vars {
 			if err := s.checkResult(v, p.Dense[i].Values, v.updates+1, st.tracker.Step()); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, err)
