@@ -128,9 +128,9 @@ func (t *table) schedule(at int64) {
 // With a key set (the push's remembered rows) it tries the rows as the push
 // will find them, without the index; one whose result the table's ranges
 // bound is not tried (sparse_bound.go).
-func (t *table) checkPush(keys []uint64, set *sparse.KeySet, grads []float32, at int64) error {
+func (t *table) checkPush(keys []uint64, set *sparse.KeySet, grads []float32, known float32, at int64) error {
 	t.schedule(at)
-	if t.boundedPush(set, grads) {
+	if t.boundedPush(set, grads, known) {
 		return nil
 	}
 	t.bnd.tried++

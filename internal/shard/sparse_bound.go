@@ -73,11 +73,12 @@ func join(a, b optim.Range) optim.Range {
 	return optim.Range{Lo: min(a.Lo, b.Lo), Hi: max(a.Hi, b.Hi)}
 }
 
-// boundedPush reports whether the push of grads to set's rows, at the rule
+// boundedPush reports whether the push of grads (whose largest |value| is
+// known, if above 0) to set's rows, at the rule
 // the table runs now (checkPush scheduled it), is shown finite by the
 // table's ranges; if so it keeps the ranges after it for push. False
 // means: try it on copies.
-func (t *table) boundedPush(set *sparse.KeySet, grads []float32) bool {
+func (t *table) boundedPush(set *sparse.KeySet, grads []float32, known float32) bool {
 	b := &t.bnd
 	b.nextValid, b.nextGrad = false, nil
 	rule, ok := t.t.Rule().(optim.Bounded)
@@ -93,7 +94,7 @@ func (t *table) boundedPush(set *sparse.KeySet, grads []float32) bool {
 			return false
 		}
 	}
-	g, ok := maxAbs(grads)
+	g, ok := gradMax(grads, known)
 	if !ok {
 		return false
 	}
