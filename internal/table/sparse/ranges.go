@@ -48,13 +48,5 @@ func (t *Table) Ranges() (param optim.Range, state []optim.Range, ok bool) {
 // remembers, no two the same: a push of ks then updates each of those rows
 // once and creates none, as long as nothing changes t before it.
 func (ks *KeySet) Resolved(t *Table) bool {
-	if ks.table != t || ks.gen != t.gen || len(ks.rows) != len(ks.keys) || !ks.distinct {
-		return false
-	}
-	for _, r := range ks.rows {
-		if r < 0 {
-			return false
-		}
-	}
-	return true
+	return ks.table == t && ks.gen == t.gen && len(ks.rows) == len(ks.keys) && ks.full && ks.distinct
 }
