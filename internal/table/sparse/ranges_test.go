@@ -74,3 +74,22 @@ func TestResolved(t *testing.T) {
 		t.Fatal("Resolved after an eviction freed its rows")
 	}
 }
+
+// markDirty sets exactly the bits lo..hi-1, a word at a time.
+func TestMarkDirty(t *testing.T) {
+	for lo := 0; lo < 200; lo += 7 {
+		for hi := lo; hi < 260; hi += 5 {
+			got, want := make([]uint64, 5), make([]uint64, 5)
+			got[0], want[0] = 1<<63, 1<<63 // bits already set stay set
+			markDirty(got, lo, hi)
+			for o := lo; o < hi; o++ {
+				want[o>>6] |= 1 << (o & 63)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("markDirty(%d, %d): word %d = %#x, want %#x", lo, hi, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
