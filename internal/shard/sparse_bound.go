@@ -91,6 +91,8 @@ func (t *table) boundedPush(set *sparse.KeySet, grads []float32, known float32) 
 		}
 		t.measure()
 		if !b.ok {
+			// A value beyond the bounds' reach: measure again less often.
+			b.need = max(2*b.need, int64(t.t.Len()))
 			return false
 		}
 	}
