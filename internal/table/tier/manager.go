@@ -62,6 +62,7 @@ type Manager struct {
 	steps  []stepAt // the wall-clock time each step was first seen (EvictUnseen)
 	err    error
 	kick   chan struct{}
+	bound  *memBound // the bound every table's Fetch keeps (bound.go)
 
 	stageMu sync.Mutex               // guards staged (Load runs with no lock held)
 	staged  map[*sparse.Table]*Table // disk tiers Load filled, until Attach adopts them (load.go)
@@ -96,7 +97,9 @@ func Open(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{cfg: cfg, store: s, kick: make(chan struct{}, 1)}, nil
+	m := &Manager{cfg: cfg, store: s, kick: make(chan struct{}, 1)}
+	m.bound = &memBound{budget: cfg.Budget, margin: boundMargin(cfg.Budget), tables: func() []*Table { return m.tables }}
+	return m, nil
 }
 
 // Store is the manager's store.
@@ -120,6 +123,7 @@ func (m *Manager) Attach(names []string, tables []*sparse.Table) []shard.Tier {
 		} else {
 			tt.changes.start(t) // the restored state is the base of the next delta
 		}
+		tt.bound = m.bound
 		m.tables = append(m.tables, tt)
 		tiers[i] = attached{tt}
 	}
@@ -169,11 +173,15 @@ type Totals struct {
 	DiskBytes int64
 	Budget    int64
 	HotBytes  int64 // the rows in memory, at RowBytes each
+	// Stalls counts the requests that demoted rows themselves, waiting
+	// for the disk, because the rows in memory would have passed the
+	// budget and its margin (bound.go).
+	Stalls int64
 }
 
 // Stats reads the counters; call it under the owner's lock.
 func (m *Manager) Stats() Totals {
-	t := Totals{DiskBytes: m.store.DiskBytes(), Budget: m.cfg.Budget}
+	t := Totals{DiskBytes: m.store.DiskBytes(), Budget: m.cfg.Budget, Stalls: m.bound.stalls}
 	for i, tb := range m.tables {
 		s := tb.Stats()
 		t.Tables = append(t.Tables, TableStats{Name: m.names[i], Stats: s})
@@ -314,8 +322,8 @@ func (m *Manager) Run(ctx context.Context, lock sync.Locker) error {
 			t := m.Stats()
 			lock.Unlock()
 			if t.Stats != last {
-				m.cfg.Logf("disk tier: %d rows in memory (%d of %d bytes), %d on disk (%d bytes in %s); %d promotions, %d demotions, hit rate %.3f",
-					t.HotRows, t.HotBytes, t.Budget, t.DiskRows, t.DiskBytes, m.store.dir, t.Promotions, t.Demotions, float64(t.Hits)/float64(max(t.Lookups, 1)))
+				m.cfg.Logf("disk tier: %d rows in memory (%d of %d bytes), %d on disk (%d bytes in %s); %d promotions, %d demotions, hit rate %.3f; %d requests waited for the disk to stay within the budget",
+					t.HotRows, t.HotBytes, t.Budget, t.DiskRows, t.DiskBytes, m.store.dir, t.Promotions, t.Demotions, float64(t.Hits)/float64(max(t.Lookups, 1)), t.Stalls)
 			}
 			logged, last = now, t.Stats
 		}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -34,6 +35,8 @@ type Table struct {
 
 	pend   map[uint64]*entry
 	flight map[uint64]*entry // nil when no write is in progress
+	flying *Flight           // the write of flight, or nil
+	bound  *memBound         // the memory bound of the tables this one shares a budget with, or nil
 	onDisk int64             // rows in the disk tier (an estimate past evictions)
 	miss   []uint64
 	need   []uint64 // of miss, the keys to read from the store
@@ -136,6 +139,9 @@ func (t *Table) Fetch(keys []uint64) error {
 	}
 	if err := t.store.Err(); err != nil {
 		t.err = err
+		return err
+	}
+	if err := t.hold(keys); err != nil {
 		return err
 	}
 	if t.onDisk == 0 {
@@ -304,7 +310,10 @@ func (t *Table) encode(b []byte, snap *sparse.Snapshot, i int) []byte {
 // fetched for a pull whose push comes next, and moving them out would bring
 // them back at once. So a budget smaller than the rows of the requests in
 // progress holds those rows, more than it.
-func (t *Table) Demote(n int) int {
+func (t *Table) Demote(n int) int { return t.demoteExcept(n, nil) }
+
+// demoteExcept is Demote that leaves the rows of the keys in except too.
+func (t *Table) demoteExcept(n int, except map[uint64]struct{}) int {
 	if clock := t.hot.Clock(); clock != t.freshAt || t.freshFor >= 64 {
 		t.old, t.fresh = t.fresh, t.old
 		clear(t.fresh)
@@ -319,9 +328,13 @@ func (t *Table) Demote(n int) int {
 	if n <= 0 || t.err != nil {
 		return 0
 	}
-	keys := t.hot.ColdestFrom(&t.hand, n+len(protected), nil)
-	if len(protected) > 0 {
-		keys = slices.DeleteFunc(keys, func(k uint64) bool { _, ok := protected[k]; return ok })
+	keys := t.hot.ColdestFrom(&t.hand, n+len(protected)+len(except), nil)
+	if len(protected) > 0 || len(except) > 0 {
+		keys = slices.DeleteFunc(keys, func(k uint64) bool {
+			_, ok := protected[k]
+			_, no := except[k]
+			return ok || no
+		})
 		keys = keys[:min(n, len(keys))]
 	}
 	return t.demoteKeys(keys)
@@ -363,6 +376,8 @@ func (t *Table) Pending() int { return len(t.pend) }
 type Flight struct {
 	t       *Table
 	changes map[uint64]*entry
+	once    sync.Once // the write, once: by the loop, or by a Fetch that cannot wait (hold)
+	err     error     // its result
 }
 
 // StartFlush hands the pending changes to a write: call Write on the
@@ -373,12 +388,20 @@ func (t *Table) StartFlush() *Flight {
 		return nil
 	}
 	t.flight, t.pend = t.pend, make(map[uint64]*entry)
-	return &Flight{t: t, changes: t.flight}
+	t.flying = &Flight{t: t, changes: t.flight}
+	return t.flying
 }
 
 // Write writes the flight's changes to the store in one batch. It reads
-// only the flight, which no one changes while it is out.
+// only the flight, which no one changes while it is out. The write is
+// done once: a second call (a Fetch over the memory bound, see hold, and
+// the loop) waits for the first and returns its result.
 func (f *Flight) Write() error {
+	f.once.Do(func() { f.err = f.write() })
+	return f.err
+}
+
+func (f *Flight) write() error {
 	// Past a failed flush pebble would stall this write for ever.
 	if err := f.t.store.Err(); err != nil {
 		return err
@@ -394,8 +417,8 @@ func (f *Flight) Write() error {
 // EndFlush ends the flight f, whose Write returned err: the store now
 // holds its changes, or, on an error, the table fails (Err).
 func (t *Table) EndFlush(f *Flight, err error) {
-	if f == nil || t.flight == nil {
-		return
+	if f == nil || t.flying != f {
+		return // ended already (hold)
 	}
 	if err != nil && t.err == nil {
 		t.err = err
@@ -403,7 +426,7 @@ func (t *Table) EndFlush(f *Flight, err error) {
 			t.err = fmt.Errorf("%w: writing %d rows to %s: %w", ErrStore, len(f.changes), t.store.dir, err)
 		}
 	}
-	t.flight = nil
+	t.flight, t.flying = nil, nil
 }
 
 // Flush writes the pending changes at once (StartFlush, Write, EndFlush)

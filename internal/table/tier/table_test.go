@@ -33,7 +33,11 @@ func newTwin(t *testing.T, cfg sparse.Config, s *Store, budget int) *twin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &twin{ref: ref, hot: hot, tt: NewTable(hot, s), budget: budget}
+	tt := NewTable(hot, s)
+	// The memory bound, with a small margin, so that requests demote on
+	// their path too, between the loop's rounds.
+	tt.Bound(int64(budget)*tt.RowBytes(), 8*tt.RowBytes())
+	return &twin{ref: ref, hot: hot, tt: tt, budget: budget}
 }
 
 // settle demotes down to the budget and moves writes along, as the
