@@ -68,7 +68,12 @@ func (t *Table) hold(keys []uint64) error {
 		for _, k := range keys {
 			except[k] = struct{}{}
 		}
-		t.demoteExcept(int(n), except)
+		// The rows promoted lately too, if need be: most are for pushes
+		// still to come, which will read them back (the loop leaves them),
+		// but the memory comes first.
+		if m := t.demoteExcept(int(n), except, false); m < int(n) {
+			t.demoteExcept(int(n)-m, except, true)
+		}
 	}
 	if err := t.Flush(); err != nil {
 		return err

@@ -310,10 +310,11 @@ func (t *Table) encode(b []byte, snap *sparse.Snapshot, i int) []byte {
 // fetched for a pull whose push comes next, and moving them out would bring
 // them back at once. So a budget smaller than the rows of the requests in
 // progress holds those rows, more than it.
-func (t *Table) Demote(n int) int { return t.demoteExcept(n, nil) }
+func (t *Table) Demote(n int) int { return t.demoteExcept(n, nil, false) }
 
-// demoteExcept is Demote that leaves the rows of the keys in except too.
-func (t *Table) demoteExcept(n int, except map[uint64]struct{}) int {
+// demoteExcept is Demote that leaves the rows of the keys in except too;
+// with force, it takes rows promoted lately (not in except) as well.
+func (t *Table) demoteExcept(n int, except map[uint64]struct{}, force bool) int {
 	if clock := t.hot.Clock(); clock != t.freshAt || t.freshFor >= 64 {
 		t.old, t.fresh = t.fresh, t.old
 		clear(t.fresh)
@@ -321,7 +322,9 @@ func (t *Table) demoteExcept(n int, except map[uint64]struct{}) int {
 	}
 	t.freshFor++
 	protected := t.fresh
-	if len(t.old) > 0 {
+	if force {
+		protected = nil
+	} else if len(t.old) > 0 {
 		protected = maps.Clone(t.fresh)
 		maps.Copy(protected, t.old)
 	}
