@@ -22,7 +22,6 @@ import (
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
-	"github.com/paramserv/paramserv/internal/gcheadroom"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/replication"
@@ -160,11 +159,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error { return lifecycle.Sle
 // --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg PSConfig) error {
 	cfg.defaults()
-	// A ps's live heap is mostly its tables, pointer-free: collect after
-	// 16 MiB of garbage (or 5% of the heap), not after as much again as
-	// the tables hold (Go's default), which grew its memory 1.8 bytes for
-	// every byte of rows.
-	defer gcheadroom.Start(psHeadroom)()
 	if cfg.Options.Enabled() {
 		if cfg.Tiered {
 			cfg.PSConfig.Tiers = copyTiers(cfg)
@@ -1396,9 +1390,6 @@ func zeroed(buf []float32, n int) []float32 {
 }
 
 // finish is the chief's end: evaluate, log, write the result file.
-// psHeadroom is the garbage a ps lets pile up between collections.
-var psHeadroom = gcheadroom.Config{Headroom: 16 << 20, MinPercent: 5}
-
 // endTraining lets a model drop what only its training needed before the
 // final evaluation (model.TrainingEnder), and has that memory collected
 // and handed back to the system at once: the collector would otherwise
