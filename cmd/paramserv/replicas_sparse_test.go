@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/testutil"
+	"github.com/paramserv/paramserv/internal/vfs"
 )
 
 // sparseReplicaJob runs sparse_lr on a9a with `paramserv local --ps=3
@@ -170,34 +171,51 @@ func TestReplicasTieredSyncBitIdentical(t *testing.T) {
 	sameShardFiles(t, calm, killed, "the undisturbed job all in memory and the one with a disk tier and ps 1 killed")
 }
 
-// sameShardFiles checks that the final checkpoints calm and killed hold the
-// same shard files, byte for byte, one per ps at least; what names the two
-// jobs in an error.
+// sameShardFiles checks that the final checkpoints calm and killed (the
+// directories of one step's checkpoint) hold the same shards, one per ps
+// at least: the same step, metadata and tensors, byte for byte, each
+// sparse table's rows compared in key order. A table all in memory is
+// written in its memory's order (keys_any_order) and a tiered one in key
+// order, so the files themselves may differ where the rows do not. what
+// names the two jobs in an error.
 func sameShardFiles(t *testing.T, calm, killed, what string) {
 	t.Helper()
-	files, err := os.ReadDir(calm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compared := 0
-	for _, f := range files {
-		if !strings.HasPrefix(f.Name(), "shard-") {
-			continue
+	read := func(cdir string) []checkpoint.Shard {
+		t.Helper()
+		step, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(cdir), "ckpt-"), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: not a checkpoint's directory: %v", cdir, err)
 		}
-		a, err := os.ReadFile(filepath.Join(calm, f.Name()))
+		m, err := checkpoint.Load(vfs.OS, filepath.Dir(cdir), step)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(killed, f.Name()))
-		if err != nil {
-			t.Fatal(err)
+		var shards []checkpoint.Shard
+		for k := range m.Shards {
+			s, err := checkpoint.ReadShardFile(vfs.OS, filepath.Dir(cdir), m, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err = checkpoint.InKeyOrder(s, m.Tables); err != nil {
+				t.Fatalf("%s shard %d: %v", cdir, k, err)
+			}
+			shards = append(shards, s)
 		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs between %s", f.Name(), what)
-		}
-		compared++
+		return shards
 	}
-	if compared < 3 {
-		t.Errorf("%d shard files in %s, want one per ps at least", compared, calm)
+	a, b := read(calm), read(killed)
+	if len(a) < 3 || len(a) != len(b) {
+		t.Fatalf("%d and %d shards in %s and %s, want the same number, one per ps at least", len(a), len(b), calm, killed)
+	}
+	for k := range a {
+		if a[k].Step != b[k].Step {
+			t.Errorf("shard %d: step %d against %d between %s", k, a[k].Step, b[k].Step, what)
+		}
+		if !maps.Equal(a[k].Meta, b[k].Meta) {
+			t.Errorf("shard %d: metadata differs between %s:\n%v\nagainst\n%v", k, what, a[k].Meta, b[k].Meta)
+		}
+		if err := checkpoint.DiffTensors(a[k], b[k]); err != nil {
+			t.Errorf("shard %d differs between %s: %v", k, what, err)
+		}
 	}
 }
