@@ -157,3 +157,60 @@ func TestImportIndexed(t *testing.T) {
 		t.Fatal("a cut of a table with freed rows offers its index")
 	}
 }
+
+// BenchmarkRestoreTrained is a restore's import of a table trained as a job
+// trains it (pushes of 1000 new keys: rows in insertion order, the index
+// grown as they came), 1M rows of FTRL at dim 1, in the table's order:
+// building the index from the keys (ImportAnyOrder, format 4) against
+// taking the saved one (ImportIndexed, format 5). The copies' memory is
+// fresh each time, as in a ps that starts.
+func BenchmarkRestoreTrained(b *testing.B) {
+	rule, err := optim.New(optim.Config{Name: "ftrl", LearningRate: 0.1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Dim: 1, Rule: rule}
+	src, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys, grads := make([]uint64, 1000), make([]float32, 1000)
+	for i := range grads {
+		grads[i] = float32(rng.NormFloat64())
+	}
+	for step := int64(0); src.Len() < 1_000_000 || src.old.slots != nil; step++ {
+		for i := range keys {
+			keys[i] = rng.Uint64()
+		}
+		if err := src.Push(keys, grads, step); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cut := src.FrozenShared(src.FrozenSize().Alloc())
+	view := cut.InTableOrder()
+	ix, ok := view.Index()
+	if !ok {
+		b.Fatal("no index at the cut")
+	}
+	snap := view.Snapshot()
+	for _, indexed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "build_index", true: "saved_index"}[indexed], func(b *testing.B) {
+			b.SetBytes(int64(len(snap.Keys)) * 20)
+			for range b.N {
+				tb, err := New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if indexed {
+					err = tb.ImportIndexed(snap, ix)
+				} else {
+					err = tb.ImportAnyOrder(snap)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
