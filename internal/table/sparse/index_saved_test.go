@@ -15,8 +15,8 @@ import (
 // hands its index to the checkpoint (Sorted.Index), and ImportIndexed of
 // its rows in table order with that index gives a table that holds and
 // does what one restored by ImportAnyOrder (which builds the index from
-// the keys) holds and does, without hashing a key. An index that misses a
-// row, names one twice or one past the rows is refused (ErrIndex) and the
+// the keys) holds and does. An index that misses a row, names one twice or
+// one past the rows, or holds them out of place, is refused (ErrIndex) and the
 // table is left empty; a table whose rows were freed, or an index of
 // another shape, gives no index or falls back to ImportAnyOrder.
 func TestImportIndexed(t *testing.T) {
@@ -116,6 +116,9 @@ func TestImportIndexed(t *testing.T) {
 			s[i] = s[slices.IndexFunc(s, func(x uint32) bool { return x != 0 })]
 		},
 		"a row past the end": func(s []uint32) { s[slices.IndexFunc(s, func(x uint32) bool { return x != 0 })] |= ix.RowMask },
+		// Every row once, but not where its key's hash leads (as
+		// another program's hash would place them).
+		"rows misplaced": func(s []uint32) { slices.Reverse(s) },
 	}
 	for name, spoil := range bad {
 		t.Run(name, func(t *testing.T) {
