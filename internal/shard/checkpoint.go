@@ -684,6 +684,7 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 			}
 			anyOrder = sh.AnyOrder
 		}
+		t.loseBound()
 		rows := func(inOrder bool) error {
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
