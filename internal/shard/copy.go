@@ -256,6 +256,36 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	return nil
 }
 
+// decodeSketch takes a table's admission counters off a copy with take:
+// every counter, or only the cells that are not zero (at, value).
+func decodeSketch(h tableCopy, take func(int) ([]byte, error)) ([]uint8, error) {
+	switch {
+	case h.Sketch < 0 || h.SketchCells < 0:
+		return nil, fmt.Errorf("%d admission counters, %d sent", h.Sketch, h.SketchCells)
+	case h.SketchCells > 0:
+		raw, err := take(5 * h.SketchCells)
+		if err != nil {
+			return nil, err
+		}
+		sketch := make([]uint8, h.Sketch)
+		for j := range h.SketchCells {
+			at := int(binary.LittleEndian.Uint32(raw[5*j:]))
+			if at >= len(sketch) {
+				return nil, fmt.Errorf("admission counter %d of %d", at, len(sketch))
+			}
+			sketch[at] = raw[5*j+4]
+		}
+		return sketch, nil
+	case h.Sketch > 0:
+		raw, err := take(h.Sketch)
+		if err != nil {
+			return nil, err
+		}
+		return slices.Clone(raw), nil
+	}
+	return nil, nil
+}
+
 // decodeTable fills an empty table from its part of a copy, taken off
 // rest; load takes the rows: the table's Import, or a second tier's
 // TierLoader.
@@ -330,28 +360,8 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 		}
 	}
 	e := sparse.Extra{Clock: h.Clock, Base: h.Base, Stats: h.Stats}
-	switch {
-	case h.Sketch < 0 || h.SketchCells < 0:
-		return fmt.Errorf("%d admission counters, %d sent", h.Sketch, h.SketchCells)
-	case h.SketchCells > 0:
-		raw, err := take(5 * h.SketchCells)
-		if err != nil {
-			return err
-		}
-		e.Sketch = make([]uint8, h.Sketch)
-		for j := range h.SketchCells {
-			at := int(binary.LittleEndian.Uint32(raw[5*j:]))
-			if at >= len(e.Sketch) {
-				return fmt.Errorf("admission counter %d of %d", at, len(e.Sketch))
-			}
-			e.Sketch[at] = raw[5*j+4]
-		}
-	case h.Sketch > 0:
-		raw, err := take(h.Sketch)
-		if err != nil {
-			return err
-		}
-		e.Sketch = slices.Clone(raw)
+	if e.Sketch, err = decodeSketch(h, take); err != nil {
+		return err
 	}
 	accKeys, err := uints(h.Acc)
 	if err != nil {
