@@ -146,3 +146,29 @@ type TierStats struct {
 	Filtered          int64 // of Lookups, keys the miss filter knew were not on disk
 	FilterBytes       int64 // the miss filter's memory
 }
+
+// TierStreamLoader is a TierLoader that takes a restored table's rows as a
+// stream (RestoreChainsInto): a run of rows at a time, as they lie in the
+// checkpoint's files, so that neither a re-sharding restore nor a delta
+// chain gathers the table in memory first.
+type TierStreamLoader interface {
+	TierLoader
+	// LoadStream is Load of the rows of rows.
+	LoadStream(t *sparse.Table, rows RowStream, tables int) error
+}
+
+// RowStream is a table's rows read from a checkpoint's files, in an order
+// of their own (not by key; the keys are distinct), the same order at
+// every reading.
+type RowStream interface {
+	// Len is the number of rows.
+	Len() int
+	// Touches calls f with the rows' last-touched steps, in order, a run
+	// at a time (f must not keep the slice). It reports false, and calls
+	// nothing, where the rows have none.
+	Touches(f func(touch []int64)) bool
+	// Rows calls f with the rows, in order, at most n at a time; the
+	// run's slices are valid during the call only. It returns f's first
+	// error.
+	Rows(n int, f func(run sparse.Snapshot) error) error
+}
