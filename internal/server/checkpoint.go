@@ -88,6 +88,13 @@ func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointRespo
 	if err := cut.Err(); err != nil {
 		cut.Release()
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
+		if d, ok := s.cfg.Tiers.(shard.TierDamage); ok {
+			if derr, damaged := d.Damaged(err); damaged {
+				// Its rows are lost, not the job: the chief skips this
+				// checkpoint while the ps restarts and restores.
+				return nil, kindErrorf(shard.NotReady, "ps %d: reading its disk tier for the checkpoint: %v; the ps restarts and restores its shard from the newest checkpoint", s.cfg.Task, derr)
+			}
+		}
 		return nil, kindErrorf(shard.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
 	}
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)

@@ -247,7 +247,7 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	s.attachTiers(st)
 	s.st, s.incarnation, s.done = st, h.Incarnation, done
 	s.stampAll()
-	s.pendingSince, s.syncFailed = time.Time{}, nil
+	s.pendingSince, s.syncFailed, s.failRestart = time.Time{}, nil, false
 	if h.Pending {
 		s.pendingSince = now
 	}

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
@@ -122,13 +124,35 @@ func (s *Shard) Fail(err error) {
 
 // tierFailed makes the shard fail with a tier's error: every later push and
 // waiting pull fails with it, until a state is installed.
+//
+// A tier whose store is damaged (TierDamage) loses its rows but not the
+// job: requests fail as NotReady, so the workers wait while the ps
+// restarts and restores its shard from the newest checkpoint; other
+// failures (a full or failing disk) fail the job.
 func (s *Shard) tierFailed(t *table, err error) error {
 	if s.syncFailed == nil {
+		if d, ok := s.cfg.Tiers.(TierDamage); ok {
+			if derr, damaged := d.Damaged(err); damaged {
+				s.syncFailed = fmt.Errorf("table %q: %w; the ps restarts and restores its shard from the newest checkpoint", t.name, derr)
+				s.failRestart = true
+				s.cfg.Logf("%v", s.syncFailed)
+				s.version++
+				return s.Failed()
+			}
+		}
 		s.syncFailed = err
 		s.cfg.Logf("table %q: %v; the shard fails: restart the ps, which restores from its checkpoint", t.name, err)
 		s.version++
 	}
 	return s.Failed()
+}
+
+// TierDamage is Tiers that tells a damaged store (its rows lost, the
+// shard to be restored) from other failures of a tier.
+type TierDamage interface {
+	// Damaged reports whether err, a tier's failure, is its store found
+	// damaged, and returns err worded for the log.
+	Damaged(err error) (error, bool)
 }
 
 // TierStats is what a ps's disk tier for sparse tables reports
