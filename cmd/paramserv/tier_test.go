@@ -140,7 +140,8 @@ func TestTieredStoreDamagedWhileRunning(t *testing.T) {
 		ents, _ := os.ReadDir(store)
 		for _, e := range ents {
 			f := filepath.Join(store, e.Name())
-			if !strings.HasSuffix(e.Name(), ".sst") || damaged[f] {
+			// The store's table files: the hash store's, or pebble's.
+			if !e.Type().IsRegular() || damaged[f] || !(strings.HasSuffix(e.Name(), ".hash") || strings.HasSuffix(e.Name(), ".sst")) {
 				continue
 			}
 			if zeroFile(f) == nil {

@@ -124,10 +124,22 @@ type twin struct {
 
 func newTwin(t *testing.T, numPS int, vars []model.Variable, tables []model.Table, init InitOptions) *twin {
 	t.Helper()
+	return newTwinWith(t, numPS, vars, tables, init, Options{})
+}
+
+// newTwinWith is newTwin whose data path client has opts (its Tables,
+// SplitBytes and GRPCOnly are newTwin's).
+func newTwinWith(t *testing.T, numPS int, vars []model.Variable, tables []model.Table, init InitOptions, opts Options) *twin {
+	t.Helper()
 	tw := &twin{vars: vars, tables: tables}
 	for _, grpcOnly := range []bool{false, true} {
 		cl := startCluster(t, numPS, 1)
-		c, err := New(cl.addrs, vars, Options{Tables: tables, SplitBytes: 64, GRPCOnly: grpcOnly})
+		o := Options{Tables: tables, SplitBytes: 64, GRPCOnly: grpcOnly}
+		if !grpcOnly {
+			o = opts
+			o.Tables, o.SplitBytes = tables, 64
+		}
+		c, err := New(cl.addrs, vars, o)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -72,6 +72,16 @@ type Options struct {
 	// Status, and a ps that does not answer within ProbeTimeout (20s if 0)
 	// ends the call with ErrUnavailable. Tests make them small.
 	ProbeAfter, ProbeTimeout time.Duration
+	// ThreadReads is for a caller whose goroutine is locked to its OS
+	// thread, as a cgo callback's is (the Python library's calls): the
+	// data path's TCP connections are read and written with plain system
+	// calls on the calling thread, a wait in poll(2) there, outside Go's
+	// netpoller (threadconn_linux.go), and a small call to several ps
+	// reads their answers one after the other on that thread instead of
+	// on a goroutine each. A locked goroutine that parks hands its
+	// thread's P to another thread and back, two or three thread switches
+	// a round trip. Linux only; elsewhere the option does nothing.
+	ThreadReads bool
 }
 
 // Client talks to every ps of a cluster.

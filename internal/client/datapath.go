@@ -46,7 +46,7 @@ type dataPath struct {
 func newDataPath(c *Client) *dataPath {
 	dp := &dataPath{c: c}
 	for _, a := range c.addrs {
-		p := &connPool{addr: a, dial: c.opts.Dial, incremental: c.opts.IncrementalPull}
+		p := &connPool{addr: a, dial: c.opts.Dial, incremental: c.opts.IncrementalPull, threadReads: c.opts.ThreadReads}
 		p.version.Store(wire.DataVersionIncarnation)
 		if c.opts.IncrementalPull {
 			dp.held = append(dp.held, newRowStore())
@@ -134,6 +134,24 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 	}
 	defer dp.release(cs)
 	n := len(dp.ps)
+	if n > 1 && dp.c.opts.ThreadReads && small(req) {
+		// On the caller's thread (Options.ThreadReads): every ps's part
+		// sent, then the answers read in turn, as Send and Wait do.
+		perr := make([]error, n)
+		for i := range n {
+			perr[i] = dp.begin(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+		}
+		for i := range n {
+			if perr[i] == nil {
+				cs.steps[i], cs.dropped[i], perr[i] = dp.end(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+			}
+			if perr[i] != nil {
+				perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, perr[i]))
+			}
+		}
+		dp.landed(cs, call, perr)
+		return true
+	}
 	// Once one ps fails, the round trips to the others are cancelled (see
 	// eachCtx) and their errors left out.
 	pctx, cancel := ctx, context.CancelCauseFunc(func(error) {})

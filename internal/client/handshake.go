@@ -24,8 +24,10 @@ var errVersion = errors.New("version not spoken")
 
 // dial opens a data connection to addr asking for the given version: the
 // preface, then the ps's hello. errVersion means the ps refused the
-// version, errNoDataPath that it does not speak the data path.
-func dial(ctx context.Context, addr string, with func(context.Context, string) (net.Conn, error), version int) (*dataConn, error) {
+// version, errNoDataPath that it does not speak the data path. With
+// threadReads the connection is read on the calling thread
+// (Options.ThreadReads).
+func dial(ctx context.Context, addr string, with func(context.Context, string) (net.Conn, error), version int, threadReads bool) (*dataConn, error) {
 	if with == nil {
 		var dl net.Dialer
 		with = func(ctx context.Context, addr string) (net.Conn, error) { return dl.DialContext(ctx, "tcp", addr) }
@@ -63,6 +65,12 @@ func dial(ctx context.Context, addr string, with func(context.Context, string) (
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: %v", errNoDataPath, err)
+	}
+	if threadReads && d.br.Buffered() == 0 {
+		// The ps says nothing more until asked.
+		d.nc = newThreadConn(nc)
+		_ = d.nc.SetDeadline(deadline) // cleared by the first call's send
+		d.br.Reset(d.nc)
 	}
 	d.version = version
 	d.incr = version >= wire.DataVersionIncremental

@@ -20,6 +20,7 @@ type connPool struct {
 	// that the client needs (see get).
 	version     atomic.Int32
 	incremental bool       // the client pulls incrementally
+	threadReads bool       // Options.ThreadReads
 	mu          sync.Mutex // guards idle and shut
 	idle        []*dataConn
 	shut        bool
@@ -66,7 +67,7 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 	}
 	p.mu.Unlock()
 	v := int(p.version.Load())
-	d, err := dial(ctx, p.addr, p.dial, v)
+	d, err := dial(ctx, p.addr, p.dial, v, p.threadReads)
 	for errors.Is(err, errVersion) && v > wire.DataVersion {
 		// An older ps: the version below (status codes in error replies
 		// and no key sets kept from version 3 down, full dense pulls from
@@ -77,7 +78,7 @@ func (p *connPool) get(ctx context.Context) (*dataConn, error) {
 			v = wire.DataVersion
 		}
 		p.version.Store(int32(v))
-		d, err = dial(ctx, p.addr, p.dial, v)
+		d, err = dial(ctx, p.addr, p.dial, v, p.threadReads)
 	}
 	return d, err
 }

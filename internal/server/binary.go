@@ -299,12 +299,12 @@ func (dc *dataConn) decodePush() {
 	p.Worker, p.Step = int(r.Worker), r.Step
 	p.Dense, p.Sparse = p.Dense[:0], p.Sparse[:0]
 	for _, d := range r.Dense {
-		p.Dense = append(p.Dense, shard.DenseGrad{Name: d.Name, Values: d.Data, Bad: d.Bad})
+		p.Dense = append(p.Dense, shard.DenseGrad{Name: d.Name, Values: d.Data, Bad: d.Bad, MaxAbs: d.MaxAbs})
 	}
 	for i := range r.SparsePush {
 		sec := &r.SparsePush[i]
 		l := dc.pushSets[i]
-		p.Sparse = append(p.Sparse, shard.SparseGrad{Table: sec.Table, Set: l.set, Owned: l.slot != nil && l.slot.owned, Values: sec.Values, Bad: sec.Bad})
+		p.Sparse = append(p.Sparse, shard.SparseGrad{Table: sec.Table, Set: l.set, Owned: l.slot != nil && l.slot.owned, Values: sec.Values, Bad: sec.Bad, MaxAbs: sec.MaxAbs})
 	}
 }
 

@@ -62,6 +62,11 @@ type Config struct {
 	// clusters over package memnet).
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 
+	// ThreadReads is client.Options.ThreadReads: for a program whose calls
+	// come from threads of its own through cgo (the Python library), the
+	// answers are waited for on the calling thread.
+	ThreadReads bool
+
 	// MetricsAddr, if set (HOST:PORT; port 0: a free one), serves the
 	// worker's Prometheus metrics at http://MetricsAddr/metrics and its
 	// status page at /, from Start to Close, and logs "metrics: URL" once:
@@ -172,6 +177,7 @@ func start(ctx context.Context, cfg Config, init model.Params, observer lifecycl
 	chief := cfg.Cluster.IsChief()
 	c, err := client.New(cfg.Cluster.Spec.PS, cfg.Variables, client.Options{
 		Worker: worker, Tables: cfg.Tables, SplitBytes: cfg.SplitBytes, Logf: cfg.Logf, WaitLogEvery: cfg.WaitLogEvery, Dial: cfg.Dial,
+		ThreadReads: cfg.ThreadReads,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)

@@ -69,7 +69,7 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) e
 	// it again, so that what it holds (and checkpoints) stays finite
 	// whatever it is sent.
 	for i, v := range st.order {
-		if err := s.checkResult(v, grads[i], v.updates+1, step); err != nil {
+		if err := s.checkResult(v, grads[i], 0, v.updates+1, step); err != nil {
 			return errorf(Invalid, "ps %d: aggregate of step %d: %v", s.cfg.Task, step, err)
 		}
 	}
@@ -80,7 +80,7 @@ func (s *Shard) ApplyAggregate(step int64, grads [][]float32, rows []RowGrads) e
 		if err := t.fetch(rows[i].Keys); err != nil {
 			return s.tierFailed(t, err)
 		}
-		if err := t.checkPush(rows[i].Keys, nil, rows[i].Values, step); err != nil {
+		if err := t.checkPush(rows[i].Keys, nil, rows[i].Values, 0, step); err != nil {
 			return errorf(Invalid, "ps %d: aggregate of step %d: table %q: %v; refused whole, nothing changed", s.cfg.Task, step, t.name, err)
 		}
 	}

@@ -3,6 +3,7 @@ package shard
 import (
 	"math"
 
+	"github.com/paramserv/paramserv/internal/format"
 	"github.com/paramserv/paramserv/internal/optim"
 )
 
@@ -41,7 +42,7 @@ type varBound struct {
 // bounded reports whether the rule's bounds show that the update of v by
 // grad at update count step leaves every value and state finite; if so, it
 // keeps the ranges after it in v.next for rebound.
-func bounded(v *Var, rule optim.Rule, grad []float32, step int64) bool {
+func bounded(v *Var, rule optim.Rule, grad []float32, known float32, step int64) bool {
 	v.next.ok, v.next.grad = false, nil
 	b, ok := rule.(optim.Bounded)
 	if !ok || len(grad) == 0 {
@@ -58,7 +59,7 @@ func bounded(v *Var, rule optim.Rule, grad []float32, step int64) bool {
 		fresh = true
 	}
 	if v.bnd.ok {
-		g, ok := maxAbs(grad)
+		g, ok := gradMax(grad, known)
 		if !ok {
 			return false
 		}
@@ -143,25 +144,19 @@ func measure(xs []float32) (optim.Range, bool) {
 	return r, r.Lo >= -boundLimit && r.Hi <= boundLimit
 }
 
-// maxAbs is the largest |x| of g, and false if one is NaN or ±Inf. It
-// compares bit patterns: with the sign cleared, the order of finite
-// float32 is that of their bits, and NaN and Inf are above every finite one.
-// With AVX2 it reads about as fast as the finite check (maxabs_amd64.s).
+// gradMax is the largest |x| of g: known, if above 0 (the caller found it
+// as it checked g), else maxAbs's.
+func gradMax(g []float32, known float32) (float64, bool) {
+	if known > 0 && known <= math.MaxFloat32 {
+		return float64(known), true
+	}
+	return maxAbs(g)
+}
+
+// maxAbs is the largest |x| of g, and false if one is NaN or ±Inf.
 func maxAbs(g []float32) (float64, bool) {
-	m0, i := maxAbsKernel(g)
-	var m1, m2, m3 uint32
-	for ; i+4 <= len(g); i += 4 {
-		x := g[i : i+4 : i+4]
-		m0 = max(m0, math.Float32bits(x[0])&0x7fffffff)
-		m1 = max(m1, math.Float32bits(x[1])&0x7fffffff)
-		m2 = max(m2, math.Float32bits(x[2])&0x7fffffff)
-		m3 = max(m3, math.Float32bits(x[3])&0x7fffffff)
-	}
-	for ; i < len(g); i++ {
-		m0 = max(m0, math.Float32bits(g[i])&0x7fffffff)
-	}
-	m := max(m0, m1, m2, m3)
-	if m >= 0x7f800000 {
+	m := format.MaxAbsBits(g)
+	if m >= format.NotFiniteBits {
 		return 0, false
 	}
 	return float64(math.Float32frombits(m)), true

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -278,8 +279,17 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 		if stream && t.cold == nil {
 			// The rows as the table holds them, streamed to the file
 			// with no sort: the shard's keys are then in any order.
-			sh.Tensors = append(sh.Tensors, streamTable(t, t.t.InTableOrder())...)
+			v := t.t.InTableOrder()
+			sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
 			sh.AnyOrder = true
+			// And the table's index, where the cut took it: a restore
+			// onto as many ps takes it instead of building it.
+			if ix, ok := v.Index(); ok && littleEndian {
+				sh.Tensors = append(sh.Tensors, ckptformat.Tensor{Name: ckptformat.IndexName(t.name), DType: ckptformat.U64,
+					Shape: []int64{int64(len(ix.Slots) / 2)}, Data: unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ix.Slots))), 4*len(ix.Slots))})
+				sh.Meta[ckptformat.IndexMaskMeta(t.name)] = strconv.FormatUint(uint64(ix.RowMask), 10)
+				sh.Indexed = true
+			}
 			continue
 		}
 		if stream {
@@ -768,6 +778,7 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 			}
 			anyOrder = sh.AnyOrder
 		}
+		t.loseBound()
 		rows := func(inOrder bool) error {
 			snap, err := tableRows(c.shard, from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS, m.Step, inOrder, run)
 			if err != nil {
@@ -777,6 +788,9 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 				return load(t.t, snap)
 			}
 			if anyOrder {
+				if ix, ok := savedIndex(c.shards[task], tb.Name); ok {
+					return t.t.ImportIndexed(snap, ix)
+				}
 				return t.t.ImportAnyOrder(snap)
 			}
 			return t.t.Import(snap)
@@ -950,6 +964,27 @@ func float32sView(sh *ckptformat.Shard, name string) ([]float32, error) {
 }
 
 // uint64sView is float32sView for U64.
+// savedIndex is the index of table a shard holds beside its rows
+// (ckptformat.Shard.Indexed), read in place; ok is false when it has none
+// (or this host is not little-endian, as the file is).
+func savedIndex(sh *ckptformat.Shard, table string) (ix sparse.SavedIndex, ok bool) {
+	if sh == nil || !sh.Indexed || !littleEndian {
+		return sparse.SavedIndex{}, false
+	}
+	mask, err := strconv.ParseUint(sh.Meta[ckptformat.IndexMaskMeta(table)], 10, 32)
+	if err != nil {
+		return sparse.SavedIndex{}, false
+	}
+	v, err := uint64sView(sh, ckptformat.IndexName(table))
+	if err != nil || len(v) == 0 {
+		return sparse.SavedIndex{}, false
+	}
+	return sparse.SavedIndex{Slots: unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v)), RowMask: uint32(mask)}, true
+}
+
+// littleEndian: the host stores numbers as the checkpoint files do.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 func uint64sView(sh *ckptformat.Shard, name string) ([]uint64, error) {
 	t, err := sh.Lookup(name)
 	if err != nil {

@@ -443,6 +443,7 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 	if err := t.t.SetExtra(e); err != nil {
 		return err
 	}
+	t.loseBound()
 	if h.Acc > 0 {
 		if t.accPos == nil {
 			return fmt.Errorf("%d accumulated keys for an asynchronous table", h.Acc)

@@ -27,9 +27,9 @@ type trial struct {
 // overflow: 3e38 pushed repeatedly drives a value to -Inf). The shard's
 // values and state are only read. at is the global step whose rate the
 // update will run at (see update): the rule tried is the one in force then.
-func (s *Shard) checkResult(v *Var, grad []float32, step, at int64) error {
+func (s *Shard) checkResult(v *Var, grad []float32, known float32, step, at int64) error {
 	rule := v.sched.At(at)
-	if bounded(v, rule, grad, step) {
+	if bounded(v, rule, grad, known, step) {
 		return nil // the rule's bounds rule overflow out (bound.go)
 	}
 	// The trial is spread over the cores as the update is (Config.Update);

@@ -44,7 +44,7 @@ func BenchmarkDenseApply(b *testing.B) {
 						if sub == "trial" {
 							v.bnd.ok = false
 						}
-						if err := s.checkResult(v, g, v.updates+1, 0); err != nil {
+						if err := s.checkResult(v, g, 0, v.updates+1, 0); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -37,6 +37,9 @@ type DenseGrad struct {
 	Name   []byte
 	Values []float32
 	Bad    int // index of the first value not finite, -1, or Unchecked
+	// MaxAbs, if above 0, is the largest |value| of Values, found by the
+	// caller as it checked them (the data path's reader); 0: not known.
+	MaxAbs float32
 }
 
 // SparseGrad is the gradient of some rows of one table: row i's gradient
@@ -52,7 +55,8 @@ type SparseGrad struct {
 	// (a kept key set is checked once).
 	Owned  bool
 	Values []float32
-	Bad    int // index of the first value not finite, -1, or Unchecked
+	Bad    int     // index of the first value not finite, -1, or Unchecked
+	MaxAbs float32 // as DenseGrad's
 }
 
 func (g *SparseGrad) keys() []uint64 {
@@ -218,14 +222,15 @@ func (s *Shard) Apply(p *Push, now time.Time, stream *Stream) (Result, error) {
 	if !st.layout.Sync {
 		// An asynchronous push not dropped as stale is applied at once:
 		// try it first, so that one whose result is not finite changes
-		// nothing.
+		// nothing. Ranges kept for a push not applied are dropped.
+		defer dropPending(p.tabs)
 		for i, v := range p.vars {
-			if err := s.checkResult(v, p.Dense[i].Values, v.updates+1, st.tracker.Step()); err != nil {
+			if err := s.checkResult(v, p.Dense[i].Values, p.Dense[i].MaxAbs, v.updates+1, st.tracker.Step()); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, err)
 			}
 		}
 		for i, t := range p.tabs { // Check brought the rows back from a tier
-			if err := t.checkPush(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, st.tracker.Step()); err != nil {
+			if err := t.checkPush(p.Sparse[i].keys(), p.Sparse[i].Set, p.Sparse[i].Values, p.Sparse[i].MaxAbs, st.tracker.Step()); err != nil {
 				return Result{}, s.refuseResult(p.Worker, p.Step, fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err))
 			}
 		}
@@ -392,12 +397,12 @@ func (s *Shard) applyStep(count int) error {
 // finite.
 func (s *Shard) checkStep() error {
 	for _, v := range s.st.order {
-		if err := s.checkResult(v, v.accum, v.updates+1, s.st.tracker.Step()-1); err != nil {
+		if err := s.checkResult(v, v.accum, 0, v.updates+1, s.st.tracker.Step()-1); err != nil {
 			return err
 		}
 	}
 	for _, t := range s.st.tableOrd {
-		if err := t.checkPush(t.accKeys, nil, t.acc, s.st.tracker.Step()-1); err != nil {
+		if err := t.checkPush(t.accKeys, nil, t.acc, 0, s.st.tracker.Step()-1); err != nil {
 			return fmt.Errorf("table %q: %w; refused whole, nothing changed", t.name, err)
 		}
 	}

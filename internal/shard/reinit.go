@@ -59,6 +59,7 @@ func (s *Shard) again(l Layout, values [][]float32) error {
 					return conflict(changes[0].flag, "sparse table %q: %v", t.name, err)
 				}
 				t.rule, t.sched = rule, sched
+				t.loseBound()
 			}
 		}
 		for _, v := range st.order {

@@ -29,6 +29,8 @@ type table struct {
 	acc     []float32
 
 	touchBuf []float32 // TouchRows's values, read and dropped
+
+	bnd tableBound // ranges that let a push skip its trial (sparse_bound.go)
 }
 
 func newTables(l Layout, sched *optim.Scheduled) (map[string]*table, []*table, error) {
@@ -87,6 +89,7 @@ func (t *table) push(keys []uint64, set *sparse.KeySet, grads []float32, step in
 	if err != nil {
 		panic(fmt.Sprintf("shard: checked push refused by table %q: %v", t.name, err))
 	}
+	t.rebound(grads, len(keys))
 	return nil
 }
 
@@ -123,9 +126,14 @@ func (t *table) schedule(at int64) {
 // update: a schedule that raises the rate must not let the check pass a
 // push the real update makes not finite.
 // With a key set (the push's remembered rows) it tries the rows as the push
-// will find them, without the index.
-func (t *table) checkPush(keys []uint64, set *sparse.KeySet, grads []float32, at int64) error {
+// will find them, without the index; one whose result the table's ranges
+// bound is not tried (sparse_bound.go).
+func (t *table) checkPush(keys []uint64, set *sparse.KeySet, grads []float32, known float32, at int64) error {
 	t.schedule(at)
+	if t.boundedPush(set, grads, known) {
+		return nil
+	}
+	t.bnd.tried++
 	if set != nil {
 		return t.t.CheckPushSet(set, grads)
 	}

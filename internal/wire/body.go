@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"github.com/paramserv/paramserv/internal/hugemem"
 	"io"
 	"slices"
 	"unsafe"
+
+	"github.com/paramserv/paramserv/internal/format"
+	"github.com/paramserv/paramserv/internal/hugemem"
 )
 
 // BodyReader reads the body of one frame, never past its declared length.
@@ -117,8 +119,16 @@ const checkChunk = 64 << 10
 // time and by at least checkChunk values, so a frame that claims a
 // gigabyte and sends a kilobyte costs about a megabyte.
 func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []float32, bad int, err error) {
+	out, bad, _, err = r.FloatsMax(buf, n, what)
+	return out, bad, err
+}
+
+// FloatsMax is FloatsChecked that also returns the largest |value| read,
+// as float32 bits (format.MaxAbsBits, found in the same pass as the check:
+// the bound that lets the ps skip trying an update on copies needs it).
+func (r *BodyReader) FloatsMax(buf []float32, n int64, what string) (out []float32, bad int, maxBits uint32, err error) {
 	if err := r.take(4*n, what); err != nil {
-		return buf, -1, err
+		return buf, -1, 0, err
 	}
 	bad = -1
 	for done := 0; int64(done) < n; {
@@ -133,27 +143,27 @@ func (r *BodyReader) FloatsChecked(buf []float32, n int64, what string) (out []f
 			if whole := got / 4; whole > checked {
 				part := dst[checked:whole]
 				fromLE32(part)
-				if bad < 0 {
-					if j := FirstNonFinite(part); j >= 0 {
-						bad = done + checked + j
-					}
+				mx := format.MaxAbsBits(part)
+				if mx >= format.NotFiniteBits && bad < 0 {
+					bad = done + checked + FirstNonFinite(part)
 				}
+				maxBits = max(maxBits, mx)
 				checked = whole
 			}
 			switch {
 			case got == len(b):
 			case err != nil:
-				return buf, -1, noEOF(err)
+				return buf, -1, 0, noEOF(err)
 			case m == 0:
 				if empty++; empty >= 100 {
-					return buf, -1, io.ErrNoProgress
+					return buf, -1, 0, io.ErrNoProgress
 				}
 			}
 		}
 		buf = buf[:len(buf)+k]
 		done += k
 	}
-	return buf, bad, nil
+	return buf, bad, maxBits, nil
 }
 
 // FloatsInto reads len(dst) little-endian float32 values into dst.

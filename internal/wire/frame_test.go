@@ -333,9 +333,19 @@ func TestFloatsCheckedInPieces(t *testing.T) {
 		} {
 			br := bufio.NewReaderSize(rd, 16)
 			body := BodyReader{R: br, Left: int64(len(raw))}
-			got, bad, err := body.FloatsChecked([]float32{42}, int64(len(v)), "values")
+			got, bad, mx, err := body.FloatsMax([]float32{42}, int64(len(v)), "values")
 			if err != nil || bad != badAt || got[0] != 42 || !bitsEqualF(got[1:], v) {
 				t.Fatalf("%s, bad at %d: bad %d, err %v, equal %v", name, badAt, bad, err, bitsEqualF(got[1:], v))
+			}
+			// The largest |value| found in the same pass: the bits of
+			// the largest magnitude, +Inf's or more when one is not
+			// finite.
+			want := uint32(0)
+			for _, x := range v {
+				want = max(want, math.Float32bits(x)&0x7fffffff)
+			}
+			if mx != want {
+				t.Fatalf("%s, bad at %d: largest |value| bits %#x, want %#x", name, badAt, mx, want)
 			}
 		}
 	}

@@ -2,8 +2,10 @@ package wire
 
 import (
 	"bufio"
-	"github.com/paramserv/paramserv/internal/hugemem"
 	"io"
+	"math"
+
+	"github.com/paramserv/paramserv/internal/hugemem"
 )
 
 // DenseSection is one variable's values: in a request, a push's gradient;
@@ -13,8 +15,9 @@ type DenseSection struct {
 	Name []byte
 	Data []float32
 	// Bad is, in a request, the index of the first NaN or ±Inf in Data, or
-	// -1.
-	Bad int
+	// -1; MaxAbs, when Bad is -1, the largest |value| of Data.
+	Bad    int
+	MaxAbs float32
 }
 
 // SparseSection is one table's part of a request. Layout: u16 name
@@ -29,6 +32,7 @@ type SparseSection struct {
 	Keys    []uint64  // KeysInline: the keys
 	Values  []float32 // push: the gradients
 	Bad     int       // push: the index of the first NaN or ±Inf in Values, or -1
+	MaxAbs  float32   // push, when Bad is -1: the largest |value| of Values
 	// Incremental pull sections: the ps incarnation and table version of
 	// the rows the worker holds (Since 0: none), and a bitmap of the keys
 	// whose rows it lacks (BitmapWords(NumKeys) words; nil when Since is 0).
@@ -68,6 +72,7 @@ type sectionOffs struct {
 	inc, since      uint64
 	floats, floatsE int
 	bad             int
+	maxAbs          uint32 // float32 bits
 }
 
 // Floats returns the request's float memory, for reuse by the reply after
@@ -162,7 +167,7 @@ func (r *Request) readDense() error {
 	if err != nil {
 		return err
 	}
-	if r.floats, o.bad, err = body.FloatsChecked(r.floats, n, "dense section"); err != nil {
+	if r.floats, o.bad, o.maxAbs, err = body.FloatsMax(r.floats, n, "dense section"); err != nil {
 		return err
 	}
 	o.floatsE = len(r.floats)
@@ -218,7 +223,7 @@ func (r *Request) readSparse(i int) error {
 		if err != nil {
 			return err
 		}
-		if r.floats, o.bad, err = body.FloatsChecked(r.floats, n, "values"); err != nil {
+		if r.floats, o.bad, o.maxAbs, err = body.FloatsMax(r.floats, n, "values"); err != nil {
 			return err
 		}
 		o.floatsE = len(r.floats)
@@ -293,7 +298,7 @@ func (r *Request) views() {
 	r.Dense = r.Dense[:0]
 	for i := range h.Dense {
 		o := r.offs[i]
-		r.Dense = append(r.Dense, DenseSection{Name: r.names[o.name:o.nameEnd], Data: r.floats[o.floats:o.floatsE], Bad: o.bad})
+		r.Dense = append(r.Dense, DenseSection{Name: r.names[o.name:o.nameEnd], Data: r.floats[o.floats:o.floatsE], Bad: o.bad, MaxAbs: maxAbsOf(o)})
 	}
 	r.SparsePush, r.SparsePull = r.SparsePush[:h.SparsePush], r.SparsePull[:h.SparsePull]
 	for i := range h.SparsePush + h.SparsePull {
@@ -307,10 +312,18 @@ func (r *Request) views() {
 		sec.Table = r.names[o.name:o.nameEnd]
 		sec.Keys = r.keys[o.keys:o.keysEnd]
 		sec.Values = r.floats[o.floats:o.floatsE]
-		sec.Bad = o.bad
+		sec.Bad, sec.MaxAbs = o.bad, maxAbsOf(o)
 		sec.Incarnation, sec.Since, sec.Lack = o.inc, o.since, nil
 		if o.since != 0 {
 			sec.Lack = r.keys[o.lack:o.lackEnd]
 		}
 	}
+}
+
+// maxAbsOf is the largest |value| of a section read whole and finite, or 0.
+func maxAbsOf(o sectionOffs) float32 {
+	if o.bad >= 0 {
+		return 0
+	}
+	return math.Float32frombits(o.maxAbs)
 }

@@ -195,6 +195,9 @@ func parseConfig(text string) (session.Config, error) {
 		MetricsAddr:        jc.MetricsAddr,
 		SummaryDir:         jc.SummaryDir,
 		SaveSummariesSteps: jc.SaveSummariesSteps,
+		// Every call comes from a Python thread, its goroutine locked
+		// to that thread (a cgo callback).
+		ThreadReads: true,
 	}
 	auth, err := secure.Load(secure.Files{Dir: jc.TLSDir, Cert: jc.TLSCert, Key: jc.TLSKey, CA: jc.TLSCA, TokenFile: jc.AuthTokenFile}, string(cl.Task.Job), cl.Task.Index, "")
 	if err != nil {

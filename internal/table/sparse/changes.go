@@ -33,8 +33,13 @@ func (t *Table) recordDeleted(key uint64) {
 
 // markDirty sets the dirty bits of rows [lo, hi) of a page.
 func markDirty(dirty []uint64, lo, hi int) {
-	for o := lo; o < hi; o++ {
-		dirty[o>>6] |= 1 << (o & 63)
+	// A word at a time: a bit at a time was 5% of the ps's CPU on a
+	// 100k-row push of rows in runs.
+	for lo < hi {
+		b := lo & 63
+		n := min(hi-lo, 64-b)
+		dirty[lo>>6] |= ^uint64(0) >> (64 - n) << b
+		lo += n
 	}
 }
 

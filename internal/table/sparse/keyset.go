@@ -32,6 +32,9 @@ type KeySet struct {
 	// distinct: no two resolved rows are the same (checked when rows
 	// change), so the batched update may gather and scatter them.
 	distinct bool
+	// full: every key has a row (no -1 in rows), so resolve has nothing
+	// to look up and skips its pass over them.
+	full bool
 }
 
 // NewKeySet returns a KeySet of keys. It keeps keys (it does not copy).
@@ -72,13 +75,16 @@ func (ks *KeySet) setRows(t *Table) {
 	for i := range ks.rows {
 		ks.rows[i] = -1
 	}
-	ks.table, ks.gen, ks.distinct = t, t.gen, true
+	ks.table, ks.gen, ks.distinct, ks.full = t, t.gen, true, false
 }
 
 // resolve finds or creates the rows of the keys that have none, as
 // acquire does for Push (pull false) or Pull (pull true), counting the keys
 // that stay without a row. It returns whether any key has no row.
 func (t *Table) resolve(ks *KeySet, pull bool) (missing bool) {
+	if ks.full {
+		return false
+	}
 	found := false
 	// A new key set: look ahead as Push does. One used before, whose
 	// keys mostly have rows: hash only the keys without.
@@ -114,6 +120,7 @@ func (t *Table) resolve(ks *KeySet, pull bool) (missing bool) {
 	if found {
 		ks.distinct = t.distinctRows(ks.rows)
 	}
+	ks.full = !missing
 	return missing
 }
 

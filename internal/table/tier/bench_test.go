@@ -36,7 +36,9 @@ func zipfKeys(n, b int, space uint64) [][]uint64 {
 // With preload > 0 the table first holds preload rows (the keys the Zipf
 // draws map to, the most likely first), of which 1/frac stay in memory: a
 // table much larger than one batch's keys, as the tables are.
-func benchTable(b *testing.B, frac, preload int) {
+func benchTable(b *testing.B, frac, preload int) { benchEngine(b, frac, preload, "") }
+
+func benchEngine(b *testing.B, frac, preload int, engine string) {
 	rule, _ := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.05})
 	hot, _ := sparse.New(sparse.Config{Dim: 8, Rule: rule})
 	const batch = 4096
@@ -65,7 +67,7 @@ func benchTable(b *testing.B, frac, preload int) {
 	var m *Manager
 	if budget >= 0 {
 		var err error
-		m, err = Open(Config{Dir: b.TempDir() + "/s", Budget: int64(budget) * (8 + 4*16 + 14)})
+		m, err = Open(Config{Dir: b.TempDir() + "/s", Budget: int64(budget) * (8 + 4*16 + 14), Engine: engine})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -124,20 +126,20 @@ func benchTable(b *testing.B, frac, preload int) {
 		}
 	}
 	written := func() uint64 {
-		if m == nil {
+		if m == nil || m.store.pebble == nil {
 			return 0
 		}
-		tot := m.store.db.Metrics().Total()
+		tot := m.store.pebble.db.Metrics().Total()
 		return tot.TableBytesCompacted + tot.TableBytesFlushed
 	}
-	if m != nil {
+	if m != nil && m.store.pebble != nil {
 		// The preload's compactions done, so that the batches measured
 		// pay for their own.
-		if err := m.store.db.Flush(); err != nil {
+		if err := m.store.pebble.db.Flush(); err != nil {
 			b.Fatal(err)
 		}
 		for range 600 {
-			if c := m.store.db.Metrics().Compact; c.NumInProgress == 0 && c.EstimatedDebt == 0 {
+			if c := m.store.pebble.db.Metrics().Compact; c.NumInProgress == 0 && c.EstimatedDebt == 0 {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -162,7 +164,14 @@ func benchTable(b *testing.B, frac, preload int) {
 		b.ReportMetric(float64(st.HotRows), "hot_rows")
 		b.ReportMetric(float64(st.DiskRows), "disk_rows")
 		b.ReportMetric(float64(m.store.DiskBytes())/float64(max(1, st.DiskRows)), "disk_B/row")
-		b.ReportMetric(float64(written()-written0)/float64(max(1, st.Demotions)), "written_B/demotion")
+		if m.store.pebble != nil {
+			b.ReportMetric(float64(written()-written0)/float64(max(1, st.Demotions)), "written_B/demotion")
+		}
+		if h, ok := m.tables[0].rows.(*hashFile); ok {
+			// The hash store's memory beside the budget: directory,
+			// bitmaps and depths.
+			b.ReportMetric(float64(4*len(h.dir)+9*len(h.occ)), "store_mem_B")
+		}
 	}
 	b.ReportMetric(float64(len(distinct)), "distinct_keys")
 }
@@ -185,3 +194,7 @@ func BenchmarkBudget1pct(b *testing.B)  { benchTable(b, 100, 0) }
 func BenchmarkLargeMemory(b *testing.B)      { benchTable(b, 0, 1<<20) }
 func BenchmarkLargeBudget10pct(b *testing.B) { benchTable(b, 10, 1<<20) }
 func BenchmarkLargeBudget1pct(b *testing.B)  { benchTable(b, 100, 1<<20) }
+
+// The same over pebble, the other engine.
+func BenchmarkLargePebble10pct(b *testing.B) { benchEngine(b, 10, 1<<20, EnginePebble) }
+func BenchmarkLargePebble1pct(b *testing.B)  { benchEngine(b, 100, 1<<20, EnginePebble) }

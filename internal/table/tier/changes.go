@@ -1,13 +1,10 @@
 package tier
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -144,27 +141,43 @@ func (cc *ChangesCut) Merge(hot sparse.Snapshot, deleted []uint64) (sparse.Snaps
 	if c.counts {
 		rows.Updates = []uint32{}
 	}
+	if c.err != nil {
+		return hot, deleted, c.err
+	}
 	slices.Sort(cc.keys)
-	lo, hi := bounds(t.prefix)
-	it, err := c.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	size := t.rowLen()
+	var need []uint64 // the keys not in the changes at the cut, to read from the view
+	for _, k := range cc.keys {
+		if _, ok := c.pend[k]; !ok {
+			need = append(need, k)
+		}
+	}
+	found := make([]byte, len(need)*size)
+	got := make([]bool, len(need))
+	var bad error
+	err := c.view.get(need, func(i int, row []byte) {
+		if len(row) != size && bad == nil {
+			bad = fmt.Errorf("key %d: row of %d bytes, want %d", need[i], len(row), size)
+		}
+		copy(found[i*size:(i+1)*size], row)
+		got[i] = true
+	})
+	if err == nil {
+		err = bad
+	}
 	if err != nil {
 		return hot, deleted, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
 	}
-	defer it.Close()
-	var key []byte
+	j := 0
 	for _, k := range cc.keys {
 		var row []byte
 		if e, ok := c.pend[k]; ok {
 			row = e.row
 		} else {
-			key = keyOf(key, t.prefix, k)
-			if it.SeekGE(key) && bytes.Equal(it.Key(), key) {
-				if row, err = t.checkRow(it.Value()); err != nil {
-					return hot, deleted, fmt.Errorf("%w: %s: key %d: %w", ErrStore, t.store.dir, k, err)
-				}
-			} else if err := it.Error(); err != nil {
-				return hot, deleted, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+			if got[j] {
+				row = found[j*size : (j+1)*size]
 			}
+			j++
 		}
 		if row == nil { // not on disk at the cut
 			continue
@@ -175,7 +188,7 @@ func (cc *ChangesCut) Merge(hot sparse.Snapshot, deleted []uint64) (sparse.Snaps
 		t.decode(&rows, k, row)
 	}
 	if c.cutoff > cc.from {
-		err := c.each(it, func(k uint64, row []byte) {
+		err := c.each(func(k uint64, row []byte) {
 			if touch := int64(binary.LittleEndian.Uint64(row[4:])); touch >= cc.from && touch < c.cutoff {
 				deleted = append(deleted, k)
 			}
@@ -187,40 +200,34 @@ func (cc *ChangesCut) Merge(hot sparse.Snapshot, deleted []uint64) (sparse.Snaps
 	return Merge(hot, rows), deleted, nil
 }
 
-// each calls fn with every row of the cut (the store's snapshot under the
-// changes not yet written), in key order, using it, an iterator over the
-// table's rows in the snapshot.
-func (c *Cut) each(it *pebble.Iterator, fn func(k uint64, row []byte)) error {
+// each calls fn with every row of the cut (the store's view under the
+// changes not yet written), in no set order.
+func (c *Cut) each(fn func(k uint64, row []byte)) error {
 	t := c.t
-	over := slices.Sorted(maps.Keys(c.pend))
-	add := func(k uint64, row []byte) {
-		if row != nil {
-			fn(k, row)
+	size := t.rowLen()
+	var bad error
+	err := c.view.scan(func(k uint64, row []byte) {
+		if _, ok := c.pend[k]; ok {
+			return
 		}
+		if len(row) != size {
+			if bad == nil {
+				bad = fmt.Errorf("key %d: row of %d bytes, want %d", k, len(row), size)
+			}
+			return
+		}
+		fn(k, row)
+	})
+	if err == nil {
+		err = bad
 	}
-	oi := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		k := binary.BigEndian.Uint64(it.Key()[4:])
-		for oi < len(over) && over[oi] < k {
-			add(over[oi], c.pend[over[oi]].row)
-			oi++
-		}
-		if oi < len(over) && over[oi] == k {
-			add(k, c.pend[k].row)
-			oi++
-			continue
-		}
-		v, err := t.checkRow(it.Value())
-		if err != nil {
-			return fmt.Errorf("%w: %s: key %d: %w", ErrStore, t.store.dir, k, err)
-		}
-		add(k, v)
-	}
-	if err := it.Error(); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
 	}
-	for ; oi < len(over); oi++ {
-		add(over[oi], c.pend[over[oi]].row)
+	for k, e := range c.pend {
+		if e.row != nil {
+			fn(k, e.row)
+		}
 	}
 	return nil
 }

@@ -15,7 +15,9 @@ import (
 // that rejoins under --replicas is sent) holds the rows of both tiers; a
 // copy with a disk tier takes the rows past its budget straight into its
 // store, and trains on as a copy all in memory does.
-func TestCopyCoversBothTiers(t *testing.T) {
+func TestCopyCoversBothTiers(t *testing.T) { forEachEngine(t, testCopyCoversBothTiers) }
+
+func testCopyCoversBothTiers(t *testing.T) {
 	for _, evict := range []int64{0, 30} {
 		t.Run(fmt.Sprintf("evict%d", evict), func(t *testing.T) {
 			layout := shard.Layout{

@@ -9,8 +9,9 @@ import (
 )
 
 // Damaged reports whether err, a failure of the tier, is its store found
-// damaged (pebble's corruption: a table file whose checksum or format is
-// wrong, or a file missing) rather than a disk that failed or filled up.
+// damaged (a row of the hash store whose checksum is wrong; pebble's
+// corruption: a table file whose checksum or format is wrong, or a file
+// missing) rather than a disk that failed or filled up.
 // The rows on disk are then lost, but nothing else is: the ps restarts
 // and restores its shard from the newest checkpoint (docs/TIERS.md). It
 // returns err worded for a person (pebble's error carries a line of its
@@ -35,13 +36,14 @@ type damagedError struct {
 func (e *damagedError) Error() string { return e.msg }
 func (e *damagedError) Unwrap() error { return e.err }
 
-// isCorruption walks err's chain, multiple wraps included, for pebble's
-// corruption mark (which the standard errors.Is does not see).
+// isCorruption walks err's chain, multiple wraps included, for a damaged
+// row or pebble's corruption mark (which the standard errors.Is does not
+// see).
 func isCorruption(err error) bool {
 	if err == nil {
 		return false
 	}
-	if pebble.IsCorruptionError(err) {
+	if errors.Is(err, errDamaged) || pebble.IsCorruptionError(err) {
 		return true
 	}
 	switch u := err.(type) {

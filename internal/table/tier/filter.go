@@ -1,11 +1,8 @@
 package tier
 
 import (
-	"encoding/binary"
 	"fmt"
 	mbits "math/bits"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // The miss filter. Most keys a push brings that are not in memory are not
@@ -90,7 +87,8 @@ func (b *missFilter) bytes() int64 { return int64(8 * len(b.words)) }
 // owner's lock.
 type Rebuild struct {
 	t     *Table
-	snap  *pebble.Snapshot
+	view  rowView
+	err   error // the view could not be taken
 	next  *missFilter
 	later []uint64 // keys demoted since StartRebuild
 }
@@ -104,7 +102,8 @@ func (t *Table) StartRebuild() *Rebuild {
 	}
 	// Sized for half again the rows on disk, so that a table whose disk
 	// tier holds steady rebuilds after a third of them have moved.
-	rb := &Rebuild{t: t, snap: t.store.db.NewSnapshot(), next: newMissFilter(int(t.onDisk) * 3 / 2)}
+	rb := &Rebuild{t: t, next: newMissFilter(int(t.onDisk) * 3 / 2)}
+	rb.view, rb.err = t.rows.view()
 	for _, layer := range []map[uint64]*entry{t.flight, t.pend} {
 		for k, e := range layer {
 			if e.row != nil {
@@ -120,19 +119,10 @@ func (t *Table) StartRebuild() *Rebuild {
 // filter. It touches only the rebuild, which no one else changes while it
 // is out.
 func (rb *Rebuild) Scan() error {
-	lo, hi := bounds(rb.t.prefix)
-	it, err := rb.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
+	if rb.err != nil {
+		return rb.err
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		rb.next.add(binary.BigEndian.Uint64(it.Key()[4:]))
-	}
-	err = it.Error()
-	if cerr := it.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return rb.view.scan(func(k uint64, _ []byte) { rb.next.add(k) })
 }
 
 // EndRebuild ends the rebuild rb, whose Scan returned err: the table's
@@ -141,7 +131,9 @@ func (t *Table) EndRebuild(rb *Rebuild, err error) {
 	if rb == nil {
 		return
 	}
-	rb.snap.Close()
+	if rb.view != nil {
+		rb.view.release()
+	}
 	if t.rebuild != rb {
 		return
 	}

@@ -129,6 +129,10 @@ func (w *twinShards) save(s *shard.Shard, dir string, id, parent, base int64) (c
 // the delta read back (and restored into a tiered shard) are the rows and
 // optimizer state of the live shard.
 func TestDeltaCheckpointCoversBothTiers(t *testing.T) {
+	forEachEngine(t, testDeltaCheckpointCoversBothTiers)
+}
+
+func testDeltaCheckpointCoversBothTiers(t *testing.T) {
 	for _, rule := range []string{"adagrad", "adam", "ftrl"} {
 		for _, budget := range []int64{0, 1500, 1 << 30} {
 			for _, evict := range []int64{0, 8} {
@@ -238,7 +242,9 @@ func restoreShard(t *testing.T, dir string, m checkpoint.Manifest, tiers shard.T
 // more rows in memory than the budget holds: the rest go straight to the
 // store. The restored shard cuts the checkpoint's bytes, and trains on as
 // one restored all in memory does, and takes deltas against it.
-func TestRestoreIntoTheStore(t *testing.T) {
+func TestRestoreIntoTheStore(t *testing.T) { forEachEngine(t, testRestoreIntoTheStore) }
+
+func testRestoreIntoTheStore(t *testing.T) {
 	for _, evict := range []int64{0, 30} {
 		t.Run(fmt.Sprintf("evict%d", evict), func(t *testing.T) {
 			layout := shard.Layout{

@@ -6,8 +6,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/paramserv/paramserv/internal/parallel"
 	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
@@ -19,10 +17,11 @@ import (
 // others to the store in batches, under a key prefix of their own, as the
 // state is built (with no lock held). Attach then gives the table that
 // disk tier instead of an empty one. The ps's memory during a restore is
-// the budget, a batch and pebble's memtables, beside the checkpoint's
+// the budget, a batch and (with pebble) its memtables, beside the checkpoint's
 // files (mapped where they can be).
 
-// loadBatchBytes is the size of a batch of rows Load writes at a time.
+// loadBatchBytes is the size of a batch of rows Load writes at a time to
+// pebble (the hash store takes them all in one pass: hashFile.load).
 const loadBatchBytes = 1 << 20
 
 // Load imports rows (in ascending key order, or it fails with
@@ -340,14 +339,12 @@ func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
 	if s.Updates != nil {
 		one.Updates = []uint32{0}
 	}
-	b := t.store.db.NewBatch()
-	defer func() { b.Close() }()
-	var key []byte
+	if t.err != nil {
+		return t.err
+	}
+	size := t.rowLen()
 	d := s.Dim
-	for i, k := range s.Keys {
-		if hot[i] {
-			continue
-		}
+	encode := func(i int, dst []byte) []byte {
 		// One row at a time through encode, as Demote writes it.
 		one.Values = s.Values[i*d : (i+1)*d]
 		for j := range s.State {
@@ -359,29 +356,47 @@ func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
 		if s.LastTouch != nil {
 			one.LastTouch[0] = s.LastTouch[i]
 		}
-		key = keyOf(key, t.prefix, k)
-		if err := b.Set(key, t.encode(make([]byte, 12+4*t.stride), &one, 0), nil); err != nil {
+		return t.encode(dst, &one, 0)
+	}
+	if h, ok := t.rows.(*hashFile); ok {
+		// The hash store takes the rows in one pass, page by page.
+		var rows []int32
+		for i, k := range s.Keys {
+			if !hot[i] {
+				rows = append(rows, int32(i))
+				t.filter.add(k)
+			}
+		}
+		t.onDisk += int64(len(rows))
+		err := h.load(len(rows), func(j int) uint64 { return s.Keys[rows[j]] }, func(j int, dst []byte) { encode(int(rows[j]), dst) })
+		if err != nil {
 			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
 		}
+		return t.store.Err()
+	}
+	batch := max(1, loadBatchBytes/size)
+	buf := make([]byte, batch*size)
+	ch := make([]change, 0, batch)
+	put := func() error {
+		if err := t.rows.write(ch); err != nil {
+			return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
+		}
+		ch = ch[:0]
+		return t.store.Err()
+	}
+	for i, k := range s.Keys {
+		if hot[i] {
+			continue
+		}
+		n := len(ch)
+		ch = append(ch, change{key: k, row: encode(i, buf[n*size:(n+1)*size:(n+1)*size])})
 		t.filter.add(k)
 		t.onDisk++
-		if b.Len() >= loadBatchBytes {
-			// Past a failed flush pebble would stall this write for ever.
-			if err := t.store.Err(); err != nil {
+		if len(ch) == batch {
+			if err := put(); err != nil {
 				return err
 			}
-			if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
-				return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-			}
-			b.Close()
-			b = t.store.db.NewBatch()
 		}
 	}
-	if err := t.store.Err(); err != nil {
-		return err
-	}
-	if err := t.store.db.Apply(b, pebble.NoSync); err != nil {
-		return fmt.Errorf("%w: writing to %s: %w", ErrStore, t.store.dir, err)
-	}
-	return t.store.Err()
+	return put()
 }

@@ -15,7 +15,9 @@ import (
 // table holds once restored (the snapshot itself excluded).
 //
 //	go test -run XXX -bench Load -benchtime 3x ./internal/table/tier/
-func benchLoad(b *testing.B, frac int) {
+func benchLoad(b *testing.B, frac int) { benchLoadEngine(b, frac, "") }
+
+func benchLoadEngine(b *testing.B, frac int, engine string) {
 	rule, _ := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.05})
 	const rows, dim = 500_000, 8
 	snap := sparse.Snapshot{Dim: dim, Keys: make([]uint64, rows), Values: make([]float32, rows*dim),
@@ -34,7 +36,7 @@ func benchLoad(b *testing.B, frac int) {
 		var m *Manager
 		if frac > 0 {
 			var err error
-			m, err = Open(Config{Dir: b.TempDir() + "/s", Budget: int64(rows/frac) * (8 + 4*2*dim + 14)})
+			m, err = Open(Config{Dir: b.TempDir() + "/s", Budget: int64(rows/frac) * (8 + 4*2*dim + 14), Engine: engine})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -63,3 +65,4 @@ func benchLoad(b *testing.B, frac int) {
 
 func BenchmarkLoadMemory(b *testing.B)      { benchLoad(b, 0) }
 func BenchmarkLoadBudget10pct(b *testing.B) { benchLoad(b, 10) }
+func BenchmarkLoadPebble10pct(b *testing.B) { benchLoadEngine(b, 10, EnginePebble) }

@@ -30,9 +30,12 @@ type Config struct {
 	// FS is the filesystem the store is on (nil: the disk's); tests give
 	// one that fails (pebble's vfs/errorfs).
 	FS vfs.FS
+	// Engine is the store's engine: EngineHash (the default, also for "")
+	// or EnginePebble.
+	Engine string
 }
 
-// cacheBytes is the store's block cache for a budget: an eighth of it,
+// cacheBytes is pebble's block cache for a budget: an eighth of it,
 // between 16 and 256 MiB. memtableBytes is its write buffer: an eighth,
 // between 2 and 64 MiB. The cache's floor holds the index and Bloom filter
 // blocks of a few million rows on disk (about 2 bytes a row): a lookup
@@ -89,7 +92,7 @@ func Open(cfg Config) (*Manager, error) {
 		// perhaps damaged: nothing in it is read.
 		cfg.Logf("disk tier: %s holds %d files a previous process left (its store, perhaps damaged): emptied, unread; the rows come from the checkpoint (under --replicas, from the shard's primary)", cfg.Dir, len(left))
 	}
-	s, err := openStore(cfg.Dir, cacheBytes(cfg.Budget), memtableBytes(cfg.Budget), cfg.FS)
+	s, err := openStore(cfg.Dir, cfg.Engine, cacheBytes(cfg.Budget), memtableBytes(cfg.Budget), cfg.FS)
 	if err != nil {
 		return nil, err
 	}

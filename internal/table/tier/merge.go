@@ -2,6 +2,7 @@ package tier
 
 import (
 	"math"
+	"slices"
 
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
@@ -61,3 +62,48 @@ func Merge(a, b sparse.Snapshot) sparse.Snapshot {
 }
 
 func mathBits(x float32) uint32 { return math.Float32bits(x) }
+
+// sortSnapshot returns s in ascending key order (s itself if it is).
+func sortSnapshot(s sparse.Snapshot) sparse.Snapshot {
+	if slices.IsSorted(s.Keys) {
+		return s
+	}
+	order := make([]int, len(s.Keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case s.Keys[a] < s.Keys[b]:
+			return -1
+		case s.Keys[a] > s.Keys[b]:
+			return 1
+		}
+		return 0
+	})
+	d := s.Dim
+	out := sparse.Snapshot{Dim: d, Keys: make([]uint64, len(order)), Values: make([]float32, len(s.Values)), State: make([][]float32, len(s.State))}
+	for j := range out.State {
+		out.State[j] = make([]float32, len(s.State[j]))
+	}
+	if s.Updates != nil {
+		out.Updates = make([]uint32, len(order))
+	}
+	if s.LastTouch != nil {
+		out.LastTouch = make([]int64, len(order))
+	}
+	for i, o := range order {
+		out.Keys[i] = s.Keys[o]
+		copy(out.Values[i*d:(i+1)*d], s.Values[o*d:(o+1)*d])
+		for j := range out.State {
+			copy(out.State[j][i*d:(i+1)*d], s.State[j][o*d:(o+1)*d])
+		}
+		if s.Updates != nil {
+			out.Updates[i] = s.Updates[o]
+		}
+		if s.LastTouch != nil {
+			out.LastTouch[i] = s.LastTouch[o]
+		}
+	}
+	return out
+}

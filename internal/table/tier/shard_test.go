@@ -17,7 +17,9 @@ import (
 // with every row in memory, at every budget, while the background rounds
 // move rows; and a cut taken before more pushes and demotions still reads
 // the state at the cut.
-func TestShardCutCoversBothTiers(t *testing.T) {
+func TestShardCutCoversBothTiers(t *testing.T) { forEachEngine(t, testShardCutCoversBothTiers) }
+
+func testShardCutCoversBothTiers(t *testing.T) {
 	for _, budget := range []int64{0, 2000, 1 << 30} {
 		for _, evict := range []int64{0, 6} {
 			t.Run(fmt.Sprintf("budget%d/evict%d", budget, evict), func(t *testing.T) {

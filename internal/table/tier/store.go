@@ -1,15 +1,11 @@
 package tier
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -18,45 +14,93 @@ import (
 // shard is restored from its newest checkpoint.
 var ErrStore = errors.New("tier: disk store failed")
 
-// Store is the disk tier of one ps: one pebble database under a directory,
-// holding the rows of every table, each table's rows under a key prefix of
-// its own. It is safe for concurrent use (pebble's DB is); the Tables that
-// use it are not.
+// The engines a Store may keep its rows in.
+const (
+	// EngineHash is a file of fixed-size pages per table, found by the
+	// key's hash (hashfile.go): a lookup reads one page, a write rewrites
+	// the pages it changes, and nothing is rewritten in the background.
+	// The default: on the million-row benchmark it does several times the
+	// keys per CPU second of pebble (docs: see BenchmarkLarge*).
+	EngineHash = "hash"
+	// EnginePebble is one pebble database (an LSM tree) for every table,
+	// each table's rows under a key prefix of its own: fewer bytes per row
+	// on disk, but compactions that rewrite the rows again and again.
+	EnginePebble = "pebble"
+)
+
+// Store is the disk tier of one ps: the rows of every table, in one of
+// the engines (EngineHash, EnginePebble). It is safe for concurrent use;
+// the Tables that use it are not.
+//
+// The store is not a record: it is emptied at every start (OpenStore), and
+// a ps's rows come back from its checkpoint (or, under --replicas, from
+// the shard's primary), so nothing in it is ever synced.
 type Store struct {
-	db   *pebble.DB
 	dir  string
 	fs   vfs.FS
+	kind string
 	next atomic.Uint32 // the prefix the last table got (Load takes one with no lock held)
 
-	// bgErr is the first error of pebble's background work (a flush or a
-	// compaction that could not write: a full disk). Pebble retries a
-	// failed flush for ever and, once its memtables are full, stalls
-	// writes: the tier stops at the first such error instead (Err).
-	bgErr atomic.Pointer[error]
+	pebble *pebbleEngine // one of the two
+	hash   *hashEngine
+}
 
-	// misuse counts the SingleDeletes pebble found that met no row or
-	// more than one (see entry): a bug of the Table's, which tests check
-	// for.
-	misuse atomic.Int64
+// change is a change to a table's rows in the store: a row (encoded) or,
+// with row nil, a deletion. over says the store may hold an older version
+// of the row (pebble's write of a deletion depends on it; see entry).
+type change struct {
+	key  uint64
+	row  []byte
+	over bool
+}
+
+// rowStore is one table's rows in the store. get and view may run
+// concurrently with write; writes come one at a time.
+type rowStore interface {
+	// get calls fn(i, row) for each of keys (ascending) found; row is
+	// valid during the call only.
+	get(keys []uint64, fn func(i int, row []byte)) error
+	// write applies changes, ascending by key. A row without over is
+	// of a key the store does not hold (the hash store adds it without
+	// looking).
+	write(ch []change) error
+	// view is a consistent view of the rows now; release it when done.
+	view() (rowView, error)
+	// drop deletes every row; the rowStore is not used after.
+	drop() error
+}
+
+// rowView is a view of one table's rows at one time.
+type rowView interface {
+	get(keys []uint64, fn func(i int, row []byte)) error
+	// scan calls fn with every row (row valid during the call only), in
+	// no set order.
+	scan(fn func(k uint64, row []byte)) error
+	release()
 }
 
 // OpenStore opens a store in dir, which it creates, emptying whatever a
 // previous process left there: the disk tier is memory that spills, not a
-// record; a restarted ps restores its rows from the checkpoint.
+// record; a restarted ps restores its rows from the checkpoint. It keeps
+// its rows in the default engine, EngineHash.
 //
-// cacheBytes is pebble's block cache: index and filter blocks, and the
-// data blocks read most, stay in memory there (part of the ps's memory
-// beside the budget; 0: pebble's default, 8 MiB); memtableBytes is the
-// size of its write buffer (0: pebble's default, 4 MiB).
+// cacheBytes and memtableBytes size pebble's block cache and write buffer
+// where the engine is pebble (0: pebble's defaults, 8 and 4 MiB).
 func OpenStore(dir string, cacheBytes, memtableBytes int64) (*Store, error) {
-	return openStore(dir, cacheBytes, memtableBytes, nil)
+	return openStore(dir, "", cacheBytes, memtableBytes, nil)
 }
 
-// openStore is OpenStore over fs (nil: the disk's). Whatever the
-// filesystem, syncs are skipped (noSyncFS).
-func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, error) {
+// openStore is OpenStore with engine kind ("": the default) over fs (nil:
+// the disk's). Whatever the filesystem, syncs are skipped (noSyncFS).
+func openStore(dir, kind string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, error) {
 	if fs == nil {
 		fs = vfs.Default
+	}
+	if kind == "" {
+		kind = defaultEngine
+	}
+	if kind != EngineHash && kind != EnginePebble {
+		return nil, fmt.Errorf("tier: store engine %q, want %q or %q", kind, EngineHash, EnginePebble)
 	}
 	if dir == "" {
 		return nil, fmt.Errorf("%w: no directory given", ErrStore)
@@ -67,51 +111,38 @@ func openStore(dir string, cacheBytes, memtableBytes int64, fs vfs.FS) (*Store, 
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: creating %s: %w", ErrStore, dir, err)
 	}
-	s := &Store{dir: dir, fs: fs}
-	opts := &pebble.Options{
-		// Nothing is recovered from the store after a crash (the
-		// checkpoint is), so writes skip the log.
-		DisableWAL: true,
-		FS:         noSyncFS{fs},
-		Logger:     quietLogger{},
-		CacheSize:  cacheBytes,
-		// Up to two memtables are in memory at once (one being flushed);
-		// demoted rows are read back from them without a disk read.
-		MemTableSize: uint64(memtableBytes),
-		// A damaged file fails the read that meets it (ErrStore), not the
-		// process: pebble's default would be Logger.Fatalf.
-		EventListener: &pebble.EventListener{
-			DataCorruption:    func(pebble.DataCorruptionInfo) {},
-			BackgroundError:   func(err error) { s.bgErr.CompareAndSwap(nil, &err) },
-			PossibleAPIMisuse: func(pebble.PossibleAPIMisuseInfo) { s.misuse.Add(1) },
-		},
+	s := &Store{dir: dir, fs: fs, kind: kind}
+	if kind == EngineHash {
+		s.hash = &hashEngine{dir: dir, fs: noSyncFS{fs}}
+		return s, nil
 	}
-	for i := range opts.Levels {
-		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // a miss reads no block
-		// Rows are floats, which compress little: decoding every block
-		// read costs more than the bytes it saves.
-		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-	}
-	// Sixteen sublevels of L0 before a compaction into the levels below,
-	// not four: rows are written at random keys, so each L0 compaction
-	// rewrites the whole key range below it, and the more L0 holds, the
-	// fewer rewrites. A lookup pays little for the extra files: their
-	// Bloom filters, in the cache, rule most out.
-	opts.L0CompactionThreshold = 16
-	opts.L0StopWritesThreshold = 64
-	db, err := pebble.Open(dir, opts)
+	e, err := openPebble(dir, cacheBytes, memtableBytes, fs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: opening %s: %w", ErrStore, dir, err)
+		return nil, err
 	}
-	s.db = db
+	s.pebble = e
 	return s, nil
 }
 
-// Err is the first error of the store's background work (a flush or a
-// compaction that failed: a full disk), nil if none.
+// defaultEngine is the engine of a store whose Config names none (a
+// variable so that tests can run over both).
+var defaultEngine = EngineHash
+
+// Engine names the store's engine.
+func (s *Store) Engine() string { return s.kind }
+
+// Err is the first error of the store's writes in the background (pebble:
+// a flush or a compaction that failed; hash: a write that failed, which
+// may have left a page half written), nil if none.
 func (s *Store) Err() error {
-	if p := s.bgErr.Load(); p != nil {
-		return fmt.Errorf("%w: writing to %s: %w", ErrStore, s.dir, *p)
+	var err error
+	if s.pebble != nil {
+		err = s.pebble.Err()
+	} else {
+		err = s.hash.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: writing to %s: %w", ErrStore, s.dir, err)
 	}
 	return nil
 }
@@ -119,13 +150,13 @@ func (s *Store) Err() error {
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Close closes the store and removes its files. A store whose background
-// work failed (Err) is not closed, since pebble's close waits for the flush
-// it retries for ever; its files are removed all the same.
+// Close closes the store and removes its files. A pebble store whose
+// background work failed (Err) is not closed, since pebble's close waits
+// for the flush it retries for ever; its files are removed all the same.
 func (s *Store) Close() error {
 	var err error
-	if s.Err() == nil {
-		err = s.db.Close()
+	if s.pebble != nil && s.pebble.Err() == nil {
+		err = s.pebble.db.Close()
 	}
 	if rmErr := s.fs.RemoveAll(s.dir); err == nil {
 		err = rmErr
@@ -134,30 +165,35 @@ func (s *Store) Close() error {
 }
 
 // DiskBytes is the size of the store's files.
-func (s *Store) DiskBytes() int64 { return int64(s.db.Metrics().DiskSpaceUsage()) }
+func (s *Store) DiskBytes() int64 {
+	if s.pebble != nil {
+		return int64(s.pebble.db.Metrics().DiskSpaceUsage())
+	}
+	return s.hash.bytes.Load()
+}
 
-// Files lists the store's table files (for tests that damage one).
+// Files lists the store's files of rows (for tests that damage one).
 func (s *Store) Files() []string {
-	m, _ := filepath.Glob(filepath.Join(s.dir, "*.sst"))
+	pattern := "*.hash"
+	if s.pebble != nil {
+		pattern = "*.sst"
+	}
+	m, _ := filepath.Glob(filepath.Join(s.dir, pattern))
 	return m
 }
 
-// keyOf writes the store key of a table's row: prefix then key, big-endian,
-// so that a table's rows iterate in key order.
-func keyOf(dst []byte, prefix uint32, key uint64) []byte {
-	dst = binary.BigEndian.AppendUint32(dst[:0], prefix)
-	return binary.BigEndian.AppendUint64(dst, key)
+// table is the rows of a table whose prefix is prefix and whose rows are
+// rowLen bytes.
+func (s *Store) table(prefix uint32, rowLen int) (rowStore, error) {
+	if s.pebble != nil {
+		return &pebbleRows{e: s.pebble, prefix: prefix}, nil
+	}
+	h, err := s.hash.open(prefix, rowLen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating a table's file in %s: %w", ErrStore, s.dir, err)
+	}
+	return h, nil
 }
 
-// bounds are the store keys of a table's rows: [lo, hi).
-func bounds(prefix uint32) (lo, hi []byte) {
-	return binary.BigEndian.AppendUint32(nil, prefix), binary.BigEndian.AppendUint32(nil, prefix+1)
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
-}
+// view of a hashFile as a rowView.
+func (h *hashFile) view() (rowView, error) { return h.newView() }

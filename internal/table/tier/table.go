@@ -8,8 +8,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
@@ -28,6 +26,7 @@ import (
 type Table struct {
 	hot    *sparse.Table
 	store  *Store
+	rows   rowStore // the table's rows in the store
 	prefix uint32
 	stride int  // floats per row: value and state
 	slots  int  // state slots
@@ -36,8 +35,9 @@ type Table struct {
 	pend   map[uint64]*entry
 	flight map[uint64]*entry // nil when no write is in progress
 	onDisk int64             // rows in the disk tier (an estimate past evictions)
-	keyBuf []byte
 	miss   []uint64
+	need   []uint64 // of miss, the keys to read from the store
+	found  []byte   // their rows, as read
 
 	// fresh are the keys promoted at the table's step freshAt, old those
 	// of the step before: rows a pull brought in whose push may not have
@@ -61,12 +61,10 @@ type Table struct {
 // deletion.
 //
 // The store holds at most one version of a key that is not deleted: a row
-// is written (Set) when it moves to disk, and deleted when it moves back,
-// so a deletion is a pebble SingleDelete, which vanishes with the Set it
-// meets in a compaction instead of going down to the last level as a
-// tombstone. Where the store may hold an older version (the change
-// replaced a deletion not yet written), over says so: a row is then
-// written as Delete and Set, a deletion as a Delete.
+// is written when it moves to disk, and deleted when it moves back. Where
+// the store may hold an older version (the change replaced a deletion not
+// yet written), over says so (pebble writes such a deletion otherwise:
+// see pebbleRows.write).
 type entry struct {
 	row  []byte
 	over bool
@@ -99,6 +97,7 @@ func NewTable(t *sparse.Table, s *Store) *Table {
 		pend: make(map[uint64]*entry), filter: newMissFilter(0),
 		fresh: make(map[uint64]struct{}), old: make(map[uint64]struct{}),
 	}
+	tb.rows, tb.err = s.table(tb.prefix, tb.rowLen())
 	tb.changes.start(t)
 	return tb
 }
@@ -118,6 +117,9 @@ func (t *Table) Stats() Stats {
 	s.FilterBytes = t.filter.bytes()
 	return s
 }
+
+// rowLen is the length of a row in the store (see encode).
+func (t *Table) rowLen() int { return 12 + 4*t.stride }
 
 // RowBytes is the memory a row takes in the hot tier, roughly: key, values,
 // state, update count, last touch, and the index's share.
@@ -165,23 +167,50 @@ func (t *Table) Fetch(keys []uint64) error {
 	snap.LastTouch = []int64{}
 	var changed []bool
 	cutoff := t.hot.EvictedBefore()
-	var it *pebble.Iterator
-	if len(miss) > 8 {
-		// One iterator for keys in order reads each block once.
-		lo, hi := bounds(t.prefix)
-		var err error
-		if it, err = t.store.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+	// The keys no change in memory covers are read from the store, in one
+	// call; rows[i] is then miss[i]'s row, or nil.
+	size := t.rowLen()
+	rows := make([][]byte, len(miss))
+	t.need = t.need[:0]
+	for i, k := range miss {
+		if e, ok := t.pend[k]; ok {
+			rows[i] = e.row
+		} else if e, ok := t.flight[k]; ok {
+			rows[i] = e.row
+		} else {
+			t.need = append(t.need, k)
+		}
+	}
+	if len(t.need) > 0 {
+		t.found = slices.Grow(t.found[:0], len(t.need)*size)[:len(t.need)*size]
+		got := make([]bool, len(t.need))
+		var bad error
+		err := t.rows.get(t.need, func(i int, row []byte) {
+			if len(row) != size && bad == nil {
+				bad = fmt.Errorf("key %d: row of %d bytes, want %d", t.need[i], len(row), size)
+			}
+			copy(t.found[i*size:(i+1)*size], row)
+			got[i] = true
+		})
+		if err == nil {
+			err = bad
+		}
+		if err != nil {
 			t.err = fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
 			return t.err
 		}
-		defer it.Close()
-	}
-	for _, k := range miss {
-		row, err := t.lookup(k, it)
-		if err != nil {
-			t.err = fmt.Errorf("%w: reading key %d from %s: %w", ErrStore, k, t.store.dir, err)
-			return t.err
+		j := 0
+		for i, k := range miss {
+			if j < len(t.need) && t.need[j] == k {
+				if got[j] {
+					rows[i] = t.found[j*size : (j+1)*size]
+				}
+				j++
+			}
 		}
+	}
+	for i, k := range miss {
+		row := rows[i]
 		if row == nil {
 			continue
 		}
@@ -223,44 +252,6 @@ func (t *Table) gone(k uint64) {
 		// Never written, and nothing older in the store or in flight.
 		delete(t.pend, k)
 	}
-}
-
-// lookup finds key's row in the disk tier: nil if it has none.
-func (t *Table) lookup(k uint64, it *pebble.Iterator) ([]byte, error) {
-	if e, ok := t.pend[k]; ok {
-		return e.row, nil
-	}
-	if e, ok := t.flight[k]; ok {
-		return e.row, nil
-	}
-	t.keyBuf = keyOf(t.keyBuf, t.prefix, k)
-	if it != nil {
-		// A prefix seek (the whole key is the prefix) asks each table
-		// file's Bloom filter first, and reads a data block only from
-		// the file that holds the key, not one from every level.
-		if !it.SeekPrefixGE(t.keyBuf) || string(it.Key()) != string(t.keyBuf) {
-			return nil, it.Error()
-		}
-		return t.checkRow(slices.Clone(it.Value()))
-	}
-	v, closer, err := t.store.db.Get(t.keyBuf)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	row := slices.Clone(v)
-	closer.Close()
-	return t.checkRow(row)
-}
-
-// checkRow checks the length of a row read from the store.
-func (t *Table) checkRow(row []byte) ([]byte, error) {
-	if len(row) != 12+4*t.stride {
-		return nil, fmt.Errorf("row of %d bytes, want %d", len(row), 12+4*t.stride)
-	}
-	return row, nil
 }
 
 // decode appends key's encoded row to snap.
@@ -392,31 +383,12 @@ func (f *Flight) Write() error {
 	if err := f.t.store.Err(); err != nil {
 		return err
 	}
-	b := f.t.store.db.NewBatch()
-	defer b.Close()
-	var key []byte
-	// In key order: the memtable's inserts then walk its skiplist
-	// forwards, and a batch too large for it, which pebble sorts, comes
-	// sorted.
+	ch := make([]change, 0, len(f.changes))
 	for _, k := range slices.Sorted(maps.Keys(f.changes)) {
 		e := f.changes[k]
-		key = keyOf(key, f.t.prefix, k)
-		var err error
-		switch {
-		case e.row == nil && !e.over:
-			err = b.SingleDelete(key, nil)
-		case e.over:
-			if err = b.Delete(key, nil); err == nil && e.row != nil {
-				err = b.Set(key, e.row, nil)
-			}
-		default:
-			err = b.Set(key, e.row, nil)
-		}
-		if err != nil {
-			return err
-		}
+		ch = append(ch, change{key: k, row: e.row, over: e.over})
 	}
-	return f.t.store.db.Apply(b, pebble.NoSync)
+	return f.t.rows.write(ch)
 }
 
 // EndFlush ends the flight f, whose Write returned err: the store now
@@ -458,13 +430,14 @@ func (t *Table) ColdRows() (sparse.Snapshot, error) {
 // written), read with no lock held.
 type Cut struct {
 	t       *Table
-	snap    *pebble.Snapshot
+	view    rowView
 	pend    map[uint64]*entry // pend over flight
 	cutoff  int64
 	dim     int
 	counts  bool
 	onDisk  int64
 	emptied bool
+	err     error // the view could not be taken
 }
 
 // Cut takes a view of the disk tier now; Release it when done.
@@ -474,7 +447,16 @@ func (t *Table) Cut() *Cut {
 		c.emptied = true
 		return c
 	}
-	c.snap = t.store.db.NewSnapshot()
+	if t.err != nil {
+		c.err = t.err
+		return c
+	}
+	v, err := t.rows.view()
+	if err != nil {
+		c.err = fmt.Errorf("%w: a view of %s: %w", ErrStore, t.store.dir, err)
+		return c
+	}
+	c.view = v
 	c.pend = maps.Clone(t.flight)
 	if c.pend == nil {
 		c.pend = make(map[uint64]*entry, len(t.pend))
@@ -494,13 +476,10 @@ func (c *Cut) Rows() (sparse.Snapshot, error) {
 	if c.emptied {
 		return snap, nil
 	}
-	lo, hi := bounds(t.prefix)
-	it, err := c.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return snap, fmt.Errorf("%w: reading %s: %w", ErrStore, t.store.dir, err)
+	if c.err != nil {
+		return snap, c.err
 	}
-	defer it.Close()
-	err = c.each(it, func(k uint64, row []byte) {
+	err := c.each(func(k uint64, row []byte) {
 		if int64(binary.LittleEndian.Uint64(row[4:])) >= c.cutoff {
 			t.decode(&snap, k, row)
 		}
@@ -508,20 +487,22 @@ func (c *Cut) Rows() (sparse.Snapshot, error) {
 	if err != nil {
 		return snap, err
 	}
-	return snap, nil
+	return sortSnapshot(snap), nil
 }
 
 // Release lets go of the cut's store snapshot.
 func (c *Cut) Release() {
-	if c.snap != nil {
-		c.snap.Close()
-		c.snap = nil
+	if c.view != nil {
+		c.view.release()
+		c.view = nil
 	}
 }
 
 // Drop deletes every row of the table from the store (its state was
 // replaced); the Table must not be used after.
 func (t *Table) Drop() error {
-	lo, hi := bounds(t.prefix)
-	return t.store.db.DeleteRange(lo, hi, pebble.NoSync)
+	if t.rows == nil {
+		return nil
+	}
+	return t.rows.drop()
 }

@@ -68,10 +68,10 @@ func (w *twin) settle(t *testing.T, rng *rand.Rand) {
 			w.flight = nil
 		}
 	}
-	if rng.IntN(40) == 0 {
+	if e := w.tt.store.pebble; e != nil && rng.IntN(40) == 0 {
 		// The store's memtable to a file: deletions and the rows they
 		// delete then meet in compactions (see compact).
-		if err := w.tt.store.db.Flush(); err != nil {
+		if err := e.db.Flush(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,7 +97,20 @@ func (w *twin) all(t *testing.T) sparse.Snapshot {
 	return Merge(w.hot.Export(), cold)
 }
 
-func TestTiersGiveTheSameResults(t *testing.T) {
+func TestTiersGiveTheSameResults(t *testing.T) { forEachEngine(t, testTiersGiveTheSameResults) }
+
+// forEachEngine runs test once with each store engine as the default.
+func forEachEngine(t *testing.T, test func(t *testing.T)) {
+	defer func(e string) { defaultEngine = e }(defaultEngine)
+	for _, e := range []string{EngineHash, EnginePebble} {
+		t.Run(e, func(t *testing.T) {
+			defaultEngine = e
+			test(t)
+		})
+	}
+}
+
+func testTiersGiveTheSameResults(t *testing.T) {
 	// Small miss filters, rebuilt often.
 	defer func(n int) { minFilterKeys = n }(minFilterKeys)
 	minFilterKeys = 8
@@ -203,8 +216,12 @@ func compareTwin(t *testing.T, w *twin, rng *rand.Rand, rounds, nkeys int) {
 	if err := w.tt.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	e := w.tt.store.pebble
+	if e == nil {
+		return
+	}
 	lo, hi := bounds(w.tt.prefix)
-	if err := w.tt.store.db.Compact(context.Background(), lo, hi, true); err != nil {
+	if err := e.db.Compact(context.Background(), lo, hi, true); err != nil {
 		t.Fatal(err)
 	}
 	got = w.all(t)
@@ -214,7 +231,7 @@ func compareTwin(t *testing.T, w *twin, rng *rand.Rand, rounds, nkeys int) {
 	if err := sameRows(want, got); err != nil {
 		t.Fatalf("after a compaction: %v", err)
 	}
-	if n := w.tt.store.misuse.Load(); n > 0 {
+	if n := e.misuse.Load(); n > 0 {
 		t.Fatalf("pebble saw %d SingleDeletes that met no row or more than one", n)
 	}
 }
@@ -251,7 +268,9 @@ func sameRows(a, b sparse.Snapshot) error {
 
 // A damaged store file is reported as ErrStore when a row is read from
 // it, and the table keeps failing (the ps stops and restores).
-func TestDamagedStoreIsReported(t *testing.T) {
+func TestDamagedStoreIsReported(t *testing.T) { forEachEngine(t, testDamagedStoreIsReported) }
+
+func testDamagedStoreIsReported(t *testing.T) {
 	s, err := OpenStore(t.TempDir()+"/store", 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -271,20 +290,32 @@ func TestDamagedStoreIsReported(t *testing.T) {
 	if err := tt.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db.Flush(); err != nil {
-		t.Fatal(err)
+	if s.pebble != nil {
+		if err := s.pebble.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	files := s.Files()
 	if len(files) == 0 {
 		t.Fatal("no table file after a flush")
 	}
 	for _, f := range files {
-		fh, err := os.OpenFile(f, os.O_WRONLY, 0)
+		fh, err := os.OpenFile(f, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := fh.WriteAt(bytes.Repeat([]byte{0xA5}, 4096), 1024); err != nil {
-			t.Fatal(err)
+		if s.pebble != nil {
+			if _, err := fh.WriteAt(bytes.Repeat([]byte{0xA5}, 4096), 1024); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// A few bytes of every page of the hash file.
+			st, _ := fh.Stat()
+			for off := int64(100); off < st.Size(); off += 500 {
+				if _, err := fh.WriteAt([]byte{0xA5, 0x5A}, off); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		fh.Close()
 	}

@@ -1,10 +1,6 @@
 //go:build amd64 && !purego
 
-package shard
-
-import "golang.org/x/sys/cpu"
-
-var useAVX2 = cpu.X86.HasAVX2
+package format
 
 // maxAbsKernel reads the first len(f) rounded down to a multiple of 16
 // values with AVX2, eight per instruction; it returns the largest of their
