@@ -22,7 +22,7 @@ func definePerfFlags(fs *flag.FlagSet) *perfFlags {
 	f := &perfFlags{}
 	fs.BoolVar(&f.standalone, "standalone", false, "train the model in this one process, on local variables and tables through the ps's own update code: no ps, no sockets, no cluster flags; the same output and --result_file (the baseline of the distributed figures; paramserv train only)")
 	fs.StringVar(&f.overlap, "overlap", "auto", "asynchronous training: compute the next step while the last one's push and pull are in flight, the gradients one round of pushes staler: true, false, or auto (with one worker only; with --max_staleness only when it is at least 2*workers-1)")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this task's CPU profile (runtime/pprof, for `go tool pprof`) to PREFIX.JOBINDEX, e.g. PREFIX.ps0 and PREFIX.worker0 (--standalone: PREFIX.worker0), from start to exit")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this task's CPU profile (runtime/pprof, read with go tool pprof) to PREFIX.JOBINDEX, e.g. PREFIX.ps0 and PREFIX.worker0 (--standalone: PREFIX.worker0), from start to exit")
 	return f
 }
 
