@@ -108,6 +108,96 @@ func TestTieredStoreDamagedAtRestart(t *testing.T) {
 	}
 }
 
+// A store file damaged under a running ps (every table file in its
+// --table_dir overwritten with zeros, its size kept, while the job trains
+// with a 16 KiB budget: rows move in and out all the time) is reported
+// when a read or a compaction meets it: the ps says its disk store failed,
+// naming the store's directory, the file and pebble's reason, and stops;
+// the workers wait for it rather than give up (before, they failed the
+// job); paramserv local restarts it, the restarted ps restores its shard
+// from the newest checkpoint, and the job finishes.
+func TestTieredStoreDamagedWhileRunning(t *testing.T) {
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip("fault tests take a while; run without -short (CI runs them)")
+	}
+	dir, data := tierJobDir(t)
+	tables := filepath.Join(dir, "tables")
+	store := filepath.Join(tables, "ps-0")
+	res := filepath.Join(dir, "result.json")
+	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
+		"--train_data="+data, "--train_steps=400", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
+		"--table_memory=16KiB", "--table_dir="+tables, "--result_file="+res)
+	p.waitCount(t, "saved checkpoint of step", 2, 3*time.Minute)
+	// Damage the table files as they are, again as compactions write new
+	// ones, until the ps reports it.
+	const failed = "tier: disk store failed"
+	damaged := map[string]bool{}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(p.output(), failed) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in 3 minutes of damaging %d files of %s", failed, len(damaged), store)
+		}
+		ents, _ := os.ReadDir(store)
+		for _, e := range ents {
+			f := filepath.Join(store, e.Name())
+			// The store's table files: the hash store's, or pebble's.
+			if !e.Type().IsRegular() || damaged[f] || !(strings.HasSuffix(e.Name(), ".hash") || strings.HasSuffix(e.Name(), ".sst")) {
+				continue
+			}
+			if zeroFile(f) == nil {
+				damaged[f] = true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := p.output()
+	var report string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, failed) {
+			report = l
+			break
+		}
+	}
+	// The report names the store and says why (pebble's reason: a
+	// checksum or a block that cannot be read).
+	if !strings.Contains(report, store) {
+		t.Errorf("the failure does not name the store %s: %q", store, report)
+	}
+	for _, want := range []string{
+		"the ps restarts and restores its shard from the newest checkpoint; waiting for the ps to recover", // the workers wait
+		"ps0 exited unexpectedly",
+		"restored checkpoint of step",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if r := readResult(t, res); r.GlobalStep < 400 {
+		t.Errorf("global step %d, want >= 400", r.GlobalStep)
+	}
+	t.Logf("%d files damaged; the report: %s", len(damaged), report)
+}
+
+// zeroFile overwrites a file's bytes with zeros, in place (its size and
+// its open descriptors kept, as a failing disk leaves it).
+func zeroFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		_, err = f.WriteAt(make([]byte, fi.Size()), 0)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // tierJobDir is a tier test's directory, with 20,000 synth-ctr rows in two
 // shards under data.
 func tierJobDir(t *testing.T) (dir, data string) {

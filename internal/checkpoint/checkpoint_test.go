@@ -463,9 +463,9 @@ func TestDamaged(t *testing.T) {
 		want: "ckpt-500 damaged: manifest.json: unexpected end of JSON input",
 	}, {
 		name:   "manifest of a newer format",
-		damage: editManifest(func(m *Manifest) { m.FormatVersion = 5 }),
+		damage: editManifest(func(m *Manifest) { m.FormatVersion = IndexFormatVersion + 1 }),
 		kind:   ErrVersion,
-		want:   "ckpt-500 damaged: manifest.json: format_version 5 is newer than this program reads (4)",
+		want:   "ckpt-500 damaged: manifest.json: format_version 6 is newer than this program reads (5)",
 	}, {
 		name:   "manifest in the wrong directory",
 		damage: editManifest(func(m *Manifest) { m.Step = 501 }),

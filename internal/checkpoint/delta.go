@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
@@ -175,12 +177,15 @@ func applyDeltas(base Shard, ds []Shard, tables []TableInfo) (Shard, error) {
 		}
 	}
 	last := ds[len(ds)-1]
+	// A table's saved index (IndexName) holds for the base's rows only:
+	// the result has none.
 	out := Shard{Step: last.Step, Meta: map[string]string{}, AnyOrder: base.AnyOrder}
 	for _, s := range append([]Shard{base}, ds...) {
 		for k, v := range s.Meta {
 			out.Meta[k] = v
 		}
 	}
+	dropIndexMeta(out.Meta, tables)
 	dts := make([]map[string]Tensor, len(ds))
 	for i, d := range ds {
 		dts[i] = d.ByName()
@@ -218,6 +223,9 @@ func applyDeltas(base Shard, ds []Shard, tables []TableInfo) (Shard, error) {
 	seen := map[string]bool{}
 	for _, t := range base.Tensors {
 		seen[t.Name] = true
+		if tb := tableOf(t.Name); tb != "" && t.Name == IndexName(tb) {
+			continue
+		}
 		if tb := tableOf(t.Name); tb != "" && merged[tb] != nil {
 			out.Tensors = append(out.Tensors, merged[tb][t.Name])
 			continue
@@ -246,7 +254,7 @@ func applyDeltas(base Shard, ds []Shard, tables []TableInfo) (Shard, error) {
 func mergeTable(base Shard, dts []map[string]Tensor, table string) (map[string]Tensor, error) {
 	bt := map[string]Tensor{}
 	for _, t := range base.Tensors {
-		if strings.HasPrefix(t.Name, table+"/") {
+		if strings.HasPrefix(t.Name, table+"/") && t.Name != IndexName(table) {
 			bt[t.Name] = t
 		}
 	}
@@ -537,7 +545,7 @@ func InKeyOrder(s Shard, tables []TableInfo) (Shard, error) {
 			rows[j] = rowSource{0, i}
 		}
 		for _, t := range s.Tensors {
-			if !strings.HasPrefix(t.Name, tb.Name+"/") || t.Name == DeletedName(tb.Name) {
+			if !strings.HasPrefix(t.Name, tb.Name+"/") || t.Name == DeletedName(tb.Name) || t.Name == IndexName(tb.Name) {
 				continue
 			}
 			st, err := mergeTensor(t.Name, t, nil, [][]uint64{keys}, rows)
@@ -547,13 +555,35 @@ func InKeyOrder(s Shard, tables []TableInfo) (Shard, error) {
 			sorted[t.Name] = st
 		}
 	}
+	// A table's saved index holds for the rows in the file's order only:
+	// the result has none.
 	out := s
-	out.AnyOrder = false
-	out.Tensors = slices.Clone(s.Tensors)
-	for i, t := range out.Tensors {
-		if st, ok := sorted[t.Name]; ok {
-			out.Tensors[i] = st
+	out.AnyOrder, out.Indexed = false, false
+	out.Tensors = nil
+	index := map[string]bool{}
+	for _, tb := range tables {
+		index[IndexName(tb.Name)] = true
+	}
+	for _, t := range s.Tensors {
+		if index[t.Name] {
+			continue
 		}
+		if st, ok := sorted[t.Name]; ok {
+			t = st
+		}
+		out.Tensors = append(out.Tensors, t)
+	}
+	if s.Indexed {
+		out.Meta = maps.Clone(s.Meta)
+		dropIndexMeta(out.Meta, tables)
 	}
 	return out, nil
+}
+
+// dropIndexMeta deletes the saved indexes' metadata (IndexMaskMeta) of
+// tables from meta.
+func dropIndexMeta(meta map[string]string, tables []TableInfo) {
+	for _, tb := range tables {
+		delete(meta, ckptformat.IndexMaskMeta(tb.Name))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/paramserv/paramserv/internal/ckptformat"
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
@@ -216,5 +217,84 @@ func TestApplyDeltasMatchesOneByOne(t *testing.T) {
 				t.Fatalf("trial %d: the chain applied %s: %v", trial, what, err)
 			}
 		}
+	}
+}
+
+// A full shard that holds a table's index beside its rows (Indexed,
+// format version 5) reads back with it; a delta applied to it gives the
+// shard the same chain without the index gives (the index held for the
+// base's rows only: dropped, with its metadata), and a shard whose keys
+// ascend cannot claim one.
+func TestIndexedBaseOfADelta(t *testing.T) {
+	write := func(dir string, indexed bool) {
+		t.Helper()
+		full, fs, delta, ds := goldenV4()
+		if indexed {
+			fs[0].Indexed = true
+			fs[0].Tensors = append(fs[0].Tensors, Uint64Tensor(IndexName("w"), []int64{8}, []uint64{1, 2, 3, 4, 0, 0, 0, 0}))
+			fs[0].Meta[ckptformat.IndexMaskMeta("w")] = "15"
+		}
+		for _, c := range []struct {
+			m      Manifest
+			shards []Shard
+		}{{full, fs}, {delta, ds}} {
+			m := c.m
+			for k, s := range c.shards {
+				info, err := WriteShard(vfs.OS, dir, m.Step, k, len(c.shards), s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Shards = append(m.Shards, info)
+			}
+			if err := WriteManifest(vfs.OS, dir, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	plain, indexed := t.TempDir(), t.TempDir()
+	write(plain, false)
+	write(indexed, true)
+	full, err := Load(vfs.OS, indexed, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.FormatVersion != IndexFormatVersion || !full.Shards[0].Indexed || full.Shards[1].Indexed {
+		t.Fatalf("format_version %d, shards indexed %v %v; want %d, true, false", full.FormatVersion, full.Shards[0].Indexed, full.Shards[1].Indexed, IndexFormatVersion)
+	}
+	base, err := ReadShard(vfs.OS, indexed, full, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.Lookup(IndexName("w")); err != nil || !base.Indexed {
+		t.Fatalf("the full shard read back without its index: %v", err)
+	}
+	for _, dir := range []string{plain, indexed} {
+		m, err := Load(vfs.OS, dir, 310)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m0, err := Load(vfs.OS, plain, 310)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadShard(vfs.OS, dir, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ReadShard(vfs.OS, plain, m0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := DiffTensors(got, want); err != nil || got.Indexed {
+			t.Fatalf("the delta on the indexed base: %v (indexed %v)", err, got.Indexed)
+		}
+		if _, ok := got.Meta[ckptformat.IndexMaskMeta("w")]; ok {
+			t.Fatal("the delta's result kept the base's index metadata")
+		}
+	}
+	_, fs, _, _ := goldenV4()
+	fs[0].AnyOrder, fs[0].Indexed = false, true
+	if _, err := WriteShard(vfs.OS, t.TempDir(), 300, 0, 2, fs[0]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("an index in a shard whose keys ascend: %v, want ErrInvalid", err)
 	}
 }

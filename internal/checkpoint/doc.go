@@ -110,6 +110,14 @@
 // in its order and adds its new keys after; InKeyOrder sorts a shard's
 // tables by key for a reader that needs it.
 //
+// A shard in any order may also hold a table's hash index, as the ps's
+// memory held it at the cut, beside the rows (Shard.Indexed,
+// ShardInfo.Indexed, the tensor "<table>/index" and the metadata
+// "index_row_mask/<table>"): format version 5 (IndexFormatVersion). A
+// restore onto as many ps takes it instead of building the index; every
+// other reader ignores it, and ApplyDelta and InKeyOrder, whose rows are
+// in another order, drop it.
+//
 // # Incremental checkpoints
 //
 // A delta checkpoint (Manifest.Kind "delta", format version 2 or 3) holds in

@@ -86,6 +86,10 @@ func DeletedName(table string) string { return ckptformat.DeletedName(table) }
 // ValuesName is the tensor name of a sparse table's values.
 func ValuesName(table string) string { return ckptformat.ValuesName(table) }
 
+// IndexName is the tensor name of a sparse table's saved index (see
+// Shard.Indexed).
+func IndexName(table string) string { return ckptformat.IndexName(table) }
+
 // Contents is what m holds, as a ps that restores it reads it: its
 // training record read (an error names a malformed field), beside its
 // step, cluster shape and placement.

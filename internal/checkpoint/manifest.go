@@ -34,11 +34,18 @@ const ChecksumFormatVersion = 3
 
 // AnyOrderFormatVersion is the format of a checkpoint with a shard whose
 // sparse tables' keys are in no particular order (ShardInfo.AnyOrder: the
-// ps wrote its rows as its memory holds them, with no sort), and the
-// newest this package reads. A program that knows only ascending keys
+// ps wrote its rows as its memory holds them, with no sort). A program
+// that knows only ascending keys
 // refuses it (ErrVersion) rather than setting the checkpoint aside as
 // damaged.
 const AnyOrderFormatVersion = 4
+
+// IndexFormatVersion is the format of a checkpoint with a shard that holds
+// its sparse tables' indexes beside their rows (ShardInfo.Indexed, keys in
+// any order), and the newest this package reads. A program of version 4
+// would take the index tensor for a column of the table when it applies a
+// delta to the shard; it refuses the checkpoint (ErrVersion) instead.
+const IndexFormatVersion = 5
 
 // Checkpoint kinds (Manifest.Kind).
 const (
@@ -123,11 +130,17 @@ type ShardInfo struct {
 	// order (Shard.AnyOrder); else they strictly ascend. Only in
 	// checkpoints of AnyOrderFormatVersion.
 	AnyOrder bool `json:"keys_any_order,omitempty"`
+	// Indexed: the file holds the index of some of its sparse tables
+	// (Shard.Indexed). Only with AnyOrder, in checkpoints of
+	// IndexFormatVersion.
+	Indexed bool `json:"table_index,omitempty"`
 }
 
 // version is the format version of the shard's file.
 func (s ShardInfo) version() int {
 	switch {
+	case s.Indexed:
+		return IndexFormatVersion
 	case s.AnyOrder:
 		return AnyOrderFormatVersion
 	case s.Delta:
@@ -140,6 +153,12 @@ func (s ShardInfo) version() int {
 // needs AnyOrderFormatVersion.
 func (m Manifest) usesAnyOrder() bool {
 	return slices.ContainsFunc(m.Shards, func(s ShardInfo) bool { return s.AnyOrder })
+}
+
+// usesIndex reports whether a shard of m holds a table's index, which
+// needs IndexFormatVersion.
+func (m Manifest) usesIndex() bool {
+	return slices.ContainsFunc(m.Shards, func(s ShardInfo) bool { return s.Indexed })
 }
 
 // Rows is the total number of rows of table name across the shards, from
@@ -279,6 +298,10 @@ func (m Manifest) indexShards() (shardIndex, error) {
 			return ix, invalid("%s: keys in any order in a checkpoint of format_version %d (want %d)", s.File, m.FormatVersion, AnyOrderFormatVersion)
 		case s.AnyOrder && s.Delta:
 			return ix, invalid("%s: a delta shard with keys in any order", s.File)
+		case s.Indexed && !s.AnyOrder:
+			return ix, invalid("%s: a table index in a shard whose keys ascend", s.File)
+		case s.Indexed && m.FormatVersion != 0 && m.FormatVersion < IndexFormatVersion:
+			return ix, invalid("%s: a table index in a checkpoint of format_version %d (want %d)", s.File, m.FormatVersion, IndexFormatVersion)
 		}
 		ix.tensors[k] = make(map[string]TensorInfo, len(s.Tensors))
 		for _, t := range s.Tensors {
@@ -439,6 +462,8 @@ func slotNames(base string, slots []string) []string {
 func WriteManifest(fsys vfs.FS, dir string, m Manifest) error {
 	want := FormatVersion
 	switch {
+	case m.usesIndex():
+		want = IndexFormatVersion
 	case m.usesAnyOrder():
 		want = AnyOrderFormatVersion
 	case m.usesChunkCRC():
@@ -502,8 +527,8 @@ func readManifest(fsys vfs.FS, cdir string, step int64) (Manifest, error) {
 	switch {
 	case m.FormatVersion == 0:
 		return Manifest{}, errorf(ErrFormat, "%s: no format_version", ManifestName)
-	case m.FormatVersion > AnyOrderFormatVersion:
-		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, AnyOrderFormatVersion)
+	case m.FormatVersion > IndexFormatVersion:
+		return Manifest{}, errorf(ErrVersion, "%s: format_version %d is newer than this program reads (%d)", ManifestName, m.FormatVersion, IndexFormatVersion)
 	case m.Step != step:
 		return Manifest{}, errorf(ErrMismatch, "%s: step %d in the directory for step %d", ManifestName, m.Step, step)
 	}

@@ -82,6 +82,8 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		return ShardInfo{}, fmt.Errorf("%w: a delta of checkpoint %d on checkpoint %d", ErrInvalid, step, s.Parent)
 	case s.Delta && s.AnyOrder:
 		return ShardInfo{}, fmt.Errorf("%w: a delta shard's keys must ascend", ErrInvalid)
+	case s.Indexed && !s.AnyOrder:
+		return ShardInfo{}, fmt.Errorf("%w: a table index is for keys in any order (the table's)", ErrInvalid)
 	}
 	if err := checkTensors(s.Tensors); err != nil {
 		return ShardInfo{}, err
@@ -93,7 +95,7 @@ func WriteShard(fsys vfs.FS, dir string, step int64, k, n int, s Shard) (ShardIn
 		}
 		meta[key] = v
 	}
-	info := ShardInfo{Index: k, Step: s.Step, Delta: s.Delta, AnyOrder: s.AnyOrder}
+	info := ShardInfo{Index: k, Step: s.Step, Delta: s.Delta, AnyOrder: s.AnyOrder, Indexed: s.Indexed}
 	if s.Delta {
 		info.Parent = s.Parent
 		meta[metaParent] = strconv.FormatInt(s.Parent, 10)
@@ -549,7 +551,7 @@ func checkAgainstManifest(hdr Header, tensors []Tensor, m Manifest, k int) (Shar
 			return Shard{}, errorf(ErrMismatch, "tensor %d is %q %s %v in the file, %q %s %v in the manifest", i, e.Name, e.DType, e.Shape, w.Name, w.DType, w.Shape)
 		}
 	}
-	s := Shard{Step: si.Step, Tensors: tensors, Delta: si.Delta, Parent: si.Parent, AnyOrder: si.AnyOrder}
+	s := Shard{Step: si.Step, Tensors: tensors, Delta: si.Delta, Parent: si.Parent, AnyOrder: si.AnyOrder, Indexed: si.Indexed}
 	for key, v := range hdr.Meta {
 		if !strings.HasPrefix(key, metaPrefix) {
 			if s.Meta == nil {

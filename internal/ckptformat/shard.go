@@ -46,6 +46,14 @@ type Shard struct {
 	// them.
 	AnyOrder bool
 
+	// Indexed: some sparse tables (AnyOrder) have their index beside their
+	// rows, as IndexName(table), U64 [slots/2]: the table's uint32 index
+	// slots, two to an element, little-endian, valid for the rows in the
+	// file's order; and the mask of a slot's row bits as the metadata
+	// IndexMaskMeta(table), in decimal. A restore onto the same number of
+	// ps takes the index instead of hashing every key (sparse.SavedIndex).
+	Indexed bool
+
 	// verify, set by checkpoint.ReadShardOverlapped (SetVerify), waits
 	// for the file's checksum.
 	verify func() error
@@ -127,3 +135,11 @@ func DeletedName(table string) string { return SlotName(table, "deleted") }
 
 // ValuesName is the tensor name of a sparse table's values.
 func ValuesName(table string) string { return SlotName(table, "values") }
+
+// IndexName is the tensor name of a sparse table's saved index (see
+// Shard.Indexed).
+func IndexName(table string) string { return SlotName(table, "index") }
+
+// IndexMaskMeta is the metadata key of the row mask of a sparse table's
+// saved index (see Shard.Indexed).
+func IndexMaskMeta(table string) string { return "index_row_mask/" + table }

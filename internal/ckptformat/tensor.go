@@ -306,9 +306,20 @@ func (t Tensor) Uint64sView() ([]uint64, error) {
 	return t.Uint64s()
 }
 
+// Int64sView is Float32sView for I64.
+func (t Tensor) Int64sView() ([]int64, error) {
+	if err := t.want(I64); err != nil {
+		return nil, err
+	}
+	if v, ok := viewOf[int64](t.Data); ok {
+		return v, nil
+	}
+	return t.Int64s()
+}
+
 // viewOf is b's memory as elements of T, if the host is little-endian and
 // b is aligned to T's size (its length is a multiple, checked by want).
-func viewOf[T float32 | uint64](b []byte) ([]T, bool) {
+func viewOf[T float32 | uint64 | int64](b []byte) ([]T, bool) {
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if !littleEndian || len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%uintptr(size) != 0 {

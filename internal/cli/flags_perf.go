@@ -15,13 +15,28 @@ import (
 type perfFlags struct {
 	standalone bool
 	overlap    string
+	cpuProfile string
 }
 
 func definePerfFlags(fs *flag.FlagSet) *perfFlags {
 	f := &perfFlags{}
 	fs.BoolVar(&f.standalone, "standalone", false, "train the model in this one process, on local variables and tables through the ps's own update code: no ps, no sockets, no cluster flags; the same output and --result_file (the baseline of the distributed figures; paramserv train only)")
 	fs.StringVar(&f.overlap, "overlap", "auto", "asynchronous training: compute the next step while the last one's push and pull are in flight, the gradients one round of pushes staler: true, false, or auto (with one worker only; with --max_staleness only when it is at least 2*workers-1)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this task's CPU profile (runtime/pprof, read with go tool pprof) to PREFIX.JOBINDEX, e.g. PREFIX.ps0 and PREFIX.worker0 (--standalone: PREFIX.worker0), from start to exit")
 	return f
+}
+
+// startProfile starts the CPU profile --cpuprofile asks for, in a file
+// named after task; the returned function stops it.
+func (f *perfFlags) startProfile(task cluster.Task) (stop func(), err error) {
+	if f.cpuProfile == "" {
+		return func() {}, nil
+	}
+	stop, err = startCPUProfile(fmt.Sprintf("%s.%s%d", f.cpuProfile, task.Job, task.Index))
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return stop, nil
 }
 
 // apply puts the flags into a trainer configuration.

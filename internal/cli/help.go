@@ -65,7 +65,7 @@ var flagGroups = map[string]string{
 	"auth_token_file": groupSecurity,
 
 	"metrics_addr": groupMonitoring, "summary_dir": groupMonitoring, "save_summaries_steps": groupMonitoring,
-	"log_format": groupMonitoring,
+	"log_format": groupMonitoring, "cpuprofile": groupMonitoring,
 }
 
 const (
@@ -100,7 +100,7 @@ var flagPlaceholders = map[string]string{
 	"result_file": "FILE", "dir": "DIR", "out": "DIR",
 	"tls_cert": "FILE", "tls_key": "FILE", "tls_ca": "FILE", "tls_dir": "DIR", "auth_token_file": "FILE",
 	"metrics_addr": "HOST:PORT", "summary_dir": "DIR", "log_format": "text|json",
-	"o": "FILE",
+	"o": "FILE", "cpuprofile": "PREFIX",
 }
 
 // commandPlaceholders overrides flagPlaceholders for one command, where a

@@ -520,6 +520,12 @@ done, which paramserv local treats as a death by signal and restarts.
 		return 2
 	}
 	defer stopTelemetry()
+	stopProfile, err := f.perf.startProfile(cfg.Cluster.Task)
+	if err != nil {
+		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
+		return 2
+	}
+	defer stopProfile()
 	cfg.Data.Stop = ctx.Done() // a signal ends a long load of the data too
 	program, isProgram := programs[f.model]
 	switch {

@@ -156,6 +156,17 @@ type SparseModel interface {
 	EvaluateSparse(params Params, lookup func(t int, keys []uint64, out []float32) error) (map[string]float64, error)
 }
 
+// TrainingEnder is a Model that holds memory only its training needs (a
+// loaded training set) and can give it back once the worker has trained:
+// the trainer calls EndTraining after its last step and before the final
+// evaluation, so that the test data the evaluation loads is not held beside
+// the training data. It reports whether it let go of anything (the trainer
+// then has the memory collected and returned to the system). After it the
+// model is only evaluated.
+type TrainingEnder interface {
+	EndTraining() bool
+}
+
 // SparseReadAhead is a SparseModel whose batches the trainer may read one
 // ahead of the batch it computes: in asynchronous modes it pulls the rows
 // of batch t+1 while it computes batch t (the overlap of communication

@@ -253,6 +253,11 @@ type joiner struct {
 	snap        uint64    // the seq of the snapshot sent
 	sentAt      time.Time // when
 	held        bool      // the copy said it installed it
+	// cutting: the caller took its copy at seq cutAt (ReserveSnapshot)
+	// and builds it with no lock held; the log keeps what follows cutAt.
+	cutting bool
+	cutAt   uint64
+	cutReqs []ReqID // the table of requests applied at cutAt
 }
 
 // Node is one ps's replication state. Not safe for concurrent use.
@@ -600,6 +605,9 @@ func (n *Node) trim(ss *shardState) {
 	for b, j := range ss.joiners {
 		if j.sent {
 			keep = min(keep, max(j.snap, ss.match[b]))
+		}
+		if j.cutting {
+			keep = min(keep, j.cutAt)
 		}
 	}
 	i := 0
@@ -1021,9 +1029,41 @@ func (n *Node) askSnapshots(ss *shardState) {
 func (n *Node) SnapshotLater(s, to int) {
 	if ss := n.shards[s]; ss != nil {
 		if j := ss.joiners[to]; j != nil && !j.sent {
-			j.asked = false
+			j.asked, j.cutting = false, false
 		}
 	}
+}
+
+// ReserveSnapshot tells the node that the caller took its copy of shard s
+// for ps to (a SnapshotReq of Ready) at seq, now, and builds its bytes
+// with no lock held: the node keeps the log's entries after seq until
+// SendSnapshot sends the copy with them (or SnapshotLater gives it up),
+// and ships the rejoining ps nothing before. It fails where SendSnapshot
+// at seq would now.
+func (n *Node) ReserveSnapshot(s, to int, seq uint64) error {
+	ss := n.shards[s]
+	if ss == nil || !ss.primary || ss.lost || n.stopped {
+		return fmt.Errorf("replica: snapshot of shard %d for ps %d: this ps no longer serves it", s, to)
+	}
+	j := ss.joiners[to]
+	if j == nil || j.sent || seq != ss.applied || len(ss.held) > 0 {
+		if j != nil && !j.sent {
+			j.asked = false
+		}
+		return fmt.Errorf("replica: snapshot of shard %d at seq %d for ps %d: the shard is at seq %d now", s, seq, to, ss.applied)
+	}
+	j.cutting, j.cutAt, j.cutReqs, j.snap = true, seq, appliedReqs(ss), 0
+	return nil
+}
+
+// appliedReqs is ss's table of requests applied: each client's last.
+func appliedReqs(ss *shardState) []ReqID {
+	reqs := make([]ReqID, 0, len(ss.lastReq))
+	for c, r := range ss.lastReq {
+		reqs = append(reqs, ReqID{Client: c, N: r.n})
+	}
+	slices.SortFunc(reqs, func(a, b ReqID) int { return cmp.Compare(a.Client, b.Client) })
+	return reqs
 }
 
 // AskSnapshots asks, in Ready, for the copies of shard s that rejoining
@@ -1044,20 +1084,24 @@ func (n *Node) SendSnapshot(s, to int, seq uint64, data any) error {
 		return fmt.Errorf("replica: snapshot of shard %d for ps %d: this ps no longer serves it", s, to)
 	}
 	j := ss.joiners[to]
-	if j == nil || seq != ss.applied || len(ss.held) > 0 {
+	// A copy reserved at seq (ReserveSnapshot) goes with the entries the
+	// log kept since; any other is taken now.
+	reserved := j != nil && j.cutting && j.cutAt == seq && (seq == ss.applied || (len(ss.log) > 0 && ss.log[0].Seq <= seq+1))
+	if j == nil || (!reserved && (seq != ss.applied || len(ss.held) > 0)) {
 		if j != nil {
-			j.asked = false
+			j.asked, j.cutting = false, false
 		}
 		return fmt.Errorf("replica: snapshot of shard %d at seq %d for ps %d: the shard is at seq %d now", s, seq, to, ss.applied)
 	}
-	reqs := make([]ReqID, 0, len(ss.lastReq))
-	for c, r := range ss.lastReq {
-		reqs = append(reqs, ReqID{Client: c, N: r.n})
+	reqs := appliedReqs(ss)
+	if reserved {
+		reqs = j.cutReqs
 	}
-	slices.SortFunc(reqs, func(a, b ReqID) int { return cmp.Compare(a.Client, b.Client) })
+	j.cutting, j.cutReqs = false, nil
 	j.sent, j.snap, j.sentAt, j.held = true, seq, n.now, false
 	ss.match[to] = 0
 	n.send(Message{Type: Snapshot, To: to, Shard: s, Seq: seq, Commit: ss.commit, Entries: []Entry{{Shard: s, Seq: seq, Reqs: reqs, Data: data}}})
+	n.resend(ss, to, seq) // what was applied since a reserved cut
 	return nil
 }
 

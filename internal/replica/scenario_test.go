@@ -20,7 +20,8 @@ import (
 // that only "tick" moves. Commands:
 //
 //	cluster n=N r=R timeout=D [snapshots=manual]  a fresh cluster; its first tick is at t=0; manual: snapshots for rejoining ps wait for "snapshots"
-//	snapshots                          (manual) each primary sends the snapshots asked of it, of its copy as it is now
+//	snapshots                          (manual) each primary sends the snapshots asked of it, of its copy as it is now (or as reserve cut it)
+//	reserve                            (manual) each primary takes a cut of the copies asked of it (ReserveSnapshot), sent by a later "snapshots" while pushes go on
 //	tick D                             the clock moves by D in steps of timeout/10; every live ps ticks
 //	push W N V shard=S [to=P]          worker W's N-th push of V to shard S, sent to ps P (default: the primary as the lowest live ps sees it)
 //	hold W N V shard=S [to=P]          a sync push by aggregate: ps P holds it and adds V to its copy
@@ -144,13 +145,30 @@ func TestScenarios(t *testing.T) {
 				nd.Tick(c.now)
 				c.deliver()
 				return c.flush(), nil
+			case "reserve":
+				for i, a := range c.asked {
+					st := c.state[a.from][a.Shard]
+					seq := c.nodes[a.from].Applied(a.Shard)
+					if err := c.nodes[a.from].ReserveSnapshot(a.Shard, a.To, seq); err != nil {
+						c.out = append(c.out, fmt.Sprintf("%s ps %d: %v", c.stamp(), a.from, err))
+						continue
+					}
+					c.asked[i].cut = &toy{sum: st.sum, step: st.step, seen: maps.Clone(st.seen)}
+					c.asked[i].seq = seq
+					c.out = append(c.out, fmt.Sprintf("%s ps %d took a cut of shard %d for ps %d at seq %d (step %d)", c.stamp(), a.from, a.Shard, a.To, seq, st.step))
+				}
+				c.deliver()
+				return c.flush(), nil
 			case "snapshots":
 				asked := c.asked
 				c.asked = nil
 				for _, a := range asked {
 					st := c.state[a.from][a.Shard]
-					snap := &toy{sum: st.sum, step: st.step, seen: maps.Clone(st.seen)}
-					if err := c.nodes[a.from].SendSnapshot(a.Shard, a.To, c.nodes[a.from].Applied(a.Shard), snap); err != nil {
+					snap, seq := &toy{sum: st.sum, step: st.step, seen: maps.Clone(st.seen)}, c.nodes[a.from].Applied(a.Shard)
+					if a.cut != nil { // reserved: the copy as it was cut
+						snap, seq, st = a.cut, a.seq, a.cut
+					}
+					if err := c.nodes[a.from].SendSnapshot(a.Shard, a.To, seq, snap); err != nil {
 						c.out = append(c.out, fmt.Sprintf("%s ps %d: %v", c.stamp(), a.from, err))
 					} else {
 						c.out = append(c.out, fmt.Sprintf("%s ps %d sent its copy of shard %d to ps %d (step %d)", c.stamp(), a.from, a.Shard, a.To, st.step))
@@ -198,6 +216,8 @@ func duration(t *testing.T, cmd scenario.Cmd, s string) time.Duration {
 type askedSnap struct {
 	SnapshotReq
 	from int
+	cut  *toy   // reserve: the copy as it was cut, at seq
+	seq  uint64 // the cut's seq
 }
 
 type toy struct {
@@ -417,7 +437,7 @@ func (c *cluster) handle(id int, rd Ready) {
 	}
 	for _, sr := range rd.Snapshots {
 		if c.manual {
-			c.asked = append(c.asked, askedSnap{sr, id})
+			c.asked = append(c.asked, askedSnap{SnapshotReq: sr, from: id})
 			continue
 		}
 		st := c.state[id][sr.Shard]

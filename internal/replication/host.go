@@ -58,6 +58,12 @@ type HostConfig struct {
 	// gets no copy from this one (and never counts again).
 	Snapshot func(shard int) ([]byte, error)
 	Install  func(shard int, data []byte) error
+	// SnapshotCut, if set, is used instead of Snapshot: it takes the
+	// copy's cut under the same conditions (the host's lock held), and
+	// encode builds its bytes after, with no lock held, while the shard
+	// moves on (the node keeps the entries since for the rejoining ps);
+	// release lets go of the cut.
+	SnapshotCut func(shard int) (encode func() ([]byte, error), release func(), err error)
 	// Reformed is told that the cluster re-formed (replica.Reform): every
 	// copy of this ps must fall back to the newest checkpoint now, before
 	// anything else is applied. Pushes waiting get replica.ErrReformed.
@@ -574,6 +580,10 @@ func (h *Host) sendSnapshots(reqs []replica.SnapshotReq) (sent bool) {
 			h.snapshotLater = true
 			continue
 		}
+		if h.cfg.SnapshotCut != nil {
+			sent = h.cutSnapshot(sr) || sent
+			continue
+		}
 		start := time.Now()
 		b, err := h.cfg.Snapshot(sr.Shard)
 		if err == nil {
@@ -589,6 +599,51 @@ func (h *Host) sendSnapshots(reqs []replica.SnapshotReq) (sent bool) {
 		h.cfg.Logf("ps %d: sending its copy of shard %d (%d bytes, taken in %s) to ps %d, rejoining", h.cfg.ID, sr.Shard, len(b), time.Since(start).Round(time.Microsecond), sr.To)
 	}
 	return sent
+}
+
+// cutSnapshot takes the copy sr asks for as a cut, under the host's lock
+// (held), and builds and sends it from a goroutine of its own, the lock
+// taken again only to send: pushes wait for the cut, not for the copy.
+// It reports whether it sent anything now (never: the copy goes later).
+func (h *Host) cutSnapshot(sr replica.SnapshotReq) bool {
+	start := time.Now()
+	seq := h.node.Applied(sr.Shard)
+	encode, release, err := h.cfg.SnapshotCut(sr.Shard)
+	if err == nil {
+		if err = h.node.ReserveSnapshot(sr.Shard, sr.To, seq); err != nil {
+			release()
+		}
+	}
+	if err != nil {
+		h.node.SnapshotLater(sr.Shard, sr.To) // a heartbeat asks again
+		h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)
+		return false
+	}
+	held := time.Since(start)
+	h.wg.Add(1) // before Close can wait: it sets closed under mu
+	go func() {
+		defer h.wg.Done()
+		b, err := encode()
+		release()
+		built := time.Since(start)
+		h.lock()
+		defer h.unlock()
+		if h.closed {
+			return
+		}
+		if err == nil {
+			err = h.node.SendSnapshot(sr.Shard, sr.To, seq, b)
+		} else {
+			h.node.SnapshotLater(sr.Shard, sr.To)
+		}
+		if err != nil {
+			h.cfg.Logf("ps %d: a copy of shard %d for ps %d, rejoining: %v", h.cfg.ID, sr.Shard, sr.To, err)
+		} else {
+			h.cfg.Logf("ps %d: sending its copy of shard %d (%d bytes, taken in %s, the locks held %s of it) to ps %d, rejoining", h.cfg.ID, sr.Shard, len(b), built.Round(time.Microsecond), held.Round(time.Microsecond), sr.To)
+		}
+		h.drain()
+	}()
+	return false
 }
 
 // writeDirect leaves a message to peer id for this goroutine to write

@@ -259,6 +259,14 @@ func (p *replicatedPS) hostConfig(l net.Listener) HostConfig {
 			}
 			return nil, fmt.Errorf("ps %d holds no copy of shard %d", p.me, s)
 		},
+		SnapshotCut: func(s int) (func() ([]byte, error), func(), error) {
+			if c := p.copies[s]; c != nil {
+				c.drainApplier() // the cut is taken at the seq handed out last
+				cut := c.Server.CutCopy()
+				return cut.Encode, cut.Release, nil
+			}
+			return nil, nil, fmt.Errorf("ps %d holds no copy of shard %d", p.me, s)
+		},
 		Install: func(s int, b []byte) error {
 			if c := p.copies[s]; c != nil {
 				c.drainApplier() // nothing older lands on top of the copy

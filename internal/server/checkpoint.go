@@ -88,6 +88,13 @@ func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointRespo
 	if err := cut.Err(); err != nil {
 		cut.Release()
 		s.cfg.Logf("checkpoint at step %d failed: %v", req.Step, err)
+		if d, ok := s.cfg.Tiers.(shard.TierDamage); ok {
+			if derr, damaged := d.Damaged(err); damaged {
+				// Its rows are lost, not the job: the chief skips this
+				// checkpoint while the ps restarts and restores.
+				return nil, kindErrorf(shard.NotReady, "ps %d: reading its disk tier for the checkpoint: %v; the ps restarts and restores its shard from the newest checkpoint", s.cfg.Task, derr)
+			}
+		}
 		return nil, kindErrorf(shard.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
 	}
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
@@ -180,10 +187,30 @@ func (s *Server) restore(dir string, m checkpoint.Manifest, atStart bool) error 
 		}
 		return &sh, err
 	}
+	// With a disk tier, a delta's chain is read as its files lie and its
+	// rows streamed into the tier, not applied in memory first.
+	chain := func(k int) (*shard.Chain, error) {
+		if k < 0 || k >= len(m.Shards) || !m.Shards[k].Delta {
+			return nil, nil
+		}
+		links, release, err := checkpoint.ReadChain(fsys, dir, m, k)
+		releases = append(releases, release)
+		if err != nil {
+			return nil, err
+		}
+		bytes += m.Shards[k].Size
+		ch := &shard.Chain{Rows: func(table string) (func(uint64) bool, []checkpoint.RowRef, error) {
+			return checkpoint.ChainRows(links, table)
+		}}
+		for i := range links {
+			ch.Links = append(ch.Links, &links[i])
+		}
+		return ch, nil
+	}
 	c, err := m.Contents()
 	var st *shard.State
 	if err == nil {
-		st, err = shard.RestoreInto(s.cfg.Tiers, c, read, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
+		st, err = shard.RestoreChainsInto(s.cfg.Tiers, c, read, chain, s.cfg.Task, s.cfg.NumPS, s.cfg.NumWorkers, s.shard.Config().Parallel)
 	}
 	for _, release := range releases {
 		release()

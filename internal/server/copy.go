@@ -1,15 +1,29 @@
 package server
 
-import "time"
+import (
+	"time"
+
+	"github.com/paramserv/paramserv/internal/shard"
+)
 
 // EncodeCopy is this ps's shard as bytes, for a replica that rejoins
-// (shard.EncodeCopy; docs/REPLICATION.md). The copy is taken under the
-// lock; call it where no push can land between the log position it
-// stands for and the copy (the replication loop does).
+// (shard.EncodeCopy; docs/REPLICATION.md): CutCopy, then its bytes built
+// with the lock released.
 func (s *Server) EncodeCopy() ([]byte, error) {
+	c := s.CutCopy()
+	defer c.Release()
+	return c.Encode()
+}
+
+// CutCopy is the cut of a copy of this ps's shard (shard.CutCopy), taken
+// under the lock at the cost of a checkpoint's cut; its Encode reads the
+// rows, those on disk included, with no lock held. Call it where no push
+// can land between the log position it stands for and the cut (the
+// replication loop does). Release it when done.
+func (s *Server) CutCopy() *shard.CopyCut {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.shard.EncodeCopy()
+	return s.shard.CutCopy()
 }
 
 // InstallCopy replaces the shard by a copy another ps's EncodeCopy made,

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -278,8 +279,17 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 		if stream && t.cold == nil {
 			// The rows as the table holds them, streamed to the file
 			// with no sort: the shard's keys are then in any order.
-			sh.Tensors = append(sh.Tensors, streamTable(t, t.t.InTableOrder())...)
+			v := t.t.InTableOrder()
+			sh.Tensors = append(sh.Tensors, streamTable(t, v)...)
 			sh.AnyOrder = true
+			// And the table's index, where the cut took it: a restore
+			// onto as many ps takes it instead of building it.
+			if ix, ok := v.Index(); ok && littleEndian {
+				sh.Tensors = append(sh.Tensors, ckptformat.Tensor{Name: ckptformat.IndexName(t.name), DType: ckptformat.U64,
+					Shape: []int64{int64(len(ix.Slots) / 2)}, Data: unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ix.Slots))), 4*len(ix.Slots))})
+				sh.Meta[ckptformat.IndexMaskMeta(t.name)] = strconv.FormatUint(uint64(ix.RowMask), 10)
+				sh.Indexed = true
+			}
 			continue
 		}
 		if stream {
@@ -391,6 +401,25 @@ func Restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 // share of memory go straight to the tier as the state is built, not
 // into the table first (TierLoader). Install the state in that shard.
 func RestoreInto(tiers Tiers, m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
+	return RestoreChainsInto(tiers, m, read, nil, task, numPS, numWorkers, run)
+}
+
+// Chain is the files of one shard of a delta checkpoint, unapplied
+// (checkpoint.ReadChain): its full base, then its deltas, oldest first.
+// Rows says what applying them keeps of a table (checkpoint.ChainRows):
+// the base's rows whose keys changed does not report, then rows.
+type Chain struct {
+	Links []*ckptformat.Shard
+	Rows  func(table string) (changed func(key uint64) bool, rows []ckptformat.RowRef, err error)
+}
+
+// RestoreChainsInto is RestoreInto that, for a shard whose tiers take rows
+// as a stream (TierStreamLoader), reads each shard of a delta checkpoint as
+// its chain (chain(k); nil for a full shard, which read reads) instead of
+// read's applied shard: the rows go to the tier a run at a time, from
+// the files as they lie, as do the rows of a re-sharding restore. With a
+// nil chain, or tiers that take no stream, it is RestoreInto.
+func RestoreChainsInto(tiers Tiers, m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), chain func(k int) (*Chain, error), task, numPS, numWorkers int, run parallel.Runner) (st *State, err error) {
 	loader, _ := tiers.(TierLoader)
 	var loaded []*sparse.Table
 	if loader != nil {
@@ -433,19 +462,39 @@ func RestoreInto(tiers Tiers, m ckptformat.Contents, read func(k int) (*ckptform
 		}
 	}()
 	var load func(t *sparse.Table, rows sparse.Snapshot) error
+	var stream func(t *sparse.Table, rows RowStream) error
 	if loader != nil {
 		load = func(t *sparse.Table, rows sparse.Snapshot) error {
 			loaded = append(loaded, t)
 			return loader.Load(t, rows, len(m.Tables))
 		}
+		if sl, ok := loader.(TierStreamLoader); ok {
+			stream = func(t *sparse.Table, rows RowStream) error {
+				loaded = append(loaded, t)
+				return sl.LoadStream(t, rows, len(m.Tables))
+			}
+		}
 	}
-	return restore(m, func(k int) (*ckptformat.Shard, error) {
+	if stream == nil {
+		chain = nil
+	}
+	files := &shardFiles{m: m, read: func(k int) (*ckptformat.Shard, error) {
 		sh, err := read(k)
 		if sh != nil {
 			got = append(got, sh)
 		}
 		return sh, err
-	}, task, numPS, numWorkers, run, load)
+	}}
+	if chain != nil {
+		files.chain = func(k int) (*Chain, error) {
+			ch, err := chain(k)
+			if ch != nil {
+				got = append(got, ch.Links...)
+			}
+			return ch, err
+		}
+	}
+	return restore(m, files, task, numPS, numWorkers, run, load, stream)
 }
 
 // inShards reports whether addr is in the data of one of the shards' tensors.
@@ -463,9 +512,10 @@ func inShards(shards []*ckptformat.Shard, addr uintptr) bool {
 	return false
 }
 
-// restore builds the state; load, if not nil, takes each table's rows
-// instead of its Import.
-func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error), task, numPS, numWorkers int, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) (*State, error) {
+// restore builds the state from files (of m); load, if not nil, takes
+// each table's rows instead of its Import, and stream, if not nil, takes
+// them as a stream instead of load.
+func restore(m ckptformat.Contents, files *shardFiles, task, numPS, numWorkers int, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error, stream func(*sparse.Table, RowStream) error) (*State, error) {
 	l, t := LayoutOf(m, numWorkers), m.Training
 	rule, err := optim.New(l.Optimizer)
 	if err != nil {
@@ -485,7 +535,7 @@ func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 		return nil, fmt.Errorf("checkpoint of step %d: %w", m.Step, err)
 	}
 	reshard := m.NumPS != numPS
-	files := &shardFiles{m: m, read: read, shards: make([]*ckptformat.Shard, m.NumShards)}
+	files.m, files.shards = m, make([]*ckptformat.Shard, m.NumShards)
 	// The chief's rate changes, the same in every shard: this ps's own
 	// (read below in any case), or the first when re-sharding.
 	if sh, err := files.shard(min(task, m.NumShards-1)); err == nil && sh.Meta[metaRateChanges] != "" {
@@ -536,7 +586,7 @@ func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 		}
 		v.updates = parts[i].updates
 	}
-	if err := files.tables(st, task, numPS, reshard, run, load); err != nil {
+	if err := files.tables(st, task, numPS, reshard, run, load, stream); err != nil {
 		return nil, err
 	}
 	st.restored = m.Step
@@ -553,15 +603,35 @@ func restore(m ckptformat.Contents, read func(k int) (*ckptformat.Shard, error),
 type shardFiles struct {
 	m      ckptformat.Contents
 	read   func(k int) (*ckptformat.Shard, error)
-	shards []*ckptformat.Shard // those read so far, by index
+	chain  func(k int) (*Chain, error) // nil: read reads every shard
+	shards []*ckptformat.Shard         // those read so far, by index
+	chains map[int]*Chain              // the chains read so far, by index
 }
 
-// shard returns shard file k, reading it the first time.
+// shard returns shard file k, reading it the first time. Where k is read
+// as a chain, it is the chain's shard but for its tables (chainShard).
 func (c *shardFiles) shard(k int) (*ckptformat.Shard, error) {
 	if k < 0 || k >= len(c.shards) {
 		return nil, fmt.Errorf("shard %d of a checkpoint of %d shards", k, len(c.shards))
 	}
 	if c.shards[k] == nil {
+		if c.chain != nil {
+			ch, err := c.chain(k)
+			if err != nil {
+				return nil, err
+			}
+			if ch != nil {
+				if len(ch.Links) == 0 {
+					return nil, fmt.Errorf("shard %d: a chain of no files", k)
+				}
+				if c.chains == nil {
+					c.chains = map[int]*Chain{}
+				}
+				c.chains[k] = ch
+				c.shards[k] = chainShard(ch)
+				return c.shards[k], nil
+			}
+		}
 		sh, err := c.read(k)
 		if err != nil {
 			return nil, err
@@ -569,6 +639,30 @@ func (c *shardFiles) shard(k int) (*ckptformat.Shard, error) {
 		c.shards[k] = sh
 	}
 	return c.shards[k], nil
+}
+
+// chainShard is what applying ch's deltas gives but for the tables' rows,
+// which the caller reads from the chain as a stream: each tensor the
+// newest file's that has it, the metadata the base's overlaid with each
+// delta's, the step the newest's. Nothing is copied.
+func chainShard(ch *Chain) *ckptformat.Shard {
+	base, last := ch.Links[0], ch.Links[len(ch.Links)-1]
+	out := &ckptformat.Shard{Step: last.Step, Meta: map[string]string{}, AnyOrder: base.AnyOrder}
+	at := map[string]int{}
+	for _, l := range ch.Links {
+		for k, v := range l.Meta {
+			out.Meta[k] = v
+		}
+		for _, t := range l.Tensors {
+			if i, ok := at[t.Name]; ok {
+				out.Tensors[i] = t
+				continue
+			}
+			at[t.Name] = len(out.Tensors)
+			out.Tensors = append(out.Tensors, t)
+		}
+	}
+	return out
 }
 
 // full assembles a tensor of variable v (its value or a slot) from the
@@ -653,7 +747,7 @@ func (c *shardFiles) varPart(v ckptformat.VariableInfo, part placement.Part, dir
 
 // tables imports the rows of every sparse table of the checkpoint that
 // ps task of numPS holds into st's tables, or hands them to load.
-func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error) error {
+func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parallel.Runner, load func(*sparse.Table, sparse.Snapshot) error, stream func(*sparse.Table, RowStream) error) error {
 	m := c.m
 	for _, tb := range m.Tables {
 		t, ok := st.tables[tb.Name]
@@ -663,6 +757,16 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 		from := []int{task}
 		if reshard {
 			from = tb.Shards
+		}
+		if stream != nil { // a disk tier: the rows go to it a run at a time
+			rows, err := c.tableStream(from, tb, SlotNames(t.rule.Name(), t.rule.StateSlots()), t.t.Dim(), reshard, task, numPS)
+			if err == nil {
+				err = stream(t.t, rows)
+			}
+			if err != nil {
+				return fmt.Errorf("checkpoint of step %d: table %q: %w", m.Step, tb.Name, err)
+			}
+			continue
 		}
 		// A ps's own file written in table order (AnyOrder) is imported
 		// as it lies, the index built as the rows are copied.
@@ -684,6 +788,9 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 				return load(t.t, snap)
 			}
 			if anyOrder {
+				if ix, ok := savedIndex(c.shards[task], tb.Name); ok {
+					return t.t.ImportIndexed(snap, ix)
+				}
 				return t.t.ImportAnyOrder(snap)
 			}
 			return t.t.Import(snap)
@@ -857,6 +964,27 @@ func float32sView(sh *ckptformat.Shard, name string) ([]float32, error) {
 }
 
 // uint64sView is float32sView for U64.
+// savedIndex is the index of table a shard holds beside its rows
+// (ckptformat.Shard.Indexed), read in place; ok is false when it has none
+// (or this host is not little-endian, as the file is).
+func savedIndex(sh *ckptformat.Shard, table string) (ix sparse.SavedIndex, ok bool) {
+	if sh == nil || !sh.Indexed || !littleEndian {
+		return sparse.SavedIndex{}, false
+	}
+	mask, err := strconv.ParseUint(sh.Meta[ckptformat.IndexMaskMeta(table)], 10, 32)
+	if err != nil {
+		return sparse.SavedIndex{}, false
+	}
+	v, err := uint64sView(sh, ckptformat.IndexName(table))
+	if err != nil || len(v) == 0 {
+		return sparse.SavedIndex{}, false
+	}
+	return sparse.SavedIndex{Slots: unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v)), RowMask: uint32(mask)}, true
+}
+
+// littleEndian: the host stores numbers as the checkpoint files do.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 func uint64sView(sh *ckptformat.Shard, name string) ([]uint64, error) {
 	t, err := sh.Lookup(name)
 	if err != nil {

@@ -46,26 +46,110 @@ type tableCopy struct {
 // (sync) accumulated gradients, little-endian. DecodeCopy of it gives a
 // shard that behaves bit for bit as this one, sparse tables included
 // (rows, optimizer state, admission counts, sync accumulators), with the
-// rows of their second tiers (read under the caller's lock).
+// rows of their second tiers. It is CutCopy and Encode, all under the
+// caller's lock; a caller that can, takes the cut under its lock and
+// encodes with the lock released.
 func (s *Shard) EncodeCopy() ([]byte, error) {
+	c := s.CutCopy()
+	defer c.Release()
+	return c.Encode()
+}
+
+// CopyCut is a shard's state for a copy (EncodeCopy), as it stood at
+// CutCopy: the header's parts, the dense variables copied, each table
+// frozen as a checkpoint's Cut freezes it (its pages shared copy on write)
+// with its second tier's cut (a snapshot of its store). Encode reads it
+// with no lock held while the shard trains on.
+type CopyCut struct {
+	h      copyHeader
+	empty  bool        // the shard has no state
+	dense  [][]float32 // values, then each variable's slots and accumulated gradients, in encoding order
+	tables []copyTable
+}
+
+type copyTable struct {
+	name    string
+	t       *sparse.Table // a frozen copy (FrozenShared)
+	cold    TierCut       // nil: no second tier
+	extra   sparse.Extra
+	accKeys []uint64
+	acc     []float32
+}
+
+// CutCopy takes the cut for a copy; call it under the caller's lock. Its
+// cost is a Cut's (the dense variables copied, a few words a table page)
+// and a copy of the admission sketches; the rows are read by Encode.
+// Release it when done.
+func (s *Shard) CutCopy() *CopyCut {
 	if s.st == nil {
-		h, _ := json.Marshal(copyHeader{Incarnation: s.incarnation, Done: s.DoneWorkers()})
-		return binary.LittleEndian.AppendUint32(nil, uint32(len(h))), nil
+		return &CopyCut{empty: true, h: copyHeader{Incarnation: s.incarnation, Done: s.DoneWorkers()}}
 	}
-	h := copyHeader{Layout: s.st.layout, Tracker: s.st.tracker.Copy(), Done: s.DoneWorkers(), Incarnation: s.incarnation, Pending: !s.pendingSince.IsZero()}
-	n := 0
+	c := &CopyCut{h: copyHeader{Layout: s.st.layout, Tracker: s.st.tracker.Copy(), Done: s.DoneWorkers(), Incarnation: s.incarnation, Pending: !s.pendingSince.IsZero()}}
+	// The header as it stands (Encode marshals it later, off the lock).
+	if b, err := json.Marshal(c.h); err == nil {
+		var h copyHeader
+		if json.Unmarshal(b, &h) == nil {
+			c.h = h
+		}
+	}
 	for _, v := range s.st.order {
-		h.Updates = append(h.Updates, v.updates)
-		n += len(v.value) * (1 + len(v.state) + min(len(v.accum), 1))
+		c.h.Updates = append(c.h.Updates, v.updates)
+		c.dense = append(c.dense, slices.Clone(v.value)) // values first, as Build fills them
 	}
-	snaps := make([]sparse.Snapshot, len(s.st.tableOrd))
-	extras := make([]sparse.Extra, len(s.st.tableOrd))
-	for i, t := range s.st.tableOrd {
-		snaps[i], extras[i] = t.t.Export(), t.t.Extra()
+	for _, v := range s.st.order {
+		for _, st := range v.state {
+			c.dense = append(c.dense, slices.Clone(st))
+		}
+		if v.accum != nil {
+			c.dense = append(c.dense, slices.Clone(v.accum))
+		}
+	}
+	for _, t := range s.st.tableOrd {
+		ct := copyTable{name: t.name, t: t.t.FrozenShared(nil), extra: t.t.Extra(), accKeys: slices.Clone(t.accKeys), acc: slices.Clone(t.acc)}
 		if t.tier != nil {
-			c := t.tier.Cut()
-			all, err := c.Merge(snaps[i])
-			c.Release()
+			ct.cold = t.tier.Cut()
+		}
+		c.tables = append(c.tables, ct)
+	}
+	return c
+}
+
+// Release lets go of the tables' pages and the tiers' cuts. It may be
+// called more than once.
+func (c *CopyCut) Release() {
+	for i := range c.tables {
+		t := &c.tables[i]
+		if t.t != nil {
+			t.t.Release()
+			t.t = nil
+		}
+		if t.cold != nil {
+			t.cold.Release()
+			t.cold = nil
+		}
+	}
+}
+
+// Encode is the copy's bytes (see EncodeCopy): the tables' rows are read
+// from the frozen tables and the tiers' snapshots. It takes no lock, and
+// may be called once, before Release.
+func (c *CopyCut) Encode() ([]byte, error) {
+	h := c.h
+	if c.empty {
+		hb, _ := json.Marshal(h)
+		return binary.LittleEndian.AppendUint32(nil, uint32(len(hb))), nil
+	}
+	n := 0
+	for _, d := range c.dense {
+		n += len(d)
+	}
+	snaps := make([]sparse.Snapshot, len(c.tables))
+	for i := range c.tables {
+		t := &c.tables[i]
+		snaps[i] = t.t.Export()
+		e := &t.extra
+		if t.cold != nil {
+			all, err := t.cold.Merge(snaps[i])
 			if err != nil {
 				return nil, fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
 			}
@@ -73,10 +157,10 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 			// The tier's rows may be older than the table's own: the
 			// copy's steps are stored from the oldest.
 			if len(all.LastTouch) > 0 {
-				extras[i].Base = min(extras[i].Base, slices.Min(all.LastTouch))
+				e.Base = min(e.Base, slices.Min(all.LastTouch))
 			}
 		}
-		sn, e := snaps[i], extras[i]
+		sn := snaps[i]
 		tc := tableCopy{
 			Rows: len(sn.Keys), Updates: sn.Updates != nil, Touch: sn.LastTouch != nil,
 			Clock: e.Clock, Base: e.Base, Sketch: len(e.Sketch), Stats: e.Stats, Acc: len(t.accKeys),
@@ -100,18 +184,10 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 	out := make([]byte, 0, 4+len(hb)+4*n+64)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hb)))
 	out = append(out, hb...)
-	for _, v := range s.st.order { // values first, as Build fills them
-		out = appendFloats(out, v.value)
+	for _, d := range c.dense {
+		out = appendFloats(out, d)
 	}
-	for _, v := range s.st.order {
-		for _, st := range v.state {
-			out = appendFloats(out, st)
-		}
-		if v.accum != nil {
-			out = appendFloats(out, v.accum)
-		}
-	}
-	for i, t := range s.st.tableOrd {
+	for i, t := range c.tables {
 		sn := snaps[i]
 		out = appendUints(out, sn.Keys)
 		out = appendFloats(out, sn.Values)
@@ -125,14 +201,14 @@ func (s *Shard) EncodeCopy() ([]byte, error) {
 			out = binary.LittleEndian.AppendUint64(out, uint64(tc))
 		}
 		if h.Tables[i].SketchCells > 0 {
-			for j, x := range extras[i].Sketch {
+			for j, x := range t.extra.Sketch {
 				if x != 0 {
 					out = binary.LittleEndian.AppendUint32(out, uint32(j))
 					out = append(out, x)
 				}
 			}
 		} else {
-			out = append(out, extras[i].Sketch...)
+			out = append(out, t.extra.Sketch...)
 		}
 		out = appendUints(out, t.accKeys)
 		out = appendFloats(out, t.acc)
@@ -247,13 +323,43 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	s.attachTiers(st)
 	s.st, s.incarnation, s.done = st, h.Incarnation, done
 	s.stampAll()
-	s.pendingSince, s.syncFailed = time.Time{}, nil
+	s.pendingSince, s.syncFailed, s.failRestart = time.Time{}, nil, false
 	if h.Pending {
 		s.pendingSince = now
 	}
 	s.epoch++
 	s.version++
 	return nil
+}
+
+// decodeSketch takes a table's admission counters off a copy with take:
+// every counter, or only the cells that are not zero (at, value).
+func decodeSketch(h tableCopy, take func(int) ([]byte, error)) ([]uint8, error) {
+	switch {
+	case h.Sketch < 0 || h.SketchCells < 0:
+		return nil, fmt.Errorf("%d admission counters, %d sent", h.Sketch, h.SketchCells)
+	case h.SketchCells > 0:
+		raw, err := take(5 * h.SketchCells)
+		if err != nil {
+			return nil, err
+		}
+		sketch := make([]uint8, h.Sketch)
+		for j := range h.SketchCells {
+			at := int(binary.LittleEndian.Uint32(raw[5*j:]))
+			if at >= len(sketch) {
+				return nil, fmt.Errorf("admission counter %d of %d", at, len(sketch))
+			}
+			sketch[at] = raw[5*j+4]
+		}
+		return sketch, nil
+	case h.Sketch > 0:
+		raw, err := take(h.Sketch)
+		if err != nil {
+			return nil, err
+		}
+		return slices.Clone(raw), nil
+	}
+	return nil, nil
 }
 
 // decodeTable fills an empty table from its part of a copy, taken off
@@ -330,28 +436,8 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 		}
 	}
 	e := sparse.Extra{Clock: h.Clock, Base: h.Base, Stats: h.Stats}
-	switch {
-	case h.Sketch < 0 || h.SketchCells < 0:
-		return fmt.Errorf("%d admission counters, %d sent", h.Sketch, h.SketchCells)
-	case h.SketchCells > 0:
-		raw, err := take(5 * h.SketchCells)
-		if err != nil {
-			return err
-		}
-		e.Sketch = make([]uint8, h.Sketch)
-		for j := range h.SketchCells {
-			at := int(binary.LittleEndian.Uint32(raw[5*j:]))
-			if at >= len(e.Sketch) {
-				return fmt.Errorf("admission counter %d of %d", at, len(e.Sketch))
-			}
-			e.Sketch[at] = raw[5*j+4]
-		}
-	case h.Sketch > 0:
-		raw, err := take(h.Sketch)
-		if err != nil {
-			return err
-		}
-		e.Sketch = slices.Clone(raw)
+	if e.Sketch, err = decodeSketch(h, take); err != nil {
+		return err
 	}
 	accKeys, err := uints(h.Acc)
 	if err != nil {

@@ -166,6 +166,7 @@ type Shard struct {
 
 	pendingSince time.Time // sync: when the current step got its first gradient
 	syncFailed   error     // sync: set once a step timed out with fail
+	failRestart  bool      // syncFailed is a damaged tier: the ps restarts and restores (tier.go)
 	rejected     int64     // pushes refused as malformed
 	done         map[int]bool
 	scratch      [][]float32 // state slot views of a streamed update
@@ -252,6 +253,10 @@ func (s *Shard) Ready(min int64) bool { return s.st != nil && s.st.tracker.Ready
 func (s *Shard) Failed() error {
 	if s.syncFailed == nil {
 		return nil
+	}
+	if s.failRestart {
+		// Not the job's failure: the workers wait for the ps's restart.
+		return &Error{Kind: NotReady, Msg: s.syncFailed.Error()}
 	}
 	return &Error{Kind: Failed, Msg: s.syncFailed.Error()}
 }
@@ -442,7 +447,7 @@ func (s *Shard) Install(st *State) {
 	s.attachTiers(st)
 	s.st = st
 	s.pendingSince = time.Time{}
-	s.syncFailed = nil
+	s.syncFailed, s.failRestart = nil, false
 	if st.restored >= 0 {
 		s.incarnation = s.cfg.Incarnation()
 		s.epoch++

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
@@ -122,13 +124,35 @@ func (s *Shard) Fail(err error) {
 
 // tierFailed makes the shard fail with a tier's error: every later push and
 // waiting pull fails with it, until a state is installed.
+//
+// A tier whose store is damaged (TierDamage) loses its rows but not the
+// job: requests fail as NotReady, so the workers wait while the ps
+// restarts and restores its shard from the newest checkpoint; other
+// failures (a full or failing disk) fail the job.
 func (s *Shard) tierFailed(t *table, err error) error {
 	if s.syncFailed == nil {
+		if d, ok := s.cfg.Tiers.(TierDamage); ok {
+			if derr, damaged := d.Damaged(err); damaged {
+				s.syncFailed = fmt.Errorf("table %q: %w; the ps restarts and restores its shard from the newest checkpoint", t.name, derr)
+				s.failRestart = true
+				s.cfg.Logf("%v", s.syncFailed)
+				s.version++
+				return s.Failed()
+			}
+		}
 		s.syncFailed = err
 		s.cfg.Logf("table %q: %v; the shard fails: restart the ps, which restores from its checkpoint", t.name, err)
 		s.version++
 	}
 	return s.Failed()
+}
+
+// TierDamage is Tiers that tells a damaged store (its rows lost, the
+// shard to be restored) from other failures of a tier.
+type TierDamage interface {
+	// Damaged reports whether err, a tier's failure, is its store found
+	// damaged, and returns err worded for the log.
+	Damaged(err error) (error, bool)
 }
 
 // TierStats is what a ps's disk tier for sparse tables reports
@@ -145,4 +169,30 @@ type TierStats struct {
 	EvictedOnDisk     int64 // rows found on disk past their eviction
 	Filtered          int64 // of Lookups, keys the miss filter knew were not on disk
 	FilterBytes       int64 // the miss filter's memory
+}
+
+// TierStreamLoader is a TierLoader that takes a restored table's rows as a
+// stream (RestoreChainsInto): a run of rows at a time, as they lie in the
+// checkpoint's files, so that neither a re-sharding restore nor a delta
+// chain gathers the table in memory first.
+type TierStreamLoader interface {
+	TierLoader
+	// LoadStream is Load of the rows of rows.
+	LoadStream(t *sparse.Table, rows RowStream, tables int) error
+}
+
+// RowStream is a table's rows read from a checkpoint's files, in an order
+// of their own (not by key; the keys are distinct), the same order at
+// every reading.
+type RowStream interface {
+	// Len is the number of rows.
+	Len() int
+	// Touches calls f with the rows' last-touched steps, in order, a run
+	// at a time (f must not keep the slice). It reports false, and calls
+	// nothing, where the rows have none.
+	Touches(f func(touch []int64)) bool
+	// Rows calls f with the rows, in order, at most n at a time; the
+	// run's slices are valid during the call only. It returns f's first
+	// error.
+	Rows(n int, f func(run sparse.Snapshot) error) error
 }

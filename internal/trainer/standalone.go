@@ -273,7 +273,7 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	}
 	cfg.Logf("standalone: %d variables and %d sparse tables in this process, optimizer %s, %s", len(m.Variables()), len(tables), cfg.Optimizer.Name, ps.sh.Status().Mode)
 	params := model.NewParams(m.Variables())
-	trainStart := time.Now()
+	trainStart, trainCPU := time.Now(), processCPU()
 	var st loopStats
 	if isSparse {
 		err = sparseLoop(ctx, cfg, ps, sm, params, nil, &st, false)
@@ -283,9 +283,10 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	elapsed := time.Since(trainStart)
+	elapsed, cpu := time.Since(trainStart), processCPU()-trainCPU
 	cfg.Logf("worker 0: finished at global step %d after %d local steps (%d of its pushes dropped as stale)", st.step, st.local, st.dropped)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
+	endTraining(m)
 	return finish(ctx, cfg, ps, m, params, nil, Result{
 		Model: cfg.Model, LocalSteps: st.local, TrainLoss: st.loss, Workers: 1, Standalone: true,
 		Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
@@ -293,5 +294,6 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 		ExamplesPerS:      float64(st.local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
 		ChiefExamplesPerS: float64(st.local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds(),
 		BatchSize:         max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(), PS: 0,
+		TrainingCPUS: cpu.Seconds(),
 	})
 }

@@ -102,6 +102,9 @@ func runTier(ctx context.Context, cfg PSConfig, m *tier.Manager, s *server.Serve
 	go func() {
 		defer close(done)
 		if err := m.Run(ctx, s.Lock()); err != nil {
+			if derr, damaged := m.Damaged(err); damaged {
+				err = derr
+			}
 			runErr = fmt.Errorf("ps %d: %w; the ps stops: restart it to restore its shard from the newest checkpoint", cfg.Cluster.Task.Index, err)
 			cfg.Logf("%v", runErr)
 			fail(runErr)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -479,24 +480,28 @@ type Result struct {
 	// ps 0 received, applied or dropped, times the batch size) over the
 	// chief's training wall time. ChiefExamplesPerS is the chief's own:
 	// its local steps times the batch size over the same time.
-	ExamplesPerS      float64            `json:"examples_per_s"`
-	ChiefExamplesPerS float64            `json:"chief_examples_per_s"`
-	BatchSize         int                `json:"batch_size"`
-	TrainingS         float64            `json:"training_s"`
-	ComputeS          float64            `json:"compute_s"`
-	PushPullS         float64            `json:"push_pull_s"`
-	Metrics           map[string]float64 `json:"metrics"`
-	Weight            *float64           `json:"weight,omitempty"`
-	Bias              *float64           `json:"bias,omitempty"`
-	ValCrossEntropy   *float64           `json:"val_cross_entropy,omitempty"`
-	ValAccuracy       *float64           `json:"val_accuracy,omitempty"`
-	TestAccuracy      *float64           `json:"test_accuracy,omitempty"`
-	TestLogLoss       *float64           `json:"test_log_loss,omitempty"`
-	TestAUC           *float64           `json:"test_auc,omitempty"`
-	Tables            []TableShard       `json:"tables,omitempty"`
-	Version           string             `json:"version,omitempty"`
-	Flags             map[string]string  `json:"flags,omitempty"`
-	Standalone        bool               `json:"standalone,omitempty"` // trained by RunStandalone: no ps
+	ExamplesPerS      float64 `json:"examples_per_s"`
+	ChiefExamplesPerS float64 `json:"chief_examples_per_s"`
+	BatchSize         int     `json:"batch_size"`
+	TrainingS         float64 `json:"training_s"`
+	// TrainingCPUS is the chief's process's CPU time (user and system)
+	// over TrainingS: with --standalone, the whole training's; in a
+	// cluster, the chief's share only (not the ps's or other workers').
+	TrainingCPUS    float64            `json:"training_cpu_s,omitempty"`
+	ComputeS        float64            `json:"compute_s"`
+	PushPullS       float64            `json:"push_pull_s"`
+	Metrics         map[string]float64 `json:"metrics"`
+	Weight          *float64           `json:"weight,omitempty"`
+	Bias            *float64           `json:"bias,omitempty"`
+	ValCrossEntropy *float64           `json:"val_cross_entropy,omitempty"`
+	ValAccuracy     *float64           `json:"val_accuracy,omitempty"`
+	TestAccuracy    *float64           `json:"test_accuracy,omitempty"`
+	TestLogLoss     *float64           `json:"test_log_loss,omitempty"`
+	TestAUC         *float64           `json:"test_auc,omitempty"`
+	Tables          []TableShard       `json:"tables,omitempty"`
+	Version         string             `json:"version,omitempty"`
+	Flags           map[string]string  `json:"flags,omitempty"`
+	Standalone      bool               `json:"standalone,omitempty"` // trained by RunStandalone: no ps
 }
 
 // TableShard is one sparse table's state on one ps at the end.
@@ -579,7 +584,7 @@ func runWorker(ctx context.Context, cfg Config) (err error) {
 	}
 
 	params := model.NewParams(m.Variables())
-	trainStart := time.Now()
+	trainStart, trainCPU := time.Now(), processCPU()
 	var st loopStats
 	if cfg.Sync && !cfg.Replication.Enabled() {
 		st.restarted = c.CheckIncarnations
@@ -588,18 +593,19 @@ func runWorker(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	step, local, dropped, loss, computeT, commT := st.step, st.local, st.dropped, st.loss, st.compute, st.comm
-	elapsed := time.Since(trainStart)
+	elapsed, cpu := time.Since(trainStart), processCPU()-trainCPU
 	localRate := float64(local) * float64(max(cfg.Data.BatchSize, 1)) / elapsed.Seconds()
 	cfg.Logf("worker %d: finished at global step %d after %d local steps (%d of its pushes dropped as stale), %.0f examples/s of its own", worker, step, local, dropped, localRate)
 	cfg.Logf("Training elapsed time: %.1f s", elapsed.Seconds())
 
 	if cfg.Cluster.IsChief() {
+		endTraining(m)
 		if err := finish(ctx, cfg, c, m, params, st.goalSteps, Result{
 			Model: cfg.Model, LocalSteps: local, TrainLoss: loss, Workers: numWorkers, PS: c.NumPS(),
 			Optimizer: cfg.Optimizer.Name, LearningRate: cfg.Optimizer.LearningRate,
 			ElapsedS: time.Since(start).Seconds(), ComputeS: computeT.Seconds(), PushPullS: commT.Seconds(),
 			ChiefExamplesPerS: localRate, BatchSize: max(cfg.Data.BatchSize, 1), TrainingS: elapsed.Seconds(),
-			Version: cfg.Version, Flags: cfg.ResultRecord,
+			TrainingCPUS: cpu.Seconds(), Version: cfg.Version, Flags: cfg.ResultRecord,
 		}); err != nil {
 			return err
 		}
@@ -1384,6 +1390,16 @@ func zeroed(buf []float32, n int) []float32 {
 }
 
 // finish is the chief's end: evaluate, log, write the result file.
+// endTraining lets a model drop what only its training needed before the
+// final evaluation (model.TrainingEnder), and has that memory collected
+// and handed back to the system at once: the collector would otherwise
+// keep it until the heap had grown as large again.
+func endTraining(m model.Model) {
+	if te, ok := m.(model.TrainingEnder); ok && te.EndTraining() {
+		debug.FreeOSMemory()
+	}
+}
+
 func finish(ctx context.Context, cfg Config, c psClient, m model.Model, params model.Params, saved []int64, r Result) error {
 	step, err := c.Pull(ctx, 0, params)
 	if err != nil {

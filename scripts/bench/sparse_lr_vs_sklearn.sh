@@ -6,7 +6,10 @@
 # ps), `paramserv local --ps=1 --workers=1` (a ps and a worker process on
 # loopback), then SGDClassifier. Each line: round, load average,
 # examples/s and test AUC of each, and the two ratios to scikit-learn's
-# examples/s; the last lines the medians and ranges of the ratios.
+# examples/s; the last lines the medians and ranges of the ratios. The
+# CPU seconds of each (standalone: its training_cpu_s; 1 ps + 1 worker:
+# the worker's training_cpu_s, and the whole job's CPU, loading included;
+# scikit-learn: its fit's) go to OUT_DIR/cpu.txt.
 #
 #   go build -o /tmp/paramserv ./cmd/paramserv
 #   /tmp/paramserv data synth-ctr --rows=2000000 --fields=26 --out=/tmp/ctr2m
@@ -24,13 +27,18 @@ get() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); pr
 for i in $(seq 1 "$ROUNDS"); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   "$PS" train --standalone "${args[@]}" --result_file="$OUT/standalone$i.json" >"$OUT/standalone$i.log" 2>&1
-  "$PS" local --ps=1 --workers=1 "${args[@]}" --result_file="$OUT/local$i.json" >"$OUT/local$i.log" 2>&1
+  /usr/bin/time -f "%U %S" -o "$OUT/local$i.time" "$PS" local --ps=1 --workers=1 "${args[@]}" --result_file="$OUT/local$i.json" >"$OUT/local$i.log" 2>&1
   /usr/bin/python3 "$HERE/sklearn_ctr.py" --data="$DATA" >"$OUT/sklearn$i.json"
   s=$(get "$OUT/standalone$i.json" examples_per_s); sa=$(get "$OUT/standalone$i.json" test_auc)
   l=$(get "$OUT/local$i.json" examples_per_s); la=$(get "$OUT/local$i.json" test_auc)
   k=$(get "$OUT/sklearn$i.json" examples_per_s); ka=$(get "$OUT/sklearn$i.json" test_auc)
   echo "$i $load standalone $s $sa local $l $la sklearn $k $ka $(/usr/bin/python3 -c "print(round($s/$k, 3), round($l/$k, 3))")"
+  echo "$i $load standalone_training_cpu_s $(get "$OUT/standalone$i.json" training_cpu_s)" \
+    "local_worker_training_cpu_s $(get "$OUT/local$i.json" training_cpu_s)" \
+    "local_job_cpu_s $(awk '{print $1 + $2}' "$OUT/local$i.time")" \
+    "sklearn_fit_cpu_s $(get "$OUT/sklearn$i.json" fit_cpu_s)" >>"$OUT/cpu.txt"
 done | tee "$OUT/rounds.txt"
+cat "$OUT/cpu.txt"
 /usr/bin/python3 - "$OUT/rounds.txt" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]

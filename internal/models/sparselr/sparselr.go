@@ -56,10 +56,14 @@ type Model struct {
 	// The current batch, and the one before it (its keys stay valid for the
 	// trainer's push while the next batch's rows are pulled).
 	cur, prev batch
-	pos       map[uint64]int32 // key -> index in cur.keys, reused
+	pos       keyPos // key -> index in cur.keys, reused
+	sink      uint64 // touch's loads go here, so that they are made
 }
 
-var _ model.SparseReadAhead = (*Model)(nil)
+var (
+	_ model.SparseReadAhead = (*Model)(nil)
+	_ model.TrainingEnder   = (*Model)(nil)
+)
 
 type batch struct {
 	examples []int              // indices into train, when the data is loaded
@@ -113,7 +117,7 @@ func New(cfg model.Config) (*Model, error) {
 			}
 		}
 	}
-	m := &Model{cfg: cfg, valPaths: valPaths, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1)), pos: make(map[uint64]int32)}
+	m := &Model{cfg: cfg, valPaths: valPaths, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(cfg.Worker)+1))}
 	// With at least as many files as workers, each worker takes whole files;
 	// otherwise every worker takes every NumWorkers-th line of all files.
 	part := sparsedata.Partition{Worker: cfg.Worker, NumWorkers: cfg.NumWorkers}
@@ -344,10 +348,9 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 	b := &m.cur
 	b.examples, b.keys, b.slots = b.examples[:0], b.keys[:0], b.slots[:0]
 	b.rows.Labels, b.rows.Offsets, b.rows.Keys, b.rows.Vals = b.rows.Labels[:0], b.rows.Offsets[:0], b.rows.Keys[:0], b.rows.Vals[:0]
-	clear(m.pos)
-	for range m.cfg.BatchSize {
-		var keys []uint64
-		if m.stream != nil {
+	m.pos.reset(m.cfg.BatchSize)
+	if m.stream != nil {
+		for range m.cfg.BatchSize {
 			ex, err := m.stream.Next() // io.EOF only after Epochs passes
 			if err == io.EOF {
 				m.ended = true
@@ -357,8 +360,12 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 				return nil, fmt.Errorf("sparse_lr: %w", err)
 			}
 			b.rows.Append(ex)
-			keys = ex.Keys
-		} else {
+			for _, k := range ex.Keys {
+				b.slots = append(b.slots, m.pos.slot(k, &b.keys))
+			}
+		}
+	} else {
+		for range m.cfg.BatchSize {
 			if m.next == len(m.order) {
 				if m.cfg.Epochs > 0 && m.passes == m.cfg.Epochs {
 					m.ended = true
@@ -368,19 +375,14 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 				m.rng.Shuffle(len(m.order), func(i, j int) { m.order[i], m.order[j] = m.order[j], m.order[i] })
 				m.next = 0
 			}
-			i := m.order[m.next]
+			b.examples = append(b.examples, m.order[m.next])
 			m.next++
-			b.examples = append(b.examples, i)
-			keys = m.train.At(i).Keys
 		}
-		for _, k := range keys {
-			p, ok := m.pos[k]
-			if !ok {
-				p = int32(len(b.keys))
-				m.pos[k] = p
-				b.keys = append(b.keys, k)
+		m.touch(b.examples)
+		for _, i := range b.examples {
+			for _, k := range m.train.At(i).Keys {
+				b.slots = append(b.slots, m.pos.slot(k, &b.keys))
 			}
-			b.slots = append(b.slots, p)
 		}
 	}
 	if m.size(b) == 0 {
@@ -390,6 +392,30 @@ func (m *Model) NextBatch() ([][]uint64, error) {
 		return nil, model.ErrEndOfData
 	}
 	return [][]uint64{b.keys}, nil
+}
+
+// touch reads a word of every cache line of the examples' offsets, labels,
+// keys and values before the batch uses them: the examples lie at random
+// places of a data set far larger than the caches, and these loads, which
+// depend on nothing but the offsets, miss together instead of one after
+// the other between the batch's hash-set inserts (NextBatch) and its
+// arithmetic (gradients).
+func (m *Model) touch(examples []int) {
+	d := m.train
+	var sum uint64
+	for _, i := range examples {
+		sum += uint64(d.Offsets[i+1]) + uint64(math.Float32bits(d.Labels[i]))
+	}
+	for _, i := range examples {
+		lo, hi := d.Offsets[i], d.Offsets[i+1]
+		for j := lo; j < hi; j += 8 { // 64 bytes of keys
+			sum += d.Keys[j]
+		}
+		for j := lo; j < hi; j += 16 { // 64 bytes of values
+			sum += uint64(math.Float32bits(d.Vals[j]))
+		}
+	}
+	m.sink = sum
 }
 
 // size is the number of examples of batch b, and at its n-th.
@@ -405,6 +431,18 @@ func (m *Model) at(b *batch, n int) sparsedata.Example {
 		return b.rows.At(n)
 	}
 	return m.train.At(b.examples[n])
+}
+
+// EndTraining drops the loaded training set when the final evaluation
+// scores --test_data instead (model.TrainingEnder): a worker then never
+// holds both data sets at once.
+func (m *Model) EndTraining() bool {
+	if m.train == nil || m.cfg.TestData == "" {
+		return false
+	}
+	m.train, m.order, m.cur, m.prev = nil, nil, batch{}, batch{}
+	m.ended = true // NextBatch: the data has ended
+	return true
 }
 
 // Close stops the background reader of a streamed data set.
@@ -564,13 +602,11 @@ func scoresOf(labels []float32, probs []float64) scores {
 // (pulled in chunks) and params' bias; it also returns the number of
 // distinct keys.
 func score(ds *sparsedata.Dataset, params model.Params, lookup func(int, []uint64, []float32) error) (scores, int, error) {
-	pos := make(map[uint64]int32)
+	var pos keyPos
+	pos.reset(1)
 	var keys []uint64
 	for _, k := range ds.Keys {
-		if _, ok := pos[k]; !ok {
-			pos[k] = int32(len(keys))
-			keys = append(keys, k)
-		}
+		pos.slot(k, &keys)
 	}
 	w := make([]float32, len(keys))
 	const chunk = 1 << 18
@@ -587,7 +623,7 @@ func score(ds *sparsedata.Dataset, params model.Params, lookup func(int, []uint6
 		ex := ds.At(i)
 		z := bias
 		for j, k := range ex.Keys {
-			z += float64(w[pos[k]]) * float64(ex.Vals[j])
+			z += float64(w[pos.slot(k, &keys)]) * float64(ex.Vals[j]) // every key is in pos
 		}
 		labels[i], probs[i] = ex.Label, sigmoid(z)
 	}

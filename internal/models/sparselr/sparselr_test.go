@@ -97,3 +97,59 @@ func TestNextBatchKeysDistinctAndDoubleBuffered(t *testing.T) {
 		}
 	}
 }
+
+// EndTraining drops the training set only when the evaluation scores
+// --test_data instead; the model is then evaluated as before and reads no
+// more batches.
+func TestEndTrainingKeepsWhatTheEvaluationReads(t *testing.T) {
+	dir := t.TempDir()
+	train, test := filepath.Join(dir, "train.svm"), filepath.Join(dir, "test.svm")
+	if err := os.WriteFile(train, []byte("+1 1:1 2:1\n-1 2:1 3:1\n+1 3:1 4:1\n-1 4:1 5:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(test, []byte("+1 1:1 4:1\n-1 3:1 5:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(_ int, keys []uint64, out []float32) error {
+		for i, k := range keys {
+			out[i] = float32(k) * 0.1
+		}
+		return nil
+	}
+	params := model.Params{Bias: {0.2}}
+	for _, withTest := range []bool{false, true} {
+		cfg := model.Config{TrainData: train, BatchSize: 2, Seed: 1}
+		if withTest {
+			cfg.TestData = test
+		}
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.NextBatch(); err != nil {
+			t.Fatal(err)
+		}
+		want, err := m.EvaluateSparse(params, lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.EndTraining(); got != withTest {
+			t.Errorf("with test data %v: EndTraining() = %v", withTest, got)
+		}
+		if withTest && m.train != nil {
+			t.Error("EndTraining kept the training set")
+		}
+		if _, err := m.NextBatch(); withTest && err != model.ErrEndOfData {
+			t.Errorf("NextBatch after EndTraining: %v, want ErrEndOfData", err)
+		}
+		got, err := m.EvaluateSparse(params, lookup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("with test data %v: %s %v after EndTraining, %v before", withTest, k, got[k], v)
+			}
+		}
+	}
+}

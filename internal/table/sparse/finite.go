@@ -214,8 +214,24 @@ func (t *Table) checkRows(rows []int32, keys []uint64, grads []float32, initMiss
 		hi := min(lo+per, len(rows))
 		n := 0
 		for i := lo; i < hi; i++ {
+			// Ask for the rows some keys ahead, as pushBatched does: a
+			// push's rows are mostly out of cache.
+			if j := i + aheadBucket; j < hi && rows[j] >= 0 {
+				t.prefetchRow(int(rows[j]))
+			}
 			r := int(rows[i])
 			switch {
+			case r >= 0 && d == 1:
+				// One value: plain loads, not a copy call per float.
+				row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
+				val[n] = row[0]
+				for s := range slots {
+					state[s*per+n] = row[s+1]
+				}
+				gb[n] = grads[i]
+				idx[n] = int32(i)
+				n++
+				continue
 			case r >= 0:
 				row := t.pages[r>>t.pageShift].data[(r&t.pageMask)*stride:][:stride:stride]
 				copy(val[n*d:(n+1)*d], row[:d])

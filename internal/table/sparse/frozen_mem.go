@@ -1,6 +1,10 @@
 package sparse
 
-import "github.com/paramserv/paramserv/internal/parallel"
+import (
+	"unsafe"
+
+	"github.com/paramserv/paramserv/internal/parallel"
+)
 
 // FrozenMem is memory for a Frozen copy, allocated and written once (so
 // the kernel has mapped every page of it) before the server takes its lock:
@@ -14,11 +18,13 @@ import "github.com/paramserv/paramserv/internal/parallel"
 // grew in between are allocated by FrozenIn as Frozen would.
 type FrozenMem struct {
 	pages []page
+	index []uint32 // room for the table's index, which FrozenShared copies (index_saved.go)
 }
 
 // FrozenSize is the size of a table's pages, for FrozenMem.
 type FrozenSize struct {
 	pages []pageSize
+	index int             // slots of the table's index, for a copy of it (FrozenShared)
 	par   parallel.Runner // the table's, for Alloc
 }
 
@@ -27,7 +33,7 @@ type pageSize struct{ keys, data, live, touch, count int }
 // FrozenSize reports the size of the memory a Frozen copy of the table
 // takes now. It costs a few words per page.
 func (t *Table) FrozenSize() FrozenSize {
-	z := FrozenSize{pages: make([]pageSize, len(t.pages)), par: t.runner()}
+	z := FrozenSize{pages: make([]pageSize, len(t.pages)), index: len(t.index), par: t.runner()}
 	for i := range t.pages {
 		p := &t.pages[i]
 		z.pages[i] = pageSize{len(p.keys), len(p.data), len(p.live), len(p.touch), len(p.count)}
@@ -40,6 +46,11 @@ func (t *Table) FrozenSize() FrozenSize {
 // table.
 func (z FrozenSize) Alloc() *FrozenMem {
 	m := &FrozenMem{pages: make([]page, len(z.pages))}
+	if z.index > 0 {
+		m.index = make([]uint32, z.index)
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(m.index)), uintptr(len(m.index))*4)
+		m.index = touched(m.index, 1024)
+	}
 	parallel.Or(z.par).Run(len(z.pages), func(i int) {
 		s, q := z.pages[i], &m.pages[i]
 		q.keys = touched(make([]uint64, s.keys), 512)

@@ -158,7 +158,7 @@ func (t *Table) ImportAnyOrder(s Snapshot) error {
 	if n > t.maxLive {
 		t.grow(n)
 	}
-	if err := t.fillPagesAs(s, true); err != nil {
+	if err := t.fillPagesAs(s, true, false); err != nil {
 		t.putState(before)
 		return err
 	}
@@ -322,12 +322,14 @@ func (t *Table) importEmpty(s Snapshot) {
 // the first place, as Unordered finds it), or a fault reading s, whose
 // memory may be a mapped file that cannot be read (it shrank, or the disk
 // failed). Both are ErrSnapshot.
-func (t *Table) fillPages(s Snapshot) error { return t.fillPagesAs(s, false) }
+func (t *Table) fillPages(s Snapshot) error { return t.fillPagesAs(s, false, false) }
 
 // fillPagesAs is fillPages; with anyOrder the keys may come in any order
 // (ImportAnyOrder), and a key that repeats is found as the index is built
-// instead of by the order (ErrDuplicate).
-func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
+// instead of by the order (ErrDuplicate). With indexed (and anyOrder) the
+// keys are copied only, and no index is built: the caller has the index
+// (ImportIndexed).
+func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed bool) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
@@ -341,6 +343,9 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 	// Entries expected per range and worker, with room: the rest spill.
 	chunk := n / (nr * workers)
 	chunk += chunk/16 + 64
+	if indexed {
+		nr, chunk = 0, 0
+	}
 	scat := make([]scatter, workers)
 	var next atomic.Int64
 	var faulted atomic.Value
@@ -376,7 +381,9 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 			if anyOrder {
 				prev = 0
 			}
-			if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m, anyOrder); i >= 0 {
+			if indexed {
+				copy(p.keys[:hi-lo], s.Keys[lo:hi])
+			} else if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m, anyOrder); i >= 0 {
 				// Pages are taken in order and each is checked up
 				// to its first bad key, so the smallest found is
 				// the first of all.
@@ -399,6 +406,9 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder bool) error {
 	t.highWater = n
 	t.live += n
 	t.stats.Imported += int64(n)
+	if indexed {
+		return nil
+	}
 	byRange := make([][][]uint64, nr)
 	for c := range byRange {
 		l := make([][]uint64, 0, 2*workers)

@@ -202,3 +202,34 @@ func benchPullSet(b *testing.B, inOrder bool, dim int) {
 	reportKeys(b, i)
 	reportCPU(b, cpu0, i)
 }
+
+// BenchmarkCheckPushSet is BenchmarkPushSet's check (the trial on copies
+// that a push goes through first), for the rules that take it.
+func BenchmarkCheckPushSet(b *testing.B) {
+	for _, rule := range []string{"ftrl", "adam"} {
+		for _, dim := range []int{1, 8} {
+			b.Run(fmt.Sprintf("random/%s/dim=%d", rule, dim), func(b *testing.B) {
+				tb, _ := New(Config{Dim: dim, Rule: mustRule(b, rule)})
+				keys := fill(b, tb, benchRows)
+				ks := NewKeySet(batches(keys, benchBatch, 1)[0])
+				if err := tb.PullSet(ks, make([]float32, benchBatch*dim)); err != nil { // the rows remembered
+					b.Fatal(err)
+				}
+				grads := make([]float32, benchBatch*dim)
+				for i := range grads {
+					grads[i] = float32(i%7) * 0.01
+				}
+				i := 0
+				cpu0 := cpuNow()
+				for b.Loop() {
+					if err := tb.CheckPushSet(ks, grads); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				reportKeys(b, i)
+				reportCPU(b, cpu0, i)
+			})
+		}
+	}
+}

@@ -69,6 +69,9 @@ func (t *Table) FrozenShared(m *FrozenMem) *Table {
 		p := &t.pages[i]
 		c.pages[i] = page{keys: p.keys, data: p.data, live: p.live, touch: p.touch, count: p.count}
 	}
+	if m != nil {
+		t.copyIndex(c, m.index)
+	}
 	c.frozenOf = &cowRef{state: st}
 	return c
 }

@@ -225,6 +225,7 @@ type Table struct {
 	// pages; frozenOf in such a copy.
 	cow      tableCOW
 	frozenOf *cowRef
+	saved    *SavedIndex // in such a copy: the table's index, when it took one (index_saved.go)
 }
 
 // New returns an empty table for cfg.

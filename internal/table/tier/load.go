@@ -1,10 +1,13 @@
 package tier
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/paramserv/paramserv/internal/parallel"
+	"github.com/paramserv/paramserv/internal/shard"
 	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
@@ -56,6 +59,170 @@ func (m *Manager) Load(t *sparse.Table, rows sparse.Snapshot, tables int) error 
 	m.staged[t] = tt
 	m.stageMu.Unlock()
 	return nil
+}
+
+// LoadStream is Load of rows read a run at a time (shard.RowStream: a
+// re-sharding restore's rows, or a delta chain's, as they lie in the
+// checkpoint's files), in any key order: the table is never gathered in
+// memory. Two readings of the rows' last-touched steps choose the rows
+// that stay in memory, as Load chooses them; one reading of the rows
+// then puts each run's into t (sorted by key) and writes the others to
+// the store. Its memory beyond the budget's rows is a run's rows (about
+// loadBatchBytes) and the store's batch.
+func (m *Manager) LoadStream(t *sparse.Table, rows shard.RowStream, tables int) error {
+	tt := NewTable(t, m.store)
+	keep := int(m.cfg.Budget / int64(max(tables, 1)) / tt.RowBytes())
+	n := rows.Len()
+	pick := hotPicker(rows, keep)
+	tt.filter = newMissFilter(max(0, n-keep) * 3 / 2)
+	run := max(256, int(loadBatchBytes/tt.RowBytes()))
+	hot := make([]bool, run)
+	clock := t.Clock() // unchanged by rows without last-touched steps
+	maxHot, first := int64(math.MinInt64), true
+	err := rows.Rows(run, func(s sparse.Snapshot) error {
+		hot = hot[:len(s.Keys)]
+		nh := 0
+		for i := range s.Keys {
+			var tc int64
+			if s.LastTouch != nil {
+				tc = s.LastTouch[i]
+			}
+			if hot[i] = pick(tc); hot[i] {
+				nh++
+				maxHot = max(maxHot, tc)
+			}
+		}
+		if nh > 0 {
+			h := pickSorted(s, hot, nh)
+			var err error
+			if first {
+				err = t.Import(h) // the table's base, as a restore sets it
+			} else {
+				err = t.Put(h, nil) // keeps each step exactly, older ones too
+			}
+			if err != nil {
+				return err
+			}
+			first = false
+		}
+		if nh == len(s.Keys) {
+			return nil
+		}
+		return tt.writeCold(s, hot, clock)
+	})
+	if err == nil {
+		err = m.store.Err()
+	}
+	if err != nil {
+		m.drop(tt)
+		return err
+	}
+	if !first && maxHot > t.Clock() && t.KeepsTouch() {
+		// Import of the rows in memory at once sets the clock to their
+		// newest step; Put does not.
+		if err := t.Push(nil, nil, maxHot); err != nil {
+			m.drop(tt)
+			return err
+		}
+	}
+	m.stageMu.Lock()
+	if m.staged == nil {
+		m.staged = make(map[*sparse.Table]*Table)
+	}
+	m.staged[t] = tt
+	m.stageMu.Unlock()
+	return nil
+}
+
+// hotPicker returns the choice, row by row in rows' order, of the up to
+// keep rows last touched most recently (the first keep rows, without
+// last-touched steps): the set hotRows marks, from two readings of the
+// steps instead of one slice of them.
+func hotPicker(rows shard.RowStream, keep int) func(touch int64) bool {
+	n := rows.Len()
+	if keep <= 0 {
+		return func(int64) bool { return false }
+	}
+	if n <= keep {
+		return func(int64) bool { return true }
+	}
+	const samples = 1 << 12
+	every := max(1, n/samples)
+	var sample []int64
+	i := 0
+	if !rows.Touches(func(touch []int64) {
+		for _, tc := range touch {
+			if i%every == 0 {
+				sample = append(sample, tc)
+			}
+			i++
+		}
+	}) {
+		taken := 0
+		return func(int64) bool {
+			taken++
+			return taken <= keep
+		}
+	}
+	slices.Sort(sample)
+	thr := sample[max(0, len(sample)-1-int(int64(keep)*int64(len(sample))/int64(n)))]
+	above := 0
+	rows.Touches(func(touch []int64) {
+		for _, tc := range touch {
+			if tc > thr {
+				above++
+			}
+		}
+	})
+	ties := keep - min(above, keep)
+	takenAbove, takenTies := 0, 0
+	return func(tc int64) bool {
+		switch {
+		case tc > thr && takenAbove < keep:
+			takenAbove++
+			return true
+		case tc == thr && takenTies < ties:
+			takenTies++
+			return true
+		}
+		return false
+	}
+}
+
+// pickSorted copies the n rows of s marked in hot, in ascending key order.
+func pickSorted(s sparse.Snapshot, hot []bool, n int) sparse.Snapshot {
+	idx := make([]int32, 0, n)
+	for i, h := range hot {
+		if h {
+			idx = append(idx, int32(i))
+		}
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return cmp.Compare(s.Keys[a], s.Keys[b]) })
+	d := s.Dim
+	out := sparse.Snapshot{Dim: d, Keys: make([]uint64, n), Values: make([]float32, 0, n*d), State: make([][]float32, len(s.State))}
+	for j := range out.State {
+		out.State[j] = make([]float32, 0, n*d)
+	}
+	if s.Updates != nil {
+		out.Updates = make([]uint32, n)
+	}
+	if s.LastTouch != nil {
+		out.LastTouch = make([]int64, n)
+	}
+	for o, i := range idx {
+		out.Keys[o] = s.Keys[i]
+		out.Values = append(out.Values, s.Values[int(i)*d:int(i+1)*d]...)
+		for j, st := range s.State {
+			out.State[j] = append(out.State[j], st[int(i)*d:int(i+1)*d]...)
+		}
+		if s.Updates != nil {
+			out.Updates[o] = s.Updates[i]
+		}
+		if s.LastTouch != nil {
+			out.LastTouch[o] = s.LastTouch[i]
+		}
+	}
+	return out
 }
 
 // Unload lets go of what Load wrote for t, whose state is not installed.
@@ -163,6 +330,11 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 		}
 	}
 	t.filter = newMissFilter(cold * 3 / 2)
+	return t.writeCold(s, hot, clock)
+}
+
+// writeCold is write into a miss filter made for the rows to come.
+func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
 	one := sparse.Snapshot{Dim: s.Dim, State: make([][]float32, len(s.State)), LastTouch: []int64{clock}}
 	if s.Updates != nil {
 		one.Updates = []uint32{0}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/paramserv/paramserv/internal/optim"
@@ -328,5 +329,14 @@ func testDamagedStoreIsReported(t *testing.T) {
 	}
 	if !errors.Is(tt.Fetch(keys[5000:5001]), ErrStore) || tt.Err() == nil {
 		t.Fatal("the table went on after a store error")
+	}
+	// Told from a failed disk: the ps restores the shard.
+	m := &Manager{cfg: Config{Dir: s.dir}}
+	d, ok := m.Damaged(err)
+	if !ok || strings.Contains(d.Error(), "carrier") || !strings.Contains(d.Error(), s.dir) {
+		t.Fatalf("Damaged(%q) = %q, %v; want a damaged store, its message naming %s", err, d, ok, s.dir)
+	}
+	if _, ok := m.Damaged(fmt.Errorf("%w: writing to %s: no space left on device", ErrStore, s.dir)); ok {
+		t.Fatal("a full disk taken for a damaged store")
 	}
 }
