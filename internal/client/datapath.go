@@ -137,18 +137,8 @@ func (dp *dataPath) run(ctx context.Context, req *Request, call *Call) bool {
 	if n > 1 && dp.c.opts.ThreadReads && small(req) {
 		// On the caller's thread (Options.ThreadReads): every ps's part
 		// sent, then the answers read in turn, as Send and Wait do.
-		perr := make([]error, n)
-		for i := range n {
-			perr[i] = dp.begin(ctx, cs, i, req.Push, req.Pull, req.MinStep)
-		}
-		for i := range n {
-			if perr[i] == nil {
-				cs.steps[i], cs.dropped[i], perr[i] = dp.end(ctx, cs, i, req.Push, req.Pull, req.MinStep)
-			}
-			if perr[i] != nil {
-				perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, perr[i]))
-			}
-		}
+		perr := dp.beginAll(ctx, cs, req)
+		dp.endAll(ctx, cs, req, perr)
 		dp.landed(cs, call, perr)
 		return true
 	}
@@ -195,25 +185,37 @@ func (dp *dataPath) start(ctx context.Context, req *Request, call *Call) bool {
 		}
 		return ok
 	}
-	n := len(dp.ps)
-	perr := make([]error, n)
-	for i := range n {
-		perr[i] = dp.begin(ctx, cs, i, req.Push, req.Pull, req.MinStep)
-	}
+	perr := dp.beginAll(ctx, cs, req)
 	call.finish = func() {
 		defer close(call.done)
 		defer dp.release(cs)
-		for i := range n {
-			if perr[i] == nil {
-				cs.steps[i], cs.dropped[i], perr[i] = dp.end(ctx, cs, i, req.Push, req.Pull, req.MinStep)
-			}
-			if perr[i] != nil {
-				perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, perr[i]))
-			}
-		}
+		dp.endAll(ctx, cs, req, perr)
 		dp.landed(cs, call, perr)
 	}
 	return true
+}
+
+// beginAll sends every ps its part of req, one after the other, on the
+// calling goroutine; it returns each ps's error in sending.
+func (dp *dataPath) beginAll(ctx context.Context, cs *callState, req *Request) []error {
+	perr := make([]error, len(dp.ps))
+	for i := range perr {
+		perr[i] = dp.begin(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+	}
+	return perr
+}
+
+// endAll reads the answers of the ps that beginAll sent to, in turn, on
+// the calling goroutine, and names the ps in each error of perr.
+func (dp *dataPath) endAll(ctx context.Context, cs *callState, req *Request, perr []error) {
+	for i := range perr {
+		if perr[i] == nil {
+			cs.steps[i], cs.dropped[i], perr[i] = dp.end(ctx, cs, i, req.Push, req.Pull, req.MinStep)
+		}
+		if perr[i] != nil {
+			perr[i] = fmt.Errorf("ps %d at %s: %w", i, dp.ps[i].addr, dp.c.classify(i, perr[i]))
+		}
+	}
 }
 
 // prepare takes a connection to every ps and the key sets of req for a
