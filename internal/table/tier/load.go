@@ -52,12 +52,7 @@ func (m *Manager) Load(t *sparse.Table, rows sparse.Snapshot, tables int) error 
 			return err
 		}
 	}
-	m.stageMu.Lock()
-	if m.staged == nil {
-		m.staged = make(map[*sparse.Table]*Table)
-	}
-	m.staged[t] = tt
-	m.stageMu.Unlock()
+	m.stage(t, tt)
 	return nil
 }
 
@@ -125,12 +120,7 @@ func (m *Manager) LoadStream(t *sparse.Table, rows shard.RowStream, tables int) 
 			return err
 		}
 	}
-	m.stageMu.Lock()
-	if m.staged == nil {
-		m.staged = make(map[*sparse.Table]*Table)
-	}
-	m.staged[t] = tt
-	m.stageMu.Unlock()
+	m.stage(t, tt)
 	return nil
 }
 
@@ -227,11 +217,7 @@ func pickSorted(s sparse.Snapshot, hot []bool, n int) sparse.Snapshot {
 
 // Unload lets go of what Load wrote for t, whose state is not installed.
 func (m *Manager) Unload(t *sparse.Table) {
-	m.stageMu.Lock()
-	tt := m.staged[t]
-	delete(m.staged, t)
-	m.stageMu.Unlock()
-	if tt != nil {
+	if tt := m.adopt(t); tt != nil {
 		m.drop(tt)
 	}
 }
@@ -399,4 +385,15 @@ func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
 		}
 	}
 	return put()
+}
+
+// stage keeps tt, the disk tier Load made for t, until adopt or Unload
+// takes it.
+func (m *Manager) stage(t *sparse.Table, tt *Table) {
+	m.stageMu.Lock()
+	defer m.stageMu.Unlock()
+	if m.staged == nil {
+		m.staged = make(map[*sparse.Table]*Table)
+	}
+	m.staged[t] = tt
 }
