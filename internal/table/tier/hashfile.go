@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -269,7 +270,7 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 			ch[j] = change{key: key(j), row: make([]byte, h.rowLen)}
 			row(j, ch[j].row)
 		}
-		slices.SortFunc(ch, func(a, b change) int { return cmpU64(a.key, b.key) })
+		slices.SortFunc(ch, func(a, b change) int { return cmp.Compare(a.key, b.key) })
 		return h.write(ch)
 	}
 	hs := make([]uint64, n)
@@ -277,7 +278,7 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 	for j := range hs {
 		hs[j], order[j] = hashKey(key(j)), int32(j)
 	}
-	slices.SortFunc(order, func(a, b int32) int { return cmpU64(hs[a], hs[b]) })
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(hs[a], hs[b]) })
 	// Pages are written from out, up to 1 MiB of consecutive ones at a time.
 	per := max(1, (1<<20)/h.page)
 	out := make([]byte, 0, per*h.page)
@@ -346,16 +347,6 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 		return fail(err)
 	}
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // get calls fn(i, row) for each of keys found (row only valid during fn).
