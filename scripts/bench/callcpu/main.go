@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command callcpu is the Go side of python/bench_call_cpu.py: a worker of
 // the public package that makes --reps push+pulls of one float32 variable
 // against the ps of TF_CONFIG (after 200 untimed ones) and prints one JSON
