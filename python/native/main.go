@@ -141,6 +141,20 @@ var (
 	next    int64
 )
 
+// configured returns the handle hd for a call that starts work: nil and
+// -2 for no such handle, nil and -1 when its configuration failed (its
+// error stays for ps_error).
+func configured(hd C.int64_t) (*handle, C.int64_t) {
+	h := get(hd)
+	if h == nil {
+		return nil, -2
+	}
+	if h.cfg.Cluster.Task.Job == "" {
+		return nil, -1
+	}
+	return h, 0
+}
+
 func get(h C.int64_t) *handle {
 	mu.Lock()
 	defer mu.Unlock()
@@ -639,12 +653,9 @@ func ps_pull_rows(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t
 //
 //export ps_pull_rows_start
 func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.int64_t, out *C.float) C.int64_t {
-	h := get(hd)
+	h, code := configured(hd)
 	if h == nil {
-		return -2
-	}
-	if h.cfg.Cluster.Task.Job == "" {
-		return -1 // the configuration's error stays
+		return code
 	}
 	name, k, v, err := h.rows(table, keys, nkeys, out)
 	return h.background("pull_rows", err, func(s *session.Session) (int64, error) {
@@ -663,12 +674,9 @@ func ps_pull_rows_start(hd C.int64_t, table *C.char, keys *C.uint64_t, nkeys C.i
 //export ps_push_pull_rows_start
 func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
 	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) C.int64_t {
-	h := get(hd)
+	h, code := configured(hd)
 	if h == nil {
-		return -2
-	}
-	if h.cfg.Cluster.Task.Job == "" {
-		return -1 // the configuration's error stays
+		return code
 	}
 	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
@@ -684,12 +692,9 @@ func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
 func ps_push_pull_tables_start(hd C.int64_t, grads, params **C.float, n C.int,
 	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float,
 	np C.int, ptables **C.char, pkeys **C.uint64_t, pnkeys *C.int64_t, pout **C.float) C.int64_t {
-	h := get(hd)
+	h, code := configured(hd)
 	if h == nil {
-		return -2
-	}
-	if h.cfg.Cluster.Task.Job == "" {
-		return -1 // the configuration's error stays
+		return code
 	}
 	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	var pull []session.Rows
