@@ -68,17 +68,7 @@ func (w *twinShards) push() {
 	}
 	for _, s := range []*shard.Shard{w.ref, w.tiered} {
 		w.mu.Lock()
-		out := make([]float32, len(g))
-		if err := s.PullRows([]byte("emb"), keys, nil, false, out); err != nil {
-			t.Fatal(err)
-		}
-		p := &shard.Push{Worker: 0, Step: s.Step(), Sparse: []shard.SparseGrad{{Table: []byte("emb"), Keys: keys, Values: g, Bad: shard.Unchecked}}}
-		if err := s.Check(p); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Apply(p, time.Unix(0, 0), nil); err != nil {
-			t.Fatal(err)
-		}
+		pullPush(t, s, keys, g)
 		w.mu.Unlock()
 	}
 	if err := w.m.Round(&w.mu, time.Unix(0, 0)); err != nil {

@@ -58,17 +58,7 @@ func testShardCutCoversBothTiers(t *testing.T) {
 					}
 					for _, s := range []*shard.Shard{ref, tiered} {
 						mu.Lock()
-						out := make([]float32, len(g))
-						if err := s.PullRows([]byte("emb"), keys, nil, false, out); err != nil {
-							t.Fatal(err)
-						}
-						p := &shard.Push{Worker: 0, Step: s.Step(), Sparse: []shard.SparseGrad{{Table: []byte("emb"), Keys: keys, Values: g, Bad: shard.Unchecked}}}
-						if err := s.Check(p); err != nil {
-							t.Fatal(err)
-						}
-						if _, err := s.Apply(p, time.Unix(0, 0), nil); err != nil {
-							t.Fatal(err)
-						}
+						pullPush(t, s, keys, g)
 						mu.Unlock()
 					}
 					if err := m.Round(&mu, time.Unix(0, 0)); err != nil {
@@ -121,5 +111,22 @@ func sameTables(t *testing.T, want, got checkpoint.Shard) {
 		if !bytes.Equal(have[x.Name], x.Data) {
 			t.Fatalf("tensor %s: %d bytes all in memory, %d with a disk tier, not the same", x.Name, len(x.Data), len(have[x.Name]))
 		}
+	}
+}
+
+// pullPush pulls the rows of keys from s, then pushes g to them, checked
+// and applied, as a worker's step does on the table "emb".
+func pullPush(t *testing.T, s *shard.Shard, keys []uint64, g []float32) {
+	t.Helper()
+	out := make([]float32, len(g))
+	if err := s.PullRows([]byte("emb"), keys, nil, false, out); err != nil {
+		t.Fatal(err)
+	}
+	p := &shard.Push{Worker: 0, Step: s.Step(), Sparse: []shard.SparseGrad{{Table: []byte("emb"), Keys: keys, Values: g, Bad: shard.Unchecked}}}
+	if err := s.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(p, time.Unix(0, 0), nil); err != nil {
+		t.Fatal(err)
 	}
 }
