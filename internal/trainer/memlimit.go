@@ -1,12 +1,10 @@
 package trainer
 
 import (
-	"context"
 	"math"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 )
 
 // requestHeadroom is the memory a ps with a disk tier is given beside its
@@ -35,49 +33,6 @@ func limitMemory(budget int64) int64 {
 	limit := goMemory() + budget + budget/4 + requestHeadroom
 	debug.SetMemoryLimit(limit)
 	return limit
-}
-
-// keepLimitAboveLive raises the memory limit limitMemory set while what is
-// live outgrows it, and lowers it back as far as limit, every interval
-// until ctx ends: the limit is floorLimit's. A limit under the live heap
-// makes the collector run back to back (the runtime lets it take half the
-// CPU), which slowed a job at a 28.7 MB budget, whose live heap was 69 MB,
-// about fourfold.
-func keepLimitAboveLive(ctx context.Context, limit int64, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			debug.SetMemoryLimit(floorLimit(limit))
-		}
-	}
-}
-
-// floorLimit is limit, or, when the heap live after the last collection
-// and the runtime's memory outside the heap need more, the heap that
-// leaves a quarter over what is live (GOGC=25).
-func floorLimit(limit int64) int64 {
-	s := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/total:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-		{Name: "/memory/classes/heap/released:bytes"},
-	}
-	metrics.Read(s)
-	for _, x := range s {
-		if x.Value.Kind() != metrics.KindUint64 {
-			return limit
-		}
-	}
-	live := int64(s[0].Value.Uint64())
-	heap := int64(s[2].Value.Uint64() + s[3].Value.Uint64() + s[4].Value.Uint64() + s[5].Value.Uint64())
-	other := int64(s[1].Value.Uint64()) - heap // stacks, the collector's metadata, ...
-	return max(limit, other+live+live/4)
 }
 
 // goMemory is the memory the Go runtime holds from the system now, less

@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"math"
-	"runtime"
 	"runtime/debug"
 	"testing"
 )
@@ -32,22 +31,4 @@ func TestLimitMemory(t *testing.T) {
 	if n := limitMemory(budget); n != 0 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		t.Errorf("with GOMEMLIMIT set, limitMemory set %d", n)
 	}
-}
-
-// The limit is never left under what is live: with 64 MiB live, a limit
-// of 1 byte is raised to the live heap and a quarter; a limit above that
-// stays.
-func TestFloorLimit(t *testing.T) {
-	live := make([]byte, 64<<20)
-	for i := range live {
-		live[i] = 1
-	}
-	runtime.GC()
-	if got := floorLimit(1); got < 80<<20 {
-		t.Errorf("limit %d with 64 MiB live, want at least 80 MiB", got)
-	}
-	if got := floorLimit(1 << 40); got != 1<<40 {
-		t.Errorf("limit %d, want the 1 TiB given", got)
-	}
-	runtime.KeepAlive(live)
 }

@@ -161,10 +161,7 @@ func RunPS(ctx context.Context, cfg PSConfig) error {
 	cfg.defaults()
 	if cfg.Tiered {
 		if limit := limitMemory(cfg.TableMemory); limit > 0 {
-			cfg.Logf("ps %d: Go memory limit %d bytes: the runtime's memory at start, --table_memory and a quarter, and %d for requests; raised while the live heap needs more (GOMEMLIMIT overrides)", cfg.Cluster.Task.Index, limit, requestHeadroom)
-			limitCtx, stopLimit := context.WithCancel(ctx)
-			defer stopLimit()
-			go keepLimitAboveLive(limitCtx, limit, time.Second)
+			cfg.Logf("ps %d: Go memory limit %d bytes: the runtime's memory at start, --table_memory and a quarter, and %d for requests (GOMEMLIMIT overrides)", cfg.Cluster.Task.Index, limit, requestHeadroom)
 		}
 	}
 	if cfg.Options.Enabled() {
