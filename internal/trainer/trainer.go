@@ -159,11 +159,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error { return lifecycle.Sle
 // --worker_timeout while others have finished.
 func RunPS(ctx context.Context, cfg PSConfig) error {
 	cfg.defaults()
-	if cfg.Tiered {
-		if limit := limitMemory(cfg.TableMemory); limit > 0 {
-			cfg.Logf("ps %d: Go memory limit %d bytes: the runtime's memory at start, --table_memory and a quarter, and %d for requests (GOMEMLIMIT overrides)", cfg.Cluster.Task.Index, limit, requestHeadroom)
-		}
-	}
 	if cfg.Options.Enabled() {
 		if cfg.Tiered {
 			cfg.PSConfig.Tiers = copyTiers(cfg)
