@@ -47,6 +47,10 @@ type localPS struct {
 	// looking every key up again. reused counts such pushes.
 	pulled map[string]*sparse.KeySet
 	reused int
+	// keyCopies are Start's copies of the keys to pull, in two sets used
+	// in turn: one may still be the keys of the call in flight.
+	keyCopies [2][][]uint64
+	turn      int
 }
 
 // newLocalPS builds and initialises a one-worker shard holding every
@@ -275,7 +279,9 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	params := model.NewParams(m.Variables())
 	trainStart, trainCPU := time.Now(), processCPU()
 	var st loopStats
-	if isSparse {
+	if ra, ok := m.(model.SparseReadAhead); ok {
+		err = sparsePipeLoop(ctx, cfg, ps, ra, params, &st)
+	} else if isSparse {
 		err = sparseLoop(ctx, cfg, ps, sm, params, nil, &st, false)
 	} else {
 		err = denseLoop(ctx, cfg, ps, m, params, nil, &st, false)

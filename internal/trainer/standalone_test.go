@@ -53,6 +53,15 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 			Data:       model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
 			TrainSteps: 100,
 		}},
+		// Standalone draws a batch ahead while its table works
+		// (sparsePipeLoop): here up to the end of the data, the last
+		// batch a short one.
+		{"sparse_lr-async-ftrl-epochs", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}},
+			Model:      "sparse_lr",
+			Data:       model.Config{BatchSize: 700, Seed: 5, Epochs: 1, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
+			TrainSteps: 1000,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
