@@ -3,25 +3,26 @@ package hugemem
 import "unsafe"
 
 // Lazy returns a zeroed slice of n values (length and capacity n) for
-// memory that is filled over time, such as the pages and index of a
-// growing hash table or a data set read from files: if it is at least
-// MinBytes long, it starts on a 2 MiB boundary and is marked for huge
-// pages (MADV_HUGEPAGE only), so that each 2 MiB the program first touches
-// is faulted in as one huge page, while the part it never touches takes
-// no memory. Float32s, by contrast, faults the whole buffer in at once.
-// The values must hold no pointers.
+// memory that is filled over time, such as the index of a growing hash
+// table or a data set read from files: if it is at least MinBytes long, the
+// whole 2 MiB pages inside it are marked for huge pages (MADV_HUGEPAGE
+// only), so that each of them is faulted in as one huge page when first
+// touched. Unlike Float32s it neither pads the slice to start on a 2 MiB
+// boundary (the part before the first boundary and after the last stays on
+// small pages) nor faults it in at once, so it costs no memory beyond n
+// values. The values must hold no pointers.
 func Lazy[T any](n int) []T {
+	b := make([]T, n)
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if size == 0 || n*size < MinBytes {
-		return make([]T, n)
+		return b
 	}
-	pad := (PageSize + size - 1) / size
-	b := make([]T, n+pad)
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	off := int((PageSize-start%PageSize)%PageSize) / size
-	b = b[off : off+n : off+n]
-	_ = mark(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), n*size))
+	off := int((PageSize - start%PageSize) % PageSize)
+	if off < n*size {
+		_ = mark(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), off)), n*size-off))
+	}
 	return b
 }
 

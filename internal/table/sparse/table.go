@@ -177,8 +177,7 @@ type Table struct {
 	old      oldIndex // while the index grows incrementally (index.go)
 
 	pages     []page
-	grown     pageSlab // memory of the next whole pages a growing table adds (grow_mem.go)
-	pageShift int      // rows per page = 1<<pageShift
+	pageShift int // rows per page = 1<<pageShift
 	pageMask  int
 	highWater int // rows ever allocated: row ids are < highWater
 	freeHead  int // first free row below highWater, -1 if none
@@ -584,10 +583,6 @@ func (t *Table) ensurePage(r int) {
 		n := 1 << t.pageShift
 		if pi == 0 {
 			n = min(firstPageRows, n)
-		}
-		if pi >= slabFromPage {
-			t.pages = append(t.pages, t.slabPage())
-			return
 		}
 		t.pages = append(t.pages, t.newPage(n))
 		return
