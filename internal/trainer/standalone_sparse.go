@@ -9,16 +9,22 @@ import (
 
 	"github.com/paramserv/paramserv/internal/client"
 	"github.com/paramserv/paramserv/internal/model"
+	"github.com/paramserv/paramserv/internal/table/sparse"
 )
 
 // Start is Do with the push and the pull run on a goroutine of their own,
 // so that the caller can go on (draw the next batch) while the table works.
-// The caller must not call p again, nor touch the gradients or the buffers
-// the pull fills, until call.Done closes. The keys of req are taken before
-// Start returns (the pushed keys matched against the last pull's, which the
-// ps holds, else copied; the pulled keys copied), so the caller may reuse
-// those slices at once.
+// The caller must not touch the gradients or the buffers the pull fills
+// until call.Done closes, and must then call Ahead once, with the keys of
+// the batch after the one pulled (or none): the goroutine looks their rows
+// up (creating those not there yet, as that batch's pull would) while the
+// caller computes, so that the next pull only copies them. Every other
+// call of p waits for the goroutine to end first. The keys of req are taken
+// before Start returns (the pushed keys matched against the last pull's,
+// which the ps holds, else copied; the pulled keys copied), so the caller
+// may reuse those slices at once.
 func (p *localPS) Start(ctx context.Context, req *client.Request) *client.Call {
+	p.settle()
 	done := make(chan struct{})
 	call := &client.Call{Done: done}
 	if err := stopped(ctx); err != nil {
@@ -45,11 +51,61 @@ func (p *localPS) Start(ctx context.Context, req *client.Request) *client.Call {
 		p.keyCopies[p.turn][i] = buf
 		own.SparseParams[i].Keys = buf
 	}
+	idle := make(chan struct{})
+	p.idle, p.waiting = idle, true
 	go func() {
-		defer close(done)
-		call.Err = p.do(&own, call)
+		defer close(idle)
+		err := p.do(&own, call)
+		call.Err = err
+		close(done)
+		// The caller computes now; it hands over the next batch's keys
+		// as soon as it has drawn them (Ahead), before it computes.
+		next := <-p.handoff
+		if err != nil {
+			return
+		}
+		for _, r := range next {
+			a := p.ahead[r.Table]
+			if a == nil {
+				a = &sparse.KeySet{}
+				p.ahead[r.Table] = a
+			}
+			a.Reset(append(a.Keys()[:0], r.Keys...))
+			// Not allowed (or failing): the pull looks them up, and
+			// reports the error, as it would have anyway.
+			_, _ = p.sh.ResolveRows(p.tableName(r.Table), a)
+		}
 	}()
 	return call
+}
+
+// Ahead hands the goroutine of the last Start the keys of the batch after
+// the one it pulls (rows with no values; none when there is no such batch).
+// It copies them, and never waits.
+func (p *localPS) Ahead(rows []client.Rows) {
+	if !p.waiting { // Start failed before it began
+		return
+	}
+	p.waiting = false
+	p.handed = p.handed[:0]
+	for i, r := range rows {
+		if i == cap(p.handed) {
+			p.handed = append(p.handed, client.Rows{})
+		}
+		p.handed = p.handed[:i+1]
+		p.handed[i] = client.Rows{Table: r.Table, Keys: append(p.handed[i].Keys[:0], r.Keys...)}
+	}
+	p.handoff <- p.handed
+}
+
+// settle waits until the goroutine of the last Start has ended: a few
+// milliseconds of table work after its call landed, and its caller has
+// handed it its keys (Ahead) by then.
+func (p *localPS) settle() {
+	if p.idle != nil {
+		<-p.idle
+		p.idle = nil
+	}
 }
 
 // sparsePipeLoop is sparseLoop for a standalone job whose model reads a
@@ -143,9 +199,18 @@ func sparsePipeLoop(ctx context.Context, cfg Config, p *localPS, m model.SparseR
 			after, err = m.NextBatch()
 			afterEnded = errors.Is(err, model.ErrEndOfData)
 			if err != nil && !afterEnded {
-				<-call.Done
+				p.Ahead(nil)
+				p.settle()
 				return fmt.Errorf("step %d: next batch: %w", step, err)
 			}
+		}
+		if afterEnded {
+			p.Ahead(nil)
+		} else {
+			for t, tb := range tables {
+				pushed[t] = client.Rows{Table: tb.Name, Keys: after[t]} // (pushed was copied by Start)
+			}
+			p.Ahead(pushed)
 		}
 		st.compute += time.Since(t1) // completeStep counts the wait after it
 		if step, err = st.completeStep(ctx, cfg, m, params, nil, step, call, nil); err != nil {
