@@ -31,9 +31,11 @@ type psClient interface {
 var _ psClient = (*client.Client)(nil)
 
 // localPS is a standalone job's ps: one shard (the ps's own state machine,
-// with its update rules, tables and tracker) driven directly, in the
-// worker's goroutine, with no server, socket or copy to a wire. A call
-// runs to the end before it returns.
+// with its update rules, tables and tracker) driven directly, with no
+// server, socket or copy to a wire. A call runs to the end before it
+// returns, in the worker's goroutine; only Start (a sparse model's step)
+// runs on a goroutine of its own, one at a time, which every other call
+// waits for.
 type localPS struct {
 	sh     *shard.Shard
 	vars   []model.Variable
