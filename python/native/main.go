@@ -141,7 +141,7 @@ type handle struct {
 	// the buffers they hold: a program passes the same buffers every step,
 	// and the maps are then left as they are.
 	gmap, pmap model.Params
-	gptr, pptr    []*C.float
+	gptr, pptr []*C.float
 
 	// Calls running on goroutines of their own (ps_pull_rows_start), by
 	// ticket; tmu guards tickets, nextTicket, tail's writes and closing,
