@@ -25,9 +25,10 @@ _lib = None
 _lib_lock = threading.Lock()
 _lib_pid = None
 _FLOAT32 = np.dtype(np.float32)
-# Set in a child forked after the library was loaded: a call checks this
-# flag rather than asking the kernel for its pid (a system call, a few
-# microseconds on a virtual machine).
+# Set in a child forked (os.fork, multiprocessing) after the library was
+# loaded: the calls of a step check this flag rather than ask the kernel
+# for the pid (a system call, 2 us on a virtual machine); the others
+# (_check_fork) ask as well.
 _forked = False
 
 
@@ -587,8 +588,10 @@ class Client:
 
     def _need_started(self) -> None:
         """Raises unless the client is started and not closed, in the process
-        that made it; a call with ``_forked or not self._live`` false need
-        not ask."""
+        that made it (a call that checks ``_forked or not self._live``
+        itself calls it only when that is true)."""
+        if self._live and not _forked:
+            return
         _check_fork()
         if self._closed:
             raise ParamservError("paramserv: the client is closed")
@@ -944,7 +947,8 @@ class Client:
         """Waits up to timeout (None: for ever) for a background call;
         returns None while it runs, else (ok, error message, step) and
         forgets it."""
-        _check_fork()
+        if _forked:
+            _check_fork()
         rc = self._lib.ps_ticket_wait(self._h, ticket, -1.0 if timeout is None else max(0.0, float(timeout)))
         if rc == 1:
             return None
@@ -1259,7 +1263,8 @@ class _CallFuture(Future):
         # lock, waiting in the library: ask the library, which does not
         # consume the ticket. Once the call is over, the waiter completes
         # the future at once: wait for that, not for the call.
-        _check_fork()
+        if _forked:
+            _check_fork()
         if self._client._lib.ps_ticket_wait(self._client._h, self._ticket, 0.0) == 1:
             return False
         with self._finish_lock:

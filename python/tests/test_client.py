@@ -322,6 +322,10 @@ def test_push_pull_arguments_change_between_calls(make_cluster):
         got = np.empty((2, 2), np.float32)
         c.pull_rows("emb", keys, got)
         np.testing.assert_array_equal(got, -1)  # pushed once
+        # A started client, in a forked child: a step's calls are refused
+        # at once too (they check a flag set at the fork).
+        assert "forked" in _in_child(lambda: c.push_pull(ones, params2))
+        assert "forked" in _in_child(lambda: c.pull(params2))
         c.done()
     assert cl.wait() == [0]
 
