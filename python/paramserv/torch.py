@@ -48,6 +48,10 @@ __all__ = ["DistributedModule", "Embedding", "DistributedSampler"]
 # Tests set it to run a CPU module through the copies a GPU module makes.
 _FORCE_COPIES = False
 
+# The future of a prefetch whose rows a step's push+pull has read: done.
+_LANDED: Future = Future()
+_LANDED.set_result(None)
+
 
 def _host_buffer(shape: Tuple[int, ...], pinned: bool) -> np.ndarray:
     """A float32 host buffer of shape: page-locked (pinned) memory when
@@ -657,10 +661,8 @@ class DistributedModule(torch.nn.Module):
         before = self._step
         step = self.client.push_pull(self._grads, self._params, rows=rows, pull_rows=pulls)
         if rode:
-            landed: Future = Future()
-            landed.set_result(None)
             for pf in rode:
-                pf.future = landed
+                pf.future = _LANDED
         for g in self._grads.values():
             g.fill(0)
         self._to_device()
