@@ -330,6 +330,40 @@ def test_push_pull_arguments_change_between_calls(make_cluster):
     assert cl.wait() == [0]
 
 
+def test_push_pull_from_two_threads(make_cluster):
+    # The struct push_pull hands the library is the client's: two threads
+    # with buffers of their own each get their own values and rows.
+    import threading
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"b": 3}, tables={"emb": 1}, optimizer="sgd", learning_rate=1.0,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"b": np.zeros(3, np.float32)})
+        steps, errors = [], []
+
+        def run(key):
+            try:
+                ones, params = {"b": np.ones(3, np.float32)}, {"b": np.empty(3, np.float32)}
+                keys, out = np.array([key], np.uint64), np.empty((1, 1), np.float32)
+                for i in range(200):
+                    step = c.push_pull(ones, params, rows=[("emb", keys, np.ones((1, 1), np.float32))],
+                                       pull_rows=[("emb", keys, out)])
+                    steps.append(step)
+                    assert params["b"][0] == -step, (params["b"], step)
+                    assert out[0, 0] == -(i + 1), (key, i, out)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert sorted(steps) == list(range(1, 401))
+        c.done()
+    assert cl.wait() == [0]
+
+
 @pytest.mark.parametrize("sync", [False, True])
 def test_push_pull_with_pull_rows(make_cluster, sync):
     # pull_rows= reads rows in the push+pull's request, after its push: the
