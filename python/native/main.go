@@ -8,8 +8,8 @@
 // Every function takes a handle, an integer naming a session in a Go map
 // (cgo forbids handing Go pointers to C); ps_push_pull_call takes a
 // ps_call, a struct the caller fills once and passes at every step, the
-// handle in it. A function returns 0 on success
-// and -1 on failure, after which ps_error(h) is the message. Dense values
+// handle in it. A function returns 0 on success and -1 on failure, after
+// which ps_error(h) is the message. Dense values
 // pass as float** (one C-contiguous float32 buffer per variable, in the
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
