@@ -162,6 +162,15 @@ func sparsePipeLoop(ctx context.Context, cfg Config, p *localPS, m model.SparseR
 	pushed := make([]client.Rows, len(tables))
 	for i := 1; step < cfg.TrainSteps; i ^= 1 {
 		t0 := time.Now()
+		if next == nil && !ended {
+			// Not drawn during the step before, which looked like the
+			// last (see below).
+			next, err = m.NextBatch()
+			ended = errors.Is(err, model.ErrEndOfData)
+			if err != nil && !ended {
+				return fmt.Errorf("step %d: next batch: %w", step, err)
+			}
+		}
 		for t := range tables {
 			rows[t] = cur[t].Values
 			rowGrads[t] = zeroed(rowGrads[t], len(cur[t].Values))
@@ -193,9 +202,12 @@ func sparsePipeLoop(ctx context.Context, cfg Config, p *localPS, m model.SparseR
 			Push: true, Step: step, Grads: grads, SparseGrads: pushed,
 			Pull: true, MinStep: minStep, Params: params, SparseParams: nextRows,
 		})
+		// The batch after next, unless this step should reach the goal:
+		// then, as sparseLoop, the job draws (and pulls) one batch past
+		// the last it trains, and looks no rows up for another.
 		var after [][]uint64
 		afterEnded := ended
-		if !ended {
+		if !ended && step+1 < cfg.TrainSteps {
 			after, err = m.NextBatch()
 			afterEnded = errors.Is(err, model.ErrEndOfData)
 			if err != nil && !afterEnded {
@@ -204,7 +216,7 @@ func sparsePipeLoop(ctx context.Context, cfg Config, p *localPS, m model.SparseR
 				return fmt.Errorf("step %d: next batch: %w", step, err)
 			}
 		}
-		if afterEnded {
+		if after == nil {
 			p.Ahead(nil)
 		} else {
 			for t, tb := range tables {
