@@ -11,12 +11,17 @@
 #     same job restored from that checkpoint (a hard-linked copy, the
 #     shard's pages dropped from the page cache first) and trained STEPS
 #     more steps, with no checkpoint (the ps, with --checkpoint_dir, and
-#     the workers, without, started as three `paramserv train`). Each run's line: load average before,
-#     examples/s (the result file's), the ratio to the run all in memory,
-#     the ps's peak RSS (VmHWM, polled) against budget + 25%, the tier's
-#     hit rate, rows and bytes on disk a row, against the raw row (key,
-#     values, Adagrad state), and the restore's time
-#     from the ps's log.
+#     the workers, without, started as three `paramserv train`). Each
+#     run's line: load average before, examples/s (the result file's;
+#     deep_ctr: the ps's global steps while both workers train), the ratio
+#     to the run all in memory, the ps's peak RSS (VmHWM, polled; all,
+#     anonymous, and after the restore) against budget + 25%, the tier's
+#     hit rate, rows moved from disk an example, bytes on disk a row
+#     against the raw row (key, values, Adagrad state), and the restore's
+#     time from the ps's log.
+#
+# A second run with the same OUT_DIR reuses the build (e.g. BUDGETS=mem
+# with other STEPS).
 #
 #   go build -o /tmp/paramserv ./cmd/paramserv
 #   /tmp/paramserv data synth-ctr --rows=6000000 --shards=2 --zipf_s=0.5 --out=/tmp/ctr6m
@@ -161,14 +166,15 @@ steps = [tuple(map(float, l.split())) for l in open(sys.argv[2]) if len(l.split(
 after = [(t, s) for t, s in steps if t >= t0]
 last = max(s for t, s in after)
 end = min(t for t, s in after if s == last)
-print(round(int(sys.argv[3]) * (last - after[0][1]) / (end - after[0][0]), 1))
+# 0 where one worker ran every step before the other began: more STEPS.
+print(round(int(sys.argv[3]) * (last - after[0][1]) / (end - after[0][0]), 1) if end > after[0][0] else 0)
 PY
 )
   fi
   [ "$b" = mem ] && memrate=$rate
   hwm=$(cat "$OUT/$name.hwm")
   line="$name: load $load; examples/s $rate"
-  [ -n "$memrate" ] && line+=" ($(/usr/bin/python3 -c "print(round($rate / $memrate, 3))")x in memory)"
+  [ -n "$memrate" ] && [ "$memrate" != 0 ] && line+=" ($(/usr/bin/python3 -c "print(round($rate / $memrate, 3))")x in memory)"
   line+="; ps peak RSS $((hwm / 1024)) MiB (anonymous $(($(cat "$OUT/$name.anon") / 1024)) MiB)"
   if [ "$b" != mem ]; then
     m=$OUT/$name.metrics
