@@ -174,4 +174,3 @@ func goldenShardOf(t *testing.T, st *State) checkpoint.Shard {
 	}
 	return sh.Snapshot()
 }
-
