@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/paramserv/paramserv/internal/vfs"
 )
@@ -353,6 +354,9 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		s, err := readShard(fsys, cdir, m, k, withData)
 		return s, func() {}, err
 	}
+	refs := &mapRefs{unmap: unmap}
+	refs.n.Store(1)
+	unmap = refs.drop // the reader's hold
 	fail := func(err error) (Shard, func(), error) {
 		unmap()
 		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
@@ -375,6 +379,7 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		if s, err = checkAgainstManifest(hdr, tensors, m, k); err != nil {
 			return fail(err)
 		}
+		s.SetKeep(refs.hold)
 		return s, unmap, nil
 	}
 	done := make(chan struct{})
@@ -406,8 +411,31 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		return Shard{}, nil, err
 	}
 	s.SetVerify(verify)
+	s.SetKeep(refs.hold)
 	free := unmap
 	return s, func() { <-done; free() }, nil
+}
+
+// mapRefs counts the holders of a file's mapping: its reader, and each
+// hold (Shard.Keep: a restored table that keeps keys and index there);
+// the last to let go unmaps it.
+type mapRefs struct {
+	n     atomic.Int64
+	unmap func()
+}
+
+// hold adds a holder and returns its release, which may be called more
+// than once.
+func (r *mapRefs) hold() (release func()) {
+	r.n.Add(1)
+	var once sync.Once
+	return func() { once.Do(r.drop) }
+}
+
+func (r *mapRefs) drop() {
+	if r.n.Add(-1) == 0 {
+		r.unmap()
+	}
 }
 
 // decodeMapped is decodeBytes of a mapping, a fault reading it an error.

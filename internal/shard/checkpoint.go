@@ -789,7 +789,14 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 			}
 			if anyOrder {
 				if ix, ok := savedIndex(c.shards[task], tb.Name); ok {
-					err := t.t.ImportIndexed(snap, ix)
+					var err error
+					if keep, mapped := c.shards[task].Keep(); mapped {
+						// The keys and index stay in the file's
+						// pages, which the table writes copy-on-write.
+						err = t.t.ImportIndexedInPlace(snap, ix, keep)
+					} else {
+						err = t.t.ImportIndexed(snap, ix)
+					}
 					if !errors.Is(err, sparse.ErrIndex) {
 						return err
 					}
