@@ -164,6 +164,17 @@ func (s *Shard) CutSize() CutSize {
 	return z
 }
 
+// IndexOnly is z for the tables' index copies alone, not their pages: for
+// a cut that no push is expected to follow before it is written (see
+// sparse.FrozenSize.IndexOnly).
+func (z CutSize) IndexOnly() CutSize {
+	out := CutSize{tables: make([]sparse.FrozenSize, len(z.tables))}
+	for i, t := range z.tables {
+		out.tables[i] = t.IndexOnly()
+	}
+	return out
+}
+
 // Alloc allocates z's memory and writes to each of its pages; it reads no
 // shard, and is meant to run with no lock held.
 func (z CutSize) Alloc() *CutMem {

@@ -213,3 +213,39 @@ func TestRestoreInPlaceLeavesTheFile(t *testing.T) {
 		t.Fatal("the file is still mapped after the table is gone")
 	}
 }
+
+// A cut with memory for the index alone (CutSize.IndexOnly, as a ps of a
+// one-worker job cuts) still saves the index, and pushes after it still
+// leave the cut's rows as they were, copying their pages into memory of
+// their own.
+func TestCutIndexOnly(t *testing.T) {
+	const n = 70_000
+	s := trainedShard(t, n, 1)
+	want := s.st.tables["emb"].t.Export()
+	cut := s.CutIn(s.CutSize().IndexOnly().Alloc())
+	p := &Push{Worker: 0, Step: s.Step(), Sparse: []SparseGrad{{Table: []byte("emb"), Keys: want.Keys[:5000], Values: make([]float32, 5000), Bad: Unchecked}}}
+	for i := range p.Sparse[0].Values {
+		p.Sparse[0].Values[i] = 1
+	}
+	if err := s.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(p, time.Now(), nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cut.Shard().Float32s("emb/values") // in key order, as Export's
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want.Values) {
+		t.Fatal("a push after the cut changed the cut's rows")
+	}
+	if reflect.DeepEqual(s.st.tables["emb"].t.Export().Values, want.Values) {
+		t.Fatal("the push changed nothing")
+	}
+	cut2 := s.CutIn(s.CutSize().IndexOnly().Alloc())
+	defer cut2.Release()
+	if !cut2.StreamShard().Indexed {
+		t.Fatal("a cut with memory for the index alone saved no index")
+	}
+}
