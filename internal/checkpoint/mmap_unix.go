@@ -38,3 +38,12 @@ func mapFile(f vfs.File, size int64) (b []byte, unmap func(), ok bool) {
 	_ = unix.Madvise(b, unix.MADV_WILLNEED) // advice only
 	return b, func() { _ = unix.Munmap(b) }, true
 }
+
+// dropPages gives back the pages of b, part of a private mapping of a file
+// (mapFile), which no one reads any more: reading them again would read
+// the file. Advice only.
+func dropPages(b []byte) {
+	if len(b) > 0 {
+		_ = unix.Madvise(b, unix.MADV_DONTNEED)
+	}
+}

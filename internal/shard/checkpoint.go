@@ -804,7 +804,9 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 					if keep, mapped := c.shards[task].Keep(); mapped {
 						// The keys and index stay in the file's
 						// pages, which the table writes copy-on-write.
-						err = t.t.ImportIndexedInPlace(snap, ix, keep)
+						err = t.t.ImportIndexedInPlace(snap, ix, func() func() {
+							return keep(bytesOf(snap.Keys), bytesOf(ix.Slots))
+						})
 					} else {
 						err = t.t.ImportIndexed(snap, ix)
 					}
@@ -1005,6 +1007,12 @@ func savedIndex(sh *ckptformat.Shard, table string) (ix sparse.SavedIndex, ok bo
 		return sparse.SavedIndex{}, false
 	}
 	return sparse.SavedIndex{Slots: unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v)), RowMask: uint32(mask)}, true
+}
+
+// bytesOf is the memory of s.
+func bytesOf[T uint32 | uint64](s []T) []byte {
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
 }
 
 // littleEndian: the host stores numbers as the checkpoint files do.

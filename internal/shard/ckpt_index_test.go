@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,7 +206,14 @@ func TestRestoreInPlaceLeavesTheFile(t *testing.T) {
 	if !mapped() {
 		t.Fatal("the table's memory is not the file's mapping")
 	}
-	inPlace = nil
+	// Of the mapping, the process keeps the keys' and the index's pages
+	// only: the values and state, copied into the table's rows, are
+	// given back.
+	ix, _ := savedIndex(&sh, "emb")
+	if rss, held := mappedRSS(t, path), int64(8*n+4*len(ix.Slots)); rss > held+4*4096 {
+		t.Fatalf("the file's mapping holds %d bytes of memory; the keys and index are %d", rss, held)
+	}
+	runtime.KeepAlive(inPlace) // until here: then it is garbage
 	for i := 0; i < 50 && mapped(); i++ {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
@@ -248,4 +257,26 @@ func TestCutIndexOnly(t *testing.T) {
 	if !cut2.StreamShard().Indexed {
 		t.Fatal("a cut with memory for the index alone saved no index")
 	}
+}
+
+// mappedRSS is the memory of the process's mappings of path
+// (/proc/self/smaps).
+func mappedRSS(t *testing.T, path string) int64 {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip("no /proc/self/smaps")
+	}
+	var rss int64
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-"): // a mapping's first line
+			in = f[len(f)-1] == path
+		case in && len(f) == 3 && f[0] == "Rss:":
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			rss += kb << 10
+		}
+	}
+	return rss
 }
