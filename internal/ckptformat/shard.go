@@ -75,7 +75,9 @@ func (s *Shard) SetKeep(keep func(held ...[]byte) (release func())) { s.keep = k
 // gives back the rest of the mapping's pages where one is held. A holder
 // may write into the memory it named (copy-on-write: the file does not
 // change). ok is false for any other shard.
-func (s *Shard) Keep() (keep func(held ...[]byte) (release func()), ok bool) { return s.keep, s.keep != nil }
+func (s *Shard) Keep() (keep func(held ...[]byte) (release func()), ok bool) {
+	return s.keep, s.keep != nil
+}
 
 // Verified waits until the file the shard was read from has been checked
 // and returns the result: nil, or why the file is damaged. A shard from
