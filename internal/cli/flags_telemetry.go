@@ -121,10 +121,18 @@ func (f *telemetryFlags) ownLoopEnvs(given bool, numWorkers int) (envs [][]strin
 	return envs, chiefURL, nil
 }
 
+// programMetricsAddr is where a worker of a model written on the public
+// API serves its metrics (paramserv.Config.MetricsAddr): --metrics_addr,
+// or "off" when it is empty. Its own session counts the steps and losses;
+// an endpoint of the command's own would show nothing of them.
+func (f *telemetryFlags) programMetricsAddr() string { return cmp.Or(f.metricsAddr, "off") }
+
 // start serves the task's metrics if --metrics_addr is set, and hooks the
 // ps's server or the worker's loop to them in cfg. stop ends the endpoint.
 // auth: the task authenticates its connections (telemetry.ListenAddr).
-func (f *telemetryFlags) start(cfg *taskConfig, auth bool, logf func(string, ...any)) (stop func(), err error) {
+// program: the task is a worker of a model written on the public API
+// (programs), which serves its own metrics at programMetricsAddr.
+func (f *telemetryFlags) start(cfg *taskConfig, auth, program bool, logf func(string, ...any)) (stop func(), err error) {
 	var summaries *tfevents.Summaries
 	if dir := cmp.Or(f.summaryDir, cfg.CheckpointDir); dir != "" && cfg.Cluster.IsChief() {
 		w, err := tfevents.Create(dir, time.Now())
@@ -149,7 +157,7 @@ func (f *telemetryFlags) start(cfg *taskConfig, auth bool, logf func(string, ...
 			}
 		}
 	}
-	if f.metricsAddr == "" {
+	if f.metricsAddr == "" || (program && cfg.Cluster.Task.Job == cluster.JobWorker) {
 		return closeSummaries, nil
 	}
 	reg := telemetry.NewRegistry()

@@ -35,6 +35,7 @@ func runDeepCTR(ctx context.Context, cfg trainer.Config, f *trainFlags) error {
 		DenseOptimizer: paramserv.Optimizer{Name: f.models.denseOptimizer, LearningRate: f.models.denseLearningRate},
 		CheckpointDir:  cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, StepsToValidate: cfg.StepsToValidate,
 		ResultFile: cfg.ResultFile, StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: f.telemetry.programMetricsAddr(),
 	}
 	// An explicit 0 turns admission or eviction off (deepctr's -1); unset
 	// flags leave the model's defaults.

@@ -31,7 +31,7 @@ func dataFile(flag, name, dataDir string) (string, error) {
 
 // runLDA: --train_data is the LDA-C corpus (its vocab.txt beside it),
 // --train_steps the Gibbs sweeps, --seed the samplers' seed.
-func runLDA(ctx context.Context, c trainer.Config) error {
+func runLDA(ctx context.Context, c trainer.Config, f *trainFlags) error {
 	if c.Sync {
 		return &trainer.ConfigError{Err: fmt.Errorf("--model=lda trains asynchronously (each count delta is added; a synchronous step would average them): drop --sync_replicas")}
 	}
@@ -40,14 +40,14 @@ func runLDA(ctx context.Context, c trainer.Config) error {
 		return err
 	}
 	_, err = lda.Run(ctx, lda.Config{TFConfig: tfConfigOf(c.Cluster), Corpus: corpus, Sweeps: int(c.TrainSteps),
-		Seed: c.Data.Seed, ResultFile: c.ResultFile, Logf: c.Logf})
+		Seed: c.Data.Seed, ResultFile: c.ResultFile, Logf: c.Logf, MetricsAddr: f.telemetry.programMetricsAddr()})
 	return err
 }
 
 // runLBFGS: --train_data and --test_data are LIBSVM files, --num_features
 // d, --train_steps the most L-BFGS iterations; it trains synchronously
 // whatever --sync_replicas says (each evaluation needs every worker's sums).
-func runLBFGS(ctx context.Context, c trainer.Config) error {
+func runLBFGS(ctx context.Context, c trainer.Config, f *trainFlags) error {
 	if c.Data.InputFormat != "libsvm" {
 		return &trainer.ConfigError{Err: fmt.Errorf("--model=logreg_lbfgs reads LIBSVM files: want --input_format=libsvm, not %q", c.Data.InputFormat)}
 	}
@@ -65,6 +65,6 @@ func runLBFGS(ctx context.Context, c trainer.Config) error {
 		}
 	}
 	_, err = lbfgs.Run(ctx, lbfgs.Config{TFConfig: tfConfigOf(c.Cluster), Train: train, Test: test, NumFeatures: int(c.Data.NumFeatures),
-		MaxIterations: int(c.TrainSteps), ResultFile: c.ResultFile, Logf: c.Logf})
+		MaxIterations: int(c.TrainSteps), ResultFile: c.ResultFile, Logf: c.Logf, MetricsAddr: f.telemetry.programMetricsAddr()})
 	return err
 }

@@ -27,6 +27,7 @@ func runMF(ctx context.Context, cfg trainer.Config, f *trainFlags) error {
 		Optimizer: publicOptimizer(cfg), Seed: f.seed, Sync: cfg.Sync,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps, StepsToValidate: cfg.StepsToValidate,
 		ResultFile: cfg.ResultFile, StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: f.telemetry.programMetricsAddr(),
 	}
 	if _, err := mf.Train(ctx, mc); errors.Is(err, mf.ErrInput) {
 		return &trainer.ConfigError{Err: err}

@@ -20,8 +20,8 @@ import (
 var programs = map[string]func(ctx context.Context, cfg trainer.Config, f *trainFlags) error{
 	"mf":           runMF,
 	"deep_ctr":     runDeepCTR,
-	"lda":          func(ctx context.Context, c trainer.Config, _ *trainFlags) error { return runLDA(ctx, c) },
-	"logreg_lbfgs": func(ctx context.Context, c trainer.Config, _ *trainFlags) error { return runLBFGS(ctx, c) },
+	"lda":          func(ctx context.Context, c trainer.Config, f *trainFlags) error { return runLDA(ctx, c, f) },
+	"logreg_lbfgs": func(ctx context.Context, c trainer.Config, f *trainFlags) error { return runLBFGS(ctx, c, f) },
 }
 
 // tfConfigOf writes a resolved cluster back in TF_CONFIG's form, which is

@@ -514,7 +514,8 @@ done, which paramserv local treats as a death by signal and restarts.
 			return 1
 		}
 	}
-	stopTelemetry, err := f.telemetry.start(&cfg, f.tls.files.Any(), logf)
+	program, isProgram := programs[f.model]
+	stopTelemetry, err := f.telemetry.start(&cfg, f.tls.files.Any(), isProgram && !f.perf.standalone, logf)
 	if err != nil {
 		fmt.Fprintf(stderr, "paramserv train: %v\n", err)
 		return 2
@@ -527,7 +528,6 @@ done, which paramserv local treats as a death by signal and restarts.
 	}
 	defer stopProfile()
 	cfg.Data.Stop = ctx.Done() // a signal ends a long load of the data too
-	program, isProgram := programs[f.model]
 	switch {
 	case f.perf.standalone:
 		err = trainer.RunStandalone(ctx, cfg.Config)

@@ -91,6 +91,9 @@ type Config struct {
 
 	StartupTimeout, RecoveryTimeout time.Duration
 	Logf                            func(format string, args ...any)
+	// MetricsAddr is paramserv.Config's: where the worker serves its
+	// metrics ("" reads PARAMSERV_METRICS_ADDR, "off" serves none).
+	MetricsAddr string
 }
 
 // Defaults returns cfg with its zero fields set to the defaults.
@@ -370,6 +373,7 @@ func startWorker(ctx context.Context, cfg Config, m *model, fields int) (*params
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: cfg.MetricsAddr,
 	}, m.init(cfg.Seed))
 }
 
@@ -400,6 +404,7 @@ func (m *model) train(ctx context.Context, w *paramserv.Worker, data *Examples, 
 			return local, err
 		}
 		loss := m.step(data, batch, params, grads)
+		w.ReportLoss(loss, len(batch)) // the metrics and paramserv local's progress line
 		lossSum, lossN = lossSum+loss, lossN+1
 		if _, err := w.PushPullRows(ctx, grads, params, m.grads); err != nil {
 			return local, err

@@ -63,6 +63,9 @@ type Config struct {
 	// objective, iterations, evaluations, grad_norm, test_accuracy, ...
 	ResultFile string
 	Logf       func(format string, args ...any)
+	// MetricsAddr is paramserv.Config's: where the worker serves its
+	// metrics ("" reads PARAMSERV_METRICS_ADDR, "off" serves none).
+	MetricsAddr string
 }
 
 func (c *Config) defaults() {
@@ -306,9 +309,10 @@ func startWorker(ctx context.Context, cfg Config) (w *paramserv.Worker, d int, e
 		},
 		// A step sets p -= mean of the pushes; pushes are scaled by the
 		// number of workers so that it is their sum.
-		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
-		Sync:      true,
-		Logf:      cfg.Logf,
+		Optimizer:   paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+		Sync:        true,
+		Logf:        cfg.Logf,
+		MetricsAddr: cfg.MetricsAddr,
 	}, paramserv.Params{point: make([]float32, d), sums: make([]float32, d+1+4), ctl: {0, 0}})
 	if err != nil {
 		return nil, 0, err

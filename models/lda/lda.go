@@ -69,6 +69,9 @@ type Config struct {
 	// perplexity, train_tokens, count_sum, topic_count_sum, ...
 	ResultFile string
 	Logf       func(format string, args ...any)
+	// MetricsAddr is paramserv.Config's: where the worker serves its
+	// metrics ("" reads PARAMSERV_METRICS_ADDR, "off" serves none).
+	MetricsAddr string
 }
 
 func (c *Config) defaults() {
@@ -307,8 +310,9 @@ func startWorker(ctx context.Context, cfg Config) (*paramserv.Worker, error) {
 		Tables:    []paramserv.Table{{Name: wordTopic, Dim: K}, {Name: started, Dim: 1}},
 		Variables: []paramserv.Variable{{Name: topicCount, Shape: []int{K}}, {Name: finished, Shape: []int{1}}},
 		// p -= 1*g: a push of -delta adds delta, exactly (see the package doc).
-		Optimizer: paramserv.Optimizer{Name: "sgd", LearningRate: 1},
-		Logf:      cfg.Logf,
+		Optimizer:   paramserv.Optimizer{Name: "sgd", LearningRate: 1},
+		Logf:        cfg.Logf,
+		MetricsAddr: cfg.MetricsAddr,
 	}, paramserv.Params{topicCount: make([]float32, K), finished: {0}})
 	if err != nil {
 		return nil, err

@@ -94,6 +94,9 @@ type Config struct {
 
 	StartupTimeout, RecoveryTimeout time.Duration
 	Logf                            func(format string, args ...any)
+	// MetricsAddr is paramserv.Config's: where the worker serves its
+	// metrics ("" reads PARAMSERV_METRICS_ADDR, "off" serves none).
+	MetricsAddr string
 }
 
 // Defaults returns cfg with its zero fields set to the defaults.
@@ -232,6 +235,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync,
 		CheckpointDir: cfg.CheckpointDir, SaveSteps: cfg.SaveSteps,
 		StartupTimeout: cfg.StartupTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logf: cfg.Logf,
+		MetricsAddr: cfg.MetricsAddr,
 	}, paramserv.Params{"mu": {float32(mean)}})
 	if err != nil {
 		return Result{}, err
@@ -267,6 +271,9 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		se := m.gradients(batch, params["mu"][0], grads)
+		if len(batch) > 0 {
+			w.ReportLoss(se/float64(len(batch)), len(batch)) // mean squared error: the metrics and paramserv local's progress line
+		}
 		sqErr, seen = sqErr+se, seen+len(batch)
 		if _, err := w.PushPullRows(ctx, grads, params, m.gradRows()); err != nil {
 			return Result{}, err
