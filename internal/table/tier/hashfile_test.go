@@ -55,6 +55,18 @@ func viewContents(t *testing.T, v rowView) map[uint64]string {
 // and views taken between batches that keep seeing the rows of their time
 // while the writes go on (copy on write), then released.
 func TestHashFileRoundTrip(t *testing.T) {
+	// Spans of pages: none (each page alone), the default, and one span for
+	// the whole file.
+	for _, gap := range []int{0, spanGap, spanMax} {
+		t.Run(fmt.Sprintf("gap%d", gap), func(t *testing.T) {
+			defer func(g int) { spanGap = g }(spanGap)
+			spanGap = gap
+			testHashFileRoundTrip(t)
+		})
+	}
+}
+
+func testHashFileRoundTrip(t *testing.T) {
 	for _, rowLen := range []int{76, 3000} { // 48 slots a page; 16 slots of a larger page
 		t.Run(fmt.Sprint(rowLen), func(t *testing.T) {
 			e := &hashEngine{dir: "s", fs: vfs.NewMem()}
