@@ -139,7 +139,7 @@ type hashFile struct {
 
 	alloc    int64 // the file's bytes reserved (grow)
 	buf, old []byte
-	span     []byte // a write's span of pages (hashsweep.go)
+	span     []byte // a write's or a lookup's span of pages, under mu (hashsweep.go)
 }
 
 // hashKey is the page-finding hash of a key: splitmix64's finaliser, a
@@ -352,30 +352,6 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 	}
 	if err := flush(); err != nil {
 		return fail(err)
-	}
-	return nil
-}
-
-// get calls fn(i, row) for each of keys found (row only valid during fn).
-func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
-	if err := h.e.Err(); err != nil {
-		return err
-	}
-	p := make([]byte, h.page)
-	h.mu.Lock() // located is written
-	defer h.mu.Unlock()
-	for i, k := range keys {
-		id := h.pageOf(k)
-		if h.occ[id] == 0 {
-			continue
-		}
-		if err := h.readPage(h.f, int64(id)*int64(h.page), p, id, h.occ[id]); err != nil {
-			return err
-		}
-		if s := h.find(p, h.occ[id], k); s >= 0 {
-			h.located[k] = id*hashSlotsMax + uint32(s)
-			fn(i, p[s*h.slot+12:(s+1)*h.slot])
-		}
 	}
 	return nil
 }
