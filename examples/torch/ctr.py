@@ -179,10 +179,11 @@ def main():
 
     def prefetch(idx):
         # Each Embedding pulls the rows of a future batch in the
-        # background; a forward pass takes the oldest prefetch.
-        with_step = args.prefetch == "step"
-        model.module.wide.prefetch(x[idx], with_step=with_step)
-        model.module.deep.prefetch(x[idx], with_step=with_step)
+        # background; a forward pass takes the oldest prefetch. Given the
+        # same array, the second finds the distinct keys the first found.
+        with_step, ids = args.prefetch == "step", x[idx]
+        model.module.wide.prefetch(ids, with_step=with_step)
+        model.module.deep.prefetch(ids, with_step=with_step)
 
     idx = next_batch()
     if args.prefetch:

@@ -6,8 +6,10 @@
 //	CGO_ENABLED=1 go build -buildmode=c-shared -o libparamserv.so ./python/native
 //
 // Every function takes a handle, an integer naming a session in a Go map
-// (cgo forbids handing Go pointers to C). A function returns 0 on success
-// and -1 on failure, after which ps_error(h) is the message. Dense values
+// (cgo forbids handing Go pointers to C); ps_push_pull_call takes a
+// ps_call, a struct the caller fills once and passes at every step, the
+// handle in it. A function returns 0 on success and -1 on failure, after
+// which ps_error(h) is the message. Dense values
 // pass as float** (one C-contiguous float32 buffer per variable, in the
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
@@ -24,6 +26,28 @@ package main
 /*
 #include <stdint.h>
 #include <stdlib.h>
+
+// ps_call holds ps_push_pull_tables' arguments, so that a caller that makes
+// the same call at every step (Python's Client.push_pull) fills it once,
+// changes the fields that change, and passes one pointer: the library
+// writes the new global step into step.
+typedef struct {
+	int64_t handle;
+	float **grads;
+	float **params;
+	int32_t n;
+	int32_t nt;
+	char **tables;
+	uint64_t **keys;
+	int64_t *nkeys;
+	float **row_grads;
+	int32_t np;
+	char **ptables;
+	uint64_t **pkeys;
+	int64_t *pnkeys;
+	float **pout;
+	int64_t step;
+} ps_call;
 */
 import "C"
 
@@ -34,6 +58,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,16 +136,24 @@ type handle struct {
 	live atomic.Pointer[session.Session]
 	addr *C.char
 
+	// gmap and pmap are the maps of the calls made on the caller's
+	// thread, reused from call to call (guarded by mu), and gptr and pptr
+	// the buffers they hold: a program passes the same buffers every step,
+	// and the maps are then left as they are.
+	gmap, pmap model.Params
+	gptr, pptr []*C.float
+
 	// Calls running on goroutines of their own (ps_pull_rows_start), by
-	// ticket; tmu guards tickets, nextTicket, tail and closing, apart
-	// from mu, which such a call holds while it runs. tail is closed when
-	// the latest of them has returned (each waits for the one before it),
-	// so that a call made after them runs after them. running counts them
-	// for ps_close, which sets closing first.
+	// ticket; tmu guards tickets, nextTicket, tail's writes and closing,
+	// apart from mu, which such a call holds while it runs. tail is closed
+	// when the latest of them has returned (each waits for the one before
+	// it), so that a call made after them runs after them; it is read
+	// without tmu. running counts them for ps_close, which sets closing
+	// first.
 	tmu        sync.Mutex
 	tickets    map[int64]*ticket
 	nextTicket int64
-	tail       chan struct{}
+	tail       atomic.Pointer[chan struct{}]
 	closing    bool
 	running    sync.WaitGroup
 }
@@ -135,9 +168,11 @@ type ticket struct {
 	msg  *C.char
 }
 
+// handles maps a handle's number to it. A call reads the map without a
+// lock; ps_open and ps_close, holding mu, replace it with a copy.
 var (
-	mu      sync.Mutex
-	handles = map[int64]*handle{}
+	mu      sync.Mutex // guards next and the writes of handles
+	handles atomic.Pointer[map[int64]*handle]
 	next    int64
 )
 
@@ -156,9 +191,26 @@ func configured(hd C.int64_t) (*handle, C.int64_t) {
 }
 
 func get(h C.int64_t) *handle {
-	mu.Lock()
-	defer mu.Unlock()
-	return handles[int64(h)]
+	if m := handles.Load(); m != nil {
+		return (*m)[int64(h)]
+	}
+	return nil
+}
+
+// setHandle makes n name h, or nothing when h is nil; mu is held.
+func setHandle(n int64, h *handle) {
+	m := map[int64]*handle{}
+	if old := handles.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	if h == nil {
+		delete(m, n)
+	} else {
+		m[n] = h
+	}
+	handles.Store(&m)
 }
 
 func (h *handle) fail(err error) C.int {
@@ -255,7 +307,7 @@ func ps_open(cfgJSON *C.char) C.int64_t {
 	mu.Lock()
 	defer mu.Unlock()
 	next++
-	handles[next] = h
+	setHandle(next, h)
 	return C.int64_t(next)
 }
 
@@ -309,11 +361,8 @@ func lock(hd C.int64_t, needSession bool) (*handle, C.int) {
 		return nil, -2
 	}
 	// After the background pulls started before this call.
-	h.tmu.Lock()
-	tail := h.tail
-	h.tmu.Unlock()
-	if tail != nil {
-		<-tail
+	if tail := h.tail.Load(); tail != nil {
+		<-*tail
 	}
 	h.mu.Lock()
 	switch {
@@ -346,6 +395,20 @@ func (h *handle) params(bufs **C.float, n C.int) (model.Params, error) {
 		}
 		p[v.Name] = unsafe.Slice((*float32)(unsafe.Pointer(ptrs[i])), v.Size())
 	}
+	return p, nil
+}
+
+// reused is params, into *m, the map of the call before, which is left as
+// it is when the buffers are that call's (*last); mu is held.
+func (h *handle) reused(bufs **C.float, n C.int, m *model.Params, last *[]*C.float) (model.Params, error) {
+	if bufs != nil && *m != nil && int(n) == len(*last) && slices.Equal(unsafe.Slice(bufs, int(n)), *last) {
+		return *m, nil
+	}
+	p, err := h.params(bufs, n)
+	if err != nil || p == nil {
+		return p, err
+	}
+	*m, *last = p, append((*last)[:0], unsafe.Slice(bufs, int(n))...)
 	return p, nil
 }
 
@@ -490,7 +553,7 @@ func ps_push_pull_rows(hd C.int64_t, grads, params **C.float, n C.int,
 		return rc
 	}
 	defer h.mu.Unlock()
-	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	rows, g, p, err := h.pushPullArgs(true, grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -519,7 +582,7 @@ func ps_push_pull_tables(hd C.int64_t, grads, params **C.float, n C.int,
 		return rc
 	}
 	defer h.mu.Unlock()
-	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	rows, g, p, err := h.pushPullArgs(true, grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	var pull []session.Rows
 	if err == nil {
 		pull, err = h.rowList("pull_rows", np, ptables, pkeys, pnkeys, pout)
@@ -537,6 +600,19 @@ func ps_push_pull_tables(hd C.int64_t, grads, params **C.float, n C.int,
 	return 0
 }
 
+// ps_push_pull_call is ps_push_pull_tables with its arguments in c, and
+// the new global step written into c->step: -2 for a NULL c or an
+// unknown handle.
+//
+//export ps_push_pull_call
+func ps_push_pull_call(c *C.ps_call) C.int {
+	if c == nil {
+		return -2
+	}
+	return ps_push_pull_tables(c.handle, c.grads, c.params, C.int(c.n), C.int(c.nt), c.tables, c.keys, c.nkeys, c.row_grads,
+		C.int(c.np), c.ptables, c.pkeys, c.pnkeys, c.pout, &c.step)
+}
+
 // ps_push pushes grads (and, as ps_push_pull_rows, the gradients of rows
 // of nt tables) as this worker's step without reading values back; in sync
 // mode it returns once the step has completed.
@@ -549,7 +625,7 @@ func ps_push(hd C.int64_t, grads **C.float, n C.int,
 		return rc
 	}
 	defer h.mu.Unlock()
-	rows, g, _, err := h.pushPullArgs(grads, nil, n, nt, tables, keys, nkeys, rowGrads)
+	rows, g, _, err := h.pushPullArgs(true, grads, nil, n, nt, tables, keys, nkeys, rowGrads)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -564,18 +640,28 @@ func ps_push(hd C.int64_t, grads **C.float, n C.int,
 }
 
 // pushPullArgs makes Go slices over a push+pull's buffers (the handle's
-// declaration is all it reads); params NULL for a push alone.
-func (h *handle) pushPullArgs(grads, params **C.float, n C.int,
+// declaration is all it reads); params NULL for a push alone. With reuse,
+// for a call made holding mu, the dense maps are the handle's.
+func (h *handle) pushPullArgs(reuse bool, grads, params **C.float, n C.int,
 	nt C.int, tables **C.char, keys **C.uint64_t, nkeys *C.int64_t, rowGrads **C.float) ([]session.Rows, model.Params, model.Params, error) {
 	rows, err := h.rowList("rows", nt, tables, keys, nkeys, rowGrads)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	g, err := h.params(grads, n)
+	var g, p model.Params
+	if reuse {
+		g, err = h.reused(grads, n, &h.gmap, &h.gptr)
+	} else {
+		g, err = h.params(grads, n)
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	p, err := h.params(params, n)
+	if reuse {
+		p, err = h.reused(params, n, &h.pmap, &h.pptr)
+	} else {
+		p, err = h.params(params, n)
+	}
 	if err == nil && ((p == nil && params != nil) || g == nil) {
 		err = errors.New("paramserv: push_pull: no buffers")
 	}
@@ -678,7 +764,7 @@ func ps_push_pull_rows_start(hd C.int64_t, grads, params **C.float, n C.int,
 	if h == nil {
 		return code
 	}
-	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	rows, g, p, err := h.pushPullArgs(false, grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
 		return s.PushPullRows(callCtx(), g, p, rows)
 	})
@@ -696,7 +782,7 @@ func ps_push_pull_tables_start(hd C.int64_t, grads, params **C.float, n C.int,
 	if h == nil {
 		return code
 	}
-	rows, g, p, err := h.pushPullArgs(grads, params, n, nt, tables, keys, nkeys, rowGrads)
+	rows, g, p, err := h.pushPullArgs(false, grads, params, n, nt, tables, keys, nkeys, rowGrads)
 	var pull []session.Rows
 	if err == nil {
 		pull, err = h.rowList("pull_rows", np, ptables, pkeys, pnkeys, pout)
@@ -723,15 +809,15 @@ func (h *handle) background(what string, err error, call func(*session.Session) 
 	id := h.nextTicket
 	h.tickets[id] = t
 	h.running.Add(1)
-	prev, mine := h.tail, make(chan struct{})
-	h.tail = mine
+	mine := make(chan struct{})
+	prev := h.tail.Swap(&mine)
 	h.tmu.Unlock()
 	go func() {
 		defer h.running.Done()
 		defer close(t.done)
 		defer close(mine)
 		if prev != nil {
-			<-prev
+			<-*prev
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -926,20 +1012,31 @@ func ps_done(hd C.int64_t) C.int {
 // (a synchronous step that waits for the other workers, a recovery) holds
 // the Python thread that called it, which sees Ctrl-C only once the call
 // returns.
+// A call reads cur without the lock; mu orders its replacements.
 var interrupts struct {
-	mu     sync.Mutex
+	mu  sync.Mutex
+	cur atomic.Pointer[callScope]
+}
+
+// callScope is a context and its cancel.
+type callScope struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
 // callCtx is the context a call starts with: cancelled by the next SIGINT.
 func callCtx() context.Context {
+	if c := interrupts.cur.Load(); c != nil {
+		return c.ctx
+	}
 	interrupts.mu.Lock()
 	defer interrupts.mu.Unlock()
-	if interrupts.ctx == nil {
-		interrupts.ctx, interrupts.cancel = context.WithCancel(context.Background())
+	if c := interrupts.cur.Load(); c != nil {
+		return c.ctx
 	}
-	return interrupts.ctx
+	ctx, cancel := context.WithCancel(context.Background())
+	interrupts.cur.Store(&callScope{ctx: ctx, cancel: cancel})
+	return ctx
 }
 
 // interrupt cancels the calls in flight; the calls made after it start
@@ -947,10 +1044,9 @@ func callCtx() context.Context {
 func interrupt() {
 	interrupts.mu.Lock()
 	defer interrupts.mu.Unlock()
-	if interrupts.cancel != nil {
-		interrupts.cancel()
+	if c := interrupts.cur.Swap(nil); c != nil {
+		c.cancel()
 	}
-	interrupts.ctx, interrupts.cancel = nil, nil
 }
 
 // ps_watch_interrupts reads the signal numbers Python writes to its wakeup
@@ -987,8 +1083,10 @@ func ps_watch_interrupts(fd C.int) C.int {
 //export ps_close
 func ps_close(hd C.int64_t) C.int {
 	mu.Lock()
-	h := handles[int64(hd)]
-	delete(handles, int64(hd))
+	h := get(hd)
+	if h != nil {
+		setHandle(int64(hd), nil)
+	}
 	mu.Unlock()
 	if h == nil {
 		return -2

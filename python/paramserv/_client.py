@@ -25,6 +25,20 @@ _lib = None
 _lib_lock = threading.Lock()
 _lib_pid = None
 _FLOAT32 = np.dtype(np.float32)
+# Set in a child forked (os.fork, multiprocessing) after the library was
+# loaded: the calls of a step check this flag rather than ask the kernel
+# for the pid (a system call, 2 us on a virtual machine); the others
+# (_check_fork) ask as well.
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    if _lib_pid is not None:
+        _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ParamservError(RuntimeError):
@@ -40,7 +54,7 @@ def _library_path() -> str:
 
 
 def _check_fork() -> None:
-    if _lib_pid is not None and _lib_pid != os.getpid():
+    if _forked or (_lib_pid is not None and _lib_pid != os.getpid()):
         raise ParamservError(
             "paramserv: this process was forked after the client library was loaded (a DataLoader "
             "worker?): the Go runtime does not survive a fork; call the client only from "
@@ -93,6 +107,7 @@ def _load():
             "ps_push_pull_tables": (i32, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                           ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                           ctypes.POINTER(i64), fpp, ctypes.POINTER(i64)]),
+            "ps_push_pull_call": (i32, None),  # one _PushPullCall pointer, passed with byref
             "ps_push_pull_tables_start": (i64, [i64, fpp, fpp, i32, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                                 ctypes.POINTER(i64), fpp, i32, ctypes.POINTER(ctypes.c_char_p), fpp,
                                                 ctypes.POINTER(i64), fpp]),
@@ -228,6 +243,30 @@ def _own_optimizer(what: str, o: Any) -> dict:
     return dict(o)
 
 
+class _PushPullCall(ctypes.Structure):
+    """ps_call (python/native): ps_push_pull_tables' arguments, filled once
+    and changed where a call's differ from the call before, so that a step
+    passes the library one pointer."""
+
+    _fields_ = [
+        ("handle", ctypes.c_int64),
+        ("grads", ctypes.POINTER(ctypes.c_void_p)),
+        ("params", ctypes.POINTER(ctypes.c_void_p)),
+        ("n", ctypes.c_int32),
+        ("nt", ctypes.c_int32),
+        ("tables", ctypes.POINTER(ctypes.c_char_p)),
+        ("keys", ctypes.POINTER(ctypes.c_void_p)),
+        ("nkeys", ctypes.POINTER(ctypes.c_int64)),
+        ("row_grads", ctypes.POINTER(ctypes.c_void_p)),
+        ("np", ctypes.c_int32),
+        ("ptables", ctypes.POINTER(ctypes.c_char_p)),
+        ("pkeys", ctypes.POINTER(ctypes.c_void_p)),
+        ("pnkeys", ctypes.POINTER(ctypes.c_int64)),
+        ("pout", ctypes.POINTER(ctypes.c_void_p)),
+        ("step", ctypes.c_int64),
+    ]
+
+
 def _check_array(what: str, a: Any, shape: Tuple[int, ...], writable: bool) -> np.ndarray:
     """Returns a if it is a C-contiguous float32 array of shape, else raises
     a ValueError naming what and what was expected."""
@@ -350,6 +389,7 @@ class Client:
                 raise ValueError(f"paramserv: variable name {name!r}: want a non-empty string")
             self._shapes[name] = _shape(name, shape)
         self._names = list(self._shapes)
+        self._shape_list = [self._shapes[n] for n in self._names]
         self._dims: Dict[str, int] = {}
         if tables is not None and not isinstance(tables, Mapping):
             raise ValueError(f"paramserv: tables: got {type(tables).__name__}, want a dict of name: dim")
@@ -470,7 +510,21 @@ class Client:
             raise ValueError(f"paramserv: replicas_to_aggregate {replicas_to_aggregate}: more than the cluster's "
                              f"{self.num_workers} workers")
         self._started = False
+        self._live = False  # started and not closed: what a call checks first
         self._done = False
+        # push_pull's arguments for the library, kept from call to call:
+        # the struct, the (arrays, pointers) pairs of _dense it holds, and
+        # whether it holds rows and pulled rows (all guarded by _lock).
+        self._call = _PushPullCall(handle=self._h, n=len(self._names))
+        self._call_ref = ctypes.byref(self._call)
+        self._call_fn = self._lib.ps_push_pull_call
+        self._call_g: Any = None
+        self._call_p: Any = None
+        self._call_rows = self._call_pulls = False
+        # The buffers of the latest grads and params, as _dense returns them.
+        self._seen_g: Any = None
+        self._seen_p: Any = None
+        self._table_names = {n: n.encode() for n in self._dims}
         self._checkpoint_dir: Optional[str] = cfg["checkpoint_dir"] or None
         self._optimizer: Dict[str, Any] = opt  # the job's rule, as sent
 
@@ -533,6 +587,11 @@ class Client:
     # -- helpers ----------------------------------------------------------
 
     def _need_started(self) -> None:
+        """Raises unless the client is started and not closed, in the process
+        that made it (a call that checks ``_forked or not self._live``
+        itself calls it only when that is true)."""
+        if self._live and not _forked:
+            return
         _check_fork()
         if self._closed:
             raise ParamservError("paramserv: the client is closed")
@@ -573,6 +632,28 @@ class Client:
             known[id(a)] = (a, ptrs[i])
         return ptrs
 
+    def _dense(self, arrays: Mapping[str, np.ndarray], what: str, writable: bool, last: Any) -> Any:
+        """_buffers with the buffers of the call before: last is that call's
+        (arrays in declared order, pointers), returned as it is when arrays
+        holds the same arrays and they pass _buffers' checks still (an
+        array is not resized while the client holds it, so its data stays
+        where it was). Else it returns the new pair."""
+        if last is not None:
+            held = last[0]
+            try:
+                if len(arrays) == len(held):
+                    for n, shape, a in zip(self._names, self._shape_list, held):
+                        b = arrays[n]
+                        if (b is not a or b.dtype is not _FLOAT32 or b.shape != shape
+                                or not (f := b.flags).c_contiguous or (writable and not f.writeable)):
+                            break
+                    else:
+                        return last
+            except Exception:  # not a mapping, a name missing: _buffers says what is wrong
+                pass
+        ptrs = self._buffers(arrays, what, writable)
+        return [arrays[n] for n in self._names], ptrs
+
     # -- the calls --------------------------------------------------------
 
     def start(self, init: Optional[Mapping[str, np.ndarray]] = None) -> int:
@@ -598,16 +679,18 @@ class Client:
             if self._lib.ps_start(self._h, ptrs, n) != 0:
                 self._raise()
         self._started = True
+        self._live = not self._closed
         return self.step
 
     def pull(self, params: Mapping[str, np.ndarray]) -> int:
         """Reads every variable into ``params[name]`` (in place) and returns
         the global step of the values read."""
-        ptrs = self._buffers(params, "params", writable=True)
-        self._need_started()
+        p = self._seen_p = self._dense(params, "params", True, self._seen_p)
+        if _forked or not self._live:
+            self._need_started()
         step = ctypes.c_int64()
         with self._lock:
-            if self._lib.ps_pull(self._h, ptrs, len(self._names), ctypes.byref(step)) != 0:
+            if self._lib.ps_pull(self._h, p[1], len(self._names), ctypes.byref(step)) != 0:
                 self._raise()
         return step.value
 
@@ -644,13 +727,35 @@ class Client:
         gradient holding a NaN or an Inf is refused whole (ParamservError):
         nothing is applied, on any ps.
         """
-        args = self._push_pull_args(grads, params, rows) + self._pull_rows_args(pull_rows)
-        self._need_started()
-        step = ctypes.c_int64()
+        g = self._seen_g = self._dense(grads, "grads", False, self._seen_g)
+        p = self._seen_p = self._dense(params, "params", True, self._seen_p)
+        r = self._row_args(rows) if rows else None
+        pr = self._pull_rows_args(pull_rows) if pull_rows else None
+        if _forked or not self._live:
+            self._need_started()
         with self._lock:
-            if self._lib.ps_push_pull_tables(self._h, *args, ctypes.byref(step)) != 0:
+            # The struct changes only where this call differs from the one
+            # before: a step passes the library one pointer.
+            c = self._call
+            if self._call_g is not g:
+                c.grads, self._call_g = g[1], g
+            if self._call_p is not p:
+                c.params, self._call_p = p[1], p
+            if r is not None:
+                c.nt, c.tables, c.keys, c.nkeys, c.row_grads = r
+                self._call_rows = True
+            elif self._call_rows:
+                c.nt, c.tables, c.keys, c.nkeys, c.row_grads = 0, None, None, None, None
+                self._call_rows = False
+            if pr is not None:
+                c.np, c.ptables, c.pkeys, c.pnkeys, c.pout = pr
+                self._call_pulls = True
+            elif self._call_pulls:
+                c.np, c.ptables, c.pkeys, c.pnkeys, c.pout = 0, None, None, None, None
+                self._call_pulls = False
+            if self._call_fn(self._call_ref) != 0:
                 self._raise()
-        return step.value
+            return c.step
 
     def push(self, grads: Mapping[str, np.ndarray],
              rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> int:
@@ -665,11 +770,13 @@ class Client:
         from (that push is lost). A gradient holding a NaN or an Inf is
         refused whole (ParamservError).
         """
-        g, _, n, nt, names, keys, nkeys, vals = self._push_pull_args(grads, None, rows)
-        self._need_started()
+        g = self._seen_g = self._dense(grads, "grads", False, self._seen_g)
+        nt, names, keys, nkeys, vals = self._row_args(rows) if rows else (0, None, None, None, None)
+        if _forked or not self._live:
+            self._need_started()
         step = ctypes.c_int64()
         with self._lock:
-            if self._lib.ps_push(self._h, g, n, nt, names, keys, nkeys, vals, ctypes.byref(step)) != 0:
+            if self._lib.ps_push(self._h, g[1], len(self._names), nt, names, keys, nkeys, vals, ctypes.byref(step)) != 0:
                 self._raise()
         return step.value
 
@@ -680,6 +787,11 @@ class Client:
         p = None if params is None else self._buffers(params, "params", writable=True)
         if not rows:
             return g, p, len(self._names), 0, None, None, None, None
+        return (g, p, len(self._names)) + self._row_args(rows)
+
+    def _row_args(self, rows):
+        """The C arguments of a push's rows (nt, tables, keys, nkeys,
+        grads), checked."""
         rows = list(rows)
         nt = len(rows)
         names = (ctypes.c_char_p * max(nt, 1))()
@@ -691,8 +803,8 @@ class Client:
             except (TypeError, ValueError):
                 raise ValueError(f"paramserv: push_pull rows[{i}]: want a (table, keys, grads) tuple") from None
             keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull rows", writable=False)
-            names[i] = table.encode()
-        return g, p, len(self._names), nt, names, keys, nkeys, vals
+            names[i] = self._table_names[table]
+        return nt, names, keys, nkeys, vals
 
     def _pull_rows_args(self, pull_rows):
         """The C arguments of a push+pull's pulled rows, checked."""
@@ -713,7 +825,7 @@ class Client:
                 raise ValueError(f"paramserv: push_pull pull_rows: table {table!r} twice: give each table once, with all its keys")
             seen.add(table)
             keys[i], nkeys[i], vals[i] = self._rows(table, k, v, "push_pull pull_rows", writable=True)
-            names[i] = table.encode()
+            names[i] = self._table_names[table]
         return nt, names, keys, nkeys, vals
 
     def _rows(self, table: str, keys: np.ndarray, values: np.ndarray, what: str, writable: bool):
@@ -835,7 +947,8 @@ class Client:
         """Waits up to timeout (None: for ever) for a background call;
         returns None while it runs, else (ok, error message, step) and
         forgets it."""
-        _check_fork()
+        if _forked:
+            _check_fork()
         rc = self._lib.ps_ticket_wait(self._h, ticket, -1.0 if timeout is None else max(0.0, float(timeout)))
         if rc == 1:
             return None
@@ -1010,6 +1123,7 @@ class Client:
         for f in calls:
             f.exception()  # waits: the library writes into its buffers
         self._closed = True
+        self._live = False
         with self._lock:
             self._lib.ps_close(self._h)
 
@@ -1149,7 +1263,8 @@ class _CallFuture(Future):
         # lock, waiting in the library: ask the library, which does not
         # consume the ticket. Once the call is over, the waiter completes
         # the future at once: wait for that, not for the call.
-        _check_fork()
+        if _forked:
+            _check_fork()
         if self._client._lib.ps_ticket_wait(self._client._h, self._ticket, 0.0) == 1:
             return False
         with self._finish_lock:

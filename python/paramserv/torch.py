@@ -48,6 +48,10 @@ __all__ = ["DistributedModule", "Embedding", "DistributedSampler"]
 # Tests set it to run a CPU module through the copies a GPU module makes.
 _FORCE_COPIES = False
 
+# The future of a prefetch whose rows a step's push+pull has read: done.
+_LANDED: Future = Future()
+_LANDED.set_result(None)
+
 
 def _host_buffer(shape: Tuple[int, ...], pinned: bool) -> np.ndarray:
     """A float32 host buffer of shape: page-locked (pinned) memory when
@@ -70,7 +74,30 @@ def _flat_ids(ids: Any, copy: bool) -> np.ndarray:
         # astype(uint64) would wrap -1 to 2**64-1 silently: another row.
         i = int(np.argmax(a < 0))
         raise ValueError(f"paramserv.torch.Embedding: id {int(a[i])} at flat position {i} is negative: want ids >= 0")
+    if not copy and a.dtype == np.int64 and a.flags.c_contiguous:
+        # Non-negative int64 (a tensor of ids): the same bits as uint64.
+        return a.view(np.uint64)
     return a.astype(np.uint64, copy=copy)
+
+
+# The distinct keys of the latest prefetch's ids, for an Embedding's
+# prefetch of the same ids (a wide and a deep table): (ids, flat, keys,
+# inverse), ids held so that its id is not reused.
+_last_unique: Any = None
+
+
+def _unique(ids: Any, flat: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """np.unique(flat, return_inverse=True), the keys contiguous: those of
+    the prefetch before when it was given the same ids, holding the same
+    values (the arrays are only read)."""
+    global _last_unique
+    last = _last_unique
+    if last is not None and last[0] is ids and np.array_equal(last[1], flat):
+        return last[2], last[3]
+    keys, inverse = np.unique(flat, return_inverse=True)
+    keys = np.ascontiguousarray(keys)
+    _last_unique = (ids, flat, keys, inverse)
+    return keys, inverse
 
 
 class _Prefetch:
@@ -184,8 +211,8 @@ class Embedding(torch.nn.Module):
         if self._client is None:
             raise RuntimeError(f"paramserv.torch.Embedding {self.table!r}: not inside a started DistributedModule")
         flat = _flat_ids(ids, copy=True)
-        keys, inverse = np.unique(flat, return_inverse=True)
-        pf = _Prefetch(flat, np.ascontiguousarray(keys), inverse, _host_buffer((len(keys), self.dim), self._pinned))
+        keys, inverse = _unique(ids, flat)
+        pf = _Prefetch(flat, keys, inverse, _host_buffer((len(keys), self.dim), self._pinned))
         held = with_step or (self._hold is not None and self._hold(bool(self._prefetched)))
         if not held:
             pf.future = self._client.pull_rows_async(self.table, pf.keys, pf.rows)
@@ -220,7 +247,7 @@ class Embedding(torch.nn.Module):
             keys, inverse = np.unique(flat, return_inverse=True)
             keys = np.ascontiguousarray(keys)
         if pf is not None:
-            if np.array_equal(keys, pf.keys):
+            if keys is pf.keys or np.array_equal(keys, pf.keys):
                 self.prefetch_hits += 1
                 if pf.future is None:
                     # Held back by a step still under way (sync): read now.
@@ -634,10 +661,8 @@ class DistributedModule(torch.nn.Module):
         before = self._step
         step = self.client.push_pull(self._grads, self._params, rows=rows, pull_rows=pulls)
         if rode:
-            landed: Future = Future()
-            landed.set_result(None)
             for pf in rode:
-                pf.future = landed
+                pf.future = _LANDED
         for g in self._grads.values():
             g.fill(0)
         self._to_device()

@@ -290,6 +290,80 @@ def test_sparse_rows_round_trip(make_cluster):
         c.done()
 
 
+def test_push_pull_arguments_change_between_calls(make_cluster):
+    # push_pull hands the library a struct kept from call to call: each
+    # call's buffers and rows are its own, not those of the call before.
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"b": 2}, tables={"emb": 2}, optimizer="sgd", learning_rate=1.0,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"b": np.zeros(2, np.float32)})
+        keys = np.array([3, 9], np.uint64)
+        ones, params = {"b": np.ones(2, np.float32)}, {"b": np.empty(2, np.float32)}
+        out = np.empty((2, 2), np.float32)
+        assert c.push_pull(ones, params, rows=[("emb", keys, np.ones((2, 2), np.float32))],
+                           pull_rows=[("emb", keys, out)]) == 1
+        np.testing.assert_array_equal(out, -1)
+        np.testing.assert_array_equal(params["b"], -1)
+        out[:] = 9
+        assert c.push_pull(ones, params) == 2  # no rows: none pushed, out not written
+        np.testing.assert_array_equal(out, 9)
+        np.testing.assert_array_equal(params["b"], -2)
+        params2 = {"b": np.empty(2, np.float32)}
+        assert c.push_pull(ones, params2, pull_rows=[("emb", keys[:1].copy(), out[:1])]) == 3
+        np.testing.assert_array_equal(out, [[-1, -1], [9, 9]])
+        np.testing.assert_array_equal(params2["b"], -3)
+        np.testing.assert_array_equal(params["b"], -2)  # the buffer of the call before, left alone
+        twos = {"b": np.full(2, 2, np.float32)}
+        assert c.push_pull(twos, params2) == 4
+        np.testing.assert_array_equal(params2["b"], -5)
+        ones["b"][:] = 3  # the same array, new values
+        assert c.push_pull(ones, params2) == 5
+        np.testing.assert_array_equal(params2["b"], -8)
+        got = np.empty((2, 2), np.float32)
+        c.pull_rows("emb", keys, got)
+        np.testing.assert_array_equal(got, -1)  # pushed once
+        # A started client, in a forked child: a step's calls are refused
+        # at once too (they check a flag set at the fork).
+        assert "forked" in _in_child(lambda: c.push_pull(ones, params2))
+        assert "forked" in _in_child(lambda: c.pull(params2))
+        c.done()
+    assert cl.wait() == [0]
+
+
+def test_push_pull_from_two_threads(make_cluster):
+    # The struct push_pull hands the library is the client's: two threads
+    # with buffers of their own each get their own values and rows.
+    import threading
+    cl = make_cluster(num_ps=1, num_workers=1)
+    with Client(variables={"b": 3}, tables={"emb": 1}, optimizer="sgd", learning_rate=1.0,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"b": np.zeros(3, np.float32)})
+        steps, errors = [], []
+
+        def run(key):
+            try:
+                ones, params = {"b": np.ones(3, np.float32)}, {"b": np.empty(3, np.float32)}
+                keys, out = np.array([key], np.uint64), np.empty((1, 1), np.float32)
+                for i in range(200):
+                    step = c.push_pull(ones, params, rows=[("emb", keys, np.ones((1, 1), np.float32))],
+                                       pull_rows=[("emb", keys, out)])
+                    steps.append(step)
+                    assert params["b"][0] == -step, (params["b"], step)
+                    assert out[0, 0] == -(i + 1), (key, i, out)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert sorted(steps) == list(range(1, 401))
+        c.done()
+    assert cl.wait() == [0]
+
+
 @pytest.mark.parametrize("sync", [False, True])
 def test_push_pull_with_pull_rows(make_cluster, sync):
     # pull_rows= reads rows in the push+pull's request, after its push: the

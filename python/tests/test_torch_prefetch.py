@@ -313,3 +313,61 @@ def test_sync_training_with_prefetch_with_step_is_exact(make_cluster):
     _train(make_cluster, prefetch=False, sync=True, steps=60, out=base)
     _train(make_cluster, prefetch=True, sync=True, steps=60, out=got, with_step=True)
     assert got == base
+
+
+def test_prefetches_of_the_same_ids_share_their_distinct_keys():
+    # A wide and a deep table prefetched with the same array: the second
+    # prefetch takes the first's distinct keys, unless the values changed.
+    ids = np.array([[5, 3], [5, 9]], np.int64)
+    k1, i1 = pst._unique(ids, pst._flat_ids(ids, copy=True))
+    k2, i2 = pst._unique(ids, pst._flat_ids(ids, copy=True))
+    assert k2 is k1 and i2 is i1
+    np.testing.assert_array_equal(k1[i1], [5, 3, 5, 9])
+    ids[0, 0] = 7  # the same array, another value
+    k3, i3 = pst._unique(ids, pst._flat_ids(ids, copy=True))
+    np.testing.assert_array_equal(k3, [3, 5, 7, 9])
+    np.testing.assert_array_equal(k3[i3], [7, 3, 5, 9])
+    k4, _ = pst._unique(ids.copy(), pst._flat_ids(ids, copy=True))
+    assert k4 is not k3
+    # A forward pass reads int64 ids in place: no copy.
+    t = torch.tensor([[1, 2], [3, 4]])
+    assert np.shares_memory(pst._flat_ids(t, copy=False), t.numpy())
+    assert not np.shares_memory(pst._flat_ids(t, copy=True), t.numpy())
+    with pytest.raises(ValueError, match="negative"):
+        pst._flat_ids(torch.tensor([1, -2]), copy=False)
+
+
+class _Two(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = pst.Embedding("a", 1, init="normal", init_stddev=0.5, seed=1)
+        self.b = pst.Embedding("b", 2, init="normal", init_stddev=0.5, seed=2)
+        self.lin = torch.nn.Linear(2, 1)
+
+    def forward(self, ids):
+        return self.a(ids), self.b(ids)
+
+
+def test_two_tables_prefetched_with_the_same_ids(make_cluster):
+    cl = make_cluster(num_ps=1, num_workers=1)
+    m = pst.DistributedModule(_Two(), tf_config=cl.tf_config(0), optimizer="sgd", learning_rate=0.1,
+                              startup_timeout=60, quiet=True)
+    try:
+        ids = np.array([[4, 9], [4, 2]], np.int64)
+        for with_step in (False, True):
+            m.module.a.prefetch(ids, with_step=with_step)
+            m.module.b.prefetch(ids, with_step=with_step)
+            if with_step:
+                m.step()
+            a, b = m(torch.from_numpy(ids))
+            for table, got, dim in (("a", a, 1), ("b", b, 2)):
+                want = np.empty((3, dim), np.float32)
+                m.client.pull_rows(table, np.array([2, 4, 9], np.uint64), want)
+                np.testing.assert_array_equal(got.detach().numpy(), want[[[1, 2], [1, 0]]])
+            (a.sum() + b.sum()).backward()
+        assert m.module.a.prefetch_hits == 2 and m.module.b.prefetch_hits == 2
+        m.step()
+        m.done()
+    finally:
+        m.close()
+    assert cl.wait() == [0]
