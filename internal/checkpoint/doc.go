@@ -90,6 +90,9 @@
 // returns once the header is read and checks the file in the background
 // while the caller builds its state from the mapping; the caller keeps
 // nothing until Shard.Verified returns nil (shard.Restore waits for it).
+// The mapping is private and writable: a caller may hold it past its
+// release (Shard.Keep) and write into it copy-on-write, as a restored
+// sparse table does with its keys and index; the file never changes.
 // Readers never panic on bad input and, but for ReadShardOverlapped before
 // Verified, never return data that failed a check: headers are bounded (MaxHeaderSize, and never more than the file
 // holds) and fuzzed (FuzzReadHeader).

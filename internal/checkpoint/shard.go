@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"hash"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/vfs"
 )
@@ -353,6 +356,9 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		s, err := readShard(fsys, cdir, m, k, withData)
 		return s, func() {}, err
 	}
+	refs := &mapRefs{data: data, unmap: unmap}
+	refs.n.Store(1)
+	unmap = refs.readerDone // the reader's hold
 	fail := func(err error) (Shard, func(), error) {
 		unmap()
 		return Shard{}, nil, fmt.Errorf("%s: %w", si.File, err)
@@ -375,6 +381,7 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		if s, err = checkAgainstManifest(hdr, tensors, m, k); err != nil {
 			return fail(err)
 		}
+		s.SetKeep(refs.hold)
 		return s, unmap, nil
 	}
 	done := make(chan struct{})
@@ -406,8 +413,84 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		return Shard{}, nil, err
 	}
 	s.SetVerify(verify)
+	s.SetKeep(refs.hold)
 	free := unmap
 	return s, func() { <-done; free() }, nil
+}
+
+// mapRefs counts the holders of a file's mapping: its reader, and each
+// hold (Shard.Keep: a restored table that keeps keys and index there);
+// the last to let go unmaps it. When the reader lets go before a holder,
+// the pages no holder named are given back (the mapping of a large file
+// would otherwise keep all of it in the process's memory).
+type mapRefs struct {
+	data  []byte
+	unmap func()
+	n     atomic.Int64
+	mu    sync.Mutex
+	held  [][]byte // guarded by mu: the memory the holders named
+}
+
+// hold adds a holder of the memory held (within the mapping) and returns
+// its release, which may be called more than once.
+func (r *mapRefs) hold(held ...[]byte) (release func()) {
+	r.n.Add(1)
+	r.mu.Lock()
+	r.held = append(r.held, held...)
+	r.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(r.drop) }
+}
+
+// readerDone is the reader's release.
+func (r *mapRefs) readerDone() {
+	if r.n.Load() > 1 {
+		r.mu.Lock()
+		dropPagesBut(r.data, r.held)
+		r.mu.Unlock()
+	}
+	r.drop()
+}
+
+func (r *mapRefs) drop() {
+	if r.n.Add(-1) == 0 {
+		r.unmap()
+	}
+}
+
+// dropPagesBut gives back the whole memory pages of the mapping data that
+// hold none of the bytes of keep (dropPages).
+func dropPagesBut(data []byte, keep [][]byte) {
+	if len(data) == 0 {
+		return
+	}
+	const page = 4096
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	type span struct{ lo, hi uintptr } // offsets in data, rounded out to pages
+	var spans []span
+	for _, k := range keep {
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(k)))
+		if len(k) == 0 || p < base || p-base >= uintptr(len(data)) {
+			continue
+		}
+		lo := (p - base) &^ (page - 1)
+		hi := min(uintptr(len(data)), (p-base+uintptr(len(k))+page-1)&^(page-1))
+		spans = append(spans, span{lo, hi})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	at := uintptr(0) // the first byte not yet kept or dropped; a page boundary
+	for _, sp := range append(spans, span{uintptr(len(data)), uintptr(len(data))}) {
+		if sp.lo > at {
+			end := sp.lo &^ (page - 1)
+			if sp.lo == uintptr(len(data)) {
+				end = sp.lo
+			}
+			if end > at {
+				dropPages(data[at:end])
+			}
+		}
+		at = max(at, sp.hi)
+	}
 }
 
 // decodeMapped is decodeBytes of a mapping, a fault reading it an error.

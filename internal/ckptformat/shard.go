@@ -57,6 +57,26 @@ type Shard struct {
 	// verify, set by checkpoint.ReadShardOverlapped (SetVerify), waits
 	// for the file's checksum.
 	verify func() error
+	// keep, set by checkpoint's mapped readers (SetKeep), holds the
+	// mapping the tensors are in.
+	keep func(held ...[]byte) (release func())
+}
+
+// SetKeep says that the shard's tensors lie in memory that keep can hold
+// past the reader's release: a file mapped private and writable
+// (checkpoint.ReadShardOverlapped sets it).
+func (s *Shard) SetKeep(keep func(held ...[]byte) (release func())) { s.keep = keep }
+
+// Keep returns, for a shard whose tensors lie in a private, writable
+// mapping of its file, a function that holds the mapping: each call
+// names the memory (tensors' data, or parts of it) its caller goes on
+// using and returns a release, and the mapping stays until the reader's
+// release and every such release have been called. The reader's release
+// gives back the rest of the mapping's pages where one is held. A holder
+// may write into the memory it named (copy-on-write: the file does not
+// change). ok is false for any other shard.
+func (s *Shard) Keep() (keep func(held ...[]byte) (release func()), ok bool) {
+	return s.keep, s.keep != nil
 }
 
 // Verified waits until the file the shard was read from has been checked

@@ -22,3 +22,13 @@ func advise(raw []byte) error {
 	}
 	return unix.Madvise(raw, unix.MADV_COLLAPSE)
 }
+
+// mark asks the kernel to back the whole 2 MiB pages of raw (which starts
+// on a 2 MiB boundary) with huge pages as they are first touched.
+func mark(raw []byte) error {
+	raw = raw[:len(raw)&^(PageSize-1)]
+	if len(raw) == 0 {
+		return nil
+	}
+	return unix.Madvise(raw, unix.MADV_HUGEPAGE)
+}

@@ -30,6 +30,10 @@ type saver struct {
 	// state is the program's own state for the next save (SetState),
 	// written into the checkpoint before its manifest, then dropped.
 	state []byte
+	// retryLog is when the last line about a save to be tried again was
+	// logged, and retries the failures since that line stands for.
+	retryLog time.Time
+	retries  int
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
@@ -62,9 +66,23 @@ func (s *saver) maybe(ctx context.Context, step int64) error {
 	}
 	err := s.save(ctx, step)
 	if err != nil && Retryable(err) {
+		s.retried(step, err, time.Now())
 		return nil
 	}
 	return err
+}
+
+// retried logs that the save of step failed for now and is tried again at
+// the next step, at most once per WaitLogEvery with the count of failures
+// the line stands for, so a ps that refuses saves for a while (a cut still
+// being written, a replica catching up) is named without flooding the log.
+func (s *saver) retried(step int64, err error, now time.Time) {
+	s.retries++
+	if !s.retryLog.IsZero() && now.Sub(s.retryLog) < s.cfg.WaitLogEvery {
+		return
+	}
+	s.cfg.Logf("chief: checkpoint of step %d not saved, trying again at the next step (%d failed since the last such line): %v", step, s.retries, err)
+	s.retryLog, s.retries = now, 0
 }
 
 // save writes a checkpoint of step: every ps its shard, then the manifest,

@@ -164,6 +164,17 @@ func (s *Shard) CutSize() CutSize {
 	return z
 }
 
+// IndexOnly is z for the tables' index copies alone, not their pages: for
+// a cut that no push is expected to follow before it is written (see
+// sparse.FrozenSize.IndexOnly).
+func (z CutSize) IndexOnly() CutSize {
+	out := CutSize{tables: make([]sparse.FrozenSize, len(z.tables))}
+	for i, t := range z.tables {
+		out.tables[i] = t.IndexOnly()
+	}
+	return out
+}
+
 // Alloc allocates z's memory and writes to each of its pages; it reads no
 // shard, and is meant to run with no lock held.
 func (z CutSize) Alloc() *CutMem {
@@ -789,7 +800,23 @@ func (c *shardFiles) tables(st *State, task, numPS int, reshard bool, run parall
 			}
 			if anyOrder {
 				if ix, ok := savedIndex(c.shards[task], tb.Name); ok {
-					return t.t.ImportIndexed(snap, ix)
+					var err error
+					if keep, mapped := c.shards[task].Keep(); mapped {
+						// The keys and index stay in the file's
+						// pages, which the table writes copy-on-write.
+						err = t.t.ImportIndexedInPlace(snap, ix, func() func() {
+							return keep(bytesOf(snap.Keys), bytesOf(ix.Slots))
+						})
+					} else {
+						err = t.t.ImportIndexed(snap, ix)
+					}
+					if !errors.Is(err, sparse.ErrIndex) {
+						return err
+					}
+					// An index this program would not have built
+					// (another version's hash or bucket layout; the
+					// file's checksum rules out damage): the rows
+					// are good, the index is built again.
 				}
 				return t.t.ImportAnyOrder(snap)
 			}
@@ -980,6 +1007,12 @@ func savedIndex(sh *ckptformat.Shard, table string) (ix sparse.SavedIndex, ok bo
 		return sparse.SavedIndex{}, false
 	}
 	return sparse.SavedIndex{Slots: unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v)), RowMask: uint32(mask)}, true
+}
+
+// bytesOf is the memory of s.
+func bytesOf[T uint32 | uint64](s []T) []byte {
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
 }
 
 // littleEndian: the host stores numbers as the checkpoint files do.

@@ -1,8 +1,17 @@
 package shard
 
 import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/ckptformat"
@@ -100,4 +109,174 @@ func TestCheckpointSavesTheIndex(t *testing.T) {
 	if _, ok := sorted.Meta[ckptformat.IndexMaskMeta("emb")]; ok {
 		t.Fatal("InKeyOrder kept the index's metadata")
 	}
+}
+
+// A ps restoring an indexed shard from its mapped file keeps the table's
+// keys and index in the file's pages (sparse.Table.ImportIndexedInPlace)
+// and trains on, writing them copy-on-write: after pushes that change old
+// rows, add new ones and grow the index, it holds what a ps that restored
+// the same file by copying holds, and the file is unchanged, byte for
+// byte (still valid against its checksum). Once the table is gone, the
+// mapping is too.
+func TestRestoreInPlaceLeavesTheFile(t *testing.T) {
+	const n = 70_000
+	s := trainedShard(t, n, 1)
+	cut := s.CutIn(s.CutSize().Alloc())
+	sh := cut.StreamShard()
+	dir := t.TempDir()
+	info, err := checkpoint.WriteShard(vfs.OS, dir, 1000, 0, 1, sh)
+	cut.Release()
+	if err != nil || !sh.Indexed {
+		t.Fatalf("indexed %v, %v", sh.Indexed, err)
+	}
+	m := checkpoint.Manifest{Step: 1000, Mode: "async", NumPS: 1, NumWorkers: 1, Shards: []checkpoint.ShardInfo{info}}
+	if err := m.SetTraining(checkpoint.Training{Mode: "async", Optimizer: s.st.layout.Optimizer, Tables: s.st.layout.Tables}); err != nil {
+		t.Fatal(err)
+	}
+	m.Tables = []checkpoint.TableInfo{{Name: "emb", Dim: 1, Slots: []string{"ftrl_n", "ftrl_z"}, Shards: []int{0}}}
+	if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, checkpoint.CheckpointName(1000), info.File)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.st.tables["emb"].t.Export().Keys
+
+	train := func(mapped bool) *Shard {
+		st, _, err := restoreOneFrom(m, dir, mapped, mapped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held := st.tables["emb"].t.Held(); held != mapped {
+			t.Fatalf("mapped %v: the table holds the file's memory: %v", mapped, held)
+		}
+		sh := New(Config{NumWorkers: 1, Incarnation: func() uint64 { return 1 }, Parallel: testRunner})
+		sh.Install(st)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for range 40 { // old keys and about 40k new ones: the index grows
+			batch := make([]uint64, 2000)
+			for i := range batch {
+				if i%2 == 0 {
+					batch[i] = keys[rng.IntN(len(keys))]
+				} else {
+					batch[i] = rng.Uint64()
+				}
+			}
+			batch = slices.Compact(slices.Sorted(slices.Values(batch)))
+			p := &Push{Worker: 0, Step: sh.Step(), Sparse: []SparseGrad{{Table: []byte("emb"), Keys: batch, Values: randFloats(rng, len(batch)), Bad: Unchecked}}}
+			if err := sh.Check(p); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sh.Apply(p, time.Now(), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sh
+	}
+	copied, inPlace := train(false), train(true)
+	want, got := copied.st.tables["emb"].t.Export(), inPlace.st.tables["emb"].t.Export()
+	if len(got.Keys) < n+30_000 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("in place: %d rows; by copy: %d rows; they differ", len(got.Keys), len(want.Keys))
+	}
+	for _, k := range keys {
+		if !inPlace.st.tables["emb"].t.Has(k) {
+			t.Fatalf("key %d of the file is not found after training", k)
+		}
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatal("training the restored table changed the checkpoint file")
+	}
+	if _, err := checkpoint.ReadShard(vfs.OS, dir, m, 0); err != nil {
+		t.Fatalf("the file after training: %v", err)
+	}
+
+	mapped := func() bool {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Skip("no /proc/self/maps")
+		}
+		return bytes.Contains(b, []byte(path))
+	}
+	if !mapped() {
+		t.Fatal("the table's memory is not the file's mapping")
+	}
+	// Of the mapping, the process keeps the keys' and the index's pages
+	// only: the values and state, copied into the table's rows, are
+	// given back.
+	ix, _ := savedIndex(&sh, "emb")
+	if rss, held := mappedRSS(t, path), int64(8*n+4*len(ix.Slots)); rss > held+4*4096 {
+		t.Fatalf("the file's mapping holds %d bytes of memory; the keys and index are %d", rss, held)
+	}
+	runtime.KeepAlive(inPlace) // until here: then it is garbage
+	for i := 0; i < 50 && mapped(); i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if mapped() {
+		t.Fatal("the file is still mapped after the table is gone")
+	}
+}
+
+// A cut with memory for the index alone (CutSize.IndexOnly, as a ps of a
+// one-worker job cuts) still saves the index, and pushes after it still
+// leave the cut's rows as they were, copying their pages into memory of
+// their own.
+func TestCutIndexOnly(t *testing.T) {
+	const n = 70_000
+	s := trainedShard(t, n, 1)
+	want := s.st.tables["emb"].t.Export()
+	cut := s.CutIn(s.CutSize().IndexOnly().Alloc())
+	p := &Push{Worker: 0, Step: s.Step(), Sparse: []SparseGrad{{Table: []byte("emb"), Keys: want.Keys[:5000], Values: make([]float32, 5000), Bad: Unchecked}}}
+	for i := range p.Sparse[0].Values {
+		p.Sparse[0].Values[i] = 1
+	}
+	if err := s.Check(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(p, time.Now(), nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cut.Shard().Float32s("emb/values") // in key order, as Export's
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want.Values) {
+		t.Fatal("a push after the cut changed the cut's rows")
+	}
+	if reflect.DeepEqual(s.st.tables["emb"].t.Export().Values, want.Values) {
+		t.Fatal("the push changed nothing")
+	}
+	cut2 := s.CutIn(s.CutSize().IndexOnly().Alloc())
+	defer cut2.Release()
+	if !cut2.StreamShard().Indexed {
+		t.Fatal("a cut with memory for the index alone saved no index")
+	}
+}
+
+// mappedRSS is the memory of the process's mappings of path
+// (/proc/self/smaps).
+func mappedRSS(t *testing.T, path string) int64 {
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skip("no /proc/self/smaps")
+	}
+	var rss int64
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-"): // a mapping's first line
+			in = f[len(f)-1] == path
+		case in && len(f) == 3 && f[0] == "Rss:":
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			rss += kb << 10
+		}
+	}
+	return rss
 }

@@ -226,6 +226,29 @@ func (s *Shard) PullRows(name []byte, keys []uint64, set *sparse.KeySet, owned b
 	return nil
 }
 
+// ResolveRows finds the rows of set's keys in table name now, creating
+// those not there yet as the PullRows of set that follows would, so that
+// PullRows (and a push of set) then only copy and update them: a
+// standalone job resolves the next batch's keys while its model computes
+// (trainer's localPS). It reports false, changing nothing, where moving a
+// lookup ahead of the pushes before it could change what they or the pull
+// do: a table that admits keys by count (MinCount), evicts, has a disk
+// tier or a key cap, pulls that only peek, or a synchronous layout.
+func (s *Shard) ResolveRows(name []byte, set *sparse.KeySet) (bool, error) {
+	if _, err := s.TableDim(name); err != nil {
+		return false, err
+	}
+	t := s.st.tables[string(name)]
+	if t.spec.MinCount > 1 || t.spec.EvictAfterSteps > 0 || t.tier != nil || s.cfg.MaxTableKeys > 0 || s.cfg.PeekPulls || s.st.layout.Sync {
+		return false, nil
+	}
+	if err := s.CheckOwned(name, set.Keys()); err != nil {
+		return false, errorf(Invalid, "ps %d: %w", s.cfg.Task, err)
+	}
+	t.t.ResolveSet(set)
+	return true, nil
+}
+
 // PullChanges reports whether PullRows of keys (without PeekPulls) would
 // change the table: count a key for admission or give it a row.
 func (s *Shard) PullChanges(name []byte, keys []uint64) (bool, error) {

@@ -31,9 +31,11 @@ type psClient interface {
 var _ psClient = (*client.Client)(nil)
 
 // localPS is a standalone job's ps: one shard (the ps's own state machine,
-// with its update rules, tables and tracker) driven directly, in the
-// worker's goroutine, with no server, socket or copy to a wire. A call
-// runs to the end before it returns.
+// with its update rules, tables and tracker) driven directly, with no
+// server, socket or copy to a wire. A call runs to the end before it
+// returns, in the worker's goroutine; only Start (a sparse model's step)
+// runs on a goroutine of its own, one at a time, which every other call
+// waits for.
 type localPS struct {
 	sh     *shard.Shard
 	vars   []model.Variable
@@ -47,6 +49,21 @@ type localPS struct {
 	// looking every key up again. reused counts such pushes.
 	pulled map[string]*sparse.KeySet
 	reused int
+	// keyCopies are Start's copies of the keys to pull, in two sets used
+	// in turn: one may still be the keys of the call in flight.
+	keyCopies [2][][]uint64
+	turn      int
+	// ahead holds, per table, the key set of the batch after the one
+	// pulled last, its rows looked up by Start's goroutine after the
+	// pull while the model computed (see Start); a pull of the same keys
+	// takes it. handoff carries those keys (copied into handed) to the
+	// goroutine; idle is closed when the goroutine has ended, and every
+	// call waits for it first (settle).
+	ahead   map[string]*sparse.KeySet
+	handed  []client.Rows
+	handoff chan []client.Rows
+	idle    chan struct{}
+	waiting bool // a goroutine of Start waits for Ahead
 }
 
 // newLocalPS builds and initialises a one-worker shard holding every
@@ -64,7 +81,8 @@ func newLocalPS(cfg Config, vars []model.Variable, tables []model.Table, init mo
 		Optimizer: cfg.Optimizer, Sync: cfg.Sync, ReplicasToAggregate: 1, NumWorkers: 1,
 		MaxStaleness: cfg.MaxStaleness, SplitBytes: int64(cfg.SplitBytes),
 	}
-	p := &localPS{sh: sh, vars: vars, tables: map[string][]byte{}, pulled: map[string]*sparse.KeySet{}}
+	p := &localPS{sh: sh, vars: vars, tables: map[string][]byte{}, pulled: map[string]*sparse.KeySet{},
+		ahead: map[string]*sparse.KeySet{}, handoff: make(chan []client.Rows, 1)}
 	values := make([][]float32, len(vars))
 	for i, v := range vars {
 		shape := make([]int64, len(v.Shape))
@@ -107,6 +125,7 @@ func (p *localPS) Send(ctx context.Context, req *client.Request) *client.Call {
 
 // Do applies the push, then reads the pull, as one ps would.
 func (p *localPS) Do(ctx context.Context, req *client.Request) *client.Call {
+	p.settle()
 	done := make(chan struct{})
 	close(done)
 	call := &client.Call{Done: done}
@@ -183,11 +202,18 @@ func (p *localPS) do(req *client.Request, call *client.Call) error {
 		// A copy of the keys: the caller may reuse its slice before the
 		// push that names them again.
 		ks := p.pulled[r.Table]
-		if ks == nil {
-			ks = &sparse.KeySet{}
-			p.pulled[r.Table] = ks
+		if a := p.ahead[r.Table]; a != nil && slices.Equal(a.Keys(), r.Keys) {
+			// Looked up ahead (Start): the set pulled before is free
+			// again, for the next batch's keys.
+			p.pulled[r.Table], p.ahead[r.Table] = a, ks
+			ks = a
+		} else {
+			if ks == nil {
+				ks = &sparse.KeySet{}
+				p.pulled[r.Table] = ks
+			}
+			ks.Reset(append(ks.Keys()[:0], r.Keys...))
 		}
-		ks.Reset(append(ks.Keys()[:0], r.Keys...))
 		if err := p.sh.PullRows(p.tableName(r.Table), nil, ks, false, r.Values); err != nil {
 			return err
 		}
@@ -204,6 +230,7 @@ func (p *localPS) tableName(name string) []byte {
 }
 
 func (p *localPS) PullRows(ctx context.Context, _ int64, table string, keys []uint64, values []float32) (int64, error) {
+	p.settle()
 	if err := stopped(ctx); err != nil {
 		return 0, err
 	}
@@ -214,6 +241,7 @@ func (p *localPS) PullRows(ctx context.Context, _ int64, table string, keys []ui
 }
 
 func (p *localPS) Status(context.Context) ([]*pb.StatusResponse, error) {
+	p.settle()
 	st := p.sh.Status()
 	resp := &pb.StatusResponse{
 		Initialized: st.Initialized, RejectedPushes: st.RejectedPushes, NumWorkers: int32(st.NumWorkers),
@@ -275,7 +303,9 @@ func RunStandalone(ctx context.Context, cfg Config) error {
 	params := model.NewParams(m.Variables())
 	trainStart, trainCPU := time.Now(), processCPU()
 	var st loopStats
-	if isSparse {
+	if ra, ok := m.(model.SparseReadAhead); ok {
+		err = sparsePipeLoop(ctx, cfg, ps, ra, params, &st)
+	} else if isSparse {
 		err = sparseLoop(ctx, cfg, ps, sm, params, nil, &st, false)
 	} else {
 		err = denseLoop(ctx, cfg, ps, m, params, nil, &st, false)

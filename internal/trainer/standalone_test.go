@@ -3,12 +3,14 @@ package trainer
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/client"
+	"github.com/paramserv/paramserv/internal/data/synth"
 	"github.com/paramserv/paramserv/internal/lifecycle"
 	"github.com/paramserv/paramserv/internal/model"
 	"github.com/paramserv/paramserv/internal/optim"
@@ -53,11 +55,37 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 			Data:       model.Config{BatchSize: 50, Seed: 3, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
 			TrainSteps: 100,
 		}},
+		// Standalone draws a batch ahead while its table works
+		// (sparsePipeLoop): here up to the end of the data, the last
+		// batch a short one.
+		{"sparse_lr-async-ftrl-epochs", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}},
+			Model:      "sparse_lr",
+			Data:       model.Config{BatchSize: 700, Seed: 5, Epochs: 1, TrainData: "a9a/a9a", TestData: "a9a/a9a.t", InputFormat: "libsvm", NumFeatures: 123},
+			TrainSteps: 1000,
+		}},
+		// Many keys new at every step, up to the goal (not the data's
+		// end): the table's rows and statistics must match too, with no
+		// row made for a batch past the one pulled last.
+		{"sparse_lr-synth-ctr", Config{
+			Config:     lifecycle.Config{Optimizer: optim.Config{Name: "ftrl", LearningRate: 0.2}},
+			Model:      "sparse_lr",
+			Data:       model.Config{BatchSize: 100, Seed: 2, InputFormat: "criteo", CatFields: 8},
+			TrainSteps: 40,
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
 			cfg.Overlap = OverlapOff
-			if cfg.Model == "sparse_lr" {
+			if cfg.Model == "sparse_lr" && cfg.Data.InputFormat == "criteo" {
+				dir := t.TempDir()
+				sc := synth.DefaultConfig()
+				sc.Out, sc.Rows, sc.TestRows, sc.Fields, sc.Shards = dir, 6000, 1000, 8, 1
+				if _, err := synth.Generate(context.Background(), sc); err != nil {
+					t.Fatal(err)
+				}
+				cfg.Data.TrainData, cfg.Data.TestData = dir, filepath.Join(dir, "test.tsv")
+			} else if cfg.Model == "sparse_lr" {
 				cfg.Data.DataDir = testutil.DataDir(t, "a9a/a9a")
 			}
 			want := runOneWorker(t, cfg)
@@ -70,6 +98,9 @@ func TestStandaloneEqualsOneWorkerCluster(t *testing.T) {
 			}
 			if len(got.Metrics) == 0 || len(got.Metrics) != len(want.Metrics) {
 				t.Fatalf("metrics: standalone %v, cluster %v", got.Metrics, want.Metrics)
+			}
+			if !slices.Equal(got.Tables, want.Tables) {
+				t.Errorf("tables: standalone %+v, cluster %+v", got.Tables, want.Tables)
 			}
 			for k, v := range want.Metrics {
 				if got.Metrics[k] != v {

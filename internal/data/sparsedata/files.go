@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/progress"
 )
 
@@ -125,10 +125,13 @@ func (g *grower) grow(n int) {
 		rows = max(rows, int(float64(rows)*scale)+64)
 		nnz = max(nnz, int(float64(nnz)*scale)+64*n)
 	}
-	d.Labels = slices.Grow(d.Labels, rows-len(d.Labels))
-	d.Offsets = slices.Grow(d.Offsets, rows+1-len(d.Offsets))
-	d.Keys = slices.Grow(d.Keys, nnz-len(d.Keys))
-	d.Vals = slices.Grow(d.Vals, nnz-len(d.Vals))
+	// On huge pages where the system has them: training reads the
+	// examples in shuffled order, a TLB miss an example on small pages;
+	// and only what is kept is copied, not a cleared tail.
+	d.Labels = hugemem.GrowLazy(d.Labels, rows-len(d.Labels))
+	d.Offsets = hugemem.GrowLazy(d.Offsets, rows+1-len(d.Offsets))
+	d.Keys = hugemem.GrowLazy(d.Keys, nnz-len(d.Keys))
+	d.Vals = hugemem.GrowLazy(d.Vals, nnz-len(d.Vals))
 }
 
 // openFile opens path for reading, through gzip when its name ends in

@@ -66,3 +66,47 @@ func TestColdestFrom(t *testing.T) {
 		t.Fatalf("%d keys (distinct: %d), want %d", len(got), len(slices.Compact(got)), tb.Len()-1)
 	}
 }
+
+// SmallPages makes an empty table's pages 1024 rows, so that a table of
+// 9,000 rows holds memory for 9,216, not two pages of 8,192; a table
+// holding rows keeps its pages.
+func TestSmallPages(t *testing.T) {
+	rule, err := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := func(tb *Table) (n int) {
+		for _, p := range tb.pages {
+			n += len(p.keys)
+		}
+		return n
+	}
+	grow := func(tb *Table, rows int) {
+		for k := range uint64(rows) {
+			if err := tb.Push([]uint64{k}, make([]float32, 8), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	small, _ := New(Config{Dim: 8, Rule: rule})
+	small.SmallPages()
+	grow(small, 9000)
+	if c := capacity(small); c > 9216 {
+		t.Errorf("9000 rows in pages of %d rows, want at most 9216", c)
+	}
+	large, _ := New(Config{Dim: 8, Rule: rule})
+	grow(large, 9000)
+	if c := capacity(large); c < 2<<maxPageShift {
+		t.Errorf("without SmallPages, pages of %d rows, want %d (else this test shows nothing)", c, 2<<maxPageShift)
+	}
+	large.SmallPages() // holds rows: no change
+	if large.pageShift != maxPageShift {
+		t.Errorf("SmallPages on a table with rows: page shift %d, want %d", large.pageShift, maxPageShift)
+	}
+	grow(small, 20000)
+	for k := range uint64(20000) {
+		if !small.Has(k) {
+			t.Fatalf("key %d lost", k)
+		}
+	}
+}

@@ -41,6 +41,14 @@ func (t *Table) FrozenSize() FrozenSize {
 	return z
 }
 
+// IndexOnly is z for the index's copy alone (FrozenShared takes the index
+// into FrozenMem's memory only): for a cut after which no push is expected
+// to copy a page, whose memory would be mapped for nothing.
+func (z FrozenSize) IndexOnly() FrozenSize {
+	z.pages = nil
+	return z
+}
+
 // Alloc allocates the memory of z and writes a zero into each of its
 // memory pages, spread over the cores by the table's Runner. It touches no
 // table.

@@ -158,7 +158,7 @@ func (t *Table) ImportAnyOrder(s Snapshot) error {
 	if n > t.maxLive {
 		t.grow(n)
 	}
-	if err := t.fillPagesAs(s, true, false); err != nil {
+	if err := t.fillPagesAs(s, true, false, false); err != nil {
 		t.putState(before)
 		return err
 	}
@@ -322,21 +322,22 @@ func (t *Table) importEmpty(s Snapshot) {
 // the first place, as Unordered finds it), or a fault reading s, whose
 // memory may be a mapped file that cannot be read (it shrank, or the disk
 // failed). Both are ErrSnapshot.
-func (t *Table) fillPages(s Snapshot) error { return t.fillPagesAs(s, false, false) }
+func (t *Table) fillPages(s Snapshot) error { return t.fillPagesAs(s, false, false, false) }
 
 // fillPagesAs is fillPages; with anyOrder the keys may come in any order
 // (ImportAnyOrder), and a key that repeats is found as the index is built
 // instead of by the order (ErrDuplicate). With indexed (and anyOrder) the
 // keys are copied only, and no index is built: the caller has the index
-// (ImportIndexed).
-func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed bool) error {
+// (ImportIndexed); with inPlace too, the keys of every whole page are not
+// copied either: the page's keys are s.Keys' memory (ImportIndexedInPlace).
+func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed, inPlace bool) error {
 	n := len(s.Keys)
 	pageRows := 1 << t.pageShift
 	t.pages = make([]page, (n+pageRows-1)/pageRows)
 	// The pages' keys and rows are carved from one allocation each, and
 	// with the index backed by huge pages where the system has them: the
 	// copy then faults the fresh memory in 2 MiB at a time.
-	keys, data := t.slabs(len(t.pages))
+	keys, data := t.slabs(len(t.pages), inPlace)
 	rg := t.bucketRanges(indexRanges(n, t.runner().Width()))
 	nr := len(rg.lo) - 1
 	workers := max(1, min(t.runner().Width(), len(t.pages)))
@@ -369,11 +370,19 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed bool) error {
 			if pi >= len(t.pages) {
 				return
 			}
-			t.pages[pi] = t.newPageIn(keys[pi*pageRows:(pi+1)*pageRows:(pi+1)*pageRows],
-				data[pi*pageRows*t.stride:(pi+1)*pageRows*t.stride:(pi+1)*pageRows*t.stride])
-			p := &t.pages[pi]
 			lo := pi << t.pageShift
 			hi := min(n, lo+pageRows)
+			var pk []uint64
+			switch {
+			case !inPlace:
+				pk = keys[pi*pageRows : (pi+1)*pageRows : (pi+1)*pageRows]
+			case hi-lo == pageRows:
+				pk = s.Keys[lo:hi:hi]
+			default: // the last page, part full: its own memory, for the rows to come
+				pk = make([]uint64, pageRows)
+			}
+			t.pages[pi] = t.newPageIn(pk, data[pi*pageRows*t.stride:(pi+1)*pageRows*t.stride:(pi+1)*pageRows*t.stride])
+			p := &t.pages[pi]
 			var prev uint64
 			if lo > 0 {
 				prev = s.Keys[lo-1]
@@ -382,7 +391,9 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed bool) error {
 				prev = 0
 			}
 			if indexed {
-				copy(p.keys[:hi-lo], s.Keys[lo:hi])
+				if !inPlace || hi-lo < pageRows {
+					copy(p.keys[:hi-lo], s.Keys[lo:hi])
+				}
 			} else if i := t.scatterKeys(sc, p.keys, s.Keys[lo:hi], lo, prev, rg.m, anyOrder); i >= 0 {
 				// Pages are taken in order and each is checked up
 				// to its first bad key, so the smallest found is
@@ -430,12 +441,17 @@ func (t *Table) fillPagesAs(s Snapshot, anyOrder, indexed bool) error {
 
 // slabs allocates the keys and rows of np whole pages, each in one
 // allocation, backed by huge pages where the system gives them, and the
-// index too.
-func (t *Table) slabs(np int) (keys []uint64, data []float32) {
+// index too; with noKeys, the rows only (keys is nil).
+func (t *Table) slabs(np int, noKeys bool) (keys []uint64, data []float32) {
 	rows := np << t.pageShift
-	keys, data = make([]uint64, rows), make([]float32, rows*t.stride)
+	data = make([]float32, rows*t.stride)
+	if !noKeys {
+		keys = make([]uint64, rows)
+	}
 	if rows > 0 {
-		adviseHuge(unsafe.Pointer(unsafe.SliceData(keys)), uintptr(len(keys))*8)
+		if keys != nil {
+			adviseHuge(unsafe.Pointer(unsafe.SliceData(keys)), uintptr(len(keys))*8)
+		}
 		adviseHuge(unsafe.Pointer(unsafe.SliceData(data)), uintptr(len(data))*4)
 	}
 	if len(t.index) > 0 {

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"unsafe"
 
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/mix"
 )
 
@@ -90,7 +91,7 @@ type oldIndex struct {
 func (t *Table) setIndex(nb uint64) {
 	t.old = oldIndex{}
 	t.index = nil
-	t.index = make([]uint32, nb*bucketSlots)
+	t.index = hugemem.Lazy[uint32](int(nb * bucketSlots))
 	t.nBuckets = nb
 	t.maxLive = min(int(float64(nb*bucketSlots)*maxLoad), t.maxRows)
 	// Row ids stay below the peak of live rows, so below maxLive, and

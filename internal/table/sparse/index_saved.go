@@ -9,12 +9,15 @@ package sparse
 // most of a restore's CPU (BenchmarkCheckpointFTRL at 3.1M keys: about
 // 260 of 310 ms). The copy under a cut's lock (FrozenShared) takes the
 // index with the pages, into memory mapped before the lock (FrozenMem):
-// 4.4 to 5.6 bytes a row, a memory copy.
+// 4.4 to 5.6 bytes a row, a memory copy. A restore from a mapped file
+// (ImportIndexedInPlace) does not even copy the index and the keys: the
+// table keeps them in the file's pages and writes them copy-on-write.
 
 import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"unsafe"
@@ -70,7 +73,27 @@ func (v *Sorted) Index() (ix SavedIndex, ok bool) {
 // put back as it was); that every other row sits where its key's hash
 // puts it is taken on trust, as the file's checksum covers it. Anywhere else, or with
 // an index of another shape, it is ImportAnyOrder and ix is not used.
-func (t *Table) ImportIndexed(s Snapshot, ix SavedIndex) error {
+func (t *Table) ImportIndexed(s Snapshot, ix SavedIndex) error { return t.importIndexed(s, ix, nil) }
+
+// ImportIndexedInPlace is ImportIndexed that, where it takes ix, makes
+// ix.Slots the table's index and the keys of s's whole pages the table's
+// keys, in the memory they are in, instead of copying them: for a restore
+// from a file mapped private and writable (checkpoint.ReadShardOverlapped),
+// the page cache's pages, which the table then writes copy-on-write, and
+// neither fresh memory to zero (the larger part of a restore on a virtual
+// machine) nor a copy. It calls keep when it does, and then calls the
+// function keep returned once neither the table nor any copy of it
+// (FrozenShared) holds that memory: after they are garbage. Where it does
+// not take ix, or fails, it has not called keep and holds nothing of s.
+//
+// The caller gives the memory of s.Keys and ix.Slots up: it must not
+// change or reuse it. Memory that is a file's mapping must stay readable
+// while held (a file truncated under it faults the process).
+func (t *Table) ImportIndexedInPlace(s Snapshot, ix SavedIndex, keep func() (release func())) error {
+	return t.importIndexed(s, ix, keep)
+}
+
+func (t *Table) importIndexed(s Snapshot, ix SavedIndex, keep func() func()) error {
 	if err := t.checkImport(s); err != nil {
 		return err
 	}
@@ -81,12 +104,41 @@ func (t *Table) ImportIndexed(s Snapshot, ix SavedIndex) error {
 	}
 	before := t.saveState()
 	t.stampImport(s)
-	t.setIndex(nb)
-	if err := t.fillPagesIndexed(s, ix); err != nil {
+	inPlace := keep != nil
+	if inPlace {
+		t.adoptIndex(ix.Slots[:nb*bucketSlots:nb*bucketSlots], nb)
+	} else {
+		t.setIndex(nb)
+	}
+	if err := t.fillPagesIndexed(s, ix, inPlace); err != nil {
 		t.putState(before)
 		return err
 	}
+	if inPlace {
+		t.held = holdMemory(keep())
+	}
 	return nil
+}
+
+// adoptIndex is setIndex with the slots given (of nb buckets) instead of
+// new ones.
+func (t *Table) adoptIndex(slots []uint32, nb uint64) {
+	t.old = oldIndex{}
+	t.index = slots
+	t.nBuckets = nb
+	t.maxLive = min(int(float64(nb*bucketSlots)*maxLoad), t.maxRows)
+	t.rowMask = uint32(1)<<bits.Len32(uint32(t.maxLive)) - 1
+}
+
+// heldMemory stands for memory a table took from its caller
+// (ImportIndexedInPlace): the table and its copies point to it, and once
+// none does, the runtime calls the caller's release.
+type heldMemory struct{ _ int }
+
+func holdMemory(release func()) *heldMemory {
+	h := &heldMemory{}
+	runtime.AddCleanup(h, func(release func()) { release() }, release)
+	return h
 }
 
 // indexFits reports whether an index of nb buckets made by this table
@@ -105,8 +157,10 @@ func (t *Table) indexFits(nb uint64, rowMask uint32, n int) bool {
 // by the caller), each core a range, checking that each slot's row is one
 // of s's and counting them; the rows seen are marked in a bitmap per core,
 // and the index is good if the slots number n and their rows cover all n.
-func (t *Table) fillPagesIndexed(s Snapshot, ix SavedIndex) error {
-	if err := t.fillPagesAs(s, true, true); err != nil {
+// With inPlace the table's index is ix's slots (adoptIndex), checked where
+// they are, and the pages' keys are s's (fillPagesAs).
+func (t *Table) fillPagesIndexed(s Snapshot, ix SavedIndex, inPlace bool) error {
+	if err := t.fillPagesAs(s, true, true, inPlace); err != nil {
 		return err
 	}
 	n := len(s.Keys)
@@ -142,7 +196,9 @@ func (t *Table) fillPagesIndexed(s Snapshot, ix SavedIndex) error {
 			lo := i * part
 			hi := min(lo+part, len(ix.Slots))
 			dst, src := t.index[lo:hi], ix.Slots[lo:hi]
-			copy(dst, src)
+			if !inPlace {
+				copy(dst, src)
+			}
 			for _, sl := range dst {
 				if sl == 0 {
 					continue
@@ -176,7 +232,11 @@ func (t *Table) fillPagesIndexed(s Snapshot, ix SavedIndex) error {
 	why := ""
 	if covered != n {
 		why = fmt.Sprintf("%d slots for %d rows", count.Load(), n)
-	} else if r := t.misplaced(indexSamples); r >= 0 {
+	} else if r, fault := t.misplacedIn(s, ix); fault != "" {
+		t.pages, t.highWater, t.live = nil, 0, 0
+		t.stats.Imported -= int64(n)
+		return fmt.Errorf("%w: reading the saved rows failed: %v", ErrSnapshot, fault)
+	} else if r >= 0 {
 		why = fmt.Sprintf("row %d (key %d) is not where its key's hash leads", r, t.keyAt(r))
 	}
 	if why != "" {
@@ -206,8 +266,28 @@ func (t *Table) misplaced(samples int) int {
 	return -1
 }
 
+// misplacedIn is misplaced, for a table whose keys and index may be s's
+// and ix's memory (ImportIndexedInPlace): a fault reading them, which may
+// be a mapped file that cannot be read, is returned as fault.
+func (t *Table) misplacedIn(s Snapshot, ix SavedIndex) (r int, fault string) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			if f, ok := p.(interface{ Addr() uintptr }); !ok || !(ix.holds(f.Addr()) || s.holds(f.Addr())) {
+				panic(p) // not their memory: a bug
+			}
+			r, fault = -1, fmt.Sprint(p)
+		}
+	}()
+	return t.misplaced(indexSamples), ""
+}
+
 // holds reports whether addr is in the memory of ix's slots.
 func (ix SavedIndex) holds(addr uintptr) bool {
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(ix.Slots)))
 	return len(ix.Slots) > 0 && addr >= lo && addr-lo < uintptr(len(ix.Slots))*4
 }
+
+// Held reports whether the table holds memory it took from a restore
+// (ImportIndexedInPlace).
+func (t *Table) Held() bool { return t.held != nil }

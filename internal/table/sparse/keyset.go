@@ -152,6 +152,19 @@ func (t *Table) distinctRows(rows []int32) bool {
 	return distinct
 }
 
+// ResolveSet looks up the rows of ks's keys now, creating those not there
+// yet exactly as PullSet would, so that a PullSet or PushSet of ks that
+// follows (while Gen stays the same) finds every row without a lookup. A
+// caller may resolve the key set of a later batch while it waits for an
+// earlier one's push: a new row starts at its initial value whenever it is
+// made, so the results are the same, provided no lookup can be refused or
+// stamped (no MinCount above 1, no eviction, no row cap reached), since a
+// refusal would be counted again when the key set is used.
+func (t *Table) ResolveSet(ks *KeySet) {
+	ks.setRows(t)
+	t.resolve(ks, true)
+}
+
 // PushSet is Push(ks.Keys(), grads, step).
 func (t *Table) PushSet(ks *KeySet, grads []float32, step int64) error {
 	d := t.dim

@@ -72,6 +72,7 @@ func (t *Table) FrozenShared(m *FrozenMem) *Table {
 	if m != nil {
 		t.copyIndex(c, m.index)
 	}
+	c.held = t.held // the copy may read pages in memory the table took (ImportIndexedInPlace)
 	c.frozenOf = &cowRef{state: st}
 	return c
 }

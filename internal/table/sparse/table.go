@@ -226,6 +226,9 @@ type Table struct {
 	cow      tableCOW
 	frozenOf *cowRef
 	saved    *SavedIndex // in such a copy: the table's index, when it took one (index_saved.go)
+	// held: memory the table took from a restore (ImportIndexedInPlace),
+	// released once no table points to it; shared by the copies.
+	held *heldMemory
 }
 
 // New returns an empty table for cfg.

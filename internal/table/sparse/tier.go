@@ -291,6 +291,22 @@ func (t *Table) KeepTouch() {
 	}
 }
 
+// smallPageShift is the page size SmallPages sets: 1024 rows.
+const smallPageShift = 10
+
+// SmallPages makes an empty table keep its rows in pages of 1024 rows
+// rather than of about 4 MiB (see maxPageShift). A table under a disk tier
+// holds its share of a memory budget, and a table's last page is partly
+// empty: with large pages and many tables (deep_ctr has one a field), the
+// pages held a third more memory than their rows. A table that holds rows
+// already is left as it is.
+func (t *Table) SmallPages() {
+	if t.highWater > 0 || len(t.pages) > 0 || t.pageShift <= smallPageShift {
+		return
+	}
+	t.pageShift, t.pageMask = smallPageShift, 1<<smallPageShift-1
+}
+
 // KeepsCount reports whether rows carry an update count (the rule reads
 // its step argument): a Snapshot of the table has Updates.
 func (t *Table) KeepsCount() bool { return t.keepCount }

@@ -22,13 +22,14 @@ const (
 )
 
 // minFilterKeys is the fewest keys a filter is sized for (a variable so
-// that a test can force rebuilds).
-var minFilterKeys = 1 << 16
+// that a test can force rebuilds): 5 KiB. A ps has a filter per table
+// (deep_ctr has 26), and a filter that outgrows its size is rebuilt larger.
+var minFilterKeys = 1 << 12
 
 // missFilter is a Bloom filter of uint64 keys.
 type missFilter struct {
 	words []uint64
-	mask  uint64 // bits - 1 (a power of two)
+	nbits uint64 // 64 * len(words): a bit is chosen by pos, not a mask, so any size will do
 	keys  int    // the keys it is sized for
 	adds  int    // keys added (with repeats)
 }
@@ -36,8 +37,16 @@ type missFilter struct {
 // newMissFilter is a filter sized for n keys.
 func newMissFilter(n int) *missFilter {
 	n = max(n, minFilterKeys)
-	nbits := uint64(1) << mbits.Len64(uint64(n*filterBitsPerKey-1))
-	return &missFilter{words: make([]uint64, nbits/64), mask: nbits - 1, keys: n}
+	words := (n*filterBitsPerKey + 63) / 64
+	return &missFilter{words: make([]uint64, words), nbits: 64 * uint64(words), keys: n}
+}
+
+// pos is the bit a probe's hash h chooses: h scaled to [0, nbits) (the
+// high word of h·nbits), so the filter need not be a power of two bits,
+// which cost up to twice the memory.
+func (b *missFilter) pos(h uint64) uint64 {
+	hi, _ := mbits.Mul64(h, b.nbits)
+	return hi
 }
 
 // hashes are two independent hashes of k (splitmix64's finaliser, twice).
@@ -56,7 +65,8 @@ func hashes(k uint64) (uint64, uint64) {
 func (b *missFilter) add(k uint64) {
 	h1, h2 := hashes(k)
 	for range filterProbes {
-		b.words[(h1&b.mask)>>6] |= 1 << (h1 & 63)
+		p := b.pos(h1)
+		b.words[p>>6] |= 1 << (p & 63)
 		h1 += h2
 	}
 	b.adds++
@@ -66,7 +76,7 @@ func (b *missFilter) add(k uint64) {
 func (b *missFilter) has(k uint64) bool {
 	h1, h2 := hashes(k)
 	for range filterProbes {
-		if b.words[(h1&b.mask)>>6]&(1<<(h1&63)) == 0 {
+		if p := b.pos(h1); b.words[p>>6]&(1<<(p&63)) == 0 {
 			return false
 		}
 		h1 += h2

@@ -195,5 +195,12 @@ func (s *Store) table(prefix uint32, rowLen int) (rowStore, error) {
 	return h, nil
 }
 
-// view of a hashFile as a rowView.
-func (h *hashFile) view() (rowView, error) { return h.newView() }
+// view of a hashFile as a rowView: nil, not a nil *hashView, on an error
+// (a caller that checks its view against nil would release a nil view).
+func (h *hashFile) view() (rowView, error) {
+	v, err := h.newView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}

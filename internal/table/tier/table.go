@@ -93,6 +93,7 @@ type Stats struct {
 // should be empty or freshly restored: nothing of it is on disk yet.
 func NewTable(t *sparse.Table, s *Store) *Table {
 	t.KeepTouch()
+	t.SmallPages()
 	slots := t.Rule().StateSlots()
 	tb := &Table{
 		hot: t, store: s, prefix: s.next.Add(1),
