@@ -104,7 +104,7 @@ func benchEngine(b *testing.B, frac, preload int, engine string) {
 		// The background round runs between a pull and its push, as
 		// while a worker computes.
 		if m != nil && i%4 == 3 {
-			if err := m.Round(&mu, time.Now()); err != nil {
+			if err := m.round(&mu, time.Now(), true); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -42,7 +42,8 @@ func (b *memBound) held() int64 {
 // rows in memory and keys' rows not in the table (which the request may
 // add) would pass the budget and the margin, it ends every write in
 // flight, demotes rows of t other than keys' down to the budget, and
-// writes them (see above). Called by Fetch, under the owner's lock.
+// writes them (see above). Called by Fetch, under the owner's lock; it
+// leaves in t.miss the keys of keys not in the hot table, for Fetch.
 func (t *Table) hold(keys []uint64) error {
 	b := t.bound
 	if b == nil {

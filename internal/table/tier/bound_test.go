@@ -2,7 +2,9 @@ package tier
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/table/sparse"
@@ -88,4 +90,80 @@ func testFetchKeepsMemoryWithinBudget(t *testing.T, roundOut bool) {
 		t.Errorf("%d rows in both tiers, want %d", n, pushes*perPush)
 	}
 	t.Logf("peak %d bytes of rows in memory, budget %d, limit %d; %d stalls", peak, budget, limit, m.Stats().Stalls)
+}
+
+// TestLoopGathersWrites: the loop's round (gather) leaves a table's rows
+// moved out pending until they are a batch (about a page each, within
+// half the bound's margin), then writes them all; Round writes at once.
+func TestLoopGathersWrites(t *testing.T) {
+	const dim = 4
+	rowBytes := int64(8 + 4*dim*2 + 14)
+	budget := int64(20000) * rowBytes
+	m, err := Open(Config{Dir: t.TempDir() + "/s", Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rule, err := optim.New(optim.Config{Name: "adagrad", LearningRate: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot, err := sparse.New(sparse.Config{Dim: dim, Rule: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := m.Attach([]string{"emb"}, []*sparse.Table{hot})[0].(attached).Table
+	var mu sync.Mutex
+	key := uint64(0)
+	push := func(n int) {
+		keys := make([]uint64, n)
+		for i := range keys {
+			key++
+			keys[i] = key
+		}
+		if err := tt.Fetch(keys); err != nil {
+			t.Fatal(err)
+		}
+		if err := hot.Push(keys, make([]float32, dim*n), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(60000) // 40,000 rows to disk: about 900 pages
+	if err := m.Round(&mu, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	batch := tt.batch()
+	if want := int(boundMargin(budget) / (2 * rowBytes)); batch <= 0 || batch > want {
+		t.Fatalf("batch %d, want 1 to %d", batch, want)
+	}
+	wrote, kept := 0, 0
+	for range 200 {
+		push(batch / 4)
+		before := tt.Pending()
+		if err := m.round(&mu, time.Now(), true); err != nil {
+			t.Fatal(err)
+		}
+		switch after := tt.Pending(); {
+		case before == 0:
+			// The bound wrote them on the request's path.
+		case after == 0:
+			wrote++
+		case after >= before:
+			kept++
+		case after < before:
+			t.Fatalf("round wrote part of the pending changes: %d left of %d", after, before)
+		case after > batch+batch/4+1:
+			t.Fatalf("%d changes pending, over a batch of %d", after, batch)
+		}
+	}
+	if wrote == 0 || kept < 2*wrote {
+		t.Fatalf("of 200 rounds, %d wrote and %d kept the changes pending: want a write every 4 or 5", wrote, kept)
+	}
+	push(batch / 4)
+	if err := m.Round(&mu, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := tt.Pending(); n != 0 {
+		t.Fatalf("Round left %d changes pending", n)
+	}
 }

@@ -139,6 +139,7 @@ type hashFile struct {
 
 	alloc    int64 // the file's bytes reserved (grow)
 	buf, old []byte
+	span     []byte // a write's or a lookup's span of pages, under mu (hashsweep.go)
 }
 
 // hashKey is the page-finding hash of a key: splitmix64's finaliser, a
@@ -176,6 +177,12 @@ func (h *hashFile) readPage(f vfs.File, off int64, p []byte, id uint32, occ uint
 	if _, err := f.ReadAt(p, off); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%s: reading page %d: %w", h.name, id, err)
 	}
+	return h.check(p, id, occ)
+}
+
+// check checks the CRC of the slots of page id (its bytes p) that occ
+// says are in use.
+func (h *hashFile) check(p []byte, id uint32, occ uint64) error {
 	for o := occ; o != 0; o &= o - 1 {
 		s := mbits.TrailingZeros64(o)
 		b := p[s*h.slot : (s+1)*h.slot]
@@ -347,100 +354,6 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 		return fail(err)
 	}
 	return nil
-}
-
-// get calls fn(i, row) for each of keys found (row only valid during fn).
-func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
-	if err := h.e.Err(); err != nil {
-		return err
-	}
-	p := make([]byte, h.page)
-	h.mu.Lock() // located is written
-	defer h.mu.Unlock()
-	for i, k := range keys {
-		id := h.pageOf(k)
-		if h.occ[id] == 0 {
-			continue
-		}
-		if err := h.readPage(h.f, int64(id)*int64(h.page), p, id, h.occ[id]); err != nil {
-			return err
-		}
-		if s := h.find(p, h.occ[id], k); s >= 0 {
-			h.located[k] = id*hashSlotsMax + uint32(s)
-			fn(i, p[s*h.slot+12:(s+1)*h.slot])
-		}
-	}
-	return nil
-}
-
-// write applies changes (a row, or a deletion where row is nil): grouped
-// by page, a few changes to a page slot by slot, many (or a split) as one
-// write of the page.
-func (h *hashFile) write(ch []change) error {
-	if err := h.e.Err(); err != nil {
-		return err
-	}
-	hs := make([]uint64, len(ch))
-	order := make([]int32, len(ch))
-	for i := range ch {
-		hs[i], order[i] = hashKey(ch[i].key), int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		switch {
-		case hs[a] < hs[b]:
-			return -1
-		case hs[a] > hs[b]:
-			return 1
-		}
-		return 0
-	})
-	for i := 0; i < len(order); {
-		j, err := h.writePage(ch, hs, order[i:])
-		if err != nil {
-			return h.e.fail(fmt.Errorf("%s: %w", h.name, err))
-		}
-		i += j
-	}
-	return nil
-}
-
-// writePage applies the changes at the head of order (by hash) that fall
-// in the page of the first, and returns how many it applied.
-func (h *hashFile) writePage(ch []change, hs []uint64, order []int32) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id := h.dir[top(hs[order[0]], h.depth)]
-	d := uint(h.local[id])
-	pre := top(hs[order[0]], d)
-	m := 1
-	for m < len(order) && top(hs[order[m]], d) == pre {
-		m++
-	}
-	group := order[:m]
-	// Slot by slot when every change knows its slot or has a free one.
-	occ := h.occ[id]
-	free := h.slots - mbits.OnesCount64(occ)
-	// (A page's write is two calls, read and write, a slot's one: for
-	// three changes or more the page is cheaper.)
-	slotwise := len(group) <= 2
-	for _, c := range group {
-		if !slotwise {
-			break
-		}
-		c := &ch[c]
-		_, at := h.located[c.key]
-		switch {
-		case c.row == nil || c.over:
-			slotwise = at
-		default:
-			free--
-			slotwise = free >= 0
-		}
-	}
-	if slotwise {
-		return m, h.writeSlots(ch, group, id)
-	}
-	return m, h.rewrite(ch, group, id, pre, d)
 }
 
 // writeSlots applies a group of changes to page id a slot at a time.

@@ -55,6 +55,18 @@ func viewContents(t *testing.T, v rowView) map[uint64]string {
 // and views taken between batches that keep seeing the rows of their time
 // while the writes go on (copy on write), then released.
 func TestHashFileRoundTrip(t *testing.T) {
+	// Spans of pages written and read: none (each page alone), the
+	// default, and the whole file.
+	for _, gap := range [][2]int{{0, 0}, {spanGap, readGap}, {spanMax, spanMax}} {
+		t.Run(fmt.Sprintf("gap%d", gap[0]), func(t *testing.T) {
+			defer func(w, r int) { spanGap, readGap = w, r }(spanGap, readGap)
+			spanGap, readGap = gap[0], gap[1]
+			testHashFileRoundTrip(t)
+		})
+	}
+}
+
+func testHashFileRoundTrip(t *testing.T) {
 	for _, rowLen := range []int{76, 3000} { // 48 slots a page; 16 slots of a larger page
 		t.Run(fmt.Sprint(rowLen), func(t *testing.T) {
 			e := &hashEngine{dir: "s", fs: vfs.NewMem()}

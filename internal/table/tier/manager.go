@@ -205,7 +205,11 @@ func (m *Manager) Stats() Totals {
 // applies EvictUnseen and hands each table's pending rows to a write; the
 // writes run with lock released. It returns the first store error (the
 // ps must stop then).
-func (m *Manager) Round(lock sync.Locker, now time.Time) error {
+func (m *Manager) Round(lock sync.Locker, now time.Time) error { return m.round(lock, now, false) }
+
+// round is Round; with gather, a table's pending changes are written only
+// once they are many (Table.batch), as the loop does.
+func (m *Manager) round(lock sync.Locker, now time.Time, gather bool) error {
 	lock.Lock()
 	if m.err == nil {
 		m.err = m.store.Err()
@@ -231,7 +235,9 @@ func (m *Manager) Round(lock sync.Locker, now time.Time) error {
 	flights := make([]*Flight, len(m.tables))
 	rebuilds := make([]*Rebuild, len(m.tables))
 	for i, t := range m.tables {
-		flights[i] = t.StartFlush()
+		if !gather || t.Pending() >= t.batch() {
+			flights[i] = t.StartFlush()
+		}
 		rebuilds[i] = t.StartRebuild()
 	}
 	lock.Unlock()
@@ -314,7 +320,7 @@ func (m *Manager) Run(ctx context.Context, lock sync.Locker) error {
 		case <-m.kick:
 		}
 		now := time.Now()
-		if err := m.Round(lock, now); err != nil {
+		if err := m.round(lock, now, true); err != nil {
 			return err
 		}
 		if now.Sub(logged) >= time.Minute {

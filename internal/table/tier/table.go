@@ -148,7 +148,10 @@ func (t *Table) Fetch(keys []uint64) error {
 	if t.onDisk == 0 {
 		return nil
 	}
-	t.miss = t.hot.Missing(keys, t.miss[:0])
+	if t.bound == nil {
+		// (hold found them otherwise: it demotes no row of keys.)
+		t.miss = t.hot.Missing(keys, t.miss[:0])
+	}
 	if len(t.miss) == 0 {
 		return nil
 	}
@@ -375,6 +378,25 @@ func (t *Table) demoteKeys(keys []uint64) int {
 
 // Pending is the number of changes waiting to be written.
 func (t *Table) Pending() int { return len(t.pend) }
+
+// batch is how many pending changes the background loop gathers before it
+// writes them. The hash store writes a batch page by page, the pages that
+// lie close together in spans (hashsweep.go): with about as many changes
+// as the file has pages, most pages are changed in one pass over the file,
+// at a fraction of a system call a change. The changes pending count in
+// the memory bound, so at most half its margin (the table's share of it)
+// waits. Pebble writes at once (0).
+func (t *Table) batch() int {
+	h, ok := t.rows.(*hashFile)
+	if !ok || t.bound == nil {
+		return 0
+	}
+	h.mu.RLock()
+	pages := int(h.pages)
+	h.mu.RUnlock()
+	tables := int64(max(1, len(t.bound.tables())))
+	return min(pages, int(t.bound.margin/(2*tables*t.RowBytes())))
+}
 
 // Flight is a set of changes being written to the store.
 type Flight struct {
