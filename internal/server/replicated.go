@@ -151,6 +151,11 @@ func (s *Server) handleReplicatedData(ctx context.Context, dc *dataConn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heard(r.Worker)
+	// Heard again when the reply is made: a request that took long (a
+	// pull of many rows from a disk tier, the chief's final evaluation)
+	// must not leave its worker looking silent for as long, which after
+	// the goal reads as gone (jobEnd's goneAfter).
+	defer s.heard(r.Worker)
 	if !s.shard.Initialized() {
 		dc.errorReply(s.notInitialized())
 		return
