@@ -132,17 +132,8 @@ func sparsePipeLoop(ctx context.Context, cfg Config, p *localPS, m model.SparseR
 	if err != nil {
 		return err
 	}
-	var sets [2][]client.Rows
-	rowsFor := func(i int, keys [][]uint64) []client.Rows {
-		if sets[i] == nil {
-			sets[i] = make([]client.Rows, len(tables))
-		}
-		r := sets[i]
-		for t, tb := range tables {
-			r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(r[t].Values, len(keys[t])*tb.Dim)}
-		}
-		return r
-	}
+	sets := rowSets{tables: tables}
+	rowsFor := sets.of
 	cur := rowsFor(0, keys)
 	call := p.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
 	if call.Err != nil {

@@ -1295,17 +1295,8 @@ func sparseLoop(ctx context.Context, cfg Config, c psClient, m model.SparseModel
 	// fills (nextRows) live in two sets of buffers, swapped every step, and
 	// the row gradients in one: the exchange has landed before they are
 	// reused.
-	var sets [2][]client.Rows
-	rowsFor := func(i int, keys [][]uint64) []client.Rows {
-		if sets[i] == nil {
-			sets[i] = make([]client.Rows, len(tables))
-		}
-		r := sets[i]
-		for t, tb := range tables {
-			r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(r[t].Values, len(keys[t])*tb.Dim)}
-		}
-		return r
-	}
+	sets := rowSets{tables: tables}
+	rowsFor := sets.of
 	cur := rowsFor(0, keys)
 	call := c.Do(ctx, &client.Request{Pull: true, Params: params, SparseParams: cur})
 	if call.Err != nil {
@@ -1500,4 +1491,25 @@ func WriteJSON(path string, v any) error {
 		return fmt.Errorf("result file: %w", err)
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// rowSets are two sets of row buffers, swapped every step by the loops
+// that overlap a step's exchange with the next batch: the rows of the batch
+// being computed and those the next pull fills. The exchange has landed
+// before a set is reused.
+type rowSets struct {
+	tables []model.Table
+	sets   [2][]client.Rows
+}
+
+// of returns set i holding keys (one slice a table), its values zeroed.
+func (s *rowSets) of(i int, keys [][]uint64) []client.Rows {
+	if s.sets[i] == nil {
+		s.sets[i] = make([]client.Rows, len(s.tables))
+	}
+	r := s.sets[i]
+	for t, tb := range s.tables {
+		r[t] = client.Rows{Table: tb.Name, Keys: keys[t], Values: zeroed(r[t].Values, len(keys[t])*tb.Dim)}
+	}
+	return r
 }

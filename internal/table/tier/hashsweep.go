@@ -78,15 +78,7 @@ func (h *hashFile) writeSpans(ch []change) error {
 	gap := uint32(spanGap / h.page)
 	most := uint32(max(1, spanMax/h.page))
 	for i := 0; i < len(order); {
-		first := ids[order[i]]
-		j := i + 1
-		for j < len(order) {
-			id := ids[order[j]]
-			if id-ids[order[j-1]] > gap+1 || id-first >= most {
-				break
-			}
-			j++
-		}
+		j := spanEnd(ids, order, i, gap, most)
 		if err := h.writeSpan(ch, ids, order[i:j]); err != nil {
 			return err
 		}
@@ -256,14 +248,7 @@ func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
 	most := uint32(max(1, spanMax/4/h.page))
 	for i := 0; i < len(order); {
 		first := ids[order[i]]
-		j := i + 1
-		for j < len(order) {
-			id := ids[order[j]]
-			if id-ids[order[j-1]] > gap+1 || id-first >= most {
-				break
-			}
-			j++
-		}
+		j := spanEnd(ids, order, i, gap, most)
 		n := int(ids[order[j-1]]-first+1) * h.page
 		if cap(h.span) < n {
 			h.span = make([]byte, n)
@@ -291,4 +276,20 @@ func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
 		i = j
 	}
 	return nil
+}
+
+// spanEnd returns the end of the span that starts at order[i]: the pages
+// ids[order[i:j]] (order sorted by page) are no more than gap pages apart,
+// each from the one before, and fewer than most from the first.
+func spanEnd(ids []uint32, order []int32, i int, gap, most uint32) int {
+	first := ids[order[i]]
+	j := i + 1
+	for j < len(order) {
+		id := ids[order[j]]
+		if id-ids[order[j-1]] > gap+1 || id-first >= most {
+			break
+		}
+		j++
+	}
+	return j
 }
