@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,35 @@ func TestOwnLoopMetricsAndProgress(t *testing.T) {
 	}
 	if len(chief.scraped) != 1 || chief.scraped[0] != url {
 		t.Errorf("scraped %v, want %s", chief.scraped, url)
+	}
+}
+
+// A worker of a model written on the public API (deep_ctr, mf, lda,
+// logreg_lbfgs) counts its steps and losses in its own session, so the
+// session serves its metrics at --metrics_addr and train serves none of its
+// own: an endpoint of train's would read global step 0 and loss 0 for the
+// whole run, and so would `paramserv local`'s progress line. A ps, or a
+// built-in model's worker, is served by train as before.
+func TestProgramWorkerServesItsSessionsMetrics(t *testing.T) {
+	f := &telemetryFlags{metricsAddr: "127.0.0.1:0"}
+	if got := f.programMetricsAddr(); got != "127.0.0.1:0" {
+		t.Errorf("programMetricsAddr = %q, want --metrics_addr's 127.0.0.1:0", got)
+	}
+	if got := (&telemetryFlags{}).programMetricsAddr(); got != "off" {
+		t.Errorf("programMetricsAddr with --metrics_addr= = %q, want off (none, whatever PARAMSERV_METRICS_ADDR says)", got)
+	}
+	for _, program := range []bool{true, false} {
+		var cfg taskConfig
+		cfg.Cluster.Task.Job = "worker"
+		var lines []string
+		stop, err := f.start(&cfg, false, program, func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		served := slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "metrics: http://") })
+		if served == program {
+			t.Errorf("program worker %v: train served metrics %v (lines %q), want %v", program, served, lines, !program)
+		}
 	}
 }
