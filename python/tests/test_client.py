@@ -533,6 +533,10 @@ def test_tls_and_token(make_cluster, paramserv_bin, tmp_path):
 
 _INTERRUPTED = """
 import json, os, signal, sys, threading, time
+# Python's own Ctrl-C handler, as at a terminal: a process started in the
+# background (CI under nohup, a shell's &) inherits SIGINT ignored, and
+# Python then leaves it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 import paramserv
 c = paramserv.Client(variables={"w": 3}, tf_config=json.loads(sys.argv[1]), optimizer="sgd",
