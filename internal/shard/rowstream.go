@@ -93,16 +93,7 @@ func (r *fileRows) Touches(f func(touch []int64)) bool {
 func (r *fileRows) Rows(n int, f func(chunk sparse.Snapshot) error) error {
 	n = max(n, 1)
 	d := r.dim
-	s := sparse.Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, r.slots)}
-	for j := range s.State {
-		s.State[j] = make([]float32, 0, n*d)
-	}
-	if r.hasUpdates {
-		s.Updates = make([]uint32, 0, n)
-	}
-	if r.hasTouch {
-		s.LastTouch = make([]int64, 0, n)
-	}
+	s := sparse.NewSnapshot(d, r.slots, n, r.hasUpdates, r.hasTouch)
 	flush := func() error {
 		if len(s.Keys) == 0 {
 			return nil

@@ -93,20 +93,21 @@ func (t *Table) Export() Snapshot {
 // emptySnapshot is a Snapshot of the table's shape with no rows and room
 // for every row.
 func (t *Table) emptySnapshot() Snapshot {
-	n, d := t.live, t.dim
-	s := Snapshot{
-		Dim:    d,
-		Keys:   make([]uint64, 0, n),
-		Values: make([]float32, 0, n*d),
-		State:  make([][]float32, t.slots),
-	}
+	return NewSnapshot(t.dim, t.slots, t.live, t.keepCount, t.keepTouch)
+}
+
+// NewSnapshot is a Snapshot of rows of dim values and slots state slices
+// with no rows and room for n; with updates and touch it keeps the rows'
+// update counts and last touches too.
+func NewSnapshot(dim, slots, n int, updates, touch bool) Snapshot {
+	s := Snapshot{Dim: dim, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*dim), State: make([][]float32, slots)}
 	for i := range s.State {
-		s.State[i] = make([]float32, 0, n*d)
+		s.State[i] = make([]float32, 0, n*dim)
 	}
-	if t.keepCount {
+	if updates {
 		s.Updates = make([]uint32, 0, n)
 	}
-	if t.keepTouch {
+	if touch {
 		s.LastTouch = make([]int64, 0, n)
 	}
 	return s

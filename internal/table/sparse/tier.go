@@ -49,17 +49,8 @@ func (t *Table) KeepsTouch() bool { return t.keepTouch }
 // FrozenChanges (its dirty bit; all false while change tracking is off).
 func (t *Table) Take(keys []uint64) (s Snapshot, changed []bool) {
 	n, d := len(keys), t.dim
-	s = Snapshot{Dim: d, Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*d), State: make([][]float32, t.slots)}
+	s = NewSnapshot(d, t.slots, n, t.keepCount, t.keepTouch)
 	changed = make([]bool, 0, n)
-	for i := range s.State {
-		s.State[i] = make([]float32, 0, n*d)
-	}
-	if t.keepCount {
-		s.Updates = make([]uint32, 0, n)
-	}
-	if t.keepTouch {
-		s.LastTouch = make([]int64, 0, n)
-	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
