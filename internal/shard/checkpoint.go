@@ -420,9 +420,9 @@ func tieredTable(t frozenTable, v *sparse.Sorted, cols TierColumns, fail func(er
 	nh, d := int64(v.Len()), int64(t.t.Dim())
 	n := nh + int64(cols.Len())
 	col := map[string]int{
-		ckptformat.KeysName(t.name):                ColKeys,
-		ckptformat.ValuesName(t.name):              ColValues,
-		ckptformat.SlotName(t.name, "updates"):     ColUpdates,
+		ckptformat.KeysName(t.name):               ColKeys,
+		ckptformat.ValuesName(t.name):             ColValues,
+		ckptformat.SlotName(t.name, "updates"):    ColUpdates,
 		ckptformat.SlotName(t.name, "last_touch"): ColTouch,
 	}
 	for i, slot := range t.slots {
