@@ -319,6 +319,9 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 			// The rows in memory as the table holds them, then the
 			// tier's as it holds them, streamed to the file.
 			cols, err := t.cold.Columns()
+			// The tier's view is read: let it go now, so that the
+			// tier's writes stop keeping its pages for it.
+			t.cold.Release()
 			if err != nil {
 				c.fail(fmt.Errorf("table %q: %w", t.name, err))
 				continue

@@ -89,7 +89,7 @@ type TierCut interface {
 	// file (Cut.StreamShard) rather than gather them in memory. Close
 	// the columns when done; the cut may be released before.
 	Columns() (TierColumns, error)
-	// Release lets go of the view.
+	// Release lets go of the view; it may be called more than once.
 	Release()
 }
 
