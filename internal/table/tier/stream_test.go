@@ -2,6 +2,7 @@ package tier
 
 import (
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -371,5 +372,51 @@ func TestStreamedSaveStaysInBudget(t *testing.T) {
 	left, err := filepath.Glob(filepath.Join(storeDir, "cut-*"))
 	if err != nil || len(left) > 0 {
 		t.Errorf("the tier's column files left after the save: %v (%v)", left, err)
+	}
+}
+
+// A tiered save whose column files cannot be read back as the file is
+// written (here cut short under it) reports it (Cut.Err), so that the ps
+// fails the save instead of keeping a file of wrong bytes.
+func TestStreamedSaveReportsAColumnLost(t *testing.T) {
+	layout := shard.Layout{
+		Tables:     []shard.TableSpec{{Name: "emb", Dim: 4}},
+		Optimizer:  optim.Config{Name: "adagrad", LearningRate: 0.1},
+		NumWorkers: 1,
+	}
+	w := newTwinShards(t, layout, 0, 11)
+	for range 40 {
+		w.push()
+	}
+	if w.m.Stats().DiskRows == 0 {
+		t.Fatal("no row on disk: the test needs some")
+	}
+	w.mu.Lock()
+	cut := w.tiered.Cut()
+	w.mu.Unlock()
+	sh := cut.StreamShard()
+	if err := cut.Err(); err != nil {
+		t.Fatal(err)
+	}
+	cols, err := filepath.Glob(filepath.Join(w.m.cfg.Dir, "cut-*"))
+	if err != nil || len(cols) == 0 {
+		t.Fatalf("no column files in %s (%v)", w.m.cfg.Dir, err)
+	}
+	for _, c := range cols {
+		if err := os.Truncate(c, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = checkpoint.WriteShard(vfs.OS, t.TempDir(), 1, 0, 1, sh)
+	if err == nil {
+		err = cut.Err()
+	}
+	cut.Release()
+	if err == nil {
+		t.Fatal("the save read columns cut short, and reported nothing")
+	}
+	t.Log(err)
+	if left, _ := filepath.Glob(filepath.Join(w.m.cfg.Dir, "cut-*")); len(left) > 0 {
+		t.Errorf("column files left after Release: %v", left)
 	}
 }
