@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,10 @@ func TestTieredPSKilled(t *testing.T) {
 	}
 	dir, data := tierJobDir(t)
 	res := filepath.Join(dir, "result.json")
+	// Long enough that the job cannot end before a damaged page is read:
+	// 400 steps took 2 s here, and a CI run once finished them before the
+	// first round of damage was read.
+	const steps = 5000
 	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
 		"--train_data="+data, "--train_steps=300", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
 		"--table_memory=16KiB", "--result_file="+res)
@@ -124,8 +129,12 @@ func TestTieredStoreDamagedWhileRunning(t *testing.T) {
 	tables := filepath.Join(dir, "tables")
 	store := filepath.Join(tables, "ps-0")
 	res := filepath.Join(dir, "result.json")
+	// Long enough that the job cannot end before a damaged page is read:
+	// 400 steps took 2 s here, and a CI run once finished them before the
+	// first round of damage was read.
+	const steps = 5000
 	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
-		"--train_data="+data, "--train_steps=400", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
+		"--train_data="+data, "--train_steps="+strconv.Itoa(steps), "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
 		"--table_memory=16KiB", "--table_dir="+tables, "--result_file="+res)
 	p.waitCount(t, "saved checkpoint of step", 2, 3*time.Minute)
 	// Damage the table files as they are, again as compactions write new
@@ -175,8 +184,8 @@ func TestTieredStoreDamagedWhileRunning(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if r := readResult(t, res); r.GlobalStep < 400 {
-		t.Errorf("global step %d, want >= 400", r.GlobalStep)
+	if r := readResult(t, res); r.GlobalStep < steps {
+		t.Errorf("global step %d, want >= %d", r.GlobalStep, steps)
 	}
 	t.Logf("%d files damaged; the report: %s", len(damaged), report)
 }
