@@ -67,6 +67,10 @@ for r in $(seq 1 "$ROUNDS"); do
     stall_wait=${stall#* }
     stall=${stall%% *}
     sync
+    # dd's input from the page cache, whichever way the save wrote it (a
+    # save past the page cache leaves it there only after this read), so
+    # that dd times its write alone.
+    cat "$F" >/dev/null
     ddw=$(dd if="$F" of="$OUT/dd.out" bs=4M conv=fsync 2>&1 | dd_ms)
     rm -f "$OUT/dd.out"
     "$BIN" local "${flags[@]}" >"$OUT/restore-$b-$r.log" 2>&1
