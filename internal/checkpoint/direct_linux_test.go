@@ -24,6 +24,12 @@ func directOK(t *testing.T, dir string) {
 	if d := startDirect(f); !d.on {
 		t.Skipf("%s takes no O_DIRECT", dir)
 	}
+	// tmpfs takes O_DIRECT since Linux 6.6, but its pages are the page
+	// cache and it takes any alignment: nothing here to see.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.TMPFS_MAGIC {
+		t.Skipf("%s is tmpfs", dir)
+	}
 }
 
 // cached is how many of the file's pages are in the page cache.
@@ -129,7 +135,7 @@ func TestDirectRefusedFallsBack(t *testing.T) {
 		t.Fatalf("wrote %d bytes of %d (%v)", k, directAlign, err)
 	}
 	if d.on {
-		t.Fatal("a misaligned buffer was taken with O_DIRECT on: the test tests nothing")
+		t.Skip("this filesystem takes a misaligned buffer with O_DIRECT on: nothing to fall back from")
 	}
 	b = alignedBuffer(len(want) - directAlign)
 	copy(b, want[directAlign:])
