@@ -642,11 +642,11 @@ func TestPartitionedPSEndsTheJob(t *testing.T) {
 // job ends well.
 func TestBusyPSIsNotSilent(t *testing.T) {
 	cl := newTestCluster(t, 1, 2, Config{
-		Config:       lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second},
-		Model:        "linreg",
-		Data:         model.Config{BatchSize: 10, Seed: 3},
-		TrainSteps:   50,
-		probeAfter:   50 * time.Millisecond,
+		Config:     lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, Sync: true, WaitLogEvery: 100 * time.Millisecond, RecoveryTimeout: time.Minute, StartupTimeout: time.Minute, SyncTimeout: 20 * time.Second},
+		Model:      "linreg",
+		Data:       model.Config{BatchSize: 10, Seed: 3},
+		TrainSteps: 50,
+		probeAfter: 50 * time.Millisecond,
 		// A second, not 300 ms: under -race at load 30 a live ps's answer
 		// once took longer (CI here). The wait below outlasts it.
 		probeTimeout: time.Second,
