@@ -61,18 +61,40 @@ func TestTwoJobsOneCheckpointDir(t *testing.T) {
 }
 
 // A job whose chief was killed leaves its lock; the next job on the
-// directory finds its holder gone and takes it over, saying so.
+// directory finds its holder gone and takes it over at once, saying so.
+// The first job's local is stopped first, so the killed chief stays a
+// zombie that /proc still shows (as a killed process is until its parent
+// reaps it): the lock's kernel lock, which the kernel drops at the kill,
+// is what tells the next job (before it, the next job was refused until the
+// parent reaped the chief, or for a minute where /proc was no help).
 func TestCheckpointLockOfKilledJob(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	args := []string{"local", "--ps=1", "--workers=1", "--model=linreg", "--checkpoint_dir=" + dir, "--save_steps=5000"}
 	first := start(t, "first job", nil, append(args, "--train_steps=1000000", "--restart_workers=false")...)
 	first.waitFor(t, "chief initialised", time.Minute)
 	chief := findChild(t, first.cmd.Process.Pid, "worker", 0)
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(first.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
 	if err := syscall.Kill(chief, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := first.wait(t, time.Minute); code == 0 {
-		t.Fatal("the first job exited 0 without its chief")
+	zombie := false
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !zombie; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", chief))
+		if err != nil {
+			t.Fatalf("the killed chief %d is gone from /proc while its parent is stopped: %v", chief, err)
+		}
+		zombie = regexp.MustCompile(`\) Z `).Match(b)
+	}
+	if !zombie {
+		t.Fatalf("the killed chief %d is not a zombie after a minute", chief)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "paramserv.lock")); err != nil {
 		t.Fatalf("the killed chief's lock: %v", err)
@@ -80,13 +102,18 @@ func TestCheckpointLockOfKilledJob(t *testing.T) {
 	res := filepath.Join(t.TempDir(), "result.json")
 	second := start(t, "second job", nil, append(args, "--train_steps=20000", "--result_file="+res)...)
 	if code := second.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("second job: exit %d", code)
+		t.Fatalf("second job: exit %d:\n%s", code, second.output())
 	}
 	if want := fmt.Sprintf("taking over the lock of %s from job job-", dir); !strings.Contains(second.output(), want) ||
-		!strings.Contains(second.output(), fmt.Sprintf("whose process %d is gone", chief)) {
-		t.Errorf("the second job does not say it took over the lock of pid %d", chief)
+		!strings.Contains(second.output(), fmt.Sprintf("whose process %d has ended (the kernel let go of its lock of paramserv.lock.held)", chief)) {
+		t.Errorf("the second job does not say it took over the lock of pid %d:\n%s", chief, second.output())
 	}
 	checkLinreg(t, readResult(t, res))
+	syscall.Kill(first.cmd.Process.Pid, syscall.SIGCONT)
+	stopped = false
+	if code := first.wait(t, time.Minute); code == 0 {
+		t.Fatal("the first job exited 0 without its chief")
+	}
 }
 
 // A damaged newest checkpoint is set aside when the ps restore (issue 12,
