@@ -160,3 +160,38 @@ func TestDamagedCheckpointSavedAgain(t *testing.T) {
 		t.Errorf("ckpt ls:\n%s", lsOut)
 	}
 }
+
+// A checkpoint file truncated by an outside tool while the ps that
+// restored it trains on: the restored table kept its keys and index in the
+// file's pages (a private mapping), and the next touch of a page the
+// truncation took used to kill the ps with SIGBUS. The restore now makes
+// those pages the ps's own, so the ps trains on and the job ends 0.
+func TestCheckpointTruncatedUnderThePS(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "ctr")
+	gen := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=30000", "--fields=26", "--test_rows=1000", "--out="+data)
+	if code := gen.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("synth-ctr: exit %d", code)
+	}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	args := []string{"local", "--ps=1", "--workers=1", "--model=sparse_lr", "--optimizer=ftrl", "--input_format=criteo", "--fields=0,26",
+		"--batch_size=100", "--train_data=" + data, "--checkpoint_dir=" + dir, "--restart_workers=false"}
+	first := start(t, "first job", nil, append(args, "--train_steps=300", "--save_steps=300")...)
+	if code := first.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("first job: exit %d", code)
+	}
+	shard := filepath.Join(dir, "ckpt-300", "shard-0-of-1.safetensors")
+	fi, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := start(t, "second job", nil, append(args, "--train_steps=1500", "--save_steps=600")...)
+	second.waitFor(t, "restored checkpoint of step 300", 2*time.Minute)
+	if err := os.Truncate(shard, 0); err != nil {
+		t.Fatal(err)
+	}
+	code := second.wait(t, 3*time.Minute)
+	out := second.output()
+	if code != 0 || strings.Contains(out, "SIGBUS") || strings.Contains(out, "unexpected fault address") || !strings.Contains(out, "saved checkpoint of step 1500") {
+		t.Fatalf("second job, its restored checkpoint (%d bytes) truncated under its ps: exit %d, want 0 and the ps training on to its final checkpoint:\n%s", fi.Size(), code, out)
+	}
+}

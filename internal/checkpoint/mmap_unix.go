@@ -3,11 +3,6 @@
 package checkpoint
 
 import (
-	"errors"
-	"runtime/debug"
-	"sync/atomic"
-	"unsafe"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/paramserv/paramserv/internal/vfs"
@@ -32,8 +27,8 @@ import (
 // error): checkpoint files are written whole under a temporary name and
 // renamed, and never truncated in place, and removing one (pruning) leaves
 // the mapping intact, but an outside tool may truncate one. What a holder
-// keeps past the read is made the process's own copy first (ownPages), so
-// nothing the ps goes on using reads the file.
+// keeps past the read is moved into anonymous memory first (ownPages), so
+// nothing the ps goes on using is the file's.
 func mapFile(f vfs.File, size int64) (b []byte, unmap func(), ok bool) {
 	fd, isOS := f.(interface{ Fd() uintptr })
 	if !isOS || size <= 0 || int64(int(size)) != size {
@@ -54,39 +49,4 @@ func dropPages(b []byte) {
 	if len(b) > 0 {
 		_ = unix.Madvise(b, unix.MADV_DONTNEED)
 	}
-}
-
-// ownPages makes the pages of b, whole pages of a private mapping of a
-// file (mapFile), the process's own copies (MADV_POPULATE_WRITE copies
-// each page as a write into it would, without changing a byte), so that
-// nothing in b reads the file any more: a file truncated or rewritten in
-// place afterwards changes nothing in b and faults nothing. An error says
-// that a page could not be read (the file shrank, or the disk failed).
-// Where the kernel has no MADV_POPULATE_WRITE (before Linux 5.14), each
-// page is written with the byte it holds; no other goroutine may write b
-// meanwhile.
-func ownPages(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	err := unix.Madvise(b, unix.MADV_POPULATE_WRITE)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, unix.EINVAL):
-		return touchPages(b)
-	default: // EFAULT: a page past the file's end; EIO, EHWPOISON
-		return err
-	}
-}
-
-// touchPages writes the first word of each page of b with its own value
-// (b starts on a page), a fault reading one an error.
-func touchPages(b []byte) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer catchFault(&err, b)
-	for i := 0; i+4 <= len(b); i += 4096 {
-		atomic.AddUint32((*uint32)(unsafe.Pointer(&b[i])), 0) // a write of what is there: the page copied
-	}
-	return nil
 }

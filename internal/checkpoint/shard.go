@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"runtime"
@@ -453,10 +454,10 @@ func (r *mapRefs) verified() error {
 // hold adds a holder of the memory held (within the mapping) and returns
 // its release, which may be called more than once.
 //
-// The pages of held become the process's own copies before it returns
-// (ownPages): a holder keeps them past the restore, and a page still
-// shared with the file would fault the process at its next touch once
-// an outside tool truncated the file. A page that cannot be read (the
+// The pages of held become anonymous memory with the same bytes before it
+// returns (ownSpans): a holder keeps them past the restore, and a page of
+// the file's mapping, even one a write copied, faults the process at its
+// next touch once an outside tool truncated the file. A page that cannot be read (the
 // file shrank already) is an error of the shard's Verified (r.verified).
 func (r *mapRefs) hold(held ...[]byte) (release func()) {
 	r.n.Add(1)
@@ -471,14 +472,22 @@ func (r *mapRefs) hold(held ...[]byte) (release func()) {
 	return func() { once.Do(r.drop) }
 }
 
-// ownSpans makes the spans of the mapping data the process's own pages
-// (ownPages), a piece of at least 4 MiB to each of up to GOMAXPROCS
+// ownSpans makes the spans of the mapping data (in order) the process's
+// own memory (ownPages), a piece of at least 4 MiB to each of up to GOMAXPROCS
 // goroutines (the kernel copies pages of one mapping on several cores at
 // once), and returns the first failure.
 func ownSpans(data []byte, spans []span) error {
 	const piece = 4 << 20
-	var pieces []span
+	var merged []span // two holds may share a page: each page once
 	for _, sp := range spans {
+		if n := len(merged); n > 0 && sp.lo <= merged[n-1].hi {
+			merged[n-1].hi = max(merged[n-1].hi, sp.hi)
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	var pieces []span
+	for _, sp := range merged {
 		for lo := sp.lo; lo < sp.hi; lo += piece {
 			pieces = append(pieces, span{lo, min(sp.hi, lo+piece)})
 		}
@@ -524,6 +533,9 @@ func (r *mapRefs) drop() {
 	}
 }
 
+// pageSize is the system's memory page.
+var pageSize = os.Getpagesize()
+
 // span is a part of a mapping, in offsets from its start rounded out to
 // whole pages.
 type span struct{ lo, hi uintptr }
@@ -531,7 +543,7 @@ type span struct{ lo, hi uintptr }
 // pageSpans is the whole pages of the mapping data that hold the bytes of
 // keep (slices within data), in order; they may overlap.
 func pageSpans(data []byte, keep [][]byte) []span {
-	const page = 4096
+	page := uintptr(pageSize)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
 	var spans []span
 	for _, k := range keep {
@@ -553,7 +565,7 @@ func dropPagesBut(data []byte, keep [][]byte) {
 	if len(data) == 0 {
 		return
 	}
-	const page = 4096
+	page := uintptr(pageSize)
 	spans := pageSpans(data, keep)
 	at := uintptr(0) // the first byte not yet kept or dropped; a page boundary
 	for _, sp := range append(spans, span{uintptr(len(data)), uintptr(len(data))}) {
