@@ -9,4 +9,3 @@ func mapFile(vfs.File, int64) ([]byte, func(), bool) { return nil, nil, false }
 
 // dropPages does nothing where files are not mapped.
 func dropPages([]byte) {}
-
