@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,11 +168,7 @@ func TestDamagedCheckpointSavedAgain(t *testing.T) {
 // truncation took used to kill the ps with SIGBUS. The restore now makes
 // those pages the ps's own, so the ps trains on and the job ends 0.
 func TestCheckpointTruncatedUnderThePS(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "ctr")
-	gen := start(t, "synth-ctr", nil, "data", "synth-ctr", "--rows=30000", "--fields=26", "--test_rows=1000", "--out="+data)
-	if code := gen.wait(t, 2*time.Minute); code != 0 {
-		t.Fatalf("synth-ctr: exit %d", code)
-	}
+	data := synthCTR(t, 30000)
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	args := []string{"local", "--ps=1", "--workers=1", "--model=sparse_lr", "--optimizer=ftrl", "--input_format=criteo", "--fields=0,26",
 		"--batch_size=100", "--train_data=" + data, "--checkpoint_dir=" + dir, "--restart_workers=false"}
@@ -194,4 +191,54 @@ func TestCheckpointTruncatedUnderThePS(t *testing.T) {
 	if code != 0 || strings.Contains(out, "SIGBUS") || strings.Contains(out, "unexpected fault address") || !strings.Contains(out, "saved checkpoint of step 1500") {
 		t.Fatalf("second job, its restored checkpoint (%d bytes) truncated under its ps: exit %d, want 0 and the ps training on to its final checkpoint:\n%s", fi.Size(), code, out)
 	}
+}
+
+// synthCTR writes a synthetic click data set of rows rows (26 fields)
+// and returns its directory.
+func synthCTR(t *testing.T, rows int) string {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), "ctr")
+	gen := start(t, "synth-ctr", nil, "data", "synth-ctr", fmt.Sprintf("--rows=%d", rows), "--fields=26", "--test_rows=1000", "--out="+data)
+	if code := gen.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("synth-ctr: exit %d", code)
+	}
+	return data
+}
+
+// A one-worker job in asynchronous training: the chief trains on while
+// its periodic checkpoints are written (the ps cuts its state at once and
+// writes it while pushes go on), where it used to wait for each, so pushes
+// land during the saves; the saves keep their order, and the final one is
+// saved before the job ends.
+func TestOneWorkerTrainsWhileItSaves(t *testing.T) {
+	data := synthCTR(t, 30000)
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	p := start(t, "job", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--optimizer=ftrl", "--input_format=criteo", "--fields=0,26",
+		"--batch_size=100", "--train_data="+data, "--checkpoint_dir="+dir, "--train_steps=1500", "--save_steps=100", "--keep_checkpoints=20")
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.output())
+	}
+	out := p.output()
+	pushes := 0
+	for _, m := range regexp.MustCompile(`checkpoint: wrote shard-0-of-1\.safetensors of step \d+ .*, (\d+) pushes meanwhile`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		pushes += n
+	}
+	if pushes == 0 {
+		t.Errorf("no push landed while a checkpoint was written: the chief waited for its saves:\n%s", out)
+	}
+	// Each save ends before the next begins, in step order, the last
+	// the final step's.
+	var steps []int
+	for _, m := range regexp.MustCompile(`chief: (saving|saved) checkpoint of step (\d+)`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		if want := len(steps)%2 == 0; (m[1] == "saving") != want || (!want && n != steps[len(steps)-1]) || (want && len(steps) > 0 && n <= steps[len(steps)-1]) {
+			t.Fatalf("save lines out of order at %q (steps so far %v):\n%s", m[0], steps, out)
+		}
+		steps = append(steps, n)
+	}
+	if len(steps) < 4 || steps[len(steps)-1] != 1500 {
+		t.Fatalf("saves of steps %v, want several ending with the final step 1500", steps)
+	}
+	t.Logf("%d saves, %d pushes landed while they were written", len(steps)/2, pushes)
 }
