@@ -23,11 +23,17 @@ func ownPages(b []byte) (err error) {
 		return nil
 	}
 	n := uintptr((len(b) + pageSize - 1) &^ (pageSize - 1))
-	p, err := unix.MmapPtr(-1, 0, nil, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	p, err := unix.MmapPtr(-1, 0, nil, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return fmt.Errorf("mapping %d bytes of memory: %w", n, err)
 	}
 	fresh := unsafe.Slice((*byte)(p), n)
+	// Huge pages where the system gives them, made at once: fresh memory
+	// costs a fault and a zeroing each page (on a 38 MB piece of a
+	// restore at load 30, 190 ms of CPU with 4 KiB pages one by one, 100
+	// with MAP_POPULATE, 50-110 huge and populated). Advice only.
+	_ = unix.Madvise(fresh, unix.MADV_HUGEPAGE)
+	_ = unix.Madvise(fresh, unix.MADV_POPULATE_WRITE)
 	if err := copyFaulting(fresh, b); err != nil {
 		unix.MunmapPtr(p, n)
 		return err
