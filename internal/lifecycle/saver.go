@@ -99,16 +99,16 @@ func (s *saver) maybe(ctx context.Context, step int64) error {
 	if !s.due(step) {
 		return nil
 	}
-	if !s.cfg.Sync {
+	if !s.cfg.Sync && s.state == nil {
 		// Synchronous training cuts every shard at one step, which the
-		// chief's own pushes would move on from: it waits.
-		state := s.state
-		s.state = nil
+		// chief's own pushes would move on from: it waits. So does a
+		// save with the program's state (Worker.SetState), which the
+		// program makes at the step it asked about (Due).
 		done := make(chan struct{})
 		s.inflight, s.bgStep = done, step
 		go func() {
 			defer close(done)
-			s.bgErr = s.save(ctx, step, state)
+			s.bgErr = s.save(ctx, step, nil)
 		}()
 		return nil
 	}
