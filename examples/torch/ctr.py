@@ -25,6 +25,7 @@ models count it) and ``chief_examples_per_s`` (the chief's own batches).
     paramserv local --ps=2 --workers=2 -- /usr/bin/python3 examples/torch/ctr.py --data_dir=ctr
 """
 import argparse
+import collections
 import json
 import os
 import sys
@@ -34,6 +35,10 @@ import numpy as np
 import torch
 
 import paramserv.torch as pst
+
+
+# Steps between two report_loss calls.
+REPORT_EVERY = 10
 
 
 def log(msg):
@@ -127,7 +132,8 @@ def main():
                     help="pull the next batch's rows ahead (Embedding.prefetch): with this batch's push+pull, "
                          "one round trip a step (step, the default), or in the background while this one computes")
     ap.add_argument("--overlap", action="store_true",
-                    help="push+pull in the background while the next batch computes (DistributedModule overlap=True; async only)")
+                    help="push+pull in the background while the next batch computes (DistributedModule overlap=True; "
+                         "async only); with --prefetch=step the step's call carries the rows of the batch after next")
     ap.add_argument("--steps_to_validate", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--result_file", default="")
@@ -177,37 +183,57 @@ def main():
     # batch by the batch size, below FTRL's beta term.
     lossf = torch.nn.BCEWithLogitsLoss(reduction="sum")
 
-    def prefetch(idx):
+    def prefetch(idx, with_step):
         # Each Embedding pulls the rows of a future batch in the
         # background; a forward pass takes the oldest prefetch. Given the
         # same array, the second finds the distinct keys the first found.
-        with_step, ids = args.prefetch == "step", x[idx]
+        ids = x[idx]
         model.module.wide.prefetch(ids, with_step=with_step)
         model.module.deep.prefetch(ids, with_step=with_step)
 
-    idx = next_batch()
+    # The batches whose rows are on their way. --prefetch=step with
+    # --overlap: a step's push+pull carries the rows of the batch after
+    # the next one, so that the next forward pass finds its rows landed
+    # while this step's call is in flight (the first two batches' rows are
+    # pulled in the background); rows one push of this worker short, as
+    # --prefetch=background reads them.
+    ahead = 2 if args.prefetch == "step" and model.overlapping else 1
+    queued = collections.deque(next_batch() for _ in range(ahead))
     if args.prefetch:
-        prefetch(idx)
+        for b in queued:
+            prefetch(b, args.prefetch == "step" and ahead == 1)
+    reported = [0.0, 0]  # summed loss and examples since the last report_loss
     while step < args.train_steps:
-        following = next_batch()
+        queued.append(next_batch())
         if args.prefetch:
-            # The next batch's rows travel with this batch's push+pull
-            # (--prefetch=step: one round trip a step, read after the
-            # push), or while this one computes (--prefetch=background:
-            # one push of this worker short in async mode; exact in sync).
-            prefetch(following)
+            # The rows of a later batch travel with this batch's
+            # push+pull (--prefetch=step: one round trip a step, read
+            # after the push), or while this one computes
+            # (--prefetch=background: one push of this worker short in
+            # async mode; exact in sync).
+            prefetch(queued[-1], args.prefetch == "step")
+        idx = queued.popleft()
         t = time.time()
         loss = lossf(model(torch.from_numpy(x[idx].astype(np.int64))), torch.from_numpy(y[idx]))
         fwd += time.time() - t  # with the rows' pulls, unless prefetched
         loss.backward()
-        model.report_loss(loss / len(idx), len(idx))  # the mean log loss, for the metrics and progress line
+        # The mean log loss, for the metrics and the progress line, given
+        # every REPORT_EVERY steps (a call into the library a step costs
+        # tens of microseconds here): the examples counted exactly, the
+        # loss their mean.
+        reported[0] += loss.item()
+        reported[1] += len(idx)
+        if (local + 1) % REPORT_EVERY == 0:
+            model.report_loss(reported[0] / reported[1], reported[1])
+            reported = [0.0, 0]
         t = time.time()
         step = model.step()
         comm += time.time() - t
         local += 1
-        idx = following
         if local % args.steps_to_validate == 0:
             log(f"Worker {worker}: training step {local} done (global step: {step}), loss {loss.item() / len(idx):.4f}")
+    if reported[1]:
+        model.report_loss(reported[0] / reported[1], reported[1])
     elapsed, cpu = time.time() - start, time.process_time() - cpu0
     trained = step - first  # the global steps of the chief's training
     log(f"Worker {worker}: finished at global step {step} after {local} local steps")

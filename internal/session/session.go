@@ -316,6 +316,13 @@ func (s *Session) pushStep(ctx context.Context, call string, grads, params model
 	start := time.Now()
 	compute := start.Sub(s.returned)
 	step, dropped, err := s.pushPullRows(ctx, grads, params, rowGrads, pullRows)
+	return s.stepped(call, grads, params, rowGrads, pullRows, start, compute, step, dropped, err)
+}
+
+// stepped counts a push that started at start, after compute of the
+// program's own time, and returns its step and error.
+func (s *Session) stepped(call string, grads, params model.Params, rowGrads, pullRows []Rows, start time.Time, compute time.Duration,
+	step int64, dropped bool, err error) (int64, error) {
 	b := telemetry.Bytes{PushDense: denseBytes(grads), PullDense: denseBytes(params)}
 	for _, r := range rowGrads {
 		b.PushSparse += 8*int64(len(r.Keys)) + 4*int64(len(r.Values))
@@ -334,7 +341,65 @@ func (s *Session) pushStep(ctx context.Context, call string, grads, params model
 	return step, err
 }
 
+// Sent is a PushPullTables sent by SendPushPullTables whose answers are
+// not yet read. Land reads them; until then the session must not be used
+// (a Sent is landed before the next call), and the buffers of the call
+// are lent to it.
+type Sent struct {
+	s                  *Session
+	ctx                context.Context
+	call               *client.Call // nil when err refused the request
+	err                error
+	grads, params      model.Params
+	rowGrads, pullRows []Rows
+	start              time.Time
+	compute            time.Duration
+}
+
+// SendPushPullTables is PushPullTables in two halves: it sends the request
+// to every ps and returns without reading the answers, which the returned
+// Sent's Land reads on the goroutine that calls it (client.Client.Send):
+// meanwhile the ps apply the push and make the answers, and the caller
+// computes its next batch, with no goroutine or thread of the library
+// taking part. Asynchronous training: in sync mode the answers wait for
+// the step to complete, and Land would wait without saying so; use
+// PushPullTables there.
+func (s *Session) SendPushPullTables(ctx context.Context, grads, params model.Params, rowGrads, pullRows []Rows) *Sent {
+	p := &Sent{s: s, ctx: ctx, grads: grads, params: params, rowGrads: rowGrads, pullRows: pullRows, start: time.Now()}
+	p.compute = p.start.Sub(s.returned)
+	req, _, err := s.request(grads, params, rowGrads, pullRows)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.call = s.c.Send(ctx, req)
+	return p
+}
+
+// Land reads the answers of the call sent and returns what PushPullTables
+// would have: the new global step, or after a ps failure the step the
+// session recovered to (params and the rows pulled again). Call it once.
+func (p *Sent) Land() (int64, error) {
+	s := p.s
+	step, dropped, err := s.step, false, p.err
+	if err == nil {
+		_ = p.call.Wait() // its error is call.Err, which land reads
+		step, dropped, err = s.land(p.ctx, p.call, p.params, p.pullRows)
+	}
+	return s.stepped("push_pull", p.grads, p.params, p.rowGrads, p.pullRows, p.start, p.compute, step, dropped, err)
+}
+
 func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, rowGrads, pullRows []Rows) (step int64, dropped bool, err error) {
+	req, minStep, err := s.request(grads, params, rowGrads, pullRows)
+	if err != nil {
+		return s.step, false, err
+	}
+	return s.land(ctx, s.do(ctx, req, minStep), params, pullRows)
+}
+
+// request is the request of a push+pull at the session's step, checked,
+// and the step its answer waits for (sync mode; else 0).
+func (s *Session) request(grads, params model.Params, rowGrads, pullRows []Rows) (*client.Request, int64, error) {
 	var minStep int64
 	if s.c.IsSync() {
 		minStep = s.step + 1
@@ -344,7 +409,7 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 		for _, prev := range rowGrads[:i] {
 			if prev.Table == r.Table {
 				// An asynchronous ps would apply the two as two updates.
-				return s.step, false, fmt.Errorf("session: worker %d: table %q twice in one push: give each table once, the gradients of a key summed", s.worker, r.Table)
+				return nil, 0, fmt.Errorf("session: worker %d: table %q twice in one push: give each table once, the gradients of a key summed", s.worker, r.Table)
 			}
 		}
 		if len(r.Keys) > 0 {
@@ -354,7 +419,7 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 	for i, r := range pullRows {
 		for _, prev := range pullRows[:i] {
 			if prev.Table == r.Table {
-				return s.step, false, fmt.Errorf("session: worker %d: table %q twice in one pull: give each table once, with all its keys", s.worker, r.Table)
+				return nil, 0, fmt.Errorf("session: worker %d: table %q twice in one pull: give each table once, with all its keys", s.worker, r.Table)
 			}
 		}
 		if len(r.Keys) > 0 {
@@ -362,9 +427,15 @@ func (s *Session) pushPullRows(ctx context.Context, grads, params model.Params, 
 		}
 	}
 	if err := s.checkFinite(grads, rowGrads); err != nil {
-		return s.step, false, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
+		return nil, 0, fmt.Errorf("session: worker %d: push of step %d: %w", s.worker, s.step, err)
 	}
-	call := s.do(ctx, req, minStep)
+	return req, minStep, nil
+}
+
+// land takes in the answer of a push+pull that has landed: the new step
+// (and a checkpoint that is due), or after a failure the recovery, params
+// and pullRows pulled again.
+func (s *Session) land(ctx context.Context, call *client.Call, params model.Params, pullRows []Rows) (step int64, dropped bool, err error) {
 	newStep, err := call.Step, call.Err
 	if err == nil {
 		s.step = newStep

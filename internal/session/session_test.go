@@ -537,3 +537,63 @@ func TestPushPullTablesReadsAfterThePush(t *testing.T) {
 		})
 	}
 }
+
+// SendPushPullTables and Land, a push+pull in two halves, give what
+// PushPullTables gives, step by step, on twin clusters: the values, the
+// rows read after the push and the steps; a refused request fails in Land
+// with nothing sent.
+func TestSendPushPullTablesGivesPushPullTables(t *testing.T) {
+	ctx := testCtx(t)
+	vars := []model.Variable{{Name: "b", Shape: []int{3}}}
+	start := func() *Session {
+		addrs := startPS(t, 2, 1)
+		s, err := Start(ctx, Config{
+			Config: lifecycle.Config{
+				Cluster: cluster.Config{Spec: cluster.Spec{PS: addrs, Workers: []string{"127.0.0.1:1"}},
+					Task: cluster.Task{Job: cluster.JobWorker, Index: 0}},
+				Optimizer: optim.Config{Name: "adagrad", LearningRate: 0.5},
+				Logf:      func(string, ...any) {},
+			},
+			Variables: vars,
+			Tables:    []model.Table{{Name: "emb", Dim: 2}},
+		}, model.Params{"b": {1, 2, 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	plain, split := start(), start()
+	keys := []uint64{4, 40, 1 << 50, 7}
+	for i := range 5 {
+		grads := model.Params{"b": {float32(i), 1, -2}}
+		push := []Rows{{Table: "emb", Keys: keys[i%2 : i%2+3], Values: []float32{1, float32(i), 2, 3, -1, 0.5}}}
+		var got, want [2]model.Params
+		var rows [2][]float32
+		var steps [2]int64
+		for j, s := range []*Session{plain, split} {
+			got[j] = model.NewParams(vars)
+			rows[j] = make([]float32, 2*len(keys))
+			pull := []Rows{{Table: "emb", Keys: keys, Values: rows[j]}}
+			var err error
+			if j == 0 {
+				steps[j], err = s.PushPullTables(ctx, grads, got[j], push, pull)
+			} else {
+				steps[j], err = s.SendPushPullTables(ctx, grads, got[j], push, pull).Land()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[j] = got[j]
+		}
+		if steps[0] != steps[1] || steps[1] != int64(i+1) || !slices.Equal(want[0]["b"], want[1]["b"]) || !slices.Equal(rows[0], rows[1]) {
+			t.Fatalf("step %d: PushPullTables gave step %d, b %v, rows %v; SendPushPullTables gave step %d, b %v, rows %v",
+				i, steps[0], want[0]["b"], rows[0], steps[1], want[1]["b"], rows[1])
+		}
+	}
+	twice := []Rows{{Table: "emb", Keys: keys[:1], Values: make([]float32, 2)}, {Table: "emb", Keys: keys[1:2], Values: make([]float32, 2)}}
+	if step, err := split.SendPushPullTables(ctx, model.Params{"b": {1, 1, 1}}, model.NewParams(vars), nil, twice).Land(); err == nil ||
+		!strings.Contains(err.Error(), `table "emb" twice in one pull`) || step != 5 {
+		t.Fatalf("a table twice: step %d, %v; want step 5 and an error naming table \"emb\" twice", step, err)
+	}
+}

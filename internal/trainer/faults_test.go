@@ -647,15 +647,18 @@ func TestBusyPSIsNotSilent(t *testing.T) {
 		Data:         model.Config{BatchSize: 10, Seed: 3},
 		TrainSteps:   50,
 		probeAfter:   50 * time.Millisecond,
-		probeTimeout: 300 * time.Millisecond,
+		// A second, not 300 ms: under -race at load 30 a live ps's answer
+		// once took longer (CI here). The wait below outlasts it.
+		probeTimeout: time.Second,
 	})
 	cl.startPS(0)
 	ctx := withDeadline(t, time.Minute)
 	errc := make(chan error, 1)
 	go func() { errc <- RunWorker(ctx, cl.config("worker", 0)) }()
-	// Worker 1 comes a second late: the chief's first pull waits for it,
-	// health-checked many times.
-	for cl.log.count("has waited") < 5 {
+	// Worker 1 comes late, after the chief's first pull has waited well
+	// past the probe's timeout (the ps and the chief each log a wait
+	// every 100 ms): health-checked many times.
+	for cl.log.count("has waited") < 50 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := RunWorker(ctx, cl.config("worker", 1)); err != nil {

@@ -14,10 +14,14 @@
 // declared order) and sparse ones as uint64_t* keys and float* values;
 // the library reads and writes them in place during the call and keeps no
 // reference afterwards: no copies on the Python side. The exceptions are
-// ps_pull_rows_start and ps_push_pull_rows_start, which return a ticket
-// before their call has run on a goroutine: its buffers are read and
-// written until ps_ticket_wait says the call is over. Every call waits
-// for the background calls started before it.
+// the *_start functions, which return a ticket before their call has
+// run on a goroutine: its buffers are read and written until
+// ps_ticket_wait says the call is over. In asynchronous training
+// ps_push_pull_tables_start sends its request on the calling thread and
+// the answers are read by the first thread to wait for the ticket (or by
+// the next call), so that the ps work while the caller computes with no
+// goroutine taking part. Every call waits for the background calls
+// started before it.
 //
 // A process that forked after loading the library (a DataLoader worker)
 // must not call into it: the Go runtime's threads do not survive a fork.
@@ -143,17 +147,18 @@ type handle struct {
 	gmap, pmap model.Params
 	gptr, pptr []*C.float
 
-	// Calls running on goroutines of their own (ps_pull_rows_start), by
+	// Calls running on goroutines of their own (ps_pull_rows_start), or
+	// sent and not yet read (ps_push_pull_tables_start in async mode), by
 	// ticket; tmu guards tickets, nextTicket, tail's writes and closing,
-	// apart from mu, which such a call holds while it runs. tail is closed
-	// when the latest of them has returned (each waits for the one before
-	// it), so that a call made after them runs after them; it is read
-	// without tmu. running counts them for ps_close, which sets closing
-	// first.
+	// apart from mu, which such a call holds while it runs (a sent call
+	// from its sending to its landing). tail is the latest of them, done
+	// once it has returned (each waits for the one before it), so that a
+	// call made after them runs after them; it is read without tmu.
+	// running counts them for ps_close, which sets closing first.
 	tmu        sync.Mutex
 	tickets    map[int64]*ticket
 	nextTicket int64
-	tail       atomic.Pointer[chan struct{}]
+	tail       atomic.Pointer[link]
 	closing    bool
 	running    sync.WaitGroup
 }
@@ -166,6 +171,27 @@ type ticket struct {
 	step int64
 	err  error
 	msg  *C.char
+	// land, for a call sent on the caller's thread (split), reads its
+	// answers on the thread that calls it first and closes done; nil for
+	// a call on a goroutine.
+	land func()
+}
+
+// link is a call in the order of the calls on goroutines: done is closed
+// once it has returned. A sent call's land reads its answers, on the
+// calling thread, where a goroutine's call lands by itself.
+type link struct {
+	done chan struct{}
+	land func()
+}
+
+// wait returns once the call of l has returned, landing it if it was sent
+// and not yet read.
+func (l *link) wait() {
+	if l.land != nil {
+		l.land()
+	}
+	<-l.done
 }
 
 // handles maps a handle's number to it. A call reads the map without a
@@ -360,9 +386,9 @@ func lock(hd C.int64_t, needSession bool) (*handle, C.int) {
 	if h == nil {
 		return nil, -2
 	}
-	// After the background pulls started before this call.
+	// After the background calls started before this call.
 	if tail := h.tail.Load(); tail != nil {
-		<-*tail
+		tail.wait()
 	}
 	h.mu.Lock()
 	switch {
@@ -787,9 +813,68 @@ func ps_push_pull_tables_start(hd C.int64_t, grads, params **C.float, n C.int,
 	if err == nil {
 		pull, err = h.rowList("pull_rows", np, ptables, pkeys, pnkeys, pout)
 	}
+	if err == nil {
+		if s := h.live.Load(); s != nil && !s.Sync() {
+			return h.split(func(s *session.Session) *session.Sent {
+				return s.SendPushPullTables(callCtx(), g, p, rows, pull)
+			})
+		}
+	}
 	return h.background("push_pull", err, func(s *session.Session) (int64, error) {
 		return s.PushPullTables(callCtx(), g, p, rows, pull)
 	})
+}
+
+// split starts a call in two halves, after the calls started before it:
+// send sends it on the calling thread, holding the handle's lock, and the
+// ticket's land reads its answers, on the thread that first waits for it
+// (ps_ticket_wait, or a later call, which lands it first) and unlocks.
+// Between the two the ps work on it while the caller computes, and no
+// goroutine or other thread takes part (session.SendPushPullTables). It
+// returns the ticket, or -2 if the handle is closing.
+func (h *handle) split(send func(*session.Session) *session.Sent) C.int64_t {
+	t := &ticket{done: make(chan struct{})}
+	mine := &link{done: make(chan struct{})}
+	sent := make(chan struct{}) // closed once sending is over
+	var (
+		p    *session.Sent
+		once sync.Once
+	)
+	mine.land = func() {
+		<-sent
+		once.Do(func() {
+			if p != nil {
+				t.step, t.err = p.Land()
+			}
+			h.mu.Unlock()
+			close(t.done)
+			close(mine.done)
+			h.running.Done()
+		})
+	}
+	t.land = mine.land
+	h.tmu.Lock()
+	if h.closing {
+		h.tmu.Unlock()
+		return -2
+	}
+	h.nextTicket++
+	id := h.nextTicket
+	h.tickets[id] = t
+	h.running.Add(1)
+	prev := h.tail.Swap(mine)
+	h.tmu.Unlock()
+	if prev != nil {
+		prev.wait()
+	}
+	h.mu.Lock()
+	if h.s == nil {
+		t.err = errors.New("paramserv: push_pull: the client was closed first")
+	} else {
+		p = send(h.s)
+	}
+	close(sent)
+	return C.int64_t(id)
 }
 
 // background runs call on a goroutine, after the calls started before it
@@ -809,15 +894,15 @@ func (h *handle) background(what string, err error, call func(*session.Session) 
 	id := h.nextTicket
 	h.tickets[id] = t
 	h.running.Add(1)
-	mine := make(chan struct{})
-	prev := h.tail.Swap(&mine)
+	mine := &link{done: make(chan struct{})}
+	prev := h.tail.Swap(mine)
 	h.tmu.Unlock()
 	go func() {
 		defer h.running.Done()
 		defer close(t.done)
-		defer close(mine)
+		defer close(mine.done)
 		if prev != nil {
-			<-*prev
+			prev.wait()
 		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -874,9 +959,19 @@ func ps_ticket_wait(hd C.int64_t, id C.int64_t, timeoutS C.double) C.int {
 	if t == nil {
 		return -2
 	}
-	if timeoutS < 0 {
+	switch {
+	case timeoutS < 0:
+		if t.land != nil {
+			t.land() // a sent call: read here, on the caller's thread
+		}
 		<-t.done
-	} else {
+	case t.land != nil:
+		// A sent call asked with a time limit (or polled): read on a
+		// goroutine, so that the wait can end first and a poll sees the
+		// call end.
+		go t.land()
+		fallthrough
+	default:
 		timer := time.NewTimer(time.Duration(float64(timeoutS) * float64(time.Second)))
 		defer timer.Stop()
 		select {
@@ -1096,6 +1191,9 @@ func ps_close(hd C.int64_t) C.int {
 	h.tmu.Lock()
 	h.closing = true
 	h.tmu.Unlock()
+	if tail := h.tail.Load(); tail != nil {
+		tail.wait() // a call sent and not yet read is read here
+	}
 	h.running.Wait()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -864,9 +864,15 @@ class Client:
                         pull_rows: Optional[Sequence[Tuple[str, np.ndarray, np.ndarray]]] = None) -> "Future[int]":
         """Starts ``push_pull`` in the background and returns at once with a
         ``concurrent.futures.Future`` of the new global step, so that the
-        next batch's computation overlaps the round trip. It runs on a
-        goroutine of the Go library (no Python thread, not the GIL), after
-        the calls started before it and before those started after it.
+        next batch's computation overlaps the round trip. It runs after
+        the calls started before it and before those started after it,
+        with no Python thread and not the GIL: in asynchronous training
+        the request is sent now, from this thread, and the answers are
+        read by the first to wait for them (``result()``, the next call of
+        this client, or a goroutine of the Go library when ``done()`` or a
+        timeout asks), so no other thread takes part in the common
+        ``result()`` path; in sync mode (where the answers wait for the
+        step to complete) it runs on a goroutine of the Go library.
         Until the future is done, ``grads`` and the rows are being read and
         ``params`` and the ``pull_rows`` outputs written: leave them alone,
         e.g. compute into a second set of buffers (the client holds

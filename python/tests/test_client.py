@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -246,6 +247,49 @@ def test_push_pull_async_overlaps_and_gives_the_same_values(make_cluster):
             bad.result(timeout=60)
         c.done()
     assert cl.wait() == [0]
+
+
+def test_push_pull_async_sent_lands_whoever_waits(make_cluster):
+    # Asynchronous training: push_pull_async sends the request on the
+    # calling thread and the answers are read by whoever waits first: the
+    # future's result(), a later call (which runs after it) or a poll of
+    # done(). Each way gives the values push_pull gives.
+    cl = make_cluster(num_ps=2, num_workers=1)
+    with Client(variables={"w": 4, "v": 2}, tables={"e": 2}, optimizer="sgd", learning_rate=0.5,
+                tf_config=cl.tf_config(0), startup_timeout=60, quiet=True) as c:
+        c.start(init={"w": np.zeros(4, np.float32), "v": np.zeros(2, np.float32)})
+        assert not c.sync
+        params = {"w": np.zeros(4, np.float32), "v": np.zeros(2, np.float32)}
+        grads = {"w": np.ones(4, np.float32), "v": np.ones(2, np.float32)}
+        keys = np.array([3, 7, 11], np.uint64)
+        row_grads = np.ones((3, 2), np.float32)
+        rows = np.zeros((3, 2), np.float32)
+
+        def start():
+            return c.push_pull_async(grads, params, rows=[("e", keys, row_grads)], pull_rows=[("e", keys, rows)])
+
+        first = start()
+        out = np.zeros((3, 2), np.float32)
+        c.pull_rows("e", keys, out)  # runs after first: reads its answers first
+        assert first.done() and first.result() == 1
+        np.testing.assert_array_equal(params["w"], np.full(4, -0.5, np.float32))
+        np.testing.assert_array_equal(out, rows)
+        base = rows[0, 0] + 0.5  # the initial value of the rows (normal init)
+        second = start()
+        for _ in range(100000):  # polled: it lands by itself
+            if second.done():
+                break
+            time.sleep(0.001)
+        assert second.result() == 2
+        np.testing.assert_array_equal(params["v"], np.full(2, -1.0, np.float32))
+        np.testing.assert_allclose(rows[0, 0], base - 1.0, rtol=1e-6)
+        assert start().result(timeout=60) == 3
+        assert start().exception(timeout=60) is None
+        fourth = start()
+        c.done()  # lands fourth first
+        assert fourth.result() == 5
+        np.testing.assert_array_equal(params["w"], np.full(4, -2.5, np.float32))
+    assert cl.wait() == [0, 0]
 
 
 def test_async_two_workers_each_push_applied(make_cluster):

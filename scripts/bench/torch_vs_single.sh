@@ -6,6 +6,8 @@
 #   ctr_single    scripts/torch_ctr_single.py (nn.EmbeddingBag, sparse Adagrad, one thread)
 #   ctr_job       paramserv local --ps=2 --workers=2 -- examples/torch/ctr.py --optimizer=adagrad --prefetch
 #   ctr_job_plain the same without --prefetch (rows pulled by the forward pass: three calls a step)
+#   ctr_job_overlap the same with --prefetch --overlap (the step's call in flight while the
+#                 next batch computes, carrying the rows of the batch after next)
 # Each line gives the load average before the run and the whole job's
 # examples/s (the result file's examples_per_s: every worker's examples over
 # the chief's training time, counted from the global steps as the Go models
@@ -26,7 +28,7 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 B=${PARAMSERV:?set PARAMSERV to a paramserv binary}; PY=${PYTHON:-/usr/bin/python3}
 D=${PARAMSERV_DATA:-$ROOT/../shared/data}; C=${CTR_DATA:?set CTR_DATA to a synth-ctr output directory}
-S=${STEPS:-3000}; N=${ROUNDS:-2}; ONLY=${ONLY:-mnist_single mnist_job ctr_single ctr_job ctr_job_plain}
+S=${STEPS:-3000}; N=${ROUNDS:-2}; ONLY=${ONLY:-mnist_single mnist_job ctr_single ctr_job ctr_job_plain ctr_job_overlap}
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 OUT=${BENCH_OUT:-}
 rate() { "$PY" -c "import json,sys; print(round(json.load(open(sys.argv[1]))['examples_per_s']))" "$1"; }
@@ -41,8 +43,8 @@ run() {
       --steps_to_validate=100000 --result_file="$OUT/r.json" >"$OUT/log" 2>&1 || { tail -5 "$OUT/log" >&2; exit 1; }
     rate "$OUT/r.json" ;;
   ctr_single) "$PY" "$ROOT/scripts/torch_ctr_single.py" --data_dir="$C" --steps="$S" >"$OUT/r.json"; rate "$OUT/r.json" ;;
-  ctr_job|ctr_job_plain)
-    flag=--prefetch; [ "$1" = ctr_job ] || flag=
+  ctr_job|ctr_job_plain|ctr_job_overlap)
+    case $1 in ctr_job) flag=--prefetch ;; ctr_job_plain) flag= ;; *) flag="--prefetch --overlap" ;; esac
     "$B" local --ps=2 --workers=2 -- "$PY" "$ROOT/examples/torch/ctr.py" --data_dir="$C" --train_steps="$S" \
       --optimizer=adagrad $flag --result_file="$OUT/r.json" >"$OUT/log" 2>&1 || { tail -5 "$OUT/log" >&2; exit 1; }
     rate "$OUT/r.json" ;;
@@ -76,7 +78,8 @@ steps = float(sys.argv[2])
 per_cpu = {k: statistics.median(steps * 100 / c for c in v) for k, v in cpus.items()}
 for k in per_cpu:
     print(f"{k}: median {per_cpu[k]:.0f} examples per CPU second")
-for job, single in (("mnist_job", "mnist_single"), ("ctr_job", "ctr_single"), ("ctr_job_plain", "ctr_single")):
+for job, single in (("mnist_job", "mnist_single"), ("ctr_job", "ctr_single"), ("ctr_job_plain", "ctr_single"),
+                    ("ctr_job_overlap", "ctr_single")):
     if job in med and single in med:
         print(f"{job} / {single}: {med[job] / med[single]:.2f}x examples/s, {per_cpu[job] / per_cpu[single]:.2f}x examples per CPU second")
 EOF
