@@ -68,6 +68,13 @@
 // missing or partial data. Call Prune after a successful save to keep the
 // newest few.
 //
+// A shard of tensors made by Fill (a ps's streamed cut) is made in 4 MiB
+// pieces on every core while the pieces before are written; on a Linux
+// filesystem that takes O_DIRECT the pieces go from their buffers to the
+// disk with no copy into the page cache (the last partial block, and
+// everything on a filesystem that refuses it, through the cache). The
+// file's bytes are the same either way.
+//
 // # Reading
 //
 // Latest finds the newest checkpoint that is intact: manifest parses and

@@ -14,10 +14,13 @@ import (
 // and meta to f, in the file's crcChunk pieces: the pieces are made (their
 // bytes copied or filled, and their CRC-32C computed) on every core, a few
 // ahead of the one being written, and the file is written in order as
-// they come. Every writebackEvery bytes it asks the kernel to start
-// writing what came before to the disk (where it can), so that the fsync
-// that follows waits for the last of it only. It returns the file's
-// checksum and size.
+// they come. Where f is an operating system file that takes O_DIRECT the
+// pieces go from their buffers to the disk, with no copy into the page
+// cache (direct.go; the copy was most of a save's CPU, and the fsync
+// after it waited for the whole file); elsewhere every writebackEvery
+// bytes it asks the kernel to start writing what came before to the disk,
+// so that the fsync that follows waits for the last of it only. The file's
+// bytes are the same either way. It returns the file's checksum and size.
 func writePieces(f vfs.File, tensors []Tensor, meta map[string]string) (*chunkCRC, int64, error) {
 	hdr, tensors, err := encodePlan(tensors, meta)
 	if err != nil {
@@ -63,9 +66,10 @@ func writePieces(f vfs.File, tensors []Tensor, meta map[string]string) (*chunkCR
 	// A worker takes a buffer before it takes the next piece, so the
 	// piece the writer waits for always has one.
 	bufs := min(n, 2*workers+2)
+	out := startDirect(f)
 	free := make(chan []byte, bufs)
 	for range bufs {
-		free <- make([]byte, crcChunk)
+		free <- alignedBuffer(crcChunk)
 	}
 	quit := make(chan struct{})
 	var next atomic.Int64
@@ -98,7 +102,7 @@ func writePieces(f vfs.File, tensors []Tensor, meta map[string]string) (*chunkCR
 	var written, started int64
 	for i := range n {
 		p := <-ready[i]
-		k, err := f.Write(p.b)
+		k, err := out.Write(p.b)
 		written += int64(k)
 		if err == nil && k < len(p.b) {
 			err = io.ErrShortWrite
@@ -112,7 +116,7 @@ func writePieces(f vfs.File, tensors []Tensor, meta map[string]string) (*chunkCR
 			h.crc, h.fill = p.sum, len(p.b)
 		}
 		free <- p.b[:cap(p.b)]
-		if written-started >= writebackEvery {
+		if !out.on && written-started >= writebackEvery {
 			startWriteback(f, started, written-started)
 			started = written
 		}

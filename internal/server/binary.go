@@ -234,6 +234,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 	r := &dc.req
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	locked := time.Now()
 	s.heard(r.Worker)
 	// Heard again when the reply is made: a request that took long (a
 	// pull of many rows from a disk tier, the chief's final evaluation)
@@ -259,7 +260,7 @@ func (s *Server) handleData(ctx context.Context, dc *dataConn) {
 			stream = s.pipeStream(dc)
 		}
 		res, err := s.apply(&dc.push, stream)
-		s.stalls.push(start)
+		s.stalls.push(start, locked)
 		if err != nil {
 			dc.errorReply(err)
 			return

@@ -204,8 +204,9 @@ func (s *Server) Push(_ context.Context, req *pb.PushRequest) (*pb.PushResponse,
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	locked := time.Now()
 	resp, err := s.push(req)
-	s.stalls.push(start)
+	s.stalls.push(start, locked)
 	return resp, statusOf(err)
 }
 

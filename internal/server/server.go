@@ -586,8 +586,9 @@ func (s *Server) pushPull(ctx context.Context, req *pb.PushPullRequest) (*pb.Pul
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	locked := time.Now()
 	pr, err := s.push(req.Push)
-	s.stalls.push(start)
+	s.stalls.push(start, locked)
 	if err != nil {
 		return nil, err
 	}

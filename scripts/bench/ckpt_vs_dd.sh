@@ -13,7 +13,8 @@
 # shard" time (the write after the cut) and its time with the cut, dd's
 # fsync'd write, save ratio (dd / write, and dd / write with the cut), the
 # ps's "restored checkpoint" time and CPU, dd's direct read, restore ratio
-# (dd / restore), and the longest push stall the save logs reported. A ratio
+# (dd / restore), and the longest push stall the save logs reported with
+# the part of it that waited for the lock (the rest held it). A ratio
 # of 1 is the disk's speed; the goal is >= 0.5.
 #
 #   go build -o /tmp/paramserv ./cmd/paramserv
@@ -60,8 +61,16 @@ for r in $(seq 1 "$ROUNDS"); do
     line=$(grep "wrote shard" "$OUT/save-$b-$r.log" | tail -1)
     w=$(ms "$(sed -E 's/.* bytes[^)]*\) in ([^;]+);.*/\1/' <<<"$line")")
     wc=$(ms "$(sed -E 's/.*; with the cut ([^ ]+) .*/\1/' <<<"$line")")
-    stall=$(grep "wrote shard" "$OUT/save-$b-$r.log" | sed -nE 's/.*meanwhile, the longest ([0-9.]+[µum]?s).*/\1/p' | while read -r s; do ms "$s"; done | sort -g | tail -1)
+    # The longest push during a save, and how much of it waited for the lock.
+    stall=$(grep "wrote shard" "$OUT/save-$b-$r.log" | sed -nE 's/.*meanwhile, the longest ([0-9.]+[µum]?s)( \(([0-9.]+[µum]?s) of it waiting)?.*/\1 \3/p' |
+      while read -r s w; do echo "$(ms "$s") $(ms "${w:-none}")"; done | sort -g | tail -1)
+    stall_wait=${stall#* }
+    stall=${stall%% *}
     sync
+    # dd's input from the page cache, whichever way the save wrote it (a
+    # save past the page cache leaves it there only after this read), so
+    # that dd times its write alone.
+    cat "$F" >/dev/null
     ddw=$(dd if="$F" of="$OUT/dd.out" bs=4M conv=fsync 2>&1 | dd_ms)
     rm -f "$OUT/dd.out"
     "$BIN" local "${flags[@]}" >"$OUT/restore-$b-$r.log" 2>&1
@@ -71,6 +80,6 @@ for r in $(seq 1 "$ROUNDS"); do
     ddr=$(dd if="$F" of=/dev/null bs=4M iflag=direct 2>&1 | dd_ms)
     echo "bin$b round $r load $load bytes $(stat -c %s "$F") write_ms $w with_cut_ms $wc dd_fsync_ms $ddw" \
       "save_ratio $(ratio "$ddw" "$w") with_cut_ratio $(ratio "$ddw" "$wc")" \
-      "restore_ms $rt restore_cpu_ms $rc dd_direct_ms $ddr restore_ratio $(ratio "$ddr" "$rt") stall_ms ${stall:-none}"
+      "restore_ms $rt restore_cpu_ms $rc dd_direct_ms $ddr restore_ratio $(ratio "$ddr" "$rt") stall_ms ${stall:-none} stall_wait_ms ${stall_wait:-none}"
   done
 done | tee "$OUT/rounds.txt"
