@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
 )
@@ -171,6 +172,7 @@ type Table struct {
 	// empty, else tag | (row+1), the tag being the bits of the key's hash
 	// above rowMask.
 	index    []uint32
+	indexMem *hugemem.Mapped[uint32] // index's memory when mapped (setIndex); nil on the heap or taken (adoptIndex)
 	nBuckets uint64
 	rowMask  uint32
 	maxLive  int      // grow the index before live exceeds this
