@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,8 +22,10 @@ func TestTieredPSKilled(t *testing.T) {
 	dir, data := tierJobDir(t)
 	res := filepath.Join(dir, "result.json")
 	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
-		"--train_data="+data, "--train_steps=300", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
+		"--train_data="+data, "--train_steps=2000", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
 		"--table_memory=16KiB", "--result_file="+res)
+	// 2000 steps, not 300: the job must still be running when the kill
+	// comes (300 steps take 1.5 s here).
 	p.waitCount(t, "saved checkpoint of step", 2, 3*time.Minute)
 	victim := findChild(t, p.cmd.Process.Pid, "ps", 0)
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
@@ -45,8 +48,8 @@ func TestTieredPSKilled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "tables-ps-0")); !os.IsNotExist(err) {
 		t.Errorf("the disk tier's directory outlived the job: %v", err)
 	}
-	if r := readResult(t, res); r.GlobalStep < 300 {
-		t.Errorf("global step %d, want >= 300", r.GlobalStep)
+	if r := readResult(t, res); r.GlobalStep < 2000 {
+		t.Errorf("global step %d, want >= 2000", r.GlobalStep)
 	}
 }
 
@@ -124,8 +127,12 @@ func TestTieredStoreDamagedWhileRunning(t *testing.T) {
 	tables := filepath.Join(dir, "tables")
 	store := filepath.Join(tables, "ps-0")
 	res := filepath.Join(dir, "result.json")
+	// Long enough that the job cannot end before a damaged page is read:
+	// 400 steps took 2 s here, and a CI run once finished them before the
+	// first round of damage was read.
+	const steps = 5000
 	p := start(t, "local", nil, "local", "--ps=1", "--workers=2", "--model=sparse_lr", "--input_format=criteo", "--fields=0,26",
-		"--train_data="+data, "--train_steps=400", "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
+		"--train_data="+data, "--train_steps="+strconv.Itoa(steps), "--checkpoint_dir="+filepath.Join(dir, "ckpt"), "--save_steps=20",
 		"--table_memory=16KiB", "--table_dir="+tables, "--result_file="+res)
 	p.waitCount(t, "saved checkpoint of step", 2, 3*time.Minute)
 	// Damage the table files as they are, again as compactions write new
@@ -175,8 +182,8 @@ func TestTieredStoreDamagedWhileRunning(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	if r := readResult(t, res); r.GlobalStep < 400 {
-		t.Errorf("global step %d, want >= 400", r.GlobalStep)
+	if r := readResult(t, res); r.GlobalStep < steps {
+		t.Errorf("global step %d, want >= %d", r.GlobalStep, steps)
 	}
 	t.Logf("%d files damaged; the report: %s", len(damaged), report)
 }

@@ -172,10 +172,11 @@ func (h *hashFile) all() uint64 {
 func (h *hashFile) pageOf(k uint64) uint32 { return h.dir[top(hashKey(k), h.depth)] }
 
 // readPage reads page id of f at off into p and checks the slots occ
-// says are in use.
+// says are in use. Its errors name the page, not the file: the caller
+// names it.
 func (h *hashFile) readPage(f vfs.File, off int64, p []byte, id uint32, occ uint64) error {
 	if _, err := f.ReadAt(p, off); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: reading page %d: %w", h.name, id, err)
+		return fmt.Errorf("reading page %d: %w", id, err)
 	}
 	return h.check(p, id, occ)
 }
@@ -187,7 +188,7 @@ func (h *hashFile) check(p []byte, id uint32, occ uint64) error {
 		s := mbits.TrailingZeros64(o)
 		b := p[s*h.slot : (s+1)*h.slot]
 		if binary.LittleEndian.Uint32(b) != crc32.Checksum(b[4:], castagnoli) {
-			return fmt.Errorf("%s: page %d, slot %d: %w (checksum)", h.name, id, s, errDamaged)
+			return fmt.Errorf("page %d, slot %d: %w (checksum)", id, s, errDamaged)
 		}
 	}
 	return nil
@@ -580,11 +581,14 @@ func (v *hashView) readPage(p []byte, id uint32) error {
 	if v.err != nil {
 		return fmt.Errorf("%s: copying a page for a view: %w", v.name, v.err)
 	}
-	f, off := h.f, int64(id)*int64(h.page)
+	f, off, name := h.f, int64(id)*int64(h.page), h.name
 	if end := v.saved[id]; end != 0 {
-		f, off = v.f, end-int64(h.page)
+		f, off, name = v.f, end-int64(h.page), v.name
 	}
-	return h.readPage(f, off, p, id, v.occ[id])
+	if err := h.readPage(f, off, p, id, v.occ[id]); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 func (v *hashView) get(keys []uint64, fn func(i int, row []byte)) error {

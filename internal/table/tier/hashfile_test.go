@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -194,15 +195,29 @@ func TestHashFileDamage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := h.get([]uint64{5}, func(int, []byte) {}); !errors.Is(err, errDamaged) {
-		t.Fatalf("get from a damaged page: %v, want errDamaged", err)
+	// Each error names the file once (a write's error, below, too).
+	named := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, errDamaged) {
+			t.Fatalf("%s: %v, want errDamaged", what, err)
+		}
+		if n := strings.Count(err.Error(), h.name); n != 1 {
+			t.Errorf("%s: %q names %s %d times, want once", what, err, h.name, n)
+		}
 	}
-	if err := v.scan(func(uint64, []byte) {}); !errors.Is(err, errDamaged) {
-		t.Fatalf("scan over a damaged page: %v, want errDamaged", err)
-	}
+	named("get from a damaged page", h.get([]uint64{5}, func(int, []byte) {}))
+	named("scan over a damaged page", v.scan(func(uint64, []byte) {}))
 	if err := h.get([]uint64{999}, func(int, []byte) {}); err != nil && id != h.dir[top(hashKey(999), h.depth)] {
 		t.Fatalf("get from a sound page: %v", err)
 	}
+	// A write (the last: it fails the engine) of a row into the damaged page reads it first.
+	var over []change
+	for k := uint64(1000); len(over) < 2*h.slots; k++ {
+		if h.dir[top(hashKey(k), h.depth)] == id {
+			over = append(over, change{key: k, row: hashRow(76, k, 1)})
+		}
+	}
+	named("write into a damaged page", h.write(over))
 }
 
 // A write that fails (a full disk) is the engine's error from then on:

@@ -264,7 +264,7 @@ func (h *hashFile) get(keys []uint64, fn func(i int, row []byte)) error {
 			p := buf[int(id-first)*h.page : int(id-first+1)*h.page]
 			if k == i || ids[order[k-1]] != id {
 				if err := h.check(p, id, h.occ[id]); err != nil {
-					return err
+					return fmt.Errorf("%s: %w", h.name, err)
 				}
 			}
 			key := keys[order[k]]
