@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,18 +62,40 @@ func TestTwoJobsOneCheckpointDir(t *testing.T) {
 }
 
 // A job whose chief was killed leaves its lock; the next job on the
-// directory finds its holder gone and takes it over, saying so.
+// directory finds its holder gone and takes it over at once, saying so.
+// The first job's local is stopped first, so the killed chief stays a
+// zombie that /proc still shows (as a killed process is until its parent
+// reaps it): the lock's kernel lock, which the kernel drops at the kill,
+// is what tells the next job (before it, the next job was refused until the
+// parent reaped the chief, or for a minute where /proc was no help).
 func TestCheckpointLockOfKilledJob(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	args := []string{"local", "--ps=1", "--workers=1", "--model=linreg", "--checkpoint_dir=" + dir, "--save_steps=5000"}
 	first := start(t, "first job", nil, append(args, "--train_steps=1000000", "--restart_workers=false")...)
 	first.waitFor(t, "chief initialised", time.Minute)
 	chief := findChild(t, first.cmd.Process.Pid, "worker", 0)
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(first.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}()
 	if err := syscall.Kill(chief, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if code := first.wait(t, time.Minute); code == 0 {
-		t.Fatal("the first job exited 0 without its chief")
+	zombie := false
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && !zombie; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", chief))
+		if err != nil {
+			t.Fatalf("the killed chief %d is gone from /proc while its parent is stopped: %v", chief, err)
+		}
+		zombie = regexp.MustCompile(`\) Z `).Match(b)
+	}
+	if !zombie {
+		t.Fatalf("the killed chief %d is not a zombie after a minute", chief)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "paramserv.lock")); err != nil {
 		t.Fatalf("the killed chief's lock: %v", err)
@@ -80,13 +103,18 @@ func TestCheckpointLockOfKilledJob(t *testing.T) {
 	res := filepath.Join(t.TempDir(), "result.json")
 	second := start(t, "second job", nil, append(args, "--train_steps=20000", "--result_file="+res)...)
 	if code := second.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("second job: exit %d", code)
+		t.Fatalf("second job: exit %d:\n%s", code, second.output())
 	}
 	if want := fmt.Sprintf("taking over the lock of %s from job job-", dir); !strings.Contains(second.output(), want) ||
-		!strings.Contains(second.output(), fmt.Sprintf("whose process %d is gone", chief)) {
-		t.Errorf("the second job does not say it took over the lock of pid %d", chief)
+		!strings.Contains(second.output(), fmt.Sprintf("whose process %d has ended (the kernel let go of its lock of paramserv.lock.held)", chief)) {
+		t.Errorf("the second job does not say it took over the lock of pid %d:\n%s", chief, second.output())
 	}
 	checkLinreg(t, readResult(t, res))
+	syscall.Kill(first.cmd.Process.Pid, syscall.SIGCONT)
+	stopped = false
+	if code := first.wait(t, time.Minute); code == 0 {
+		t.Fatal("the first job exited 0 without its chief")
+	}
 }
 
 // A damaged newest checkpoint is set aside when the ps restore (issue 12,
@@ -132,4 +160,85 @@ func TestDamagedCheckpointSavedAgain(t *testing.T) {
 		!regexp.MustCompile(`(?m)^ckpt-1000 +1000 .* ok$`).MatchString(lsOut) {
 		t.Errorf("ckpt ls:\n%s", lsOut)
 	}
+}
+
+// A checkpoint file truncated by an outside tool while the ps that
+// restored it trains on: the restored table kept its keys and index in the
+// file's pages (a private mapping), and the next touch of a page the
+// truncation took used to kill the ps with SIGBUS. The restore now makes
+// those pages the ps's own, so the ps trains on and the job ends 0.
+func TestCheckpointTruncatedUnderThePS(t *testing.T) {
+	data := synthCTR(t, 30000)
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	args := []string{"local", "--ps=1", "--workers=1", "--model=sparse_lr", "--optimizer=ftrl", "--input_format=criteo", "--fields=0,26",
+		"--batch_size=100", "--train_data=" + data, "--checkpoint_dir=" + dir, "--restart_workers=false"}
+	first := start(t, "first job", nil, append(args, "--train_steps=300", "--save_steps=300")...)
+	if code := first.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("first job: exit %d", code)
+	}
+	shard := filepath.Join(dir, "ckpt-300", "shard-0-of-1.safetensors")
+	fi, err := os.Stat(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := start(t, "second job", nil, append(args, "--train_steps=1500", "--save_steps=600")...)
+	second.waitFor(t, "restored checkpoint of step 300", 2*time.Minute)
+	if err := os.Truncate(shard, 0); err != nil {
+		t.Fatal(err)
+	}
+	code := second.wait(t, 3*time.Minute)
+	out := second.output()
+	if code != 0 || strings.Contains(out, "SIGBUS") || strings.Contains(out, "unexpected fault address") || !strings.Contains(out, "saved checkpoint of step 1500") {
+		t.Fatalf("second job, its restored checkpoint (%d bytes) truncated under its ps: exit %d, want 0 and the ps training on to its final checkpoint:\n%s", fi.Size(), code, out)
+	}
+}
+
+// synthCTR writes a synthetic click data set of rows rows (26 fields)
+// and returns its directory.
+func synthCTR(t *testing.T, rows int) string {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), "ctr")
+	gen := start(t, "synth-ctr", nil, "data", "synth-ctr", fmt.Sprintf("--rows=%d", rows), "--fields=26", "--test_rows=1000", "--out="+data)
+	if code := gen.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("synth-ctr: exit %d", code)
+	}
+	return data
+}
+
+// A one-worker job in asynchronous training: the chief trains on while
+// its periodic checkpoints are written (the ps cuts its state at once and
+// writes it while pushes go on), where it used to wait for each, so pushes
+// land during the saves; the saves keep their order, and the final one is
+// saved before the job ends.
+func TestOneWorkerTrainsWhileItSaves(t *testing.T) {
+	data := synthCTR(t, 30000)
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	p := start(t, "job", nil, "local", "--ps=1", "--workers=1", "--model=sparse_lr", "--optimizer=ftrl", "--input_format=criteo", "--fields=0,26",
+		"--batch_size=100", "--train_data="+data, "--checkpoint_dir="+dir, "--train_steps=1500", "--save_steps=100", "--keep_checkpoints=20")
+	if code := p.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, p.output())
+	}
+	out := p.output()
+	pushes := 0
+	for _, m := range regexp.MustCompile(`checkpoint: wrote shard-0-of-1\.safetensors of step \d+ .*, (\d+) pushes meanwhile`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		pushes += n
+	}
+	if pushes == 0 {
+		t.Errorf("no push landed while a checkpoint was written: the chief waited for its saves:\n%s", out)
+	}
+	// Each save ends before the next begins, in step order, the last
+	// the final step's.
+	var steps []int
+	for _, m := range regexp.MustCompile(`chief: (saving|saved) checkpoint of step (\d+)`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		if want := len(steps)%2 == 0; (m[1] == "saving") != want || (!want && n != steps[len(steps)-1]) || (want && len(steps) > 0 && n <= steps[len(steps)-1]) {
+			t.Fatalf("save lines out of order at %q (steps so far %v):\n%s", m[0], steps, out)
+		}
+		steps = append(steps, n)
+	}
+	if len(steps) < 4 || steps[len(steps)-1] != 1500 {
+		t.Fatalf("saves of steps %v, want several ending with the final step 1500", steps)
+	}
+	t.Logf("%d saves, %d pushes landed while they were written", len(steps)/2, pushes)
 }

@@ -145,10 +145,11 @@
 // # One job per directory, and only that directory
 //
 // The chief holds Lock on its checkpoint directory for the whole job (the
-// file paramserv.lock, naming the job, host, pid and a heartbeat), so a
-// second job given the same directory is refused at start; a restarted
+// file paramserv.lock, naming the job, host, pid and a heartbeat, and the
+// kernel lock of paramserv.lock.held where the filesystem keeps locks), so
+// a second job given the same directory is refused at start; a restarted
 // chief of the same job (JobID) takes it back, and a crashed holder's lock
-// is taken over. A ps confines the directories that Checkpoint and Restore
+// is taken over, at once on its own host. A ps confines the directories that Checkpoint and Restore
 // requests name to its own --checkpoint_dir with Within.
 //
 // # Concurrency

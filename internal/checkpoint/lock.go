@@ -24,6 +24,14 @@ import (
 // directory. Readers of checkpoints ignore it.
 const LockName = "paramserv.lock"
 
+// HeldName is the file whose kernel lock (vfs.Locker) the chief holds
+// while it holds LockName, where the filesystem keeps locks: the kernel
+// drops it when the chief's process ends, however it ends, so a job
+// started right after a kill -9 on the same host takes the directory at
+// once. It is created once and never removed (removing a file others may
+// have open would let two holders lock two files of one name).
+const HeldName = "paramserv.lock.held"
+
 // The lock's heartbeat: the holder rewrites the lock file every
 // LockHeartbeat, and a lock held from another host whose file has not been
 // rewritten for LockStaleAfter is taken as abandoned.
@@ -58,6 +66,9 @@ type lockInfo struct {
 	Heartbeat time.Time `json:"heartbeat"`
 	// Token tells this holder from any other holder of the same owner.
 	Token string `json:"token"`
+	// Kernel says the holder holds HeldName's kernel lock: on its own
+	// host, that lock free means the holder's process has ended.
+	Kernel bool `json:"kernel_lock,omitempty"`
 }
 
 func (l lockInfo) describe(now time.Time) string {
@@ -84,7 +95,20 @@ type lockConfig struct {
 	// alive reports whether the process pid that started at start is
 	// running on this host; known is false when it cannot tell.
 	alive func(pid int, start string) (alive, known bool)
+	// locker, when set, keeps the kernel lock of HeldName (Lock and Held
+	// set it where fs is a vfs.Locker); nil: the heartbeat and the
+	// holder's pid alone say whether a holder lives.
+	locker vfs.Locker
 }
+
+// kernelLock is what HeldName's kernel lock says of a holder.
+type kernelLock int
+
+const (
+	kernelUnknown kernelLock = iota // no locks here, or not asked
+	kernelBusy                      // another open file holds it: a process lives that holds it
+	kernelFree                      // nobody held it (a caller that takes it holds it now)
+)
 
 // Lock takes the lock of the checkpoint directory dir for the job owner
 // (see JobID): the chief calls it at start, before training, and calls
@@ -98,6 +122,16 @@ type lockConfig struct {
 // its process is no longer running (or the host restarted since); from
 // another host, its file has not been rewritten for LockStaleAfter.
 //
+// Where fsys keeps locks (vfs.Locker; Linux's local filesystems, and NFS
+// unless mounted nolock), the holder also holds the kernel lock of
+// HeldName: a holder whose process has ended, by kill -9 too, is gone at
+// once on its own host (a process just killed may still show in /proc
+// until its parent reaps it), and a holder whose kernel lock is held is
+// alive, from any host. A holder on another host whose kernel lock is
+// free still waits for LockStaleAfter: on a filesystem whose locks are
+// each host's own (NFS mounted nolock), a free lock says nothing of
+// another host, and only the heartbeat does.
+//
 // The lock guards against mistakes (two jobs given one directory), not
 // against adversaries; two takers of one stale lock in the same instant
 // can both believe they hold it until the next heartbeat, when the loser
@@ -106,11 +140,12 @@ func Lock(fsys vfs.FS, dir, owner string, logf func(format string, args ...any))
 	host, _ := os.Hostname()
 	pid := os.Getpid()
 	start, _ := procStart(pid)
+	locker, _ := fsys.(vfs.Locker)
 	return lock(lockConfig{
 		fs: fsys, dir: dir, owner: owner, logf: logf, now: time.Now,
 		self:      lockInfo{Owner: owner, Host: host, PID: pid, PIDStart: start, BootID: bootID()},
 		heartbeat: LockHeartbeat, staleAfter: LockStaleAfter,
-		alive: procAlive, sleep: time.Sleep,
+		alive: procAlive, sleep: time.Sleep, locker: locker,
 	})
 }
 
@@ -123,25 +158,38 @@ func Held(fsys vfs.FS, dir, owner string) error {
 	host, _ := os.Hostname()
 	pid := os.Getpid()
 	start, _ := procStart(pid)
-	cfg := lockConfig{fs: fsys, dir: dir, owner: owner, now: time.Now,
+	locker, _ := fsys.(vfs.Locker)
+	return held(lockConfig{fs: fsys, dir: dir, owner: owner, now: time.Now,
 		self:       lockInfo{Owner: owner, Host: host, PID: pid, PIDStart: start, BootID: bootID()},
-		staleAfter: LockStaleAfter, alive: procAlive}
-	_, held, mtime, err := readLock(fsys, filepath.Join(dir, LockName))
+		staleAfter: LockStaleAfter, alive: procAlive, locker: locker})
+}
+
+func held(cfg lockConfig) error {
+	_, held, mtime, err := readLock(cfg.fs, filepath.Join(cfg.dir, LockName))
 	if err != nil {
 		return nil // no lock (or none readable yet): the chief's Lock decides
 	}
 	if held.Token == "" {
 		return nil
 	}
-	why, stale := judge(cfg, cfg.self, held, mtime)
+	kernel := kernelUnknown
+	if cfg.locker != nil {
+		if busy, err := cfg.locker.LockHeld(filepath.Join(cfg.dir, HeldName)); err == nil {
+			kernel = kernelFree
+			if busy {
+				kernel = kernelBusy
+			}
+		}
+	}
+	why, stale := judge(cfg, cfg.self, held, mtime, kernel)
 	if stale {
 		return nil
 	}
 	return fmt.Errorf("%w: --checkpoint_dir %s is held by %s; two jobs cannot share a checkpoint directory: give this one its own, or stop the other",
-		ErrLocked, dir, why)
+		ErrLocked, cfg.dir, why)
 }
 
-func lock(cfg lockConfig) (func() error, error) {
+func lock(cfg lockConfig) (_ func() error, err error) {
 	if cfg.logf == nil {
 		cfg.logf = func(string, ...any) {}
 	}
@@ -160,28 +208,68 @@ func lock(cfg lockConfig) (func() error, error) {
 		return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
 	}
 	path := filepath.Join(cfg.dir, LockName)
+	// The kernel lock of HeldName, taken before the lock file is looked
+	// at and given back on every way out but success.
+	var release func() error
+	noKernel := cfg.locker == nil // the heartbeat and pid alone
+	defer func() {
+		if err != nil && release != nil {
+			release()
+		}
+	}()
 	for try := 0; ; try++ {
 		if try == 20 {
 			return nil, fmt.Errorf("checkpoint: lock %s: the lock file keeps changing; is another job starting on it?", cfg.dir)
 		}
-		err := create(cfg.fs, path, self)
-		if err == nil {
-			if err := cfg.fs.SyncDir(cfg.dir); err != nil {
+		kernel := kernelUnknown
+		switch {
+		case release != nil:
+			kernel = kernelFree
+		case !noKernel:
+			rel, err := cfg.locker.Lock(filepath.Join(cfg.dir, HeldName))
+			switch {
+			case err == nil:
+				release, self.Kernel, kernel = rel, true, kernelFree
+			case errors.Is(err, vfs.ErrLockHeld):
+				kernel = kernelBusy
+			case errors.Is(err, errors.ErrUnsupported):
+				noKernel = true
+				cfg.logf("checkpoint: %s keeps no file locks (%v): the lock of a job killed there is taken over once its process is gone, or after %s without a heartbeat from another host", cfg.dir, err, cfg.staleAfter)
+			default:
 				return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
 			}
-			return hold(cfg, self), nil
 		}
-		if !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
+		if kernel != kernelBusy {
+			err := create(cfg.fs, path, self)
+			if err == nil {
+				if err := cfg.fs.SyncDir(cfg.dir); err != nil {
+					return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
+				}
+				return hold(cfg, self, release), nil
+			}
+			if !errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
+			}
 		}
 		b, held, mtime, err := readLock(cfg.fs, path)
 		if errors.Is(err, fs.ErrNotExist) {
+			if kernel == kernelBusy {
+				// Its holder is writing the lock file, or has just
+				// removed it and is letting go: look again.
+				cfg.sleep(50 * time.Millisecond)
+			}
 			continue // released meanwhile
 		}
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: lock %s: %w", cfg.dir, err)
 		}
-		why, stale := judge(cfg, self, held, mtime)
+		why, stale := judge(cfg, self, held, mtime, kernel)
+		if stale && kernel == kernelBusy {
+			// The same job's earlier chief, whose process lives (a
+			// chief restarted within one process): taken back, as
+			// before kernel locks, and held without one.
+			noKernel = true
+		}
 		if !stale {
 			if held.Token == "" && try < 10 {
 				cfg.sleep(50 * time.Millisecond) // being written: look again
@@ -224,8 +312,9 @@ func lock(cfg lockConfig) (func() error, error) {
 }
 
 // judge says whether the lock held can be taken over by self, and
-// describes the holder either way.
-func judge(cfg lockConfig, self, held lockInfo, mtime time.Time) (string, bool) {
+// describes the holder either way; kernel is what HeldName's kernel lock
+// says.
+func judge(cfg lockConfig, self, held lockInfo, mtime time.Time, kernel kernelLock) (string, bool) {
 	now := cfg.now()
 	if held.Token == "" {
 		// Unreadable: being written, or garbage. Go by the file's age.
@@ -242,6 +331,10 @@ func judge(cfg lockConfig, self, held lockInfo, mtime time.Time) (string, bool) 
 	switch {
 	case held.Owner == self.Owner:
 		return who + ", an earlier run of this job", true
+	case kernel == kernelBusy:
+		return who, false // its process holds the kernel lock: alive
+	case kernel == kernelFree && held.Kernel && held.Host == self.Host && held.BootID == self.BootID:
+		return fmt.Sprintf("%s, whose process %d has ended (the kernel let go of its lock of %s)", who, held.PID, HeldName), true
 	case held.Host == self.Host && held.BootID != "" && self.BootID != "":
 		if held.BootID != self.BootID {
 			return who + ", from before this host restarted", true
@@ -305,8 +398,9 @@ func readLock(fsys vfs.FS, path string) ([]byte, lockInfo, time.Time, error) {
 	return b, l, fi.ModTime(), nil
 }
 
-// hold starts the heartbeat and returns the unlock function.
-func hold(cfg lockConfig, self lockInfo) func() error {
+// hold starts the heartbeat and returns the unlock function, which gives
+// back the kernel lock (release, when not nil) last.
+func hold(cfg lockConfig, self lockInfo, release func() error) func() error {
 	path := filepath.Join(cfg.dir, LockName)
 	stop, done := make(chan struct{}), make(chan struct{})
 	tick := cfg.tick
@@ -364,6 +458,13 @@ func hold(cfg lockConfig, self lockInfo) func() error {
 		once.Do(func() {
 			close(stop)
 			<-done
+			if release != nil {
+				defer func() {
+					if rerr := release(); err == nil && rerr != nil {
+						err = fmt.Errorf("checkpoint: unlock %s: %w", cfg.dir, rerr)
+					}
+				}()
+			}
 			if lost {
 				err = fmt.Errorf("checkpoint: unlock %s: the lock was taken over by another job while held", cfg.dir)
 				return

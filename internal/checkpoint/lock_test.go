@@ -372,3 +372,97 @@ func TestHeldWithoutTaking(t *testing.T) {
 		t.Fatalf("after unlock: %v", err)
 	}
 }
+
+// kernelLocker is a holder's view of a vfs.Locker: kill ends the
+// holder's process as far as the kernel's locks go (they are dropped),
+// leaving its lock file as it was.
+type kernelLocker struct {
+	vfs.Locker
+	mu      sync.Mutex
+	release []func() error
+}
+
+func (k *kernelLocker) Lock(name string) (func() error, error) {
+	unlock, err := k.Locker.Lock(name)
+	if err == nil {
+		k.mu.Lock()
+		k.release = append(k.release, unlock)
+		k.mu.Unlock()
+	}
+	return unlock, err
+}
+
+func (k *kernelLocker) kill() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range k.release {
+		r()
+	}
+}
+
+// TestLockKernel: where the filesystem keeps locks, a holder on this host
+// whose process ended (its kernel lock dropped) is gone at once though its
+// pid still shows (a zombie), a holder whose kernel lock is held is alive
+// even with a stale heartbeat, and a holder on another host whose kernel
+// lock is free is still waited for until its heartbeat is stale (a nolock
+// NFS mount's locks are each host's own).
+func TestLockKernel(t *testing.T) {
+	fsys := vfs.NewMem()
+	dir := "/ck"
+	c := &clock{t: time.Now()}
+	alive := map[int]bool{10: true, 20: true, 30: true}
+	holderOn := func(owner, host string, pid int) (*holder, *kernelLocker) {
+		h := newHolder(fsys, dir, owner, host, pid, c, alive)
+		k := &kernelLocker{Locker: fsys}
+		h.cfg.locker = k
+		return h, k
+	}
+	a, ka := holderOn("job-a", "h1", 10)
+	if _, err := a.lock(); err != nil {
+		t.Fatal(err)
+	}
+	// Alive: refused, even once its heartbeat is stale.
+	b, kb := holderOn("job-b", "h1", 20)
+	c.add(time.Hour)
+	if _, err := b.lock(); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "job job-a (pid 10 on h1") {
+		t.Fatalf("a holder holding its kernel lock, silent for an hour: %v, want ErrLocked naming job-a", err)
+	}
+	if err := heldBy(fsys, dir, "job-b", b.cfg); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Held, a holder holding its kernel lock: %v", err)
+	}
+	// Killed (pid 10 still shows): taken over at once.
+	ka.kill()
+	if err := heldBy(fsys, dir, "job-b", b.cfg); err != nil {
+		t.Fatalf("Held, a holder whose process ended: %v", err)
+	}
+	if _, err := b.lock(); err != nil {
+		t.Fatalf("a holder whose process ended: %v", err)
+	}
+	if got := b.log.String(); !strings.HasSuffix(got, "whose process 10 has ended (the kernel let go of its lock of paramserv.lock.held)") {
+		t.Errorf("log: %s", got)
+	}
+	// From another host, its kernel lock free: the heartbeat decides.
+	kb.kill()
+	other, _ := holderOn("job-c", "h2", 30)
+	if _, err := other.lock(); !errors.Is(err, ErrLocked) {
+		t.Fatalf("another host's holder with a fresh heartbeat: %v", err)
+	}
+	c.add(2 * time.Minute)
+	unlock, err := other.lock()
+	if err != nil {
+		t.Fatalf("another host's holder silent for 2 minutes: %v", err)
+	}
+	if err := unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := fsys.LockHeld(filepath.Join(dir, HeldName)); held {
+		t.Error("unlock kept the kernel lock")
+	}
+}
+
+// heldBy is Held with a test holder's clock, identity and locker.
+func heldBy(fsys vfs.FS, dir, owner string, cfg lockConfig) error {
+	cfg.owner = owner
+	cfg.self.Owner = owner
+	return held(cfg)
+}

@@ -22,10 +22,13 @@ import (
 // for the whole file before the checksum starts). unmap must be called
 // once the bytes are no longer used; the mapping outlives f.Close.
 //
-// The file must not shrink while mapped (a read past its end would fault
-// the process): checkpoint files are written whole under a temporary name
-// and renamed, and never truncated in place; removing one (pruning) leaves
-// the mapping intact.
+// The file must not shrink while the reader reads it (a read past its end
+// faults; the reader reads with debug.SetPanicOnFault and calls that an
+// error): checkpoint files are written whole under a temporary name and
+// renamed, and never truncated in place, and removing one (pruning) leaves
+// the mapping intact, but an outside tool may truncate one. What a holder
+// keeps past the read is moved into anonymous memory first (ownPages), so
+// nothing the ps goes on using is the file's.
 func mapFile(f vfs.File, size int64) (b []byte, unmap func(), ok bool) {
 	fd, isOS := f.(interface{ Fd() uintptr })
 	if !isOS || size <= 0 || int64(int(size)) != size {

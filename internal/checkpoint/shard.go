@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -382,6 +384,12 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 			return fail(err)
 		}
 		s.SetKeep(refs.hold)
+		s.SetVerify(func() error {
+			if err := refs.verified(); err != nil {
+				return fmt.Errorf("%s: %w", si.File, err)
+			}
+			return nil
+		})
 		return s, unmap, nil
 	}
 	done := make(chan struct{})
@@ -394,6 +402,9 @@ func readShardMapped(fsys vfs.FS, cdir string, m Manifest, k int, later bool) (s
 		<-done
 		if sumErr != nil {
 			return fmt.Errorf("%s: %w", si.File, sumErr)
+		}
+		if err := refs.verified(); err != nil {
+			return fmt.Errorf("%s: %w", si.File, err)
 		}
 		return nil
 	}
@@ -429,17 +440,81 @@ type mapRefs struct {
 	n     atomic.Int64
 	mu    sync.Mutex
 	held  [][]byte // guarded by mu: the memory the holders named
+	err   error    // guarded by mu: the first hold's failure to own its pages
+}
+
+// verified is the error of the first hold whose pages could not be made
+// the process's own, or nil.
+func (r *mapRefs) verified() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // hold adds a holder of the memory held (within the mapping) and returns
 // its release, which may be called more than once.
+//
+// The pages of held become anonymous memory with the same bytes before it
+// returns (ownSpans): a holder keeps them past the restore, and a page of
+// the file's mapping, even one a write copied, faults the process at its
+// next touch once an outside tool truncated the file. A page that cannot be read (the
+// file shrank already) is an error of the shard's Verified (r.verified).
 func (r *mapRefs) hold(held ...[]byte) (release func()) {
 	r.n.Add(1)
+	err := ownSpans(r.data, pageSpans(r.data, held))
 	r.mu.Lock()
 	r.held = append(r.held, held...)
+	if r.err == nil {
+		r.err = err
+	}
 	r.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(r.drop) }
+}
+
+// ownSpans makes the spans of the mapping data (in order) the process's
+// own memory (ownPages), a piece of at least 4 MiB to each of up to GOMAXPROCS
+// goroutines (the kernel copies pages of one mapping on several cores at
+// once), and returns the first failure.
+func ownSpans(data []byte, spans []span) error {
+	const piece = 4 << 20
+	var merged []span // two holds may share a page: each page once
+	for _, sp := range spans {
+		if n := len(merged); n > 0 && sp.lo <= merged[n-1].hi {
+			merged[n-1].hi = max(merged[n-1].hi, sp.hi)
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	var pieces []span
+	for _, sp := range merged {
+		for lo := sp.lo; lo < sp.hi; lo += piece {
+			pieces = append(pieces, span{lo, min(sp.hi, lo+piece)})
+		}
+	}
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for range min(len(pieces), runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(pieces)); i = next.Add(1) - 1 {
+				sp := pieces[i]
+				if err := ownPages(data[sp.lo:sp.hi]); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("%w: the pages a restored table keeps, bytes %d to %d, could not be read (%v): the file shrank while read, or the disk failed", ErrSize, sp.lo, sp.hi, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }
 
 // readerDone is the reader's release.
@@ -458,15 +533,18 @@ func (r *mapRefs) drop() {
 	}
 }
 
-// dropPagesBut gives back the whole memory pages of the mapping data that
-// hold none of the bytes of keep (dropPages).
-func dropPagesBut(data []byte, keep [][]byte) {
-	if len(data) == 0 {
-		return
-	}
-	const page = 4096
+// pageSize is the system's memory page.
+var pageSize = os.Getpagesize()
+
+// span is a part of a mapping, in offsets from its start rounded out to
+// whole pages.
+type span struct{ lo, hi uintptr }
+
+// pageSpans is the whole pages of the mapping data that hold the bytes of
+// keep (slices within data), in order; they may overlap.
+func pageSpans(data []byte, keep [][]byte) []span {
+	page := uintptr(pageSize)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
-	type span struct{ lo, hi uintptr } // offsets in data, rounded out to pages
 	var spans []span
 	for _, k := range keep {
 		p := uintptr(unsafe.Pointer(unsafe.SliceData(k)))
@@ -478,6 +556,17 @@ func dropPagesBut(data []byte, keep [][]byte) {
 		spans = append(spans, span{lo, hi})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	return spans
+}
+
+// dropPagesBut gives back the whole memory pages of the mapping data that
+// hold none of the bytes of keep (dropPages).
+func dropPagesBut(data []byte, keep [][]byte) {
+	if len(data) == 0 {
+		return
+	}
+	page := uintptr(pageSize)
+	spans := pageSpans(data, keep)
 	at := uintptr(0) // the first byte not yet kept or dropped; a page boundary
 	for _, sp := range append(spans, span{uintptr(len(data)), uintptr(len(data))}) {
 		if sp.lo > at {

@@ -14,6 +14,11 @@
 // a 2 MiB boundary, and asks the kernel (madvise) to use huge pages for it.
 // The advice is a hint: where transparent huge pages are off, or on other
 // systems, the buffer is an ordinary one and everything works the same.
+//
+// Map is the exception: memory mapped outside the Go heap, for a large
+// structure its owner replaces and frees itself (a hash table's index), so
+// that the replaced memory leaves the process at once rather than when the
+// collector and the scavenger get to it.
 package hugemem
 
 import "unsafe"

@@ -14,7 +14,14 @@ import (
 	"github.com/paramserv/paramserv/internal/vfs"
 )
 
-// saver is the chief's checkpoint schedule.
+// saver is the chief's checkpoint schedule. It is used by the goroutine
+// that runs the chief's loop, one call at a time. In asynchronous training
+// a periodic save runs on a goroutine of its own (maybe) while the chief
+// trains on: the ps cut their state in an instant and write it while
+// pushes go on, so the chief's own pushes need not wait for the write.
+// While it runs, that goroutine alone uses every field below but
+// inflight, bgErr and bgStep; the loop's goroutine looks at them again only
+// after inflight is closed (or, for state, not at all: the save took it).
 type saver struct {
 	cfg      Config
 	c        *client.Client
@@ -34,6 +41,11 @@ type saver struct {
 	// logged, and retries the failures since that line stands for.
 	retryLog time.Time
 	retries  int
+	// inflight, when not nil, is closed when the save started in the
+	// background ends, with its error in bgErr and its step in bgStep.
+	inflight chan struct{}
+	bgErr    error
+	bgStep   int64
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
@@ -49,9 +61,13 @@ func (s *saver) nextParent() int64 {
 	return s.parent
 }
 
-// due reports whether a checkpoint is due at step.
+// due reports whether a checkpoint is due at step: never while a save
+// runs in the background.
 func (s *saver) due(step int64) bool {
-	if s == nil || s.cfg.CheckpointDir == "" || step <= s.lastStep {
+	if s == nil || s.running() {
+		return false
+	}
+	if s.cfg.CheckpointDir == "" || step <= s.lastStep {
 		return false
 	}
 	return s.force || (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
@@ -60,16 +76,101 @@ func (s *saver) due(step int64) bool {
 
 // maybe saves if due. A synchronous shard that moved on (backup workers)
 // is not an error: the save is tried again at the next step.
+//
+// In asynchronous training the save runs in the background and maybe
+// returns at once; the next save starts only once it has ended, so saves
+// keep their order. Its failure comes from a later call of maybe (or of
+// settle), a failure for now (Retryable) logged and the save tried again
+// at the next step.
 func (s *saver) maybe(ctx context.Context, step int64) error {
+	if s == nil {
+		return nil
+	}
+	if s.inflight != nil {
+		select {
+		case <-s.inflight:
+			if err := s.collect(); err != nil {
+				return err
+			}
+		default:
+			return nil // the save before this one is still being written
+		}
+	}
 	if !s.due(step) {
 		return nil
 	}
-	err := s.save(ctx, step)
+	if !s.cfg.Sync && s.state == nil {
+		// Synchronous training cuts every shard at one step, which the
+		// chief's own pushes would move on from: it waits. So does a
+		// save with the program's state (Worker.SetState), which the
+		// program makes at the step it asked about (Due).
+		done := make(chan struct{})
+		s.inflight, s.bgStep = done, step
+		go func() {
+			defer close(done)
+			s.bgErr = s.save(ctx, step, nil)
+		}()
+		return nil
+	}
+	err := s.saveNow(ctx, step)
 	if err != nil && Retryable(err) {
 		s.retried(step, err, time.Now())
 		return nil
 	}
 	return err
+}
+
+// running reports whether a save runs in the background.
+func (s *saver) running() bool {
+	if s.inflight == nil {
+		return false
+	}
+	select {
+	case <-s.inflight:
+		return false
+	default:
+		return true
+	}
+}
+
+// collect takes the result of the background save, which has ended: a
+// failure for now is logged (retried) and nil.
+func (s *saver) collect() error {
+	err, step := s.bgErr, s.bgStep
+	s.inflight, s.bgErr = nil, nil
+	if err != nil && Retryable(err) {
+		s.retried(step, err, time.Now())
+		return nil
+	}
+	return err
+}
+
+// settle waits for the save running in the background, if one is, to
+// end (the save is bounded by ctx and by its calls' own deadlines), and
+// returns collect's result, or ctx's error if ctx ends first.
+func (s *saver) settle(ctx context.Context) error {
+	if s == nil || s.inflight == nil {
+		return nil
+	}
+	if s.running() {
+		s.cfg.Logf("chief: waiting for the checkpoint of step %d being written to end", s.bgStep)
+	}
+	select {
+	case <-s.inflight:
+		return s.collect()
+	case <-ctx.Done():
+		return fmt.Errorf("chief: waiting for the checkpoint of step %d being written: %w", s.bgStep, context.Cause(ctx))
+	}
+}
+
+// saveNow saves step in the caller's goroutine, with the program's state
+// if one is set (kept for the next try if the save fails).
+func (s *saver) saveNow(ctx context.Context, step int64) error {
+	if err := s.save(ctx, step, s.state); err != nil {
+		return err
+	}
+	s.state = nil
+	return nil
 }
 
 // retried logs that the save of step failed for now and is tried again at
@@ -85,9 +186,10 @@ func (s *saver) retried(step int64, err error, now time.Time) {
 	s.retryLog, s.retries = now, 0
 }
 
-// save writes a checkpoint of step: every ps its shard, then the manifest,
-// then old checkpoints are pruned.
-func (s *saver) save(ctx context.Context, step int64) (err error) {
+// save writes a checkpoint of step, with the program's state (nil:
+// none): every ps its shard, then the manifest, then old checkpoints are
+// pruned.
+func (s *saver) save(ctx context.Context, step int64, state []byte) (err error) {
 	cfg := s.cfg
 	start := time.Now()
 	var size int64
@@ -97,7 +199,6 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 		cfg.Logf("chief: the checkpoint of step %d in %s is already complete", step, cfg.CheckpointDir)
 		s.lastStep, s.lastTime, s.force = step, time.Now(), false
 		s.parent = -1 // the ps may not have cut it: the next save is full
-		s.state = nil
 		return nil
 	}
 	cfg.Logf("chief: saving checkpoint of step %d in %s", step, cfg.CheckpointDir)
@@ -112,8 +213,8 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 	if err != nil {
 		return fmt.Errorf("checkpoint of step %d: %w", step, err)
 	}
-	if s.state != nil {
-		if err := checkpoint.WriteUserState(s.fs, cfg.CheckpointDir, step, s.state); err != nil {
+	if state != nil {
+		if err := checkpoint.WriteUserState(s.fs, cfg.CheckpointDir, step, state); err != nil {
 			return fmt.Errorf("checkpoint of step %d: %w", step, err)
 		}
 	}
@@ -152,7 +253,6 @@ func (s *saver) save(ctx context.Context, step int64) (err error) {
 		s.base, s.deltas = step, 0
 	}
 	s.parent = step
-	s.state = nil
 	return nil
 }
 

@@ -93,6 +93,7 @@ func (w *Worker) Start(ctx context.Context, c *client.Client, vars []model.Varia
 func (w *Worker) SetSync(sync bool) {
 	w.cfg.Sync = sync
 	if w.sv != nil {
+		w.sv.settle(context.Background()) // a save in the background reads cfg; bounded by its own context
 		w.sv.cfg.Sync = sync
 	}
 	w.retry = newRetrier(w.cfg, fmt.Sprintf("--recovery_timeout=%s", w.cfg.RecoveryTimeout))
@@ -139,6 +140,13 @@ func (w *Worker) Recover(ctx context.Context, step int64, cause error) error {
 	if !Retryable(cause) || ctx.Err() != nil {
 		return cause
 	}
+	if w != nil {
+		// A save in the background ends (it fails too, most likely)
+		// before the cluster is looked at again.
+		if err := w.sv.settle(ctx); err != nil {
+			return err
+		}
+	}
 	if err := w.Pause(ctx, step, cause); err != nil {
 		return err
 	}
@@ -164,10 +172,16 @@ func (w *Worker) Rejoin(ctx context.Context, step int64, cause error) error {
 // step last or the job has no checkpoint directory; the others do
 // nothing. A failure is the save's (Recover from it).
 func (w *Worker) SaveAt(ctx context.Context, step int64) error {
-	if w == nil || w.sv == nil || w.cfg.CheckpointDir == "" || w.sv.lastStep == step {
+	if w == nil || w.sv == nil || w.cfg.CheckpointDir == "" {
 		return nil
 	}
-	return w.sv.save(ctx, step)
+	if err := w.sv.settle(ctx); err != nil {
+		return err
+	}
+	if w.sv.lastStep == step {
+		return nil
+	}
+	return w.sv.saveNow(ctx, step)
 }
 
 // Finish is called when the program's training is over, at global step
@@ -198,6 +212,13 @@ func (w *Worker) Finish(ctx context.Context, step int64) error {
 // Close gives up the chief's lock on its checkpoint directory, if it holds
 // it. It may be called more than once.
 func (w *Worker) Close() {
+	if w.sv != nil {
+		// Not while a save in the background writes into the directory;
+		// bounded by the save's own context and deadlines.
+		if err := w.sv.settle(context.Background()); err != nil {
+			w.cfg.Logf("chief: %v", err)
+		}
+	}
 	if w.unlock != nil {
 		if err := w.unlock(); err != nil {
 			w.cfg.Logf("chief: %v", err)
@@ -291,7 +312,7 @@ func chiefStart(ctx context.Context, cfg Config, c *client.Client, vars []model.
 	}
 	sv := newSaver(cfg, c, step)
 	if cfg.CheckpointDir != "" && fresh && step == 0 {
-		if err := sv.save(ctx, step); err != nil {
+		if err := sv.saveNow(ctx, step); err != nil {
 			return nil, fmt.Errorf("first checkpoint: %w", err)
 		}
 	} else if cfg.CheckpointDir != "" {

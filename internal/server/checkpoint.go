@@ -54,18 +54,21 @@ func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointRespo
 	// under the lock (in a 2-worker job at load 35, tried: pushes waited
 	// 0.7-2.7 s).
 	//
-	// With one worker, the chief that asks for the save is the only one
-	// that pushes, and it waits for the save: no push copies a page, and
-	// mapping a table's worth of memory would cost the save as much as
-	// writing it (on the 3.1M-key job, about 100 ms on a quiet machine).
-	// Only the index's copy, taken under the lock, gets its memory then;
-	// a push that comes all the same copies its pages into memory it maps.
+	// With one worker in synchronous training, the chief that asks for
+	// the save is the only one that pushes, and it waits for the save: no
+	// push copies a page, and mapping a table's worth of memory would cost
+	// the save as much as writing it (on the 3.1M-key job, about 100 ms on
+	// a quiet machine). Only the index's copy, taken under the lock, gets
+	// its memory then; a push that comes all the same copies its pages
+	// into memory it maps. In asynchronous training the chief trains on
+	// while its periodic saves are written (lifecycle's saver).
 	var mem *shard.CutMem
 	if !req.Incremental {
 		s.mu.Lock()
 		size := s.shard.CutSize()
+		sync := s.shard.Sync()
 		s.mu.Unlock()
-		if s.cfg.NumWorkers == 1 {
+		if s.cfg.NumWorkers == 1 && sync {
 			size = size.IndexOnly()
 		}
 		mem = size.Alloc()

@@ -33,6 +33,9 @@ type Mem struct {
 	root *node
 	inj  Injector // nil: no faults
 	gen  int      // bumped by Crash; files opened before it fail
+	// locks is the names whose Locker lock is held (Crash keeps them: a
+	// crash of the disk is not one of the holders).
+	locks map[string]bool
 }
 
 // node is a file or a directory.
@@ -608,4 +611,45 @@ func (i memInfo) Mode() fs.FileMode {
 		return fs.ModeDir | 0o755
 	}
 	return 0o644
+}
+
+// Lock is Locker's: an exclusive lock of name, created if missing, until
+// unlock is called (a test's way of ending its holder's process).
+func (m *Mem) Lock(name string) (unlock func() error, err error) {
+	if _, err := m.Stat(name); errors.Is(err, fs.ErrNotExist) {
+		f, err := m.Create(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.locks[name] {
+		return nil, fmt.Errorf("%w: %s", ErrLockHeld, name)
+	}
+	if m.locks == nil {
+		m.locks = map[string]bool{}
+	}
+	m.locks[name] = true
+	var once sync.Once
+	return func() error {
+		once.Do(func() {
+			m.mu.Lock()
+			delete(m.locks, name)
+			m.mu.Unlock()
+		})
+		return nil
+	}, nil
+}
+
+// LockHeld is Locker's.
+func (m *Mem) LockHeld(name string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.locks[name], nil
 }

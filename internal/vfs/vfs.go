@@ -16,6 +16,7 @@
 package vfs
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -70,3 +71,26 @@ type FS interface {
 	// directory): files created, renamed into or removed from it.
 	SyncDir(dir string) error
 }
+
+// Locker is an optional interface of an FS: a lock that belongs to an
+// open file, so that the kernel drops it when its holder's process ends,
+// however it ends (kill -9 included), and a lock the whole filesystem sees
+// where it keeps locks (on Linux, open-file-description locks, fcntl
+// F_OFD_SETLK; NFS passes them to its server unless mounted nolock, in
+// which case they are this host's alone). A lock taken twice in one
+// process through two calls is refused the second time, as it is between
+// processes.
+type Locker interface {
+	// Lock takes the exclusive lock of the named file, creating the file
+	// if needed, without waiting. The error wraps ErrLockHeld if another
+	// holder has it, and errors.ErrUnsupported if this filesystem keeps no
+	// locks. unlock gives the lock back; the file stays.
+	Lock(name string) (unlock func() error, err error)
+	// LockHeld reports whether a holder has the named file's lock,
+	// without taking it: false where the file does not exist. The error
+	// wraps errors.ErrUnsupported if this filesystem keeps no locks.
+	LockHeld(name string) (bool, error)
+}
+
+// ErrLockHeld is Locker.Lock's error for a lock another holder has.
+var ErrLockHeld = errors.New("vfs: the lock is held by another open file")

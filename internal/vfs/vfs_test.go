@@ -284,3 +284,48 @@ func TestOpString(t *testing.T) {
 		t.Fatalf("Op(99) = %q", got)
 	}
 }
+
+// TestLockers: a Locker's lock is held once, seen without being taken,
+// and free again after unlock, on the disk and in Mem alike.
+func TestLockers(t *testing.T) {
+	for name, fsys := range map[string]vfs.FS{"OS": vfs.OS, "Mem": vfs.NewMem()} {
+		t.Run(name, func(t *testing.T) {
+			l, ok := fsys.(vfs.Locker)
+			if !ok {
+				t.Fatal("not a Locker")
+			}
+			dir := t.TempDir()
+			if err := fsys.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "lock")
+			if held, err := l.LockHeld(path); held || err != nil {
+				t.Fatalf("LockHeld of a missing file: %v, %v", held, err)
+			}
+			unlock, err := l.Lock(path)
+			if errors.Is(err, errors.ErrUnsupported) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Lock(path); !errors.Is(err, vfs.ErrLockHeld) {
+				t.Fatalf("a second Lock: %v, want ErrLockHeld", err)
+			}
+			if held, err := l.LockHeld(path); !held || err != nil {
+				t.Fatalf("LockHeld while held: %v, %v", held, err)
+			}
+			if err := unlock(); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := l.LockHeld(path); held || err != nil {
+				t.Fatalf("LockHeld after unlock: %v, %v", held, err)
+			}
+			again, err := l.Lock(path)
+			if err != nil {
+				t.Fatalf("Lock after unlock: %v", err)
+			}
+			again()
+		})
+	}
+}

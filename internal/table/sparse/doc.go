@@ -30,7 +30,10 @@
 // its step argument (Adam). The overhead over the raw payload (8-byte key,
 // 4*Dim value, 4*Dim per state slot) is otherwise 4.6 to 5.7 bytes per row,
 // depending on where the index is in its growth cycle; MemoryBytes reports
-// the total. A table restored from a mapped checkpoint file
+// the total. A large index lives outside the Go heap (hugemem.Map), so
+// the index a growth replaces goes back to the system at once instead of
+// staying resident as garbage and raising the collector's target. A table
+// restored from a mapped checkpoint file
 // (ImportIndexedInPlace) keeps its keys and index in the file's pages,
 // written copy-on-write, until it is garbage.
 //

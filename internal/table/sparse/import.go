@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/parallel"
 )
 
@@ -260,17 +261,18 @@ type tableState struct {
 	base, clock int64
 	mod, floor  uint64
 	index       []uint32
+	indexMem    *hugemem.Mapped[uint32]
 	nBuckets    uint64
 	maxLive     int
 	rowMask     uint32
 }
 
 func (t *Table) saveState() tableState {
-	return tableState{t.base, t.clock, t.mod, t.floor, t.index, t.nBuckets, t.maxLive, t.rowMask}
+	return tableState{t.base, t.clock, t.mod, t.floor, t.index, t.indexMem, t.nBuckets, t.maxLive, t.rowMask}
 }
 
 func (t *Table) putState(s tableState) {
-	t.base, t.clock, t.mod, t.floor, t.index, t.nBuckets, t.maxLive, t.rowMask = s.base, s.clock, s.mod, s.floor, s.index, s.nBuckets, s.maxLive, s.rowMask
+	t.base, t.clock, t.mod, t.floor, t.index, t.indexMem, t.nBuckets, t.maxLive, t.rowMask = s.base, s.clock, s.mod, s.floor, s.index, s.indexMem, s.nBuckets, s.maxLive, s.rowMask
 }
 
 // ErrDuplicate is ImportAnyOrder's error (an ErrSnapshot) for a key that

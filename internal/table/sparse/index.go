@@ -80,6 +80,7 @@ func (t *Table) slotOf(h uint64, r int) uint32 { return uint32(h)&^t.rowMask | u
 // move, [next, end).
 type oldIndex struct {
 	slots     []uint32
+	mem       *hugemem.Mapped[uint32] // slots' memory when mapped (setIndex), else nil
 	nBuckets  uint64
 	rowMask   uint32
 	next, end int
@@ -87,16 +88,39 @@ type oldIndex struct {
 
 // setIndex replaces the index by an empty one of nb buckets; the caller
 // refills it with rebuild. The old index is dropped first so the two never
-// coexist.
+// coexist. An index of mapIndexFrom bytes or more is memory mapped outside
+// the Go heap (hugemem.Map): the index a growth replaces is then given
+// back to the system when its last row has moved (migrate), where the
+// heap would keep it resident and count it in the collector's target.
+// The replaced index itself is left to the runtime (a failed restore puts
+// it back, putState).
 func (t *Table) setIndex(nb uint64) {
-	t.old = oldIndex{}
-	t.index = nil
-	t.index = hugemem.Lazy[uint32](int(nb * bucketSlots))
+	t.dropOld()
+	t.index, t.indexMem = nil, nil
+	n := int(nb * bucketSlots)
+	if 4*n >= mapIndexFrom {
+		t.indexMem = hugemem.Map[uint32](n)
+		t.index = t.indexMem.Slice()
+	} else {
+		t.index = hugemem.Lazy[uint32](n)
+	}
 	t.nBuckets = nb
 	t.maxLive = min(int(float64(nb*bucketSlots)*maxLoad), t.maxRows)
 	// Row ids stay below the peak of live rows, so below maxLive, and
 	// row+1 fits in rowMask; the bits above it hold the tag.
 	t.rowMask = uint32(1)<<bits.Len32(uint32(t.maxLive)) - 1
+}
+
+// mapIndexFrom is the size in bytes from which an index is mapped outside
+// the Go heap (setIndex): about 200k rows. A variable so that the tests
+// can map small tables' indexes (and free them) too.
+var mapIndexFrom = 1 << 20
+
+// dropOld ends an incremental growth without moving the rest (the caller
+// rebuilds the index), giving the old index's memory back.
+func (t *Table) dropOld() {
+	t.old.mem.Free()
+	t.old = oldIndex{}
 }
 
 // grow resizes the index for need live rows at growLoad: for a small table
@@ -111,8 +135,8 @@ func (t *Table) grow(need int) {
 		t.insertLive()
 		return
 	}
-	old := oldIndex{slots: t.index, nBuckets: t.nBuckets, rowMask: t.rowMask, end: t.highWater}
-	t.index = nil
+	old := oldIndex{slots: t.index, mem: t.indexMem, nBuckets: t.nBuckets, rowMask: t.rowMask, end: t.highWater}
+	t.index, t.indexMem = nil, nil
 	t.setIndex(nb)
 	t.old = old
 }
@@ -145,7 +169,7 @@ func (t *Table) migrate(n int) {
 	}
 	o.next = end
 	if end == o.end {
-		t.old = oldIndex{}
+		t.dropOld()
 	}
 }
 
@@ -158,7 +182,7 @@ func (t *Table) settle() {
 
 // rebuild clears the index and inserts every live row, in row order.
 func (t *Table) rebuild() {
-	t.old = oldIndex{}
+	t.dropOld()
 	clear(t.index)
 	t.insertLive()
 }

@@ -123,8 +123,8 @@ func (t *Table) importIndexed(s Snapshot, ix SavedIndex, keep func() func()) err
 // adoptIndex is setIndex with the slots given (of nb buckets) instead of
 // new ones.
 func (t *Table) adoptIndex(slots []uint32, nb uint64) {
-	t.old = oldIndex{}
-	t.index = slots
+	t.dropOld()
+	t.index, t.indexMem = slots, nil
 	t.nBuckets = nb
 	t.maxLive = min(int(float64(nb*bucketSlots)*maxLoad), t.maxRows)
 	t.rowMask = uint32(1)<<bits.Len32(uint32(t.maxLive)) - 1

@@ -15,10 +15,13 @@ import (
 // four goroutines whatever the machine's cores, so that the race detector
 // sees the parallel paths (the product's shell passes its own Runner), and
 // whose indexes grow incrementally from 64 rows, so that the tests cross
-// many incremental growths.
+// many incremental growths, and whose indexes from 4 KiB are mapped
+// outside the Go heap and unmapped when replaced, so that a use of a freed
+// index faults.
 func TestMain(m *testing.M) {
 	defaultRunner = goroutines.Width(4)
 	incrementalFrom = 64
+	mapIndexFrom = 4 << 10
 	os.Exit(m.Run())
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/paramserv/paramserv/internal/hugemem"
 	"github.com/paramserv/paramserv/internal/optim"
 	"github.com/paramserv/paramserv/internal/parallel"
 )
@@ -152,11 +153,12 @@ type page struct {
 // between 72% and 90% full and grows by 1.25x, so it costs 4.4 to 5.6 bytes
 // per row; a large table's growth moves the rows into the grown index a
 // few at a time as new rows come (holding both indexes meanwhile, for the
-// first eighth of the growth), so no call waits for a rebuild. Calls over
-// many keys ask for each key's index bucket, key and row some keys ahead,
-// so that the cache misses of several keys overlap (index.go). Rows freed
-// by Evict are reused by the next new keys; memory is not returned to the
-// runtime.
+// first eighth of the growth), so no call waits for a rebuild. An index of
+// 1 MiB or more is mapped outside the Go heap, and the old one is unmapped
+// as its last row moves. Calls over many keys ask for each key's index
+// bucket, key and row some keys ahead, so that the cache misses of several
+// keys overlap (index.go). Rows freed by Evict are reused by the next new
+// keys; the pages' memory is not returned to the runtime.
 type Table struct {
 	dim, slots, stride int
 	rule               optim.Rule
@@ -171,6 +173,7 @@ type Table struct {
 	// empty, else tag | (row+1), the tag being the bits of the key's hash
 	// above rowMask.
 	index    []uint32
+	indexMem *hugemem.Mapped[uint32] // index's memory when mapped (setIndex); nil on the heap or taken (adoptIndex)
 	nBuckets uint64
 	rowMask  uint32
 	maxLive  int      // grow the index before live exceeds this
