@@ -111,6 +111,11 @@ func (s *Server) writeCheckpoint(req *pb.CheckpointRequest) (*pb.CheckpointRespo
 		return nil, kindErrorf(shard.Internal, "ps %d: reading its disk tier for the checkpoint: %v", s.cfg.Task, err)
 	}
 	info, err := checkpoint.WriteShard(s.cfg.FS, dir, req.Step, s.cfg.Task, s.cfg.NumPS, sh)
+	if cerr := cut.Err(); err == nil && cerr != nil {
+		// A disk tier's rows, read as the file was written, could not be:
+		// the file's bytes are wrong, and no manifest will name it.
+		err = fmt.Errorf("reading its disk tier's rows as the file was written: %w", cerr)
+	}
 	cut.Release()
 	s.cfg.Observer.CheckpointSaved(info.Size, time.Since(start), err)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/ckptformat"
@@ -101,13 +102,31 @@ type Cut struct {
 	rates   []optim.RateChange // the chief's rate changes (Layout.RateChanges)
 
 	built *ckptformat.Shard // Shard's result
-	err   error             // a tier's rows could not be read
+
+	// StreamShard's tensors read the tiers' rows from cols as the file is
+	// written, from the writer's goroutines: mu guards err and cols.
+	mu   sync.Mutex
+	err  error         // a tier's rows could not be read
+	cols []TierColumns // the tiers' rows at the cut (StreamShard), closed by Release
 }
 
 // Err reports a table's second tier that could not be read as the cut was
-// built (Shard, StreamShard): the shard built lacks its rows and must not
-// be written.
-func (c *Cut) Err() error { return c.err }
+// built (Shard, StreamShard) or, for StreamShard's shard, as it was
+// written: the shard lacks its rows and must not be written, or kept.
+func (c *Cut) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail records err as the cut's error if it has none.
+func (c *Cut) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
 
 type cutVar struct {
 	name    string
@@ -235,6 +254,13 @@ func (c *Cut) Shard() ckptformat.Shard {
 // without calling Shard should. It may be called from any goroutine, more
 // than once; Shard must not be called after it unless it was before.
 func (c *Cut) Release() {
+	c.mu.Lock()
+	cols := c.cols
+	c.cols = nil
+	c.mu.Unlock()
+	for _, tc := range cols {
+		_ = tc.Close() // files of the tier's own, deleted: nothing lost if one stays
+	}
 	for i := range c.tables {
 		t := &c.tables[i]
 		t.t.Release()
@@ -252,9 +278,12 @@ func (c *Cut) Release() {
 // into memory nor sorted, its tensors are filled from the cut's pages in
 // the order they hold the rows (sparse.Table.InTableOrder) as the file is
 // written (ckptformat.Tensor.Fill), and the shard is marked AnyOrder. A
-// table with a disk tier is as Shard builds it, in key order. The tensors
-// read the cut's pages until WriteShard returns: call Release after. A
-// delta cut's shard is Shard's.
+// table with a disk tier has its rows in memory so, then its tier's, which
+// the tier first writes to files of its own a column each
+// (TierCut.Columns): its rows on disk are never gathered in memory. The
+// tensors read the cut's pages and those files until WriteShard returns:
+// check Err (a file that could not be read leaves the shard's bytes
+// wrong), then call Release. A delta cut's shard is Shard's.
 func (c *Cut) StreamShard() ckptformat.Shard {
 	if c.delta || c.built != nil {
 		return c.Shard()
@@ -286,8 +315,28 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 		sh.Meta["updates/"+v.name] = strconv.FormatInt(v.updates, 10)
 	}
 	for _, t := range c.tables {
-		var snap sparse.Snapshot
-		if stream && t.cold == nil {
+		if stream && t.cold != nil {
+			// The rows in memory as the table holds them, then the
+			// tier's as it holds them, streamed to the file.
+			cols, err := t.cold.Columns()
+			// The tier's view is read: let it go now, so that the
+			// tier's writes stop keeping its pages for it.
+			t.cold.Release()
+			if err != nil {
+				c.fail(fmt.Errorf("table %q: %w", t.name, err))
+				continue
+			}
+			c.mu.Lock()
+			c.cols = append(c.cols, cols)
+			c.mu.Unlock()
+			name := t.name
+			sh.Tensors = append(sh.Tensors, tieredTable(t, t.t.InTableOrder(), cols, func(err error) {
+				c.fail(fmt.Errorf("table %q: %w", name, err))
+			})...)
+			sh.AnyOrder = true
+			continue
+		}
+		if stream {
 			// The rows as the table holds them, streamed to the file
 			// with no sort: the shard's keys are then in any order.
 			v := t.t.InTableOrder()
@@ -303,23 +352,19 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 			}
 			continue
 		}
-		if stream {
-			snap = t.t.Sorted().Snapshot()
-		} else {
-			snap = t.t.Export()
-		}
+		snap := t.t.Export()
 		if t.cold != nil {
 			all, err := t.cold.Merge(snap)
-			if err != nil && c.err == nil {
-				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			if err != nil {
+				c.fail(fmt.Errorf("table %q: %w", t.name, err))
 			}
 			snap = all
 		}
 		deleted := t.deleted
 		if t.coldChanges != nil {
 			all, del, err := t.coldChanges.Merge(snap, deleted)
-			if err != nil && c.err == nil {
-				c.err = fmt.Errorf("table %q: %w", t.name, err)
+			if err != nil {
+				c.fail(fmt.Errorf("table %q: %w", t.name, err))
 			}
 			snap, deleted = all, del
 		}
@@ -367,6 +412,51 @@ func streamTable(t frozenTable, v *sparse.Sorted) []ckptformat.Tensor {
 		ts = append(ts, ckptformat.Int64TensorFill(ckptformat.SlotName(t.name, "last_touch"), []int64{n}, v.LastTouch))
 	}
 	return ts
+}
+
+// tieredTable is the tensors of table t with a disk tier: its rows in
+// memory in the order of v, then its tier's rows, read from cols as the
+// file is written. A column that cannot be read is fail's (its bytes are
+// left as they are).
+func tieredTable(t frozenTable, v *sparse.Sorted, cols TierColumns, fail func(error)) []ckptformat.Tensor {
+	hot := streamTable(t, v)
+	nh, d := int64(v.Len()), int64(t.t.Dim())
+	n := nh + int64(cols.Len())
+	col := map[string]int{
+		ckptformat.KeysName(t.name):               ColKeys,
+		ckptformat.ValuesName(t.name):             ColValues,
+		ckptformat.SlotName(t.name, "updates"):    ColUpdates,
+		ckptformat.SlotName(t.name, "last_touch"): ColTouch,
+	}
+	for i, slot := range t.slots {
+		col[ckptformat.SlotName(t.name, slot)] = ColValues + 1 + i
+	}
+	for i := range hot {
+		ht := &hot[i]
+		c := col[ht.Name]
+		// A row's bytes in the tensor, and the hot rows' bytes.
+		rowBytes := int64(ht.DType.Size())
+		if len(ht.Shape) == 2 {
+			ht.Shape = []int64{n, d}
+			rowBytes *= d
+		} else {
+			ht.Shape = []int64{n}
+		}
+		split, fill := nh*rowBytes, ht.Fill
+		ht.Fill = func(dst []byte, off int64) {
+			if off < split {
+				k := min(int64(len(dst)), split-off)
+				fill(dst[:k], off)
+				dst, off = dst[k:], off+k
+			}
+			if len(dst) > 0 {
+				if err := cols.ReadAt(c, dst, off-split); err != nil {
+					fail(err)
+				}
+			}
+		}
+	}
+	return hot
 }
 
 // LayoutOf is the mode, optimizer and tables a checkpoint records, for a

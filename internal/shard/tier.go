@@ -84,9 +84,40 @@ type TierCut interface {
 	// Merge returns the rows of hot, the table's rows at the cut, with the
 	// tier's, in ascending key order.
 	Merge(hot sparse.Snapshot) (sparse.Snapshot, error)
-	// Release lets go of the view.
+	// Columns writes the tier's rows at the cut to files of the tier's
+	// own, a column a file, for a checkpoint that streams them into its
+	// file (Cut.StreamShard) rather than gather them in memory. Close
+	// the columns when done; the cut may be released before.
+	Columns() (TierColumns, error)
+	// Release lets go of the view; it may be called more than once.
 	Release()
 }
+
+// TierColumns are a tier's rows at a cut (TierCut.Columns), in an order of
+// the tier's own (the keys distinct), a column at a time, each column's
+// bytes as a checkpoint's tensor of it holds them (little-endian):
+//
+//	ColKeys     uint64 a row
+//	ColUpdates  int64 a row (absent where the table keeps no counts)
+//	ColTouch    int64 a row, the last-touched step
+//	ColValues   float32 [dim] a row, the values; ColValues+1+s state slot s
+type TierColumns interface {
+	// Len is the number of rows.
+	Len() int
+	// ReadAt reads bytes [off, off+len(dst)) of column col into dst. It
+	// may run from several goroutines at once.
+	ReadAt(col int, dst []byte, off int64) error
+	// Close lets go of the columns (deletes their files).
+	Close() error
+}
+
+// The columns of TierColumns.
+const (
+	ColKeys = iota
+	ColUpdates
+	ColTouch
+	ColValues
+)
 
 // attachTiers gives st's tables their tiers, if the shard has Tiers.
 func (s *Shard) attachTiers(st *State) {

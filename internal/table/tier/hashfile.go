@@ -259,9 +259,11 @@ func (h *hashFile) grow() {
 }
 
 // load writes n rows (the key of row j is key(j), its bytes written by
-// row(j, dst)) into an empty file: directory sized for them (reserve),
-// rows ordered by hash, each page written once, in order, several pages a
-// write. Its memory beside the rows is 12 bytes a row and 1 MiB.
+// row(j, dst)) into pages that hold none yet (an empty file, its directory
+// sized for them by reserve; or a file reserved for more, a range of its
+// pages at a time: loadSpill): rows ordered by hash, each page written
+// once, in order, several pages a write. Its memory beside the rows is 12
+// bytes a row and 1 MiB. Where a page holds rows already, it is a write.
 func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byte)) error {
 	if err := h.e.Err(); err != nil {
 		return err
@@ -269,7 +271,19 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 	h.reserve(n)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.occ[0] != 0 || len(h.views) > 0 || n == 0 {
+	empty := len(h.views) == 0 && n > 0
+	var hs []uint64
+	if empty {
+		hs = make([]uint64, n)
+		for j := range hs {
+			hs[j] = hashKey(key(j))
+			if h.occ[h.dir[top(hs[j], h.depth)]] != 0 {
+				empty = false
+				break
+			}
+		}
+	}
+	if !empty {
 		h.mu.Unlock()
 		defer h.mu.Lock()
 		// Not empty: the usual write.
@@ -281,10 +295,9 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 		slices.SortFunc(ch, func(a, b change) int { return cmp.Compare(a.key, b.key) })
 		return h.write(ch)
 	}
-	hs := make([]uint64, n)
 	order := make([]int32, n)
-	for j := range hs {
-		hs[j], order[j] = hashKey(key(j)), int32(j)
+	for j := range order {
+		order[j] = int32(j)
 	}
 	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(hs[a], hs[b]) })
 	// Pages are written from out, up to 1 MiB of consecutive ones at a time.
@@ -300,14 +313,17 @@ func (h *hashFile) load(n int, key func(j int) uint64, row func(j int, dst []byt
 		return err
 	}
 	fail := func(err error) error { return h.e.fail(fmt.Errorf("%s: %w", h.name, err)) }
-	d := h.depth
 	for i := 0; i < n; {
+		// The rows of one page: those of its prefix, of its own depth
+		// (a split, here or in an earlier load, may have doubled the
+		// directory past it).
+		id := h.dir[top(hs[order[i]], h.depth)]
+		d := uint(h.local[id])
 		pre := top(hs[order[i]], d)
 		m := i + 1
 		for m < n && top(hs[order[m]], d) == pre {
 			m++
 		}
-		id := h.dir[top(hs[order[i]], h.depth)] // a split may have doubled the directory
 		if m-i > h.slots {
 			// More rows than a page holds: split, as a write would.
 			if err := flush(); err != nil {

@@ -295,3 +295,47 @@ func TestHashFileLoad(t *testing.T) {
 	}
 	check(n + 100)
 }
+
+// A file reserved for a restore's rows takes them a bucket of pages at a
+// time (loadSpill): each bucket's rows in one pass, pages overflowing
+// split (the directory doubles past the pages of the buckets to come),
+// and every row reads back.
+func TestHashFileLoadInBuckets(t *testing.T) {
+	defer func(f float64) { reserveFill = f }(reserveFill)
+	reserveFill = 2 // pages for half the rows: most split
+	e := &hashEngine{dir: "s", fs: vfs.NewMem()}
+	_ = e.fs.MkdirAll("s", 0o755)
+	h, err := e.open(1, 76)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000
+	key := func(j int) uint64 { return uint64(j) * 0x9E3779B97F4A7C15 }
+	h.reserve(n)
+	depth := h.depth
+	for b := range uint64(8) {
+		var keys []int
+		for j := range n {
+			if top(hashKey(key(j)), 3) == b {
+				keys = append(keys, j)
+			}
+		}
+		if err := h.load(len(keys), func(i int) uint64 { return key(keys[i]) }, func(i int, dst []byte) { copy(dst[:76], hashRow(76, key(keys[i]), keys[i])) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.depth == depth {
+		t.Fatalf("the directory never doubled (depth %d)", depth)
+	}
+	v, _ := h.view()
+	defer v.release()
+	got := viewContents(t, v)
+	if len(got) != n {
+		t.Fatalf("%d rows after the load, want %d", len(got), n)
+	}
+	for j := range n {
+		if got[key(j)] != string(hashRow(76, key(j), j)) {
+			t.Fatalf("row %d differs", j)
+		}
+	}
+}

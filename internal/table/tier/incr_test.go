@@ -78,18 +78,23 @@ func (w *twinShards) push() {
 }
 
 // save writes checkpoint id of s into dir, incremental against parent
-// (-1: full), as a ps and the chief do, and returns its manifest and the
-// shard written.
+// (-1: full), as a ps and the chief do (a full one streamed, the tier's
+// rows after the memory's), and returns its manifest and the shard
+// written (a full one as read back, in key order).
 func (w *twinShards) save(s *shard.Shard, dir string, id, parent, base int64) (checkpoint.Manifest, checkpoint.Shard) {
 	t := w.t
 	w.mu.Lock()
 	cut := s.CutIncremental(id, parent)
 	w.mu.Unlock()
-	sh := cut.Shard()
+	sh := cut.StreamShard()
 	if err := cut.Err(); err != nil {
 		t.Fatal(err)
 	}
 	info, err := checkpoint.WriteShard(vfs.OS, dir, id, 0, 1, sh)
+	if err == nil {
+		err = cut.Err()
+	}
+	cut.Release()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +112,16 @@ func (w *twinShards) save(s *shard.Shard, dir string, id, parent, base int64) (c
 	m.Tables = []checkpoint.TableInfo{{Name: "emb", Dim: int64(w.layout.Tables[0].Dim), Slots: shard.SlotNames(rule.Name(), rule.StateSlots()), Shards: []int{0}}}
 	if err := checkpoint.WriteManifest(vfs.OS, dir, m); err != nil {
 		t.Fatal(err)
+	}
+	if !info.Delta {
+		// Streamed: read it back, in key order.
+		back, err := checkpoint.ReadShard(vfs.OS, dir, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh, err = checkpoint.InKeyOrder(back, m.Tables); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return m, sh
 }
@@ -169,6 +184,9 @@ func testDeltaCheckpointCoversBothTiers(t *testing.T) {
 					want := live.Shard()
 					got, err := checkpoint.ReadShard(vfs.OS, tierDir, m, 0)
 					if err != nil {
+						t.Fatal(err)
+					}
+					if got, err = checkpoint.InKeyOrder(got, m.Tables); err != nil { // a streamed base
 						t.Fatal(err)
 					}
 					if err := checkpoint.DiffTensors(likeRef(got, want), want); err != nil {

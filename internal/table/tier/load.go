@@ -72,6 +72,18 @@ func (m *Manager) LoadStream(t *sparse.Table, rows shard.RowStream, tables int) 
 	tt.filter = newMissFilter(max(0, n-keep) * 3 / 2)
 	run := max(256, int(loadBatchBytes/tt.RowBytes()))
 	hot := make([]bool, run)
+	// The hash store takes the rows on disk a bucket of its pages at a
+	// time, gathered in a file on the way (loadspill.go).
+	var sp *loadSpill
+	if h, ok := tt.rows.(*hashFile); ok && n > keep {
+		h.reserve(n - max(keep, 0))
+		var err error
+		if sp, err = newLoadSpill(tt, h, n-max(keep, 0)); err != nil {
+			m.drop(tt)
+			return err
+		}
+		defer sp.close()
+	}
 	clock := t.Clock() // unchanged by rows without last-touched steps
 	maxHot, first := int64(math.MinInt64), true
 	err := rows.Rows(run, func(s sparse.Snapshot) error {
@@ -103,8 +115,14 @@ func (m *Manager) LoadStream(t *sparse.Table, rows shard.RowStream, tables int) 
 		if nh == len(s.Keys) {
 			return nil
 		}
+		if sp != nil {
+			return sp.add(s, hot, clock)
+		}
 		return tt.writeCold(s, hot, clock)
 	})
+	if err == nil && sp != nil {
+		err = sp.load()
+	}
 	if err == nil {
 		err = m.store.Err()
 	}
@@ -319,19 +337,16 @@ func (t *Table) write(s sparse.Snapshot, hot []bool, clock int64) error {
 	return t.writeCold(s, hot, clock)
 }
 
-// writeCold is write into a miss filter made for the rows to come.
-func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
+// encoder returns the encoding of row i of s into dst as the store keeps
+// it (encode, one row at a time, as Demote writes it); a row without a
+// last-touched step gets clock.
+func (t *Table) encoder(s sparse.Snapshot, clock int64) func(i int, dst []byte) []byte {
 	one := sparse.Snapshot{Dim: s.Dim, State: make([][]float32, len(s.State)), LastTouch: []int64{clock}}
 	if s.Updates != nil {
 		one.Updates = []uint32{0}
 	}
-	if t.err != nil {
-		return t.err
-	}
-	size := t.rowLen()
 	d := s.Dim
-	encode := func(i int, dst []byte) []byte {
-		// One row at a time through encode, as Demote writes it.
+	return func(i int, dst []byte) []byte {
 		one.Values = s.Values[i*d : (i+1)*d]
 		for j := range s.State {
 			one.State[j] = s.State[j][i*d : (i+1)*d]
@@ -344,6 +359,15 @@ func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
 		}
 		return t.encode(dst, &one, 0)
 	}
+}
+
+// writeCold is write into a miss filter made for the rows to come.
+func (t *Table) writeCold(s sparse.Snapshot, hot []bool, clock int64) error {
+	if t.err != nil {
+		return t.err
+	}
+	size := t.rowLen()
+	encode := t.encoder(s, clock)
 	if h, ok := t.rows.(*hashFile); ok {
 		// The hash store takes the rows in one pass, page by page.
 		var rows []int32

@@ -2,6 +2,8 @@ package tier
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -281,5 +283,140 @@ func TestStreamingRestoreStaysInBudget(t *testing.T) {
 				t.Fatalf("%d rows restored, want about %d", n, len(all))
 			}
 		})
+	}
+}
+
+// A checkpoint of a shard whose table is ten times its disk tier's budget
+// streams the rows on disk into the file (shard.Cut.StreamShard): the
+// save's heap grows no more than the same table's save all in memory does
+// (the writer's pieces), not by the table, as it did when the two tiers
+// were merged in memory, sorted, before the file was written (2x the
+// table). The file read back is the shard all in memory, and the tier's
+// column files are gone after.
+func TestStreamedSaveStaysInBudget(t *testing.T) {
+	rows := 400_000
+	if testing.Short() {
+		rows = 200_000
+	}
+	const step = 10_000
+	rng := rand.New(rand.NewPCG(8, 8))
+	keys := make([]uint64, rows)
+	for i := range keys {
+		keys[i] = rng.Uint64()
+	}
+	tableBytes := int64(rows) * (8 + 8*4*2 + 8 + 8)
+	budget := tableBytes / 10
+	dir := t.TempDir()
+	m := writeCkpt(t, dir, step, -1, -1, []checkpoint.Shard{makeRows(rng, keys, step).shardOf(step, true, false, 0, nil)})
+	storeDir := t.TempDir() + "/s"
+	mgr, err := Open(Config{Dir: storeDir, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mgr.Close()
+	tiered := restoreShard(t, dir, m, mgr, nil)
+	ref := restoreShard(t, dir, m, nil, nil)
+	if s := mgr.Stats(); s.DiskRows < int64(rows)*8/10 {
+		t.Fatalf("%d of %d rows on disk, want most", s.DiskRows, rows)
+	}
+
+	// save writes s's checkpoint into a directory of its own as a ps does,
+	// and returns the manifest and the heap's growth meanwhile.
+	save := func(s *shard.Shard) (checkpoint.Manifest, string, uint64) {
+		out := t.TempDir()
+		cut := s.Cut()
+		var info checkpoint.ShardInfo
+		var err error
+		peak, _ := heapPeak(func() {
+			sh := cut.StreamShard()
+			if err = cut.Err(); err != nil {
+				return
+			}
+			info, err = checkpoint.WriteShard(vfs.OS, out, step, 0, 1, sh)
+			if err == nil {
+				err = cut.Err()
+			}
+			cut.Release()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mm := m
+		mm.Shards = []checkpoint.ShardInfo{info}
+		return mm, out, peak
+	}
+	_, _, refPeak := save(ref)
+	mt, out, peak := save(tiered)
+	t.Logf("table %.1f MiB, budget %.1f MiB: the save's heap grew %.1f MiB with a disk tier, %.1f MiB all in memory",
+		float64(tableBytes)/(1<<20), float64(budget)/(1<<20), float64(peak)/(1<<20), float64(refPeak)/(1<<20))
+	const slack = 4 << 20 // the tier's write buffers, a column each, and a page
+	if peak > refPeak+slack {
+		t.Errorf("the tiered save's heap grew by %.1f MiB, want at most the in-memory save's %.1f MiB + %d MiB (the table is %.1f MiB)",
+			float64(peak)/(1<<20), float64(refPeak)/(1<<20), slack>>20, float64(tableBytes)/(1<<20))
+	}
+
+	back, err := checkpoint.ReadShard(vfs.OS, out, mt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.AnyOrder {
+		t.Error("the tiered save's shard is not marked AnyOrder")
+	}
+	got, err := checkpoint.InKeyOrder(back, mt.Tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.DiffTensors(got, ref.Cut().Shard()); err != nil {
+		t.Errorf("the tiered save read back differs from the shard all in memory: %v", err)
+	}
+	left, err := filepath.Glob(filepath.Join(storeDir, "cut-*"))
+	if err != nil || len(left) > 0 {
+		t.Errorf("the tier's column files left after the save: %v (%v)", left, err)
+	}
+}
+
+// A tiered save whose column files cannot be read back as the file is
+// written (here cut short under it) reports it (Cut.Err), so that the ps
+// fails the save instead of keeping a file of wrong bytes.
+func TestStreamedSaveReportsAColumnLost(t *testing.T) {
+	layout := shard.Layout{
+		Tables:     []shard.TableSpec{{Name: "emb", Dim: 4}},
+		Optimizer:  optim.Config{Name: "adagrad", LearningRate: 0.1},
+		NumWorkers: 1,
+	}
+	w := newTwinShards(t, layout, 0, 11)
+	for range 40 {
+		w.push()
+	}
+	if w.m.Stats().DiskRows == 0 {
+		t.Fatal("no row on disk: the test needs some")
+	}
+	w.mu.Lock()
+	cut := w.tiered.Cut()
+	w.mu.Unlock()
+	sh := cut.StreamShard()
+	if err := cut.Err(); err != nil {
+		t.Fatal(err)
+	}
+	cols, err := filepath.Glob(filepath.Join(w.m.cfg.Dir, "cut-*"))
+	if err != nil || len(cols) == 0 {
+		t.Fatalf("no column files in %s (%v)", w.m.cfg.Dir, err)
+	}
+	for _, c := range cols {
+		if err := os.Truncate(c, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = checkpoint.WriteShard(vfs.OS, t.TempDir(), 1, 0, 1, sh)
+	if err == nil {
+		err = cut.Err()
+	}
+	cut.Release()
+	if err == nil {
+		t.Fatal("the save read columns cut short, and reported nothing")
+	}
+	t.Log(err)
+	if left, _ := filepath.Glob(filepath.Join(w.m.cfg.Dir, "cut-*")); len(left) > 0 {
+		t.Errorf("column files left after Release: %v", left)
 	}
 }
