@@ -853,17 +853,10 @@ func (h *handle) split(send func(*session.Session) *session.Sent) C.int64_t {
 		})
 	}
 	t.land = mine.land
-	h.tmu.Lock()
-	if h.closing {
-		h.tmu.Unlock()
+	id, prev, ok := h.enqueue(t, mine)
+	if !ok {
 		return -2
 	}
-	h.nextTicket++
-	id := h.nextTicket
-	h.tickets[id] = t
-	h.running.Add(1)
-	prev := h.tail.Swap(mine)
-	h.tmu.Unlock()
 	if prev != nil {
 		prev.wait()
 	}
@@ -885,18 +878,11 @@ func (h *handle) background(what string, err error, call func(*session.Session) 
 		err = errors.New("paramserv: not started: call start first")
 	}
 	t := &ticket{done: make(chan struct{})}
-	h.tmu.Lock()
-	if h.closing {
-		h.tmu.Unlock()
+	mine := &link{done: make(chan struct{})}
+	id, prev, ok := h.enqueue(t, mine)
+	if !ok {
 		return -2
 	}
-	h.nextTicket++
-	id := h.nextTicket
-	h.tickets[id] = t
-	h.running.Add(1)
-	mine := &link{done: make(chan struct{})}
-	prev := h.tail.Swap(mine)
-	h.tmu.Unlock()
 	go func() {
 		defer h.running.Done()
 		defer close(t.done)
@@ -916,6 +902,22 @@ func (h *handle) background(what string, err error, call func(*session.Session) 
 		}
 	}()
 	return C.int64_t(id)
+}
+
+// enqueue registers ticket t under a new id, counts it running and puts
+// its link last in the order of calls, returning the link before it (nil
+// if none); ok is false, and nothing registered, if the handle is closing.
+func (h *handle) enqueue(t *ticket, mine *link) (id int64, prev *link, ok bool) {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	if h.closing {
+		return 0, nil, false
+	}
+	h.nextTicket++
+	id = h.nextTicket
+	h.tickets[id] = t
+	h.running.Add(1)
+	return id, h.tail.Swap(mine), true
 }
 
 // ps_ticket_step returns the global step a ticket's push+pull returned
