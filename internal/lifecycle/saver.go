@@ -46,6 +46,7 @@ type saver struct {
 	inflight chan struct{}
 	bgErr    error
 	bgStep   int64
+	bgStart  time.Time
 }
 
 func newSaver(cfg Config, c *client.Client, step int64) *saver {
@@ -61,17 +62,22 @@ func (s *saver) nextParent() int64 {
 	return s.parent
 }
 
-// due reports whether a checkpoint is due at step: never while a save
-// runs in the background.
+// due reports whether a checkpoint is due at step, counted from the last
+// save started: while one is written in the background, from its step and
+// start (its goroutine owns the other fields meanwhile).
 func (s *saver) due(step int64) bool {
-	if s == nil || s.running() {
+	if s == nil || s.cfg.CheckpointDir == "" {
 		return false
 	}
-	if s.cfg.CheckpointDir == "" || step <= s.lastStep {
+	last, at, force := s.lastStep, s.lastTime, s.force
+	if s.running() {
+		last, at, force = s.bgStep, s.bgStart, false
+	}
+	if step <= last {
 		return false
 	}
-	return s.force || (s.cfg.SaveSteps > 0 && step-s.lastStep >= s.cfg.SaveSteps) ||
-		(s.cfg.SaveEvery > 0 && time.Since(s.lastTime) >= s.cfg.SaveEvery)
+	return force || (s.cfg.SaveSteps > 0 && step-last >= s.cfg.SaveSteps) ||
+		(s.cfg.SaveEvery > 0 && time.Since(at) >= s.cfg.SaveEvery)
 }
 
 // maybe saves if due. A synchronous shard that moved on (backup workers)
@@ -79,21 +85,21 @@ func (s *saver) due(step int64) bool {
 //
 // In asynchronous training the save runs in the background and maybe
 // returns at once; the next save starts only once it has ended, so saves
-// keep their order. Its failure comes from a later call of maybe (or of
-// settle), a failure for now (Retryable) logged and the save tried again
-// at the next step.
+// keep their order, and none is skipped: a save due while the one before
+// is still being written waits for it (the chief waits only when a save
+// outlasts --save_steps). Its failure comes from a later call of maybe (or
+// of settle), a failure for now (Retryable) logged and the save tried
+// again at the next step.
 func (s *saver) maybe(ctx context.Context, step int64) error {
 	if s == nil {
 		return nil
 	}
 	if s.inflight != nil {
-		select {
-		case <-s.inflight:
-			if err := s.collect(); err != nil {
-				return err
-			}
-		default:
+		if s.running() && !s.due(step) {
 			return nil // the save before this one is still being written
+		}
+		if err := s.settle(ctx); err != nil {
+			return err
 		}
 	}
 	if !s.due(step) {
@@ -105,7 +111,7 @@ func (s *saver) maybe(ctx context.Context, step int64) error {
 		// save with the program's state (Worker.SetState), which the
 		// program makes at the step it asked about (Due).
 		done := make(chan struct{})
-		s.inflight, s.bgStep = done, step
+		s.inflight, s.bgStep, s.bgStart = done, step, time.Now()
 		go func() {
 			defer close(done)
 			s.bgErr = s.save(ctx, step, nil)
