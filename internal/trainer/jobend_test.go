@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +152,80 @@ func TestGoalStall(t *testing.T) {
 		if got != tc.want || !strings.Contains(why, tc.flag) {
 			t.Errorf("%s: %s (%s), want %s naming %s", tc.name, got, why, tc.want, tc.flag)
 		}
+	}
+}
+
+// slowEvalModel is a model whose chief's final evaluation first holds
+// the ps's lock until hold returns, as a long pull of a table on disk
+// does (docs/TIERS.md: 262,144 keys a pull).
+type slowEvalModel struct {
+	model.Model
+	hold func()
+}
+
+func (m *slowEvalModel) Evaluate(p model.Params) (map[string]float64, error) {
+	if m.hold != nil {
+		m.hold()
+	}
+	return m.Model.Evaluate(p)
+}
+
+// A worker at the goal waiting for the chief's final checkpoint keeps
+// waiting while the chief's final evaluation holds the ps up past the
+// deadline of the worker's Status calls: the ps is slow, not gone, and the
+// worker logs what it waits for. Before, the Status call's DeadlineExceeded
+// failed worker 1 (seen on a tiered job without --test_data, whose
+// evaluation pulls the whole table from disk).
+func TestWorkerWaitsForAChiefWhoseEvaluationHoldsThePS(t *testing.T) {
+	const slow = "waiting for a ps to answer (none in"
+	var srv atomic.Pointer[server.Server]
+	cl := newTestCluster(t, 1, 2, Config{
+		Config: lifecycle.Config{Optimizer: optim.Config{Name: "sgd", LearningRate: 0.05}, CheckpointDir: t.TempDir(),
+			WaitLogEvery: time.Millisecond},
+		Model: "linreg", Data: model.Config{BatchSize: 10, Seed: 3}, TrainSteps: 50,
+		statusWait: 20 * time.Millisecond,
+	})
+	cl.psSet = func(p *PSConfig) { p.OnServe = func(s *server.Server) { srv.Store(s) } }
+	worker1Done := make(chan struct{})
+	var once sync.Once
+	cl.base.NewModel = func(c model.Config) (model.Model, error) {
+		m, err := catalog.New("linreg", c)
+		if err != nil || c.Worker != 0 {
+			return m, err
+		}
+		return &slowEvalModel{Model: m, hold: func() {
+			once.Do(func() {
+				// Worker 1 waits for the final checkpoint first (its
+				// push would wait on the lock for ever otherwise).
+				for cl.log.count("worker 1: at the goal; waiting for the chief") == 0 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				mu := srv.Load().Lock()
+				mu.Lock()
+				defer mu.Unlock()
+				for cl.log.count(slow) < 3 {
+					select {
+					case <-worker1Done:
+						return // it failed: the test says so
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			})
+		}}, nil
+	}
+	cl.startPS(0)
+	ctx := withDeadline(t, time.Minute)
+	var errs [2]error
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = RunWorker(ctx, cl.config("worker", 0)) })
+	wg.Go(func() { errs[1] = RunWorker(ctx, cl.config("worker", 1)); close(worker1Done) })
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("worker %d: %v", i, err)
+		}
+	}
+	if n := cl.log.count("[worker1] worker 1: at the goal; " + slow); n < 3 {
+		t.Errorf("worker 1 logged %q %d times, want 3 or more", slow, n)
 	}
 }

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
@@ -27,6 +30,7 @@ import (
 	"github.com/paramserv/paramserv/internal/replication"
 	"github.com/paramserv/paramserv/internal/server"
 	"github.com/paramserv/paramserv/internal/vfs"
+	"github.com/paramserv/paramserv/internal/wire/pb"
 )
 
 // Config is what a worker needs (RunWorker, and RunStandalone, a worker
@@ -77,6 +81,9 @@ type Config struct {
 	// probeAfter and probeTimeout are the client's health checks
 	// (client.Options); tests make them small.
 	probeAfter, probeTimeout time.Duration
+	// statusWait bounds one Status call of the waits at the job's end
+	// (waitStatus); statusWaitDefault if 0. Tests make it small.
+	statusWait time.Duration
 }
 
 // PSConfig is what a ps needs (RunPS): the settings a replicated ps reads
@@ -122,6 +129,9 @@ func (c *Config) defaults() {
 	}
 	if c.WorkerTimeout <= 0 {
 		c.WorkerTimeout = 30 * time.Minute
+	}
+	if c.statusWait <= 0 {
+		c.statusWait = statusWaitDefault
 	}
 }
 
@@ -767,16 +777,11 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 	start := time.Now()
 	lastLog := start
 	for {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		statuses, err := c.Status(sctx)
-		cancel()
-		var waitingFor string
+		statuses, waitingFor, err := waitStatus(ctx, cfg, c)
 		switch {
-		case err != nil && !retryable(err):
-			return false, err
 		case err != nil:
-			waitingFor = fmt.Sprintf("a ps to answer (%v)", err)
-		default:
+			return false, err
+		case statuses != nil:
 			for _, st := range statuses {
 				if st.WorkersDone > 0 {
 					return false, nil
@@ -812,6 +817,35 @@ func waitForChief(ctx context.Context, cfg Config, c *client.Client) (again bool
 	}
 }
 
+// statusWaitDefault bounds one Status call of the waits at the job's end.
+const statusWaitDefault = 10 * time.Second
+
+// waitStatus is one Status call of a wait at the job's end (waitForChief,
+// waitForWorkers), bounded by cfg.statusWait. A ps that does not answer
+// within it is slow, not failed: it answers its requests under one lock,
+// and one pull of the chief's final evaluation (262,144 keys, from a
+// table mostly on disk) can hold that lock for longer. So a call
+// past its bound, like a retryable error, gives no statuses and what the
+// wait waits for (a ps to answer): the wait asks again, logs, and stays
+// bounded by its own limit. err is an error no wait outlasts (ctx ended,
+// another layout).
+func waitStatus(ctx context.Context, cfg Config, c *client.Client) (statuses []*pb.StatusResponse, waitingFor string, err error) {
+	sctx, cancel := context.WithTimeout(ctx, cfg.statusWait)
+	defer cancel()
+	statuses, err = c.Status(sctx)
+	switch {
+	case err == nil:
+		return statuses, "", nil
+	case ctx.Err() == nil && (sctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded):
+		// (The ps may end the call on its deadline, as gRPC passes it,
+		// before sctx ends here.)
+		return nil, fmt.Sprintf("a ps to answer (none in %s: a ps answers its requests under one lock, and a long one, such as a pull of the chief's final evaluation from a disk tier, holds up the others)", cfg.statusWait), nil
+	case ctx.Err() == nil && retryable(err):
+		return nil, fmt.Sprintf("a ps to answer (%v)", err), nil
+	}
+	return nil, "", err
+}
+
 // CheckEpochs refuses --epochs with synchronous training of several
 // workers that could hang: a worker whose data ends stops pushing, so a
 // step the others push after that completes only when --sync_timeout
@@ -840,16 +874,11 @@ func waitForWorkers(ctx context.Context, cfg Config, c *client.Client) error {
 	start := time.Now()
 	lastLog := start
 	for {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		statuses, err := c.Status(sctx)
-		cancel()
-		var waitingFor string
+		statuses, waitingFor, err := waitStatus(ctx, cfg, c)
 		switch {
-		case err != nil && !retryable(err):
-			return err
 		case err != nil:
-			waitingFor = fmt.Sprintf("a ps to answer (%v)", err)
-		default:
+			return err
+		case statuses != nil:
 			done := 0
 			for _, st := range statuses {
 				if st.Initialized && st.GlobalStep >= cfg.TrainSteps {
