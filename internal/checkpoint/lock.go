@@ -165,29 +165,58 @@ func Held(fsys vfs.FS, dir, owner string) error {
 }
 
 func held(cfg lockConfig) error {
-	_, held, mtime, err := readLock(cfg.fs, filepath.Join(cfg.dir, LockName))
-	if err != nil {
-		return nil // no lock (or none readable yet): the chief's Lock decides
+	if cfg.sleep == nil {
+		cfg.sleep = time.Sleep
 	}
-	if held.Token == "" {
-		return nil
-	}
-	kernel := kernelUnknown
-	if cfg.locker != nil {
-		if busy, err := cfg.locker.LockHeld(filepath.Join(cfg.dir, HeldName)); err == nil {
-			kernel = kernelFree
-			if busy {
-				kernel = kernelBusy
+	path := filepath.Join(cfg.dir, LockName)
+	var (
+		why   string
+		stale bool
+	)
+	for try := 0; ; try++ {
+		_, held, mtime, err := readLock(cfg.fs, path)
+		if err != nil {
+			return nil // no lock (or none readable yet): the chief's Lock decides
+		}
+		if held.Token == "" {
+			return nil
+		}
+		kernel := kernelUnknown
+		if cfg.locker != nil {
+			if busy, err := cfg.locker.LockHeld(filepath.Join(cfg.dir, HeldName)); err == nil {
+				kernel = kernelFree
+				if busy {
+					kernel = kernelBusy
+				}
 			}
 		}
+		if why, stale = judge(cfg, cfg.self, held, mtime, kernel); stale || kernel != kernelBusy {
+			break
+		}
+		// The kernel lock is held, but a chief taking over a dead job's
+		// lock holds it before it writes its own lock file: the file
+		// may still name the dead job. Look again for a while (the
+		// taker writes at once); then judge the file's holder by the
+		// rest of the evidence (its process, its host's boot, its
+		// heartbeat) alone.
+		if try == lockSettleTries {
+			if _, gone := judge(cfg, cfg.self, held, mtime, kernelUnknown); gone {
+				return nil
+			}
+			break
+		}
+		cfg.sleep(50 * time.Millisecond)
 	}
-	why, stale := judge(cfg, cfg.self, held, mtime, kernel)
 	if stale {
 		return nil
 	}
 	return fmt.Errorf("%w: --checkpoint_dir %s is held by %s; two jobs cannot share a checkpoint directory: give this one its own, or stop the other",
 		ErrLocked, cfg.dir, why)
 }
+
+// lockSettleTries is how many times, 50 ms apart, Held looks again at a
+// lock file whose kernel lock is held before it judges the file alone.
+const lockSettleTries = 20
 
 func lock(cfg lockConfig) (_ func() error, err error) {
 	if cfg.logf == nil {

@@ -466,3 +466,46 @@ func heldBy(fsys vfs.FS, dir, owner string, cfg lockConfig) error {
 	cfg.self.Owner = owner
 	return held(cfg)
 }
+
+// A ps's Held while its chief takes over a dead job's lock: the chief
+// holds the kernel lock before it rewrites the lock file, which still
+// names the dead job for that moment. Held looks again, and then judges
+// the file's holder by its process: gone, so the lock would be taken
+// over, and the ps goes on (before, it refused the directory, exit 2:
+// seen in CI when a job started right after kill -9 of the one before).
+func TestHeldWhileAChiefTakesOver(t *testing.T) {
+	fsys := vfs.NewMem()
+	dir := "/ck"
+	c := &clock{t: time.Now()}
+	alive := map[int]bool{10: true, 20: true}
+	a := newHolder(fsys, dir, "job-a", "h1", 10, c, alive)
+	ka := &kernelLocker{Locker: fsys}
+	a.cfg.locker = ka
+	if _, err := a.lock(); err != nil {
+		t.Fatal(err)
+	}
+	ka.kill()
+	alive[10] = false
+	// The new chief (job-b) has the kernel lock, not yet the file.
+	release, err := fsys.Lock(filepath.Join(dir, HeldName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ps := newHolder(fsys, dir, "job-b", "h1", 20, c, alive)
+	ps.cfg.locker = fsys
+	looks := 0
+	ps.cfg.sleep = func(time.Duration) { looks++ }
+	if err := heldBy(fsys, dir, "job-b", ps.cfg); err != nil {
+		t.Fatalf("Held while job-b's chief takes over from dead job-a: %v, want nil", err)
+	}
+	if looks != lockSettleTries {
+		t.Errorf("looked again %d times, want %d", looks, lockSettleTries)
+	}
+	// The same moment with job-a's process alive (a zombie's pid shows):
+	// refused, as before.
+	alive[10] = true
+	if err := heldBy(fsys, dir, "job-b", ps.cfg); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Held, the file's holder alive: %v, want ErrLocked", err)
+	}
+}

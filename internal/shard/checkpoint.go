@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/paramserv/paramserv/internal/ckptformat"
@@ -104,28 +104,25 @@ type Cut struct {
 	built *ckptformat.Shard // Shard's result
 
 	// StreamShard's tensors read the tiers' rows from cols as the file is
-	// written, from the writer's goroutines: mu guards err and cols.
-	mu   sync.Mutex
-	err  error         // a tier's rows could not be read
-	cols []TierColumns // the tiers' rows at the cut (StreamShard), closed by Release
+	// written, from the writer's goroutines (atomics: a core holds no
+	// locks).
+	err  atomic.Pointer[error]         // a tier's rows could not be read
+	cols atomic.Pointer[[]TierColumns] // the tiers' rows at the cut (StreamShard), closed by Release
 }
 
 // Err reports a table's second tier that could not be read as the cut was
 // built (Shard, StreamShard) or, for StreamShard's shard, as it was
 // written: the shard lacks its rows and must not be written, or kept.
 func (c *Cut) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // fail records err as the cut's error if it has none.
 func (c *Cut) fail(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
+	c.err.CompareAndSwap(nil, &err)
 }
 
 type cutVar struct {
@@ -248,16 +245,33 @@ func (c *Cut) Shard() ckptformat.Shard {
 	return *c.built
 }
 
+// keepColumns adds a tier's column files to those Release closes. Only
+// build calls it, from one goroutine; Release may run beside it.
+func (c *Cut) keepColumns(tc TierColumns) {
+	for {
+		old := c.cols.Load()
+		var next []TierColumns
+		if old != nil {
+			next = append(slices.Clone(*old), tc)
+		} else {
+			next = []TierColumns{tc}
+		}
+		if c.cols.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
 // Release tells the shard's tables that the cut no longer reads their
 // pages, so they stop copying a page before changing it (see
 // sparse.Table.FrozenShared). Shard calls it; a caller that drops a cut
 // without calling Shard should. It may be called from any goroutine, more
 // than once; Shard must not be called after it unless it was before.
 func (c *Cut) Release() {
-	c.mu.Lock()
-	cols := c.cols
-	c.cols = nil
-	c.mu.Unlock()
+	var cols []TierColumns
+	if p := c.cols.Swap(nil); p != nil {
+		cols = *p
+	}
 	for _, tc := range cols {
 		_ = tc.Close() // files of the tier's own, deleted: nothing lost if one stays
 	}
@@ -326,9 +340,7 @@ func (c *Cut) build(stream bool) ckptformat.Shard {
 				c.fail(fmt.Errorf("table %q: %w", t.name, err))
 				continue
 			}
-			c.mu.Lock()
-			c.cols = append(c.cols, cols)
-			c.mu.Unlock()
+			c.keepColumns(cols)
 			name := t.name
 			sh.Tensors = append(sh.Tensors, tieredTable(t, t.t.InTableOrder(), cols, func(err error) {
 				c.fail(fmt.Errorf("table %q: %w", name, err))
