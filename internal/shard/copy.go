@@ -1,9 +1,11 @@
 package shard
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"time"
@@ -38,6 +40,9 @@ type tableCopy struct {
 	SketchCells int          `json:"sketch_cells,omitempty"`
 	Stats       sparse.Stats `json:"stats"`
 	Acc         int          `json:"acc,omitempty"` // sync: keys accumulated this step
+	// AnyOrder: the rows are not in key order (a tier's rows on disk
+	// follow those in memory, in the tier's order).
+	AnyOrder bool `json:"any_order,omitempty"`
 }
 
 // EncodeCopy is the shard's whole state as bytes, for a replica that
@@ -134,36 +139,101 @@ func (c *CopyCut) Release() {
 // from the frozen tables and the tiers' snapshots. It takes no lock, and
 // may be called once, before Release.
 func (c *CopyCut) Encode() ([]byte, error) {
+	p, err := c.plan()
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	w := sliceWriter(make([]byte, 0, p.size))
+	if err := p.write(&w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// WriteTo writes the copy's bytes (Encode's) to w, the rows on a tier's
+// disk read from its cut's column files (TierCut.Columns) a piece at a
+// time: its memory is the table's rows in memory and a piece, whatever
+// the tier holds. It takes no lock, and may be called once, before
+// Release. DecodeCopyFrom reads what it wrote.
+func (c *CopyCut) WriteTo(w io.Writer) (int64, error) {
+	p, err := c.plan()
+	if err != nil {
+		return 0, err
+	}
+	defer p.close()
+	bw := &countWriter{w: bufio.NewWriterSize(w, copyPiece)}
+	if err := p.write(bw); err != nil {
+		return bw.n, err
+	}
+	return bw.n, bw.w.(*bufio.Writer).Flush()
+}
+
+// copyPiece is how many bytes of a tier's column a copy reads at a time.
+const copyPiece = 1 << 20
+
+// copyPlan is a CopyCut's bytes laid out: the header and each table's
+// rows, those in memory exported and those on disk in column files.
+type copyPlan struct {
+	c    *CopyCut
+	hb   []byte
+	size int64
+	hot  []sparse.Snapshot
+	cold []TierColumns // nil: the table's rows are all in hot
+}
+
+func (c *CopyCut) plan() (*copyPlan, error) {
+	p := &copyPlan{c: c}
 	h := c.h
 	if c.empty {
-		hb, _ := json.Marshal(h)
-		return binary.LittleEndian.AppendUint32(nil, uint32(len(hb))), nil
+		hb, err := json.Marshal(h)
+		p.hb, p.size = hb, int64(4+len(hb))
+		return p, err
 	}
-	n := 0
+	var n int64
 	for _, d := range c.dense {
-		n += len(d)
+		n += int64(len(d))
 	}
-	snaps := make([]sparse.Snapshot, len(c.tables))
+	p.hot = make([]sparse.Snapshot, len(c.tables))
+	p.cold = make([]TierColumns, len(c.tables))
 	for i := range c.tables {
 		t := &c.tables[i]
-		snaps[i] = t.t.Export()
+		sn := t.t.Export()
+		p.hot[i] = sn
 		e := &t.extra
-		if t.cold != nil {
-			all, err := t.cold.Merge(snaps[i])
-			if err != nil {
-				return nil, fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
-			}
-			snaps[i] = all
-			// The tier's rows may be older than the table's own: the
-			// copy's steps are stored from the oldest.
-			if len(all.LastTouch) > 0 {
-				e.Base = min(e.Base, slices.Min(all.LastTouch))
-			}
-		}
-		sn := snaps[i]
 		tc := tableCopy{
 			Rows: len(sn.Keys), Updates: sn.Updates != nil, Touch: sn.LastTouch != nil,
 			Clock: e.Clock, Base: e.Base, Sketch: len(e.Sketch), Stats: e.Stats, Acc: len(t.accKeys),
+		}
+		if t.cold != nil {
+			cols, err := t.cold.Columns()
+			if err != nil {
+				p.close()
+				return nil, fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
+			}
+			if cols.Len() == 0 {
+				_ = cols.Close()
+			} else {
+				// The rows on disk follow those in memory, in the tier's
+				// order (decodeTable takes them in any order). The
+				// tier's rows may be older than the table's own: the
+				// copy's steps are stored from the oldest.
+				p.cold[i] = cols
+				tc.Rows += cols.Len()
+				tc.AnyOrder = true
+				if tc.Touch {
+					oldest, err := minTouch(cols)
+					if err != nil {
+						p.close()
+						return nil, fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
+					}
+					if len(sn.LastTouch) > 0 {
+						oldest = min(oldest, slices.Min(sn.LastTouch))
+					}
+					e.Base = min(e.Base, oldest)
+					tc.Base = e.Base
+				}
+			}
 		}
 		nz := 0
 		for _, x := range e.Sketch {
@@ -175,45 +245,220 @@ func (c *CopyCut) Encode() ([]byte, error) {
 			tc.SketchCells = nz
 		}
 		h.Tables = append(h.Tables, tc)
-		n += 3*len(sn.Keys) + len(sn.Values)*(1+len(sn.State)) + len(e.Sketch)/4 + 3*len(t.accKeys) + len(t.acc)
+		rows, dim := int64(tc.Rows), int64(sn.Dim)
+		n += 2*rows + rows*dim*int64(1+len(sn.State)) + int64(len(t.accKeys))*2 + int64(len(t.acc))
+		if tc.Updates {
+			n += rows
+		}
+		if tc.Touch {
+			n += 2 * rows
+		}
+		if tc.SketchCells > 0 {
+			n += (5*int64(nz) + 3) / 4
+		} else {
+			n += (int64(len(e.Sketch)) + 3) / 4
+		}
 	}
 	hb, err := json.Marshal(h)
 	if err != nil {
+		p.close()
 		return nil, err
 	}
-	out := make([]byte, 0, 4+len(hb)+4*n+64)
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(hb)))
-	out = append(out, hb...)
-	for _, d := range c.dense {
-		out = appendFloats(out, d)
+	c.h.Tables = h.Tables
+	p.hb, p.size = hb, int64(4+len(hb))+4*n+64
+	return p, nil
+}
+
+// minTouch is the oldest last-touched step of cols's rows.
+func minTouch(cols TierColumns) (int64, error) {
+	oldest := int64(math.MaxInt64)
+	err := readColumn(cols, ColTouch, 8*int64(cols.Len()), func(b []byte) error {
+		for i := 0; i+8 <= len(b); i += 8 {
+			oldest = min(oldest, int64(binary.LittleEndian.Uint64(b[i:])))
+		}
+		return nil
+	})
+	return oldest, err
+}
+
+// readColumn calls f with bytes [0, size) of column col of cols, a piece
+// at a time (a whole number of 8-byte words, f must not keep it).
+func readColumn(cols TierColumns, col int, size int64, f func([]byte) error) error {
+	buf := make([]byte, min(size, copyPiece))
+	for off := int64(0); off < size; {
+		b := buf[:min(int64(len(buf)), size-off)]
+		if err := cols.ReadAt(col, b, off); err != nil {
+			return err
+		}
+		if err := f(b); err != nil {
+			return err
+		}
+		off += int64(len(b))
 	}
-	for i, t := range c.tables {
-		sn := snaps[i]
-		out = appendUints(out, sn.Keys)
-		out = appendFloats(out, sn.Values)
-		for _, st := range sn.State {
-			out = appendFloats(out, st)
+	return nil
+}
+
+func (p *copyPlan) close() {
+	for i, cols := range p.cold {
+		if cols != nil {
+			_ = cols.Close()
+			p.cold[i] = nil
 		}
-		for _, u := range sn.Updates {
-			out = binary.LittleEndian.AppendUint32(out, u)
+	}
+}
+
+// write writes the copy's bytes to w.
+func (p *copyPlan) write(w io.Writer) error {
+	var scratch []byte
+	put := func(b []byte) error {
+		_, err := w.Write(b)
+		return err
+	}
+	if err := put(binary.LittleEndian.AppendUint32(nil, uint32(len(p.hb)))); err != nil {
+		return err
+	}
+	if err := put(p.hb); err != nil {
+		return err
+	}
+	if p.c.empty {
+		return nil
+	}
+	// flush writes what scratch gathered once it passes a piece.
+	flush := func(force bool) error {
+		if len(scratch) >= copyPiece || (force && len(scratch) > 0) {
+			err := put(scratch)
+			scratch = scratch[:0]
+			return err
 		}
-		for _, tc := range sn.LastTouch {
-			out = binary.LittleEndian.AppendUint64(out, uint64(tc))
+		return nil
+	}
+	floats := func(f []float32) error {
+		for len(f) > 0 {
+			k := min(len(f), copyPiece/4)
+			scratch = appendFloats(scratch, f[:k])
+			f = f[k:]
+			if err := flush(false); err != nil {
+				return err
+			}
 		}
-		if h.Tables[i].SketchCells > 0 {
+		return nil
+	}
+	uints := func(u []uint64) error {
+		for len(u) > 0 {
+			k := min(len(u), copyPiece/8)
+			scratch = appendUints(scratch, u[:k])
+			u = u[k:]
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// column writes the rows on disk's bytes of col, as they lie.
+	column := func(cols TierColumns, col int, size int64) error {
+		if cols == nil {
+			return nil
+		}
+		if err := flush(true); err != nil {
+			return err
+		}
+		return readColumn(cols, col, size, put)
+	}
+	for _, d := range p.c.dense {
+		if err := floats(d); err != nil {
+			return err
+		}
+	}
+	for i, t := range p.c.tables {
+		sn, cols, tc := p.hot[i], p.cold[i], p.c.h.Tables[i]
+		var cn int64
+		if cols != nil {
+			cn = int64(cols.Len())
+		}
+		if err := uints(sn.Keys); err != nil {
+			return err
+		}
+		if err := column(cols, ColKeys, 8*cn); err != nil {
+			return err
+		}
+		if err := floats(sn.Values); err != nil {
+			return err
+		}
+		rowBytes := 4 * int64(sn.Dim)
+		if err := column(cols, ColValues, rowBytes*cn); err != nil {
+			return err
+		}
+		for s, st := range sn.State {
+			if err := floats(st); err != nil {
+				return err
+			}
+			if err := column(cols, ColValues+1+s, rowBytes*cn); err != nil {
+				return err
+			}
+		}
+		if tc.Updates {
+			for _, u := range sn.Updates {
+				scratch = binary.LittleEndian.AppendUint32(scratch, u)
+			}
+			if cols != nil {
+				// The tier keeps a count as 8 bytes, the copy as 4.
+				err := readColumn(cols, ColUpdates, 8*cn, func(b []byte) error {
+					for j := 0; j+8 <= len(b); j += 8 {
+						scratch = binary.LittleEndian.AppendUint32(scratch, uint32(binary.LittleEndian.Uint64(b[j:])))
+					}
+					return flush(false)
+				})
+				if err != nil {
+					return err
+				}
+			}
+		}
+		if tc.Touch {
+			for _, x := range sn.LastTouch {
+				scratch = binary.LittleEndian.AppendUint64(scratch, uint64(x))
+			}
+			if err := column(cols, ColTouch, 8*cn); err != nil {
+				return err
+			}
+		}
+		if tc.SketchCells > 0 {
 			for j, x := range t.extra.Sketch {
 				if x != 0 {
-					out = binary.LittleEndian.AppendUint32(out, uint32(j))
-					out = append(out, x)
+					scratch = binary.LittleEndian.AppendUint32(scratch, uint32(j))
+					scratch = append(scratch, x)
 				}
 			}
 		} else {
-			out = append(out, t.extra.Sketch...)
+			scratch = append(scratch, t.extra.Sketch...)
 		}
-		out = appendUints(out, t.accKeys)
-		out = appendFloats(out, t.acc)
+		if err := uints(t.accKeys); err != nil {
+			return err
+		}
+		if err := floats(t.acc); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return flush(true)
+}
+
+// sliceWriter appends what is written to it.
+type sliceWriter []byte
+
+func (w *sliceWriter) Write(b []byte) (int, error) {
+	*w = append(*w, b...)
+	return len(b), nil
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (w *countWriter) Write(b []byte) (int, error) {
+	n, err := w.w.Write(b)
+	w.n += int64(n)
+	return n, err
 }
 
 func appendUints(b []byte, u []uint64) []byte {
@@ -235,26 +480,92 @@ func appendFloats(b []byte, f []float32) []byte {
 // no restart. now is the time: a synchronous step the copy has pending
 // starts its timeout (Config's SyncTimeout) anew from it.
 func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
-	if len(b) < 4 {
-		return fmt.Errorf("shard: a copy of %d bytes: too short", len(b))
+	return s.decodeCopy(&copySrc{b: b, size: int64(len(b))}, now)
+}
+
+// DecodeCopyFrom is DecodeCopy of the size bytes of r (a file WriteTo
+// wrote): a table with a second tier takes its rows a run at a time
+// (TierStreamLoader), those past its budget going to its disk, so that a
+// copy of a table larger than memory is never held whole.
+func (s *Shard) DecodeCopyFrom(r io.ReaderAt, size int64, now time.Time) error {
+	return s.decodeCopy(&copySrc{r: r, size: size}, now)
+}
+
+// copySrc is a copy's bytes: a slice, or a file read where asked.
+type copySrc struct {
+	b    []byte      // nil: read r
+	r    io.ReaderAt // where b is nil
+	size int64
+	pos  int64 // what take has taken
+}
+
+func (c *copySrc) left() int64 { return c.size - c.pos }
+
+// at is bytes [off, off+n) of the copy: a view of b, or read into buf
+// (grown as needed) from r.
+func (c *copySrc) at(off int64, n int, buf *[]byte) ([]byte, error) {
+	if n < 0 || off < 0 || int64(n) > c.size-off {
+		return nil, fmt.Errorf("cut short: %d bytes left, %d wanted", c.size-off, n)
 	}
-	hl := int(binary.LittleEndian.Uint32(b))
-	if hl > len(b)-4 {
-		return fmt.Errorf("shard: a copy's header of %d bytes in %d", hl, len(b)-4)
+	if c.b != nil {
+		return c.b[off : off+int64(n)], nil
+	}
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	if _, err := c.r.ReadAt(b, off); err != nil {
+		return nil, fmt.Errorf("reading a copy at %d: %w", off, err)
+	}
+	return b, nil
+}
+
+// take is the next n bytes (a view of b, or a fresh slice).
+func (c *copySrc) take(n int) ([]byte, error) {
+	var buf []byte
+	b, err := c.at(c.pos, n, &buf)
+	if err != nil {
+		return nil, err
+	}
+	c.pos += int64(n)
+	return b, nil
+}
+
+func (s *Shard) decodeCopy(src *copySrc, now time.Time) error {
+	if src.size < 4 {
+		return fmt.Errorf("shard: a copy of %d bytes: too short", src.size)
+	}
+	hlb, err := src.take(4)
+	if err != nil {
+		return fmt.Errorf("shard: a copy: %w", err)
+	}
+	hl := int64(binary.LittleEndian.Uint32(hlb))
+	if hl > src.left() {
+		return fmt.Errorf("shard: a copy's header of %d bytes in %d", hl, src.left())
+	}
+	hb, err := src.take(int(hl))
+	if err != nil {
+		return fmt.Errorf("shard: a copy: %w", err)
 	}
 	var h copyHeader
-	if err := json.Unmarshal(b[4:4+hl], &h); err != nil {
+	if err := json.Unmarshal(hb, &h); err != nil {
 		return fmt.Errorf("shard: a copy's header: %w", err)
 	}
-	rest := b[4+hl:]
 	take := func(dst []float32) error {
-		if len(rest) < 4*len(dst) {
-			return fmt.Errorf("shard: a copy cut short: %d bytes left, %d wanted", len(rest), 4*len(dst))
+		if src.left() < 4*int64(len(dst)) {
+			return fmt.Errorf("shard: a copy cut short: %d bytes left, %d wanted", src.left(), 4*len(dst))
 		}
-		for i := range dst {
-			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
+		for len(dst) > 0 {
+			k := min(len(dst), copyPiece/4)
+			raw, err := src.take(4 * k)
+			if err != nil {
+				return fmt.Errorf("shard: a copy: %w", err)
+			}
+			for i := range k {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+			dst = dst[k:]
 		}
-		rest = rest[4*len(dst):]
 		return nil
 	}
 	done := map[int]bool{}
@@ -292,6 +603,7 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 		return fmt.Errorf("shard: a copy with %d tables' rows for %d tables", len(h.Tables), len(st.tableOrd))
 	}
 	loader, _ := s.cfg.Tiers.(TierLoader)
+	streamer, _ := s.cfg.Tiers.(TierStreamLoader)
 	var loaded []*sparse.Table
 	unload := func() {
 		for _, t := range loaded {
@@ -299,21 +611,33 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 		}
 	}
 	for i, t := range st.tableOrd {
-		load := t.t.Import
+		ld := tableLoad{all: t.t.Import}
+		if h.Tables[i].AnyOrder {
+			ld.all = t.t.ImportAnyOrder
+		}
 		if loader != nil {
-			load = func(sn sparse.Snapshot) error {
+			ld.all = func(sn sparse.Snapshot) error {
 				loaded = append(loaded, t.t)
+				if h.Tables[i].AnyOrder {
+					return fmt.Errorf("rows in any order for a second tier that takes them in key order only")
+				}
 				return loader.Load(t.t, sn, len(st.tableOrd))
 			}
 		}
-		if err := decodeTable(t, h.Tables[i], &rest, load); err != nil {
+		if streamer != nil {
+			ld.stream = func(rows RowStream) error {
+				loaded = append(loaded, t.t)
+				return streamer.LoadStream(t.t, rows, len(st.tableOrd))
+			}
+		}
+		if err := decodeTable(t, h.Tables[i], src, ld); err != nil {
 			unload()
 			return fmt.Errorf("shard: a copy of table %q: %w", t.name, err)
 		}
 	}
-	if len(rest) != 0 {
+	if src.left() != 0 {
 		unload()
-		return fmt.Errorf("shard: %d bytes after a copy's tensors", len(rest))
+		return fmt.Errorf("shard: %d bytes after a copy's tensors", src.left())
 	}
 	if err := st.tracker.Restore(h.Tracker); err != nil {
 		unload()
@@ -330,6 +654,14 @@ func (s *Shard) DecodeCopy(b []byte, now time.Time) error {
 	s.epoch++
 	s.version++
 	return nil
+}
+
+// tableLoad is how a table's rows off a copy are taken: all at once
+// (the table's Import, or a TierLoader's Load), or, where the table has a
+// TierStreamLoader and the rows are in any order, as a stream.
+type tableLoad struct {
+	all    func(sparse.Snapshot) error
+	stream func(RowStream) error // nil: none
 }
 
 // decodeSketch takes a table's admission counters off a copy with take:
@@ -363,20 +695,11 @@ func decodeSketch(h tableCopy, take func(int) ([]byte, error)) ([]uint8, error) 
 }
 
 // decodeTable fills an empty table from its part of a copy, taken off
-// rest; load takes the rows: the table's Import, or a second tier's
-// TierLoader.
-func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot) error) error {
-	b := *rest
+// src; ld takes the rows.
+func decodeTable(t *table, h tableCopy, src *copySrc, ld tableLoad) error {
 	dim := t.t.Dim()
 	slots := t.rule.StateSlots()
-	take := func(n int) ([]byte, error) {
-		if n < 0 || n > len(b) {
-			return nil, fmt.Errorf("cut short: %d bytes left, %d wanted", len(b), n)
-		}
-		out := b[:n]
-		b = b[n:]
-		return out, nil
-	}
+	take := func(n int) ([]byte, error) { return src.take(n) }
 	floats := func(n int) ([]float32, error) {
 		raw, err := take(4 * n)
 		if err != nil {
@@ -399,43 +722,34 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 		}
 		return u, nil
 	}
-	if h.Rows < 0 || h.Rows > len(b)/8 || h.Acc < 0 || h.Acc > len(b)/8 {
-		return fmt.Errorf("%d rows and %d accumulated keys in %d bytes", h.Rows, h.Acc, len(b))
+	if h.Rows < 0 || int64(h.Rows) > src.left()/8 || h.Acc < 0 || int64(h.Acc) > src.left()/8 {
+		return fmt.Errorf("%d rows and %d accumulated keys in %d bytes", h.Rows, h.Acc, src.left())
 	}
-	sn := sparse.Snapshot{Dim: dim, State: make([][]float32, slots)}
-	var err error
-	if sn.Keys, err = uints(h.Rows); err != nil {
-		return err
-	}
-	if sn.Values, err = floats(h.Rows * dim); err != nil {
-		return err
-	}
-	for i := range sn.State {
-		if sn.State[i], err = floats(h.Rows * dim); err != nil {
+	var sn sparse.Snapshot
+	var rows *copyRows
+	if h.AnyOrder && ld.stream != nil {
+		// The rows stay where they lie; the tier reads them a run at a
+		// time once the rest of the table's part is read.
+		rows = &copyRows{src: src, n: h.Rows, dim: dim, slots: slots, updates: h.Updates, touch: h.Touch, keys: src.pos}
+		size := int64(h.Rows) * (8 + 4*int64(dim)*int64(1+slots))
+		if h.Updates {
+			size += 4 * int64(h.Rows)
+		}
+		if h.Touch {
+			size += 8 * int64(h.Rows)
+		}
+		if size > src.left() {
+			return fmt.Errorf("cut short: %d bytes left, %d rows of %d bytes wanted", src.left(), h.Rows, size)
+		}
+		src.pos += size
+	} else {
+		var err error
+		if sn, err = decodeRows(h, dim, slots, take, floats, uints); err != nil {
 			return err
-		}
-	}
-	if h.Updates {
-		raw, err := take(4 * h.Rows)
-		if err != nil {
-			return err
-		}
-		sn.Updates = make([]uint32, h.Rows)
-		for i := range sn.Updates {
-			sn.Updates[i] = binary.LittleEndian.Uint32(raw[4*i:])
-		}
-	}
-	if h.Touch {
-		u, err := uints(h.Rows)
-		if err != nil {
-			return err
-		}
-		sn.LastTouch = make([]int64, h.Rows)
-		for i, x := range u {
-			sn.LastTouch[i] = int64(x)
 		}
 	}
 	e := sparse.Extra{Clock: h.Clock, Base: h.Base, Stats: h.Stats}
+	var err error
 	if e.Sketch, err = decodeSketch(h, take); err != nil {
 		return err
 	}
@@ -447,7 +761,12 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 	if err != nil {
 		return err
 	}
-	if err := load(sn); err != nil {
+	if rows != nil {
+		err = ld.stream(rows)
+	} else {
+		err = ld.all(sn)
+	}
+	if err != nil {
 		return err
 	}
 	if err := t.t.SetExtra(e); err != nil {
@@ -463,6 +782,157 @@ func decodeTable(t *table, h tableCopy, rest *[]byte, load func(sparse.Snapshot)
 		}
 		t.accKeys, t.acc = accKeys, acc
 	}
-	*rest = b
+	return nil
+}
+
+// decodeRows reads a table's rows off a copy whole.
+func decodeRows(h tableCopy, dim, slots int, take func(int) ([]byte, error), floats func(int) ([]float32, error), uints func(int) ([]uint64, error)) (sparse.Snapshot, error) {
+	sn := sparse.Snapshot{Dim: dim, State: make([][]float32, slots)}
+	var err error
+	if sn.Keys, err = uints(h.Rows); err != nil {
+		return sn, err
+	}
+	if sn.Values, err = floats(h.Rows * dim); err != nil {
+		return sn, err
+	}
+	for i := range sn.State {
+		if sn.State[i], err = floats(h.Rows * dim); err != nil {
+			return sn, err
+		}
+	}
+	if h.Updates {
+		raw, err := take(4 * h.Rows)
+		if err != nil {
+			return sn, err
+		}
+		sn.Updates = make([]uint32, h.Rows)
+		for i := range sn.Updates {
+			sn.Updates[i] = binary.LittleEndian.Uint32(raw[4*i:])
+		}
+	}
+	if h.Touch {
+		u, err := uints(h.Rows)
+		if err != nil {
+			return sn, err
+		}
+		sn.LastTouch = make([]int64, h.Rows)
+		for i, x := range u {
+			sn.LastTouch[i] = int64(x)
+		}
+	}
+	return sn, nil
+}
+
+// copyRows is a RowStream over a table's rows in a copy, read where they
+// lie a run at a time: the keys' column at keys, then the values', each
+// slot's, the update counts' and the last touches'.
+type copyRows struct {
+	src            *copySrc
+	n, dim, slots  int
+	updates, touch bool
+	keys           int64
+	buf            []byte
+}
+
+func (r *copyRows) Len() int { return r.n }
+
+// col is the offset of row i of column c (0 keys, 1 values, 1+s slot s,
+// then updates and touches) and its bytes a row.
+func (r *copyRows) col(c, i int) (int64, int) {
+	n, fl := int64(r.n), 4*int64(r.dim)
+	off := r.keys
+	if c == 0 {
+		return off + 8*int64(i), 8
+	}
+	off += 8 * n
+	if c <= 1+r.slots {
+		return off + fl*n*int64(c-1) + fl*int64(i), int(fl)
+	}
+	off += fl * n * int64(1+r.slots)
+	if r.updates {
+		if c == 2+r.slots {
+			return off + 4*int64(i), 4
+		}
+		off += 4 * n
+	}
+	return off + 8*int64(i), 8
+}
+
+// read is rows [i, i+m) of column c.
+func (r *copyRows) read(c, i, m int) ([]byte, error) {
+	off, w := r.col(c, i)
+	return r.src.at(off, w*m, &r.buf)
+}
+
+func (r *copyRows) Touches(f func(touch []int64)) bool {
+	if !r.touch {
+		return false
+	}
+	run := copyPiece / 8
+	t := make([]int64, 0, min(run, r.n))
+	for i := 0; i < r.n; i += run {
+		m := min(run, r.n-i)
+		b, err := r.read(3+r.slots, i, m)
+		if err != nil {
+			return true // Rows reads the same bytes, and reports it
+		}
+		t = t[:m]
+		for j := range t {
+			t[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
+		}
+		f(t)
+	}
+	return true
+}
+
+func (r *copyRows) Rows(n int, f func(run sparse.Snapshot) error) error {
+	n = max(n, 1)
+	d := r.dim
+	s := sparse.NewSnapshot(d, r.slots, min(n, r.n), r.updates, r.touch)
+	for i := 0; i < r.n; i += n {
+		m := min(n, r.n-i)
+		b, err := r.read(0, i, m)
+		if err != nil {
+			return err
+		}
+		s.Keys = s.Keys[:m]
+		for j := range s.Keys {
+			s.Keys[j] = binary.LittleEndian.Uint64(b[8*j:])
+		}
+		for c := range 1 + r.slots {
+			dst := &s.Values
+			if c > 0 {
+				dst = &s.State[c-1]
+			}
+			if b, err = r.read(1+c, i, m); err != nil {
+				return err
+			}
+			*dst = (*dst)[:m*d]
+			for j := range *dst {
+				(*dst)[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
+			}
+		}
+		if r.updates {
+			if b, err = r.read(2+r.slots, i, m); err != nil {
+				return err
+			}
+			s.Updates = s.Updates[:m]
+			for j := range s.Updates {
+				s.Updates[j] = binary.LittleEndian.Uint32(b[4*j:])
+			}
+		}
+		if r.touch {
+			if b, err = r.read(3+r.slots, i, m); err != nil {
+				return err
+			}
+			s.LastTouch = s.LastTouch[:m]
+			for j := range s.LastTouch {
+				s.LastTouch[j] = int64(binary.LittleEndian.Uint64(b[8*j:]))
+			}
+		}
+		if err := f(s); err != nil {
+			return err
+		}
+	}
 	return nil
 }
