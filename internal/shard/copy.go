@@ -309,136 +309,156 @@ func (p *copyPlan) close() {
 
 // write writes the copy's bytes to w.
 func (p *copyPlan) write(w io.Writer) error {
-	var scratch []byte
-	put := func(b []byte) error {
-		_, err := w.Write(b)
+	cw := &copyWriter{w: w}
+	if err := cw.put(binary.LittleEndian.AppendUint32(nil, uint32(len(p.hb)))); err != nil {
 		return err
 	}
-	if err := put(binary.LittleEndian.AppendUint32(nil, uint32(len(p.hb)))); err != nil {
-		return err
-	}
-	if err := put(p.hb); err != nil {
+	if err := cw.put(p.hb); err != nil {
 		return err
 	}
 	if p.c.empty {
 		return nil
 	}
-	// flush writes what scratch gathered once it passes a piece.
-	flush := func(force bool) error {
-		if len(scratch) >= copyPiece || (force && len(scratch) > 0) {
-			err := put(scratch)
-			scratch = scratch[:0]
-			return err
-		}
-		return nil
-	}
-	floats := func(f []float32) error {
-		for len(f) > 0 {
-			k := min(len(f), copyPiece/4)
-			scratch = appendFloats(scratch, f[:k])
-			f = f[k:]
-			if err := flush(false); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	uints := func(u []uint64) error {
-		for len(u) > 0 {
-			k := min(len(u), copyPiece/8)
-			scratch = appendUints(scratch, u[:k])
-			u = u[k:]
-			if err := flush(false); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// column writes the rows on disk's bytes of col, as they lie.
-	column := func(cols TierColumns, col int, size int64) error {
-		if cols == nil {
-			return nil
-		}
-		if err := flush(true); err != nil {
-			return err
-		}
-		return readColumn(cols, col, size, put)
-	}
 	for _, d := range p.c.dense {
-		if err := floats(d); err != nil {
+		if err := cw.floats(d); err != nil {
 			return err
 		}
 	}
-	for i, t := range p.c.tables {
-		sn, cols, tc := p.hot[i], p.cold[i], p.c.h.Tables[i]
-		var cn int64
+	for i := range p.c.tables {
+		if err := p.writeTable(cw, i); err != nil {
+			return err
+		}
+	}
+	return cw.flush(true)
+}
+
+// writeTable writes table i's bytes: its rows in memory, then those on
+// disk as they lie in the cut's column files, a column at a time.
+func (p *copyPlan) writeTable(cw *copyWriter, i int) error {
+	t, sn, cols, tc := p.c.tables[i], p.hot[i], p.cold[i], p.c.h.Tables[i]
+	var cn int64
+	if cols != nil {
+		cn = int64(cols.Len())
+	}
+	if err := cw.uints(sn.Keys); err != nil {
+		return err
+	}
+	if err := cw.column(cols, ColKeys, 8*cn); err != nil {
+		return err
+	}
+	if err := cw.floats(sn.Values); err != nil {
+		return err
+	}
+	rowBytes := 4 * int64(sn.Dim)
+	if err := cw.column(cols, ColValues, rowBytes*cn); err != nil {
+		return err
+	}
+	for s, st := range sn.State {
+		if err := cw.floats(st); err != nil {
+			return err
+		}
+		if err := cw.column(cols, ColValues+1+s, rowBytes*cn); err != nil {
+			return err
+		}
+	}
+	if tc.Updates {
+		for _, u := range sn.Updates {
+			cw.scratch = binary.LittleEndian.AppendUint32(cw.scratch, u)
+		}
 		if cols != nil {
-			cn = int64(cols.Len())
-		}
-		if err := uints(sn.Keys); err != nil {
-			return err
-		}
-		if err := column(cols, ColKeys, 8*cn); err != nil {
-			return err
-		}
-		if err := floats(sn.Values); err != nil {
-			return err
-		}
-		rowBytes := 4 * int64(sn.Dim)
-		if err := column(cols, ColValues, rowBytes*cn); err != nil {
-			return err
-		}
-		for s, st := range sn.State {
-			if err := floats(st); err != nil {
-				return err
-			}
-			if err := column(cols, ColValues+1+s, rowBytes*cn); err != nil {
-				return err
-			}
-		}
-		if tc.Updates {
-			for _, u := range sn.Updates {
-				scratch = binary.LittleEndian.AppendUint32(scratch, u)
-			}
-			if cols != nil {
-				// The tier keeps a count as 8 bytes, the copy as 4.
-				err := readColumn(cols, ColUpdates, 8*cn, func(b []byte) error {
-					for j := 0; j+8 <= len(b); j += 8 {
-						scratch = binary.LittleEndian.AppendUint32(scratch, uint32(binary.LittleEndian.Uint64(b[j:])))
-					}
-					return flush(false)
-				})
-				if err != nil {
-					return err
+			// The tier keeps a count as 8 bytes, the copy as 4.
+			err := readColumn(cols, ColUpdates, 8*cn, func(b []byte) error {
+				for j := 0; j+8 <= len(b); j += 8 {
+					cw.scratch = binary.LittleEndian.AppendUint32(cw.scratch, uint32(binary.LittleEndian.Uint64(b[j:])))
 				}
-			}
-		}
-		if tc.Touch {
-			for _, x := range sn.LastTouch {
-				scratch = binary.LittleEndian.AppendUint64(scratch, uint64(x))
-			}
-			if err := column(cols, ColTouch, 8*cn); err != nil {
+				return cw.flush(false)
+			})
+			if err != nil {
 				return err
 			}
 		}
-		if tc.SketchCells > 0 {
-			for j, x := range t.extra.Sketch {
-				if x != 0 {
-					scratch = binary.LittleEndian.AppendUint32(scratch, uint32(j))
-					scratch = append(scratch, x)
-				}
-			}
-		} else {
-			scratch = append(scratch, t.extra.Sketch...)
+	}
+	if tc.Touch {
+		for _, x := range sn.LastTouch {
+			cw.scratch = binary.LittleEndian.AppendUint64(cw.scratch, uint64(x))
 		}
-		if err := uints(t.accKeys); err != nil {
-			return err
-		}
-		if err := floats(t.acc); err != nil {
+		if err := cw.column(cols, ColTouch, 8*cn); err != nil {
 			return err
 		}
 	}
-	return flush(true)
+	if tc.SketchCells > 0 {
+		for j, x := range t.extra.Sketch {
+			if x != 0 {
+				cw.scratch = binary.LittleEndian.AppendUint32(cw.scratch, uint32(j))
+				cw.scratch = append(cw.scratch, x)
+			}
+		}
+	} else {
+		cw.scratch = append(cw.scratch, t.extra.Sketch...)
+	}
+	if err := cw.uints(t.accKeys); err != nil {
+		return err
+	}
+	return cw.floats(t.acc)
+}
+
+// copyWriter gathers a copy's bytes in scratch and writes them to w a
+// piece at a time.
+type copyWriter struct {
+	w       io.Writer
+	scratch []byte
+}
+
+func (cw *copyWriter) put(b []byte) error {
+	_, err := cw.w.Write(b)
+	return err
+}
+
+// flush writes what scratch gathered once it passes a piece (or, forced,
+// whatever it holds).
+func (cw *copyWriter) flush(force bool) error {
+	if len(cw.scratch) >= copyPiece || (force && len(cw.scratch) > 0) {
+		err := cw.put(cw.scratch)
+		cw.scratch = cw.scratch[:0]
+		return err
+	}
+	return nil
+}
+
+func (cw *copyWriter) floats(f []float32) error {
+	for len(f) > 0 {
+		k := min(len(f), copyPiece/4)
+		cw.scratch = appendFloats(cw.scratch, f[:k])
+		f = f[k:]
+		if err := cw.flush(false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cw *copyWriter) uints(u []uint64) error {
+	for len(u) > 0 {
+		k := min(len(u), copyPiece/8)
+		cw.scratch = appendUints(cw.scratch, u[:k])
+		u = u[k:]
+		if err := cw.flush(false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// column writes the bytes of column col of the rows on disk (size bytes),
+// as they lie.
+func (cw *copyWriter) column(cols TierColumns, col int, size int64) error {
+	if cols == nil {
+		return nil
+	}
+	if err := cw.flush(true); err != nil {
+		return err
+	}
+	return readColumn(cols, col, size, cw.put)
 }
 
 // sliceWriter appends what is written to it.
@@ -531,43 +551,55 @@ func (c *copySrc) take(n int) ([]byte, error) {
 	return b, nil
 }
 
-func (s *Shard) decodeCopy(src *copySrc, now time.Time) error {
-	if src.size < 4 {
-		return fmt.Errorf("shard: a copy of %d bytes: too short", src.size)
+// header reads a copy's header, at its start.
+func (c *copySrc) header() (copyHeader, error) {
+	var h copyHeader
+	if c.size < 4 {
+		return h, fmt.Errorf("shard: a copy of %d bytes: too short", c.size)
 	}
-	hlb, err := src.take(4)
+	hlb, err := c.take(4)
 	if err != nil {
-		return fmt.Errorf("shard: a copy: %w", err)
+		return h, fmt.Errorf("shard: a copy: %w", err)
 	}
 	hl := int64(binary.LittleEndian.Uint32(hlb))
-	if hl > src.left() {
-		return fmt.Errorf("shard: a copy's header of %d bytes in %d", hl, src.left())
+	if hl > c.left() {
+		return h, fmt.Errorf("shard: a copy's header of %d bytes in %d", hl, c.left())
 	}
-	hb, err := src.take(int(hl))
+	hb, err := c.take(int(hl))
 	if err != nil {
-		return fmt.Errorf("shard: a copy: %w", err)
+		return h, fmt.Errorf("shard: a copy: %w", err)
 	}
-	var h copyHeader
 	if err := json.Unmarshal(hb, &h); err != nil {
-		return fmt.Errorf("shard: a copy's header: %w", err)
+		return h, fmt.Errorf("shard: a copy's header: %w", err)
 	}
-	take := func(dst []float32) error {
-		if src.left() < 4*int64(len(dst)) {
-			return fmt.Errorf("shard: a copy cut short: %d bytes left, %d wanted", src.left(), 4*len(dst))
-		}
-		for len(dst) > 0 {
-			k := min(len(dst), copyPiece/4)
-			raw, err := src.take(4 * k)
-			if err != nil {
-				return fmt.Errorf("shard: a copy: %w", err)
-			}
-			for i := range k {
-				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
-			dst = dst[k:]
-		}
-		return nil
+	return h, nil
+}
+
+// floats fills dst from the next 4×len(dst) bytes, a piece at a time.
+func (c *copySrc) floats(dst []float32) error {
+	if c.left() < 4*int64(len(dst)) {
+		return fmt.Errorf("shard: a copy cut short: %d bytes left, %d wanted", c.left(), 4*len(dst))
 	}
+	for len(dst) > 0 {
+		k := min(len(dst), copyPiece/4)
+		raw, err := c.take(4 * k)
+		if err != nil {
+			return fmt.Errorf("shard: a copy: %w", err)
+		}
+		for i := range k {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		dst = dst[k:]
+	}
+	return nil
+}
+
+func (s *Shard) decodeCopy(src *copySrc, now time.Time) error {
+	h, err := src.header()
+	if err != nil {
+		return err
+	}
+	take := src.floats
 	done := map[int]bool{}
 	for _, w := range h.Done {
 		done[w] = true
