@@ -69,9 +69,16 @@ func (s *saver) due(step int64) bool {
 	if s == nil || s.cfg.CheckpointDir == "" {
 		return false
 	}
-	last, at, force := s.lastStep, s.lastTime, s.force
+	// Read the fields only when no save runs: its goroutine writes them.
+	var (
+		last  int64
+		at    time.Time
+		force bool
+	)
 	if s.running() {
-		last, at, force = s.bgStep, s.bgStart, false
+		last, at = s.bgStep, s.bgStart
+	} else {
+		last, at, force = s.lastStep, s.lastTime, s.force
 	}
 	if step <= last {
 		return false
