@@ -207,9 +207,9 @@ func (m *countedModel) count(i int, rowGrads [][]float32) (float64, error) {
 	return 0, nil
 }
 
-// A ps killed during a job that trains its data once (--epochs) costs one
-// batch, the one whose push it was sent: killed as the checkpoint of step
-// 100 starts, the next call fails, the worker's loop ends with that error,
+// A ps killed during a job that trains its data once (--epochs) costs at
+// most one batch, the one whose push it was sent: killed as the checkpoint
+// of step 100 starts, the next call fails, the worker's loop ends with that error,
 // and after the recovery it pushes what it had computed and not sent and
 // trains the batches it had read ahead before it reads more. Over both
 // lives of the ps every batch is computed once and its push applied once
@@ -241,8 +241,12 @@ func TestSparseLoopsPushEveryBatchAcrossAKilledPS(t *testing.T) {
 					t.Errorf("batch %d computed %d times, want once", i, c)
 				}
 			}
-			if got := pushes.of("apply"); got != n-1 {
-				t.Errorf("%d pushes applied over both lives of the ps, want %d (one per batch but the one sent to the killed ps)", got, n-1)
+			// The chief saves in the background (asynchronous training):
+			// the kill may come while a push is on its way (that batch is
+			// lost) or between two (none is). Never more than one lost,
+			// never one applied twice.
+			if got := pushes.of("apply"); got != n-1 && got != n {
+				t.Errorf("%d pushes applied over both lives of the ps, want %d or %d (one per batch but at most the one sent to the killed ps)", got, n-1, n)
 			}
 		})
 	}
