@@ -145,6 +145,12 @@ func conflictFlag(st *status.Status) string {
 // isDeadline reports whether err is a gRPC call's deadline.
 func isDeadline(err error) bool { return status.Code(err) == codes.DeadlineExceeded }
 
+// IsDeadline reports whether err is a call's deadline passing, as the
+// ps's side or this one saw it (the ps may end a call on the deadline it
+// was passed before the caller's context does), so that a caller can tell
+// a ps slow to answer from one that refused.
+func IsDeadline(err error) bool { return isDeadline(err) || errors.Is(err, context.DeadlineExceeded) }
+
 // versionCheck is the worker's half of the version handshake: every call
 // carries this worker's protocol version, and an answer from a ps of
 // another protocol version is refused naming both. A ps that refused the

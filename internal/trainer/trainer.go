@@ -19,9 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/paramserv/paramserv/internal/catalog"
 	"github.com/paramserv/paramserv/internal/checkpoint"
 	"github.com/paramserv/paramserv/internal/client"
@@ -836,7 +833,7 @@ func waitStatus(ctx context.Context, cfg Config, c *client.Client) (statuses []*
 	switch {
 	case err == nil:
 		return statuses, "", nil
-	case ctx.Err() == nil && (sctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded):
+	case ctx.Err() == nil && (sctx.Err() != nil || client.IsDeadline(err)):
 		// (The ps may end the call on its deadline, as gRPC passes it,
 		// before sctx ends here.)
 		return nil, fmt.Sprintf("a ps to answer (none in %s: a ps answers its requests under one lock, and a long one, such as a pull of the chief's final evaluation from a disk tier, holds up the others)", cfg.statusWait), nil
